@@ -1,0 +1,195 @@
+//! The CPU backend: the embedded default and the scheduler's test bench.
+//!
+//! Each stream is a worker thread; memory is host memory watched by a race
+//! detector; events are "stream S finished n jobs"; gates let tests hold a
+//! stream at a chosen point to force any interleaving.
+
+mod memory;
+mod ops;
+mod worker;
+
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use memory::CpuCounters;
+pub use memory::CpuMemory;
+pub use worker::CpuStream;
+use worker::Progress;
+
+use crate::backend::{Backend, BackendCounters, Command, Gate, RawAccess, Span};
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::runtime::{BackendKind, DeviceInfo};
+
+/// The CPU backend.
+#[derive(Debug, Default)]
+pub struct CpuBackend {
+    counters: Arc<CpuCounters>,
+    next_stream: AtomicU32,
+}
+
+/// "Stream S has finished `jobs` jobs".
+pub struct CpuEvent {
+    progress: Arc<Progress>,
+    jobs: u64,
+    counters: Arc<CpuCounters>,
+}
+
+impl Drop for CpuEvent {
+    fn drop(&mut self) {
+        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// Host work an external write enqueues on a CPU stream.
+pub type CpuHostWrite = Box<dyn FnOnce(&mut [&mut [u8]]) + Send>;
+
+/// Raw access on the CPU backend: host closures that run on the stream's
+/// worker, in admission order, over the written buffers' bytes.
+#[derive(Default)]
+pub struct CpuRawAccess {
+    writes: Vec<CpuHostWrite>,
+}
+
+impl CpuRawAccess {
+    /// Enqueues `write` to run on the stream over the buffers, in the order given.
+    pub fn enqueue(&mut self, write: impl FnOnce(&mut [&mut [u8]]) + Send + 'static) {
+        self.writes.push(Box::new(write));
+    }
+}
+
+impl CpuBackend {
+    /// A CPU backend; it never fails to open.
+    pub fn new() -> Self {
+        CpuBackend::default()
+    }
+
+    fn owned(command: Command<&CpuMemory>) -> Command<CpuMemory> {
+        command.map(CpuMemory::clone)
+    }
+}
+
+impl Backend for CpuBackend {
+    type Stream = CpuStream;
+    type Event = CpuEvent;
+    type Memory = CpuMemory;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: BackendKind::Cpu,
+            name: format!(
+                "host CPU ({} threads)",
+                std::thread::available_parallelism().map_or(1, |n| n.get())
+            ),
+            memory_bytes: None,
+            max_buffer_bytes: u64::from(u32::MAX) * 4,
+        }
+    }
+
+    fn allocate(&self, bytes: u64) -> Result<CpuMemory> {
+        CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes })
+    }
+
+    fn create_stream(&self) -> Result<CpuStream> {
+        CpuStream::spawn(self.next_stream.fetch_add(1, Ordering::Relaxed))
+    }
+
+    fn enqueue(&self, stream: &CpuStream, command: Command<&CpuMemory>) -> Result<()> {
+        let counters = self.counters.clone();
+        let command = match Self::owned(command) {
+            Command::Download { src, sink } => {
+                // A read on a failed stream must fail with the stream's error, not be skipped.
+                let index = stream.index;
+                return stream.sync(Box::new(move |status| {
+                    let outcome = status.clone().and_then(|()| {
+                        ops::run(
+                            Command::Download {
+                                src,
+                                sink: sink.clone(),
+                            },
+                            &counters,
+                        )
+                        .map_err(|message| Error::OpFailed {
+                            stream: index,
+                            message,
+                        })
+                    });
+                    if let Err(error) = outcome {
+                        sink.fail(error);
+                    }
+                }));
+            }
+            other => other,
+        };
+        stream.work(Box::new(move || ops::run(command, &counters)))
+    }
+
+    fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
+        self.counters.live_events.fetch_add(1, Ordering::SeqCst);
+        Ok(CpuEvent {
+            progress: stream.progress.clone(),
+            jobs: stream.enqueued(),
+            counters: self.counters.clone(),
+        })
+    }
+
+    fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
+        let (progress, jobs) = (event.progress.clone(), event.jobs);
+        stream.sync(Box::new(move |_| progress.wait_for(jobs)))
+    }
+
+    fn signal(&self, stream: &CpuStream, completion: Arc<Completion>) -> Result<()> {
+        stream.sync(Box::new(move |status| completion.complete(status.clone())))
+    }
+
+    fn external_write(
+        &self,
+        stream: &CpuStream,
+        buffers: &[&CpuMemory],
+        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let mut raw = CpuRawAccess::default();
+        write(RawAccess::Cpu(&mut raw))?;
+        let spans: Vec<Span<CpuMemory>> = buffers
+            .iter()
+            .map(|&memory| Span {
+                buffer: memory.clone(),
+                offset: 0,
+                len: memory.len(),
+            })
+            .collect();
+        stream.work(Box::new(move || {
+            let guards = spans
+                .iter()
+                .map(|span| CpuMemory::begin(span, true))
+                .collect::<Result<Vec<_>, _>>()?;
+            let mut views = guards
+                .iter()
+                .filter_map(|guard| guard.bytes_mut())
+                .collect::<Vec<_>>();
+            for host_write in raw.writes {
+                host_write(&mut views);
+            }
+            Ok(())
+        }))
+    }
+
+    fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
+        stream.sync(Box::new(move |_| gate.pass()))
+    }
+
+    fn counters(&self) -> BackendCounters {
+        let c = &self.counters;
+        BackendCounters {
+            live_events: c.live_events.load(Ordering::SeqCst),
+            live_allocations: c.live_allocations.load(Ordering::SeqCst),
+            host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
+            device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
+            race_violations: c.race_violations.load(Ordering::SeqCst),
+        }
+    }
+}

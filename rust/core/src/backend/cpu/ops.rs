@@ -1,0 +1,127 @@
+//! Executes commands on a CPU stream's worker.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::memory::{AccessGuard, CpuCounters, CpuMemory};
+use crate::backend::{BinaryOp, Command, KernelArg, Span};
+use crate::kernel::{CpuKernelArgs, CpuView};
+
+type Run = Result<(), String>;
+
+fn read(span: &Span<CpuMemory>) -> Result<AccessGuard, String> {
+    CpuMemory::begin(span, false)
+}
+
+fn write(span: &Span<CpuMemory>) -> Result<AccessGuard, String> {
+    CpuMemory::begin(span, true)
+}
+
+fn writable(guard: &AccessGuard) -> Result<&mut [u8], String> {
+    guard
+        .bytes_mut()
+        .ok_or_else(|| "write through a read guard".to_owned())
+}
+
+fn f32s(bytes: &[u8]) -> Result<&[f32], String> {
+    bytemuck::try_cast_slice(bytes).map_err(|e| format!("f32 view: {e}"))
+}
+
+fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], String> {
+    bytemuck::try_cast_slice_mut(bytes).map_err(|e| format!("f32 view: {e}"))
+}
+
+/// Runs one command to completion on the calling (worker) thread.
+pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<CpuCounters>) -> Run {
+    match command {
+        Command::Zero { dst } => {
+            writable(&write(&dst)?)?.fill(0);
+        }
+        Command::Fill { dst, word } => {
+            let guard = write(&dst)?;
+            for chunk in writable(&guard)?.chunks_mut(4) {
+                chunk.copy_from_slice(&word.to_ne_bytes()[..chunk.len()]);
+            }
+        }
+        Command::Copy { src, dst } => {
+            let (from, to) = (read(&src)?, write(&dst)?);
+            writable(&to)?.copy_from_slice(from.bytes());
+        }
+        Command::Upload { dst, data } => {
+            writable(&write(&dst)?)?.copy_from_slice(&data);
+            counters
+                .host_to_device_copies
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Command::Download { src, sink } => {
+            sink.deliver(read(&src)?.bytes().to_vec());
+            counters
+                .device_to_host_copies
+                .fetch_add(1, Ordering::Relaxed);
+        }
+        Command::Binary { op, a, b, out } => {
+            let (a, b, out) = (read(&a)?, read(&b)?, write(&out)?);
+            let (a, b, out) = (
+                f32s(a.bytes())?,
+                f32s(b.bytes())?,
+                f32s_mut(writable(&out)?)?,
+            );
+            for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
+                *o = match op {
+                    BinaryOp::Add => x + y,
+                    BinaryOp::Mul => x * y,
+                };
+            }
+        }
+        Command::Scale { x, out, alpha } => {
+            let (x, out) = (read(&x)?, write(&out)?);
+            for (o, v) in f32s_mut(writable(&out)?)?.iter_mut().zip(f32s(x.bytes())?) {
+                *o = alpha * v;
+            }
+        }
+        Command::Axpy { x, y, alpha } => {
+            let (x, y) = (read(&x)?, write(&y)?);
+            for (o, v) in f32s_mut(writable(&y)?)?.iter_mut().zip(f32s(x.bytes())?) {
+                *o += alpha * v;
+            }
+        }
+        Command::Iota { out, start } => {
+            let guard = write(&out)?;
+            let words: &mut [u32] = bytemuck::try_cast_slice_mut(writable(&guard)?)
+                .map_err(|e| format!("u32 view: {e}"))?;
+            for (i, w) in words.iter_mut().enumerate() {
+                *w = start.wrapping_add(i as u32);
+            }
+        }
+        Command::Delay { duration } => std::thread::sleep(duration),
+        Command::Custom { kernel, grid, args } => {
+            let body = kernel
+                .cpu
+                .as_ref()
+                .ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
+            let mut guards = Vec::new();
+            let mut scalars = Vec::new();
+            for arg in &args {
+                match arg {
+                    KernelArg::Buffer(span, access) => {
+                        guards.push(CpuMemory::begin(span, access.writes())?)
+                    }
+                    KernelArg::Scalar(scalar) => scalars.push(*scalar),
+                }
+            }
+            let mut buffers = Vec::with_capacity(guards.len());
+            for guard in &guards {
+                buffers.push(match guard.bytes_mut() {
+                    Some(bytes) => CpuView::Write(bytes),
+                    None => CpuView::Read(guard.bytes()),
+                });
+            }
+            body(&mut CpuKernelArgs {
+                grid,
+                buffers,
+                scalars,
+            })?;
+        }
+    }
+    Ok(())
+}

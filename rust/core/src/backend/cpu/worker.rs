@@ -1,0 +1,146 @@
+//! One worker thread per CPU stream.
+//!
+//! Jobs run in order. After a job fails, later work jobs are skipped (the
+//! stream is poisoned) but synchronisation jobs still run, so streams and
+//! fences waiting on this one never hang.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+
+use crate::completion::lock;
+use crate::error::{Error, Result};
+
+/// How far a stream has got: the number of jobs it finished.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    finished: Mutex<u64>,
+    advanced: Condvar,
+}
+
+impl Progress {
+    fn advance(&self) {
+        *lock(&self.finished) += 1;
+        self.advanced.notify_all();
+    }
+
+    /// Blocks until at least `jobs` jobs finished.
+    pub fn wait_for(&self, jobs: u64) {
+        let mut finished = lock(&self.finished);
+        while *finished < jobs {
+            finished = self
+                .advanced
+                .wait(finished)
+                .unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}
+
+pub(crate) type Work = Box<dyn FnOnce() -> Result<(), String> + Send>;
+pub(crate) type Sync = Box<dyn FnOnce(&Result<()>) + Send>;
+
+enum Job {
+    /// Device work: skipped once the stream failed.
+    Work(Work),
+    /// Ordering and completion: always runs, told whether the stream failed.
+    Sync(Sync),
+}
+
+/// A CPU stream: a queue of jobs and the thread that runs them.
+pub struct CpuStream {
+    pub(crate) index: u32,
+    sender: Option<Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    pub(crate) progress: Arc<Progress>,
+    enqueued: AtomicU64,
+}
+
+impl std::fmt::Debug for CpuStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "CpuStream({})", self.index)
+    }
+}
+
+impl CpuStream {
+    pub(crate) fn spawn(index: u32) -> Result<CpuStream> {
+        let (sender, jobs) = channel::<Job>();
+        let progress = Arc::new(Progress::default());
+        let worker_progress = progress.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-cpu-stream-{index}"))
+            .spawn(move || {
+                let mut status: Result<()> = Ok(());
+                for job in jobs {
+                    match job {
+                        Job::Work(work) if status.is_ok() => {
+                            let outcome = catch_unwind(AssertUnwindSafe(work))
+                                .unwrap_or_else(|panic| Err(panic_message(&panic)));
+                            if let Err(message) = outcome {
+                                status = Err(Error::OpFailed {
+                                    stream: index,
+                                    message,
+                                });
+                            }
+                        }
+                        Job::Work(_) => {}
+                        Job::Sync(sync) => {
+                            // A sync job only completes signals; keep the worker alive if one panics.
+                            let _ = catch_unwind(AssertUnwindSafe(|| sync(&status)));
+                        }
+                    }
+                    worker_progress.advance();
+                }
+            })
+            .map_err(|e| Error::backend("cpu", format!("cannot start a stream thread: {e}")))?;
+        Ok(CpuStream {
+            index,
+            sender: Some(sender),
+            thread: Some(thread),
+            progress,
+            enqueued: AtomicU64::new(0),
+        })
+    }
+
+    /// Jobs enqueued so far: the position an event recorded now covers.
+    pub(crate) fn enqueued(&self) -> u64 {
+        self.enqueued.load(Ordering::SeqCst)
+    }
+
+    fn send(&self, job: Job) -> Result<()> {
+        let sender = self.sender.as_ref().ok_or(Error::Closed)?;
+        sender.send(job).map_err(|_| {
+            Error::backend("cpu", format!("stream {} worker has stopped", self.index))
+        })?;
+        self.enqueued.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    pub(crate) fn work(&self, work: Work) -> Result<()> {
+        self.send(Job::Work(work))
+    }
+
+    pub(crate) fn sync(&self, sync: Sync) -> Result<()> {
+        self.send(Job::Sync(sync))
+    }
+}
+
+impl Drop for CpuStream {
+    fn drop(&mut self) {
+        // Closing the channel lets the worker finish what is queued and stop.
+        self.sender.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    let text = panic
+        .downcast_ref::<&str>()
+        .map(|s| (*s).to_owned())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "unknown panic".to_owned());
+    format!("kernel panicked: {text}")
+}

@@ -1,0 +1,82 @@
+//! The one error type of Weir.
+//!
+//! Errors are `Clone` because a stream's first failure is sticky: every fence,
+//! sync and read that covers it reports the same error.
+
+use thiserror::Error;
+
+/// Everything that can go wrong in Weir.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum Error {
+    /// The backend cannot be used on this machine (no driver, library or device).
+    #[error("backend {backend} is unavailable: {reason}")]
+    Unavailable { backend: String, reason: String },
+
+    /// The backend does not support what was asked (for example a kernel without a source for it).
+    #[error("unsupported on {backend}: {what}")]
+    Unsupported { backend: String, what: String },
+
+    /// An argument is malformed: wrong size, wrong type, aliasing, …
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// A byte range does not fit in its buffer.
+    #[error("range {offset}..{end} is out of bounds for a buffer of {len} bytes", end = offset.saturating_add(*size))]
+    OutOfRange { offset: u64, size: u64, len: u64 },
+
+    /// A buffer or stream of one runtime was handed to another runtime.
+    #[error("{0} belongs to another runtime")]
+    ForeignHandle(&'static str),
+
+    /// The runtime was closed.
+    #[error("the runtime is closed")]
+    Closed,
+
+    /// The device could not provide the memory.
+    #[error("out of device memory allocating {bytes} bytes")]
+    OutOfMemory { bytes: u64 },
+
+    /// An op failed on the device; its stream stays poisoned with this error.
+    #[error("op failed on stream {stream}: {message}")]
+    OpFailed { stream: u32, message: String },
+
+    /// A backend call failed.
+    #[error("{backend} error: {message}")]
+    Backend { backend: String, message: String },
+
+    /// The wait was cancelled before the work completed.
+    #[error("the wait was cancelled")]
+    Cancelled,
+}
+
+impl Error {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        Error::InvalidArgument(message.into())
+    }
+
+    pub(crate) fn backend(backend: &str, message: impl Into<String>) -> Self {
+        Error::Backend {
+            backend: backend.to_owned(),
+            message: message.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Unavailable`].
+    pub fn unavailable(backend: &str, reason: impl Into<String>) -> Self {
+        Error::Unavailable {
+            backend: backend.to_owned(),
+            reason: reason.into(),
+        }
+    }
+
+    /// Shorthand for [`Error::Unsupported`].
+    pub fn unsupported(backend: &str, what: impl Into<String>) -> Self {
+        Error::Unsupported {
+            backend: backend.to_owned(),
+            what: what.into(),
+        }
+    }
+}
+
+/// Weir's result type.
+pub type Result<T, E = Error> = std::result::Result<T, E>;

@@ -1,0 +1,149 @@
+//! Fences and pending reads: awaitable, waitable, droppable at any time.
+
+use std::future::{Future, IntoFuture};
+use std::pin::Pin;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use crate::backend::HostSink;
+use crate::completion::{Completion, LiveCounters};
+use crate::error::{Error, Result};
+
+/// "All work admitted on a stream (or on every stream) up to now."
+///
+/// Wait for it as often as you like, from any number of threads and tasks:
+/// [`Fence::wait`] blocks, `.await` suspends, [`Fence::is_complete`] never
+/// blocks. Dropping it, or a future waiting on it, at any moment leaks nothing.
+pub struct Fence {
+    completion: Arc<Completion>,
+    live: Arc<LiveCounters>,
+}
+
+impl std::fmt::Debug for Fence {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Fence")
+            .field("complete", &self.is_complete())
+            .finish()
+    }
+}
+
+impl Fence {
+    pub(crate) fn new(completion: Arc<Completion>, live: Arc<LiveCounters>) -> Self {
+        live.fences.fetch_add(1, Ordering::SeqCst);
+        Fence { completion, live }
+    }
+
+    /// Blocks the calling thread until the work is done; reports the first failure.
+    pub fn wait(&self) -> Result<()> {
+        self.completion.wait()
+    }
+
+    /// True once the work is done. Never blocks.
+    pub fn is_complete(&self) -> bool {
+        self.completion.is_complete()
+    }
+
+    /// The outcome, if the work is done. Never blocks.
+    pub fn outcome(&self) -> Option<Result<()>> {
+        self.completion.outcome()
+    }
+
+    /// A future that resolves when the work is done. It owns what it needs, so
+    /// it may outlive this handle.
+    pub fn wait_async(&self) -> FenceWait {
+        FenceWait {
+            completion: self.completion.clone(),
+            slot: None,
+        }
+    }
+}
+
+impl Drop for Fence {
+    fn drop(&mut self) {
+        self.live.fences.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl IntoFuture for &Fence {
+    type Output = Result<()>;
+    type IntoFuture = FenceWait;
+    fn into_future(self) -> FenceWait {
+        self.wait_async()
+    }
+}
+
+impl IntoFuture for Fence {
+    type Output = Result<()>;
+    type IntoFuture = FenceWait;
+    fn into_future(self) -> FenceWait {
+        self.wait_async()
+    }
+}
+
+/// The future of [`Fence::wait_async`]. Woken by the backend's completion path.
+pub struct FenceWait {
+    completion: Arc<Completion>,
+    slot: Option<usize>,
+}
+
+impl Future for FenceWait {
+    type Output = Result<()>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let this = self.get_mut();
+        this.completion.poll_wait(cx, &mut this.slot)
+    }
+}
+
+impl Drop for FenceWait {
+    fn drop(&mut self) {
+        self.completion.forget_waker(&mut self.slot);
+    }
+}
+
+/// A read admitted on a stream; the bytes arrive when it completes.
+pub struct PendingRead {
+    sink: Arc<HostSink>,
+    slot: Option<usize>,
+}
+
+impl PendingRead {
+    pub(crate) fn new(sink: Arc<HostSink>) -> Self {
+        PendingRead { sink, slot: None }
+    }
+
+    /// Blocks until the bytes are there.
+    pub fn wait(self) -> Result<Vec<u8>> {
+        self.sink.completion.wait()?;
+        self.bytes()
+    }
+
+    /// True once the read finished. Never blocks.
+    pub fn is_complete(&self) -> bool {
+        self.sink.completion.is_complete()
+    }
+
+    fn bytes(&self) -> Result<Vec<u8>> {
+        self.sink
+            .take()
+            .ok_or_else(|| Error::backend("weir", "read completed without data"))
+    }
+}
+
+impl Future for PendingRead {
+    type Output = Result<Vec<u8>>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
+        let this = self.get_mut();
+        match this.sink.completion.poll_wait(cx, &mut this.slot) {
+            Poll::Ready(Ok(())) => Poll::Ready(this.bytes()),
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for PendingRead {
+    fn drop(&mut self) {
+        self.sink.completion.forget_waker(&mut self.slot);
+    }
+}

@@ -1,0 +1,330 @@
+//! Kernels: the built-in ops every backend provides, and custom kernels given
+//! per backend (a Rust closure for the CPU, WGSL, CUDA C, HIP C).
+
+use std::fmt;
+use std::sync::Arc;
+
+/// How an op touches a buffer. Declared for every buffer of every op: the
+/// scheduler orders ops from it and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Access {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl Access {
+    /// True if the op depends on the buffer's previous contents.
+    pub fn reads(self) -> bool {
+        matches!(self, Access::Read | Access::ReadWrite)
+    }
+    /// True if the op defines new contents.
+    pub fn writes(self) -> bool {
+        matches!(self, Access::Write | Access::ReadWrite)
+    }
+}
+
+/// Launch shape of a custom kernel: work groups (CUDA/HIP blocks, WGSL
+/// workgroups), the block size for CUDA/HIP (WGSL declares its own), and
+/// dynamic shared memory in bytes for CUDA/HIP.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Grid {
+    pub groups: [u32; 3],
+    pub block: [u32; 3],
+    pub shared_bytes: u32,
+}
+
+impl Grid {
+    /// `groups` work groups of `block` threads, no shared memory.
+    pub fn new(groups: [u32; 3], block: [u32; 3]) -> Self {
+        Grid {
+            groups,
+            block,
+            shared_bytes: 0,
+        }
+    }
+
+    /// Enough groups of `block` threads along x to cover `items` items.
+    pub fn linear(items: u32, block: u32) -> Self {
+        let block = block.max(1);
+        Grid::new([items.div_ceil(block).max(1), 1, 1], [block, 1, 1])
+    }
+
+    /// The same grid with `bytes` of dynamic shared memory.
+    pub fn with_shared_bytes(mut self, bytes: u32) -> Self {
+        self.shared_bytes = bytes;
+        self
+    }
+
+    /// Total number of threads (CUDA/HIP) the grid launches.
+    pub fn threads(&self) -> u64 {
+        let groups: u64 = self.groups.iter().map(|&g| u64::from(g)).product();
+        let block: u64 = self.block.iter().map(|&b| u64::from(b)).product();
+        groups * block
+    }
+}
+
+/// Source text of a kernel for one backend and the function to launch.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct KernelSource {
+    pub code: String,
+    pub entry: String,
+}
+
+/// The arguments a CPU kernel closure receives, in declaration order.
+pub struct CpuKernelArgs<'a> {
+    pub grid: Grid,
+    pub(crate) buffers: Vec<CpuView<'a>>,
+    pub(crate) scalars: Vec<ScalarArg>,
+}
+
+pub(crate) enum CpuView<'a> {
+    Read(&'a [u8]),
+    Write(&'a mut [u8]),
+}
+
+impl<'a> CpuKernelArgs<'a> {
+    /// Number of buffer arguments.
+    pub fn buffer_count(&self) -> usize {
+        self.buffers.len()
+    }
+
+    /// The bytes of buffer argument `index` (any access mode).
+    pub fn bytes(&self, index: usize) -> Result<&[u8], String> {
+        match self.buffers.get(index) {
+            Some(CpuView::Read(bytes)) => Ok(bytes),
+            Some(CpuView::Write(bytes)) => Ok(bytes),
+            None => Err(format!("no buffer argument {index}")),
+        }
+    }
+
+    /// The bytes of buffer argument `index`, which must be declared `Write` or `ReadWrite`.
+    pub fn bytes_mut(&mut self, index: usize) -> Result<&mut [u8], String> {
+        match self.buffers.get_mut(index) {
+            Some(CpuView::Write(bytes)) => Ok(bytes),
+            Some(CpuView::Read(_)) => Err(format!("buffer argument {index} is declared read-only")),
+            None => Err(format!("no buffer argument {index}")),
+        }
+    }
+
+    /// Buffer argument `index` as `f32`s.
+    pub fn f32s(&self, index: usize) -> Result<&[f32], String> {
+        bytemuck::try_cast_slice(self.bytes(index)?)
+            .map_err(|e| format!("buffer {index} as f32: {e}"))
+    }
+
+    /// Buffer argument `index` as mutable `f32`s.
+    pub fn f32s_mut(&mut self, index: usize) -> Result<&mut [f32], String> {
+        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?)
+            .map_err(|e| format!("buffer {index} as f32: {e}"))
+    }
+
+    /// Buffer argument `index` as `u32`s.
+    pub fn u32s(&self, index: usize) -> Result<&[u32], String> {
+        bytemuck::try_cast_slice(self.bytes(index)?)
+            .map_err(|e| format!("buffer {index} as u32: {e}"))
+    }
+
+    /// Buffer argument `index` as mutable `u32`s.
+    pub fn u32s_mut(&mut self, index: usize) -> Result<&mut [u32], String> {
+        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?)
+            .map_err(|e| format!("buffer {index} as u32: {e}"))
+    }
+
+    /// Scalar argument `index` (counting scalars only).
+    pub fn scalar(&self, index: usize) -> Result<ScalarArg, String> {
+        self.scalars
+            .get(index)
+            .copied()
+            .ok_or_else(|| format!("no scalar argument {index}"))
+    }
+}
+
+/// A scalar kernel argument.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ScalarArg {
+    U32(u32),
+    I32(i32),
+    F32(f32),
+}
+
+impl ScalarArg {
+    /// The argument's 32 bits, as they are passed to device code.
+    pub fn bits(self) -> u32 {
+        match self {
+            ScalarArg::U32(v) => v,
+            ScalarArg::I32(v) => v as u32,
+            ScalarArg::F32(v) => v.to_bits(),
+        }
+    }
+}
+
+/// A CPU kernel: a Rust closure over its arguments. An `Err` fails the op and
+/// poisons its stream.
+pub type CpuKernelFn = Arc<dyn Fn(&mut CpuKernelArgs<'_>) -> Result<(), String> + Send + Sync>;
+
+/// A user kernel with a source per backend.
+#[derive(Clone)]
+pub struct CustomKernel {
+    pub name: String,
+    pub cpu: Option<CpuKernelFn>,
+    pub wgsl: Option<KernelSource>,
+    pub cuda: Option<KernelSource>,
+    pub hip: Option<KernelSource>,
+}
+
+impl fmt::Debug for CustomKernel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("CustomKernel")
+            .field("name", &self.name)
+            .field("cpu", &self.cpu.is_some())
+            .field("wgsl", &self.wgsl.is_some())
+            .field("cuda", &self.cuda.is_some())
+            .field("hip", &self.hip.is_some())
+            .finish()
+    }
+}
+
+/// The built-in ops, the same on every backend.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Builtin {
+    /// `(dst: Write)`: every byte zero.
+    MemsetZero,
+    /// `(dst: Write, value: u32)`.
+    FillU32,
+    /// `(dst: Write, value: i32)`.
+    FillI32,
+    /// `(dst: Write, value: f32)`.
+    FillF32,
+    /// `(src: Read, dst: Write)`, equal sizes.
+    Copy,
+    /// `(a: Read, b: Read, out: Write)` f32, equal sizes.
+    Add,
+    /// `(a: Read, b: Read, out: Write)` f32, equal sizes.
+    Mul,
+    /// `(x: Read, out: Write, alpha: f32)`: out = alpha·x.
+    Scale,
+    /// `(x: Read, y: ReadWrite, alpha: f32)`: y = alpha·x + y.
+    Axpy,
+    /// `(out: Write, start: u32)`: out[i] = start + i.
+    Iota,
+    /// `(micros: u32)`: holds the stream for the given time.
+    Delay,
+}
+
+impl Builtin {
+    /// Every built-in, for backends that compile them all up front.
+    pub const ALL: [Builtin; 11] = [
+        Builtin::MemsetZero,
+        Builtin::FillU32,
+        Builtin::FillI32,
+        Builtin::FillF32,
+        Builtin::Copy,
+        Builtin::Add,
+        Builtin::Mul,
+        Builtin::Scale,
+        Builtin::Axpy,
+        Builtin::Iota,
+        Builtin::Delay,
+    ];
+
+    /// The op's snake_case name (used by the FFI).
+    pub fn name(self) -> &'static str {
+        match self {
+            Builtin::MemsetZero => "memset_zero",
+            Builtin::FillU32 => "fill_u32",
+            Builtin::FillI32 => "fill_i32",
+            Builtin::FillF32 => "fill_f32",
+            Builtin::Copy => "copy",
+            Builtin::Add => "add",
+            Builtin::Mul => "mul",
+            Builtin::Scale => "scale",
+            Builtin::Axpy => "axpy",
+            Builtin::Iota => "iota",
+            Builtin::Delay => "delay",
+        }
+    }
+
+    /// Looks a built-in up by [`Builtin::name`].
+    pub fn from_name(name: &str) -> Option<Builtin> {
+        Builtin::ALL.into_iter().find(|b| b.name() == name)
+    }
+}
+
+#[derive(Debug, Clone)]
+pub(crate) enum KernelDef {
+    Builtin(Builtin),
+    Custom(Arc<CustomKernel>),
+}
+
+/// A kernel to launch with [`crate::Stream::execute`]: a built-in op or a custom kernel.
+#[derive(Debug, Clone)]
+pub struct Kernel(pub(crate) KernelDef);
+
+impl Kernel {
+    /// One of the built-in ops.
+    pub fn builtin(op: Builtin) -> Kernel {
+        Kernel(KernelDef::Builtin(op))
+    }
+
+    /// Starts a custom kernel named `name`; add a source per backend.
+    pub fn custom(name: impl Into<String>) -> CustomKernelBuilder {
+        CustomKernelBuilder(CustomKernel {
+            name: name.into(),
+            cpu: None,
+            wgsl: None,
+            cuda: None,
+            hip: None,
+        })
+    }
+
+    /// The kernel's name.
+    pub fn name(&self) -> &str {
+        match &self.0 {
+            KernelDef::Builtin(op) => op.name(),
+            KernelDef::Custom(kernel) => &kernel.name,
+        }
+    }
+}
+
+/// Builds a [`Kernel`] from per-backend sources.
+pub struct CustomKernelBuilder(CustomKernel);
+
+impl CustomKernelBuilder {
+    /// The CPU implementation.
+    pub fn cpu(
+        mut self,
+        body: impl Fn(&mut CpuKernelArgs<'_>) -> Result<(), String> + Send + Sync + 'static,
+    ) -> Self {
+        self.0.cpu = Some(Arc::new(body));
+        self
+    }
+    /// WGSL source and entry point; buffers bind in argument order at group 0.
+    pub fn wgsl(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
+        self.0.wgsl = Some(KernelSource {
+            code: code.into(),
+            entry: entry.into(),
+        });
+        self
+    }
+    /// CUDA C source and `extern "C"` entry point.
+    pub fn cuda(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
+        self.0.cuda = Some(KernelSource {
+            code: code.into(),
+            entry: entry.into(),
+        });
+        self
+    }
+    /// HIP C source and `extern "C"` entry point.
+    pub fn hip(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
+        self.0.hip = Some(KernelSource {
+            code: code.into(),
+            entry: entry.into(),
+        });
+        self
+    }
+    /// Finishes the kernel.
+    pub fn build(self) -> Kernel {
+        Kernel(KernelDef::Custom(Arc::new(self.0)))
+    }
+}

@@ -1,0 +1,63 @@
+//! # Weir core
+//!
+//! A GPU compute runtime whose ordering follows the data, and whose every
+//! completion can be awaited without blocking a thread.
+//!
+//! The scheduling contract, per runtime:
+//! - **One ordering boundary.** Each op is admitted under the runtime's lock
+//!   (never a lock across runtimes, never held while waiting for the device).
+//! - **Declared access.** Every op declares each buffer it touches as
+//!   [`Access::Read`], [`Access::Write`] or [`Access::ReadWrite`].
+//! - **Dependencies.** A read depends on the buffer's latest write; a write on
+//!   the latest write and on every read since it, one entry per stream.
+//! - **Minimal waits.** A stream waits for another only if it has not already
+//!   seen a position at or past the dependency; what it learns passes on along
+//!   chains of streams (a vector clock). Ops on one stream need no events.
+//! - **Enqueue and publish together.** The op is enqueued at position *n* and
+//!   its buffers are published as written / read at *n* before the boundary is
+//!   released. Every write publishes: kernels, uploads, memsets, `zeros`,
+//!   admitted external writes.
+//! - **Fresh memory.** [`Stream::empty`] has no definition; [`Stream::zeros`] is
+//!   allocate + zero + publish in one admission, with no host data.
+//! - **Memory reuse.** A released buffer's memory is freed only after every
+//!   stream that used it has finished those ops.
+//! - **Errors.** A failed op poisons its stream: the next fence, sync or read
+//!   on it reports the error; other streams go on.
+//!
+//! ```
+//! use weir_core::{BackendKind, Runtime};
+//! let runtime = Runtime::open(BackendKind::Cpu)?;
+//! let (s, t) = (runtime.default_stream(), runtime.new_stream()?);
+//! let x = s.upload(&[1.0f32, 2.0, 3.0])?;
+//! let y = s.zeros(12)?;
+//! s.axpy(2.0, &x, &y)?;                          // y = 2x + y, on s
+//! let out = t.empty(12)?;
+//! t.add(&x, &y, &out)?;                          // on t: waits for s's write of y
+//! assert_eq!(t.read_as::<f32>(&out)?, vec![3.0, 6.0, 9.0]);
+//! # Ok::<(), weir_core::Error>(())
+//! ```
+
+pub mod backend;
+mod buffer;
+mod completion;
+mod error;
+mod fence;
+mod kernel;
+mod ops;
+mod runtime;
+mod scheduler;
+mod stream;
+
+pub use backend::{BackendCounters, RawAccess};
+pub use buffer::Buffer;
+pub use completion::{Completion, LiveCounters};
+pub use error::{Error, Result};
+pub use fence::{Fence, FenceWait, PendingRead};
+pub use kernel::{
+    Access, Builtin, CpuKernelArgs, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
+};
+pub use ops::Arg;
+pub use runtime::{BackendKind, DeviceInfo, Diagnostics, Runtime};
+#[doc(hidden)]
+pub use scheduler::Fault;
+pub use stream::{Hold, Stream};

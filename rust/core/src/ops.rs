@@ -1,0 +1,296 @@
+//! Checks op arguments and turns them into scheduler commands.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::backend::{BinaryOp, Command, KernelArg, Span};
+use crate::buffer::Buffer;
+use crate::error::{Error, Result};
+use crate::kernel::{Access, Builtin, CustomKernel, KernelDef, ScalarArg};
+use crate::runtime::BackendKind;
+use crate::scheduler::{BufferKey, Engine};
+
+/// An argument of [`crate::Stream::execute`].
+#[derive(Debug, Clone, Copy)]
+pub enum Arg<'a> {
+    Buffer(&'a Buffer, Access),
+    Scalar(ScalarArg),
+}
+
+impl<'a> Arg<'a> {
+    pub fn read(buffer: &'a Buffer) -> Self {
+        Arg::Buffer(buffer, Access::Read)
+    }
+    pub fn write(buffer: &'a Buffer) -> Self {
+        Arg::Buffer(buffer, Access::Write)
+    }
+    pub fn read_write(buffer: &'a Buffer) -> Self {
+        Arg::Buffer(buffer, Access::ReadWrite)
+    }
+    pub fn u32(value: u32) -> Self {
+        Arg::Scalar(ScalarArg::U32(value))
+    }
+    pub fn i32(value: i32) -> Self {
+        Arg::Scalar(ScalarArg::I32(value))
+    }
+    pub fn f32(value: f32) -> Self {
+        Arg::Scalar(ScalarArg::F32(value))
+    }
+}
+
+/// Arguments bound to one runtime: whole-buffer spans and scalars.
+struct Bound {
+    op: &'static str,
+    args: Vec<KernelArg<BufferKey>>,
+}
+
+impl Bound {
+    fn new(engine: &Arc<dyn Engine>, op: &'static str, args: &[Arg<'_>]) -> Result<Bound> {
+        let mut bound = Vec::with_capacity(args.len());
+        for arg in args {
+            bound.push(match *arg {
+                Arg::Buffer(buffer, access) => KernelArg::Buffer(buffer.whole_in(engine)?, access),
+                Arg::Scalar(scalar) => KernelArg::Scalar(scalar),
+            });
+        }
+        reject_aliasing(bound.iter().filter_map(|arg| match arg {
+            KernelArg::Buffer(span, access) => Some((span.buffer, *access)),
+            KernelArg::Scalar(_) => None,
+        }))?;
+        Ok(Bound { op, args: bound })
+    }
+
+    fn expect_count(&self, count: usize) -> Result<()> {
+        if self.args.len() != count {
+            return Err(Error::invalid(format!(
+                "{} takes {count} arguments, got {}",
+                self.op,
+                self.args.len()
+            )));
+        }
+        Ok(())
+    }
+
+    fn buffer(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
+        match self.args.get(index) {
+            Some(KernelArg::Buffer(span, declared))
+                if (!needs.reads() || declared.reads())
+                    && (!needs.writes() || declared.writes()) =>
+            {
+                Ok(*span)
+            }
+            Some(KernelArg::Buffer(_, declared)) => Err(Error::invalid(format!(
+                "{} argument {index} must be declared {needs:?}, not {declared:?}",
+                self.op
+            ))),
+            _ => Err(Error::invalid(format!(
+                "{} argument {index} must be a buffer",
+                self.op
+            ))),
+        }
+    }
+
+    fn f32s(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
+        let span = self.buffer(index, needs)?;
+        if span.len % 4 != 0 {
+            return Err(Error::invalid(format!(
+                "{} argument {index}: {} bytes is not a whole number of 4-byte elements",
+                self.op, span.len
+            )));
+        }
+        Ok(span)
+    }
+
+    fn scalar(&self, index: usize) -> Result<ScalarArg> {
+        match self.args.get(index) {
+            Some(KernelArg::Scalar(scalar)) => Ok(*scalar),
+            _ => Err(Error::invalid(format!(
+                "{} argument {index} must be a scalar",
+                self.op
+            ))),
+        }
+    }
+
+    fn same_len(&self, spans: &[Span<BufferKey>]) -> Result<()> {
+        if spans.windows(2).any(|pair| pair[0].len != pair[1].len) {
+            let lens: Vec<u64> = spans.iter().map(|s| s.len).collect();
+            return Err(Error::invalid(format!(
+                "{} needs buffers of equal size, got {lens:?}",
+                self.op
+            )));
+        }
+        Ok(())
+    }
+}
+
+/// A buffer an op writes may not appear in it twice: kernels see disjoint memory.
+pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)>) -> Result<()> {
+    let mut seen: Vec<(BufferKey, Access)> = Vec::new();
+    for (key, access) in buffers {
+        if seen.iter().any(|&(other, other_access)| {
+            other == key && (access.writes() || other_access.writes())
+        }) {
+            return Err(Error::invalid(
+                "a buffer an op writes cannot appear twice among its arguments",
+            ));
+        }
+        seen.push((key, access));
+    }
+    Ok(())
+}
+
+/// The command for a built-in op, its arguments checked.
+pub(crate) fn builtin(
+    engine: &Arc<dyn Engine>,
+    op: Builtin,
+    args: &[Arg<'_>],
+) -> Result<Command<BufferKey>> {
+    let b = Bound::new(engine, op.name(), args)?;
+    let typed_fill = |want: fn(ScalarArg) -> bool| -> Result<Command<BufferKey>> {
+        b.expect_count(2)?;
+        let dst = b.f32s(0, Access::Write)?;
+        let value = b.scalar(1)?;
+        if !want(value) {
+            return Err(Error::invalid(format!(
+                "{} needs a {} value, got {value:?}",
+                b.op,
+                &b.op[5..]
+            )));
+        }
+        Ok(Command::Fill {
+            dst,
+            word: value.bits(),
+        })
+    };
+    match op {
+        Builtin::MemsetZero => {
+            b.expect_count(1)?;
+            Ok(Command::Zero {
+                dst: b.buffer(0, Access::Write)?,
+            })
+        }
+        Builtin::FillU32 => typed_fill(|v| matches!(v, ScalarArg::U32(_))),
+        Builtin::FillI32 => typed_fill(|v| matches!(v, ScalarArg::I32(_))),
+        Builtin::FillF32 => typed_fill(|v| matches!(v, ScalarArg::F32(_))),
+        Builtin::Copy => {
+            b.expect_count(2)?;
+            let (src, dst) = (b.buffer(0, Access::Read)?, b.buffer(1, Access::Write)?);
+            b.same_len(&[src, dst])?;
+            Ok(Command::Copy { src, dst })
+        }
+        Builtin::Add | Builtin::Mul => {
+            b.expect_count(3)?;
+            let (a, bb, out) = (
+                b.f32s(0, Access::Read)?,
+                b.f32s(1, Access::Read)?,
+                b.f32s(2, Access::Write)?,
+            );
+            b.same_len(&[a, bb, out])?;
+            let op = if op == Builtin::Add {
+                BinaryOp::Add
+            } else {
+                BinaryOp::Mul
+            };
+            Ok(Command::Binary { op, a, b: bb, out })
+        }
+        Builtin::Scale => {
+            b.expect_count(3)?;
+            let (x, out) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::Write)?);
+            b.same_len(&[x, out])?;
+            Ok(Command::Scale {
+                x,
+                out,
+                alpha: f32_scalar(&b, 2)?,
+            })
+        }
+        Builtin::Axpy => {
+            b.expect_count(3)?;
+            let (x, y) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::ReadWrite)?);
+            b.same_len(&[x, y])?;
+            Ok(Command::Axpy {
+                x,
+                y,
+                alpha: f32_scalar(&b, 2)?,
+            })
+        }
+        Builtin::Iota => {
+            b.expect_count(2)?;
+            let out = b.f32s(0, Access::Write)?;
+            match b.scalar(1)? {
+                ScalarArg::U32(start) => Ok(Command::Iota { out, start }),
+                other => Err(Error::invalid(format!(
+                    "iota needs a u32 start, got {other:?}"
+                ))),
+            }
+        }
+        Builtin::Delay => {
+            b.expect_count(1)?;
+            match b.scalar(0)? {
+                ScalarArg::U32(micros) => Ok(Command::Delay {
+                    duration: Duration::from_micros(u64::from(micros)),
+                }),
+                other => Err(Error::invalid(format!(
+                    "delay needs u32 microseconds, got {other:?}"
+                ))),
+            }
+        }
+    }
+}
+
+fn f32_scalar(b: &Bound, index: usize) -> Result<f32> {
+    match b.scalar(index)? {
+        ScalarArg::F32(value) => Ok(value),
+        other => Err(Error::invalid(format!(
+            "{} needs an f32 scalar, got {other:?}",
+            b.op
+        ))),
+    }
+}
+
+/// The command for a custom kernel, if it has a source for this backend.
+pub(crate) fn custom(
+    engine: &Arc<dyn Engine>,
+    kernel: &Arc<CustomKernel>,
+    grid: crate::kernel::Grid,
+    args: &[Arg<'_>],
+) -> Result<Command<BufferKey>> {
+    let kind = engine.kind();
+    let has_source = match kind {
+        BackendKind::Cpu => kernel.cpu.is_some(),
+        BackendKind::Wgpu => kernel.wgsl.is_some(),
+        BackendKind::Cuda => kernel.cuda.is_some(),
+        BackendKind::Hip => kernel.hip.is_some(),
+        BackendKind::Auto => false,
+    };
+    if !has_source {
+        return Err(Error::unsupported(
+            kind.name(),
+            format!("kernel {} has no {} source", kernel.name, kind.name()),
+        ));
+    }
+    if grid.groups.contains(&0) || grid.block.contains(&0) {
+        return Err(Error::invalid(format!(
+            "kernel {}: grid {grid:?} has an empty dimension",
+            kernel.name
+        )));
+    }
+    let bound = Bound::new(engine, "kernel", args)?;
+    Ok(Command::Custom {
+        kernel: kernel.clone(),
+        grid,
+        args: bound.args,
+    })
+}
+
+/// The command for any kernel.
+pub(crate) fn kernel(
+    engine: &Arc<dyn Engine>,
+    kernel: &crate::Kernel,
+    grid: crate::kernel::Grid,
+    args: &[Arg<'_>],
+) -> Result<Command<BufferKey>> {
+    match &kernel.0 {
+        KernelDef::Builtin(op) => builtin(engine, *op, args),
+        KernelDef::Custom(custom_kernel) => custom(engine, custom_kernel, grid, args),
+    }
+}

@@ -1,0 +1,259 @@
+//! The public stream handle: where ops are admitted.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytemuck::Pod;
+
+use crate::backend::{Command, Gate, HostSink, RawAccess};
+use crate::buffer::Buffer;
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::fence::{Fence, PendingRead};
+use crate::kernel::{Builtin, Grid, Kernel};
+use crate::ops::{self, Arg};
+use crate::scheduler::{BufferKey, Engine, Init};
+
+/// An ordered queue of device work. Any thread may submit to any stream;
+/// clones name the same stream.
+#[derive(Clone)]
+pub struct Stream {
+    engine: Arc<dyn Engine>,
+    index: usize,
+}
+
+impl std::fmt::Debug for Stream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Stream({})", self.index)
+    }
+}
+
+impl Stream {
+    pub(crate) fn new(engine: Arc<dyn Engine>, index: usize) -> Self {
+        Stream { engine, index }
+    }
+
+    /// The stream's index in its runtime (0 is the default stream).
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    fn create(&self, len: u64, init: Init) -> Result<Buffer> {
+        let key = self.engine.create(self.index, len, init)?;
+        Ok(Buffer::new(self.engine.clone(), key, len))
+    }
+
+    /// A buffer of `bytes` with unspecified contents, no definition yet.
+    pub fn empty(&self, bytes: u64) -> Result<Buffer> {
+        self.create(bytes, Init::Empty)
+    }
+
+    /// A zero-filled buffer: allocated, zeroed on the device and published in
+    /// one admission; no host buffer and no host-to-device copy.
+    pub fn zeros(&self, bytes: u64) -> Result<Buffer> {
+        self.create(bytes, Init::Zero)
+    }
+
+    /// A buffer holding `data`.
+    pub fn upload<T: Pod>(&self, data: &[T]) -> Result<Buffer> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        self.create(bytes.len() as u64, Init::Data(bytes.to_vec()))
+    }
+
+    fn submit(&self, command: Command<BufferKey>) -> Result<()> {
+        self.engine.submit(self.index, command)
+    }
+
+    /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
+    pub fn execute(&self, kernel: &Kernel, grid: Grid, args: &[Arg<'_>]) -> Result<()> {
+        self.submit(ops::kernel(&self.engine, kernel, grid, args)?)
+    }
+
+    /// Enqueues `kernel`, then waits for this stream to finish it.
+    pub async fn execute_async(&self, kernel: &Kernel, grid: Grid, args: &[Arg<'_>]) -> Result<()> {
+        self.execute(kernel, grid, args)?;
+        self.fence()?.await
+    }
+
+    fn builtin(&self, op: Builtin, args: &[Arg<'_>]) -> Result<()> {
+        self.submit(ops::builtin(&self.engine, op, args)?)
+    }
+
+    /// Zeroes every byte of `buffer` on the device.
+    pub fn memset_zero(&self, buffer: &Buffer) -> Result<()> {
+        self.builtin(Builtin::MemsetZero, &[Arg::write(buffer)])
+    }
+
+    /// Fills `buffer` with `value`.
+    pub fn fill_u32(&self, buffer: &Buffer, value: u32) -> Result<()> {
+        self.builtin(Builtin::FillU32, &[Arg::write(buffer), Arg::u32(value)])
+    }
+
+    /// Fills `buffer` with `value`.
+    pub fn fill_i32(&self, buffer: &Buffer, value: i32) -> Result<()> {
+        self.builtin(Builtin::FillI32, &[Arg::write(buffer), Arg::i32(value)])
+    }
+
+    /// Fills `buffer` with `value`.
+    pub fn fill_f32(&self, buffer: &Buffer, value: f32) -> Result<()> {
+        self.builtin(Builtin::FillF32, &[Arg::write(buffer), Arg::f32(value)])
+    }
+
+    /// Copies `src` into `dst` (equal sizes).
+    pub fn copy(&self, src: &Buffer, dst: &Buffer) -> Result<()> {
+        self.builtin(Builtin::Copy, &[Arg::read(src), Arg::write(dst)])
+    }
+
+    /// out = a + b (f32).
+    pub fn add(&self, a: &Buffer, b: &Buffer, out: &Buffer) -> Result<()> {
+        self.builtin(Builtin::Add, &[Arg::read(a), Arg::read(b), Arg::write(out)])
+    }
+
+    /// out = a · b (f32).
+    pub fn mul(&self, a: &Buffer, b: &Buffer, out: &Buffer) -> Result<()> {
+        self.builtin(Builtin::Mul, &[Arg::read(a), Arg::read(b), Arg::write(out)])
+    }
+
+    /// out = alpha · x (f32).
+    pub fn scale(&self, x: &Buffer, alpha: f32, out: &Buffer) -> Result<()> {
+        self.builtin(
+            Builtin::Scale,
+            &[Arg::read(x), Arg::write(out), Arg::f32(alpha)],
+        )
+    }
+
+    /// y = alpha · x + y (f32).
+    pub fn axpy(&self, alpha: f32, x: &Buffer, y: &Buffer) -> Result<()> {
+        self.builtin(
+            Builtin::Axpy,
+            &[Arg::read(x), Arg::read_write(y), Arg::f32(alpha)],
+        )
+    }
+
+    /// out[i] = start + i (u32).
+    pub fn iota(&self, out: &Buffer, start: u32) -> Result<()> {
+        self.builtin(Builtin::Iota, &[Arg::write(out), Arg::u32(start)])
+    }
+
+    /// Holds the stream for `duration` (tests and benchmarks).
+    pub fn delay(&self, duration: Duration) -> Result<()> {
+        let micros = u32::try_from(duration.as_micros()).unwrap_or(u32::MAX);
+        self.builtin(Builtin::Delay, &[Arg::u32(micros)])
+    }
+
+    /// Enqueues a copy of `data` into `buffer` at byte `offset`.
+    pub fn write<T: Pod>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
+        let bytes: &[u8] = bytemuck::cast_slice(data);
+        let dst = buffer.span_in(&self.engine, offset, bytes.len() as u64)?;
+        if bytes.is_empty() {
+            return Err(Error::invalid("nothing to write"));
+        }
+        self.submit(Command::Upload {
+            dst,
+            data: bytes.to_vec(),
+        })
+    }
+
+    /// Writes `data` into `buffer` at `offset`, then waits for this stream to finish it.
+    pub async fn write_async<T: Pod>(
+        &self,
+        buffer: &Buffer,
+        offset: u64,
+        data: &[T],
+    ) -> Result<()> {
+        self.write(buffer, offset, data)?;
+        self.fence()?.await
+    }
+
+    /// Admits a read of `len` bytes of `buffer` from `offset`; await or wait the result.
+    pub fn enqueue_read_at(&self, buffer: &Buffer, offset: u64, len: u64) -> Result<PendingRead> {
+        let src = buffer.span_in(&self.engine, offset, len)?;
+        if len == 0 {
+            return Err(Error::invalid("nothing to read"));
+        }
+        let sink = HostSink::new(Completion::new(1, self.engine.live().clone()));
+        self.submit(Command::Download {
+            src,
+            sink: sink.clone(),
+        })?;
+        Ok(PendingRead::new(sink))
+    }
+
+    /// Admits a read of the whole of `buffer`.
+    pub fn enqueue_read(&self, buffer: &Buffer) -> Result<PendingRead> {
+        self.enqueue_read_at(buffer, 0, buffer.len())
+    }
+
+    /// Reads `buffer` without blocking a thread.
+    pub async fn read_async(&self, buffer: &Buffer) -> Result<Vec<u8>> {
+        self.enqueue_read(buffer)?.await
+    }
+
+    /// Reads `buffer`, blocking until its latest write (on any stream) is done.
+    pub fn read(&self, buffer: &Buffer) -> Result<Vec<u8>> {
+        self.enqueue_read(buffer)?.wait()
+    }
+
+    /// Reads `buffer` as elements of `T`.
+    pub fn read_as<T: Pod>(&self, buffer: &Buffer) -> Result<Vec<T>> {
+        let bytes = self.read(buffer)?;
+        if bytes.len() % std::mem::size_of::<T>().max(1) != 0 {
+            return Err(Error::invalid(format!(
+                "{} bytes are not a whole number of {}",
+                bytes.len(),
+                std::any::type_name::<T>()
+            )));
+        }
+        Ok(bytemuck::pod_collect_to_vec(&bytes))
+    }
+
+    /// A fence on all work admitted on this stream so far.
+    pub fn fence(&self) -> Result<Fence> {
+        Ok(Fence::new(
+            self.engine.fence(Some(self.index))?,
+            self.engine.live().clone(),
+        ))
+    }
+
+    /// Waits, without blocking a thread, for all work admitted on this stream so far.
+    pub async fn sync(&self) -> Result<()> {
+        self.fence()?.await
+    }
+
+    /// Admits a write by foreign code: inside the ordering boundary, after the
+    /// waits the buffers need, `write` gets the backend's raw stream and memory;
+    /// the buffers are then published as written at this position.
+    pub fn external_write(
+        &self,
+        buffers: &[&Buffer],
+        mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let keys = buffers
+            .iter()
+            .map(|buffer| Ok((buffer.key_in(&self.engine)?, buffer.len())))
+            .collect::<Result<Vec<(BufferKey, u64)>>>()?;
+        ops::reject_aliasing(keys.iter().map(|&(key, _)| (key, crate::Access::Write)))?;
+        self.engine.external_write(self.index, &keys, &mut write)
+    }
+
+    /// Holds the stream at this point until the returned [`Hold`] is released
+    /// or dropped. Test support; the CPU backend has it.
+    pub fn hold(&self) -> Result<Hold> {
+        Ok(Hold(self.engine.hold(self.index)?))
+    }
+}
+
+/// A gate in a stream: work admitted after it waits until it is released.
+#[derive(Debug)]
+pub struct Hold(Arc<Gate>);
+
+impl Hold {
+    /// Lets the stream go on.
+    pub fn release(self) {}
+}
+
+impl Drop for Hold {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}

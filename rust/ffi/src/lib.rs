@@ -1,0 +1,1 @@
+//! The UniFFI surface of Weir (see the Kotlin issue).
