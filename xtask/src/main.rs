@@ -1,1 +1,45 @@
-fn main() {}
+//! `cargo xtask`: the one entry point for building natives, generating
+//! bindings, testing, benchmarking and running the demos.
+
+mod kotlin;
+mod rust;
+mod swift;
+mod util;
+
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: cargo xtask <command>
+
+commands:
+  test            every test of the project: Rust (all available backends), Kotlin, Swift
+  demo [--kotlin|--swift] [--backend NAME]
+                  the main job: a multi-stream pipeline, timed fence by fence
+  bench [--backend NAME]
+                  benchmarks: JSON lines, then a readable table
+
+environment:
+  WEIR_REQUIRE_BACKENDS=cpu,wgpu   fail (instead of skip) when a listed backend is unavailable";
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test") => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+        Some("demo") => match args.get(1).map(String::as_str) {
+            Some("--kotlin") => kotlin::demo(&args[2..]),
+            Some("--swift") => swift::demo(&args[2..]),
+            _ => rust::demo(&args[1..]),
+        },
+        Some("bench") => rust::bench(&args[1..]),
+        _ => {
+            eprintln!("{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("xtask: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}

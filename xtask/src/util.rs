@@ -1,0 +1,29 @@
+//! Running commands from the workspace root.
+
+use std::path::PathBuf;
+use std::process::Command;
+
+pub type Result<T = ()> = std::result::Result<T, String>;
+
+/// The workspace root (the parent of `xtask/`).
+pub fn root() -> PathBuf {
+    let manifest = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    manifest.parent().map(PathBuf::from).unwrap_or(manifest)
+}
+
+/// Runs `command` in the workspace root, echoing it; fails on a non-zero exit.
+pub fn run(command: &mut Command) -> Result {
+    command.current_dir(root());
+    eprintln!("+ {command:?}");
+    let status = command.status().map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{command:?} failed with {status}"))
+    }
+}
+
+/// `cargo` as invoked by the user (rustup proxies and all).
+pub fn cargo() -> Command {
+    Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
+}
