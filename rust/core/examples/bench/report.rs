@@ -1,0 +1,72 @@
+//! Benchmark figures: one JSON line each as they are measured, then a table.
+
+use std::time::Duration;
+
+/// One measured figure, beside its raw-backend baseline where there is one.
+pub struct Figure {
+    pub backend: String,
+    pub name: String,
+    pub unit: &'static str,
+    pub weir: f64,
+    pub baseline: Option<f64>,
+    /// True when a higher figure is better (throughput), false for latencies.
+    pub higher_is_better: bool,
+    pub note: String,
+}
+
+impl Figure {
+    /// Weir relative to the baseline, oriented so that 1.0 = parity and the
+    /// issue's bound reads directly (time ratio for latencies, speed ratio for throughput).
+    pub fn ratio(&self) -> Option<f64> {
+        self.baseline.filter(|b| *b > 0.0).map(|b| self.weir / b)
+    }
+}
+
+#[derive(Default)]
+pub struct Report {
+    figures: Vec<Figure>,
+}
+
+impl Report {
+    pub fn add(&mut self, figure: Figure) {
+        let json = format!(
+            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"note\":\"{}\"}}",
+            figure.backend,
+            figure.name,
+            figure.unit,
+            figure.weir,
+            figure.baseline.map_or("null".to_owned(), |b| format!("{b:.4}")),
+            figure.ratio().map_or("null".to_owned(), |r| format!("{r:.3}")),
+            figure.note.replace('"', "'"),
+        );
+        println!("{json}");
+        self.figures.push(figure);
+    }
+
+    pub fn print_table(&self) {
+        println!();
+        println!("{:<8} {:<44} {:>14} {:>14} {:>8}  {}", "backend", "benchmark", "weir", "baseline", "ratio", "note");
+        for f in &self.figures {
+            println!(
+                "{:<8} {:<44} {:>14} {:>14} {:>8}  {}",
+                f.backend,
+                f.name,
+                format!("{:.3} {}", f.weir, f.unit),
+                f.baseline.map_or("-".to_owned(), |b| format!("{b:.3} {}", f.unit)),
+                f.ratio().map_or("-".to_owned(), |r| format!("{r:.3}")),
+                f.note
+            );
+        }
+    }
+}
+
+/// Median of `samples`.
+pub fn median(samples: &mut [Duration]) -> Duration {
+    samples.sort();
+    samples.get(samples.len() / 2).copied().unwrap_or_default()
+}
+
+/// Microseconds, as f64.
+pub fn micros(duration: Duration) -> f64 {
+    duration.as_secs_f64() * 1e6
+}
