@@ -17,6 +17,8 @@
 //! - dropping an `Event` releases it (it may already be waited on).
 
 pub mod cpu;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -265,6 +267,10 @@ pub struct BackendCounters {
 pub enum RawAccess<'a> {
     /// CPU: enqueue host work on the stream's worker, over the buffers' bytes.
     Cpu(&'a mut cpu::CpuRawAccess),
+    /// wgpu: the device, the queue, the buffers, and an encoder whose commands
+    /// run in the stream at the write's position.
+    #[cfg(feature = "wgpu")]
+    Wgpu(&'a mut self::wgpu::WgpuRawAccess),
 }
 
 /// A device backend. See the module doc for the contract between it and the scheduler.
