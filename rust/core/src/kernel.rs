@@ -278,6 +278,14 @@ impl Kernel {
         })
     }
 
+    /// The custom kernel behind this handle, if it is one (backends and benchmarks).
+    pub fn as_custom(&self) -> Option<&Arc<CustomKernel>> {
+        match &self.0 {
+            KernelDef::Builtin(_) => None,
+            KernelDef::Custom(kernel) => Some(kernel),
+        }
+    }
+
     /// The kernel's name.
     pub fn name(&self) -> &str {
         match &self.0 {
