@@ -44,11 +44,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         fences.push((chunk, compute.fence()?));
     }
     let admitted = start.elapsed();
-    println!("admitted {} ops in {:.2} ms; the scheduler inserted {} cross-stream waits", runtime.diagnostics().admitted_ops, admitted.as_secs_f64() * 1e3, runtime.diagnostics().inserted_waits);
+    println!(
+        "admitted {} ops in {:.2} ms; the scheduler inserted {} cross-stream waits",
+        runtime.diagnostics().admitted_ops,
+        admitted.as_secs_f64() * 1e3,
+        runtime.diagnostics().inserted_waits
+    );
 
-    let resolved = block_on(join_all(fences.iter().map(|(chunk, fence)| async move {
-        fence.wait_async().await.map(|()| (*chunk, start.elapsed()))
-    })));
+    let resolved = block_on(join_all(
+        fences.iter().map(|(chunk, fence)| async move { fence.wait_async().await.map(|()| (*chunk, start.elapsed())) }),
+    ));
     for outcome in resolved {
         let (chunk, at) = outcome?;
         println!("  chunk {chunk}: compute fence resolved after {:7.2} ms", at.as_secs_f64() * 1e3);

@@ -19,7 +19,15 @@ fn span(memory: &CpuMemory, len: u64) -> Span<&CpuMemory> {
 }
 
 fn figure(name: &str, unit: &'static str, weir: f64, baseline: f64, higher_is_better: bool, note: &str) -> Figure {
-    Figure { backend: "cpu".into(), name: name.into(), unit, weir, baseline: Some(baseline), higher_is_better, note: note.into() }
+    Figure {
+        backend: "cpu".into(),
+        name: name.into(),
+        unit,
+        weir,
+        baseline: Some(baseline),
+        higher_is_better,
+        note: note.into(),
+    }
 }
 
 /// Per-op time on the submitting thread: Weir's admission vs the raw enqueue.
@@ -43,8 +51,12 @@ fn admission(report: &mut Report, buffers: usize) {
     let custom = noop.as_custom().expect("a custom kernel").clone();
     let start = Instant::now();
     for _ in 0..ADMISSIONS {
-        let args = memories.iter().map(|m| weir_core::backend::KernelArg::Buffer(span(m, 64), weir_core::Access::ReadWrite)).collect();
-        raw.enqueue(&raw_stream, Command::Custom { kernel: custom.clone(), grid: Grid::linear(1, 1), args }).expect("enqueue");
+        let args = memories
+            .iter()
+            .map(|m| weir_core::backend::KernelArg::Buffer(span(m, 64), weir_core::Access::ReadWrite))
+            .collect();
+        raw.enqueue(&raw_stream, Command::Custom { kernel: custom.clone(), grid: Grid::linear(1, 1), args })
+            .expect("enqueue");
     }
     let baseline = start.elapsed();
     let done = Completion::new(1, Arc::new(LiveCounters::default()));

@@ -18,22 +18,9 @@ fn out_of_range_offsets_are_typed_errors() {
     each_backend("out_of_range_offsets_are_typed_errors", |runtime| {
         let s = runtime.default_stream();
         let b = s.zeros(16).unwrap();
-        assert!(matches!(
-            s.write(&b, 12, &[1u32, 2]),
-            Err(Error::OutOfRange {
-                offset: 12,
-                size: 8,
-                len: 16
-            })
-        ));
-        assert!(matches!(
-            s.write(&b, u64::MAX, &[1u8]),
-            Err(Error::OutOfRange { .. })
-        ));
-        assert!(matches!(
-            s.enqueue_read_at(&b, 8, 9),
-            Err(Error::OutOfRange { .. })
-        ));
+        assert!(matches!(s.write(&b, 12, &[1u32, 2]), Err(Error::OutOfRange { offset: 12, size: 8, len: 16 })));
+        assert!(matches!(s.write(&b, u64::MAX, &[1u8]), Err(Error::OutOfRange { .. })));
+        assert!(matches!(s.enqueue_read_at(&b, 8, 9), Err(Error::OutOfRange { .. })));
         still_works(runtime);
     });
 }
@@ -42,14 +29,8 @@ fn out_of_range_offsets_are_typed_errors() {
 fn wrong_sizes_and_signatures_are_typed_errors() {
     each_backend("wrong_sizes_and_signatures_are_typed_errors", |runtime| {
         let s = runtime.default_stream();
-        let (a, b, odd) = (
-            s.zeros(16).unwrap(),
-            s.zeros(32).unwrap(),
-            s.zeros(6).unwrap(),
-        );
-        let invalid = |r: weir_core::Result<()>| {
-            assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}")
-        };
+        let (a, b, odd) = (s.zeros(16).unwrap(), s.zeros(32).unwrap(), s.zeros(6).unwrap());
+        let invalid = |r: weir_core::Result<()>| assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
         invalid(s.add(&a, &b, &a.clone()));
         invalid(s.add(&a, &a, &b));
         invalid(s.copy(&a, &b));
@@ -57,33 +38,16 @@ fn wrong_sizes_and_signatures_are_typed_errors() {
         invalid(s.copy(&a, &a));
         let add = Kernel::builtin(Builtin::Add);
         invalid(s.execute(&add, Grid::linear(4, 4), &[Arg::read(&a), Arg::read(&a)]));
-        invalid(s.execute(
-            &add,
-            Grid::linear(4, 4),
-            &[Arg::read(&a), Arg::read(&a), Arg::read(&b)],
-        ));
-        invalid(s.execute(
-            &Kernel::builtin(Builtin::FillU32),
-            Grid::linear(4, 4),
-            &[Arg::write(&a), Arg::f32(1.0)],
-        ));
+        invalid(s.execute(&add, Grid::linear(4, 4), &[Arg::read(&a), Arg::read(&a), Arg::read(&b)]));
+        invalid(s.execute(&Kernel::builtin(Builtin::FillU32), Grid::linear(4, 4), &[Arg::write(&a), Arg::f32(1.0)]));
         assert!(matches!(s.zeros(0), Err(Error::InvalidArgument(_))));
-        assert!(matches!(
-            s.zeros(u64::MAX),
-            Err(Error::InvalidArgument(_) | Error::OutOfMemory { .. })
-        ));
+        assert!(matches!(s.zeros(u64::MAX), Err(Error::InvalidArgument(_) | Error::OutOfMemory { .. })));
         let cpu_only = Kernel::custom("cpu_only").cpu(|_| Ok(())).build();
         if runtime.info().backend != BackendKind::Cpu {
-            assert!(matches!(
-                s.execute(&cpu_only, Grid::linear(1, 1), &[]),
-                Err(Error::Unsupported { .. })
-            ));
+            assert!(matches!(s.execute(&cpu_only, Grid::linear(1, 1), &[]), Err(Error::Unsupported { .. })));
         }
         let no_source = Kernel::custom("no_source").build();
-        assert!(matches!(
-            s.execute(&no_source, Grid::linear(1, 1), &[]),
-            Err(Error::Unsupported { .. })
-        ));
+        assert!(matches!(s.execute(&no_source, Grid::linear(1, 1), &[]), Err(Error::Unsupported { .. })));
         still_works(runtime);
     });
 }
@@ -95,15 +59,9 @@ fn buffers_of_another_runtime_are_rejected() {
         let foreign = other.default_stream().zeros(16).unwrap();
         let s = runtime.default_stream();
         let mine = s.zeros(16).unwrap();
-        assert!(matches!(
-            s.copy(&foreign, &mine),
-            Err(Error::ForeignHandle("buffer"))
-        ));
+        assert!(matches!(s.copy(&foreign, &mine), Err(Error::ForeignHandle("buffer"))));
         assert!(matches!(s.read(&foreign), Err(Error::ForeignHandle(_))));
-        assert!(matches!(
-            s.external_write(&[&foreign], |_| Ok(())),
-            Err(Error::ForeignHandle(_))
-        ));
+        assert!(matches!(s.external_write(&[&foreign], |_| Ok(())), Err(Error::ForeignHandle(_))));
         other.close().unwrap();
         still_works(runtime);
     });

@@ -27,17 +27,10 @@ pub fn open(kind: BackendKind) -> Option<Runtime> {
     match Runtime::open(kind) {
         Ok(runtime) => Some(runtime),
         Err(error @ Error::Unavailable { .. }) => {
-            assert!(
-                !required_backends().contains(&kind),
-                "required backend {} is unavailable: {error}",
-                kind.name()
-            );
+            assert!(!required_backends().contains(&kind), "required backend {} is unavailable: {error}", kind.name());
             None
         }
-        Err(other) => panic!(
-            "opening {} failed with an unexpected error: {other}",
-            kind.name()
-        ),
+        Err(other) => panic!("opening {} failed with an unexpected error: {other}", kind.name()),
     }
 }
 
@@ -48,11 +41,7 @@ pub fn each_backend(test: &str, body: impl Fn(&Runtime)) {
             eprintln!("[{test}] {}: skipped (unavailable)", kind.name());
             continue;
         };
-        eprintln!(
-            "[{test}] {}: running on {}",
-            kind.name(),
-            runtime.info().name
-        );
+        eprintln!("[{test}] {}: running on {}", kind.name(), runtime.info().name);
         body(&runtime);
         assert_no_leaks(&runtime);
         runtime.close().expect("close");
@@ -64,16 +53,10 @@ pub fn assert_no_leaks(runtime: &Runtime) {
     // Poisoned streams report their error here; leaks are what this checks.
     let _ = runtime.fence().and_then(|fence| fence.wait());
     let d = runtime.diagnostics();
-    assert_eq!(
-        d.backend.live_events, 0,
-        "live backend events leaked: {d:?}"
-    );
+    assert_eq!(d.backend.live_events, 0, "live backend events leaked: {d:?}");
     assert_eq!(d.live_fences, 0, "fences leaked: {d:?}");
     assert_eq!(d.live_waiters, 0, "waiters leaked: {d:?}");
-    assert_eq!(
-        d.backend.race_violations, 0,
-        "the race detector fired: {d:?}"
-    );
+    assert_eq!(d.backend.race_violations, 0, "the race detector fired: {d:?}");
 }
 
 /// Holds a stream back: a gate where the backend has them (deterministic),
@@ -115,9 +98,7 @@ pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
             Ok(())
         }
         #[allow(unreachable_patterns)]
-        _ => Err(Error::InvalidArgument(
-            "no raw fill for this backend in the tests".into(),
-        )),
+        _ => Err(Error::InvalidArgument("no raw fill for this backend in the tests".into())),
     }
 }
 
@@ -141,8 +122,5 @@ impl Rng {
 
 /// Bytes as little-endian u32 words.
 pub fn words(bytes: &[u8]) -> Vec<u32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }

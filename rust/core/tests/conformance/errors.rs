@@ -6,9 +6,7 @@ use crate::common::each_backend;
 
 /// A kernel that fails on the device, for every backend that can express one.
 fn failing_kernel() -> Kernel {
-    Kernel::custom("deliberately_failing")
-        .cpu(|_| Err("deliberate failure".into()))
-        .build()
+    Kernel::custom("deliberately_failing").cpu(|_| Err("deliberate failure".into())).build()
 }
 
 #[test]
@@ -17,16 +15,9 @@ fn failed_op_poisons_only_its_stream() {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let shared = s.upload(&[4u32; 256]).unwrap();
         let target = s.zeros(1024).unwrap();
-        match s.execute(
-            &failing_kernel(),
-            Grid::linear(256, 64),
-            &[Arg::write(&target)],
-        ) {
+        match s.execute(&failing_kernel(), Grid::linear(256, 64), &[Arg::write(&target)]) {
             Err(Error::Unsupported { .. }) => {
-                eprintln!(
-                    "  {}: no failing kernel for this backend, skipped",
-                    runtime.info().backend.name()
-                );
+                eprintln!("  {}: no failing kernel for this backend, skipped", runtime.info().backend.name());
                 return;
             }
             other => other.unwrap(),
@@ -50,17 +41,11 @@ fn panicking_cpu_kernel_is_an_error_not_a_crash() {
     let runtime = weir_core::Runtime::open(weir_core::BackendKind::Cpu).unwrap();
     let s = runtime.new_stream().unwrap();
     let out = s.zeros(16).unwrap();
-    let kernel = Kernel::custom("panics")
-        .cpu(|_| panic!("kernel bug"))
-        .build();
-    s.execute(&kernel, Grid::linear(4, 4), &[Arg::write(&out)])
-        .unwrap();
+    let kernel = Kernel::custom("panics").cpu(|_| panic!("kernel bug")).build();
+    s.execute(&kernel, Grid::linear(4, 4), &[Arg::write(&out)]).unwrap();
     let error = s.fence().unwrap().wait().unwrap_err();
     assert!(error.to_string().contains("kernel bug"), "{error}");
     let t = runtime.new_stream().unwrap();
-    assert_eq!(
-        t.read_as::<u32>(&t.upload(&[1u32, 2]).unwrap()).unwrap(),
-        vec![1, 2]
-    );
+    assert_eq!(t.read_as::<u32>(&t.upload(&[1u32, 2]).unwrap()).unwrap(), vec![1, 2]);
     runtime.close().unwrap();
 }

@@ -28,10 +28,7 @@ fn fence_resolves_only_after_all_prior_work() {
         let out = s.empty(1 << 16).unwrap();
         s.fill_u32(&out, 3).unwrap();
         let fence = s.fence().unwrap();
-        assert!(
-            !fence.is_complete(),
-            "fence complete before the held work ran"
-        );
+        assert!(!fence.is_complete(), "fence complete before the held work ran");
         held.release();
         fence.wait().unwrap();
         assert!(fence.is_complete());
@@ -42,29 +39,26 @@ fn fence_resolves_only_after_all_prior_work() {
 
 #[test]
 fn fence_is_waited_many_times_from_threads_and_tasks() {
-    each_backend(
-        "fence_is_waited_many_times_from_threads_and_tasks",
-        |runtime| {
-            let s = runtime.default_stream();
-            let held = hold(&s);
-            let out = s.zeros(4096).unwrap();
-            s.fill_f32(&out, 1.5).unwrap();
-            let fence = s.fence().unwrap();
-            std::thread::scope(|scope| {
-                let threads: Vec<_> = (0..4).map(|_| scope.spawn(|| fence.wait())).collect();
-                let tasks = scope.spawn(|| block_on(join_all((0..16).map(|_| fence.wait_async()))));
-                std::thread::sleep(Duration::from_millis(20));
-                held.release();
-                for thread in threads {
-                    thread.join().unwrap().unwrap();
-                }
-                assert!(tasks.join().unwrap().into_iter().all(|r| r.is_ok()));
-            });
-            // Waiting again after completion resolves at once.
-            fence.wait().unwrap();
-            block_on(fence.wait_async()).unwrap();
-        },
-    );
+    each_backend("fence_is_waited_many_times_from_threads_and_tasks", |runtime| {
+        let s = runtime.default_stream();
+        let held = hold(&s);
+        let out = s.zeros(4096).unwrap();
+        s.fill_f32(&out, 1.5).unwrap();
+        let fence = s.fence().unwrap();
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4).map(|_| scope.spawn(|| fence.wait())).collect();
+            let tasks = scope.spawn(|| block_on(join_all((0..16).map(|_| fence.wait_async()))));
+            std::thread::sleep(Duration::from_millis(20));
+            held.release();
+            for thread in threads {
+                thread.join().unwrap().unwrap();
+            }
+            assert!(tasks.join().unwrap().into_iter().all(|r| r.is_ok()));
+        });
+        // Waiting again after completion resolves at once.
+        fence.wait().unwrap();
+        block_on(fence.wait_async()).unwrap();
+    });
 }
 
 #[test]
@@ -76,10 +70,7 @@ fn future_is_woken_once_by_completion() {
         let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut future = pin!(fence.wait_async());
-        assert!(future
-            .as_mut()
-            .poll(&mut Context::from_waker(&waker))
-            .is_pending());
+        assert!(future.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
         assert_eq!(runtime.diagnostics().live_waiters, 1);
         held.release();
         fence.wait().unwrap();
@@ -89,15 +80,8 @@ fn future_is_woken_once_by_completion() {
             std::thread::yield_now();
         }
         std::thread::sleep(Duration::from_millis(20));
-        assert_eq!(
-            counter.0.load(Ordering::SeqCst),
-            1,
-            "woken once by the completion path"
-        );
-        assert!(matches!(
-            future.as_mut().poll(&mut Context::from_waker(&waker)),
-            Poll::Ready(Ok(()))
-        ));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken once by the completion path");
+        assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
         assert_eq!(runtime.diagnostics().live_waiters, 0);
     });
 }
@@ -111,10 +95,7 @@ fn complete_fence_resolves_without_a_wake_up() {
         let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut future = pin!(fence.wait_async());
-        assert!(matches!(
-            future.as_mut().poll(&mut Context::from_waker(&waker)),
-            Poll::Ready(Ok(()))
-        ));
+        assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
         assert_eq!(counter.0.load(Ordering::SeqCst), 0);
     });
 }
@@ -144,10 +125,7 @@ fn fence_future_dropped_mid_wait_leaks_nothing() {
         {
             let mut futures: Vec<_> = (0..5).map(|_| Box::pin(fence.wait_async())).collect();
             for future in &mut futures {
-                assert!(future
-                    .as_mut()
-                    .poll(&mut Context::from_waker(&waker))
-                    .is_pending());
+                assert!(future.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
             }
             assert_eq!(runtime.diagnostics().live_waiters, 5);
         }
@@ -155,11 +133,7 @@ fn fence_future_dropped_mid_wait_leaks_nothing() {
         drop(fence);
         held.release();
         runtime.fence().unwrap().wait().unwrap();
-        assert_eq!(
-            counter.0.load(Ordering::SeqCst),
-            0,
-            "a dropped future was woken"
-        );
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0, "a dropped future was woken");
     });
 }
 
@@ -175,10 +149,7 @@ fn dropping_a_buffer_in_use_by_held_work_is_safe() {
         t.copy(&used, &copy).unwrap();
         drop(used);
         let d = runtime.diagnostics();
-        assert_eq!(
-            d.retiring_buffers, 1,
-            "memory still in use must not be freed yet"
-        );
+        assert_eq!(d.retiring_buffers, 1, "memory still in use must not be freed yet");
         assert_eq!(d.backend.live_allocations, allocations + 2);
         held.release();
         assert_eq!(t.read_as::<u32>(&copy).unwrap(), vec![1; 1 << 18]);

@@ -16,11 +16,7 @@ fn backends_report() {
     use weir_core::BackendKind;
     for kind in BackendKind::CONCRETE {
         match weir_core::Runtime::open(kind) {
-            Ok(runtime) => eprintln!(
-                "backend {}: available ({})",
-                kind.name(),
-                runtime.info().name
-            ),
+            Ok(runtime) => eprintln!("backend {}: available ({})", kind.name(), runtime.info().name),
             Err(error) => {
                 assert!(
                     !common::required_backends().contains(&kind),

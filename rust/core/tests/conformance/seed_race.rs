@@ -57,9 +57,7 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
             match producer {
                 Producer::Kernel => s.fill_u32(&out, 7).unwrap(),
                 Producer::MemsetZero => s.memset_zero(&out).unwrap(),
-                Producer::ExternalWrite => {
-                    s.external_write(&[&out], |raw| raw_fill(raw, 7)).unwrap()
-                }
+                Producer::ExternalWrite => s.external_write(&[&out], |raw| raw_fill(raw, 7)).unwrap(),
             }
             a_to_b.send(Some((out, held))).unwrap();
         });
@@ -88,36 +86,23 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
 fn check(test: &str, producer: Producer) {
     each_backend(test, |runtime| {
         let seen = run_scenario(runtime, producer);
-        assert_eq!(
-            seen,
-            producer.expected(),
-            "{producer:?}: T read a stale output"
-        );
+        assert_eq!(seen, producer.expected(), "{producer:?}: T read a stale output");
     });
 }
 
 #[test]
 fn seed_race_reader_waits_for_kernel_producer() {
-    check(
-        "seed_race_reader_waits_for_kernel_producer",
-        Producer::Kernel,
-    );
+    check("seed_race_reader_waits_for_kernel_producer", Producer::Kernel);
 }
 
 #[test]
 fn seed_race_reader_waits_for_memset_zero() {
-    check(
-        "seed_race_reader_waits_for_memset_zero",
-        Producer::MemsetZero,
-    );
+    check("seed_race_reader_waits_for_memset_zero", Producer::MemsetZero);
 }
 
 #[test]
 fn seed_race_reader_waits_for_external_write() {
-    check(
-        "seed_race_reader_waits_for_external_write",
-        Producer::ExternalWrite,
-    );
+    check("seed_race_reader_waits_for_external_write", Producer::ExternalWrite);
 }
 
 /// The same scenario against a scheduler with the seed's bug (versions keyed
@@ -125,19 +110,10 @@ fn seed_race_reader_waits_for_external_write() {
 /// This proves the tests above would fail on that bug.
 #[test]
 fn seed_race_is_caught_when_versions_key_on_allocation() {
-    let runtime =
-        Runtime::open_with_fault(BackendKind::Cpu, Fault::KeyVersionsAtAllocation).unwrap();
-    for producer in [
-        Producer::Kernel,
-        Producer::MemsetZero,
-        Producer::ExternalWrite,
-    ] {
+    let runtime = Runtime::open_with_fault(BackendKind::Cpu, Fault::KeyVersionsAtAllocation).unwrap();
+    for producer in [Producer::Kernel, Producer::MemsetZero, Producer::ExternalWrite] {
         let seen = run_scenario(&runtime, producer);
-        assert_ne!(
-            seen,
-            producer.expected(),
-            "{producer:?}: the faulty scheduler went unnoticed"
-        );
+        assert_ne!(seen, producer.expected(), "{producer:?}: the faulty scheduler went unnoticed");
     }
     runtime.close().unwrap();
 }

@@ -15,18 +15,12 @@ const BUFFERS: usize = 8;
 const WORDS: usize = 64;
 
 fn env_or(name: &str, default: u64) -> u64 {
-    std::env::var(name)
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(default)
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
 
 /// Equal as device results: same bits, or both NaN.
 fn same(a: &[f32], b: &[f32]) -> bool {
-    a.len() == b.len()
-        && a.iter()
-            .zip(b)
-            .all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
+    a.len() == b.len() && a.iter().zip(b).all(|(x, y)| x.to_bits() == y.to_bits() || (x.is_nan() && y.is_nan()))
 }
 
 /// The host model of every buffer, in admission order. Its lock also makes
@@ -62,11 +56,7 @@ fn random_op(
         }
         2 | 3 => {
             let (a, out) = two_distinct(rng);
-            let b = if rng.below(2) == 0 {
-                a
-            } else {
-                (out + 1 + rng.below(BUFFERS - 1)) % BUFFERS
-            };
+            let b = if rng.below(2) == 0 { a } else { (out + 1 + rng.below(BUFFERS - 1)) % BUFFERS };
             let b = if b == out { a } else { b };
             let add = rng.below(2) == 0;
             if add {
@@ -74,11 +64,7 @@ fn random_op(
             } else {
                 stream.mul(&buffers[a], &buffers[b], &buffers[out]).unwrap();
             }
-            m[out] = m[a]
-                .iter()
-                .zip(&m[b])
-                .map(|(x, y)| if add { x + y } else { x * y })
-                .collect();
+            m[out] = m[a].iter().zip(&m[b]).map(|(x, y)| if add { x + y } else { x * y }).collect();
         }
         4 => {
             let (x, out) = two_distinct(rng);
@@ -91,9 +77,7 @@ fn random_op(
             let alpha = [1.0f32, -1.0, 2.0][rng.below(3)];
             stream.axpy(alpha, &buffers[x], &buffers[y]).unwrap();
             let xs = m[x].clone();
-            m[y].iter_mut()
-                .zip(&xs)
-                .for_each(|(yv, xv)| *yv += alpha * xv);
+            m[y].iter_mut().zip(&xs).for_each(|(yv, xv)| *yv += alpha * xv);
         }
         6 => {
             let i = rng.below(BUFFERS);
@@ -105,9 +89,7 @@ fn random_op(
             let start = rng.below(WORDS);
             let len = 1 + rng.below(WORDS - start);
             let data: Vec<f32> = (0..len).map(|_| rng.below(9) as f32).collect();
-            stream
-                .write(&buffers[i], (start * 4) as u64, &data)
-                .unwrap();
+            stream.write(&buffers[i], (start * 4) as u64, &data).unwrap();
             m[i][start..start + len].copy_from_slice(&data);
         }
         8 | 9 => {
@@ -123,13 +105,9 @@ fn random_op(
 }
 
 fn stress(runtime: &Runtime, seed: u64, ops_per_thread: u64) {
-    let streams: Vec<Stream> = (0..STREAMS)
-        .map(|_| runtime.new_stream().unwrap())
-        .collect();
+    let streams: Vec<Stream> = (0..STREAMS).map(|_| runtime.new_stream().unwrap()).collect();
     let init = runtime.default_stream();
-    let buffers: Vec<Buffer> = (0..BUFFERS)
-        .map(|i| init.upload(&vec![i as f32; WORDS]).unwrap())
-        .collect();
+    let buffers: Vec<Buffer> = (0..BUFFERS).map(|i| init.upload(&vec![i as f32; WORDS]).unwrap()).collect();
     let model = Mutex::new(Model((0..BUFFERS).map(|i| vec![i as f32; WORDS]).collect()));
     let reads = std::thread::scope(|scope| {
         let workers: Vec<_> = (0..THREADS)
@@ -152,10 +130,7 @@ fn stress(runtime: &Runtime, seed: u64, ops_per_thread: u64) {
                 })
             })
             .collect();
-        workers
-            .into_iter()
-            .flat_map(|w| w.join().unwrap())
-            .collect::<Vec<_>>()
+        workers.into_iter().flat_map(|w| w.join().unwrap()).collect::<Vec<_>>()
     });
     runtime.fence().unwrap().wait().unwrap();
     for (index, (pending, expected)) in reads.into_iter().enumerate() {
@@ -168,29 +143,21 @@ fn stress(runtime: &Runtime, seed: u64, ops_per_thread: u64) {
     let model = model.into_inner().unwrap();
     for (i, buffer) in buffers.iter().enumerate() {
         let got = init.read_as::<f32>(buffer).unwrap();
-        assert!(
-            same(&got, &model.0[i]),
-            "seed {seed}: buffer {i} differs from the model"
-        );
+        assert!(same(&got, &model.0[i]), "seed {seed}: buffer {i} differs from the model");
     }
-    assert_eq!(
-        runtime.diagnostics().backend.race_violations,
-        0,
-        "seed {seed}: the race detector fired"
-    );
+    assert_eq!(runtime.diagnostics().backend.race_violations, 0, "seed {seed}: the race detector fired");
 }
 
 #[test]
 fn random_ops_match_a_sequential_model() {
     each_backend("random_ops_match_a_sequential_model", |runtime| {
         let seed = env_or("WEIR_STRESS_SEED", 0x5EED_2026);
-        let default_ops = if runtime.info().backend == BackendKind::Cpu {
-            2000
-        } else {
-            250
-        };
+        let default_ops = if runtime.info().backend == BackendKind::Cpu { 2000 } else { 250 };
         let ops = env_or("WEIR_STRESS_OPS", default_ops);
         stress(runtime, seed, ops);
-        eprintln!("  {} ops over {STREAMS} streams from {THREADS} threads matched the model (seed {seed:#x})", ops * THREADS as u64);
+        eprintln!(
+            "  {} ops over {STREAMS} streams from {THREADS} threads matched the model (seed {seed:#x})",
+            ops * THREADS as u64
+        );
     });
 }

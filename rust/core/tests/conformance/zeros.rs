@@ -6,22 +6,15 @@ const ODD_SIZE: u64 = (1 << 20) + 4;
 
 #[test]
 fn zeros_are_exact_zero_on_the_same_stream_without_host_copies() {
-    each_backend(
-        "zeros_are_exact_zero_on_the_same_stream_without_host_copies",
-        |runtime| {
-            let s = runtime.default_stream();
-            let uploads = runtime.diagnostics().backend.host_to_device_copies;
-            let z = s.zeros(ODD_SIZE).unwrap();
-            assert_eq!(
-                runtime.diagnostics().backend.host_to_device_copies,
-                uploads,
-                "zeros made a host-to-device copy"
-            );
-            let bytes = s.read(&z).unwrap();
-            assert_eq!(bytes.len() as u64, ODD_SIZE);
-            assert!(bytes.iter().all(|&b| b == 0));
-        },
-    );
+    each_backend("zeros_are_exact_zero_on_the_same_stream_without_host_copies", |runtime| {
+        let s = runtime.default_stream();
+        let uploads = runtime.diagnostics().backend.host_to_device_copies;
+        let z = s.zeros(ODD_SIZE).unwrap();
+        assert_eq!(runtime.diagnostics().backend.host_to_device_copies, uploads, "zeros made a host-to-device copy");
+        let bytes = s.read(&z).unwrap();
+        assert_eq!(bytes.len() as u64, ODD_SIZE);
+        assert!(bytes.iter().all(|&b| b == 0));
+    });
 }
 
 #[test]
@@ -31,11 +24,7 @@ fn zeros_are_exact_zero_across_streams() {
         let held = hold(&s);
         let uploads = runtime.diagnostics().backend.host_to_device_copies;
         let z = s.zeros(ODD_SIZE).unwrap();
-        assert_eq!(
-            runtime.diagnostics().backend.host_to_device_copies,
-            uploads,
-            "zeros made a host-to-device copy"
-        );
+        assert_eq!(runtime.diagnostics().backend.host_to_device_copies, uploads, "zeros made a host-to-device copy");
         let pending = t.enqueue_read(&z).unwrap();
         held.release();
         assert!(pending.wait().unwrap().iter().all(|&b| b == 0));
