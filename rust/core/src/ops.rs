@@ -110,13 +110,16 @@ impl Bound {
 }
 
 /// A buffer an op writes may not appear in it twice: kernels see disjoint memory.
-pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)>) -> Result<()> {
-    let mut seen: Vec<(BufferKey, Access)> = Vec::new();
-    for (key, access) in buffers {
-        if seen.iter().any(|&(other, other_access)| other == key && (access.writes() || other_access.writes())) {
+pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)> + Clone) -> Result<()> {
+    // Ops take a handful of buffers: a quadratic scan beats allocating a set.
+    for (index, (key, access)) in buffers.clone().enumerate() {
+        let clash = buffers
+            .clone()
+            .skip(index + 1)
+            .any(|(other, other_access)| other == key && (access.writes() || other_access.writes()));
+        if clash {
             return Err(Error::invalid("a buffer an op writes cannot appear twice among its arguments"));
         }
-        seen.push((key, access));
     }
     Ok(())
 }

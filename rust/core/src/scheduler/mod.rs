@@ -10,6 +10,7 @@ mod clock;
 mod versions;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -82,7 +83,7 @@ struct BufferEntry<M> {
 struct State<B: Backend> {
     closed: bool,
     streams: Vec<StreamSlot<B::Stream>>,
-    buffers: HashMap<BufferKey, BufferEntry<B::Memory>>,
+    buffers: HashMap<BufferKey, BufferEntry<B::Memory>, BuildHasherDefault<KeyHasher>>,
     /// Memory of released buffers, freed once every stream that used it is done.
     retiring: Vec<(B::Memory, Arc<Completion>)>,
     next_key: BufferKey,
@@ -117,7 +118,7 @@ impl<B: Backend> Scheduler<B> {
                     seen: VectorClock::default(),
                     poisoned: None,
                 }],
-                buffers: HashMap::new(),
+                buffers: HashMap::default(),
                 retiring: Vec::new(),
                 next_key: 1,
             }),
@@ -211,6 +212,25 @@ impl<B: Backend> Scheduler<B> {
             }
         }
         freed
+    }
+}
+
+/// Buffer keys are distinct counters chosen by the scheduler, not by users, so
+/// a multiplicative hash spreads them well without SipHash's cost.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 
