@@ -97,6 +97,26 @@ pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
             });
             Ok(())
         }
+        #[cfg(feature = "wgpu")]
+        RawAccess::Wgpu(gpu) => {
+            use weir_core::backend::wgpu::wgpu;
+            for buffer in gpu.buffers().to_vec() {
+                let source = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("raw fill"),
+                    size: buffer.size(),
+                    usage: wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                });
+                source
+                    .get_mapped_range_mut(..)
+                    .map_err(|e| Error::InvalidArgument(format!("raw fill: {e}")))?
+                    .slice(..)
+                    .fill(value);
+                source.unmap();
+                gpu.encoder().copy_buffer_to_buffer(&source, 0, &buffer, 0, buffer.size());
+            }
+            Ok(())
+        }
         #[allow(unreachable_patterns)]
         _ => Err(Error::InvalidArgument("no raw fill for this backend in the tests".into())),
     }

@@ -72,27 +72,18 @@ pub(crate) fn open() -> Result<Opened> {
     descriptor.backends = backends;
     descriptor.flags = wgpu::InstanceFlags::empty().with_env();
     let instance = wgpu::Instance::new(descriptor);
-    let name_filter = std::env::var(ADAPTER_VAR)
-        .ok()
-        .map(|name| name.to_ascii_lowercase());
+    let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
     let mut adapters: Vec<wgpu::Adapter> = ready(instance.enumerate_adapters(backends))
         .unwrap_or_default()
         .into_iter()
         .filter(|adapter| {
-            name_filter.as_ref().is_none_or(|filter| {
-                adapter.get_info().name.to_ascii_lowercase().contains(filter)
-            })
+            name_filter.as_ref().is_none_or(|filter| adapter.get_info().name.to_ascii_lowercase().contains(filter))
         })
         .collect();
     adapters.sort_by_key(|adapter| preference(adapter.get_info().device_type));
     let Some(adapter) = adapters.into_iter().next() else {
-        let filter = name_filter
-            .map(|name| format!(" named like {name:?}"))
-            .unwrap_or_default();
-        return Err(Error::unavailable(
-            BACKEND,
-            format!("no adapter{filter} on the backends tried: {tried}"),
-        ));
+        let filter = name_filter.map(|name| format!(" named like {name:?}")).unwrap_or_default();
+        return Err(Error::unavailable(BACKEND, format!("no adapter{filter} on the backends tried: {tried}")));
     };
     let info = adapter.get_info();
     let limits = adapter.limits();
@@ -106,13 +97,6 @@ pub(crate) fn open() -> Result<Opened> {
     });
     let (device, queue) = ready(request)
         .ok_or_else(|| Error::unavailable(BACKEND, "the device request did not complete"))?
-        .map_err(|e| {
-            Error::unavailable(BACKEND, format!("cannot open {} ({:?}): {e}", info.name, info.backend))
-        })?;
-    Ok(Opened {
-        device,
-        queue,
-        adapter: info,
-        limits,
-    })
+        .map_err(|e| Error::unavailable(BACKEND, format!("cannot open {} ({:?}): {e}", info.name, info.backend)))?;
+    Ok(Opened { device, queue, adapter: info, limits })
 }

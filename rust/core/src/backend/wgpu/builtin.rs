@@ -50,11 +50,7 @@ impl Elementwise {
                 "var<storage, read> a: array<f32>;
 @group(0) @binding(1) var<storage, read> b: array<f32>;
 @group(0) @binding(2) var<storage, read_write> out: array<f32>;",
-                if self == Elementwise::Add {
-                    "out[i] = a[i] + b[i];"
-                } else {
-                    "out[i] = a[i] * b[i];"
-                },
+                if self == Elementwise::Add { "out[i] = a[i] + b[i];" } else { "out[i] = a[i] * b[i];" },
             ),
             Elementwise::Scale => (
                 "var<storage, read> x: array<f32>;
@@ -108,11 +104,7 @@ impl Shape {
     pub fn new(limits: &wgpu::Limits) -> Shape {
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
         let window = (limits.max_storage_buffer_binding_size / align * align).max(align);
-        Shape {
-            window,
-            align,
-            max_groups: limits.max_compute_workgroups_per_dimension.max(1),
-        }
+        Shape { window, align, max_groups: limits.max_compute_workgroups_per_dimension.max(1) }
     }
 
     /// A 2D grid of 256-thread groups covering `words` threads.
@@ -148,23 +140,12 @@ pub(crate) fn elementwise(
         let size = shape.window.min(bytes - start);
         let bindings: Vec<Binding<'_>> = operands
             .iter()
-            .map(|operand| Binding {
-                buffer: operand.buffer,
-                offset: operand.offset + start,
-                size,
-            })
+            .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + start, size })
             .collect();
         let words = size / 4;
         let base = (start / 4) as u32;
         let params = [words as u32, base, scalar, 0];
-        dispatch(
-            device,
-            encoder,
-            &pipeline,
-            &bindings,
-            Some(&params),
-            shape.grid(words),
-        );
+        dispatch(device, encoder, &pipeline, &bindings, Some(&params), shape.grid(words));
         start += size;
     }
     Ok(())
@@ -184,11 +165,7 @@ pub(crate) fn patch(
     let pipeline = cache.get(device, PATCH, "main", &[false], true)?;
     let byte = word * 4;
     let offset = byte / shape.align * shape.align;
-    let binding = Binding {
-        buffer,
-        offset,
-        size: byte - offset + 4,
-    };
+    let binding = Binding { buffer, offset, size: byte - offset + 4 };
     let params = [((byte - offset) / 4) as u32, keep, bits, 0];
     dispatch(device, encoder, &pipeline, &[binding], Some(&params), [1, 1, 1]);
     Ok(())

@@ -31,10 +31,7 @@ pub(crate) enum Refusal {
     /// Arguments this device cannot take: reported at once, the stream goes on.
     Rejected(Error),
     /// The op failed: its stream is poisoned; a read's sink is failed too.
-    Failed {
-        message: String,
-        sink: Option<Arc<HostSink>>,
-    },
+    Failed { message: String, sink: Option<Arc<HostSink>> },
 }
 
 type Op<'a> = Command<&'a WgpuMemory>;
@@ -50,19 +47,14 @@ pub(crate) fn encode(gpu: &Gpu, command: Op<'_>) -> Result<Encoded, Refusal> {
     };
     let mut readback = None;
     let recorded = scoped(&gpu.device, || {
-        let mut encoder = gpu
-            .device
-            .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         record(gpu, &mut encoder, command, &mut readback)?;
         Ok::<_, String>(encoder.finish())
     });
     match recorded {
         Ok(Ok(commands)) => Ok(Encoded::Commands { commands, readback }),
         Ok(Err(message)) => Err(Refusal::Failed { message, sink }),
-        Err(failure) => Err(Refusal::Failed {
-            message: failure.message(),
-            sink,
-        }),
+        Err(failure) => Err(Refusal::Failed { message: failure.message(), sink }),
     }
 }
 
@@ -87,9 +79,7 @@ fn check(gpu: &Gpu, command: &Op<'_>) -> Result<(), Error> {
     match command {
         Command::Fill { dst, .. } | Command::Iota { out: dst, .. } => windowed(dst),
         Command::Binary { a, b, out, .. } => [a, b, out].into_iter().try_for_each(windowed),
-        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => {
-            [x, y].into_iter().try_for_each(windowed)
-        }
+        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => [x, y].into_iter().try_for_each(windowed),
         Command::Copy { src, dst } => {
             let ends_buffer = dst.offset + dst.len == dst.buffer.len;
             if src.offset % 4 != 0 || dst.offset % 4 != 0 || (dst.len % 4 != 0 && !ends_buffer) {
@@ -106,12 +96,7 @@ fn check(gpu: &Gpu, command: &Op<'_>) -> Result<(), Error> {
     }
 }
 
-fn check_custom(
-    gpu: &Gpu,
-    kernel: &CustomKernel,
-    grid: &Grid,
-    args: &[KernelArg<&WgpuMemory>],
-) -> Result<(), Error> {
+fn check_custom(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<&WgpuMemory>]) -> Result<(), Error> {
     if kernel.wgsl.is_none() {
         return Err(unsupported(format!("kernel {} has no WGSL source", kernel.name)));
     }
@@ -122,10 +107,7 @@ fn check_custom(
             kernel.name, grid.groups
         )));
     }
-    let buffers = args
-        .iter()
-        .filter(|arg| matches!(arg, KernelArg::Buffer(..)))
-        .count();
+    let buffers = args.iter().filter(|arg| matches!(arg, KernelArg::Buffer(..))).count();
     let has_scalars = buffers < args.len();
     let bindings = buffers + usize::from(has_scalars);
     if bindings as u64 > u64::from(gpu.limits.max_storage_buffers_per_shader_stage) {
@@ -217,10 +199,7 @@ fn write_bytes(
 }
 
 fn operand<'a>(span: &Span<&'a WgpuMemory>) -> Operand<'a> {
-    Operand {
-        buffer: &span.buffer.buffer,
-        offset: span.offset,
-    }
+    Operand { buffer: &span.buffer.buffer, offset: span.offset }
 }
 
 fn record(
@@ -238,9 +217,7 @@ fn record(
         Command::Zero { dst } => write_bytes(gpu, encoder, &dst, Bytes::Zero)?,
         Command::Upload { dst, data } => {
             write_bytes(gpu, encoder, &dst, Bytes::Data(&data))?;
-            gpu.counters
-                .host_to_device_copies
-                .fetch_add(1, Ordering::Relaxed);
+            gpu.counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Fill { dst, word } => run(encoder, Elementwise::Fill, &[&dst], word)?,
         Command::Copy { src, dst } => encoder.copy_buffer_to_buffer(
@@ -260,15 +237,8 @@ fn record(
                 mapped_at_creation: false,
             });
             encoder.copy_buffer_to_buffer(&src.buffer.buffer, first, &staging, 0, size);
-            gpu.counters
-                .device_to_host_copies
-                .fetch_add(1, Ordering::Relaxed);
-            *readback = Some(Readback {
-                staging,
-                skip: (src.offset - first) as usize,
-                len: src.len as usize,
-                sink,
-            });
+            gpu.counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
+            *readback = Some(Readback { staging, skip: (src.offset - first) as usize, len: src.len as usize, sink });
         }
         Command::Binary { op, a, b, out } => {
             let kernel = match op {
@@ -277,9 +247,7 @@ fn record(
             };
             run(encoder, kernel, &[&a, &b, &out], 0)?
         }
-        Command::Scale { x, out, alpha } => {
-            run(encoder, Elementwise::Scale, &[&x, &out], alpha.to_bits())?
-        }
+        Command::Scale { x, out, alpha } => run(encoder, Elementwise::Scale, &[&x, &out], alpha.to_bits())?,
         Command::Axpy { x, y, alpha } => run(encoder, Elementwise::Axpy, &[&x, &y], alpha.to_bits())?,
         Command::Iota { out, start } => run(encoder, Elementwise::Iota, &[&out], start)?,
         Command::Custom { kernel, grid, args } => custom(gpu, encoder, &kernel, grid, &args)?,
@@ -295,10 +263,7 @@ fn custom(
     grid: Grid,
     args: &[KernelArg<&WgpuMemory>],
 ) -> Result<(), String> {
-    let source = kernel
-        .wgsl
-        .as_ref()
-        .ok_or_else(|| format!("kernel {} has no WGSL source", kernel.name))?;
+    let source = kernel.wgsl.as_ref().ok_or_else(|| format!("kernel {} has no WGSL source", kernel.name))?;
     let mut read_only = Vec::new();
     let mut bindings = Vec::new();
     let mut scalars = Vec::new();
@@ -306,24 +271,14 @@ fn custom(
         match arg {
             KernelArg::Buffer(span, access) => {
                 read_only.push(*access == Access::Read);
-                bindings.push(Binding {
-                    buffer: &span.buffer.buffer,
-                    offset: span.offset,
-                    size: align4(span.len),
-                });
+                bindings.push(Binding { buffer: &span.buffer.buffer, offset: span.offset, size: align4(span.len) });
             }
             KernelArg::Scalar(scalar) => scalars.push(scalar.bits()),
         }
     }
     let pipeline = gpu
         .pipelines
-        .get(
-            &gpu.device,
-            &source.code,
-            &source.entry,
-            &read_only,
-            !scalars.is_empty(),
-        )
+        .get(&gpu.device, &source.code, &source.entry, &read_only, !scalars.is_empty())
         .map_err(|message| format!("kernel {}: {message}", kernel.name))?;
     let scalars = (!scalars.is_empty()).then_some(scalars.as_slice());
     dispatch(&gpu.device, encoder, &pipeline, &bindings, scalars, grid.groups);

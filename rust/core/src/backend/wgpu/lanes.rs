@@ -34,12 +34,17 @@ pub(crate) enum Item {
     Submit(Vec<wgpu::CommandBuffer>),
     Read(Readback),
     /// Holds until lane `lane` has issued `upto` items.
-    Wait { lane: usize, upto: u64 },
+    Wait {
+        lane: usize,
+        upto: u64,
+    },
     /// Holds until the flag is set (a gate opened, a delay elapsed).
     Until(Arc<AtomicBool>),
     /// Holds for the duration, counted from when it reaches the head.
     Delay(Duration),
     Signal(Arc<Completion>),
+    /// An op failed to record: the lane fails here, after the work before it.
+    Fail(Error),
 }
 
 pub(crate) struct Lane {
@@ -48,8 +53,10 @@ pub(crate) struct Lane {
     items: VecDeque<Item>,
     pushed: u64,
     issued: u64,
-    /// The lane's first failure: later work is dropped, fences and reads report it.
+    /// The lane's first failure as issued: later work is dropped, fences and reads report it.
     status: Result<()>,
+    /// The first failure as recorded: ops recorded after it are dropped at once.
+    failed: Option<Error>,
     /// Our submission count when this lane last submitted.
     last_submit: u64,
     /// Reads mapped but not yet delivered.
@@ -69,9 +76,20 @@ impl Lane {
         self.pushed += 1;
     }
 
+    /// Fails the lane now (at issue time).
     fn fail(&mut self, error: Error) {
+        self.failed.get_or_insert(error.clone());
         if self.status.is_ok() {
             self.status = Err(error);
+        }
+    }
+
+    /// Fails the lane after the work recorded so far.
+    fn fail_after(&mut self, error: Error) {
+        if self.failed.is_none() {
+            self.failed = Some(error.clone());
+            self.flush();
+            self.push(Item::Fail(error));
         }
     }
 }
@@ -106,17 +124,11 @@ impl Shared {
         let device_error = Arc::new(Mutex::new(None));
         let errors = device_error.clone();
         gpu.device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
-            lock(&errors).get_or_insert(Error::backend(
-                BACKEND,
-                format!("device error outside any op: {error}"),
-            ));
+            lock(&errors).get_or_insert(Error::backend(BACKEND, format!("device error outside any op: {error}")));
         }));
         let lost = device_error.clone();
         gpu.device.set_device_lost_callback(move |reason, message| {
-            lock(&lost).get_or_insert(Error::backend(
-                BACKEND,
-                format!("device lost ({reason:?}): {message}"),
-            ));
+            lock(&lost).get_or_insert(Error::backend(BACKEND, format!("device lost ({reason:?}): {message}")));
         });
         Arc::new_cyclic(|me| Shared {
             gpu,
@@ -138,6 +150,7 @@ impl Shared {
             pushed: 0,
             issued: 0,
             status: Ok(()),
+            failed: None,
             last_submit: 0,
             reads: Arc::new(AtomicUsize::new(0)),
         });
@@ -147,10 +160,7 @@ impl Shared {
     /// Runs `f` on lane `lane` under the lanes lock, then issues what can be issued.
     fn with_lane<T>(&self, lane: usize, f: impl FnOnce(&mut Lane) -> T) -> Result<T> {
         let mut lanes = lock(&self.lanes);
-        let slot = lanes
-            .lanes
-            .get_mut(lane)
-            .ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
+        let slot = lanes.lanes.get_mut(lane).ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
         let value = f(slot);
         self.pump(&mut lanes);
         Ok(value)
@@ -158,14 +168,9 @@ impl Shared {
 
     /// Adds a recorded op to the lane's batch; a read is mapped once its copy is submitted.
     /// On a failed lane the op is dropped and the read fails with the lane's error.
-    pub fn record(
-        &self,
-        lane: usize,
-        commands: wgpu::CommandBuffer,
-        readback: Option<Readback>,
-    ) -> Result<()> {
+    pub fn record(&self, lane: usize, commands: wgpu::CommandBuffer, readback: Option<Readback>) -> Result<()> {
         self.with_lane(lane, |lane| {
-            if let Err(error) = &lane.status {
+            if let Some(error) = &lane.failed {
                 if let Some(readback) = readback {
                     readback.fail(error.clone());
                 }
@@ -183,9 +188,9 @@ impl Shared {
         })
     }
 
-    /// Fails lane `lane` with `error` (its first failure wins).
+    /// Fails lane `lane` with `error` after the work recorded so far (its first failure wins).
     pub fn fail(&self, lane: usize, error: Error) -> Result<()> {
-        self.with_lane(lane, |lane| lane.fail(error))
+        self.with_lane(lane, |lane| lane.fail_after(error))
     }
 
     /// Adds a lane-level item after everything recorded so far.
@@ -200,34 +205,23 @@ impl Shared {
     pub fn mark(&self, lane: usize) -> Result<Mark> {
         self.with_lane(lane, |slot| {
             slot.flush();
-            Mark {
-                lane,
-                upto: slot.pushed,
-            }
+            Mark { lane, upto: slot.pushed }
         })
     }
 
     /// Makes `lane` hold until `mark` is issued; false if it already was (no wait needed).
     pub fn wait(&self, lane: usize, mark: &Mark) -> Result<bool> {
         let mut lanes = lock(&self.lanes);
-        let (issued, source_submit) = lanes
-            .lanes
-            .get(mark.lane)
-            .map_or((u64::MAX, 0), |source| (source.issued, source.last_submit));
-        let slot = lanes
-            .lanes
-            .get_mut(lane)
-            .ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
+        let (issued, source_submit) =
+            lanes.lanes.get(mark.lane).map_or((u64::MAX, 0), |source| (source.issued, source.last_submit));
+        let slot = lanes.lanes.get_mut(lane).ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
         if issued >= mark.upto {
             // A fence on this lane now also covers what it waited for, as on other backends.
             slot.last_submit = slot.last_submit.max(source_submit);
             return Ok(false);
         }
         slot.flush();
-        slot.push(Item::Wait {
-            lane: mark.lane,
-            upto: mark.upto,
-        });
+        slot.push(Item::Wait { lane: mark.lane, upto: mark.upto });
         self.pump(&mut lanes);
         Ok(true)
     }
@@ -273,7 +267,7 @@ impl Shared {
                 *head = Item::Until(flag);
                 false
             }
-            Item::Submit(_) | Item::Read(_) | Item::Signal(_) => true,
+            Item::Submit(_) | Item::Read(_) | Item::Signal(_) | Item::Fail(_) => true,
         }
     }
 
@@ -281,15 +275,13 @@ impl Shared {
     fn set_after(&self, duration: Duration, flag: Arc<AtomicBool>) {
         let me = self.me.clone();
         let timer = flag.clone();
-        let spawned = std::thread::Builder::new()
-            .name("weir-wgpu-delay".to_owned())
-            .spawn(move || {
-                std::thread::sleep(duration);
-                timer.store(true, Ordering::Release);
-                if let Some(shared) = me.upgrade() {
-                    shared.pump_now();
-                }
-            });
+        let spawned = std::thread::Builder::new().name("weir-wgpu-delay".to_owned()).spawn(move || {
+            std::thread::sleep(duration);
+            timer.store(true, Ordering::Release);
+            if let Some(shared) = me.upgrade() {
+                shared.pump_now();
+            }
+        });
         if spawned.is_err() {
             // No thread to time it: the delay is best effort, the stream goes on.
             flag.store(true, Ordering::Release);
@@ -325,15 +317,14 @@ impl Shared {
             Item::Signal(completion) => {
                 let lane = &lanes.lanes[index];
                 let status = lane.status.clone();
-                let idle = lane.reads.load(Ordering::SeqCst) == 0
-                    && lane.last_submit <= self.completed.load(Ordering::SeqCst);
+                let idle =
+                    lane.reads.load(Ordering::SeqCst) == 0 && lane.last_submit <= self.completed.load(Ordering::SeqCst);
                 if idle {
                     // Already done: no callback, no wake-up.
                     completion.complete(status);
                     return;
                 }
-                let (poll, completed, upto) =
-                    (self.poll.clone(), self.completed.clone(), lanes.submits);
+                let (poll, completed, upto) = (self.poll.clone(), self.completed.clone(), lanes.submits);
                 poll.register();
                 gpu.queue.on_submitted_work_done(move || {
                     completed.fetch_max(upto, Ordering::SeqCst);
@@ -346,6 +337,7 @@ impl Shared {
                 let waiter = &mut lanes.lanes[index];
                 waiter.last_submit = waiter.last_submit.max(source_submit);
             }
+            Item::Fail(error) => lanes.lanes[index].fail(error),
             Item::Until(_) | Item::Delay(_) => {}
         }
     }

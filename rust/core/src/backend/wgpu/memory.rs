@@ -59,9 +59,7 @@ impl WgpuMemory {
             device.create_buffer(&wgpu::BufferDescriptor {
                 label: Some("weir buffer"),
                 size,
-                usage: wgpu::BufferUsages::STORAGE
-                    | wgpu::BufferUsages::COPY_SRC
-                    | wgpu::BufferUsages::COPY_DST,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
                 mapped_at_creation: false,
             })
         })
@@ -70,11 +68,7 @@ impl WgpuMemory {
             Failure::Message(message) => Error::backend(BACKEND, message),
         })?;
         counters.live_allocations.fetch_add(1, Ordering::SeqCst);
-        Ok(WgpuMemory {
-            buffer,
-            len: bytes,
-            counters: counters.clone(),
-        })
+        Ok(WgpuMemory { buffer, len: bytes, counters: counters.clone() })
     }
 
     /// The wgpu buffer, for raw access.
@@ -103,10 +97,8 @@ pub(crate) fn staging_with(device: &wgpu::Device, data: &[u8]) -> Result<wgpu::B
         mapped_at_creation: true,
     });
     {
-        let mut view = buffer
-            .slice(..)
-            .get_mapped_range_mut()
-            .map_err(|e| format!("cannot fill a staging buffer: {e}"))?;
+        let mut view =
+            buffer.slice(..).get_mapped_range_mut().map_err(|e| format!("cannot fill a staging buffer: {e}"))?;
         view.slice(..data.len()).copy_from_slice(data);
     }
     buffer.unmap();

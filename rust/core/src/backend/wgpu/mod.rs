@@ -32,12 +32,14 @@ mod scope;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
+/// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
+pub use ::wgpu;
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
 use encode::{encode, Encoded, Refusal};
 use lanes::{Item, Mark, Shared};
-pub use memory::WgpuMemory;
 use memory::WgpuCounters;
+pub use memory::WgpuMemory;
 use poll::Poller;
 pub use raw::WgpuRawAccess;
 use scope::{scoped, BACKEND};
@@ -78,10 +80,7 @@ impl WgpuBackend {
         let gpu = Gpu::open()?;
         let poller = Poller::spawn(gpu.device.clone())?;
         let shared = Shared::new(gpu, poller.state().clone());
-        Ok(WgpuBackend {
-            shared,
-            _poller: poller,
-        })
+        Ok(WgpuBackend { shared, _poller: poller })
     }
 
     fn gpu(&self) -> &Gpu {
@@ -108,23 +107,16 @@ impl Backend for WgpuBackend {
     }
 
     fn create_stream(&self) -> Result<WgpuStream> {
-        Ok(WgpuStream {
-            lane: self.shared.add_lane(),
-        })
+        Ok(WgpuStream { lane: self.shared.add_lane() })
     }
 
     fn enqueue(&self, stream: &WgpuStream, command: Command<&WgpuMemory>) -> Result<()> {
         match encode(self.gpu(), command) {
-            Ok(Encoded::Commands { commands, readback }) => {
-                self.shared.record(stream.lane, commands, readback)
-            }
+            Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
             Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
             Err(Refusal::Rejected(error)) => Err(error),
             Err(Refusal::Failed { message, sink }) => {
-                let error = Error::OpFailed {
-                    stream: lane_index(stream),
-                    message,
-                };
+                let error = Error::OpFailed { stream: lane_index(stream), message };
                 if let Some(sink) = sink {
                     sink.fail(error.clone());
                 }
@@ -142,10 +134,7 @@ impl Backend for WgpuBackend {
 
     fn wait_event(&self, stream: &WgpuStream, event: &WgpuEvent) -> Result<()> {
         if self.shared.wait(stream.lane, &event.mark)? {
-            self.gpu()
-                .counters
-                .deferred_waits
-                .fetch_add(1, Ordering::Relaxed);
+            self.gpu().counters.deferred_waits.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }

@@ -57,12 +57,7 @@ impl PipelineCache {
         read_only: &[bool],
         scalars: bool,
     ) -> Result<Arc<Pipeline>, String> {
-        let key = Key {
-            code: code.to_owned(),
-            entry: entry.to_owned(),
-            read_only: read_only.to_vec(),
-            scalars,
-        };
+        let key = Key { code: code.to_owned(), entry: entry.to_owned(), read_only: read_only.to_vec(), scalars };
         if let Some(found) = lock(&self.entries).get(&key) {
             return found.clone();
         }
@@ -79,19 +74,13 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
             label: Some(&key.entry),
             source: wgpu::ShaderSource::Wgsl(key.code.as_str().into()),
         });
-        let mut entries: Vec<wgpu::BindGroupLayoutEntry> = key
-            .read_only
-            .iter()
-            .enumerate()
-            .map(|(binding, &read_only)| storage(binding as u32, read_only))
-            .collect();
+        let mut entries: Vec<wgpu::BindGroupLayoutEntry> =
+            key.read_only.iter().enumerate().map(|(binding, &read_only)| storage(binding as u32, read_only)).collect();
         if key.scalars {
             entries.push(storage(key.read_only.len() as u32, true));
         }
-        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-            label: Some(&key.entry),
-            entries: &entries,
-        });
+        let layout = device
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&key.entry), entries: &entries });
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some(&key.entry),
             bind_group_layouts: &[Some(&layout)],
@@ -155,20 +144,14 @@ pub(crate) fn dispatch(
         })
         .collect();
     if let Some(buffer) = &scalar_buffer {
-        entries.push(wgpu::BindGroupEntry {
-            binding: buffers.len() as u32,
-            resource: buffer.as_entire_binding(),
-        });
+        entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: buffer.as_entire_binding() });
     }
     let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
         layout: &pipeline.layout,
         entries: &entries,
     });
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
-        label: None,
-        timestamp_writes: None,
-    });
+    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
     pass.dispatch_workgroups(groups[0], groups[1], groups[2]);

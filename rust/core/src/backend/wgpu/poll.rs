@@ -62,10 +62,7 @@ impl Poller {
             .name("weir-wgpu-poll".to_owned())
             .spawn(move || run(&device, &shared))
             .map_err(|e| Error::backend(BACKEND, format!("cannot start the poll thread: {e}")))?;
-        Ok(Poller {
-            state,
-            thread: Some(thread),
-        })
+        Ok(Poller { state, thread: Some(thread) })
     }
 
     pub fn state(&self) -> &Arc<PollState> {
@@ -78,10 +75,7 @@ fn run(device: &wgpu::Device, state: &PollState) {
         let registered = {
             let mut waiting = lock(&state.waiting);
             while waiting.pending == 0 && !waiting.stopping {
-                waiting = state
-                    .changed
-                    .wait(waiting)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                waiting = state.changed.wait(waiting).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
             if waiting.pending == 0 {
                 return;

@@ -24,9 +24,8 @@ pub struct WgpuRawAccess {
 impl WgpuRawAccess {
     pub(crate) fn new(device: &wgpu::Device, queue: &wgpu::Queue, memory: &[&WgpuMemory]) -> Self {
         WgpuRawAccess {
-            encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor {
-                label: Some("weir external write"),
-            }),
+            encoder: device
+                .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("weir external write") }),
             device: device.clone(),
             queue: queue.clone(),
             buffers: memory.iter().map(|m| m.buffer.clone()).collect(),

@@ -35,12 +35,7 @@ impl Readback {
         poll.register();
         in_flight.fetch_add(1, Ordering::SeqCst);
         let (poll, in_flight) = (poll.clone(), in_flight.clone());
-        let Readback {
-            staging,
-            skip,
-            len,
-            sink,
-        } = self;
+        let Readback { staging, skip, len, sink } = self;
         let mapped = staging.clone();
         staging.map_async(wgpu::MapMode::Read, .., move |outcome| {
             let bytes = match outcome {

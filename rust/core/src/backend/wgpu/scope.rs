@@ -38,10 +38,7 @@ impl Failure {
     /// As an op failure on `stream` (allocation failures keep their own variant).
     pub fn on_stream(self, stream: u32) -> Error {
         match self {
-            Failure::OutOfMemory => Error::OpFailed {
-                stream,
-                message: "out of device memory".to_owned(),
-            },
+            Failure::OutOfMemory => Error::OpFailed { stream, message: "out of device memory".to_owned() },
             Failure::Message(message) => Error::OpFailed { stream, message },
         }
     }
