@@ -5,6 +5,8 @@
 
 mod cpu;
 mod report;
+#[cfg(feature = "wgpu")]
+mod wgpu;
 
 use report::Report;
 
@@ -15,6 +17,10 @@ fn main() {
     let mut report = Report::default();
     if wants("cpu") {
         cpu::run(&mut report);
+    }
+    #[cfg(feature = "wgpu")]
+    if wants("wgpu") {
+        wgpu::run(&mut report);
     }
     report.print_table();
 }

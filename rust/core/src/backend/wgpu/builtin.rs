@@ -2,7 +2,8 @@
 //! size: in windows no larger than the device's storage binding limit, each
 //! dispatched as a 2D grid of 256-thread groups (one thread per 4-byte word).
 
-use super::pipelines::{dispatch, Binding, PipelineCache};
+use super::device::Gpu;
+use super::pipelines::{dispatch, Binding};
 
 /// Every element-wise kernel reads its parameters from this struct:
 /// `n` words in this window, `base` = index of the window's first word.
@@ -67,7 +68,7 @@ impl Elementwise {
         format!(
             "{HEADER}
 @group(0) @binding(0) {bindings}
-@group(0) @binding({params}) var<storage, read> p: Params;
+@group(0) @binding({params}) var<uniform> p: Params;
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{{INDEX}    {body}
@@ -82,7 +83,7 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) g
 const PATCH: &str = "
 struct Patch { index: u32, keep: u32, bits: u32, pad: u32 }
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<storage, read> p: Patch;
+@group(0) @binding(1) var<uniform> p: Patch;
 
 @compute @workgroup_size(1)
 fn main() {
@@ -125,16 +126,15 @@ pub(crate) struct Operand<'a> {
 
 /// Records `op` over `bytes` bytes of each operand (a multiple of 4), in windows.
 pub(crate) fn elementwise(
-    device: &wgpu::Device,
-    cache: &PipelineCache,
-    shape: Shape,
+    gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     op: Elementwise,
     operands: &[Operand<'_>],
     bytes: u64,
     scalar: u32,
 ) -> Result<(), String> {
-    let pipeline = cache.get(device, &op.source(), "main", op.read_only(), true)?;
+    let (device, shape) = (&gpu.device, gpu.shape);
+    let pipeline = gpu.pipelines.get(device, &op.source(), "main", op.read_only(), true)?;
     let mut start = 0;
     while start < bytes {
         let size = shape.window.min(bytes - start);
@@ -153,16 +153,15 @@ pub(crate) fn elementwise(
 
 /// Records a masked write of word `word` (a word index in `buffer`).
 pub(crate) fn patch(
-    device: &wgpu::Device,
-    cache: &PipelineCache,
-    shape: Shape,
+    gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     buffer: &wgpu::Buffer,
     word: u64,
     keep: u32,
     bits: u32,
 ) -> Result<(), String> {
-    let pipeline = cache.get(device, PATCH, "main", &[false], true)?;
+    let (device, shape) = (&gpu.device, gpu.shape);
+    let pipeline = gpu.pipelines.get(device, PATCH, "main", &[false], true)?;
     let byte = word * 4;
     let offset = byte / shape.align * shape.align;
     let binding = Binding { buffer, offset, size: byte - offset + 4 };

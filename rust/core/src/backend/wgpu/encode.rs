@@ -66,7 +66,7 @@ fn unsupported(what: String) -> Error {
 fn check(gpu: &Gpu, command: &Op<'_>) -> Result<(), Error> {
     let shape = gpu.shape;
     let windowed = |span: &Span<&WgpuMemory>| {
-        if span.offset % shape.align != 0 || span.len % 4 != 0 {
+        if !span.offset.is_multiple_of(shape.align) || !span.len.is_multiple_of(4) {
             return Err(unsupported(format!(
                 "element-wise ops on bytes {}..{} (they need a start aligned to {} and whole words)",
                 span.offset,
@@ -108,11 +108,9 @@ fn check_custom(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg
         )));
     }
     let buffers = args.iter().filter(|arg| matches!(arg, KernelArg::Buffer(..))).count();
-    let has_scalars = buffers < args.len();
-    let bindings = buffers + usize::from(has_scalars);
-    if bindings as u64 > u64::from(gpu.limits.max_storage_buffers_per_shader_stage) {
+    if buffers as u64 > u64::from(gpu.limits.max_storage_buffers_per_shader_stage) {
         return Err(unsupported(format!(
-            "kernel {} binds {bindings} storage buffers; the device allows {}",
+            "kernel {} binds {buffers} storage buffers; the device allows {}",
             kernel.name, gpu.limits.max_storage_buffers_per_shader_stage
         )));
     }
@@ -193,7 +191,7 @@ fn write_bytes(
                 bits |= u32::from(bytes.at(byte - start)) << shift;
             }
         }
-        patch(&gpu.device, &gpu.pipelines, gpu.shape, encoder, buffer, word, keep, bits)?;
+        patch(gpu, encoder, buffer, word, keep, bits)?;
     }
     Ok(())
 }
@@ -211,7 +209,7 @@ fn record(
     let run = |encoder: &mut wgpu::CommandEncoder, op, spans: &[&Span<&WgpuMemory>], scalar| {
         let operands: Vec<Operand<'_>> = spans.iter().map(|span| operand(span)).collect();
         let bytes = spans.first().map_or(0, |span| span.len);
-        elementwise(&gpu.device, &gpu.pipelines, gpu.shape, encoder, op, &operands, bytes, scalar)
+        elementwise(gpu, encoder, op, &operands, bytes, scalar)
     };
     match command {
         Command::Zero { dst } => write_bytes(gpu, encoder, &dst, Bytes::Zero)?,

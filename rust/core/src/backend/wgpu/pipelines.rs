@@ -3,8 +3,8 @@
 //!
 //! Binding convention: buffer arguments bind at group 0 in argument order,
 //! read-only storage for `Read`, read-write storage otherwise; scalar
-//! arguments, if any, follow as one read-only storage buffer of 4-byte words
-//! at the next binding.
+//! arguments, if any, follow as one uniform buffer of consecutive 4-byte
+//! words at the next binding (declare a struct of `u32`/`i32`/`f32` fields).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -33,15 +33,11 @@ pub(crate) struct PipelineCache {
     entries: Mutex<HashMap<Key, Result<Arc<Pipeline>, String>>>,
 }
 
-fn storage(binding: u32, read_only: bool) -> wgpu::BindGroupLayoutEntry {
+fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntry {
     wgpu::BindGroupLayoutEntry {
         binding,
         visibility: wgpu::ShaderStages::COMPUTE,
-        ty: wgpu::BindingType::Buffer {
-            ty: wgpu::BufferBindingType::Storage { read_only },
-            has_dynamic_offset: false,
-            min_binding_size: None,
-        },
+        ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset: false, min_binding_size: None },
         count: None,
     }
 }
@@ -74,10 +70,14 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
             label: Some(&key.entry),
             source: wgpu::ShaderSource::Wgsl(key.code.as_str().into()),
         });
-        let mut entries: Vec<wgpu::BindGroupLayoutEntry> =
-            key.read_only.iter().enumerate().map(|(binding, &read_only)| storage(binding as u32, read_only)).collect();
+        let mut entries: Vec<wgpu::BindGroupLayoutEntry> = key
+            .read_only
+            .iter()
+            .enumerate()
+            .map(|(binding, &read_only)| entry(binding as u32, wgpu::BufferBindingType::Storage { read_only }))
+            .collect();
         if key.scalars {
-            entries.push(storage(key.read_only.len() as u32, true));
+            entries.push(entry(key.read_only.len() as u32, wgpu::BufferBindingType::Uniform));
         }
         let layout = device
             .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&key.entry), entries: &entries });
@@ -122,7 +122,7 @@ pub(crate) fn dispatch(
         let buffer = device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("weir scalars"),
             size: bytes.len() as u64,
-            usage: wgpu::BufferUsages::STORAGE,
+            usage: wgpu::BufferUsages::UNIFORM,
             mapped_at_creation: true,
         });
         if let Ok(mut view) = buffer.slice(..).get_mapped_range_mut() {
