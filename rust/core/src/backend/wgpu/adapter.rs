@@ -7,7 +7,10 @@
 //! contains the given text. Among the rest a discrete GPU wins, then an
 //! integrated one, then virtual, then software.
 
+use std::sync::Mutex;
+
 use super::scope::{ready, BACKEND};
+use crate::completion::lock;
 use crate::error::{Error, Result};
 
 /// The environment variable naming the wgpu backends to try.
@@ -64,14 +67,28 @@ fn preference(kind: wgpu::DeviceType) -> u8 {
     }
 }
 
-/// Opens the preferred adapter's device with the adapter's full limits.
-pub(crate) fn open() -> Result<Opened> {
-    let backends = wanted_backends()?;
-    let tried = backend_names(backends);
+/// One instance per set of backends for the life of the process: creating
+/// one is costly, and tearing a Vulkan instance down while a driver's
+/// background threads still run is a crash risk no runtime needs to take.
+fn instance(backends: wgpu::Backends) -> wgpu::Instance {
+    static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(Vec::new());
+    let mut instances = lock(&INSTANCES);
+    if let Some((_, instance)) = instances.iter().find(|(b, _)| *b == backends) {
+        return instance.clone();
+    }
     let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
     descriptor.backends = backends;
     descriptor.flags = wgpu::InstanceFlags::empty().with_env();
     let instance = wgpu::Instance::new(descriptor);
+    instances.push((backends, instance.clone()));
+    instance
+}
+
+/// Opens the preferred adapter's device with the adapter's full limits.
+pub(crate) fn open() -> Result<Opened> {
+    let backends = wanted_backends()?;
+    let tried = backend_names(backends);
+    let instance = instance(backends);
     let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
     let mut adapters: Vec<wgpu::Adapter> = ready(instance.enumerate_adapters(backends))
         .unwrap_or_default()
