@@ -9,32 +9,10 @@ pub fn test() -> Result {
 
 /// The demo: a multi-stream pipeline on the default backend.
 pub fn demo(args: &[String]) -> Result {
-    run(cargo()
-        .args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "weir-core",
-            "--example",
-            "demo",
-            "--",
-        ])
-        .args(args))
+    run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "demo", "--"]).args(args))
 }
 
 /// The benchmarks.
 pub fn bench(args: &[String]) -> Result {
-    run(cargo()
-        .args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "weir-core",
-            "--example",
-            "bench",
-            "--",
-        ])
-        .args(args))
+    run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "bench", "--"]).args(args))
 }

@@ -15,9 +15,7 @@ pub fn root() -> PathBuf {
 pub fn run(command: &mut Command) -> Result {
     command.current_dir(root());
     eprintln!("+ {command:?}");
-    let status = command
-        .status()
-        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    let status = command.status().map_err(|e| format!("cannot start {command:?}: {e}"))?;
     if status.success() {
         Ok(())
     } else {

@@ -110,25 +110,16 @@ fn builtins_compute_what_the_cpu_computes() {
     let out = s.empty(4 * n as u64).unwrap();
     s.add(&bx, &by, &out).unwrap();
     let sum: Vec<f32> = s.read_as(&out).unwrap();
-    assert!(sum
-        .iter()
-        .zip(x.iter().zip(&y))
-        .all(|(o, (a, b))| *o == a + b));
+    assert!(sum.iter().zip(x.iter().zip(&y)).all(|(o, (a, b))| *o == a + b));
     s.mul(&bx, &by, &out).unwrap();
     let product: Vec<f32> = s.read_as(&out).unwrap();
-    assert!(product
-        .iter()
-        .zip(x.iter().zip(&y))
-        .all(|(o, (a, b))| *o == a * b));
+    assert!(product.iter().zip(x.iter().zip(&y)).all(|(o, (a, b))| *o == a * b));
     s.scale(&bx, 2.0, &out).unwrap();
     let scaled: Vec<f32> = s.read_as(&out).unwrap();
     assert!(scaled.iter().zip(&x).all(|(o, a)| *o == 2.0 * a));
     s.axpy(2.0, &bx, &by).unwrap();
     let axpy: Vec<f32> = s.read_as(&by).unwrap();
-    assert!(axpy
-        .iter()
-        .zip(x.iter().zip(&y))
-        .all(|(o, (a, b))| *o == 2.0 * a + b));
+    assert!(axpy.iter().zip(x.iter().zip(&y)).all(|(o, (a, b))| *o == 2.0 * a + b));
     s.iota(&out, 7).unwrap();
     let iota: Vec<u32> = s.read_as(&out).unwrap();
     assert!(iota.iter().enumerate().all(|(i, v)| *v == 7 + i as u32));
@@ -156,10 +147,7 @@ fn delay_holds_the_device_stream_without_holding_the_caller() {
     assert!(!fence.is_complete());
     fence.wait().unwrap();
     let held = start.elapsed();
-    assert!(
-        admitted < Duration::from_millis(50),
-        "admission took {admitted:?}"
-    );
+    assert!(admitted < Duration::from_millis(50), "admission took {admitted:?}");
     assert!(held >= HOLD, "the stream was held only {held:?}");
     assert!(held < HOLD * 4, "the stream was held {held:?}");
     assert_no_live_events(&runtime);
@@ -200,14 +188,8 @@ impl Producer {
                     RawAccess::Cuda { stream, buffers } => {
                         // SAFETY: the pointer and length are the buffer's, and the
                         // stream is the admitted one; the memset is ordered in it.
-                        let result = unsafe {
-                            cu::cuMemsetD8Async(
-                                buffers[0].ptr,
-                                0x5A,
-                                buffers[0].len as usize,
-                                stream,
-                            )
-                        };
+                        let result =
+                            unsafe { cu::cuMemsetD8Async(buffers[0].ptr, 0x5A, buffers[0].len as usize, stream) };
                         assert_eq!(result, cu::CUresult::CUDA_SUCCESS);
                         Ok(())
                     }
@@ -253,17 +235,9 @@ fn reader_on_another_stream_waits_for_a_delayed_producer() {
     let Some(runtime) = open("race", None) else {
         return;
     };
-    for producer in [
-        Producer::Kernel,
-        Producer::MemsetZero,
-        Producer::ExternalWrite,
-    ] {
+    for producer in [Producer::Kernel, Producer::MemsetZero, Producer::ExternalWrite] {
         let read = race(&runtime, producer);
-        assert!(
-            read.iter().all(|&w| w == producer.produced()),
-            "{producer:?}: the reader saw {:#x}",
-            read[0]
-        );
+        assert!(read.iter().all(|&w| w == producer.produced()), "{producer:?}: the reader saw {:#x}", read[0]);
     }
 }
 
@@ -275,11 +249,7 @@ fn the_race_test_catches_the_write_cursor_bug_on_cuda() {
     // With versions keyed at allocation, the reader skips the wait and reads
     // before the held producer ran: proof that the delay holds the GPU stream.
     let read = race(&runtime, Producer::Kernel);
-    assert!(
-        read.iter().all(|&w| w == 0xFFFF_FFFF),
-        "read {:#x}",
-        read[0]
-    );
+    assert!(read.iter().all(|&w| w == 0xFFFF_FFFF), "read {:#x}", read[0]);
 }
 
 #[test]
@@ -293,13 +263,15 @@ fn one_fence_is_waited_by_many_threads_and_futures_and_dropped_mid_wait() {
     let waiters: Vec<_> = (0..4)
         .map(|i| {
             let fence = fence.clone();
-            thread::spawn(move || {
-                if i % 2 == 0 {
-                    fence.wait()
-                } else {
-                    futures::executor::block_on(fence.wait_async())
-                }
-            })
+            thread::spawn(
+                move || {
+                    if i % 2 == 0 {
+                        fence.wait()
+                    } else {
+                        futures::executor::block_on(fence.wait_async())
+                    }
+                },
+            )
         })
         .collect();
     // A future polled once, then dropped while the work is still running.
@@ -392,21 +364,14 @@ fn custom_kernel_uses_its_grid_and_dynamic_shared_memory() {
     let inb = s.upload(&input).unwrap();
     let out = s.empty(4 * u64::from(groups)).unwrap();
     let grid = Grid::new([groups, 1, 1], [block, 1, 1]).with_shared_bytes(4 * block);
-    s.execute(&kernel, grid, &[Arg::read(&inb), Arg::write(&out)])
-        .unwrap();
+    s.execute(&kernel, grid, &[Arg::read(&inb), Arg::write(&out)]).unwrap();
     let sums: Vec<u32> = s.read_as(&out).unwrap();
     for (g, sum) in sums.iter().enumerate() {
-        let expected: u32 = input[g * block as usize..(g + 1) * block as usize]
-            .iter()
-            .sum();
+        let expected: u32 = input[g * block as usize..(g + 1) * block as usize].iter().sum();
         assert_eq!(*sum, expected);
     }
-    let broken = Kernel::custom("broken")
-        .cuda("this is not CUDA", "broken")
-        .build();
-    let error = s
-        .execute(&broken, Grid::linear(1, 1), &[Arg::write(&out)])
-        .unwrap_err();
+    let broken = Kernel::custom("broken").cuda("this is not CUDA", "broken").build();
+    let error = s.execute(&broken, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err();
     assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
     // A compile error is the caller's, not the stream's: the stream goes on.
     s.memset_zero(&out).unwrap();
@@ -426,9 +391,7 @@ fn async_completions_resolve_without_an_async_runtime() {
         s.sync().await.unwrap();
         s.write_async(&buffer, 0, &[7u32; 1024]).await.unwrap();
         let bytes = s.read_async(&buffer).await.unwrap();
-        assert!(bytes
-            .chunks(4)
-            .all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) == 7));
+        assert!(bytes.chunks(4).all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) == 7));
         runtime.sync().await.unwrap();
     });
     assert_no_live_events(&runtime);

@@ -7,9 +7,7 @@ use weir_core::backend::hip::compile_builtins_for;
 use weir_core::{BackendKind, Error, Runtime};
 
 fn required() -> bool {
-    std::env::var("WEIR_REQUIRE_BACKENDS")
-        .map(|list| list.split(',').any(|name| name.trim() == "hip"))
-        .unwrap_or(false)
+    std::env::var("WEIR_REQUIRE_BACKENDS").map(|list| list.split(',').any(|name| name.trim() == "hip")).unwrap_or(false)
 }
 
 #[test]
@@ -29,23 +27,13 @@ fn opening_without_a_device_is_unavailable_naming_the_cause() {
 fn hiprtc_compiles_every_builtin_kernel_for_a_gfx_target() {
     for arch in ["gfx90a", "gfx1030"] {
         let image = compile_builtins_for(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
-        assert!(
-            image.len() > 1024,
-            "{arch}: a {}-byte code object",
-            image.len()
-        );
+        assert!(image.len() > 1024, "{arch}: a {}-byte code object", image.len());
         let text = String::from_utf8_lossy(&image);
         for entry in BUILTIN_ENTRIES {
             assert!(BUILTIN_SOURCE.contains(entry));
-            assert!(
-                text.contains(entry),
-                "{arch}: no {entry} in the code object"
-            );
+            assert!(text.contains(entry), "{arch}: no {entry} in the code object");
         }
-        assert!(
-            text.contains(arch),
-            "{arch}: the code object names another target"
-        );
+        assert!(text.contains(arch), "{arch}: the code object names another target");
     }
 }
 

@@ -4,21 +4,23 @@
 //! `--backend NAME` (repeatable) limits the run to some backends.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod report;
 
 use report::Report;
 
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
-    let wanted: Vec<&str> = args
-        .windows(2)
-        .filter(|w| w[0] == "--backend")
-        .map(|w| w[1].as_str())
-        .collect();
+    let wanted: Vec<&str> = args.windows(2).filter(|w| w[0] == "--backend").map(|w| w[1].as_str()).collect();
     let wants = |name: &str| wanted.is_empty() || wanted.contains(&name);
     let mut report = Report::default();
     if wants("cpu") {
         cpu::run(&mut report);
+    }
+    #[cfg(feature = "cuda")]
+    if wants("cuda") {
+        cuda::run(&mut report);
     }
     report.print_table();
 }

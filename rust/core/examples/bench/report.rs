@@ -46,18 +46,14 @@ impl Report {
 
     pub fn print_table(&self) {
         println!();
-        println!(
-            "{:<8} {:<44} {:>14} {:>14} {:>8}  {}",
-            "backend", "benchmark", "weir", "baseline", "ratio", "note"
-        );
+        println!("{:<8} {:<44} {:>14} {:>14} {:>8}  {}", "backend", "benchmark", "weir", "baseline", "ratio", "note");
         for f in &self.figures {
             println!(
                 "{:<8} {:<44} {:>18} {:>18} {:>8}  {}",
                 f.backend,
                 f.name,
                 format!("{:.3} {}", f.weir, f.unit),
-                f.baseline
-                    .map_or("-".to_owned(), |b| format!("{b:.3} {}", f.unit)),
+                f.baseline.map_or("-".to_owned(), |b| format!("{b:.3} {}", f.unit)),
                 f.ratio().map_or("-".to_owned(), |r| format!("{r:.3}")),
                 f.note
             );

@@ -224,17 +224,11 @@ pub enum RawAccess<'a> {
     /// CUDA: the stream's `CUstream` and the buffers' device pointers, in the
     /// order given, with the device's context current on the calling thread.
     #[cfg(feature = "cuda")]
-    Cuda {
-        stream: cuda::cudarc::driver::sys::CUstream,
-        buffers: &'a [gpu::DeviceBuffer],
-    },
+    Cuda { stream: cuda::cudarc::driver::sys::CUstream, buffers: &'a [gpu::DeviceBuffer] },
     /// HIP: the stream's `hipStream_t` and the buffers' device pointers, in
     /// the order given, with the device current on the calling thread.
     #[cfg(feature = "hip")]
-    Hip {
-        stream: hip::hip_sys::hiprt::hipStream_t,
-        buffers: &'a [gpu::DeviceBuffer],
-    },
+    Hip { stream: hip::hip_sys::hiprt::hipStream_t, buffers: &'a [gpu::DeviceBuffer] },
 }
 
 /// A device backend. See the module doc for the contract between it and the scheduler.

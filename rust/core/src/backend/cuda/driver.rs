@@ -4,14 +4,11 @@ use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use std::time::Duration;
 
-use cudarc::driver::sys::{
-    self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags,
-};
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags};
 
 use super::nvrtc;
 use crate::backend::gpu::{
-    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse,
-    Handle, Status, Wake,
+    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse, Handle, Status, Wake,
 };
 use crate::backend::RawAccess;
 use crate::error::{Error, Result};
@@ -84,10 +81,7 @@ impl Cuda {
     pub fn open() -> Result<Cuda> {
         // SAFETY: only tries to load the library; no symbol is called.
         if !unsafe { sys::is_culib_present() } {
-            return Err(Error::unavailable(
-                NAME,
-                "the CUDA driver library (libcuda.so) was not found",
-            ));
+            return Err(Error::unavailable(NAME, "the CUDA driver library (libcuda.so) was not found"));
         }
         // SAFETY: the library is present (checked above), so `culib` returns it.
         let library = unsafe { sys::culib() };
@@ -96,22 +90,16 @@ impl Cuda {
             // SAFETY: looks a symbol up without calling it.
             .find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err())
         {
-            return Err(Error::unavailable(
-                NAME,
-                format!("the CUDA driver lacks {missing} (driver too old)"),
-            ));
+            return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
         }
         nvrtc::check_present()?;
-        let unavailable = |call: &str, result: CUresult| {
-            check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()))
-        };
+        let unavailable =
+            |call: &str, result: CUresult| check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()));
         // SAFETY: every symbol used below was found above.
         unsafe {
             match sys::cuInit(0) {
                 CUresult::CUDA_SUCCESS => {}
-                CUresult::CUDA_ERROR_NO_DEVICE => {
-                    return Err(Error::unavailable(NAME, "no CUDA device"))
-                }
+                CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no CUDA device")),
                 other => unavailable("cuInit", other)?,
             }
             let mut count = 0;
@@ -123,39 +111,22 @@ impl Cuda {
             unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, 0))?;
             let attribute = |attribute: CUdevice_attribute| -> Result<i32> {
                 let mut value = 0;
-                unavailable(
-                    "cuDeviceGetAttribute",
-                    sys::cuDeviceGetAttribute(&mut value, attribute, device),
-                )?;
+                unavailable("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut value, attribute, device))?;
                 Ok(value)
             };
             if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? == 0 {
-                return Err(Error::unavailable(
-                    NAME,
-                    "the device has no stream-ordered memory pools",
-                ));
+                return Err(Error::unavailable(NAME, "the device has no stream-ordered memory pools"));
             }
-            let major =
-                attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-            let minor =
-                attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
             let mut name = [0 as std::ffi::c_char; 256];
-            unavailable(
-                "cuDeviceGetName",
-                sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device),
-            )?;
+            unavailable("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
             let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
             let mut memory = 0usize;
-            unavailable(
-                "cuDeviceTotalMem",
-                sys::cuDeviceTotalMem_v2(&mut memory, device),
-            )?;
+            unavailable("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut memory, device))?;
 
             let mut context = null_mut();
-            unavailable(
-                "cuDevicePrimaryCtxRetain",
-                sys::cuDevicePrimaryCtxRetain(&mut context, device),
-            )?;
+            unavailable("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
             let mut driver = Cuda {
                 device,
                 context: Handle(context),
@@ -190,11 +161,7 @@ impl Drop for Cuda {
     }
 }
 
-unsafe extern "C" fn on_stream_callback(
-    _stream: sys::CUstream,
-    status: CUresult,
-    data: *mut c_void,
-) {
+unsafe extern "C" fn on_stream_callback(_stream: sys::CUstream, status: CUresult, data: *mut c_void) {
     // No driver call is allowed here: the status is described without one.
     let status = match status {
         CUresult::CUDA_SUCCESS => Ok(()),
@@ -224,9 +191,7 @@ impl Driver for Cuda {
 
     fn bind(&self) -> Result<()> {
         // SAFETY: the context is retained for the driver's life.
-        check("cuCtxSetCurrent", unsafe {
-            sys::cuCtxSetCurrent(self.context.0)
-        })
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context.0) })
     }
 
     fn stream_create(&self) -> Result<Self::Stream> {
@@ -240,9 +205,7 @@ impl Driver for Cuda {
 
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status {
         // SAFETY: the caller passes a live stream (trait contract).
-        check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(stream.0)
-        })
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.0) })
     }
 
     unsafe fn stream_destroy(&self, stream: Self::Stream) {
@@ -257,31 +220,23 @@ impl Driver for Cuda {
         }
         let mut event = null_mut();
         // SAFETY: writes one handle into `event`.
-        check("cuEventCreate", unsafe {
-            sys::cuEventCreate(&mut event, flags)
-        })?;
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
         Ok(Handle(event))
     }
 
     unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()> {
         // SAFETY: live handles (trait contract).
-        check("cuEventRecord", unsafe {
-            sys::cuEventRecord(event.0, stream.0)
-        })
+        check("cuEventRecord", unsafe { sys::cuEventRecord(event.0, stream.0) })
     }
 
     unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()> {
         // SAFETY: live handles (trait contract).
-        check("cuStreamWaitEvent", unsafe {
-            sys::cuStreamWaitEvent(stream.0, event.0, 0)
-        })
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(stream.0, event.0, 0) })
     }
 
     unsafe fn event_synchronize(&self, event: Self::Event) -> Status {
         // SAFETY: a live event (trait contract).
-        check("cuEventSynchronize", unsafe {
-            sys::cuEventSynchronize(event.0)
-        })
+        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.0) })
     }
 
     unsafe fn event_destroy(&self, event: Self::Event) {
@@ -300,9 +255,7 @@ impl Driver for Cuda {
         // Only allocations are queued on the pool stream, so this returns at once;
         // afterwards the memory is usable on any stream without an event.
         // SAFETY: the pool stream is alive.
-        check("cuStreamSynchronize", unsafe {
-            sys::cuStreamSynchronize(self.pool_stream.0)
-        })?;
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.pool_stream.0) })?;
         Ok(ptr)
     }
 
@@ -316,9 +269,7 @@ impl Driver for Cuda {
         // SAFETY: `ptr` receives the allocation.
         let result = unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) };
         match result {
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory {
-                bytes: bytes as u64,
-            }),
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64 }),
             other => check("cuMemHostAlloc", other).map(|()| ptr.cast()),
         }
     }
@@ -330,55 +281,27 @@ impl Driver for Cuda {
 
     unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: range inside a live allocation (trait contract).
-        check("cuMemsetD8Async", unsafe {
-            sys::cuMemsetD8Async(ptr, byte, count as usize, stream.0)
-        })
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(ptr, byte, count as usize, stream.0) })
     }
 
-    unsafe fn memset_d32(
-        &self,
-        ptr: u64,
-        word: u32,
-        count: u64,
-        stream: Self::Stream,
-    ) -> Result<()> {
+    unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: aligned range inside a live allocation (trait contract).
-        check("cuMemsetD32Async", unsafe {
-            sys::cuMemsetD32Async(ptr, word, count as usize, stream.0)
-        })
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(ptr, word, count as usize, stream.0) })
     }
 
-    unsafe fn copy_h2d(
-        &self,
-        dst: u64,
-        src: *const u8,
-        len: u64,
-        stream: Self::Stream,
-    ) -> Result<()> {
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: `src` is page-locked and outlives the copy (trait contract).
-        check("cuMemcpyHtoDAsync", unsafe {
-            sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len as usize, stream.0)
-        })
+        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len as usize, stream.0) })
     }
 
-    unsafe fn copy_d2h(
-        &self,
-        dst: *mut u8,
-        src: u64,
-        len: u64,
-        stream: Self::Stream,
-    ) -> Result<()> {
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: `dst` is page-locked and outlives the copy (trait contract).
-        check("cuMemcpyDtoHAsync", unsafe {
-            sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len as usize, stream.0)
-        })
+        check("cuMemcpyDtoHAsync", unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len as usize, stream.0) })
     }
 
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: both ranges inside live allocations (trait contract).
-        check("cuMemcpyDtoDAsync", unsafe {
-            sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream.0)
-        })
+        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream.0) })
     }
 
     fn compile(&self, source: &str) -> Result<Vec<u8>> {
@@ -388,9 +311,7 @@ impl Driver for Cuda {
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
         let mut module = null_mut();
         // SAFETY: `image` is a complete CUBIN from NVRTC; the driver copies it.
-        check("cuModuleLoadData", unsafe {
-            sys::cuModuleLoadData(&mut module, image.as_ptr().cast())
-        })?;
+        check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) })?;
         Ok(Handle(module))
     }
 
@@ -404,9 +325,7 @@ impl Driver for Cuda {
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
         let result = unsafe { sys::cuModuleGetFunction(&mut function, module.0, entry.as_ptr()) };
         match result {
-            CUresult::CUDA_ERROR_NOT_FOUND => Err(Error::invalid(format!(
-                "no kernel named {entry:?} in its source"
-            ))),
+            CUresult::CUDA_ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
             other => check("cuModuleGetFunction", other).map(|()| Handle(function)),
         }
     }
@@ -453,8 +372,7 @@ impl Driver for Cuda {
     unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()> {
         let data = callback_into_raw(callback);
         // SAFETY: a live stream; the driver hands `data` back to the trampoline once.
-        let result =
-            unsafe { sys::cuStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
+        let result = unsafe { sys::cuStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
         if result != CUresult::CUDA_SUCCESS {
             // SAFETY: the driver refused it, so the trampoline never sees `data`.
             unsafe { callback_discard(data) };
@@ -468,9 +386,6 @@ impl Driver for Cuda {
     }
 
     fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
-        RawAccess::Cuda {
-            stream: stream.0,
-            buffers,
-        }
+        RawAccess::Cuda { stream: stream.0, buffers }
     }
 }

@@ -28,12 +28,7 @@ impl GpuBackend<driver::Cuda> {
         // The checks in `Cuda::open` make cudarc's loader panic-free; this
         // catches anything they missed.
         std::panic::catch_unwind(driver::Cuda::open)
-            .unwrap_or_else(|_| {
-                Err(Error::unavailable(
-                    "cuda",
-                    "the CUDA driver library could not be loaded",
-                ))
-            })
+            .unwrap_or_else(|_| Err(Error::unavailable("cuda", "the CUDA driver library could not be loaded")))
             .map(GpuBackend::new)
     }
 }

@@ -57,14 +57,7 @@ impl Rtc for Nvrtc {
         let mut program = null_mut();
         // SAFETY: NUL-terminated strings; no headers.
         status(unsafe {
-            sys::nvrtcCreateProgram(
-                &mut program,
-                source.as_ptr(),
-                name.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            )
+            sys::nvrtcCreateProgram(&mut program, source.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
         })?;
         Ok(program)
     }
@@ -104,9 +97,6 @@ impl Rtc for Nvrtc {
 
 /// Compiles `source` to a CUBIN for `arch` (`sm_90`, …).
 pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
-    let options = [
-        format!("--gpu-architecture={arch}"),
-        "--std=c++17".to_owned(),
-    ];
+    let options = [format!("--gpu-architecture={arch}"), "--std=c++17".to_owned()];
     crate::backend::gpu::compile::<Nvrtc>("cuda", source, &options)
 }

@@ -38,9 +38,7 @@ pub(crate) struct Loan {
 
 impl Loan {
     pub fn ptr(&self) -> *mut u8 {
-        self.staging
-            .as_ref()
-            .map_or(std::ptr::null_mut(), |s| s.ptr.0)
+        self.staging.as_ref().map_or(std::ptr::null_mut(), |s| s.ptr.0)
     }
 
     /// The first `len` bytes, for host-side reads and writes.
@@ -107,23 +105,12 @@ impl<D: Driver> Device<D> {
                 // Power-of-two sizes keep the pool small and reusable.
                 let capacity = len.max(64 * 1024).next_power_of_two();
                 let ptr = self.driver.host_alloc(capacity)?;
-                lock(&self.all_staging).push(Staging {
-                    ptr: Handle(ptr),
-                    capacity,
-                });
-                self.counters
-                    .host_staging_buffers
-                    .fetch_add(1, Ordering::SeqCst);
-                Staging {
-                    ptr: Handle(ptr),
-                    capacity,
-                }
+                lock(&self.all_staging).push(Staging { ptr: Handle(ptr), capacity });
+                self.counters.host_staging_buffers.fetch_add(1, Ordering::SeqCst);
+                Staging { ptr: Handle(ptr), capacity }
             }
         };
-        Ok(Loan {
-            staging: Some(staging),
-            home: self.free_staging.clone(),
-        })
+        Ok(Loan { staging: Some(staging), home: self.free_staging.clone() })
     }
 
     pub fn counters(&self) -> BackendCounters {

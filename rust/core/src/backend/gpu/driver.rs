@@ -91,22 +91,9 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     unsafe fn host_free(&self, ptr: *mut u8);
 
     unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()>;
-    unsafe fn memset_d32(
-        &self,
-        ptr: u64,
-        word: u32,
-        count: u64,
-        stream: Self::Stream,
-    ) -> Result<()>;
-    unsafe fn copy_h2d(
-        &self,
-        dst: u64,
-        src: *const u8,
-        len: u64,
-        stream: Self::Stream,
-    ) -> Result<()>;
-    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream)
-        -> Result<()>;
+    unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()>;
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()>;
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
 
     /// Compiles C source (CUDA C, or HIP C) for this device: NVRTC or hiprtc.

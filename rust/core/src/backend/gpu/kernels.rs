@@ -13,7 +13,7 @@ use crate::completion::lock;
 use crate::error::{Error, Result};
 use crate::runtime::BackendKind;
 
-/// The built-in ops that run as kernels (memsets and copies use the driver's own).
+/// The built-in ops that run as kernels (zeroing and copies use the driver's own).
 /// HIP C accepts this CUDA-style source; the clock and pause differ.
 pub const BUILTIN_SOURCE: &str = r#"
 typedef unsigned long long weir_u64;
@@ -33,6 +33,10 @@ __device__ static inline void weir_pause() { __nanosleep(1000); }
 #define WEIR_FOR_EACH(i, n) \
     for (weir_u64 i = (weir_u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
          i += (weir_u64)gridDim.x * blockDim.x)
+
+extern "C" __global__ void weir_fill_u32(unsigned int* out, unsigned int word, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) out[i] = word;
+}
 
 extern "C" __global__ void weir_add_f32(const float* a, const float* b, float* out, weir_u64 n) {
     WEIR_FOR_EACH(i, n) out[i] = a[i] + b[i];
@@ -62,14 +66,8 @@ extern "C" __global__ void weir_delay(weir_u64 ticks) {
 "#;
 
 /// Every entry point of [`BUILTIN_SOURCE`].
-pub const BUILTIN_ENTRIES: [&str; 6] = [
-    "weir_add_f32",
-    "weir_mul_f32",
-    "weir_scale_f32",
-    "weir_axpy_f32",
-    "weir_iota_u32",
-    "weir_delay",
-];
+pub const BUILTIN_ENTRIES: [&str; 7] =
+    ["weir_fill_u32", "weir_add_f32", "weir_mul_f32", "weir_scale_f32", "weir_axpy_f32", "weir_iota_u32", "weir_delay"];
 
 type ImageKey = (BackendKind, String, String);
 
@@ -90,9 +88,7 @@ pub(crate) struct Kernels<D: Driver> {
 
 impl<D: Driver> Default for Kernels<D> {
     fn default() -> Self {
-        Kernels {
-            loaded: Mutex::new(HashMap::new()),
-        }
+        Kernels { loaded: Mutex::new(HashMap::new()) }
     }
 }
 
@@ -100,28 +96,17 @@ impl<D: Driver> Kernels<D> {
     /// The function `entry` of `source`, compiling and loading on first use.
     pub fn function(&self, driver: &D, source: &str, entry: &str) -> Result<D::Function> {
         let mut loaded = lock(&self.loaded);
-        if let Some(function) = loaded
-            .get(source)
-            .and_then(|module| module.functions.get(entry))
-        {
+        if let Some(function) = loaded.get(source).and_then(|module| module.functions.get(entry)) {
             return Ok(*function);
         }
         if !loaded.contains_key(source) {
             let image = Self::image(driver, source)?;
             let module = driver.module_load(&image)?;
-            loaded.insert(
-                source.to_owned(),
-                Loaded {
-                    module,
-                    functions: HashMap::new(),
-                },
-            );
+            loaded.insert(source.to_owned(), Loaded { module, functions: HashMap::new() });
         }
-        let module = loaded
-            .get_mut(source)
-            .ok_or_else(|| Error::backend(D::KIND.name(), "kernel module vanished"))?;
-        let name = CString::new(entry)
-            .map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
+        let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND.name(), "kernel module vanished"))?;
+        let name =
+            CString::new(entry).map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
         // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
         let function = unsafe { driver.function(module.module, &name)? };
         module.functions.insert(entry.to_owned(), function);
@@ -173,9 +158,7 @@ impl Params {
             .map(|param| {
                 let mut slot = [0u8; 8];
                 match *param {
-                    Param::Pointer(value) | Param::U64(value) => {
-                        slot.copy_from_slice(&value.to_ne_bytes())
-                    }
+                    Param::Pointer(value) | Param::U64(value) => slot.copy_from_slice(&value.to_ne_bytes()),
                     Param::U32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
                     Param::F32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
                 }
@@ -187,9 +170,6 @@ impl Params {
 
     /// The `void**` array a launch takes; valid while `self` is.
     pub fn pointers(&mut self) -> Vec<*mut c_void> {
-        self.slots
-            .iter_mut()
-            .map(|slot| slot.0.as_mut_ptr().cast::<c_void>())
-            .collect()
+        self.slots.iter_mut().map(|slot| slot.0.as_mut_ptr().cast::<c_void>()).collect()
     }
 }

@@ -56,11 +56,7 @@ pub(crate) struct GpuBackend<D: Driver> {
 
 impl<D: Driver> GpuBackend<D> {
     pub(crate) fn new(driver: D) -> Self {
-        GpuBackend {
-            device: Device::new(driver),
-            wake: Wake::from_env(D::WAKE),
-            next_stream: AtomicU32::new(0),
-        }
+        GpuBackend { device: Device::new(driver), wake: Wake::from_env(D::WAKE), next_stream: AtomicU32::new(0) }
     }
 
     fn driver(&self) -> &D {
@@ -70,11 +66,7 @@ impl<D: Driver> GpuBackend<D> {
     fn address(span: &Span<&GpuMemory<D>>) -> Result<u64> {
         match span.offset.checked_add(span.len) {
             Some(end) if end <= span.buffer.len => Ok(span.buffer.ptr + span.offset),
-            _ => Err(Error::OutOfRange {
-                offset: span.offset,
-                size: span.len,
-                len: span.buffer.len,
-            }),
+            _ => Err(Error::OutOfRange { offset: span.offset, size: span.len, len: span.buffer.len }),
         }
     }
 
@@ -82,35 +74,19 @@ impl<D: Driver> GpuBackend<D> {
         span.len / 4
     }
 
-    fn launch_builtin(
-        &self,
-        stream: &GpuStream<D>,
-        entry: &str,
-        items: u64,
-        params: &[Param],
-    ) -> Result<()> {
+    fn launch_builtin(&self, stream: &GpuStream<D>, entry: &str, items: u64, params: &[Param]) -> Result<()> {
         let groups = items.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
         let grid = Grid::new([groups, 1, 1], [BLOCK, 1, 1]);
         self.launch(stream, kernels::BUILTIN_SOURCE, entry, &grid, params)
     }
 
-    fn launch(
-        &self,
-        stream: &GpuStream<D>,
-        source: &str,
-        entry: &str,
-        grid: &Grid,
-        params: &[Param],
-    ) -> Result<()> {
+    fn launch(&self, stream: &GpuStream<D>, source: &str, entry: &str, grid: &Grid, params: &[Param]) -> Result<()> {
         let function = self.device.kernels.function(self.driver(), source, entry)?;
         let mut params = Params::new(params);
         let mut pointers = params.pointers();
         // SAFETY: `function` was loaded by this driver; the pointers point into
         // `params`, which outlives the call; buffer addresses were range-checked.
-        unsafe {
-            self.driver()
-                .launch(function, grid, stream.raw, &mut pointers)
-        }
+        unsafe { self.driver().launch(function, grid, stream.raw, &mut pointers) }
     }
 
     fn zero(&self, stream: &GpuStream<D>, dst: u64, len: u64) -> Result<()> {
@@ -131,32 +107,17 @@ impl<D: Driver> GpuBackend<D> {
         unsafe { loan.bytes_mut(data.len()) }.copy_from_slice(&data);
         // SAFETY: the loan stays alive until the callback below, which runs
         // after the copy; `dst` was range-checked.
-        unsafe {
-            self.driver()
-                .copy_h2d(dst, loan.ptr(), data.len() as u64, stream.raw)?
-        };
-        self.device
-            .counters
-            .host_to_device_copies
-            .fetch_add(1, Ordering::SeqCst);
+        unsafe { self.driver().copy_h2d(dst, loan.ptr(), data.len() as u64, stream.raw)? };
+        self.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
         stream.after(Box::new(move |_| drop(loan)))
     }
 
-    fn download(
-        &self,
-        stream: &GpuStream<D>,
-        src: u64,
-        len: u64,
-        sink: Arc<crate::backend::HostSink>,
-    ) -> Result<()> {
+    fn download(&self, stream: &GpuStream<D>, src: u64, len: u64, sink: Arc<crate::backend::HostSink>) -> Result<()> {
         let mut loan = self.device.stage(len as usize)?;
         // SAFETY: the loan outlives the copy (it is only touched again in the
         // callback, after the copy); `src` was range-checked.
         unsafe { self.driver().copy_d2h(loan.ptr(), src, len, stream.raw)? };
-        self.device
-            .counters
-            .device_to_host_copies
-            .fetch_add(1, Ordering::SeqCst);
+        self.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
         stream.after(Box::new(move |status| match status {
             // SAFETY: the stream passed the copy, and `len` is the loan's length.
             Ok(()) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
@@ -202,20 +163,14 @@ impl<D: Driver> Backend for GpuBackend<D> {
         match command {
             Command::Zero { dst } => self.zero(stream, Self::address(&dst)?, dst.len),
             Command::Fill { dst, word } => {
-                let ptr = Self::address(&dst)?;
-                if !ptr.is_multiple_of(4) || !dst.len.is_multiple_of(4) {
-                    return Err(Error::invalid("a fill needs 4-byte aligned whole words"));
-                }
-                // SAFETY: range-checked and aligned above.
-                unsafe { self.driver().memset_d32(ptr, word, dst.len / 4, stream.raw) }
+                let words = dst.len / 4;
+                let params = [Param::Pointer(Self::address(&dst)?), Param::U32(word), Param::U64(words)];
+                self.launch_builtin(stream, "weir_fill_u32", words, &params)
             }
             Command::Copy { src, dst } => {
                 let (from, to) = (Self::address(&src)?, Self::address(&dst)?);
                 // SAFETY: both ranges checked; the scheduler ordered the copy.
-                unsafe {
-                    self.driver()
-                        .copy_d2d(to, from, dst.len.min(src.len), stream.raw)
-                }
+                unsafe { self.driver().copy_d2d(to, from, dst.len.min(src.len), stream.raw) }
             }
             Command::Upload { dst, data } => {
                 if data.len() as u64 != dst.len {
@@ -223,9 +178,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 }
                 self.upload(stream, Self::address(&dst)?, data)
             }
-            Command::Download { src, sink } => {
-                self.download(stream, Self::address(&src)?, src.len, sink)
-            }
+            Command::Download { src, sink } => self.download(stream, Self::address(&src)?, src.len, sink),
             Command::Binary { op, a, b, out } => {
                 let entry = match op {
                     BinaryOp::Add => "weir_add_f32",
@@ -258,23 +211,14 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 self.launch_builtin(stream, "weir_axpy_f32", Self::f32_count(&y), &params)
             }
             Command::Iota { out, start } => {
-                let params = [
-                    Param::Pointer(Self::address(&out)?),
-                    Param::U32(start),
-                    Param::U64(Self::f32_count(&out)),
-                ];
+                let params =
+                    [Param::Pointer(Self::address(&out)?), Param::U32(start), Param::U64(Self::f32_count(&out))];
                 self.launch_builtin(stream, "weir_iota_u32", Self::f32_count(&out), &params)
             }
             Command::Delay { duration } => {
                 let ticks = self.driver().delay_ticks(duration);
                 let grid = Grid::new([1, 1, 1], [1, 1, 1]);
-                self.launch(
-                    stream,
-                    kernels::BUILTIN_SOURCE,
-                    "weir_delay",
-                    &grid,
-                    &[Param::U64(ticks)],
-                )
+                self.launch(stream, kernels::BUILTIN_SOURCE, "weir_delay", &grid, &[Param::U64(ticks)])
             }
             Command::Custom { kernel, grid, args } => {
                 let source = Self::custom_source(&kernel).ok_or_else(|| {
@@ -322,13 +266,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         self.driver().bind()?;
-        let raw: Vec<DeviceBuffer> = buffers
-            .iter()
-            .map(|memory| DeviceBuffer {
-                ptr: memory.ptr,
-                len: memory.len,
-            })
-            .collect();
+        let raw: Vec<DeviceBuffer> =
+            buffers.iter().map(|memory| DeviceBuffer { ptr: memory.ptr, len: memory.len }).collect();
         let outcome = write(D::raw_access(stream.raw, &raw));
         // Foreign code may have switched the thread's current device.
         self.driver().bind()?;

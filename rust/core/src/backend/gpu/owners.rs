@@ -19,10 +19,7 @@ impl<D: Driver> GpuEvent<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, usage: EventUse) -> Result<Self> {
         let raw = device.driver.event_create(usage)?;
         device.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(GpuEvent {
-            device: device.clone(),
-            raw,
-        })
+        Ok(GpuEvent { device: device.clone(), raw })
     }
 }
 
@@ -32,10 +29,7 @@ impl<D: Driver> Drop for GpuEvent<D> {
             // SAFETY: made by this driver in `new`; this owner destroys it once.
             unsafe { self.device.driver.event_destroy(self.raw) };
         }
-        self.device
-            .counters
-            .live_events
-            .fetch_sub(1, Ordering::SeqCst);
+        self.device.counters.live_events.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -49,15 +43,8 @@ pub(crate) struct GpuMemory<D: Driver> {
 impl<D: Driver> GpuMemory<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, len: u64) -> Result<Self> {
         let ptr = device.driver.alloc(len)?;
-        device
-            .counters
-            .live_allocations
-            .fetch_add(1, Ordering::SeqCst);
-        Ok(GpuMemory {
-            device: device.clone(),
-            ptr,
-            len,
-        })
+        device.counters.live_allocations.fetch_add(1, Ordering::SeqCst);
+        Ok(GpuMemory { device: device.clone(), ptr, len })
     }
 }
 
@@ -70,9 +57,6 @@ impl<D: Driver> Drop for GpuMemory<D> {
             // after its last user completed.
             unsafe { self.device.driver.free(self.ptr) };
         }
-        self.device
-            .counters
-            .live_allocations
-            .fetch_sub(1, Ordering::SeqCst);
+        self.device.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
     }
 }

@@ -41,24 +41,15 @@ impl<R: Rtc> Program<R> {
                 R::log(self.0, log.as_mut_ptr().cast()).map(|()| log)
             })
         };
-        log.map(|log| {
-            String::from_utf8_lossy(&log)
-                .trim_end_matches('\0')
-                .trim()
-                .to_owned()
-        })
-        .unwrap_or_default()
+        log.map(|log| String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_owned()).unwrap_or_default()
     }
 }
 
 /// Compiles `source` with `options` to the compiler's code image. A source
 /// that does not compile is an invalid argument, with the compiler's log.
 pub(crate) fn compile<R: Rtc>(backend: &str, source: &str, options: &[String]) -> Result<Vec<u8>> {
-    let failed = |call: &str, message: String| {
-        Error::backend(backend, format!("{} {call}: {message}", R::NAME))
-    };
-    let source =
-        CString::new(source).map_err(|_| Error::invalid("kernel source contains a NUL byte"))?;
+    let failed = |call: &str, message: String| Error::backend(backend, format!("{} {call}: {message}", R::NAME));
+    let source = CString::new(source).map_err(|_| Error::invalid("kernel source contains a NUL byte"))?;
     let options = options
         .iter()
         .map(|option| CString::new(option.as_str()))
@@ -66,15 +57,10 @@ pub(crate) fn compile<R: Rtc>(backend: &str, source: &str, options: &[String]) -
         .map_err(|_| Error::invalid("compiler option contains a NUL byte"))?;
     let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
     // SAFETY: NUL-terminated source and name.
-    let program = Program::<R>(
-        unsafe { R::create(&source, c"weir_kernels") }.map_err(|e| failed("create", e))?,
-    );
+    let program = Program::<R>(unsafe { R::create(&source, c"weir_kernels") }.map_err(|e| failed("create", e))?);
     // SAFETY: a live program; `pointers` are valid C strings that outlive the call.
     if let Err(status) = unsafe { R::compile(program.0, &pointers) } {
-        return Err(Error::invalid(format!(
-            "{backend} kernel does not compile ({status}): {}",
-            program.log()
-        )));
+        return Err(Error::invalid(format!("{backend} kernel does not compile ({status}): {}", program.log())));
     }
     // SAFETY: a compiled program; the buffer has the size the compiler reported.
     unsafe {

@@ -60,13 +60,7 @@ pub(crate) struct GpuStream<D: Driver> {
 impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let raw = device.driver.stream_create()?;
-        let mut stream = GpuStream {
-            device: device.clone(),
-            raw,
-            index,
-            failure: Arc::default(),
-            waiter: None,
-        };
+        let mut stream = GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None };
         if wake == Wake::Waiter {
             stream.waiter = Some(stream.spawn_waiter()?);
         }
@@ -93,16 +87,8 @@ impl<D: Driver> GpuStream<D> {
                     callback(status);
                 }
             })
-            .map_err(|e| {
-                Error::backend(
-                    D::KIND.name(),
-                    format!("cannot start a completion thread: {e}"),
-                )
-            })?;
-        Ok(Waiter {
-            queue: Some(queue),
-            thread: Some(thread),
-        })
+            .map_err(|e| Error::backend(D::KIND.name(), format!("cannot start a completion thread: {e}")))?;
+        Ok(Waiter { queue: Some(queue), thread: Some(thread) })
     }
 
     /// Runs `callback` once all work enqueued on this stream so far is done,
@@ -120,9 +106,9 @@ impl<D: Driver> GpuStream<D> {
                 // SAFETY: both handles are alive and belong to this driver.
                 unsafe { self.device.driver.event_record(event.raw, self.raw)? };
                 let queue = waiter.queue.as_ref().ok_or(Error::Closed)?;
-                queue.send((event, callback)).map_err(|_| {
-                    Error::backend(D::KIND.name(), "the completion thread has stopped")
-                })
+                queue
+                    .send((event, callback))
+                    .map_err(|_| Error::backend(D::KIND.name(), "the completion thread has stopped"))
             }
         }
     }
@@ -136,10 +122,7 @@ impl<D: Driver> GpuStream<D> {
                 Err(error) => {
                     let error = match error {
                         Error::OpFailed { .. } => error,
-                        other => Error::OpFailed {
-                            stream: index,
-                            message: other.to_string(),
-                        },
+                        other => Error::OpFailed { stream: index, message: other.to_string() },
                     };
                     Err(lock(&failure).get_or_insert(error).clone())
                 }

@@ -9,8 +9,7 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 use super::ffi::{self, Status as HipStatus};
 use super::hiprtc;
 use crate::backend::gpu::{
-    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse,
-    Handle, Status, Wake,
+    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse, Handle, Status, Wake,
 };
 use crate::backend::RawAccess;
 use crate::error::{Error, Result};
@@ -31,9 +30,7 @@ fn failure(call: &str, status: HipStatus) -> Error {
         format!("hipError_t {}", status.0)
     } else {
         // SAFETY: non-null, NUL-terminated and static (HIP's own table).
-        unsafe { CStr::from_ptr(name) }
-            .to_string_lossy()
-            .into_owned()
+        unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     };
     Error::backend(NAME, format!("{call} failed: {name} ({})", status.0))
 }
@@ -54,9 +51,7 @@ pub(crate) struct Hip {
 
 impl Hip {
     pub fn open() -> Result<Hip> {
-        let unavailable = |call: &str, status: HipStatus| {
-            Error::unavailable(NAME, failure(call, status).to_string())
-        };
+        let unavailable = |call: &str, status: HipStatus| Error::unavailable(NAME, failure(call, status).to_string());
         // SAFETY: plain queries; out-pointers are valid locals.
         unsafe {
             match ffi::hipInit(0) {
@@ -73,9 +68,7 @@ impl Hip {
             let mut count = 0;
             match ffi::hipGetDeviceCount(&mut count) {
                 ffi::SUCCESS if count > 0 => {}
-                ffi::SUCCESS | ffi::ERROR_NO_DEVICE => {
-                    return Err(Error::unavailable(NAME, "no HIP device"))
-                }
+                ffi::SUCCESS | ffi::ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no HIP device")),
                 other => return Err(unavailable("hipGetDeviceCount", other)),
             }
             let device = 0;
@@ -90,15 +83,9 @@ impl Hip {
             };
             hip.bind()?;
             let mut name = [0 as std::ffi::c_char; 256];
-            check(
-                "hipDeviceGetName",
-                ffi::hipDeviceGetName(name.as_mut_ptr(), name.len() as i32, device),
-            )?;
+            check("hipDeviceGetName", ffi::hipDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
             let mut memory = 0usize;
-            check(
-                "hipDeviceTotalMem",
-                ffi::hipDeviceTotalMem(&mut memory, device),
-            )?;
+            check("hipDeviceTotalMem", ffi::hipDeviceTotalMem(&mut memory, device))?;
             Ok(Hip {
                 info: DeviceInfo {
                     name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
@@ -112,19 +99,12 @@ impl Hip {
     }
 }
 
-unsafe extern "C" fn on_stream_callback(
-    _stream: hipStream_t,
-    status: HipStatus,
-    data: *mut c_void,
-) {
+unsafe extern "C" fn on_stream_callback(_stream: hipStream_t, status: HipStatus, data: *mut c_void) {
     // No HIP call is allowed here, so the code is not looked up by name.
     let status = if status == ffi::SUCCESS {
         Ok(())
     } else {
-        Err(Error::backend(
-            NAME,
-            format!("stream failed: hipError_t {}", status.0),
-        ))
+        Err(Error::backend(NAME, format!("stream failed: hipError_t {}", status.0)))
     };
     // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
     unsafe { callback_run(data, status) };
@@ -166,9 +146,7 @@ impl Driver for Hip {
 
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status {
         // SAFETY: a live stream (trait contract).
-        check("hipStreamSynchronize", unsafe {
-            ffi::hipStreamSynchronize(stream.0)
-        })
+        check("hipStreamSynchronize", unsafe { ffi::hipStreamSynchronize(stream.0) })
     }
 
     unsafe fn stream_destroy(&self, stream: Self::Stream) {
@@ -183,31 +161,23 @@ impl Driver for Hip {
         };
         let mut event = null_mut();
         // SAFETY: writes one handle into `event`.
-        check("hipEventCreateWithFlags", unsafe {
-            ffi::hipEventCreateWithFlags(&mut event, flags)
-        })
-        .map(|()| Handle(event))
+        check("hipEventCreateWithFlags", unsafe { ffi::hipEventCreateWithFlags(&mut event, flags) })
+            .map(|()| Handle(event))
     }
 
     unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()> {
         // SAFETY: live handles (trait contract).
-        check("hipEventRecord", unsafe {
-            ffi::hipEventRecord(event.0, stream.0)
-        })
+        check("hipEventRecord", unsafe { ffi::hipEventRecord(event.0, stream.0) })
     }
 
     unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()> {
         // SAFETY: live handles (trait contract).
-        check("hipStreamWaitEvent", unsafe {
-            ffi::hipStreamWaitEvent(stream.0, event.0, 0)
-        })
+        check("hipStreamWaitEvent", unsafe { ffi::hipStreamWaitEvent(stream.0, event.0, 0) })
     }
 
     unsafe fn event_synchronize(&self, event: Self::Event) -> Status {
         // SAFETY: a live event (trait contract).
-        check("hipEventSynchronize", unsafe {
-            ffi::hipEventSynchronize(event.0)
-        })
+        check("hipEventSynchronize", unsafe { ffi::hipEventSynchronize(event.0) })
     }
 
     unsafe fn event_destroy(&self, event: Self::Event) {
@@ -235,9 +205,7 @@ impl Driver for Hip {
         let mut ptr = null_mut();
         // SAFETY: `ptr` receives the allocation.
         match unsafe { ffi::hipHostMalloc(&mut ptr, bytes, ffi::HOST_MALLOC_PORTABLE) } {
-            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory {
-                bytes: bytes as u64,
-            }),
+            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64 }),
             other => check("hipHostMalloc", other).map(|()| ptr.cast()),
         }
     }
@@ -250,54 +218,26 @@ impl Driver for Hip {
     unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: range inside a live allocation (trait contract).
         check("hipMemsetAsync", unsafe {
-            ffi::hipMemsetAsync(
-                ptr as *mut c_void,
-                i32::from(byte),
-                count as usize,
-                stream.0,
-            )
+            ffi::hipMemsetAsync(ptr as *mut c_void, i32::from(byte), count as usize, stream.0)
         })
     }
 
-    unsafe fn memset_d32(
-        &self,
-        ptr: u64,
-        word: u32,
-        count: u64,
-        stream: Self::Stream,
-    ) -> Result<()> {
+    unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: aligned range inside a live allocation (trait contract).
         check("hipMemsetD32Async", unsafe {
             ffi::hipMemsetD32Async(ptr as *mut c_void, word as i32, count as usize, stream.0)
         })
     }
 
-    unsafe fn copy_h2d(
-        &self,
-        dst: u64,
-        src: *const u8,
-        len: u64,
-        stream: Self::Stream,
-    ) -> Result<()> {
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: `src` is page-locked and outlives the copy (trait contract);
         // HIP only reads through it despite the mutable type.
         check("hipMemcpyHtoDAsync", unsafe {
-            ffi::hipMemcpyHtoDAsync(
-                dst as *mut c_void,
-                src as *mut c_void,
-                len as usize,
-                stream.0,
-            )
+            ffi::hipMemcpyHtoDAsync(dst as *mut c_void, src as *mut c_void, len as usize, stream.0)
         })
     }
 
-    unsafe fn copy_d2h(
-        &self,
-        dst: *mut u8,
-        src: u64,
-        len: u64,
-        stream: Self::Stream,
-    ) -> Result<()> {
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: `dst` is page-locked and outlives the copy (trait contract).
         check("hipMemcpyDtoHAsync", unsafe {
             ffi::hipMemcpyDtoHAsync(dst.cast(), src as *mut c_void, len as usize, stream.0)
@@ -307,12 +247,7 @@ impl Driver for Hip {
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: both ranges inside live allocations (trait contract).
         check("hipMemcpyDtoDAsync", unsafe {
-            ffi::hipMemcpyDtoDAsync(
-                dst as *mut c_void,
-                src as *mut c_void,
-                len as usize,
-                stream.0,
-            )
+            ffi::hipMemcpyDtoDAsync(dst as *mut c_void, src as *mut c_void, len as usize, stream.0)
         })
     }
 
@@ -323,10 +258,8 @@ impl Driver for Hip {
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
         let mut module = null_mut();
         // SAFETY: `image` is a complete code object from hiprtc.
-        check("hipModuleLoadData", unsafe {
-            ffi::hipModuleLoadData(&mut module, image.as_ptr().cast())
-        })
-        .map(|()| Handle(module))
+        check("hipModuleLoadData", unsafe { ffi::hipModuleLoadData(&mut module, image.as_ptr().cast()) })
+            .map(|()| Handle(module))
     }
 
     unsafe fn module_unload(&self, module: Self::Module) {
@@ -338,9 +271,7 @@ impl Driver for Hip {
         let mut function = null_mut();
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
         match unsafe { ffi::hipModuleGetFunction(&mut function, module.0, entry.as_ptr()) } {
-            ffi::ERROR_NOT_FOUND => Err(Error::invalid(format!(
-                "no kernel named {entry:?} in its source"
-            ))),
+            ffi::ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
             other => check("hipModuleGetFunction", other).map(|()| Handle(function)),
         }
     }
@@ -375,8 +306,7 @@ impl Driver for Hip {
     unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()> {
         let data = callback_into_raw(callback);
         // SAFETY: a live stream; HIP hands `data` back to the trampoline once.
-        let status =
-            unsafe { ffi::hipStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
+        let status = unsafe { ffi::hipStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
         if status != ffi::SUCCESS {
             // SAFETY: refused, so the trampoline never sees `data`.
             unsafe { callback_discard(data) };
@@ -385,15 +315,10 @@ impl Driver for Hip {
     }
 
     fn delay_ticks(&self, duration: Duration) -> u64 {
-        u64::try_from(duration.as_micros())
-            .unwrap_or(u64::MAX)
-            .saturating_mul(WALL_CLOCK_TICKS_PER_MICRO)
+        u64::try_from(duration.as_micros()).unwrap_or(u64::MAX).saturating_mul(WALL_CLOCK_TICKS_PER_MICRO)
     }
 
     fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
-        RawAccess::Hip {
-            stream: stream.0,
-            buffers,
-        }
+        RawAccess::Hip { stream: stream.0, buffers }
     }
 }

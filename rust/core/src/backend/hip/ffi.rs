@@ -24,8 +24,7 @@ pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
 pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub(crate) const HOST_MALLOC_PORTABLE: c_uint = 0x1;
 
-pub(crate) type StreamCallback =
-    unsafe extern "C" fn(stream: hipStream_t, status: Status, data: *mut c_void);
+pub(crate) type StreamCallback = unsafe extern "C" fn(stream: hipStream_t, status: Status, data: *mut c_void);
 
 pub(crate) type Program = *mut c_void;
 
@@ -58,44 +57,15 @@ extern "C" {
     pub fn hipFree(ptr: *mut c_void) -> Status;
     pub fn hipHostMalloc(ptr: *mut *mut c_void, bytes: usize, flags: c_uint) -> Status;
     pub fn hipHostFree(ptr: *mut c_void) -> Status;
-    pub fn hipMemsetAsync(
-        dst: *mut c_void,
-        value: c_int,
-        bytes: usize,
-        stream: hipStream_t,
-    ) -> Status;
-    pub fn hipMemsetD32Async(
-        dst: *mut c_void,
-        value: c_int,
-        count: usize,
-        stream: hipStream_t,
-    ) -> Status;
-    pub fn hipMemcpyHtoDAsync(
-        dst: *mut c_void,
-        src: *mut c_void,
-        bytes: usize,
-        stream: hipStream_t,
-    ) -> Status;
-    pub fn hipMemcpyDtoHAsync(
-        dst: *mut c_void,
-        src: *mut c_void,
-        bytes: usize,
-        stream: hipStream_t,
-    ) -> Status;
-    pub fn hipMemcpyDtoDAsync(
-        dst: *mut c_void,
-        src: *mut c_void,
-        bytes: usize,
-        stream: hipStream_t,
-    ) -> Status;
+    pub fn hipMemsetAsync(dst: *mut c_void, value: c_int, bytes: usize, stream: hipStream_t) -> Status;
+    pub fn hipMemsetD32Async(dst: *mut c_void, value: c_int, count: usize, stream: hipStream_t) -> Status;
+    pub fn hipMemcpyHtoDAsync(dst: *mut c_void, src: *mut c_void, bytes: usize, stream: hipStream_t) -> Status;
+    pub fn hipMemcpyDtoHAsync(dst: *mut c_void, src: *mut c_void, bytes: usize, stream: hipStream_t) -> Status;
+    pub fn hipMemcpyDtoDAsync(dst: *mut c_void, src: *mut c_void, bytes: usize, stream: hipStream_t) -> Status;
 
     pub fn hipModuleLoadData(module: *mut hipModule_t, image: *const c_void) -> Status;
     pub fn hipModuleUnload(module: hipModule_t) -> Status;
-    pub fn hipModuleGetFunction(
-        function: *mut hipFunction_t,
-        module: hipModule_t,
-        name: *const c_char,
-    ) -> Status;
+    pub fn hipModuleGetFunction(function: *mut hipFunction_t, module: hipModule_t, name: *const c_char) -> Status;
     pub fn hipModuleLaunchKernel(
         function: hipFunction_t,
         grid_x: c_uint,
@@ -119,11 +89,7 @@ extern "C" {
         headers: *const *const c_char,
         include_names: *const *const c_char,
     ) -> Status;
-    pub fn hiprtcCompileProgram(
-        program: Program,
-        option_count: c_int,
-        options: *const *const c_char,
-    ) -> Status;
+    pub fn hiprtcCompileProgram(program: Program, option_count: c_int, options: *const *const c_char) -> Status;
     pub fn hiprtcGetCodeSize(program: Program, size: *mut usize) -> Status;
     pub fn hiprtcGetCode(program: Program, code: *mut c_char) -> Status;
     pub fn hiprtcGetProgramLogSize(program: Program, size: *mut usize) -> Status;

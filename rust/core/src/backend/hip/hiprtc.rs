@@ -40,9 +40,7 @@ impl Rtc for Hiprtc {
 
     unsafe fn compile(program: Program, options: &[*const c_char]) -> Result<(), String> {
         // SAFETY: a live program (trait contract) and valid option strings.
-        describe(unsafe {
-            ffi::hiprtcCompileProgram(program, options.len() as i32, options.as_ptr())
-        })
+        describe(unsafe { ffi::hiprtcCompileProgram(program, options.len() as i32, options.as_ptr()) })
     }
 
     unsafe fn log_size(program: Program) -> Result<usize, String> {
