@@ -29,6 +29,6 @@ impl GpuBackend<driver::Cuda> {
         // catches anything they missed.
         std::panic::catch_unwind(driver::Cuda::open)
             .unwrap_or_else(|_| Err(Error::unavailable("cuda", "the CUDA driver library could not be loaded")))
-            .map(GpuBackend::new)
+            .and_then(GpuBackend::new)
     }
 }

@@ -55,8 +55,17 @@ pub(crate) struct GpuBackend<D: Driver> {
 }
 
 impl<D: Driver> GpuBackend<D> {
-    pub(crate) fn new(driver: D) -> Self {
-        GpuBackend { device: Device::new(driver), wake: Wake::from_env(D::WAKE), next_stream: AtomicU32::new(0) }
+    /// A backend over `driver`, its built-in kernels compiled and loaded now:
+    /// loading a module can synchronise the whole device, which must not
+    /// happen later behind work in flight.
+    pub(crate) fn new(driver: D) -> Result<Self> {
+        let backend =
+            GpuBackend { device: Device::new(driver), wake: Wake::from_env(D::WAKE), next_stream: AtomicU32::new(0) };
+        backend.driver().bind()?;
+        for entry in BUILTIN_ENTRIES {
+            backend.device.kernels.function(backend.driver(), BUILTIN_SOURCE, entry)?;
+        }
+        Ok(backend)
     }
 
     fn driver(&self) -> &D {

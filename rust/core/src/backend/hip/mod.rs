@@ -22,7 +22,7 @@ pub(crate) type HipBackend = GpuBackend<driver::Hip>;
 impl GpuBackend<driver::Hip> {
     /// Opens device 0; no device is `Unavailable`, naming the cause.
     pub(crate) fn open() -> Result<Self> {
-        driver::Hip::open().map(GpuBackend::new)
+        driver::Hip::open().and_then(GpuBackend::new)
     }
 }
 
