@@ -4,6 +4,8 @@
 //! `--backend NAME` (repeatable) limits the run to some backends.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod report;
 #[cfg(feature = "wgpu")]
 mod wgpu;
@@ -21,6 +23,10 @@ fn main() {
     #[cfg(feature = "wgpu")]
     if wants("wgpu") {
         wgpu::run(&mut report);
+    }
+    #[cfg(feature = "cuda")]
+    if wants("cuda") {
+        cuda::run(&mut report);
     }
     report.print_table();
 }

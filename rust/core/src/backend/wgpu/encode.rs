@@ -167,6 +167,7 @@ fn write_bytes(
                 let from = (lo - start) as usize;
                 let to = ((hi - start) as usize).min(data.len());
                 let staging = staging_with(&gpu.device, &data[from..to])?;
+                gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
                 encoder.copy_buffer_to_buffer(&staging, 0, buffer, lo, hi - lo);
             }
         }
@@ -235,6 +236,7 @@ fn record(
                 mapped_at_creation: false,
             });
             encoder.copy_buffer_to_buffer(&src.buffer.buffer, first, &staging, 0, size);
+            gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
             gpu.counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
             *readback = Some(Readback { staging, skip: (src.offset - first) as usize, len: src.len as usize, sink });
         }

@@ -15,6 +15,7 @@ pub(crate) struct WgpuCounters {
     pub host_to_device_copies: AtomicU64,
     pub device_to_host_copies: AtomicU64,
     pub deferred_waits: AtomicU64,
+    pub staging_buffers: AtomicU64,
 }
 
 /// Rounds `bytes` up to a multiple of 4.

@@ -191,6 +191,7 @@ impl Backend for WgpuBackend {
             live_allocations: c.live_allocations.load(Ordering::SeqCst),
             host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
             device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
+            host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),
             race_violations: 0,
         }
     }
