@@ -345,13 +345,16 @@ impl<B: Backend> Engine for Scheduler<B> {
             Some(stream) => return Err(Error::invalid(format!("no stream {stream}"))),
             None => (0..state.streams.len()).collect(),
         };
-        let done = Completion::new(targets.len(), self.live.clone());
+        // A poisoned stream's fence still resolves only after the work queued on
+        // it, then reports the poison: one extra part carries the error.
+        let poisoned = targets.iter().filter(|&&stream| state.streams[stream].poisoned.is_some()).count();
+        let done = Completion::new(targets.len() + poisoned, self.live.clone());
         for stream in targets {
             let slot = &state.streams[stream];
-            match &slot.poisoned {
-                Some(error) => done.complete(Err(error.clone())),
-                None => self.backend.signal(&slot.raw, done.clone())?,
+            if let Some(error) = &slot.poisoned {
+                done.complete(Err(error.clone()));
             }
+            self.backend.signal(&slot.raw, done.clone())?;
         }
         Ok(done)
     }
