@@ -11,7 +11,8 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  test            every test of the project: Rust (all available backends), Kotlin, Swift
+  test [--rust|--kotlin|--swift]
+                  every test of the project: Rust (all available backends), Kotlin, Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
   bench [--backend NAME]
@@ -23,7 +24,12 @@ environment:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("test") => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+        Some("test") => match args.get(1).map(String::as_str) {
+            Some("--rust") => rust::test(),
+            Some("--kotlin") => kotlin::test(),
+            Some("--swift") => swift::test(),
+            _ => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+        },
         Some("demo") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::demo(&args[2..]),
             Some("--swift") => swift::demo(&args[2..]),

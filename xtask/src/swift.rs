@@ -1,10 +1,14 @@
 //! The Swift package: natives, bindings, SwiftPM tests and the Swift demo.
 
-use crate::util::Result;
+mod toolchain;
+
+use crate::util::{root, Result};
+use toolchain::Toolchain;
 
 /// Swift tests (not wired yet).
 pub fn test() -> Result {
-    eprintln!("swift: not wired yet, skipped");
+    let toolchain = Toolchain::find()?;
+    toolchain.swift(&root().join("bindings/swift"), &["--version".to_owned()], &[])?;
     Ok(())
 }
 

@@ -1,0 +1,347 @@
+//! The Swift toolchain: `swift` on PATH, or else Debian trixie's `swiftlang`
+//! (Swift 6.0) in a chroot built once and cached outside the repository.
+//!
+//! The chroot lives at `$WEIR_SWIFT_CHROOT`, else
+//! `${XDG_CACHE_HOME:-$HOME/.cache}/weir/swift-trixie`. It is reused when its
+//! marker file names the current recipe, and rebuilt (as root, with
+//! `debootstrap`) when absent or stale: a cache, never a dependency.
+//!
+//! Inside it, `/proc` and `/dev` are mounted and the workspace is bind-mounted
+//! at its own absolute path, so every path (sources, libraries, rpaths, error
+//! messages) reads the same inside and out. Every mount is undone when the
+//! command ends, whatever its outcome; mounts left by a killed run are cleared
+//! before the next one.
+
+use std::fs;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::thread;
+
+use crate::util::{root, Result};
+
+/// What the chroot holds. Change it and every cached chroot is rebuilt.
+/// libc6-dev: the C headers swiftc needs (only recommended by gcc). libvulkan1 and
+/// mesa-vulkan-drivers let a wgpu-enabled library find lavapipe.
+const RECIPE: &str = "debian trixie minbase; swiftlang libc6-dev libvulkan1 mesa-vulkan-drivers; v2";
+const PACKAGES: &[&str] = &["swiftlang", "libc6-dev", "libvulkan1", "mesa-vulkan-drivers"];
+const MARKER: &str = ".weir-swift-recipe";
+const SUITE: &str = "trixie";
+const DEFAULT_MIRROR: &str = "http://deb.debian.org/debian";
+const CHROOT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// Where `swift` runs.
+pub enum Toolchain {
+    /// `swift` on PATH.
+    Host,
+    /// `swift` inside the cached chroot at this directory.
+    Chroot(PathBuf),
+}
+
+impl Toolchain {
+    /// `swift` on PATH if there is one, else the chroot (built if needed).
+    pub fn find() -> Result<Toolchain> {
+        if Command::new("swift")
+            .arg("--version")
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .is_ok_and(|status| status.success())
+        {
+            eprintln!("swift: using the toolchain on PATH");
+            return Ok(Toolchain::Host);
+        }
+        let dir = chroot_dir()?;
+        if is_ready(&dir) {
+            eprintln!("swift: no swift on PATH; using the cached chroot {}", dir.display());
+        } else {
+            eprintln!("swift: no swift on PATH and no cached chroot; building {} (a few minutes)", dir.display());
+            build(&dir)?;
+        }
+        Ok(Toolchain::Chroot(dir))
+    }
+
+    /// Runs `swift args…` in `dir` (inside the workspace) with extra `env`,
+    /// echoing its output as it comes; returns that output.
+    pub fn swift(&self, dir: &Path, args: &[String], env: &[(&str, String)]) -> Result<String> {
+        let mut command;
+        let _mounts;
+        match self {
+            Toolchain::Host => {
+                command = Command::new("swift");
+                command.args(args).current_dir(dir).envs(env.iter().map(|(k, v)| (k, v)));
+            }
+            Toolchain::Chroot(chroot) => {
+                let mut mounts = Mounts::new(chroot)?;
+                mounts.proc()?;
+                mounts.bind(Path::new("/dev"))?;
+                mounts.bind(&root())?;
+                _mounts = mounts;
+                command = in_chroot(chroot, env);
+                // `sh -c 'cd "$0" && exec "$@"' DIR swift ARGS…`: no quoting of ARGS.
+                command.args(["/bin/sh", "-c", "cd \"$0\" && exec \"$@\""]);
+                command.arg(dir).arg("swift").args(args);
+            }
+        }
+        capture(&mut command)
+    }
+}
+
+/// `chroot DIR env -i …`: a clean environment inside.
+fn in_chroot(chroot: &Path, env: &[(&str, String)]) -> Command {
+    let mut command = Command::new("chroot");
+    command.arg(chroot).args(["/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8"]);
+    command.arg(format!("PATH={CHROOT_PATH}"));
+    command.args(env.iter().map(|(k, v)| format!("{k}={v}")));
+    command
+}
+
+/// Runs `command`, echoing stdout and stderr as they come; returns both
+/// (interleaved by line); fails on a non-zero exit.
+fn capture(command: &mut Command) -> Result<String> {
+    eprintln!("+ {command:?}");
+    let mut child = command
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start {command:?}: {e}"))?;
+    let (sender, receiver) = std::sync::mpsc::channel::<String>();
+    let pipes: Vec<Box<dyn Read + Send>> = vec![
+        Box::new(child.stdout.take().expect("stdout is piped")),
+        Box::new(child.stderr.take().expect("stderr is piped")),
+    ];
+    let readers: Vec<_> = pipes
+        .into_iter()
+        .map(|pipe| {
+            let sender = sender.clone();
+            thread::spawn(move || {
+                for line in BufReader::new(pipe).lines().map_while(std::result::Result::ok) {
+                    eprintln!("{line}");
+                    let _ = sender.send(line);
+                }
+            })
+        })
+        .collect();
+    drop(sender);
+    let output: Vec<String> = receiver.iter().collect();
+    for reader in readers {
+        let _ = reader.join();
+    }
+    let status = child.wait().map_err(|e| format!("waiting for {command:?}: {e}"))?;
+    if status.success() {
+        Ok(output.join("\n"))
+    } else {
+        Err(format!("{command:?} failed with {status}"))
+    }
+}
+
+fn chroot_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("WEIR_SWIFT_CHROOT") {
+        return Ok(PathBuf::from(dir));
+    }
+    let cache = match std::env::var_os("XDG_CACHE_HOME") {
+        Some(dir) if !dir.is_empty() => PathBuf::from(dir),
+        _ => PathBuf::from(
+            std::env::var_os("HOME").ok_or("neither XDG_CACHE_HOME nor HOME is set")?,
+        )
+        .join(".cache"),
+    };
+    Ok(cache.join("weir").join("swift-trixie"))
+}
+
+fn is_ready(dir: &Path) -> bool {
+    dir.join("usr/bin/swift").exists()
+        && fs::read_to_string(dir.join(MARKER)).is_ok_and(|recipe| recipe.trim() == RECIPE)
+}
+
+/// Builds the chroot next to `dir`, then moves it into place, so an
+/// interrupted build never looks ready.
+fn build(dir: &Path) -> Result {
+    let started = std::time::Instant::now();
+    let uid = Command::new("id").arg("-u").output().map_err(|e| format!("cannot run id: {e}"))?;
+    if String::from_utf8_lossy(&uid.stdout).trim() != "0" {
+        return Err("no swift on PATH, and building the Swift chroot needs root \
+                    (debootstrap, chroot, mount): install Swift 6, or run as root"
+            .to_owned());
+    }
+    if Command::new("debootstrap").arg("--version").output().is_err() {
+        return Err("no swift on PATH, and building the Swift chroot needs debootstrap: \
+                    `apt-get install -y debootstrap`, or install Swift 6"
+            .to_owned());
+    }
+    let partial = dir.with_file_name(format!(
+        "{}.partial",
+        dir.file_name().and_then(|name| name.to_str()).unwrap_or("swift-trixie")
+    ));
+    remove_chroot(&partial)?;
+    remove_chroot(dir)?;
+    if let Some(parent) = partial.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    let mirror = debian_mirror();
+    crate::util::run(
+        Command::new("debootstrap")
+            .args(["--variant=minbase", SUITE])
+            .arg(&partial)
+            .arg(&mirror),
+    )?;
+    // Marks the directory as ours (so a failed build can be deleted) but not ready.
+    fs::write(partial.join(MARKER), "incomplete\n")
+        .map_err(|e| format!("cannot write the chroot marker: {e}"))?;
+    fs::copy("/etc/resolv.conf", partial.join("etc/resolv.conf"))
+        .map_err(|e| format!("cannot copy resolv.conf into the chroot: {e}"))?;
+    {
+        let mut mounts = Mounts::new(&partial)?;
+        mounts.proc()?;
+        mounts.bind(Path::new("/dev"))?;
+        let script = format!(
+            "apt-get update -q && apt-get install -y -q --no-install-recommends {} && apt-get clean",
+            PACKAGES.join(" ")
+        );
+        let mut command = in_chroot(&partial, &[("DEBIAN_FRONTEND", "noninteractive".to_owned())]);
+        command.args(["/bin/sh", "-c", &script]);
+        crate::util::run(&mut command)?;
+    }
+    fs::write(partial.join(MARKER), format!("{RECIPE}\n"))
+        .map_err(|e| format!("cannot write the chroot marker: {e}"))?;
+    fs::rename(&partial, dir)
+        .map_err(|e| format!("cannot move {} to {}: {e}", partial.display(), dir.display()))?;
+    eprintln!("swift: chroot ready in {:.0?}", started.elapsed());
+    Ok(())
+}
+
+/// The Debian mirror this machine's apt uses, else deb.debian.org.
+/// `WEIR_DEBIAN_MIRROR` overrides it.
+fn debian_mirror() -> String {
+    if let Ok(mirror) = std::env::var("WEIR_DEBIAN_MIRROR") {
+        return mirror;
+    }
+    let mut texts: Vec<String> = Vec::new();
+    texts.extend(fs::read_to_string("/etc/apt/sources.list").ok());
+    if let Ok(entries) = fs::read_dir("/etc/apt/sources.list.d") {
+        let mut paths: Vec<PathBuf> = entries.filter_map(|e| e.ok().map(|e| e.path())).collect();
+        paths.sort();
+        texts.extend(paths.iter().filter_map(|path| fs::read_to_string(path).ok()));
+    }
+    texts
+        .iter()
+        .flat_map(|text| text.lines())
+        .map(str::trim)
+        .filter(|line| !line.starts_with('#'))
+        .flat_map(|line| line.split_whitespace())
+        .map(|word| word.trim_end_matches('/'))
+        .find(|word| word.starts_with("http") && word.ends_with("/debian"))
+        .map_or_else(|| DEFAULT_MIRROR.to_owned(), str::to_owned)
+}
+
+/// Deletes a chroot directory, after making sure nothing is mounted in it
+/// (a bind-mounted workspace must never be deleted with it).
+fn remove_chroot(dir: &Path) -> Result {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let ours = dir.join(MARKER).exists()
+        || dir.join("debootstrap").exists()
+        || fs::read_dir(dir).is_ok_and(|mut entries| entries.next().is_none());
+    if !ours {
+        return Err(format!(
+            "{} exists but is not a Weir Swift chroot; not deleting it (move it away or set WEIR_SWIFT_CHROOT)",
+            dir.display()
+        ));
+    }
+    clear_stale_mounts(dir)?;
+    if !mounts_under(dir).is_empty() {
+        return Err(format!("{} still has mounts inside; not deleting it", dir.display()));
+    }
+    eprintln!("swift: removing {}", dir.display());
+    fs::remove_dir_all(dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))
+}
+
+/// Mount points at or below `dir`, deepest first.
+fn mounts_under(dir: &Path) -> Vec<PathBuf> {
+    let Ok(table) = fs::read_to_string("/proc/self/mounts") else {
+        return Vec::new();
+    };
+    let mut points: Vec<PathBuf> = table
+        .lines()
+        .filter_map(|line| line.split_whitespace().nth(1))
+        // /proc/mounts escapes spaces and the like as octal.
+        .map(|point| PathBuf::from(point.replace("\\040", " ")))
+        .filter(|point| point.starts_with(dir))
+        .collect();
+    points.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
+    points
+}
+
+/// Unmounts what a killed earlier run left mounted in the chroot.
+fn clear_stale_mounts(dir: &Path) -> Result {
+    for point in mounts_under(dir) {
+        eprintln!("swift: unmounting {} (left by an earlier run)", point.display());
+        unmount(&point)?;
+    }
+    Ok(())
+}
+
+fn unmount(point: &Path) -> Result {
+    let quiet = |lazy: bool| {
+        let mut command = Command::new("umount");
+        if lazy {
+            command.arg("--lazy");
+        }
+        command.arg(point).status().is_ok_and(|status| status.success())
+    };
+    if quiet(false) || quiet(true) {
+        Ok(())
+    } else {
+        Err(format!("cannot unmount {}", point.display()))
+    }
+}
+
+/// Mounts in a chroot, undone in reverse order when dropped.
+struct Mounts {
+    chroot: PathBuf,
+    points: Vec<PathBuf>,
+}
+
+impl Mounts {
+    fn new(chroot: &Path) -> Result<Mounts> {
+        clear_stale_mounts(chroot)?;
+        Ok(Mounts { chroot: chroot.to_owned(), points: Vec::new() })
+    }
+
+    fn target(&self, path: &Path) -> Result<PathBuf> {
+        let inside = self.chroot.join(path.strip_prefix("/").unwrap_or(path));
+        fs::create_dir_all(&inside).map_err(|e| format!("cannot create {}: {e}", inside.display()))?;
+        Ok(inside)
+    }
+
+    fn proc(&mut self) -> Result {
+        let target = self.target(Path::new("/proc"))?;
+        self.mount(Command::new("mount").args(["-t", "proc", "proc"]).arg(&target), target)
+    }
+
+    /// Bind-mounts `path` at the same path inside the chroot.
+    fn bind(&mut self, path: &Path) -> Result {
+        let target = self.target(path)?;
+        self.mount(Command::new("mount").arg("--bind").arg(path).arg(&target), target)
+    }
+
+    fn mount(&mut self, command: &mut Command, target: PathBuf) -> Result {
+        let status = command.status().map_err(|e| format!("cannot run mount: {e}"))?;
+        if !status.success() {
+            return Err(format!("{command:?} failed with {status}"));
+        }
+        self.points.push(target);
+        Ok(())
+    }
+}
+
+impl Drop for Mounts {
+    fn drop(&mut self) {
+        for point in self.points.drain(..).rev() {
+            if let Err(message) = unmount(&point) {
+                eprintln!("swift: {message}");
+            }
+        }
+    }
+}
