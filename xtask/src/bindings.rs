@@ -52,9 +52,7 @@ pub fn native(profile: Profile) -> Result<PathBuf> {
         command.arg("--release");
     }
     run(&mut command)?;
-    let target = std::env::var_os("CARGO_TARGET_DIR")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| root().join("target"));
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
     let library = target.join(profile.dir()).join(library_file());
     if !library.is_file() {
         return Err(format!("{} was not built", library.display()));
@@ -65,15 +63,10 @@ pub fn native(profile: Profile) -> Result<PathBuf> {
 /// Generates the `language` bindings of `library` into `out_dir` (emptied first).
 pub fn generate(language: &str, library: &Path, out_dir: &Path) -> Result {
     if out_dir.exists() {
-        std::fs::remove_dir_all(out_dir)
-            .map_err(|e| format!("cannot empty {}: {e}", out_dir.display()))?;
+        std::fs::remove_dir_all(out_dir).map_err(|e| format!("cannot empty {}: {e}", out_dir.display()))?;
     }
     let config = root().join("uniffi.toml");
-    run(cargo()
-        .args(["run", "--quiet", "-p", "weir-bindgen", "--", language])
-        .arg(library)
-        .arg(out_dir)
-        .arg(config))
+    run(cargo().args(["run", "--quiet", "-p", "weir-bindgen", "--", language]).arg(library).arg(out_dir).arg(config))
 }
 
 /// `cargo xtask bindings kotlin|swift [--release] [--out DIR]`: builds the
@@ -84,20 +77,12 @@ pub fn command(args: &[String]) -> Result {
         .map(String::as_str)
         .filter(|l| matches!(*l, "kotlin" | "swift"))
         .ok_or("usage: cargo xtask bindings kotlin|swift [--release] [--out DIR]")?;
-    let out = args
-        .windows(2)
-        .find(|w| w[0] == "--out")
-        .map(|w| root().join(&w[1]))
-        .unwrap_or_else(|| match language {
-            "kotlin" => crate::kotlin::generated_sources(),
-            _ => root().join("target/bindings/swift"),
-        });
+    let out = args.windows(2).find(|w| w[0] == "--out").map(|w| root().join(&w[1])).unwrap_or_else(|| match language {
+        "kotlin" => crate::kotlin::generated_sources(),
+        _ => root().join("target/bindings/swift"),
+    });
     let library = native(Profile::from_args(args))?;
     generate(language, &library, &out)?;
-    eprintln!(
-        "{language} bindings of {} in {}",
-        library.display(),
-        out.display()
-    );
+    eprintln!("{language} bindings of {} in {}", library.display(), out.display());
     Ok(())
 }

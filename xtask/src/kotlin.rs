@@ -42,25 +42,17 @@ pub fn prepare(profile: Profile) -> Result {
     let library = bindings::native(profile)?;
     bindings::generate("kotlin", &library, &generated_sources())?;
     let platform = generated_resources().join(jna_platform());
-    std::fs::create_dir_all(&platform)
-        .map_err(|e| format!("cannot create {}: {e}", platform.display()))?;
+    std::fs::create_dir_all(&platform).map_err(|e| format!("cannot create {}: {e}", platform.display()))?;
     let target = platform.join(bindings::library_file());
-    std::fs::copy(&library, &target).map_err(|e| {
-        format!(
-            "cannot copy {} to {}: {e}",
-            library.display(),
-            target.display()
-        )
-    })?;
+    std::fs::copy(&library, &target)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", library.display(), target.display()))?;
     Ok(())
 }
 
 /// `mvn` in batch mode, in the Maven project.
 fn maven() -> std::process::Command {
     let mut command = std::process::Command::new("mvn");
-    command
-        .args(["-B", "-q", "-f"])
-        .arg(project().join("pom.xml"));
+    command.args(["-B", "-q", "-f"]).arg(project().join("pom.xml"));
     command
 }
 

@@ -26,9 +26,7 @@ environment:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("test") => rust::test()
-            .and_then(|()| kotlin::test())
-            .and_then(|()| swift::test()),
+        Some("test") => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
         Some("demo") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::demo(&args[2..]),
             Some("--swift") => swift::demo(&args[2..]),

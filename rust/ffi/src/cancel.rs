@@ -30,17 +30,13 @@ pub struct CancelToken {
 
 impl std::fmt::Debug for CancelToken {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CancelToken")
-            .field("cancelled", &self.is_cancelled())
-            .finish()
+        f.debug_struct("CancelToken").field("cancelled", &self.is_cancelled()).finish()
     }
 }
 
 impl CancelToken {
     fn lock(&self) -> MutexGuard<'_, Wakers> {
-        self.wakers
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.wakers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Registers (or refreshes) `waker` in `slot`; true if already cancelled.
@@ -86,11 +82,7 @@ impl CancelToken {
     /// Waits guarded by this token now (for tests).
     #[cfg(test)]
     pub(crate) fn registered(&self) -> usize {
-        self.lock()
-            .slots
-            .iter()
-            .filter(|slot| slot.is_some())
-            .count()
+        self.lock().slots.iter().filter(|slot| slot.is_some()).count()
     }
 }
 
@@ -108,10 +100,7 @@ impl CancelToken {
             let mut wakers = self.lock();
             self.cancelled.store(true, Ordering::Release);
             wakers.free.clear();
-            std::mem::take(&mut wakers.slots)
-                .into_iter()
-                .flatten()
-                .collect()
+            std::mem::take(&mut wakers.slots).into_iter().flatten().collect()
         };
         // Wake outside the lock: a waker may poll the future right away.
         for waker in woken {
@@ -135,11 +124,7 @@ pub(crate) struct Cancellable<F> {
 
 /// Guards `inner` with `token` (no token: just `inner`, errors converted).
 pub(crate) fn cancellable<F>(inner: F, token: Option<Arc<CancelToken>>) -> Cancellable<F> {
-    Cancellable {
-        inner: Some(inner),
-        token,
-        slot: None,
-    }
+    Cancellable { inner: Some(inner), token, slot: None }
 }
 
 impl<F, T> Future for Cancellable<F>
@@ -242,9 +227,6 @@ mod tests {
         let waker = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
         let mut cx = Context::from_waker(&waker);
         let mut wait = cancellable(std::future::ready(Ok(())), Some(token));
-        assert!(matches!(
-            Pin::new(&mut wait).poll(&mut cx),
-            Poll::Ready(Err(WeirError::Cancelled(_)))
-        ));
+        assert!(matches!(Pin::new(&mut wait).poll(&mut cx), Poll::Ready(Err(WeirError::Cancelled(_)))));
     }
 }

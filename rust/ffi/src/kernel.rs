@@ -77,9 +77,7 @@ impl Kernel {
     /// One of the built-in ops.
     #[uniffi::constructor]
     pub fn builtin(op: BuiltinOp) -> Arc<Self> {
-        Arc::new(Kernel {
-            inner: weir_core::Kernel::builtin(op.into()),
-        })
+        Arc::new(Kernel { inner: weir_core::Kernel::builtin(op.into()) })
     }
 
     /// A custom kernel named `name`, with the sources it has. WGSL buffers bind
@@ -101,9 +99,7 @@ impl Kernel {
         if let Some(source) = hip {
             builder = builder.hip(source.code, source.entry);
         }
-        Arc::new(Kernel {
-            inner: builder.build(),
-        })
+        Arc::new(Kernel { inner: builder.build() })
     }
 
     /// The kernel's name (built-ins: their snake_case name).

@@ -85,9 +85,7 @@ impl Arg {
     /// The core argument, borrowing the buffer handle.
     pub(crate) fn to_core(&self) -> weir_core::Arg<'_> {
         match self {
-            Arg::Buffer { buffer, access } => {
-                weir_core::Arg::Buffer(buffer.core(), (*access).into())
-            }
+            Arg::Buffer { buffer, access } => weir_core::Arg::Buffer(buffer.core(), (*access).into()),
             Arg::U32 { value } => weir_core::Arg::u32(*value),
             Arg::I32 { value } => weir_core::Arg::i32(*value),
             Arg::F32 { value } => weir_core::Arg::f32(*value),
@@ -128,9 +126,7 @@ impl Grid {
         let groups = [self.groups_x, self.groups_y, self.groups_z];
         let block = [self.block_x, self.block_y, self.block_z];
         if groups.contains(&0) || block.contains(&0) {
-            return Err(WeirError::invalid(format!(
-                "grid {groups:?} x {block:?} has an empty dimension"
-            )));
+            return Err(WeirError::invalid(format!("grid {groups:?} x {block:?} has an empty dimension")));
         }
         Ok(weir_core::Grid::new(groups, block).with_shared_bytes(self.shared_bytes))
     }

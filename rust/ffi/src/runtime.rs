@@ -26,9 +26,7 @@ impl Runtime {
     /// `Unavailable`, naming what is missing.
     #[uniffi::constructor]
     pub fn open(backend: Backend) -> Result<Arc<Self>> {
-        Ok(Arc::new(Runtime {
-            inner: weir_core::Runtime::open(backend.into())?,
-        }))
+        Ok(Arc::new(Runtime { inner: weir_core::Runtime::open(backend.into())? }))
     }
 
     /// The device this runtime drives.

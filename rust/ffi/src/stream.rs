@@ -80,11 +80,7 @@ impl Stream {
     /// Zeroes every byte of `buffer` on the device (scheduler-managed: ordered
     /// after its readers and writers on every stream), then suspends until done.
     #[uniffi::method(default(cancel = None))]
-    pub async fn memset_zero(
-        &self,
-        buffer: Arc<Buffer>,
-        cancel: Option<Arc<CancelToken>>,
-    ) -> Result<()> {
+    pub async fn memset_zero(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         self.inner.memset_zero(buffer.core())?;
         cancellable(self.completion()?, cancel).await
     }
@@ -105,21 +101,14 @@ impl Stream {
     /// Reads the whole of `buffer` once its latest write (on any stream) is
     /// done, without blocking a thread.
     #[uniffi::method(default(cancel = None))]
-    pub async fn read(
-        &self,
-        buffer: Arc<Buffer>,
-        cancel: Option<Arc<CancelToken>>,
-    ) -> Result<Vec<u8>> {
+    pub async fn read(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<Vec<u8>> {
         let pending = self.inner.enqueue_read(buffer.core())?;
         cancellable(pending, cancel).await
     }
 
     /// Reads `len` bytes of `buffer` from `offset`, blocking the calling thread.
     pub fn read_blocking(&self, buffer: Arc<Buffer>, offset: u64, len: u64) -> Result<Vec<u8>> {
-        Ok(self
-            .inner
-            .enqueue_read_at(buffer.core(), offset, len)?
-            .wait()?)
+        Ok(self.inner.enqueue_read_at(buffer.core(), offset, len)?.wait()?)
     }
 
     /// A fence on all work admitted on this stream so far.
@@ -138,9 +127,7 @@ impl Stream {
     /// returned [`Hold`] is released. Test support (the CPU backend has it;
     /// others answer `Unsupported`).
     pub fn hold(&self) -> Result<Arc<Hold>> {
-        Ok(Arc::new(Hold {
-            gate: std::sync::Mutex::new(Some(self.inner.hold()?)),
-        }))
+        Ok(Arc::new(Hold { gate: std::sync::Mutex::new(Some(self.inner.hold()?)) }))
     }
 }
 
@@ -155,11 +142,7 @@ pub struct Hold {
 impl Hold {
     /// Lets the stream go on. Releasing again does nothing.
     pub fn release(&self) {
-        let gate = self
-            .gate
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
-            .take();
+        let gate = self.gate.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
         drop(gate);
     }
 }

@@ -12,10 +12,7 @@ fn grid() -> Grid {
 }
 
 fn floats(bytes: &[u8]) -> Vec<f32> {
-    bytes
-        .chunks_exact(4)
-        .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]))
-        .collect()
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
 }
 
 fn bytes(values: &[f32]) -> Vec<u8> {
@@ -45,28 +42,16 @@ fn execute_async_write_read_and_memset_zero_give_exact_results() {
         Kernel::builtin(BuiltinOp::Axpy),
         grid(),
         vec![
-            Arg::Buffer {
-                buffer: x.clone(),
-                access: Access::Read,
-            },
-            Arg::Buffer {
-                buffer: y.clone(),
-                access: Access::ReadWrite,
-            },
+            Arg::Buffer { buffer: x.clone(), access: Access::Read },
+            Arg::Buffer { buffer: y.clone(), access: Access::ReadWrite },
             Arg::F32 { value: 2.0 },
         ],
         None,
     ))
     .unwrap();
-    assert_eq!(
-        floats(&block_on(stream.read(y.clone(), None)).unwrap()),
-        [12.0, 24.0, 36.0]
-    );
+    assert_eq!(floats(&block_on(stream.read(y.clone(), None)).unwrap()), [12.0, 24.0, 36.0]);
     block_on(stream.memset_zero(y.clone(), None)).unwrap();
-    assert_eq!(
-        floats(&block_on(stream.read(y, None)).unwrap()),
-        [0.0, 0.0, 0.0]
-    );
+    assert_eq!(floats(&block_on(stream.read(y, None)).unwrap()), [0.0, 0.0, 0.0]);
 }
 
 #[test]
@@ -84,10 +69,7 @@ fn cancel_token_ends_a_gated_wait_and_leaves_no_waiter() {
     token.cancel();
     let outcome = waiter.join().unwrap();
     assert!(cancelled_at.elapsed() < Duration::from_secs(1));
-    assert!(
-        matches!(outcome, Err(WeirError::Cancelled(_))),
-        "{outcome:?}"
-    );
+    assert!(matches!(outcome, Err(WeirError::Cancelled(_))), "{outcome:?}");
     let diagnostics = runtime.diagnostics();
     assert_eq!((diagnostics.live_waiters, diagnostics.live_fences), (0, 0));
     hold.release();
@@ -124,23 +106,13 @@ fn errors_arrive_as_their_typed_variant() {
         Err(WeirError::Unsupported(message)) => assert!(message.contains("gpu_only"), "{message}"),
         other => panic!("expected Unsupported, got {other:?}"),
     }
-    let bad_grid = Grid {
-        groups_x: 0,
-        ..grid()
-    };
+    let bad_grid = Grid { groups_x: 0, ..grid() };
     assert!(matches!(
-        stream.execute(
-            Kernel::builtin(BuiltinOp::Delay),
-            bad_grid,
-            vec![Arg::U32 { value: 0 }]
-        ),
+        stream.execute(Kernel::builtin(BuiltinOp::Delay), bad_grid, vec![Arg::U32 { value: 0 }]),
         Err(WeirError::InvalidArgument(_))
     ));
     let other = Runtime::open(Backend::Cpu).unwrap();
-    assert!(matches!(
-        block_on(other.default_stream().memset_zero(small, None)),
-        Err(WeirError::ForeignHandle(_))
-    ));
+    assert!(matches!(block_on(other.default_stream().memset_zero(small, None)), Err(WeirError::ForeignHandle(_))));
 }
 
 #[test]
@@ -148,24 +120,12 @@ fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
     let runtime = Runtime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let buffer = stream.zeros(4).unwrap();
-    stream
-        .execute(
-            Kernel::builtin(BuiltinOp::Delay),
-            grid(),
-            vec![Arg::U32 { value: 20_000 }],
-        )
-        .unwrap();
+    stream.execute(Kernel::builtin(BuiltinOp::Delay), grid(), vec![Arg::U32 { value: 20_000 }]).unwrap();
     let fence = stream.fence().unwrap();
     runtime.shutdown().unwrap();
     assert!(fence.is_complete(), "shutdown waits for work in flight");
     runtime.shutdown().unwrap();
-    assert!(matches!(
-        block_on(stream.sync(None)),
-        Err(WeirError::Closed(_))
-    ));
-    assert!(matches!(
-        block_on(stream.read(buffer, None)),
-        Err(WeirError::Closed(_))
-    ));
+    assert!(matches!(block_on(stream.sync(None)), Err(WeirError::Closed(_))));
+    assert!(matches!(block_on(stream.read(buffer, None)), Err(WeirError::Closed(_))));
     let _ = Arc::strong_count(&runtime);
 }
