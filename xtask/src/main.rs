@@ -1,6 +1,7 @@
 //! `cargo xtask`: the one entry point for building natives, generating
 //! bindings, testing, benchmarking and running the demos.
 
+mod bindings;
 mod kotlin;
 mod rust;
 mod swift;
@@ -15,6 +16,8 @@ commands:
                   every test of the project: Rust (all available backends), Kotlin, Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
+  bindings kotlin|swift [--release] [--out DIR]
+                  build the native library and generate one language's bindings
   bench [--backend NAME]
                   benchmarks: JSON lines, then a readable table
 
@@ -35,6 +38,7 @@ fn main() -> ExitCode {
             Some("--swift") => swift::demo(&args[2..]),
             _ => rust::demo(&args[1..]),
         },
+        Some("bindings") => bindings::command(&args[1..]),
         Some("bench") => rust::bench(&args[1..]),
         _ => {
             eprintln!("{USAGE}");

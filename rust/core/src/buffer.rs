@@ -55,24 +55,11 @@ impl Buffer {
     }
 
     /// The bytes `offset..offset + len`, checked against this buffer and runtime.
-    pub(crate) fn span_in(
-        &self,
-        engine: &Arc<dyn Engine>,
-        offset: u64,
-        len: u64,
-    ) -> Result<Span<BufferKey>> {
+    pub(crate) fn span_in(&self, engine: &Arc<dyn Engine>, offset: u64, len: u64) -> Result<Span<BufferKey>> {
         let key = self.key_in(engine)?;
         match offset.checked_add(len) {
-            Some(end) if end <= self.0.len => Ok(Span {
-                buffer: key,
-                offset,
-                len,
-            }),
-            _ => Err(Error::OutOfRange {
-                offset,
-                size: len,
-                len: self.0.len,
-            }),
+            Some(end) if end <= self.0.len => Ok(Span { buffer: key, offset, len }),
+            _ => Err(Error::OutOfRange { offset, size: len, len: self.0.len }),
         }
     }
 

@@ -14,9 +14,7 @@ use crate::error::Result;
 /// Locks a mutex, ignoring poisoning: every critical section in Weir leaves its
 /// data consistent before anything that can panic.
 pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Live-object counters of one runtime, for leak tests and diagnostics.
@@ -55,9 +53,7 @@ pub struct Completion {
 
 impl std::fmt::Debug for Completion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Completion")
-            .field("done", &self.is_complete())
-            .finish()
+        f.debug_struct("Completion").field("done", &self.is_complete()).finish()
     }
 }
 
@@ -66,12 +62,7 @@ impl Completion {
     pub fn new(parts: usize, counters: Arc<LiveCounters>) -> Arc<Self> {
         Arc::new(Completion {
             done: AtomicBool::new(parts == 0),
-            state: Mutex::new(State {
-                parts_left: parts,
-                outcome: Ok(()),
-                wakers: Vec::new(),
-                free_slots: Vec::new(),
-            }),
+            state: Mutex::new(State { parts_left: parts, outcome: Ok(()), wakers: Vec::new(), free_slots: Vec::new() }),
             finished: Condvar::new(),
             counters,
         })
@@ -129,10 +120,7 @@ impl Completion {
         if state.parts_left > 0 {
             self.counters.waiters.fetch_add(1, Ordering::SeqCst);
             while state.parts_left > 0 {
-                state = self
-                    .finished
-                    .wait(state)
-                    .unwrap_or_else(|poisoned| poisoned.into_inner());
+                state = self.finished.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
             self.counters.waiters.fetch_sub(1, Ordering::SeqCst);
         }
@@ -140,11 +128,7 @@ impl Completion {
     }
 
     /// Polls for completion, registering `cx`'s waker in `slot` while pending.
-    pub(crate) fn poll_wait(
-        &self,
-        cx: &mut Context<'_>,
-        slot: &mut Option<usize>,
-    ) -> Poll<Result<()>> {
+    pub(crate) fn poll_wait(&self, cx: &mut Context<'_>, slot: &mut Option<usize>) -> Poll<Result<()>> {
         if self.is_complete() {
             self.forget_waker(slot);
             return Poll::Ready(lock(&self.state).outcome.clone());

@@ -55,26 +55,17 @@ impl Error {
     }
 
     pub(crate) fn backend(backend: &str, message: impl Into<String>) -> Self {
-        Error::Backend {
-            backend: backend.to_owned(),
-            message: message.into(),
-        }
+        Error::Backend { backend: backend.to_owned(), message: message.into() }
     }
 
     /// Shorthand for [`Error::Unavailable`].
     pub fn unavailable(backend: &str, reason: impl Into<String>) -> Self {
-        Error::Unavailable {
-            backend: backend.to_owned(),
-            reason: reason.into(),
-        }
+        Error::Unavailable { backend: backend.to_owned(), reason: reason.into() }
     }
 
     /// Shorthand for [`Error::Unsupported`].
     pub fn unsupported(backend: &str, what: impl Into<String>) -> Self {
-        Error::Unsupported {
-            backend: backend.to_owned(),
-            what: what.into(),
-        }
+        Error::Unsupported { backend: backend.to_owned(), what: what.into() }
     }
 }
 

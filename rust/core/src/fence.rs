@@ -22,9 +22,7 @@ pub struct Fence {
 
 impl std::fmt::Debug for Fence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Fence")
-            .field("complete", &self.is_complete())
-            .finish()
+        f.debug_struct("Fence").field("complete", &self.is_complete()).finish()
     }
 }
 
@@ -52,10 +50,7 @@ impl Fence {
     /// A future that resolves when the work is done. It owns what it needs, so
     /// it may outlive this handle.
     pub fn wait_async(&self) -> FenceWait {
-        FenceWait {
-            completion: self.completion.clone(),
-            slot: None,
-        }
+        FenceWait { completion: self.completion.clone(), slot: None }
     }
 }
 
@@ -124,9 +119,7 @@ impl PendingRead {
     }
 
     fn bytes(&self) -> Result<Vec<u8>> {
-        self.sink
-            .take()
-            .ok_or_else(|| Error::backend("weir", "read completed without data"))
+        self.sink.take().ok_or_else(|| Error::backend("weir", "read completed without data"))
     }
 }
 

@@ -37,11 +37,7 @@ pub struct Grid {
 impl Grid {
     /// `groups` work groups of `block` threads, no shared memory.
     pub fn new(groups: [u32; 3], block: [u32; 3]) -> Self {
-        Grid {
-            groups,
-            block,
-            shared_bytes: 0,
-        }
+        Grid { groups, block, shared_bytes: 0 }
     }
 
     /// Enough groups of `block` threads along x to cover `items` items.
@@ -109,34 +105,27 @@ impl<'a> CpuKernelArgs<'a> {
 
     /// Buffer argument `index` as `f32`s.
     pub fn f32s(&self, index: usize) -> Result<&[f32], String> {
-        bytemuck::try_cast_slice(self.bytes(index)?)
-            .map_err(|e| format!("buffer {index} as f32: {e}"))
+        bytemuck::try_cast_slice(self.bytes(index)?).map_err(|e| format!("buffer {index} as f32: {e}"))
     }
 
     /// Buffer argument `index` as mutable `f32`s.
     pub fn f32s_mut(&mut self, index: usize) -> Result<&mut [f32], String> {
-        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?)
-            .map_err(|e| format!("buffer {index} as f32: {e}"))
+        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?).map_err(|e| format!("buffer {index} as f32: {e}"))
     }
 
     /// Buffer argument `index` as `u32`s.
     pub fn u32s(&self, index: usize) -> Result<&[u32], String> {
-        bytemuck::try_cast_slice(self.bytes(index)?)
-            .map_err(|e| format!("buffer {index} as u32: {e}"))
+        bytemuck::try_cast_slice(self.bytes(index)?).map_err(|e| format!("buffer {index} as u32: {e}"))
     }
 
     /// Buffer argument `index` as mutable `u32`s.
     pub fn u32s_mut(&mut self, index: usize) -> Result<&mut [u32], String> {
-        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?)
-            .map_err(|e| format!("buffer {index} as u32: {e}"))
+        bytemuck::try_cast_slice_mut(self.bytes_mut(index)?).map_err(|e| format!("buffer {index} as u32: {e}"))
     }
 
     /// Scalar argument `index` (counting scalars only).
     pub fn scalar(&self, index: usize) -> Result<ScalarArg, String> {
-        self.scalars
-            .get(index)
-            .copied()
-            .ok_or_else(|| format!("no scalar argument {index}"))
+        self.scalars.get(index).copied().ok_or_else(|| format!("no scalar argument {index}"))
     }
 }
 
@@ -269,13 +258,15 @@ impl Kernel {
 
     /// Starts a custom kernel named `name`; add a source per backend.
     pub fn custom(name: impl Into<String>) -> CustomKernelBuilder {
-        CustomKernelBuilder(CustomKernel {
-            name: name.into(),
-            cpu: None,
-            wgsl: None,
-            cuda: None,
-            hip: None,
-        })
+        CustomKernelBuilder(CustomKernel { name: name.into(), cpu: None, wgsl: None, cuda: None, hip: None })
+    }
+
+    /// The custom kernel behind this handle, if it is one (backends and benchmarks).
+    pub fn as_custom(&self) -> Option<&Arc<CustomKernel>> {
+        match &self.0 {
+            KernelDef::Builtin(_) => None,
+            KernelDef::Custom(kernel) => Some(kernel),
+        }
     }
 
     /// The kernel's name.
@@ -292,35 +283,23 @@ pub struct CustomKernelBuilder(CustomKernel);
 
 impl CustomKernelBuilder {
     /// The CPU implementation.
-    pub fn cpu(
-        mut self,
-        body: impl Fn(&mut CpuKernelArgs<'_>) -> Result<(), String> + Send + Sync + 'static,
-    ) -> Self {
+    pub fn cpu(mut self, body: impl Fn(&mut CpuKernelArgs<'_>) -> Result<(), String> + Send + Sync + 'static) -> Self {
         self.0.cpu = Some(Arc::new(body));
         self
     }
     /// WGSL source and entry point; buffers bind in argument order at group 0.
     pub fn wgsl(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.wgsl = Some(KernelSource {
-            code: code.into(),
-            entry: entry.into(),
-        });
+        self.0.wgsl = Some(KernelSource { code: code.into(), entry: entry.into() });
         self
     }
     /// CUDA C source and `extern "C"` entry point.
     pub fn cuda(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.cuda = Some(KernelSource {
-            code: code.into(),
-            entry: entry.into(),
-        });
+        self.0.cuda = Some(KernelSource { code: code.into(), entry: entry.into() });
         self
     }
     /// HIP C source and `extern "C"` entry point.
     pub fn hip(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.hip = Some(KernelSource {
-            code: code.into(),
-            entry: entry.into(),
-        });
+        self.0.hip = Some(KernelSource { code: code.into(), entry: entry.into() });
         self
     }
     /// Finishes the kernel.

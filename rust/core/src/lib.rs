@@ -54,7 +54,7 @@ pub use completion::{Completion, LiveCounters};
 pub use error::{Error, Result};
 pub use fence::{Fence, FenceWait, PendingRead};
 pub use kernel::{
-    Access, Builtin, CpuKernelArgs, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
+    Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };
 pub use ops::Arg;
 pub use runtime::{BackendKind, DeviceInfo, Diagnostics, Runtime};

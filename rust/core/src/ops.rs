@@ -62,11 +62,7 @@ impl Bound {
 
     fn expect_count(&self, count: usize) -> Result<()> {
         if self.args.len() != count {
-            return Err(Error::invalid(format!(
-                "{} takes {count} arguments, got {}",
-                self.op,
-                self.args.len()
-            )));
+            return Err(Error::invalid(format!("{} takes {count} arguments, got {}", self.op, self.args.len())));
         }
         Ok(())
     }
@@ -74,8 +70,7 @@ impl Bound {
     fn buffer(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
         match self.args.get(index) {
             Some(KernelArg::Buffer(span, declared))
-                if (!needs.reads() || declared.reads())
-                    && (!needs.writes() || declared.writes()) =>
+                if (!needs.reads() || declared.reads()) && (!needs.writes() || declared.writes()) =>
             {
                 Ok(*span)
             }
@@ -83,10 +78,7 @@ impl Bound {
                 "{} argument {index} must be declared {needs:?}, not {declared:?}",
                 self.op
             ))),
-            _ => Err(Error::invalid(format!(
-                "{} argument {index} must be a buffer",
-                self.op
-            ))),
+            _ => Err(Error::invalid(format!("{} argument {index} must be a buffer", self.op))),
         }
     }
 
@@ -104,70 +96,50 @@ impl Bound {
     fn scalar(&self, index: usize) -> Result<ScalarArg> {
         match self.args.get(index) {
             Some(KernelArg::Scalar(scalar)) => Ok(*scalar),
-            _ => Err(Error::invalid(format!(
-                "{} argument {index} must be a scalar",
-                self.op
-            ))),
+            _ => Err(Error::invalid(format!("{} argument {index} must be a scalar", self.op))),
         }
     }
 
     fn same_len(&self, spans: &[Span<BufferKey>]) -> Result<()> {
         if spans.windows(2).any(|pair| pair[0].len != pair[1].len) {
             let lens: Vec<u64> = spans.iter().map(|s| s.len).collect();
-            return Err(Error::invalid(format!(
-                "{} needs buffers of equal size, got {lens:?}",
-                self.op
-            )));
+            return Err(Error::invalid(format!("{} needs buffers of equal size, got {lens:?}", self.op)));
         }
         Ok(())
     }
 }
 
 /// A buffer an op writes may not appear in it twice: kernels see disjoint memory.
-pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)>) -> Result<()> {
-    let mut seen: Vec<(BufferKey, Access)> = Vec::new();
-    for (key, access) in buffers {
-        if seen.iter().any(|&(other, other_access)| {
-            other == key && (access.writes() || other_access.writes())
-        }) {
-            return Err(Error::invalid(
-                "a buffer an op writes cannot appear twice among its arguments",
-            ));
+pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)> + Clone) -> Result<()> {
+    // Ops take a handful of buffers: a quadratic scan beats allocating a set.
+    for (index, (key, access)) in buffers.clone().enumerate() {
+        let clash = buffers
+            .clone()
+            .skip(index + 1)
+            .any(|(other, other_access)| other == key && (access.writes() || other_access.writes()));
+        if clash {
+            return Err(Error::invalid("a buffer an op writes cannot appear twice among its arguments"));
         }
-        seen.push((key, access));
     }
     Ok(())
 }
 
 /// The command for a built-in op, its arguments checked.
-pub(crate) fn builtin(
-    engine: &Arc<dyn Engine>,
-    op: Builtin,
-    args: &[Arg<'_>],
-) -> Result<Command<BufferKey>> {
+pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -> Result<Command<BufferKey>> {
     let b = Bound::new(engine, op.name(), args)?;
     let typed_fill = |want: fn(ScalarArg) -> bool| -> Result<Command<BufferKey>> {
         b.expect_count(2)?;
         let dst = b.f32s(0, Access::Write)?;
         let value = b.scalar(1)?;
         if !want(value) {
-            return Err(Error::invalid(format!(
-                "{} needs a {} value, got {value:?}",
-                b.op,
-                &b.op[5..]
-            )));
+            return Err(Error::invalid(format!("{} needs a {} value, got {value:?}", b.op, &b.op[5..])));
         }
-        Ok(Command::Fill {
-            dst,
-            word: value.bits(),
-        })
+        Ok(Command::Fill { dst, word: value.bits() })
     };
     match op {
         Builtin::MemsetZero => {
             b.expect_count(1)?;
-            Ok(Command::Zero {
-                dst: b.buffer(0, Access::Write)?,
-            })
+            Ok(Command::Zero { dst: b.buffer(0, Access::Write)? })
         }
         Builtin::FillU32 => typed_fill(|v| matches!(v, ScalarArg::U32(_))),
         Builtin::FillI32 => typed_fill(|v| matches!(v, ScalarArg::I32(_))),
@@ -180,58 +152,36 @@ pub(crate) fn builtin(
         }
         Builtin::Add | Builtin::Mul => {
             b.expect_count(3)?;
-            let (a, bb, out) = (
-                b.f32s(0, Access::Read)?,
-                b.f32s(1, Access::Read)?,
-                b.f32s(2, Access::Write)?,
-            );
+            let (a, bb, out) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::Read)?, b.f32s(2, Access::Write)?);
             b.same_len(&[a, bb, out])?;
-            let op = if op == Builtin::Add {
-                BinaryOp::Add
-            } else {
-                BinaryOp::Mul
-            };
+            let op = if op == Builtin::Add { BinaryOp::Add } else { BinaryOp::Mul };
             Ok(Command::Binary { op, a, b: bb, out })
         }
         Builtin::Scale => {
             b.expect_count(3)?;
             let (x, out) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::Write)?);
             b.same_len(&[x, out])?;
-            Ok(Command::Scale {
-                x,
-                out,
-                alpha: f32_scalar(&b, 2)?,
-            })
+            Ok(Command::Scale { x, out, alpha: f32_scalar(&b, 2)? })
         }
         Builtin::Axpy => {
             b.expect_count(3)?;
             let (x, y) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::ReadWrite)?);
             b.same_len(&[x, y])?;
-            Ok(Command::Axpy {
-                x,
-                y,
-                alpha: f32_scalar(&b, 2)?,
-            })
+            Ok(Command::Axpy { x, y, alpha: f32_scalar(&b, 2)? })
         }
         Builtin::Iota => {
             b.expect_count(2)?;
             let out = b.f32s(0, Access::Write)?;
             match b.scalar(1)? {
                 ScalarArg::U32(start) => Ok(Command::Iota { out, start }),
-                other => Err(Error::invalid(format!(
-                    "iota needs a u32 start, got {other:?}"
-                ))),
+                other => Err(Error::invalid(format!("iota needs a u32 start, got {other:?}"))),
             }
         }
         Builtin::Delay => {
             b.expect_count(1)?;
             match b.scalar(0)? {
-                ScalarArg::U32(micros) => Ok(Command::Delay {
-                    duration: Duration::from_micros(u64::from(micros)),
-                }),
-                other => Err(Error::invalid(format!(
-                    "delay needs u32 microseconds, got {other:?}"
-                ))),
+                ScalarArg::U32(micros) => Ok(Command::Delay { duration: Duration::from_micros(u64::from(micros)) }),
+                other => Err(Error::invalid(format!("delay needs u32 microseconds, got {other:?}"))),
             }
         }
     }
@@ -240,10 +190,7 @@ pub(crate) fn builtin(
 fn f32_scalar(b: &Bound, index: usize) -> Result<f32> {
     match b.scalar(index)? {
         ScalarArg::F32(value) => Ok(value),
-        other => Err(Error::invalid(format!(
-            "{} needs an f32 scalar, got {other:?}",
-            b.op
-        ))),
+        other => Err(Error::invalid(format!("{} needs an f32 scalar, got {other:?}", b.op))),
     }
 }
 
@@ -263,23 +210,13 @@ pub(crate) fn custom(
         BackendKind::Auto => false,
     };
     if !has_source {
-        return Err(Error::unsupported(
-            kind.name(),
-            format!("kernel {} has no {} source", kernel.name, kind.name()),
-        ));
+        return Err(Error::unsupported(kind.name(), format!("kernel {} has no {} source", kernel.name, kind.name())));
     }
     if grid.groups.contains(&0) || grid.block.contains(&0) {
-        return Err(Error::invalid(format!(
-            "kernel {}: grid {grid:?} has an empty dimension",
-            kernel.name
-        )));
+        return Err(Error::invalid(format!("kernel {}: grid {grid:?} has an empty dimension", kernel.name)));
     }
     let bound = Bound::new(engine, "kernel", args)?;
-    Ok(Command::Custom {
-        kernel: kernel.clone(),
-        grid,
-        args: bound.args,
-    })
+    Ok(Command::Custom { kernel: kernel.clone(), grid, args: bound.args })
 }
 
 /// The command for any kernel.

@@ -22,12 +22,7 @@ pub enum BackendKind {
 
 impl BackendKind {
     /// Every concrete backend, best first.
-    pub const CONCRETE: [BackendKind; 4] = [
-        BackendKind::Cuda,
-        BackendKind::Hip,
-        BackendKind::Wgpu,
-        BackendKind::Cpu,
-    ];
+    pub const CONCRETE: [BackendKind; 4] = [BackendKind::Cuda, BackendKind::Hip, BackendKind::Wgpu, BackendKind::Cpu];
 
     /// Lower-case name, as used in `WEIR_REQUIRE_BACKENDS`.
     pub fn name(self) -> &'static str {
@@ -42,15 +37,9 @@ impl BackendKind {
 
     /// Parses [`BackendKind::name`].
     pub fn from_name(name: &str) -> Option<BackendKind> {
-        [
-            BackendKind::Auto,
-            BackendKind::Cpu,
-            BackendKind::Wgpu,
-            BackendKind::Cuda,
-            BackendKind::Hip,
-        ]
-        .into_iter()
-        .find(|kind| kind.name() == name.trim().to_ascii_lowercase())
+        [BackendKind::Auto, BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Cuda, BackendKind::Hip]
+            .into_iter()
+            .find(|kind| kind.name() == name.trim().to_ascii_lowercase())
     }
 }
 
@@ -91,9 +80,7 @@ pub struct Runtime {
 
 impl std::fmt::Debug for Runtime {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Runtime")
-            .field("backend", &self.engine.kind())
-            .finish()
+        f.debug_struct("Runtime").field("backend", &self.engine.kind()).finish()
     }
 }
 
@@ -121,10 +108,7 @@ fn open_engine(kind: BackendKind, fault: Option<Fault>) -> Result<Arc<dyn Engine
         #[cfg(feature = "hip")]
         BackendKind::Hip => engine(crate::backend::hip::HipBackend::open()?, fault),
         #[allow(unreachable_patterns)]
-        other => Err(Error::unavailable(
-            other.name(),
-            "not compiled in (enable its cargo feature)",
-        )),
+        other => Err(Error::unavailable(other.name(), "not compiled in (enable its cargo feature)")),
     }
 }
 
@@ -132,27 +116,21 @@ impl DeviceInfo {
     /// False for software adapters (lavapipe, llvmpipe, SwiftShader), which `Auto` passes over.
     fn is_hardware(&self) -> bool {
         let name = self.name.to_ascii_lowercase();
-        !["llvmpipe", "lavapipe", "swiftshader", "software"]
-            .iter()
-            .any(|soft| name.contains(soft))
+        !["llvmpipe", "lavapipe", "swiftshader", "software"].iter().any(|soft| name.contains(soft))
     }
 }
 
 impl Runtime {
     /// Opens the device of `kind`. A backend that cannot run here is [`Error::Unavailable`].
     pub fn open(kind: BackendKind) -> Result<Runtime> {
-        Ok(Runtime {
-            engine: open_engine(kind, None)?,
-        })
+        Ok(Runtime { engine: open_engine(kind, None)? })
     }
 
     /// Opens a runtime whose scheduler has a deliberate bug. Only for tests
     /// that prove the test suite detects that bug.
     #[doc(hidden)]
     pub fn open_with_fault(kind: BackendKind, fault: Fault) -> Result<Runtime> {
-        Ok(Runtime {
-            engine: open_engine(kind, Some(fault))?,
-        })
+        Ok(Runtime { engine: open_engine(kind, Some(fault))? })
     }
 
     /// The device this runtime drives.
@@ -172,10 +150,7 @@ impl Runtime {
 
     /// A fence on all work admitted on every stream so far.
     pub fn fence(&self) -> Result<Fence> {
-        Ok(Fence::new(
-            self.engine.fence(None)?,
-            self.engine.live().clone(),
-        ))
+        Ok(Fence::new(self.engine.fence(None)?, self.engine.live().clone()))
     }
 
     /// Waits, without blocking a thread, for all work admitted so far.

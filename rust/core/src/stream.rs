@@ -116,18 +116,12 @@ impl Stream {
 
     /// out = alpha · x (f32).
     pub fn scale(&self, x: &Buffer, alpha: f32, out: &Buffer) -> Result<()> {
-        self.builtin(
-            Builtin::Scale,
-            &[Arg::read(x), Arg::write(out), Arg::f32(alpha)],
-        )
+        self.builtin(Builtin::Scale, &[Arg::read(x), Arg::write(out), Arg::f32(alpha)])
     }
 
     /// y = alpha · x + y (f32).
     pub fn axpy(&self, alpha: f32, x: &Buffer, y: &Buffer) -> Result<()> {
-        self.builtin(
-            Builtin::Axpy,
-            &[Arg::read(x), Arg::read_write(y), Arg::f32(alpha)],
-        )
+        self.builtin(Builtin::Axpy, &[Arg::read(x), Arg::read_write(y), Arg::f32(alpha)])
     }
 
     /// out[i] = start + i (u32).
@@ -148,19 +142,11 @@ impl Stream {
         if bytes.is_empty() {
             return Err(Error::invalid("nothing to write"));
         }
-        self.submit(Command::Upload {
-            dst,
-            data: bytes.to_vec(),
-        })
+        self.submit(Command::Upload { dst, data: bytes.to_vec() })
     }
 
     /// Writes `data` into `buffer` at `offset`, then waits for this stream to finish it.
-    pub async fn write_async<T: Pod>(
-        &self,
-        buffer: &Buffer,
-        offset: u64,
-        data: &[T],
-    ) -> Result<()> {
+    pub async fn write_async<T: Pod>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
         self.write(buffer, offset, data)?;
         self.fence()?.await
     }
@@ -172,10 +158,7 @@ impl Stream {
             return Err(Error::invalid("nothing to read"));
         }
         let sink = HostSink::new(Completion::new(1, self.engine.live().clone()));
-        self.submit(Command::Download {
-            src,
-            sink: sink.clone(),
-        })?;
+        self.submit(Command::Download { src, sink: sink.clone() })?;
         Ok(PendingRead::new(sink))
     }
 
@@ -209,10 +192,7 @@ impl Stream {
 
     /// A fence on all work admitted on this stream so far.
     pub fn fence(&self) -> Result<Fence> {
-        Ok(Fence::new(
-            self.engine.fence(Some(self.index))?,
-            self.engine.live().clone(),
-        ))
+        Ok(Fence::new(self.engine.fence(Some(self.index))?, self.engine.live().clone()))
     }
 
     /// Waits, without blocking a thread, for all work admitted on this stream so far.
@@ -228,11 +208,8 @@ impl Stream {
         buffers: &[&Buffer],
         mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
-        let keys = buffers
-            .iter()
-            .map(|buffer| Ok((buffer.key_in(&self.engine)?, buffer.len())))
-            .collect::<Result<Vec<(BufferKey, u64)>>>()?;
-        ops::reject_aliasing(keys.iter().map(|&(key, _)| (key, crate::Access::Write)))?;
+        let keys = buffers.iter().map(|buffer| buffer.key_in(&self.engine)).collect::<Result<Vec<BufferKey>>>()?;
+        ops::reject_aliasing(keys.iter().map(|&key| (key, crate::Access::Write)))?;
         self.engine.external_write(self.index, &keys, &mut write)
     }
 

@@ -15,8 +15,8 @@ pub struct Figure {
 }
 
 impl Figure {
-    /// Weir relative to the baseline, oriented so that 1.0 = parity and the
-    /// issue's bound reads directly (time ratio for latencies, speed ratio for throughput).
+    /// Weir divided by the baseline: for latencies lower is better, for
+    /// throughputs higher is better (see `higher_is_better`).
     pub fn ratio(&self) -> Option<f64> {
         self.baseline.filter(|b| *b > 0.0).map(|b| self.weir / b)
     }
@@ -30,13 +30,14 @@ pub struct Report {
 impl Report {
     pub fn add(&mut self, figure: Figure) {
         let json = format!(
-            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"note\":\"{}\"}}",
+            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"higher_is_better\":{},\"note\":\"{}\"}}",
             figure.backend,
             figure.name,
             figure.unit,
             figure.weir,
             figure.baseline.map_or("null".to_owned(), |b| format!("{b:.4}")),
             figure.ratio().map_or("null".to_owned(), |r| format!("{r:.3}")),
+            figure.higher_is_better,
             figure.note.replace('"', "'"),
         );
         println!("{json}");
@@ -48,7 +49,7 @@ impl Report {
         println!("{:<8} {:<44} {:>14} {:>14} {:>8}  {}", "backend", "benchmark", "weir", "baseline", "ratio", "note");
         for f in &self.figures {
             println!(
-                "{:<8} {:<44} {:>14} {:>14} {:>8}  {}",
+                "{:<8} {:<44} {:>18} {:>18} {:>8}  {}",
                 f.backend,
                 f.name,
                 format!("{:.3} {}", f.weir, f.unit),

@@ -63,18 +63,9 @@ pub enum Command<R> {
     /// `src` copied to the host; the backend fills `sink` when the bytes are there.
     Download { src: Span<R>, sink: Arc<HostSink> },
     /// out = a ∘ b over f32.
-    Binary {
-        op: BinaryOp,
-        a: Span<R>,
-        b: Span<R>,
-        out: Span<R>,
-    },
+    Binary { op: BinaryOp, a: Span<R>, b: Span<R>, out: Span<R> },
     /// out = alpha·x over f32.
-    Scale {
-        x: Span<R>,
-        out: Span<R>,
-        alpha: f32,
-    },
+    Scale { x: Span<R>, out: Span<R>, alpha: f32 },
     /// y = alpha·x + y over f32.
     Axpy { x: Span<R>, y: Span<R>, alpha: f32 },
     /// out[i] = start + i over u32.
@@ -82,11 +73,7 @@ pub enum Command<R> {
     /// Holds the stream for `duration`.
     Delay { duration: Duration },
     /// A user kernel.
-    Custom {
-        kernel: Arc<CustomKernel>,
-        grid: Grid,
-        args: Vec<KernelArg<R>>,
-    },
+    Custom { kernel: Arc<CustomKernel>, grid: Grid, args: Vec<KernelArg<R>> },
 }
 
 impl<R> Command<R> {
@@ -126,51 +113,18 @@ impl<R> Command<R> {
 
     /// The same command with every buffer name mapped through `f`, or `f`'s first error.
     pub fn try_map<T, E>(self, mut f: impl FnMut(R) -> Result<T, E>) -> Result<Command<T>, E> {
-        let mut span = |s: Span<R>| -> Result<Span<T>, E> {
-            Ok(Span {
-                buffer: f(s.buffer)?,
-                offset: s.offset,
-                len: s.len,
-            })
-        };
+        let mut span =
+            |s: Span<R>| -> Result<Span<T>, E> { Ok(Span { buffer: f(s.buffer)?, offset: s.offset, len: s.len }) };
         Ok(match self {
             Command::Zero { dst } => Command::Zero { dst: span(dst)? },
-            Command::Fill { dst, word } => Command::Fill {
-                dst: span(dst)?,
-                word,
-            },
-            Command::Copy { src, dst } => Command::Copy {
-                src: span(src)?,
-                dst: span(dst)?,
-            },
-            Command::Upload { dst, data } => Command::Upload {
-                dst: span(dst)?,
-                data,
-            },
-            Command::Download { src, sink } => Command::Download {
-                src: span(src)?,
-                sink,
-            },
-            Command::Binary { op, a, b, out } => Command::Binary {
-                op,
-                a: span(a)?,
-                b: span(b)?,
-                out: span(out)?,
-            },
-            Command::Scale { x, out, alpha } => Command::Scale {
-                x: span(x)?,
-                out: span(out)?,
-                alpha,
-            },
-            Command::Axpy { x, y, alpha } => Command::Axpy {
-                x: span(x)?,
-                y: span(y)?,
-                alpha,
-            },
-            Command::Iota { out, start } => Command::Iota {
-                out: span(out)?,
-                start,
-            },
+            Command::Fill { dst, word } => Command::Fill { dst: span(dst)?, word },
+            Command::Copy { src, dst } => Command::Copy { src: span(src)?, dst: span(dst)? },
+            Command::Upload { dst, data } => Command::Upload { dst: span(dst)?, data },
+            Command::Download { src, sink } => Command::Download { src: span(src)?, sink },
+            Command::Binary { op, a, b, out } => Command::Binary { op, a: span(a)?, b: span(b)?, out: span(out)? },
+            Command::Scale { x, out, alpha } => Command::Scale { x: span(x)?, out: span(out)?, alpha },
+            Command::Axpy { x, y, alpha } => Command::Axpy { x: span(x)?, y: span(y)?, alpha },
+            Command::Iota { out, start } => Command::Iota { out: span(out)?, start },
             Command::Delay { duration } => Command::Delay { duration },
             Command::Custom { kernel, grid, args } => Command::Custom {
                 kernel,
@@ -196,10 +150,7 @@ pub struct HostSink {
 
 impl HostSink {
     pub(crate) fn new(completion: Arc<Completion>) -> Arc<Self> {
-        Arc::new(HostSink {
-            bytes: Mutex::new(None),
-            completion,
-        })
+        Arc::new(HostSink { bytes: Mutex::new(None), completion })
     }
 
     /// Delivers the downloaded bytes and completes the read.
@@ -237,10 +188,7 @@ impl Gate {
     pub fn pass(&self) {
         let mut open = lock(&self.open);
         while !*open {
-            open = self
-                .opened
-                .wait(open)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            open = self.opened.wait(open).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
 }
@@ -301,10 +249,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     ) -> Result<()>;
     /// Puts a gate in `stream`: later work waits until it is opened. Test support.
     fn hold(&self, _stream: &Self::Stream, _gate: Arc<Gate>) -> Result<()> {
-        Err(crate::Error::unsupported(
-            self.kind().name(),
-            "stream gates",
-        ))
+        Err(crate::Error::unsupported(self.kind().name(), "stream gates"))
     }
     /// The backend's counters now.
     fn counters(&self) -> BackendCounters;

@@ -10,6 +10,7 @@ mod clock;
 mod versions;
 
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -57,7 +58,7 @@ pub(crate) trait Engine: Send + Sync {
     fn external_write(
         &self,
         stream: usize,
-        buffers: &[(BufferKey, u64)],
+        buffers: &[BufferKey],
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()>;
     fn hold(&self, stream: usize) -> Result<Arc<Gate>>;
@@ -82,7 +83,7 @@ struct BufferEntry<M> {
 struct State<B: Backend> {
     closed: bool,
     streams: Vec<StreamSlot<B::Stream>>,
-    buffers: HashMap<BufferKey, BufferEntry<B::Memory>>,
+    buffers: HashMap<BufferKey, BufferEntry<B::Memory>, BuildHasherDefault<KeyHasher>>,
     /// Memory of released buffers, freed once every stream that used it is done.
     retiring: Vec<(B::Memory, Arc<Completion>)>,
     next_key: BufferKey,
@@ -117,7 +118,7 @@ impl<B: Backend> Scheduler<B> {
                     seen: VectorClock::default(),
                     poisoned: None,
                 }],
-                buffers: HashMap::new(),
+                buffers: HashMap::default(),
                 retiring: Vec::new(),
                 next_key: 1,
             }),
@@ -133,12 +134,7 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// Makes `target` wait for every foreign dependency it has not yet seen.
-    fn order_after(
-        &self,
-        streams: &mut [StreamSlot<B::Stream>],
-        target: usize,
-        deps: &Dependencies,
-    ) -> Result<()> {
+    fn order_after(&self, streams: &mut [StreamSlot<B::Stream>], target: usize, deps: &Dependencies) -> Result<()> {
         for (source, position) in deps.foreign(target) {
             if streams[target].seen.covers(source, position) {
                 continue;
@@ -146,56 +142,44 @@ impl<B: Backend> Scheduler<B> {
             let (source_slot, target_slot) = pick_two(streams, source, target);
             let event = self.backend.record_event(&source_slot.raw)?;
             self.backend.wait_event(&target_slot.raw, &event)?;
-            target_slot
-                .seen
-                .observe(source, source_slot.position, &source_slot.seen);
+            target_slot.seen.observe(source, source_slot.position, &source_slot.seen);
             self.inserted_waits.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
     }
 
-    /// Admits `command` on `stream`: waits, enqueue and publication in one critical section.
-    fn admit(
+    /// Checks that `stream` takes work, then orders it after everything the
+    /// accesses depend on.
+    fn wait_for_dependencies(
         &self,
         state: &mut State<B>,
         stream: usize,
-        command: Command<BufferKey>,
+        accesses: &[(BufferKey, Access)],
     ) -> Result<()> {
-        let slot = state
-            .streams
-            .get(stream)
-            .ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
+        let slot = state.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
         if let Some(error) = &slot.poisoned {
             return Err(error.clone());
         }
-        let accesses: Vec<(BufferKey, Access)> = command
-            .accesses()
-            .into_iter()
-            .map(|(&key, access)| (key, access))
-            .collect();
         let mut deps = Dependencies::default();
-        for &(key, access) in &accesses {
-            let entry = state
-                .buffers
-                .get(&key)
-                .ok_or_else(|| Error::invalid("buffer was released"))?;
+        for &(key, access) in accesses {
+            let entry = state.buffers.get(&key).ok_or_else(|| Error::invalid("buffer was released"))?;
             entry.history.dependencies(access, &mut deps);
         }
-        self.order_after(&mut state.streams, stream, &deps)?;
+        self.order_after(&mut state.streams, stream, &deps)
+    }
 
+    /// Admits `command` on `stream`: waits, enqueue and publication in one critical section.
+    fn admit(&self, state: &mut State<B>, stream: usize, command: Command<BufferKey>) -> Result<()> {
+        let accesses: Vec<(BufferKey, Access)> =
+            command.accesses().into_iter().map(|(&key, access)| (key, access)).collect();
+        self.wait_for_dependencies(state, stream, &accesses)?;
         let buffers = &state.buffers;
         let command = command.try_map(|key| {
-            buffers
-                .get(&key)
-                .map(|entry| &entry.memory)
-                .ok_or_else(|| Error::invalid("buffer was released"))
+            buffers.get(&key).map(|entry| &entry.memory).ok_or_else(|| Error::invalid("buffer was released"))
         })?;
         let slot = &mut state.streams[stream];
         if let Err(error) = self.backend.enqueue(&slot.raw, command) {
-            if !matches!(
-                error,
-                Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. }
-            ) {
+            if !matches!(error, Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. }) {
                 slot.poisoned = Some(error.clone());
             }
             return Err(error);
@@ -231,6 +215,25 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
+/// Buffer keys are distinct counters chosen by the scheduler, not by users, so
+/// a multiplicative hash spreads them well without SipHash's cost.
+#[derive(Default)]
+struct KeyHasher(u64);
+
+impl Hasher for KeyHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &byte in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        }
+    }
+    fn write_u64(&mut self, key: u64) {
+        self.0 = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    }
+}
+
 fn pick_two<T>(items: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
     debug_assert_ne!(a, b);
     if a < b {
@@ -258,12 +261,7 @@ impl<B: Backend> Engine for Scheduler<B> {
     fn new_stream(&self) -> Result<usize> {
         let mut state = self.open_state()?;
         let raw = self.backend.create_stream()?;
-        state.streams.push(StreamSlot {
-            raw,
-            position: 0,
-            seen: VectorClock::default(),
-            poisoned: None,
-        });
+        state.streams.push(StreamSlot { raw, position: 0, seen: VectorClock::default(), poisoned: None });
         Ok(state.streams.len() - 1)
     }
 
@@ -273,9 +271,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         }
         let max = self.info.max_buffer_bytes;
         if len > max {
-            return Err(Error::invalid(format!(
-                "{len} bytes exceed the device's buffer limit of {max} bytes"
-            )));
+            return Err(Error::invalid(format!("{len} bytes exceed the device's buffer limit of {max} bytes")));
         }
         drop(self.open_state()?);
         // Allocation happens outside the boundary: nobody can see the buffer yet.
@@ -284,20 +280,13 @@ impl<B: Backend> Engine for Scheduler<B> {
         let freed = Self::sweep(&mut state);
         let key = state.next_key;
         state.next_key += 1;
-        let slot = state
-            .streams
-            .get(stream)
-            .ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
+        let slot = state.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
         let history = match self.fault {
             Some(Fault::KeyVersionsAtAllocation) => History::written_at((stream, slot.position)),
             None => History::default(),
         };
         state.buffers.insert(key, BufferEntry { memory, history });
-        let span = Span {
-            buffer: key,
-            offset: 0,
-            len,
-        };
+        let span = Span { buffer: key, offset: 0, len };
         let initialise = match init {
             Init::Empty => None,
             Init::Zero => Some(Command::Zero { dst: span }),
@@ -326,10 +315,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             } else {
                 let done = Completion::new(users.len(), self.live.clone());
                 for stream in users {
-                    if let Err(error) = self
-                        .backend
-                        .signal(&state.streams[stream].raw, done.clone())
-                    {
+                    if let Err(error) = self.backend.signal(&state.streams[stream].raw, done.clone()) {
                         // The stream is broken; keep the memory until the runtime goes.
                         state.streams[stream].poisoned.get_or_insert(error);
                     }
@@ -367,50 +353,27 @@ impl<B: Backend> Engine for Scheduler<B> {
     fn external_write(
         &self,
         stream: usize,
-        buffers: &[(BufferKey, u64)],
+        buffers: &[BufferKey],
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut state = self.open_state()?;
-        let slot = state
-            .streams
-            .get(stream)
-            .ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
-        if let Some(error) = &slot.poisoned {
-            return Err(error.clone());
-        }
-        let mut deps = Dependencies::default();
-        for (key, _) in buffers {
-            let entry = state
-                .buffers
-                .get(key)
-                .ok_or_else(|| Error::invalid("buffer was released"))?;
-            entry.history.dependencies(Access::Write, &mut deps);
-        }
-        self.order_after(&mut state.streams, stream, &deps)?;
+        let accesses: Vec<(BufferKey, Access)> = buffers.iter().map(|&key| (key, Access::Write)).collect();
+        self.wait_for_dependencies(&mut state, stream, &accesses)?;
         let memories = buffers
             .iter()
-            .map(|(key, _)| state.buffers.get(key).map(|entry| &entry.memory))
+            .map(|key| state.buffers.get(key).map(|entry| &entry.memory))
             .collect::<Option<Vec<_>>>()
             .ok_or_else(|| Error::invalid("buffer was released"))?;
-        let outcome = self
-            .backend
-            .external_write(&state.streams[stream].raw, &memories, write);
+        let outcome = self.backend.external_write(&state.streams[stream].raw, &memories, write);
         // Whatever the closure managed to enqueue is now ordered before later users.
         state.streams[stream].position += 1;
-        let accesses: Vec<(BufferKey, Access)> = buffers
-            .iter()
-            .map(|&(key, _)| (key, Access::Write))
-            .collect();
         self.publish(&mut state, stream, &accesses);
         outcome
     }
 
     fn hold(&self, stream: usize) -> Result<Arc<Gate>> {
         let state = self.open_state()?;
-        let slot = state
-            .streams
-            .get(stream)
-            .ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
+        let slot = state.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
         let gate = Arc::new(Gate::default());
         self.backend.hold(&slot.raw, gate.clone())?;
         Ok(gate)

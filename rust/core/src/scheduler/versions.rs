@@ -16,10 +16,7 @@ pub(crate) struct History {
 impl History {
     /// A history whose latest write is `write`.
     pub fn written_at(write: OpPosition) -> Self {
-        History {
-            latest_write: Some(write),
-            reads: Vec::new(),
-        }
+        History { latest_write: Some(write), reads: Vec::new() }
     }
 
     /// Adds to `deps` what an op with `access` must be ordered after.
@@ -53,12 +50,7 @@ impl History {
     /// Every stream that used the buffer since its latest write, the writer included.
     pub fn streams(&self) -> impl Iterator<Item = usize> + '_ {
         let writer = self.latest_write.map(|(stream, _)| stream);
-        writer.into_iter().chain(
-            self.reads
-                .iter()
-                .map(|(stream, _)| *stream)
-                .filter(move |s| Some(*s) != writer),
-        )
+        writer.into_iter().chain(self.reads.iter().map(|(stream, _)| *stream).filter(move |s| Some(*s) != writer))
     }
 }
 
@@ -76,10 +68,7 @@ impl Dependencies {
 
     /// The dependencies on streams other than `target`.
     pub fn foreign(&self, target: usize) -> impl Iterator<Item = OpPosition> + '_ {
-        self.0
-            .iter()
-            .copied()
-            .filter(move |(stream, _)| *stream != target)
+        self.0.iter().copied().filter(move |(stream, _)| *stream != target)
     }
 }
 

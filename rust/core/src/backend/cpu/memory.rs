@@ -40,9 +40,7 @@ unsafe impl Sync for Block {}
 
 impl Drop for Block {
     fn drop(&mut self) {
-        self.counters
-            .live_allocations
-            .fetch_sub(1, Ordering::SeqCst);
+        self.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -84,12 +82,7 @@ impl AccessGuard {
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: the guard registered this range; any overlapping access registered
         // meanwhile is a read (checked in `begin`), so shared bytes are not written.
-        unsafe {
-            std::slice::from_raw_parts(
-                self.memory.base().add(self.range.start as usize),
-                self.len(),
-            )
-        }
+        unsafe { std::slice::from_raw_parts(self.memory.base().add(self.range.start as usize), self.len()) }
     }
 
     /// The guarded bytes, writable; `None` for a read guard.
@@ -100,12 +93,7 @@ impl AccessGuard {
         }
         // SAFETY: a write guard is granted only when no other access overlaps the
         // range, and none is granted while it lives; callers take one slice per guard.
-        Some(unsafe {
-            std::slice::from_raw_parts_mut(
-                self.memory.base().add(self.range.start as usize),
-                self.len(),
-            )
-        })
+        Some(unsafe { std::slice::from_raw_parts_mut(self.memory.base().add(self.range.start as usize), self.len()) })
     }
 
     fn len(&self) -> usize {
@@ -142,21 +130,13 @@ impl CpuMemory {
         let memory = &span.buffer;
         let range = span.offset..span.offset.saturating_add(span.len);
         if range.end > memory.len() {
-            return Err(format!(
-                "range {range:?} outside a {}-byte allocation",
-                memory.len()
-            ));
+            return Err(format!("range {range:?} outside a {}-byte allocation", memory.len()));
         }
         let mut active = lock(&memory.0.active);
-        if let Some(other) = active
-            .iter()
-            .find(|a| (a.write || write) && a.range.start < range.end && range.start < a.range.end)
+        if let Some(other) =
+            active.iter().find(|a| (a.write || write) && a.range.start < range.end && range.start < a.range.end)
         {
-            memory
-                .0
-                .counters
-                .race_violations
-                .fetch_add(1, Ordering::SeqCst);
+            memory.0.counters.race_violations.fetch_add(1, Ordering::SeqCst);
             return Err(format!(
                 "race detected: {} of bytes {range:?} overlaps a running {} of bytes {:?}",
                 if write { "write" } else { "read" },
@@ -165,17 +145,8 @@ impl CpuMemory {
             ));
         }
         let id = NEXT_ACCESS.fetch_add(1, Ordering::Relaxed);
-        active.push(ActiveAccess {
-            id,
-            range: range.clone(),
-            write,
-        });
-        Ok(AccessGuard {
-            memory: memory.clone(),
-            id,
-            range,
-            write,
-        })
+        active.push(ActiveAccess { id, range: range.clone(), write });
+        Ok(AccessGuard { memory: memory.clone(), id, range, write })
     }
 }
 
@@ -187,54 +158,15 @@ mod tests {
     fn detector_flags_overlapping_write_and_read() {
         let counters = Arc::new(CpuCounters::default());
         let memory = CpuMemory::allocate(64, &counters).unwrap();
-        let write = CpuMemory::begin(
-            &Span {
-                buffer: memory.clone(),
-                offset: 0,
-                len: 32,
-            },
-            true,
-        )
-        .unwrap();
-        let read = CpuMemory::begin(
-            &Span {
-                buffer: memory.clone(),
-                offset: 16,
-                len: 32,
-            },
-            false,
-        );
+        let write = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 0, len: 32 }, true).unwrap();
+        let read = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 16, len: 32 }, false);
         assert!(read.is_err());
         assert_eq!(counters.race_violations.load(Ordering::SeqCst), 1);
         // Disjoint ranges and concurrent reads are fine.
-        let _disjoint = CpuMemory::begin(
-            &Span {
-                buffer: memory.clone(),
-                offset: 32,
-                len: 32,
-            },
-            true,
-        )
-        .unwrap();
+        let _disjoint = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 32, len: 32 }, true).unwrap();
         drop(write);
-        let _r1 = CpuMemory::begin(
-            &Span {
-                buffer: memory.clone(),
-                offset: 0,
-                len: 16,
-            },
-            false,
-        )
-        .unwrap();
-        let _r2 = CpuMemory::begin(
-            &Span {
-                buffer: memory.clone(),
-                offset: 0,
-                len: 16,
-            },
-            false,
-        )
-        .unwrap();
+        let _r1 = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 0, len: 16 }, false).unwrap();
+        let _r2 = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 0, len: 16 }, false).unwrap();
         assert_eq!(counters.race_violations.load(Ordering::SeqCst), 1);
     }
 
@@ -242,15 +174,7 @@ mod tests {
     fn fresh_memory_is_not_zero() {
         let counters = Arc::new(CpuCounters::default());
         let memory = CpuMemory::allocate(16, &counters).unwrap();
-        let guard = CpuMemory::begin(
-            &Span {
-                buffer: memory,
-                offset: 0,
-                len: 16,
-            },
-            false,
-        )
-        .unwrap();
+        let guard = CpuMemory::begin(&Span { buffer: memory, offset: 0, len: 16 }, false).unwrap();
         assert!(guard.bytes().iter().all(|&b| b == FRESH_BYTE));
     }
 }

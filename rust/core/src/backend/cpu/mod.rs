@@ -81,10 +81,7 @@ impl Backend for CpuBackend {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
             backend: BackendKind::Cpu,
-            name: format!(
-                "host CPU ({} threads)",
-                std::thread::available_parallelism().map_or(1, |n| n.get())
-            ),
+            name: format!("host CPU ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get())),
             memory_bytes: None,
             max_buffer_bytes: u64::from(u32::MAX) * 4,
         }
@@ -106,17 +103,8 @@ impl Backend for CpuBackend {
                 let index = stream.index;
                 return stream.sync(Box::new(move |status| {
                     let outcome = status.clone().and_then(|()| {
-                        ops::run(
-                            Command::Download {
-                                src,
-                                sink: sink.clone(),
-                            },
-                            &counters,
-                        )
-                        .map_err(|message| Error::OpFailed {
-                            stream: index,
-                            message,
-                        })
+                        ops::run(Command::Download { src, sink: sink.clone() }, &counters)
+                            .map_err(|message| Error::OpFailed { stream: index, message })
                     });
                     if let Err(error) = outcome {
                         sink.fail(error);
@@ -130,11 +118,7 @@ impl Backend for CpuBackend {
 
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
         self.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(CpuEvent {
-            progress: stream.progress.clone(),
-            jobs: stream.enqueued(),
-            counters: self.counters.clone(),
-        })
+        Ok(CpuEvent { progress: stream.progress.clone(), jobs: stream.enqueued(), counters: self.counters.clone() })
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
@@ -154,23 +138,11 @@ impl Backend for CpuBackend {
     ) -> Result<()> {
         let mut raw = CpuRawAccess::default();
         write(RawAccess::Cpu(&mut raw))?;
-        let spans: Vec<Span<CpuMemory>> = buffers
-            .iter()
-            .map(|&memory| Span {
-                buffer: memory.clone(),
-                offset: 0,
-                len: memory.len(),
-            })
-            .collect();
+        let spans: Vec<Span<CpuMemory>> =
+            buffers.iter().map(|&memory| Span { buffer: memory.clone(), offset: 0, len: memory.len() }).collect();
         stream.work(Box::new(move || {
-            let guards = spans
-                .iter()
-                .map(|span| CpuMemory::begin(span, true))
-                .collect::<Result<Vec<_>, _>>()?;
-            let mut views = guards
-                .iter()
-                .filter_map(|guard| guard.bytes_mut())
-                .collect::<Vec<_>>();
+            let guards = spans.iter().map(|span| CpuMemory::begin(span, true)).collect::<Result<Vec<_>, _>>()?;
+            let mut views = guards.iter().filter_map(|guard| guard.bytes_mut()).collect::<Vec<_>>();
             for host_write in raw.writes {
                 host_write(&mut views);
             }

@@ -18,9 +18,7 @@ fn write(span: &Span<CpuMemory>) -> Result<AccessGuard, String> {
 }
 
 fn writable(guard: &AccessGuard) -> Result<&mut [u8], String> {
-    guard
-        .bytes_mut()
-        .ok_or_else(|| "write through a read guard".to_owned())
+    guard.bytes_mut().ok_or_else(|| "write through a read guard".to_owned())
 }
 
 fn f32s(bytes: &[u8]) -> Result<&[f32], String> {
@@ -49,23 +47,15 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<CpuCounters>) -> R
         }
         Command::Upload { dst, data } => {
             writable(&write(&dst)?)?.copy_from_slice(&data);
-            counters
-                .host_to_device_copies
-                .fetch_add(1, Ordering::Relaxed);
+            counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Download { src, sink } => {
             sink.deliver(read(&src)?.bytes().to_vec());
-            counters
-                .device_to_host_copies
-                .fetch_add(1, Ordering::Relaxed);
+            counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Binary { op, a, b, out } => {
             let (a, b, out) = (read(&a)?, read(&b)?, write(&out)?);
-            let (a, b, out) = (
-                f32s(a.bytes())?,
-                f32s(b.bytes())?,
-                f32s_mut(writable(&out)?)?,
-            );
+            let (a, b, out) = (f32s(a.bytes())?, f32s(b.bytes())?, f32s_mut(writable(&out)?)?);
             for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
                 *o = match op {
                     BinaryOp::Add => x + y,
@@ -87,25 +77,21 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<CpuCounters>) -> R
         }
         Command::Iota { out, start } => {
             let guard = write(&out)?;
-            let words: &mut [u32] = bytemuck::try_cast_slice_mut(writable(&guard)?)
-                .map_err(|e| format!("u32 view: {e}"))?;
+            let words: &mut [u32] =
+                bytemuck::try_cast_slice_mut(writable(&guard)?).map_err(|e| format!("u32 view: {e}"))?;
             for (i, w) in words.iter_mut().enumerate() {
                 *w = start.wrapping_add(i as u32);
             }
         }
         Command::Delay { duration } => std::thread::sleep(duration),
         Command::Custom { kernel, grid, args } => {
-            let body = kernel
-                .cpu
-                .as_ref()
-                .ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
+            let body =
+                kernel.cpu.as_ref().ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
             let mut guards = Vec::new();
             let mut scalars = Vec::new();
             for arg in &args {
                 match arg {
-                    KernelArg::Buffer(span, access) => {
-                        guards.push(CpuMemory::begin(span, access.writes())?)
-                    }
+                    KernelArg::Buffer(span, access) => guards.push(CpuMemory::begin(span, access.writes())?),
                     KernelArg::Scalar(scalar) => scalars.push(*scalar),
                 }
             }
@@ -116,11 +102,7 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<CpuCounters>) -> R
                     None => CpuView::Read(guard.bytes()),
                 });
             }
-            body(&mut CpuKernelArgs {
-                grid,
-                buffers,
-                scalars,
-            })?;
+            body(&mut CpuKernelArgs { grid, buffers, scalars })?;
         }
     }
     Ok(())

@@ -30,10 +30,7 @@ impl Progress {
     pub fn wait_for(&self, jobs: u64) {
         let mut finished = lock(&self.finished);
         while *finished < jobs {
-            finished = self
-                .advanced
-                .wait(finished)
-                .unwrap_or_else(|poisoned| poisoned.into_inner());
+            finished = self.advanced.wait(finished).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
     }
 }
@@ -75,13 +72,10 @@ impl CpuStream {
                 for job in jobs {
                     match job {
                         Job::Work(work) if status.is_ok() => {
-                            let outcome = catch_unwind(AssertUnwindSafe(work))
-                                .unwrap_or_else(|panic| Err(panic_message(&panic)));
+                            let outcome =
+                                catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&panic)));
                             if let Err(message) = outcome {
-                                status = Err(Error::OpFailed {
-                                    stream: index,
-                                    message,
-                                });
+                                status = Err(Error::OpFailed { stream: index, message });
                             }
                         }
                         Job::Work(_) => {}
@@ -94,13 +88,7 @@ impl CpuStream {
                 }
             })
             .map_err(|e| Error::backend("cpu", format!("cannot start a stream thread: {e}")))?;
-        Ok(CpuStream {
-            index,
-            sender: Some(sender),
-            thread: Some(thread),
-            progress,
-            enqueued: AtomicU64::new(0),
-        })
+        Ok(CpuStream { index, sender: Some(sender), thread: Some(thread), progress, enqueued: AtomicU64::new(0) })
     }
 
     /// Jobs enqueued so far: the position an event recorded now covers.
@@ -110,9 +98,7 @@ impl CpuStream {
 
     fn send(&self, job: Job) -> Result<()> {
         let sender = self.sender.as_ref().ok_or(Error::Closed)?;
-        sender.send(job).map_err(|_| {
-            Error::backend("cpu", format!("stream {} worker has stopped", self.index))
-        })?;
+        sender.send(job).map_err(|_| Error::backend("cpu", format!("stream {} worker has stopped", self.index)))?;
         self.enqueued.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -1,0 +1,126 @@
+//! The conformance harness: every test runs on every backend compiled in.
+//!
+//! An unavailable backend is reported as skipped, by name, unless it is listed
+//! in `WEIR_REQUIRE_BACKENDS` (a comma list), which turns it into a failure.
+//! After each test body the harness checks that nothing leaked: no live
+//! backend events, fences or waiters.
+
+use std::time::Duration;
+
+use weir_core::{BackendKind, Error, Hold, RawAccess, Runtime, Stream};
+
+/// Backends listed in `WEIR_REQUIRE_BACKENDS`.
+pub fn required_backends() -> Vec<BackendKind> {
+    std::env::var("WEIR_REQUIRE_BACKENDS")
+        .unwrap_or_default()
+        .split(',')
+        .filter(|name| !name.trim().is_empty())
+        .map(|name| {
+            BackendKind::from_name(name)
+                .unwrap_or_else(|| panic!("WEIR_REQUIRE_BACKENDS names unknown backend {name:?}"))
+        })
+        .collect()
+}
+
+/// Opens `kind`, or says why it was skipped. Panics if it is required and unavailable.
+pub fn open(kind: BackendKind) -> Option<Runtime> {
+    match Runtime::open(kind) {
+        Ok(runtime) => Some(runtime),
+        Err(error @ Error::Unavailable { .. }) => {
+            assert!(!required_backends().contains(&kind), "required backend {} is unavailable: {error}", kind.name());
+            None
+        }
+        Err(other) => panic!("opening {} failed with an unexpected error: {other}", kind.name()),
+    }
+}
+
+/// Runs `body` on every available backend, then checks that nothing leaked.
+pub fn each_backend(test: &str, body: impl Fn(&Runtime)) {
+    for kind in BackendKind::CONCRETE {
+        let Some(runtime) = open(kind) else {
+            eprintln!("[{test}] {}: skipped (unavailable)", kind.name());
+            continue;
+        };
+        eprintln!("[{test}] {}: running on {}", kind.name(), runtime.info().name);
+        body(&runtime);
+        assert_no_leaks(&runtime);
+        runtime.close().expect("close");
+    }
+}
+
+/// Waits for all work, then asserts no live events, fences or waiters remain.
+pub fn assert_no_leaks(runtime: &Runtime) {
+    // Poisoned streams report their error here; leaks are what this checks.
+    let _ = runtime.fence().and_then(|fence| fence.wait());
+    let d = runtime.diagnostics();
+    assert_eq!(d.backend.live_events, 0, "live backend events leaked: {d:?}");
+    assert_eq!(d.live_fences, 0, "fences leaked: {d:?}");
+    assert_eq!(d.live_waiters, 0, "waiters leaked: {d:?}");
+    assert_eq!(d.backend.race_violations, 0, "the race detector fired: {d:?}");
+}
+
+/// Holds a stream back: a gate where the backend has them (deterministic),
+/// otherwise a long device-side delay.
+pub struct Held(Option<Hold>);
+
+pub const HOLD_DELAY: Duration = Duration::from_millis(400);
+
+pub fn hold(stream: &Stream) -> Held {
+    match stream.hold() {
+        Ok(gate) => Held(Some(gate)),
+        Err(Error::Unsupported { .. }) => {
+            stream.delay(HOLD_DELAY).expect("delay");
+            Held(None)
+        }
+        Err(other) => panic!("hold failed: {other}"),
+    }
+}
+
+impl Held {
+    /// True when the hold is a gate that only `release` opens.
+    pub fn is_gate(&self) -> bool {
+        self.0.is_some()
+    }
+
+    pub fn release(self) {}
+}
+
+/// Fills every byte of the given buffers with `value` through the backend's
+/// raw handles, as foreign code would.
+pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
+    match raw {
+        RawAccess::Cpu(cpu) => {
+            cpu.enqueue(move |buffers| {
+                for bytes in buffers.iter_mut() {
+                    bytes.fill(value);
+                }
+            });
+            Ok(())
+        }
+        #[allow(unreachable_patterns)]
+        _ => Err(Error::InvalidArgument("no raw fill for this backend in the tests".into())),
+    }
+}
+
+/// A small deterministic generator (xorshift64*), so runs are reproducible by seed.
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Self {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next() % n as u64) as usize
+    }
+}
+
+/// Bytes as little-endian u32 words.
+pub fn words(bytes: &[u8]) -> Vec<u32> {
+    bytes.chunks_exact(4).map(|c| u32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}

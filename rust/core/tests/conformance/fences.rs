@@ -1,0 +1,181 @@
+//! Fences: precise, multi-wait, drop-safe, woken by the completion path.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+use std::time::Duration;
+
+use futures::executor::block_on;
+use futures::future::join_all;
+
+use crate::common::{each_backend, hold};
+
+struct CountingWaker(AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+#[test]
+fn fence_resolves_only_after_all_prior_work() {
+    each_backend("fence_resolves_only_after_all_prior_work", |runtime| {
+        let s = runtime.default_stream();
+        let held = hold(&s);
+        let out = s.empty(1 << 16).unwrap();
+        s.fill_u32(&out, 3).unwrap();
+        let fence = s.fence().unwrap();
+        assert!(!fence.is_complete(), "fence complete before the held work ran");
+        held.release();
+        fence.wait().unwrap();
+        assert!(fence.is_complete());
+        // Completed: the data is there without any further wait.
+        assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![3; 1 << 14]);
+    });
+}
+
+#[test]
+fn fence_is_waited_many_times_from_threads_and_tasks() {
+    each_backend("fence_is_waited_many_times_from_threads_and_tasks", |runtime| {
+        let s = runtime.default_stream();
+        let held = hold(&s);
+        let out = s.zeros(4096).unwrap();
+        s.fill_f32(&out, 1.5).unwrap();
+        let fence = s.fence().unwrap();
+        std::thread::scope(|scope| {
+            let threads: Vec<_> = (0..4).map(|_| scope.spawn(|| fence.wait())).collect();
+            let tasks = scope.spawn(|| block_on(join_all((0..16).map(|_| fence.wait_async()))));
+            std::thread::sleep(Duration::from_millis(20));
+            held.release();
+            for thread in threads {
+                thread.join().unwrap().unwrap();
+            }
+            assert!(tasks.join().unwrap().into_iter().all(|r| r.is_ok()));
+        });
+        // Waiting again after completion resolves at once.
+        fence.wait().unwrap();
+        block_on(fence.wait_async()).unwrap();
+    });
+}
+
+#[test]
+fn future_is_woken_once_by_completion() {
+    each_backend("future_is_woken_once_by_completion", |runtime| {
+        let s = runtime.default_stream();
+        let held = hold(&s);
+        let fence = s.fence().unwrap();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut future = pin!(fence.wait_async());
+        assert!(future.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        assert_eq!(runtime.diagnostics().live_waiters, 1);
+        held.release();
+        fence.wait().unwrap();
+        // The completion path wakes right after it releases blocked waiters.
+        let deadline = std::time::Instant::now() + Duration::from_secs(2);
+        while counter.0.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
+            std::thread::yield_now();
+        }
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken once by the completion path");
+        assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
+        assert_eq!(runtime.diagnostics().live_waiters, 0);
+    });
+}
+
+#[test]
+fn complete_fence_resolves_without_a_wake_up() {
+    each_backend("complete_fence_resolves_without_a_wake_up", |runtime| {
+        let s = runtime.default_stream();
+        let fence = s.fence().unwrap();
+        fence.wait().unwrap();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        let mut future = pin!(fence.wait_async());
+        assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0);
+    });
+}
+
+#[test]
+fn fence_dropped_before_completion_leaks_nothing() {
+    each_backend("fence_dropped_before_completion_leaks_nothing", |runtime| {
+        let s = runtime.default_stream();
+        let held = hold(&s);
+        let fences: Vec<_> = (0..8).map(|_| s.fence().unwrap()).collect();
+        assert_eq!(runtime.diagnostics().live_fences, 8);
+        drop(fences);
+        assert_eq!(runtime.diagnostics().live_fences, 0);
+        held.release();
+        // The harness then checks that no backend event, fence or waiter is left.
+    });
+}
+
+#[test]
+fn fence_future_dropped_mid_wait_leaks_nothing() {
+    each_backend("fence_future_dropped_mid_wait_leaks_nothing", |runtime| {
+        let s = runtime.default_stream();
+        let held = hold(&s);
+        let fence = s.fence().unwrap();
+        let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let waker = Waker::from(counter.clone());
+        {
+            let mut futures: Vec<_> = (0..5).map(|_| Box::pin(fence.wait_async())).collect();
+            for future in &mut futures {
+                assert!(future.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+            }
+            assert_eq!(runtime.diagnostics().live_waiters, 5);
+        }
+        assert_eq!(runtime.diagnostics().live_waiters, 0);
+        drop(fence);
+        held.release();
+        runtime.fence().unwrap().wait().unwrap();
+        assert_eq!(counter.0.load(Ordering::SeqCst), 0, "a dropped future was woken");
+    });
+}
+
+#[test]
+fn dropping_a_buffer_in_use_by_held_work_is_safe() {
+    each_backend("dropping_a_buffer_in_use_by_held_work_is_safe", |runtime| {
+        let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let allocations = runtime.diagnostics().backend.live_allocations;
+        let held = hold(&s);
+        let used = s.empty(1 << 20).unwrap();
+        s.fill_u32(&used, 1).unwrap();
+        let copy = t.empty(1 << 20).unwrap();
+        t.copy(&used, &copy).unwrap();
+        drop(used);
+        let d = runtime.diagnostics();
+        assert_eq!(d.retiring_buffers, 1, "memory still in use must not be freed yet");
+        assert_eq!(d.backend.live_allocations, allocations + 2);
+        held.release();
+        assert_eq!(t.read_as::<u32>(&copy).unwrap(), vec![1; 1 << 18]);
+        runtime.fence().unwrap().wait().unwrap();
+        // The next allocation sweeps memory whose users are done.
+        let _next = s.zeros(4).unwrap();
+        let d = runtime.diagnostics();
+        assert_eq!(d.retiring_buffers, 0);
+        assert_eq!(d.backend.live_allocations, allocations + 2);
+    });
+}
+
+#[test]
+fn runtime_fence_covers_every_stream() {
+    each_backend("runtime_fence_covers_every_stream", |runtime| {
+        let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let held_s = hold(&s);
+        let held_t = hold(&t);
+        let fence = runtime.fence().unwrap();
+        held_s.release();
+        if held_t.is_gate() {
+            std::thread::sleep(Duration::from_millis(30));
+            assert!(!fence.is_complete(), "runtime fence ignored a held stream");
+        }
+        held_t.release();
+        block_on(runtime.sync()).unwrap();
+        assert!(fence.is_complete());
+    });
+}

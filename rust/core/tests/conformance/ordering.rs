@@ -1,0 +1,91 @@
+//! Dependencies and minimal waits, with exact counts.
+
+use std::time::Duration;
+
+use weir_core::Runtime;
+
+use crate::common::{each_backend, hold};
+
+fn waits(runtime: &Runtime) -> u64 {
+    runtime.diagnostics().inserted_waits
+}
+
+#[test]
+fn writer_waits_for_readers_on_two_other_streams() {
+    each_backend("writer_waits_for_readers_on_two_other_streams", |runtime| {
+        let (w, r1, r2) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let data = w.upload(&[5u32; 4096]).unwrap();
+        let (out1, out2) = (r1.empty(4 * 4096).unwrap(), r2.empty(4 * 4096).unwrap());
+        let held1 = hold(&r1);
+        r1.copy(&data, &out1).unwrap();
+        let held2 = hold(&r2);
+        r2.copy(&data, &out2).unwrap();
+
+        let before = waits(runtime);
+        w.fill_u32(&data, 9).unwrap();
+        assert_eq!(waits(runtime) - before, 2, "the writer must wait for both readers");
+        let written = w.fence().unwrap();
+        if held1.is_gate() {
+            // Let the second reader finish: the writer must still wait for the first.
+            held2.release();
+            std::thread::sleep(Duration::from_millis(50));
+            assert!(!written.is_complete(), "the write ran before the first reader read");
+            held1.release();
+        }
+        written.wait().unwrap();
+        assert_eq!(r1.read_as::<u32>(&out1).unwrap(), vec![5; 4096]);
+        assert_eq!(r2.read_as::<u32>(&out2).unwrap(), vec![5; 4096]);
+        assert_eq!(w.read_as::<u32>(&data).unwrap(), vec![9; 4096]);
+    });
+}
+
+#[test]
+fn same_stream_ops_insert_no_waits() {
+    each_backend("same_stream_ops_insert_no_waits", |runtime| {
+        let s = runtime.default_stream();
+        let a = s.upload(&[1.0f32; 64]).unwrap();
+        let b = s.zeros(256).unwrap();
+        let c = s.empty(256).unwrap();
+        for _ in 0..10 {
+            s.axpy(2.0, &a, &b).unwrap();
+            s.add(&a, &b, &c).unwrap();
+            s.copy(&c, &a).unwrap();
+        }
+        let (mut ha, mut hb) = (1.0f32, 0.0f32);
+        for _ in 0..10 {
+            hb += 2.0 * ha;
+            ha += hb;
+        }
+        assert_eq!(s.read_as::<f32>(&a).unwrap(), vec![ha; 64]);
+        assert_eq!(waits(runtime), 0);
+    });
+}
+
+/// A pipeline over three streams with the exact number of inserted waits at
+/// every step, including waits saved by what a stream learnt from another.
+#[test]
+fn cross_stream_waits_are_minimal() {
+    each_backend("cross_stream_waits_are_minimal", |runtime| {
+        let (s, t, u) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let a = s.upload(&[1.0f32; 256]).unwrap();
+        let b = s.upload(&[2.0f32; 256]).unwrap();
+        let step = |expected: u64, what: &str, op: &dyn Fn()| {
+            let before = waits(runtime);
+            op();
+            assert_eq!(waits(runtime) - before, expected, "{what}");
+        };
+        let (ta, tb, tc) = (t.empty(1024).unwrap(), t.empty(1024).unwrap(), t.empty(1024).unwrap());
+        step(1, "T reads a: one wait on S", &|| t.copy(&a, &ta).unwrap());
+        step(0, "T reads b, written before T's wait: none", &|| t.copy(&b, &tb).unwrap());
+        step(1, "S overwrites a, read on T: one wait on T", &|| s.fill_f32(&a, 3.0).unwrap());
+        let c = s.upload(&[4.0f32; 256]).unwrap();
+        step(1, "T reads c, written after T's wait: one wait on S", &|| t.add(&ta, &c, &tc).unwrap());
+        let (ud, ue) = (u.empty(1024).unwrap(), u.empty(1024).unwrap());
+        step(1, "U reads T's output: one wait on T", &|| u.copy(&tc, &ud).unwrap());
+        step(0, "U reads c: T had seen it, so U has", &|| u.copy(&c, &ue).unwrap());
+        step(0, "U reads its own output: same stream", &|| u.copy(&ud, &ue).unwrap());
+        assert_eq!(u.read_as::<f32>(&ue).unwrap(), vec![5.0; 256]);
+        assert_eq!(t.read_as::<f32>(&tb).unwrap(), vec![2.0; 256]);
+        assert_eq!(s.read_as::<f32>(&a).unwrap(), vec![3.0; 256]);
+    });
+}
