@@ -63,7 +63,7 @@ impl Toolchain {
 
     /// Runs `swift args…` in `dir` (inside the workspace) with extra `env`,
     /// echoing its output as it comes; returns that output.
-    pub fn swift(&self, dir: &Path, args: &[String], env: &[(&str, String)]) -> Result<String> {
+    pub fn swift(&self, dir: &Path, args: &[String], env: &[(String, String)]) -> Result<String> {
         let mut command;
         let _mounts;
         match self {
@@ -88,7 +88,7 @@ impl Toolchain {
 }
 
 /// `chroot DIR env -i …`: a clean environment inside.
-fn in_chroot(chroot: &Path, env: &[(&str, String)]) -> Command {
+fn in_chroot(chroot: &Path, env: &[(String, String)]) -> Command {
     let mut command = Command::new("chroot");
     command.arg(chroot).args(["/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8"]);
     command.arg(format!("PATH={CHROOT_PATH}"));
@@ -150,7 +150,8 @@ fn chroot_dir() -> Result<PathBuf> {
 }
 
 fn is_ready(dir: &Path) -> bool {
-    dir.join("usr/bin/swift").exists()
+    // `usr/bin/swift` is an absolute symlink, meaningful only inside the chroot.
+    fs::symlink_metadata(dir.join("usr/bin/swift")).is_ok()
         && fs::read_to_string(dir.join(MARKER)).is_ok_and(|recipe| recipe.trim() == RECIPE)
 }
 
@@ -198,7 +199,7 @@ fn build(dir: &Path) -> Result {
             "apt-get update -q && apt-get install -y -q --no-install-recommends {} && apt-get clean",
             PACKAGES.join(" ")
         );
-        let mut command = in_chroot(&partial, &[("DEBIAN_FRONTEND", "noninteractive".to_owned())]);
+        let mut command = in_chroot(&partial, &[("DEBIAN_FRONTEND".to_owned(), "noninteractive".to_owned())]);
         command.args(["/bin/sh", "-c", &script]);
         crate::util::run(&mut command)?;
     }
