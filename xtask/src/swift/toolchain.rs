@@ -8,9 +8,10 @@
 //!
 //! Inside it, `/proc` and `/dev` are mounted and the workspace is bind-mounted
 //! at its own absolute path, so every path (sources, libraries, rpaths, error
-//! messages) reads the same inside and out. Every mount is undone when the
-//! command ends, whatever its outcome; mounts left by a killed run are cleared
-//! before the next one.
+//! messages) reads the same inside and out. The mounts are made in a private
+//! mount namespace (`unshare --mount`) of the command: they vanish with it,
+//! however it ends (Ctrl-C and kill included), and neither the host nor a
+//! concurrent run sharing the cache ever sees them.
 
 use std::fs;
 use std::io::{BufRead, BufReader, Read};
@@ -64,33 +65,42 @@ impl Toolchain {
     /// Runs `swift args…` in `dir` (inside the workspace) with extra `env`,
     /// echoing its output as it comes; returns that output.
     pub fn swift(&self, dir: &Path, args: &[String], env: &[(String, String)]) -> Result<String> {
-        let mut command;
-        let _mounts;
-        match self {
+        let mut command = match self {
             Toolchain::Host => {
-                command = Command::new("swift");
+                let mut command = Command::new("swift");
                 command.args(args).current_dir(dir).envs(env.iter().map(|(k, v)| (k, v)));
+                command
             }
             Toolchain::Chroot(chroot) => {
-                let mut mounts = Mounts::new(chroot)?;
-                mounts.proc()?;
-                mounts.bind(Path::new("/dev"))?;
-                mounts.bind(&root())?;
-                _mounts = mounts;
-                command = in_chroot(chroot, env);
+                let mut command = in_chroot(chroot, &[root()], env);
                 // `sh -c 'cd "$0" && exec "$@"' DIR swift ARGS…`: no quoting of ARGS.
                 command.args(["/bin/sh", "-c", "cd \"$0\" && exec \"$@\""]);
                 command.arg(dir).arg("swift").args(args);
+                command
             }
-        }
+        };
         capture(&mut command)
     }
 }
 
-/// `chroot DIR env -i …`: a clean environment inside.
-fn in_chroot(chroot: &Path, env: &[(String, String)]) -> Command {
-    let mut command = Command::new("chroot");
-    command.arg(chroot).args(["/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8"]);
+/// Mounts /proc, /dev and each bind (at its own path) in `$root`, then runs
+/// `chroot $root COMMAND…`. Arguments: ROOT BIND… -- COMMAND….
+const MOUNT_AND_CHROOT: &str = r#"set -e
+root=$1; shift
+mount -t proc proc "$root/proc"
+mount --bind /dev "$root/dev"
+while [ "$1" != "--" ]; do mkdir -p "$root$1"; mount --bind "$1" "$root$1"; shift; done
+shift
+exec chroot "$root" "$@""#;
+
+/// A command that runs `env -i … ARGS` (ARGS: appended by the caller) in the
+/// chroot, with `binds` bind-mounted at their own paths, in a private mount
+/// namespace: every mount disappears when the command exits, whatever happens.
+fn in_chroot(chroot: &Path, binds: &[PathBuf], env: &[(String, String)]) -> Command {
+    let mut command = Command::new("unshare");
+    command.args(["--mount", "--propagation", "private", "/bin/sh", "-c", MOUNT_AND_CHROOT, "sh"]);
+    command.arg(chroot).args(binds).arg("--");
+    command.args(["/usr/bin/env", "-i", "HOME=/root", "LANG=C.UTF-8"]);
     command.arg(format!("PATH={CHROOT_PATH}"));
     command.args(env.iter().map(|(k, v)| format!("{k}={v}")));
     command
@@ -191,18 +201,13 @@ fn build(dir: &Path) -> Result {
         .map_err(|e| format!("cannot write the chroot marker: {e}"))?;
     fs::copy("/etc/resolv.conf", partial.join("etc/resolv.conf"))
         .map_err(|e| format!("cannot copy resolv.conf into the chroot: {e}"))?;
-    {
-        let mut mounts = Mounts::new(&partial)?;
-        mounts.proc()?;
-        mounts.bind(Path::new("/dev"))?;
-        let script = format!(
-            "apt-get update -q && apt-get install -y -q --no-install-recommends {} && apt-get clean",
-            PACKAGES.join(" ")
-        );
-        let mut command = in_chroot(&partial, &[("DEBIAN_FRONTEND".to_owned(), "noninteractive".to_owned())]);
-        command.args(["/bin/sh", "-c", &script]);
-        crate::util::run(&mut command)?;
-    }
+    let script = format!(
+        "apt-get update -q && apt-get install -y -q --no-install-recommends {} && apt-get clean",
+        PACKAGES.join(" ")
+    );
+    let mut command = in_chroot(&partial, &[], &[("DEBIAN_FRONTEND".to_owned(), "noninteractive".to_owned())]);
+    command.args(["/bin/sh", "-c", &script]);
+    crate::util::run(&mut command)?;
     fs::write(partial.join(MARKER), format!("{RECIPE}\n"))
         .map_err(|e| format!("cannot write the chroot marker: {e}"))?;
     fs::rename(&partial, dir)
@@ -250,99 +255,24 @@ fn remove_chroot(dir: &Path) -> Result {
             dir.display()
         ));
     }
-    clear_stale_mounts(dir)?;
-    if !mounts_under(dir).is_empty() {
-        return Err(format!("{} still has mounts inside; not deleting it", dir.display()));
+    // Our mounts never outlive their command, but never delete through a mount.
+    if let Some(point) = mounts_under(dir).first() {
+        return Err(format!("{} is mounted inside {}; not deleting it", point.display(), dir.display()));
     }
     eprintln!("swift: removing {}", dir.display());
     fs::remove_dir_all(dir).map_err(|e| format!("cannot remove {}: {e}", dir.display()))
 }
 
-/// Mount points at or below `dir`, deepest first.
+/// Mount points at or below `dir` (in this mount namespace).
 fn mounts_under(dir: &Path) -> Vec<PathBuf> {
     let Ok(table) = fs::read_to_string("/proc/self/mounts") else {
         return Vec::new();
     };
-    let mut points: Vec<PathBuf> = table
+    table
         .lines()
         .filter_map(|line| line.split_whitespace().nth(1))
         // /proc/mounts escapes spaces and the like as octal.
         .map(|point| PathBuf::from(point.replace("\\040", " ")))
         .filter(|point| point.starts_with(dir))
-        .collect();
-    points.sort_by_key(|point| std::cmp::Reverse(point.components().count()));
-    points
-}
-
-/// Unmounts what a killed earlier run left mounted in the chroot.
-fn clear_stale_mounts(dir: &Path) -> Result {
-    for point in mounts_under(dir) {
-        eprintln!("swift: unmounting {} (left by an earlier run)", point.display());
-        unmount(&point)?;
-    }
-    Ok(())
-}
-
-fn unmount(point: &Path) -> Result {
-    let quiet = |lazy: bool| {
-        let mut command = Command::new("umount");
-        if lazy {
-            command.arg("--lazy");
-        }
-        command.arg(point).status().is_ok_and(|status| status.success())
-    };
-    if quiet(false) || quiet(true) {
-        Ok(())
-    } else {
-        Err(format!("cannot unmount {}", point.display()))
-    }
-}
-
-/// Mounts in a chroot, undone in reverse order when dropped.
-struct Mounts {
-    chroot: PathBuf,
-    points: Vec<PathBuf>,
-}
-
-impl Mounts {
-    fn new(chroot: &Path) -> Result<Mounts> {
-        clear_stale_mounts(chroot)?;
-        Ok(Mounts { chroot: chroot.to_owned(), points: Vec::new() })
-    }
-
-    fn target(&self, path: &Path) -> Result<PathBuf> {
-        let inside = self.chroot.join(path.strip_prefix("/").unwrap_or(path));
-        fs::create_dir_all(&inside).map_err(|e| format!("cannot create {}: {e}", inside.display()))?;
-        Ok(inside)
-    }
-
-    fn proc(&mut self) -> Result {
-        let target = self.target(Path::new("/proc"))?;
-        self.mount(Command::new("mount").args(["-t", "proc", "proc"]).arg(&target), target)
-    }
-
-    /// Bind-mounts `path` at the same path inside the chroot.
-    fn bind(&mut self, path: &Path) -> Result {
-        let target = self.target(path)?;
-        self.mount(Command::new("mount").arg("--bind").arg(path).arg(&target), target)
-    }
-
-    fn mount(&mut self, command: &mut Command, target: PathBuf) -> Result {
-        let status = command.status().map_err(|e| format!("cannot run mount: {e}"))?;
-        if !status.success() {
-            return Err(format!("{command:?} failed with {status}"));
-        }
-        self.points.push(target);
-        Ok(())
-    }
-}
-
-impl Drop for Mounts {
-    fn drop(&mut self) {
-        for point in self.points.drain(..).rev() {
-            if let Err(message) = unmount(&point) {
-                eprintln!("swift: {message}");
-            }
-        }
-    }
+        .collect()
 }
