@@ -98,12 +98,43 @@ pub fn test() -> Result {
 /// The Kotlin demo: a coroutine app running a two-stream pipeline.
 pub fn demo(args: &[String]) -> Result {
     prepare(Profile::Release)?;
-    run(maven().args(["-DskipTests", "package"]))?;
+    run(maven().args(["-q", "-DskipTests", "package"]))?;
     let demo_args = args.join(" ");
     run(maven().args([
+        "-q",
         "exec:java",
         "-Dexec.mainClass=dev.weir.demo.DemoKt",
         "-Dexec.classpathScope=test",
         &format!("-Dexec.args={demo_args}"),
     ]))
+}
+
+/// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
+/// suspend round trip (`sync()` on an idle stream, `executeAsync` with a no-op
+/// kernel) beside the same weir-ffi calls made from Rust in the same run, then
+/// the same with JNA's default thread policy for waker threads, for comparison.
+pub fn bench(args: &[String]) -> Result {
+    let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
+    let output = crate::util::cargo()
+        .current_dir(root())
+        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--example", "round_trip", "--", "--backend", backend])
+        .output()
+        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let baselines = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    prepare(Profile::Release)?;
+    run(maven().args(["-q", "-DskipTests", "package"]))?;
+    for detach in ["false", "true"] {
+        run(maven().args([
+            "-q",
+            "exec:java",
+            "-Dexec.mainClass=dev.weir.bench.BenchKt",
+            "-Dexec.classpathScope=test",
+            &format!("-Dweir.wakers.detach={detach}"),
+            &format!("-Dexec.args=--backend {backend} {baselines}"),
+        ]))?;
+    }
+    Ok(())
 }

@@ -24,6 +24,7 @@ class LifecycleTest {
         val fence = stream.fence()
         runBlocking {
             val pending = async(Dispatchers.Default) { stream.sync() }
+            eventually(what = "the pending sync to be waiting") { rt.diagnostics().liveWaiters == 1uL }
             rt.shutdown()
             assertTrue(fence.isComplete(), "shutdown returned before the work in flight finished")
             pending.await() // completed normally, not failed

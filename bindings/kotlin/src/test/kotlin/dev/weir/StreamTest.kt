@@ -2,6 +2,7 @@ package dev.weir
 
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
+import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.delay
 import kotlinx.coroutines.launch
@@ -125,10 +126,11 @@ class StreamTest {
             val x = s.upload(FloatArray(n) { it.toFloat() })
             val y = s.zeros(n * 4L)
             val out = t.empty(n * 4L)
-            val first = async { s.executeAsync(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2.0f)) }
+            // Admission order is program order: the write of y on s, then its read on t.
+            s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2.0f))
             val second = async { t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) }
-            first.await()
-            second.await()
+            val first = async { s.sync() }
+            listOf(first, second).awaitAll()
             assertArrayEquals(FloatArray(n) { 3.0f * it }, t.readFloats(out))
         }
     }
