@@ -77,10 +77,13 @@ pub fn command(args: &[String]) -> Result {
         .map(String::as_str)
         .filter(|l| matches!(*l, "kotlin" | "swift"))
         .ok_or("usage: cargo xtask bindings kotlin|swift [--release] [--out DIR]")?;
-    let out = args.windows(2).find(|w| w[0] == "--out").map(|w| root().join(&w[1])).unwrap_or_else(|| match language {
-        "kotlin" => crate::kotlin::generated_sources(),
-        _ => root().join("target/bindings/swift"),
-    });
+    let out = args.windows(2).find(|w| w[0] == "--out").map(|w| root().join(&w[1]));
+    let out = match (language, out) {
+        // The Maven project's build: bindings, the waker-thread step and the library resource.
+        ("kotlin", None) => return crate::kotlin::prepare(Profile::from_args(args)),
+        (_, Some(out)) => out,
+        (_, None) => root().join("target/bindings/swift"),
+    };
     let library = native(Profile::from_args(args))?;
     generate(language, &library, &out)?;
     eprintln!("{language} bindings of {} in {}", library.display(), out.display());

@@ -18,7 +18,7 @@ commands:
                   the main job: a multi-stream pipeline, timed fence by fence
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
-  bench [--backend NAME]
+  bench [--kotlin] [--backend NAME]
                   benchmarks: JSON lines, then a readable table
 
 environment:
@@ -39,6 +39,7 @@ fn main() -> ExitCode {
             _ => rust::demo(&args[1..]),
         },
         Some("bindings") => bindings::command(&args[1..]),
+        Some("bench") if args.iter().any(|a| a == "--kotlin") => kotlin::bench(&args[1..]),
         Some("bench") => rust::bench(&args[1..]),
         _ => {
             eprintln!("{USAGE}");

@@ -65,3 +65,27 @@ impl WeirError {
 
 /// Result of every fallible export.
 pub type Result<T, E = WeirError> = std::result::Result<T, E>;
+
+/// Test support for the bindings' suites: fails with the error that the core
+/// error named `variant` (`"OpFailed"`, `"Backend"`, …, as in `WeirError`)
+/// converts to, so every variant's type and message can be checked on the
+/// foreign side, including those no public call can provoke on the CPU.
+/// An unknown name is `InvalidArgument`. Not for applications.
+#[uniffi::export]
+pub fn debug_error_probe(variant: String) -> Result<()> {
+    use weir_core::Error as E;
+    let error = match variant.as_str() {
+        "Unavailable" => E::unavailable("probe", "no probe device"),
+        "Unsupported" => E::unsupported("probe", "probing"),
+        "InvalidArgument" => E::InvalidArgument("probe argument".to_owned()),
+        "OutOfRange" => E::OutOfRange { offset: 8, size: 8, len: 12 },
+        "ForeignHandle" => E::ForeignHandle("buffer"),
+        "Closed" => E::Closed,
+        "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40 },
+        "OpFailed" => E::OpFailed { stream: 3, message: "probe op failed".to_owned() },
+        "Backend" => E::Backend { backend: "probe".to_owned(), message: "probe call failed".to_owned() },
+        "Cancelled" => E::Cancelled,
+        other => return Err(WeirError::invalid(format!("no error variant named {other:?}"))),
+    };
+    Err(error.into())
+}

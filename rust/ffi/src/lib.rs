@@ -32,7 +32,7 @@ mod stream;
 
 pub use buffer::Buffer;
 pub use cancel::CancelToken;
-pub use error::WeirError;
+pub use error::{debug_error_probe, WeirError};
 pub use fence::Fence;
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{grid_linear, Access, Arg, Backend, DeviceInfo, Diagnostics, Grid};

@@ -121,6 +121,13 @@ pub struct Grid {
     pub shared_bytes: u32,
 }
 
+impl Default for Grid {
+    /// One group of one thread, no shared memory (what built-in ops are given).
+    fn default() -> Self {
+        Grid { groups_x: 1, groups_y: 1, groups_z: 1, block_x: 1, block_y: 1, block_z: 1, shared_bytes: 0 }
+    }
+}
+
 impl Grid {
     pub(crate) fn to_core(self) -> Result<weir_core::Grid> {
         let groups = [self.groups_x, self.groups_y, self.groups_z];
