@@ -6,6 +6,18 @@ import Weir
 
 @Suite("Completions")
 struct CompletionTests {
+    @Test("a runtime opens on the backend asked for and describes its device", arguments: TestBackend.allCases)
+    func opensOnTheBackendAskedFor(backend: TestBackend) throws {
+        guard let runtime = try backend.open() else { return }
+        let info = runtime.info()
+        print("\(backend): \(info.name), buffers up to \(info.maxBufferBytes) bytes")
+        #expect(info.backend == backend.backend)
+        #expect(!info.name.isEmpty)
+        #expect(info.maxBufferBytes > 0)
+        #expect(runtime.defaultStream().index() == 0)
+        #expect(try runtime.newStream().index() == 1)
+    }
+
     @Test("sync() returns once everything admitted on the stream is done", arguments: TestBackend.allCases)
     func syncWaitsForAdmittedWork(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }

@@ -66,6 +66,23 @@ struct CrossStreamTests {
         #expect(wrong.isEmpty, "reads raced the write on the other stream: \(wrong.prefix(5))")
     }
 
+    @Test("a two-stream pipeline awaited concurrently gives the exact sum", arguments: TestBackend.allCases)
+    func twoStreamPipelineAwaitedConcurrently(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let (s, t) = (runtime.defaultStream(), try runtime.newStream())
+        let n = 2048
+        let x = try s.upload((0..<n).map(Float.init))
+        let y = try s.zeros(count: n, of: Float.self)
+        let out = try t.empty(count: n, of: Float.self)
+        // Admission order is program order: the write of y on s, then its read on t.
+        try s.axpy(2, x, y)
+        async let second: Void = t.executeAsync(
+            kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(x), .read(y), .write(out)])
+        async let first: Void = s.sync()
+        _ = try await (first, second)
+        #expect(try await t.read(out, as: Float.self) == (0..<n).map { 3 * Float($0) })
+    }
+
     @Test("reads on many streams of one fresh write all see it", arguments: TestBackend.allCases)
     func manyReadersSeeOneWrite(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }

@@ -5,10 +5,22 @@ import Foundation
 import Testing
 import Weir
 
-/// The case of a WeirError, without its message.
+/// The case of a WeirError, without its message. Exhaustive on purpose: a new
+/// case in Rust does not compile here until the tests cover it.
 func caseName(_ error: any Error) -> String {
     guard let error = error as? WeirError else { return "not a WeirError: \(type(of: error))" }
-    return String(describing: Mirror(reflecting: error).children.first?.label ?? "\(error)")
+    switch error {
+    case .Unavailable: return "Unavailable"
+    case .Unsupported: return "Unsupported"
+    case .InvalidArgument: return "InvalidArgument"
+    case .OutOfRange: return "OutOfRange"
+    case .ForeignHandle: return "ForeignHandle"
+    case .Closed: return "Closed"
+    case .OutOfMemory: return "OutOfMemory"
+    case .OpFailed: return "OpFailed"
+    case .Backend: return "Backend"
+    case .Cancelled: return "Cancelled"
+    }
 }
 
 /// Expects `body` to throw the WeirError case `expected` whose message contains every one of `words`.
@@ -32,6 +44,29 @@ func expectWeirError<T>(
 
 @Suite("Typed errors")
 struct ErrorTests {
+    @Test("every WeirError case arrives typed, with its message")
+    func everyCaseArrivesTypedWithItsMessage() async {
+        // What the Rust core error of each name converts to (test support in weir-ffi).
+        let expected: [(String, String)] = [
+            ("Unavailable", "no probe device"),
+            ("Unsupported", "probing"),
+            ("InvalidArgument", "probe argument"),
+            ("OutOfRange", "8..16 is out of bounds for a buffer of 12 bytes"),
+            ("ForeignHandle", "belongs to another runtime"),
+            ("Closed", "closed"),
+            ("OutOfMemory", "out of device memory"),
+            ("OpFailed", "probe op failed"),
+            ("Backend", "probe call failed"),
+            ("Cancelled", "cancelled"),
+        ]
+        for (variant, text) in expected {
+            await expectWeirError(variant, mentioning: [text]) { try debugErrorProbe(variant: variant) }
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["NoSuchVariant"]) {
+            try debugErrorProbe(variant: "NoSuchVariant")
+        }
+    }
+
     @Test("a backend that cannot run here is Unavailable, naming it")
     func unavailableBackendsAreNamed() async throws {
         for backend in [Backend.cuda, .hip] {
@@ -70,11 +105,39 @@ struct ErrorTests {
         await expectWeirError("Unsupported", mentioning: ["only_cuda", backend.rawValue]) {
             try stream.execute(kernel: cudaOnly, grid: Grid(), args: [])
         }
+        await expectWeirError("InvalidArgument", mentioning: ["limit"]) {
+            try stream.zeros(bytes: UInt64.max)
+        }
+        await expectWeirError("OutOfRange", mentioning: ["out of bounds"]) {
+            try await stream.write(buffer: buffer, data: Data(count: 1), offset: UInt64.max)
+        }
+        await expectWeirError("OutOfRange", mentioning: ["out of bounds"]) {
+            try stream.readBlocking(buffer: buffer, offset: UInt64.max, len: 2)
+        }
+        let (small, out) = (try stream.zeros(bytes: 8), try stream.zeros(bytes: 4096))
+        await expectWeirError("InvalidArgument", mentioning: ["add", "equal size"]) {
+            try await stream.executeAsync(
+                kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(small), .write(out)])
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["twice"]) {
+            try await stream.executeAsync(
+                kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(buffer), .write(buffer)])
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["axpy"]) {
+            try await stream.executeAsync(kernel: Kernel.builtin(op: .axpy), grid: Grid(), args: [.read(buffer)])
+        }
+        await expectWeirError("InvalidArgument", mentioning: []) {
+            try stream.empty(count: -1, of: Float.self)
+        }
         // Typed reads check their element size.
         let odd = try stream.upload(data: Data([1, 2, 3]))
         await expectWeirError("InvalidArgument", mentioning: ["3 bytes", "Float"]) {
             try await stream.read(odd, as: Float.self)
         }
+        // And all the while the runtime kept working, on every stream.
+        let other = try runtime.newStream()
+        try await other.write([Float(4), 5], to: buffer)
+        #expect(try await stream.read(buffer, as: Float.self).prefix(2) == [4, 5])
     }
 
     @Test("a buffer of one runtime used in another is ForeignHandle", arguments: TestBackend.allCases)

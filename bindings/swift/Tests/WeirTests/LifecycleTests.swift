@@ -32,11 +32,24 @@ struct LifecycleTests {
         try await waiting.value
     }
 
+    @Test("releasing the last Runtime reference shuts it down, after the work in flight",
+          arguments: TestBackend.allCases)
+    func releasingTheRuntimeShutsItDown(backend: TestBackend) async throws {
+        var runtime = try backend.open()  // the only reference
+        guard let stream = runtime?.defaultStream() else { return }
+        try stream.delay(.milliseconds(50))
+        let fence = try stream.fence()
+        runtime = nil  // the Swift handle goes: Rust shuts the runtime down
+        #expect(fence.isComplete(), "deinit returned before the work in flight finished")
+        await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.sync() }
+    }
+
     @Test("shutting down twice does nothing", arguments: TestBackend.allCases)
     func shutdownTwiceDoesNothing(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }
         try runtime.shutdown()
         try runtime.shutdown()
+        #expect(runtime.diagnostics().liveWaiters == 0)
     }
 
     @Test("every call after shutdown fails with Closed", arguments: TestBackend.allCases)
