@@ -58,14 +58,16 @@ fn update(from: &Path, to: &Path) -> Result {
 /// concurrency checking, warnings as errors, and the native library.
 fn flags() -> Vec<String> {
     let native = native_dir().display().to_string();
-    [
-        "-Xswiftc", "-strict-concurrency=complete",
-        "-Xswiftc", "-warnings-as-errors",
-        "-Xlinker", "-L", "-Xlinker", &native,
-        "-Xlinker", "-rpath", "-Xlinker", &native,
-    ]
-    .map(str::to_owned)
-    .to_vec()
+    let swiftc = ["-strict-concurrency=complete", "-warnings-as-errors"];
+    let linker = ["-L", &native, "-rpath", &native];
+    let swiftc = swiftc.into_iter().flat_map(|flag| ["-Xswiftc", flag]);
+    let linker = linker.into_iter().flat_map(|flag| ["-Xlinker", flag]);
+    swiftc.chain(linker).map(str::to_owned).collect()
+}
+
+/// `swift WORDS… FLAGS… REST…`'s arguments.
+fn arguments(words: &[&str], rest: &[String]) -> Vec<String> {
+    words.iter().map(|word| word.to_string()).chain(flags()).chain(rest.iter().cloned()).collect()
 }
 
 /// `WEIR_*` settings (WEIR_REQUIRE_BACKENDS, …) passed on to Swift.
@@ -90,13 +92,12 @@ pub fn test() -> Result {
     let package = package();
     let env = environment();
     let started = std::time::Instant::now();
-    let build = [&["build".to_owned(), "--build-tests".to_owned()][..], &flags()].concat();
+    let build = arguments(&["build", "--build-tests"], &[]);
     no_warnings(&toolchain.swift(&package, &build, &env)?)?;
     eprintln!("swift: built without warnings in {:.1?}", started.elapsed());
     // Serial: the timing checks (prompt cancellation) must not compete with
     // the 10 000-Task test for the two-thread cooperative pool.
-    let test = [&["test".to_owned(), "--skip-build".to_owned(), "--no-parallel".to_owned()][..], &flags()].concat();
-    toolchain.swift(&package, &test, &env)?;
+    toolchain.swift(&package, &arguments(&["test", "--skip-build", "--no-parallel"], &[]), &env)?;
     eprintln!("swift: build and tests took {:.1?}", started.elapsed());
     Ok(())
 }
@@ -105,13 +106,7 @@ pub fn test() -> Result {
 pub fn demo(args: &[String]) -> Result {
     prepare(Profile::Release)?;
     let toolchain = Toolchain::find()?;
-    let run = [
-        &["run".to_owned(), "-c".to_owned(), "release".to_owned()][..],
-        &flags(),
-        &["weir-demo".to_owned()],
-        args,
-    ]
-    .concat();
-    toolchain.swift(&package(), &run, &environment())?;
+    let product_and_args = [&["weir-demo".to_owned()][..], args].concat();
+    toolchain.swift(&package(), &arguments(&["run", "-c", "release"], &product_and_args), &environment())?;
     Ok(())
 }

@@ -151,10 +151,7 @@ fn chroot_dir() -> Result<PathBuf> {
     }
     let cache = match std::env::var_os("XDG_CACHE_HOME") {
         Some(dir) if !dir.is_empty() => PathBuf::from(dir),
-        _ => PathBuf::from(
-            std::env::var_os("HOME").ok_or("neither XDG_CACHE_HOME nor HOME is set")?,
-        )
-        .join(".cache"),
+        _ => PathBuf::from(std::env::var_os("HOME").ok_or("neither XDG_CACHE_HOME nor HOME is set")?).join(".cache"),
     };
     Ok(cache.join("weir").join("swift-trixie"))
 }
@@ -190,15 +187,9 @@ fn build(dir: &Path) -> Result {
         fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
     }
     let mirror = debian_mirror();
-    crate::util::run(
-        Command::new("debootstrap")
-            .args(["--variant=minbase", SUITE])
-            .arg(&partial)
-            .arg(&mirror),
-    )?;
+    crate::util::run(Command::new("debootstrap").args(["--variant=minbase", SUITE]).arg(&partial).arg(&mirror))?;
     // Marks the directory as ours (so a failed build can be deleted) but not ready.
-    fs::write(partial.join(MARKER), "incomplete\n")
-        .map_err(|e| format!("cannot write the chroot marker: {e}"))?;
+    fs::write(partial.join(MARKER), "incomplete\n").map_err(|e| format!("cannot write the chroot marker: {e}"))?;
     fs::copy("/etc/resolv.conf", partial.join("etc/resolv.conf"))
         .map_err(|e| format!("cannot copy resolv.conf into the chroot: {e}"))?;
     let script = format!(
@@ -210,8 +201,7 @@ fn build(dir: &Path) -> Result {
     crate::util::run(&mut command)?;
     fs::write(partial.join(MARKER), format!("{RECIPE}\n"))
         .map_err(|e| format!("cannot write the chroot marker: {e}"))?;
-    fs::rename(&partial, dir)
-        .map_err(|e| format!("cannot move {} to {}: {e}", partial.display(), dir.display()))?;
+    fs::rename(&partial, dir).map_err(|e| format!("cannot move {} to {}: {e}", partial.display(), dir.display()))?;
     eprintln!("swift: chroot ready in {:.0?}", started.elapsed());
     Ok(())
 }
