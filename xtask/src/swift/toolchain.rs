@@ -6,7 +6,7 @@
 //! marker file names the current recipe, and rebuilt (as root, with
 //! `debootstrap`) when absent or stale: a cache, never a dependency.
 //!
-//! Inside it, `/proc` and `/dev` are mounted and the workspace is bind-mounted
+//! Inside it, `/proc` and `/dev` (with `/dev/pts`) are mounted and the workspace is bind-mounted
 //! at its own absolute path, so every path (sources, libraries, rpaths, error
 //! messages) reads the same inside and out. The mounts are made in a private
 //! mount namespace (`unshare --mount`) of the command: they vanish with it,
@@ -88,7 +88,7 @@ impl Toolchain {
 const MOUNT_AND_CHROOT: &str = r#"set -e
 root=$1; shift
 mount -t proc proc "$root/proc"
-mount --bind /dev "$root/dev"
+mount --rbind /dev "$root/dev"
 while [ "$1" != "--" ]; do mkdir -p "$root$1"; mount --bind "$1" "$root$1"; shift; done
 shift
 exec chroot "$root" "$@""#;
