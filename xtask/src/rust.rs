@@ -2,9 +2,27 @@
 
 use crate::util::{cargo, run, Result};
 
-/// Every Rust test, on every backend compiled in.
+/// Every Rust test, on every backend compiled in; with ROCm's headers at
+/// `HIP_PATH`, the HIP backend's tests and the conformance suite built with it.
 pub fn test() -> Result {
-    run(cargo().args(["test", "--workspace", "--exclude", "xtask", "--exclude", "weir-bindgen"]))
+    run(cargo().args(["test", "--workspace", "--exclude", "xtask", "--exclude", "weir-bindgen"]))?;
+    match std::env::var_os("HIP_PATH") {
+        Some(hip) if std::path::Path::new(&hip).join("include/hip/hip_runtime_api.h").is_file() => run(cargo().args([
+            "test",
+            "-p",
+            "weir-core",
+            "--features",
+            "hip",
+            "--test",
+            "hip_backend",
+            "--test",
+            "conformance",
+        ])),
+        _ => {
+            eprintln!("xtask: HIP tests skipped (set HIP_PATH to a ROCm install with hip/hip_runtime_api.h)");
+            Ok(())
+        }
+    }
 }
 
 /// The demo: a multi-stream pipeline on the default backend.

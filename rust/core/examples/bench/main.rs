@@ -4,7 +4,11 @@
 //! `--backend NAME` (repeatable) limits the run to some backends.
 
 mod cpu;
+#[cfg(feature = "cuda")]
+mod cuda;
 mod report;
+#[cfg(feature = "wgpu")]
+mod wgpu;
 
 use report::Report;
 
@@ -15,6 +19,14 @@ fn main() {
     let mut report = Report::default();
     if wants("cpu") {
         cpu::run(&mut report);
+    }
+    #[cfg(feature = "wgpu")]
+    if wants("wgpu") {
+        wgpu::run(&mut report);
+    }
+    #[cfg(feature = "cuda")]
+    if wants("cuda") {
+        cuda::run(&mut report);
     }
     report.print_table();
 }

@@ -17,6 +17,14 @@
 //! - dropping an `Event` releases it (it may already be waited on).
 
 pub mod cpu;
+#[cfg(feature = "cuda")]
+pub mod cuda;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub mod gpu;
+#[cfg(feature = "hip")]
+pub mod hip;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
@@ -204,6 +212,8 @@ pub struct BackendCounters {
     pub host_to_device_copies: u64,
     /// Device-to-host copies made so far.
     pub device_to_host_copies: u64,
+    /// Page-locked host staging buffers allocated so far (CUDA, HIP).
+    pub host_staging_buffers: u64,
     /// Conflicting overlapping accesses seen by a race detector (CPU backend).
     pub race_violations: u64,
 }
@@ -213,6 +223,18 @@ pub struct BackendCounters {
 pub enum RawAccess<'a> {
     /// CPU: enqueue host work on the stream's worker, over the buffers' bytes.
     Cpu(&'a mut cpu::CpuRawAccess),
+    /// wgpu: the device, the queue, the buffers, and an encoder whose commands
+    /// run in the stream at the write's position.
+    #[cfg(feature = "wgpu")]
+    Wgpu(&'a mut self::wgpu::WgpuRawAccess),
+    /// CUDA: the stream's `CUstream` and the buffers' device pointers, in the
+    /// order given, with the device's context current on the calling thread.
+    #[cfg(feature = "cuda")]
+    Cuda { stream: cuda::cudarc::driver::sys::CUstream, buffers: &'a [gpu::DeviceBuffer] },
+    /// HIP: the stream's `hipStream_t` and the buffers' device pointers, in
+    /// the order given, with the device current on the calling thread.
+    #[cfg(feature = "hip")]
+    Hip { stream: hip::hip_sys::hiprt::hipStream_t, buffers: &'a [gpu::DeviceBuffer] },
 }
 
 /// A device backend. See the module doc for the contract between it and the scheduler.

@@ -97,6 +97,51 @@ pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
             });
             Ok(())
         }
+        #[cfg(feature = "wgpu")]
+        RawAccess::Wgpu(gpu) => {
+            use weir_core::backend::wgpu::wgpu;
+            for buffer in gpu.buffers().to_vec() {
+                let source = gpu.device().create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("raw fill"),
+                    size: buffer.size(),
+                    usage: wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: true,
+                });
+                source
+                    .get_mapped_range_mut(..)
+                    .map_err(|e| Error::InvalidArgument(format!("raw fill: {e}")))?
+                    .slice(..)
+                    .fill(value);
+                source.unmap();
+                gpu.encoder().copy_buffer_to_buffer(&source, 0, &buffer, 0, buffer.size());
+            }
+            Ok(())
+        }
+        #[cfg(feature = "cuda")]
+        RawAccess::Cuda { stream, buffers } => {
+            use weir_core::backend::cuda::cudarc::driver::sys as cu;
+            for buffer in buffers {
+                // SAFETY: the pointer and length are the admitted buffer's, the stream the admitted one.
+                let result = unsafe { cu::cuMemsetD8Async(buffer.ptr, value, buffer.len as usize, stream) };
+                if result != cu::CUresult::CUDA_SUCCESS {
+                    return Err(Error::InvalidArgument(format!("cuMemsetD8Async: {result:?}")));
+                }
+            }
+            Ok(())
+        }
+        #[cfg(feature = "hip")]
+        RawAccess::Hip { stream, buffers } => {
+            use weir_core::backend::hip::hip_sys::hiprt as hip;
+            for buffer in buffers {
+                // SAFETY: the pointer and length are the admitted buffer's, the stream the admitted one.
+                let result =
+                    unsafe { hip::hipMemsetAsync(buffer.ptr as *mut _, i32::from(value), buffer.len as usize, stream) };
+                if result != hip::hipError_t::hipSuccess {
+                    return Err(Error::InvalidArgument(format!("hipMemsetAsync: {result:?}")));
+                }
+            }
+            Ok(())
+        }
         #[allow(unreachable_patterns)]
         _ => Err(Error::InvalidArgument("no raw fill for this backend in the tests".into())),
     }

@@ -6,7 +6,11 @@ use crate::common::each_backend;
 
 /// A kernel that fails on the device, for every backend that can express one.
 fn failing_kernel() -> Kernel {
-    Kernel::custom("deliberately_failing").cpu(|_| Err("deliberate failure".into())).build()
+    Kernel::custom("deliberately_failing")
+        .cpu(|_| Err("deliberate failure".into()))
+        // Fails to compile; the device's diagnostic quotes the offending line.
+        .wgsl("@compute @workgroup_size(1)\nfn main() { deliberate failure }\n", "main")
+        .build()
 }
 
 #[test]

@@ -161,6 +161,7 @@ impl Backend for CpuBackend {
             live_allocations: c.live_allocations.load(Ordering::SeqCst),
             host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
             device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
+            host_staging_buffers: 0,
             race_violations: c.race_violations.load(Ordering::SeqCst),
         }
     }

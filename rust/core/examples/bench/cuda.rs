@@ -1,0 +1,395 @@
+//! CUDA figures, each beside the raw driver doing the same work in the same run.
+
+use std::ffi::{c_void, CString};
+use std::ptr::null_mut;
+use std::sync::mpsc::channel;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use weir_core::backend::cuda::cudarc::driver::sys as cu;
+use weir_core::backend::cuda::cudarc::nvrtc;
+use weir_core::backend::gpu::BUILTIN_SOURCE;
+use weir_core::{Arg, BackendKind, Grid, Kernel, Runtime};
+
+use crate::report::{median, micros, Figure, Report};
+
+const EMPTY: &str = r#"extern "C" __global__ void empty() {}"#;
+const BUMP: &str = r#"extern "C" __global__ void bump(unsigned int* p) { p[threadIdx.x] += 1u; }"#;
+
+fn ck(call: &str, result: cu::CUresult) {
+    assert_eq!(result, cu::CUresult::CUDA_SUCCESS, "{call}");
+}
+
+/// The raw driver: device 0's primary context, made current per thread.
+struct Raw {
+    context: cu::CUcontext,
+}
+
+// SAFETY: a retained primary context may be made current on any thread.
+unsafe impl Send for Raw {}
+// SAFETY: as above; `Raw` only hands the handle to cuCtxSetCurrent.
+unsafe impl Sync for Raw {}
+
+impl Raw {
+    fn open() -> Raw {
+        let mut context = null_mut();
+        // SAFETY: the Weir runtime opened CUDA first, so the driver is loaded.
+        unsafe {
+            ck("cuInit", cu::cuInit(0));
+            let mut device = 0;
+            ck("cuDeviceGet", cu::cuDeviceGet(&mut device, 0));
+            ck("retain", cu::cuDevicePrimaryCtxRetain(&mut context, device));
+        }
+        let raw = Raw { context };
+        raw.bind();
+        raw
+    }
+
+    fn bind(&self) {
+        // SAFETY: retained in `open`.
+        ck("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(self.context) });
+    }
+
+    fn stream(&self) -> cu::CUstream {
+        let mut stream = null_mut();
+        // SAFETY: out-pointer to a local.
+        ck("cuStreamCreate", unsafe {
+            cu::cuStreamCreate(&mut stream, cu::CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        });
+        stream
+    }
+
+    fn event(&self, blocking: bool) -> cu::CUevent {
+        let mut flags = cu::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        if blocking {
+            flags |= cu::CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        }
+        let mut event = null_mut();
+        // SAFETY: out-pointer to a local.
+        ck("cuEventCreate", unsafe { cu::cuEventCreate(&mut event, flags) });
+        event
+    }
+
+    fn function(&self, source: &str, entry: &str) -> cu::CUfunction {
+        let ptx = nvrtc::compile_ptx(source).expect("NVRTC");
+        let image = CString::new(ptx.to_src()).expect("PTX text");
+        let (mut module, mut function) = (null_mut(), null_mut());
+        let name = CString::new(entry).expect("entry");
+        // SAFETY: NUL-terminated PTX and name; out-pointers to locals.
+        unsafe {
+            ck("cuModuleLoadData", cu::cuModuleLoadData(&mut module, image.as_ptr().cast()));
+            ck("cuModuleGetFunction", cu::cuModuleGetFunction(&mut function, module, name.as_ptr()));
+        }
+        function
+    }
+
+    fn alloc(&self, bytes: usize) -> u64 {
+        let mut ptr = 0;
+        // SAFETY: out-pointer to a local.
+        ck("cuMemAlloc", unsafe { cu::cuMemAlloc_v2(&mut ptr, bytes) });
+        ptr
+    }
+
+    fn sync(&self, stream: cu::CUstream) {
+        // SAFETY: a live stream.
+        ck("cuStreamSynchronize", unsafe { cu::cuStreamSynchronize(stream) });
+    }
+}
+
+/// Launches `function` on `stream` with `params` (pointers to each value).
+fn launch(function: cu::CUfunction, grid: u32, block: u32, stream: cu::CUstream, params: &mut [*mut c_void]) {
+    // SAFETY: a loaded function; one valid pointer per parameter.
+    ck("cuLaunchKernel", unsafe {
+        cu::cuLaunchKernel(function, grid, 1, 1, block, 1, 1, 0, stream, params.as_mut_ptr(), null_mut())
+    });
+}
+
+fn open(wake: &str) -> Option<Runtime> {
+    // The completion path is read when the backend opens.
+    std::env::set_var("WEIR_GPU_WAKE", wake);
+    let runtime = Runtime::open(BackendKind::Cuda);
+    std::env::remove_var("WEIR_GPU_WAKE");
+    match runtime {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            eprintln!("cuda: skipped: {error}");
+            None
+        }
+    }
+}
+
+pub fn run(report: &mut Report) {
+    let Some(runtime) = open("waiter") else {
+        return;
+    };
+    let Some(callback_runtime) = open("callback") else {
+        return;
+    };
+    let raw = Raw::open();
+    eprintln!("cuda: {}", runtime.info().name);
+    memset_bandwidth(report, &runtime, &raw);
+    for (wake, runtime) in [("waiter", &runtime), ("callback", &callback_runtime)] {
+        wake_latency(report, runtime, &raw, wake);
+    }
+    admission(report, &runtime, &raw);
+    pipeline(report, &runtime, &raw);
+}
+
+fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    const BYTES: usize = 1 << 30;
+    const REPS: u32 = 20;
+    let s = runtime.default_stream();
+    let buffer = s.empty(BYTES as u64).unwrap();
+    let gbps = |elapsed: Duration| f64::from(REPS) * BYTES as f64 / elapsed.as_secs_f64() / 1e9;
+    let weir = || {
+        s.memset_zero(&buffer).unwrap();
+        s.fence().unwrap().wait().unwrap();
+        let start = Instant::now();
+        for _ in 0..REPS {
+            s.memset_zero(&buffer).unwrap();
+        }
+        s.fence().unwrap().wait().unwrap();
+        gbps(start.elapsed())
+    };
+    let stream = raw.stream();
+    let ptr = raw.alloc(BYTES);
+    let raw_pass = |wide: bool| {
+        for _ in 0..REPS {
+            // SAFETY: `ptr` holds BYTES bytes on a live stream.
+            ck("memset", unsafe {
+                if wide {
+                    cu::cuMemsetD32Async(ptr, 0, BYTES / 4, stream)
+                } else {
+                    cu::cuMemsetD8Async(ptr, 0, BYTES, stream)
+                }
+            });
+        }
+        raw.sync(stream);
+    };
+    let raw_memset = |wide: bool| {
+        raw_pass(wide);
+        let start = Instant::now();
+        raw_pass(wide);
+        gbps(start.elapsed())
+    };
+    let (mut best_weir, mut best_d8, mut best_d32) = (0f64, 0f64, 0f64);
+    for _ in 0..3 {
+        best_weir = best_weir.max(weir());
+        best_d8 = best_d8.max(raw_memset(false));
+        best_d32 = best_d32.max(raw_memset(true));
+    }
+    report.add(Figure {
+        backend: "cuda".into(),
+        name: "memset_zero 1 GiB".into(),
+        unit: "GB/s",
+        weir: best_weir,
+        baseline: Some(best_d8.max(best_d32)),
+        higher_is_better: true,
+        note: format!("raw cuMemsetD8Async {best_d8:.0} GB/s, cuMemsetD32Async {best_d32:.0} GB/s; best of 3x{REPS}"),
+    });
+}
+
+fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
+    const SAMPLES: usize = 300;
+    let s = runtime.default_stream();
+    let empty = Kernel::custom("empty").cuda(EMPTY, "empty").build();
+    let one = Grid::new([1, 1, 1], [1, 1, 1]);
+    s.execute(&empty, one, &[]).unwrap();
+    s.fence().unwrap().wait().unwrap();
+
+    // Weir: the fence's future resolves on another thread.
+    let (to_waiter, fences) = channel::<weir_core::Fence>();
+    let (to_main, resolved) = channel::<Instant>();
+    let awaiting = thread::spawn(move || {
+        for fence in fences {
+            futures::executor::block_on(fence.wait_async()).unwrap();
+            to_main.send(Instant::now()).unwrap();
+        }
+    });
+    let mut weir = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        s.execute(&empty, one, &[]).unwrap();
+        to_waiter.send(s.fence().unwrap()).unwrap();
+        weir.push(resolved.recv().unwrap() - start);
+        thread::sleep(Duration::from_micros(200));
+    }
+    drop(to_waiter);
+    awaiting.join().unwrap();
+
+    // Raw: an event-waiter thread blocking in cuEventSynchronize.
+    let function = raw.function(EMPTY, "empty");
+    let stream = raw.stream();
+    let (to_waiter, events) = channel::<usize>();
+    let (to_main, resolved) = channel::<()>();
+    let context = raw.context as usize;
+    let waiter = thread::spawn(move || {
+        // SAFETY: the retained primary context, made current on this thread.
+        ck("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(context as cu::CUcontext) });
+        for event in events {
+            let event = event as cu::CUevent;
+            // SAFETY: a recorded event, destroyed once here.
+            unsafe {
+                ck("cuEventSynchronize", cu::cuEventSynchronize(event));
+                ck("cuEventDestroy", cu::cuEventDestroy_v2(event));
+                to_main.send(()).unwrap();
+            }
+        }
+    });
+    let mut baseline = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        launch(function, 1, 1, stream, &mut []);
+        let event = raw.event(true);
+        // SAFETY: live handles.
+        ck("cuEventRecord", unsafe { cu::cuEventRecord(event, stream) });
+        to_waiter.send(event as usize).unwrap();
+        resolved.recv().unwrap();
+        // Resolved on another thread, as Weir's future is.
+        baseline.push(start.elapsed());
+        thread::sleep(Duration::from_micros(200));
+    }
+    drop(to_waiter);
+    waiter.join().unwrap();
+    report.add(Figure {
+        backend: "cuda".into(),
+        name: format!("fence wake-up, empty kernel ({wake})"),
+        unit: "us",
+        weir: micros(median(&mut weir)),
+        baseline: Some(micros(median(&mut baseline))),
+        higher_is_better: false,
+        note: format!(
+            "median of {SAMPLES}; baseline: blocking-sync event, a waiter thread in cuEventSynchronize wakes another thread"
+        ),
+    });
+    assert_eq!(runtime.diagnostics().backend.live_events, 0);
+}
+
+fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    const LAUNCHES: u32 = 10_000;
+    let s = runtime.default_stream();
+    let bump = Kernel::custom("bump").cuda(BUMP, "bump").build();
+    let grid = Grid::new([1, 1, 1], [32, 1, 1]);
+    let counter = s.zeros(128).unwrap();
+    s.execute(&bump, grid, &[Arg::read_write(&counter)]).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let function = raw.function(BUMP, "bump");
+    let stream = raw.stream();
+    let ptr = raw.alloc(128);
+    let mut best = (Duration::MAX, Duration::MAX);
+    for _ in 0..3 {
+        let start = Instant::now();
+        for _ in 0..LAUNCHES {
+            s.execute(&bump, grid, &[Arg::read_write(&counter)]).unwrap();
+        }
+        best.0 = best.0.min(start.elapsed());
+        s.fence().unwrap().wait().unwrap();
+
+        let start = Instant::now();
+        for _ in 0..LAUNCHES {
+            let mut arg = ptr;
+            launch(function, 1, 32, stream, &mut [(&mut arg as *mut u64).cast()]);
+        }
+        best.1 = best.1.min(start.elapsed());
+        raw.sync(stream);
+    }
+    let counts: Vec<u32> = s.read_as(&counter).unwrap();
+    assert_eq!(counts[0], 1 + 3 * LAUNCHES, "every admitted launch ran");
+    report.add(Figure {
+        backend: "cuda".into(),
+        name: "admission, 10 000 small launches".into(),
+        unit: "us/launch",
+        weir: micros(best.0) / f64::from(LAUNCHES),
+        baseline: Some(micros(best.1) / f64::from(LAUNCHES)),
+        higher_is_better: false,
+        note: "enqueue loop time, best of 3; baseline: cuLaunchKernel loop".into(),
+    });
+}
+
+fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    const ROUNDS: u32 = 1000;
+    const FLOATS: usize = 1 << 18;
+    let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+    let x = s.zeros(4 * FLOATS as u64).unwrap();
+    let y = t.zeros(4 * FLOATS as u64).unwrap();
+    runtime.fence().unwrap().wait().unwrap();
+    let waits_before = runtime.diagnostics().inserted_waits;
+    let start = Instant::now();
+    for round in 0..ROUNDS {
+        s.fill_f32(&x, round as f32).unwrap();
+        t.scale(&x, 2.0, &y).unwrap();
+    }
+    runtime.fence().unwrap().wait().unwrap();
+    let weir = start.elapsed();
+    let waits = runtime.diagnostics().inserted_waits - waits_before;
+    assert_eq!(t.read_as::<f32>(&y).unwrap()[0], 2.0 * (ROUNDS - 1) as f32);
+
+    let scale = raw.function(BUILTIN_SOURCE, "weir_scale_f32");
+    let fill = raw.function(BUILTIN_SOURCE, "weir_fill_u32");
+    let (rs, rt) = (raw.stream(), raw.stream());
+    let (px, py) = (raw.alloc(4 * FLOATS), raw.alloc(4 * FLOATS));
+    let groups = (FLOATS as u32).div_ceil(256);
+    // `fresh`: an event made and destroyed per wait, as Weir does; else two reused events.
+    let raw_pipeline = |fresh: bool| {
+        let (mut written, mut read) = (raw.event(false), raw.event(false));
+        let mut raw_waits = 0u64;
+        let start = Instant::now();
+        for round in 0..ROUNDS {
+            if round > 0 {
+                // SAFETY: live handles.
+                ck("wait", unsafe { cu::cuStreamWaitEvent(rs, read, 0) });
+                raw_waits += 1;
+            }
+            let (mut x, mut bits, mut count) = (px, (round as f32).to_bits(), FLOATS as u64);
+            let mut fill_args =
+                [(&mut x as *mut u64).cast(), (&mut bits as *mut u32).cast(), (&mut count as *mut u64).cast()];
+            launch(fill, groups, 256, rs, &mut fill_args);
+            if fresh {
+                // SAFETY: the event was waited on already; the driver frees it once that wait is met.
+                ck("destroy", unsafe { cu::cuEventDestroy_v2(written) });
+                written = raw.event(false);
+            }
+            // SAFETY: live handles.
+            unsafe {
+                ck("record", cu::cuEventRecord(written, rs));
+                ck("wait", cu::cuStreamWaitEvent(rt, written, 0));
+            }
+            raw_waits += 1;
+            let (mut a, mut b, mut alpha, mut n) = (px, py, 2.0f32, FLOATS as u64);
+            let mut scale_args = [
+                (&mut a as *mut u64).cast(),
+                (&mut b as *mut u64).cast(),
+                (&mut alpha as *mut f32).cast(),
+                (&mut n as *mut u64).cast(),
+            ];
+            launch(scale, groups, 256, rt, &mut scale_args);
+            if fresh {
+                // SAFETY: as above.
+                ck("destroy", unsafe { cu::cuEventDestroy_v2(read) });
+                read = raw.event(false);
+            }
+            // SAFETY: live handles.
+            ck("record", unsafe { cu::cuEventRecord(read, rt) });
+        }
+        raw.sync(rs);
+        raw.sync(rt);
+        (start.elapsed(), raw_waits)
+    };
+    let (baseline, raw_waits) = raw_pipeline(false);
+    let (fresh_events, _) = raw_pipeline(true);
+
+    report.add(Figure {
+        backend: "cuda".into(),
+        name: "two-stream pipeline, 1000 rounds".into(),
+        unit: "us/round",
+        weir: micros(weir) / f64::from(ROUNDS),
+        baseline: Some(micros(baseline) / f64::from(ROUNDS)),
+        higher_is_better: false,
+        note: format!(
+            "inserted event waits: weir {waits}, hand-placed raw {raw_waits} (expected {}); raw with an event made per wait: {:.2} us/round",
+            2 * ROUNDS - 1,
+            micros(fresh_events) / f64::from(ROUNDS)
+        ),
+    });
+    assert_eq!(waits, u64::from(2 * ROUNDS - 1));
+}

@@ -1,0 +1,368 @@
+//! wgpu backend figures, each beside raw wgpu driven by hand on the same
+//! adapter, in the same run:
+//! - fence round trip: one 4-byte `clear_buffer` submitted, then the future
+//!   resolved (raw: `on_submitted_work_done` woken from a background poll
+//!   thread that blocks in `poll(Wait)` only while a callback is pending);
+//! - zero fill of 1 GiB: `memset_zero` vs raw `clear_buffer`, in GB/s;
+//! - fill kernel over 1 GiB: `fill_u32` vs a raw WGSL fill dispatch, in GB/s.
+//!
+//! Runs alternate Weir and raw, so both see the same device state.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use futures::executor::block_on;
+use weir_core::backend::wgpu::wgpu;
+use weir_core::{BackendKind, Buffer, Runtime, Stream};
+
+use crate::report::{median, micros, Figure, Report};
+
+const GIB: u64 = 1 << 30;
+
+fn figure(name: &str, unit: &'static str, weir: f64, baseline: f64, higher_is_better: bool, note: &str) -> Figure {
+    Figure {
+        backend: "wgpu".into(),
+        name: name.into(),
+        unit,
+        weir,
+        baseline: Some(baseline),
+        higher_is_better,
+        note: note.into(),
+    }
+}
+
+/// A one-shot future completed from a wgpu callback.
+#[derive(Default)]
+struct Signal {
+    state: Mutex<(bool, Option<Waker>)>,
+}
+
+impl Signal {
+    fn fire(&self) {
+        let waker = {
+            let mut state = self.state.lock().unwrap();
+            state.0 = true;
+            state.1.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    }
+}
+
+struct Wait(Arc<Signal>);
+
+impl Future for Wait {
+    type Output = ();
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        let mut state = self.0.state.lock().unwrap();
+        if state.0 {
+            Poll::Ready(())
+        } else {
+            state.1 = Some(cx.waker().clone());
+            Poll::Pending
+        }
+    }
+}
+
+/// Raw wgpu with the usual background poll thread.
+struct Raw {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    pending: Arc<(Mutex<(usize, bool)>, Condvar)>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Raw {
+    /// The adapter Weir chose, opened again by hand.
+    fn open(weir_name: &str) -> Raw {
+        let backends = std::env::var("WEIR_WGPU_BACKENDS")
+            .map(|list| wgpu::Backends::from_comma_list(&list))
+            .unwrap_or(wgpu::Backends::PRIMARY);
+        let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
+        descriptor.backends = backends;
+        let instance = wgpu::Instance::new(descriptor);
+        let adapter = block_on(instance.enumerate_adapters(backends))
+            .into_iter()
+            .find(|a| weir_name.starts_with(&format!("{} (", a.get_info().name)))
+            .expect("Weir's adapter");
+        let limits = adapter.limits();
+        let (device, queue) = block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("raw"),
+            required_limits: limits,
+            ..Default::default()
+        }))
+        .expect("raw device");
+        let pending = Arc::new((Mutex::new((0usize, false)), Condvar::new()));
+        let (poll_device, poll_pending) = (device.clone(), pending.clone());
+        let thread = std::thread::spawn(move || loop {
+            {
+                let (lock, changed) = &*poll_pending;
+                let mut state = lock.lock().unwrap();
+                while state.0 == 0 && !state.1 {
+                    state = changed.wait(state).unwrap();
+                }
+                if state.0 == 0 {
+                    return;
+                }
+            }
+            let _ = poll_device.poll(wgpu::PollType::wait_indefinitely());
+        });
+        Raw { device, queue, pending, thread: Some(thread) }
+    }
+
+    /// Submits `commands` and resolves once they are done, like a fence.
+    fn submit_and_wait(&self, commands: Option<wgpu::CommandBuffer>) {
+        let signal = Arc::new(Signal::default());
+        self.queue.submit(commands);
+        let (fired, pending) = (signal.clone(), self.pending.clone());
+        {
+            let mut state = self.pending.0.lock().unwrap();
+            state.0 += 1;
+        }
+        self.pending.1.notify_one();
+        self.queue.on_submitted_work_done(move || {
+            fired.fire();
+            pending.0.lock().unwrap().0 -= 1;
+        });
+        block_on(Wait(signal));
+    }
+
+    fn buffer(&self, size: u64) -> wgpu::Buffer {
+        self.device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size,
+            usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: false,
+        })
+    }
+
+    fn encoder(&self) -> wgpu::CommandEncoder {
+        self.device.create_command_encoder(&wgpu::CommandEncoderDescriptor::default())
+    }
+}
+
+impl Drop for Raw {
+    fn drop(&mut self) {
+        self.pending.0.lock().unwrap().1 = true;
+        self.pending.1.notify_one();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+const RAW_FILL: &str = "
+struct Params { n: u32, value: u32 }
+@group(0) @binding(0) var<storage, read_write> dst: array<u32>;
+@group(0) @binding(1) var<uniform> p: Params;
+
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    let i = id.x + id.y * groups.x * 256u;
+    if (i < p.n) { dst[i] = p.value; }
+}
+";
+
+/// A raw fill dispatch over a buffer, in windows no larger than the binding limit.
+struct RawFill {
+    pipeline: wgpu::ComputePipeline,
+    groups: Vec<(wgpu::BindGroup, [u32; 2])>,
+}
+
+impl RawFill {
+    fn new(raw: &Raw, buffer: &wgpu::Buffer, value: u32) -> RawFill {
+        let module = raw.device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: wgpu::ShaderSource::Wgsl(RAW_FILL.into()),
+        });
+        let pipeline = raw.device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: None,
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let limits = raw.device.limits();
+        let align = u64::from(limits.min_storage_buffer_offset_alignment);
+        let window = limits.max_storage_buffer_binding_size / align * align;
+        let max = u64::from(limits.max_compute_workgroups_per_dimension);
+        let mut groups = Vec::new();
+        let mut start = 0;
+        while start < buffer.size() {
+            let size = window.min(buffer.size() - start);
+            let words = size / 4;
+            let params = raw.device.create_buffer(&wgpu::BufferDescriptor {
+                label: None,
+                size: 16,
+                usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            });
+            let bytes: Vec<u8> = [words as u32, value, 0, 0].iter().flat_map(|w| w.to_le_bytes()).collect();
+            raw.queue.write_buffer(&params, 0, &bytes);
+            let bind = raw.device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: None,
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &[
+                    wgpu::BindGroupEntry {
+                        binding: 0,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer,
+                            offset: start,
+                            size: wgpu::BufferSize::new(size),
+                        }),
+                    },
+                    wgpu::BindGroupEntry { binding: 1, resource: params.as_entire_binding() },
+                ],
+            });
+            let total = words.div_ceil(256);
+            let x = total.min(max);
+            groups.push((bind, [x as u32, total.div_ceil(x) as u32]));
+            start += size;
+        }
+        RawFill { pipeline, groups }
+    }
+
+    fn record(&self, raw: &Raw) -> wgpu::CommandBuffer {
+        let mut encoder = raw.encoder();
+        for (bind, [x, y]) in &self.groups {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(&self.pipeline);
+            pass.set_bind_group(0, bind, &[]);
+            pass.dispatch_workgroups(*x, *y, 1);
+        }
+        encoder.finish()
+    }
+}
+
+fn timed(f: impl FnOnce()) -> Duration {
+    let start = Instant::now();
+    f();
+    start.elapsed()
+}
+
+fn sync(stream: &Stream) {
+    block_on(stream.fence().expect("fence").wait_async()).expect("fence");
+}
+
+fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: usize) {
+    let stream = runtime.default_stream();
+    let tiny = stream.zeros(4).expect("zeros");
+    let raw_tiny = raw.buffer(4);
+    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    for round in 0..rounds + rounds / 10 {
+        let w = timed(|| {
+            stream.memset_zero(&tiny).expect("memset");
+            sync(&stream);
+        });
+        let b = timed(|| {
+            let mut encoder = raw.encoder();
+            encoder.clear_buffer(&raw_tiny, 0, None);
+            raw.submit_and_wait(Some(encoder.finish()));
+        });
+        if round >= rounds / 10 {
+            weir.push(w);
+            baseline.push(b);
+        }
+    }
+    report.add(figure(
+        "fence round trip (4-byte clear, then future resolved)",
+        "us",
+        micros(median(&mut weir)),
+        micros(median(&mut baseline)),
+        false,
+        "median; raw = submit + on_submitted_work_done + background poll thread",
+    ));
+    // Weir needs no submission for a fence on an idle stream; raw still submits.
+    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    for _ in 0..rounds {
+        weir.push(timed(|| sync(&stream)));
+        baseline.push(timed(|| raw.submit_and_wait(None)));
+    }
+    report.add(figure(
+        "fence on an idle stream (raw: empty submit)",
+        "us",
+        micros(median(&mut weir)),
+        micros(median(&mut baseline)),
+        false,
+        "median; Weir resolves it without a submission or wake-up",
+    ));
+}
+
+fn gbps(bytes: u64, samples: &mut [Duration]) -> f64 {
+    bytes as f64 / median(samples).as_secs_f64() / 1e9
+}
+
+fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: usize) {
+    let stream = runtime.default_stream();
+    let buffer: Buffer = stream.empty(bytes).expect("allocate");
+    let raw_buffer = raw.buffer(bytes);
+    let raw_fill = RawFill::new(raw, &raw_buffer, 7);
+    // Warm up: first touch of the memory, pipeline compiles.
+    stream.memset_zero(&buffer).expect("memset");
+    stream.fill_u32(&buffer, 7).expect("fill");
+    sync(&stream);
+    raw.submit_and_wait(Some(raw_fill.record(raw)));
+    let (mut zero_w, mut zero_b, mut fill_w, mut fill_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
+    for round in 0..rounds {
+        zero_w.push(timed(|| {
+            stream.memset_zero(&buffer).expect("memset");
+            sync(&stream);
+        }));
+        zero_b.push(timed(|| {
+            let mut encoder = raw.encoder();
+            encoder.clear_buffer(&raw_buffer, 0, None);
+            raw.submit_and_wait(Some(encoder.finish()));
+        }));
+        fill_w.push(timed(|| {
+            stream.fill_u32(&buffer, round as u32).expect("fill");
+            sync(&stream);
+        }));
+        fill_b.push(timed(|| raw.submit_and_wait(Some(raw_fill.record(raw)))));
+    }
+    let check = stream.enqueue_read_at(&buffer, bytes - 4, 4).expect("read").wait().expect("read");
+    assert_eq!(check, ((rounds - 1) as u32).to_le_bytes(), "the fill kernel did not write the last word");
+    let size = format!("{} MiB", bytes >> 20);
+    report.add(figure(
+        &format!("zero fill {size} (memset_zero vs clear_buffer)"),
+        "GB/s",
+        gbps(bytes, &mut zero_w),
+        gbps(bytes, &mut zero_b),
+        true,
+        "median, submit to fence resolved",
+    ));
+    report.add(figure(
+        &format!("fill kernel {size} (fill_u32 vs raw dispatch)"),
+        "GB/s",
+        gbps(bytes, &mut fill_w),
+        gbps(bytes, &mut fill_b),
+        true,
+        "median, submit to fence resolved",
+    ));
+}
+
+pub fn run(report: &mut Report) {
+    let runtime = match Runtime::open(BackendKind::Wgpu) {
+        Ok(runtime) => runtime,
+        Err(error) => {
+            eprintln!("wgpu: skipped ({error})");
+            return;
+        }
+    };
+    let info = runtime.info();
+    eprintln!("wgpu adapter: {}", info.name);
+    let raw = Raw::open(&info.name);
+    // Software adapters are slow: fewer rounds, same sizes.
+    let software = info.name.contains("software");
+    let bytes = std::env::var("WEIR_BENCH_FILL_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(GIB);
+    let bytes = bytes.min(info.max_buffer_bytes);
+    fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
+    fills(report, &runtime, &raw, bytes, if software { 9 } else { 20 });
+    drop(raw);
+    runtime.close().expect("close");
+}

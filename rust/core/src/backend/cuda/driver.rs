@@ -1,0 +1,392 @@
+//! CUDA driver calls: the only module of the CUDA backend that calls the driver.
+
+use std::ffi::{c_void, CStr};
+use std::ptr::null_mut;
+use std::time::Duration;
+
+use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags};
+
+use super::nvrtc;
+use crate::backend::gpu::{
+    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse, Handle, Status, Wake,
+};
+use crate::backend::RawAccess;
+use crate::error::{Error, Result};
+use crate::kernel::Grid;
+use crate::runtime::{BackendKind, DeviceInfo};
+
+const NAME: &str = "cuda";
+
+/// Every driver symbol this backend calls, checked before the first call:
+/// cudarc panics on a missing one.
+const SYMBOLS: [&str; 33] = [
+    "cuInit",
+    "cuDriverGetVersion",
+    "cuDeviceGetCount",
+    "cuDeviceGet",
+    "cuDeviceGetName",
+    "cuDeviceTotalMem_v2",
+    "cuDeviceGetAttribute",
+    "cuDevicePrimaryCtxRetain",
+    "cuDevicePrimaryCtxRelease_v2",
+    "cuCtxSetCurrent",
+    "cuStreamCreate",
+    "cuStreamDestroy_v2",
+    "cuStreamSynchronize",
+    "cuStreamWaitEvent",
+    "cuStreamAddCallback",
+    "cuEventCreate",
+    "cuEventRecord",
+    "cuEventSynchronize",
+    "cuEventDestroy_v2",
+    "cuMemAllocAsync",
+    "cuMemFreeAsync",
+    "cuMemHostAlloc",
+    "cuMemFreeHost",
+    "cuMemsetD8Async",
+    "cuMemsetD32Async",
+    "cuMemcpyHtoDAsync_v2",
+    "cuMemcpyDtoHAsync_v2",
+    "cuMemcpyDtoDAsync_v2",
+    "cuModuleLoadData",
+    "cuModuleUnload",
+    "cuModuleGetFunction",
+    "cuLaunchKernel",
+    "cuFuncSetAttribute",
+];
+
+/// Dynamic shared memory beyond this needs an explicit opt-in per function.
+const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
+
+pub(crate) fn check(call: &str, result: CUresult) -> Result<()> {
+    match result {
+        CUresult::CUDA_SUCCESS => Ok(()),
+        error => Err(Error::backend(NAME, format!("{call} failed: {error:?}"))),
+    }
+}
+
+/// The CUDA driver, bound to device 0's primary context.
+pub(crate) struct Cuda {
+    device: sys::CUdevice,
+    context: Handle<sys::CUcontext>,
+    /// Allocations and frees only: allocating here and synchronising it makes
+    /// new memory usable on every stream at once.
+    pool_stream: Handle<sys::CUstream>,
+    arch: String,
+    info: DeviceInfo,
+}
+
+impl Cuda {
+    /// Opens device 0, or says why it cannot.
+    pub fn open() -> Result<Cuda> {
+        // SAFETY: only tries to load the library; no symbol is called.
+        if !unsafe { sys::is_culib_present() } {
+            return Err(Error::unavailable(NAME, "the CUDA driver library (libcuda.so) was not found"));
+        }
+        // SAFETY: the library is present (checked above), so `culib` returns it.
+        let library = unsafe { sys::culib() };
+        if let Some(missing) = SYMBOLS
+            .iter()
+            // SAFETY: looks a symbol up without calling it.
+            .find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err())
+        {
+            return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
+        }
+        nvrtc::check_present()?;
+        let unavailable =
+            |call: &str, result: CUresult| check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()));
+        // SAFETY: every symbol used below was found above.
+        unsafe {
+            match sys::cuInit(0) {
+                CUresult::CUDA_SUCCESS => {}
+                CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no CUDA device")),
+                other => unavailable("cuInit", other)?,
+            }
+            let mut count = 0;
+            unavailable("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
+            if count < 1 {
+                return Err(Error::unavailable(NAME, "no CUDA device"));
+            }
+            let mut device = 0;
+            unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, 0))?;
+            let attribute = |attribute: CUdevice_attribute| -> Result<i32> {
+                let mut value = 0;
+                unavailable("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut value, attribute, device))?;
+                Ok(value)
+            };
+            if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? == 0 {
+                return Err(Error::unavailable(NAME, "the device has no stream-ordered memory pools"));
+            }
+            let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+            let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            unavailable("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
+            let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+            let mut memory = 0usize;
+            unavailable("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut memory, device))?;
+
+            let mut context = null_mut();
+            unavailable("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
+            let mut driver = Cuda {
+                device,
+                context: Handle(context),
+                pool_stream: Handle(null_mut()),
+                arch: format!("sm_{major}{minor}"),
+                info: DeviceInfo {
+                    backend: BackendKind::Cuda,
+                    name,
+                    memory_bytes: Some(memory as u64),
+                    max_buffer_bytes: memory as u64,
+                },
+            };
+            // From here `driver`'s Drop releases what was made.
+            driver.bind()?;
+            driver.pool_stream = driver.stream_create()?;
+            Ok(driver)
+        }
+    }
+}
+
+impl Drop for Cuda {
+    fn drop(&mut self) {
+        // SAFETY: the context was retained in `open` and is released once here;
+        // the pool stream (if made) has only allocations and frees on it.
+        unsafe {
+            if self.bind().is_ok() && !self.pool_stream.0.is_null() {
+                let _ = sys::cuStreamSynchronize(self.pool_stream.0);
+                let _ = sys::cuStreamDestroy_v2(self.pool_stream.0);
+            }
+            let _ = sys::cuDevicePrimaryCtxRelease_v2(self.device);
+        }
+    }
+}
+
+unsafe extern "C" fn on_stream_callback(_stream: sys::CUstream, status: CUresult, data: *mut c_void) {
+    // No driver call is allowed here: the status is described without one.
+    let status = match status {
+        CUresult::CUDA_SUCCESS => Ok(()),
+        error => Err(Error::backend(NAME, format!("stream failed: {error:?}"))),
+    };
+    // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
+    unsafe { callback_run(data, status) };
+}
+
+impl Driver for Cuda {
+    type Stream = Handle<sys::CUstream>;
+    type Event = Handle<sys::CUevent>;
+    type Module = Handle<sys::CUmodule>;
+    type Function = Handle<sys::CUfunction>;
+
+    const KIND: BackendKind = BackendKind::Cuda;
+    // Measured with `cargo xtask bench`: median fence wake-up 36 us through the
+    // waiter thread, 59 us through stream callbacks.
+    const WAKE: Wake = Wake::Waiter;
+
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn arch(&self) -> String {
+        self.arch.clone()
+    }
+
+    fn bind(&self) -> Result<()> {
+        // SAFETY: the context is retained for the driver's life.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context.0) })
+    }
+
+    fn stream_create(&self) -> Result<Self::Stream> {
+        let mut stream = null_mut();
+        // SAFETY: writes one handle into `stream`.
+        check("cuStreamCreate", unsafe {
+            sys::cuStreamCreate(&mut stream, CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
+        })?;
+        Ok(Handle(stream))
+    }
+
+    unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status {
+        // SAFETY: the caller passes a live stream (trait contract).
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.0) })
+    }
+
+    unsafe fn stream_destroy(&self, stream: Self::Stream) {
+        // SAFETY: a live stream, destroyed once by its owner (trait contract).
+        let _ = unsafe { sys::cuStreamDestroy_v2(stream.0) };
+    }
+
+    fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
+        let mut flags = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+        if usage == EventUse::HostWait {
+            flags |= CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
+        }
+        let mut event = null_mut();
+        // SAFETY: writes one handle into `event`.
+        check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
+        Ok(Handle(event))
+    }
+
+    unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()> {
+        // SAFETY: live handles (trait contract).
+        check("cuEventRecord", unsafe { sys::cuEventRecord(event.0, stream.0) })
+    }
+
+    unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()> {
+        // SAFETY: live handles (trait contract).
+        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(stream.0, event.0, 0) })
+    }
+
+    unsafe fn event_synchronize(&self, event: Self::Event) -> Status {
+        // SAFETY: a live event (trait contract).
+        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.0) })
+    }
+
+    unsafe fn event_destroy(&self, event: Self::Event) {
+        // SAFETY: a live event, destroyed once by its owner (trait contract).
+        let _ = unsafe { sys::cuEventDestroy_v2(event.0) };
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<u64> {
+        let mut ptr = 0;
+        // SAFETY: the pool stream is alive; `ptr` receives the allocation.
+        let result = unsafe { sys::cuMemAllocAsync(&mut ptr, bytes as usize, self.pool_stream.0) };
+        match result {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => return Err(Error::OutOfMemory { bytes }),
+            other => check("cuMemAllocAsync", other)?,
+        }
+        // Only allocations are queued on the pool stream, so this returns at once;
+        // afterwards the memory is usable on any stream without an event.
+        // SAFETY: the pool stream is alive.
+        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.pool_stream.0) })?;
+        Ok(ptr)
+    }
+
+    unsafe fn free(&self, ptr: u64) {
+        // SAFETY: `ptr` came from `alloc` and its users completed (trait contract).
+        let _ = unsafe { sys::cuMemFreeAsync(ptr, self.pool_stream.0) };
+    }
+
+    fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
+        let mut ptr = null_mut();
+        // SAFETY: `ptr` receives the allocation.
+        let result = unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) };
+        match result {
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64 }),
+            other => check("cuMemHostAlloc", other).map(|()| ptr.cast()),
+        }
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) {
+        // SAFETY: from `host_alloc`, freed once by the staging pool.
+        let _ = unsafe { sys::cuMemFreeHost(ptr.cast()) };
+    }
+
+    unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: range inside a live allocation (trait contract).
+        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(ptr, byte, count as usize, stream.0) })
+    }
+
+    unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: aligned range inside a live allocation (trait contract).
+        check("cuMemsetD32Async", unsafe { sys::cuMemsetD32Async(ptr, word, count as usize, stream.0) })
+    }
+
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: `src` is page-locked and outlives the copy (trait contract).
+        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len as usize, stream.0) })
+    }
+
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: `dst` is page-locked and outlives the copy (trait contract).
+        check("cuMemcpyDtoHAsync", unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len as usize, stream.0) })
+    }
+
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: both ranges inside live allocations (trait contract).
+        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream.0) })
+    }
+
+    fn compile(&self, source: &str) -> Result<Vec<u8>> {
+        nvrtc::compile(source, &self.arch)
+    }
+
+    fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
+        let mut module = null_mut();
+        // SAFETY: `image` is a complete CUBIN from NVRTC; the driver copies it.
+        check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) })?;
+        Ok(Handle(module))
+    }
+
+    unsafe fn module_unload(&self, module: Self::Module) {
+        // SAFETY: a loaded module, unloaded once (trait contract).
+        let _ = unsafe { sys::cuModuleUnload(module.0) };
+    }
+
+    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function> {
+        let mut function = null_mut();
+        // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
+        let result = unsafe { sys::cuModuleGetFunction(&mut function, module.0, entry.as_ptr()) };
+        match result {
+            CUresult::CUDA_ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
+            other => check("cuModuleGetFunction", other).map(|()| Handle(function)),
+        }
+    }
+
+    unsafe fn launch(
+        &self,
+        function: Self::Function,
+        grid: &Grid,
+        stream: Self::Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        // SAFETY: a live function and stream; `params` holds one valid pointer per
+        // kernel parameter (trait contract).
+        unsafe {
+            if grid.shared_bytes > DEFAULT_SHARED_LIMIT {
+                check(
+                    "cuFuncSetAttribute",
+                    sys::cuFuncSetAttribute(
+                        function.0,
+                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                        grid.shared_bytes as i32,
+                    ),
+                )?;
+            }
+            check(
+                "cuLaunchKernel",
+                sys::cuLaunchKernel(
+                    function.0,
+                    grid.groups[0],
+                    grid.groups[1],
+                    grid.groups[2],
+                    grid.block[0],
+                    grid.block[1],
+                    grid.block[2],
+                    grid.shared_bytes,
+                    stream.0,
+                    params.as_mut_ptr(),
+                    null_mut(),
+                ),
+            )
+        }
+    }
+
+    unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()> {
+        let data = callback_into_raw(callback);
+        // SAFETY: a live stream; the driver hands `data` back to the trampoline once.
+        let result = unsafe { sys::cuStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
+        if result != CUresult::CUDA_SUCCESS {
+            // SAFETY: the driver refused it, so the trampoline never sees `data`.
+            unsafe { callback_discard(data) };
+        }
+        check("cuStreamAddCallback", result)
+    }
+
+    fn delay_ticks(&self, duration: Duration) -> u64 {
+        // %globaltimer counts nanoseconds.
+        u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
+    }
+
+    fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
+        RawAccess::Cuda { stream: stream.0, buffers }
+    }
+}

@@ -1,0 +1,150 @@
+//! The few driver calls a GPU backend provides; everything else is shared.
+
+use std::ffi::{c_void, CStr};
+use std::time::Duration;
+
+use super::stream::Wake;
+use crate::backend::RawAccess;
+use crate::error::Result;
+use crate::kernel::Grid;
+use crate::runtime::{BackendKind, DeviceInfo};
+
+/// A raw driver handle (stream, event, module, function, host pointer).
+///
+/// Driver handles are plain identifiers the driver accepts from any thread
+/// once the device is bound there; the owners in this module decide when
+/// they are destroyed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Handle<T: Copy>(pub T);
+
+// SAFETY: the wrapped values are driver handles (opaque pointers the driver
+// itself synchronises) or pinned host pointers whose owner is the staging
+// pool; none of them is dereferenced through `Handle` without that owner.
+unsafe impl<T: Copy> Send for Handle<T> {}
+// SAFETY: as for `Send`; a shared `Handle` only hands out a copy of the value.
+unsafe impl<T: Copy> Sync for Handle<T> {}
+
+/// A device pointer and the bytes behind it, as handed to external writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DeviceBuffer {
+    /// The device address (`CUdeviceptr`, or a HIP device pointer as an integer).
+    pub ptr: u64,
+    /// Bytes at `ptr` that belong to the buffer.
+    pub len: u64,
+}
+
+/// What the device reports back to a completion callback.
+pub(crate) type Status = Result<()>;
+
+/// Work to run once everything enqueued before it on a stream is done.
+pub(crate) type Callback = Box<dyn FnOnce(Status) + Send>;
+
+/// How an event is used: only as a cross-stream dependency, or also as a
+/// point a host thread blocks on (then the thread sleeps instead of spinning).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum EventUse {
+    StreamOrder,
+    HostWait,
+}
+
+/// The driver calls of one GPU API (CUDA or HIP), bound to one device.
+///
+/// Valid usage, for every `unsafe` method: handles passed in were made by
+/// this driver and not yet destroyed; device pointers and lengths lie inside
+/// live allocations of this driver; host pointers stay valid until the
+/// stream has passed the call (the shared layer keeps them in its staging
+/// pool until a completion says so). Every call assumes [`Driver::bind`] ran
+/// on the calling thread.
+pub(crate) trait Driver: Send + Sync + Sized + 'static {
+    type Stream: Copy + Send + Sync;
+    type Event: Copy + Send + Sync;
+    type Module: Copy + Send + Sync;
+    type Function: Copy + Send + Sync;
+
+    const KIND: BackendKind;
+    /// The completion path this driver uses unless `WEIR_GPU_WAKE` says otherwise.
+    const WAKE: Wake;
+
+    /// The device this driver is bound to.
+    fn info(&self) -> DeviceInfo;
+    /// Identifies the device's instruction set (cache key for compiled kernels).
+    fn arch(&self) -> String;
+    /// Makes the device current on the calling thread.
+    fn bind(&self) -> Result<()>;
+
+    fn stream_create(&self) -> Result<Self::Stream>;
+    unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status;
+    unsafe fn stream_destroy(&self, stream: Self::Stream);
+
+    fn event_create(&self, usage: EventUse) -> Result<Self::Event>;
+    unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()>;
+    unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()>;
+    /// Blocks until the event's work is done; reports the device's error if any.
+    unsafe fn event_synchronize(&self, event: Self::Event) -> Status;
+    unsafe fn event_destroy(&self, event: Self::Event);
+
+    /// Device memory usable on every stream as soon as this returns.
+    fn alloc(&self, bytes: u64) -> Result<u64>;
+    unsafe fn free(&self, ptr: u64);
+    /// Page-locked host memory, for asynchronous copies.
+    fn host_alloc(&self, bytes: usize) -> Result<*mut u8>;
+    unsafe fn host_free(&self, ptr: *mut u8);
+
+    unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()>;
+    unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()>;
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()>;
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
+
+    /// Compiles C source (CUDA C, or HIP C) for this device: NVRTC or hiprtc.
+    fn compile(&self, source: &str) -> Result<Vec<u8>>;
+    fn module_load(&self, image: &[u8]) -> Result<Self::Module>;
+    unsafe fn module_unload(&self, module: Self::Module);
+    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function>;
+    /// Launches `function`; `params` points at one value per kernel parameter.
+    unsafe fn launch(
+        &self,
+        function: Self::Function,
+        grid: &Grid,
+        stream: Self::Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<()>;
+
+    /// Runs `callback` on the driver's callback thread once the stream gets
+    /// there. The callback must not call the driver.
+    unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()>;
+
+    /// The delay builtin's argument: `duration` in the device clock's ticks.
+    fn delay_ticks(&self, duration: Duration) -> u64;
+
+    /// What an external write's closure receives.
+    fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a>;
+}
+
+/// Turns a callback into the `void*` user data a driver callback carries.
+pub(crate) fn callback_into_raw(callback: Callback) -> *mut c_void {
+    Box::into_raw(Box::new(callback)).cast()
+}
+
+/// Runs (and frees) a callback from its user data.
+///
+/// # Safety
+/// `data` came from [`callback_into_raw`] and is used exactly once, by this
+/// or by [`callback_discard`].
+pub(crate) unsafe fn callback_run(data: *mut c_void, status: Status) {
+    // SAFETY: per this function's contract, `data` is a leaked `Box<Callback>`
+    // not yet reclaimed.
+    let callback = unsafe { Box::from_raw(data.cast::<Callback>()) };
+    // A panic must not unwind into the driver's thread.
+    let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || callback(status)));
+}
+
+/// Frees a callback the driver refused, without running it.
+///
+/// # Safety
+/// As for [`callback_run`].
+pub(crate) unsafe fn callback_discard(data: *mut c_void) {
+    // SAFETY: per this function's contract, `data` is a leaked `Box<Callback>`
+    // the driver never took.
+    drop(unsafe { Box::from_raw(data.cast::<Callback>()) });
+}

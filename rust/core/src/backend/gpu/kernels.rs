@@ -1,0 +1,175 @@
+//! Built-in kernels (one C source for CUDA and HIP) and the kernel cache.
+//!
+//! Compiling is slow (NVRTC, hiprtc: tens to hundreds of milliseconds), so a
+//! compiled image is kept for the life of the process, keyed by backend,
+//! device architecture and source; each backend loads a source's module once.
+
+use std::collections::HashMap;
+use std::ffi::{c_void, CString};
+use std::sync::{Arc, Mutex, OnceLock};
+
+use super::driver::Driver;
+use crate::completion::lock;
+use crate::error::{Error, Result};
+use crate::runtime::BackendKind;
+
+/// The built-in ops that run as kernels (zeroing and copies use the driver's own).
+/// HIP C accepts this CUDA-style source; the clock and pause differ.
+pub const BUILTIN_SOURCE: &str = r#"
+typedef unsigned long long weir_u64;
+
+#if defined(__HIPCC_RTC__) || defined(__HIP__)
+__device__ static inline weir_u64 weir_clock() { return wall_clock64(); }
+__device__ static inline void weir_pause() { __builtin_amdgcn_s_sleep(127); }
+#else
+__device__ static inline weir_u64 weir_clock() {
+    weir_u64 t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__device__ static inline void weir_pause() { __nanosleep(1000); }
+#endif
+
+#define WEIR_FOR_EACH(i, n) \
+    for (weir_u64 i = (weir_u64)blockIdx.x * blockDim.x + threadIdx.x; i < (n); \
+         i += (weir_u64)gridDim.x * blockDim.x)
+
+extern "C" __global__ void weir_fill_u32(unsigned int* out, unsigned int word, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) out[i] = word;
+}
+
+extern "C" __global__ void weir_add_f32(const float* a, const float* b, float* out, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) out[i] = a[i] + b[i];
+}
+
+extern "C" __global__ void weir_mul_f32(const float* a, const float* b, float* out, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) out[i] = a[i] * b[i];
+}
+
+extern "C" __global__ void weir_scale_f32(const float* x, float* out, float alpha, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) out[i] = alpha * x[i];
+}
+
+extern "C" __global__ void weir_axpy_f32(const float* x, float* y, float alpha, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) y[i] = alpha * x[i] + y[i];
+}
+
+extern "C" __global__ void weir_iota_u32(unsigned int* out, unsigned int start, weir_u64 n) {
+    WEIR_FOR_EACH(i, n) out[i] = start + (unsigned int)i;
+}
+
+/* Holds the stream: one thread sleeps on the device clock until `ticks` passed. */
+extern "C" __global__ void weir_delay(weir_u64 ticks) {
+    weir_u64 start = weir_clock();
+    while (weir_clock() - start < ticks) weir_pause();
+}
+"#;
+
+/// Every entry point of [`BUILTIN_SOURCE`].
+pub const BUILTIN_ENTRIES: [&str; 7] =
+    ["weir_fill_u32", "weir_add_f32", "weir_mul_f32", "weir_scale_f32", "weir_axpy_f32", "weir_iota_u32", "weir_delay"];
+
+type ImageKey = (BackendKind, String, String);
+
+fn images() -> &'static Mutex<HashMap<ImageKey, Arc<Vec<u8>>>> {
+    static IMAGES: OnceLock<Mutex<HashMap<ImageKey, Arc<Vec<u8>>>>> = OnceLock::new();
+    IMAGES.get_or_init(Default::default)
+}
+
+struct Loaded<D: Driver> {
+    module: D::Module,
+    functions: HashMap<String, D::Function>,
+}
+
+/// The modules one backend loaded, by source; unloaded with the device.
+pub(crate) struct Kernels<D: Driver> {
+    loaded: Mutex<HashMap<String, Loaded<D>>>,
+}
+
+impl<D: Driver> Default for Kernels<D> {
+    fn default() -> Self {
+        Kernels { loaded: Mutex::new(HashMap::new()) }
+    }
+}
+
+impl<D: Driver> Kernels<D> {
+    /// The function `entry` of `source`, compiling and loading on first use.
+    pub fn function(&self, driver: &D, source: &str, entry: &str) -> Result<D::Function> {
+        let mut loaded = lock(&self.loaded);
+        if let Some(function) = loaded.get(source).and_then(|module| module.functions.get(entry)) {
+            return Ok(*function);
+        }
+        if !loaded.contains_key(source) {
+            let image = Self::image(driver, source)?;
+            let module = driver.module_load(&image)?;
+            loaded.insert(source.to_owned(), Loaded { module, functions: HashMap::new() });
+        }
+        let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND.name(), "kernel module vanished"))?;
+        let name =
+            CString::new(entry).map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
+        // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
+        let function = unsafe { driver.function(module.module, &name)? };
+        module.functions.insert(entry.to_owned(), function);
+        Ok(function)
+    }
+
+    fn image(driver: &D, source: &str) -> Result<Arc<Vec<u8>>> {
+        let key = (D::KIND, driver.arch(), source.to_owned());
+        if let Some(image) = lock(images()).get(&key) {
+            return Ok(image.clone());
+        }
+        // Compile outside the process-wide lock: other devices need not wait.
+        let image = Arc::new(driver.compile(source)?);
+        Ok(lock(images()).entry(key).or_insert(image).clone())
+    }
+
+    pub fn unload(&self, driver: &D) {
+        for (_, loaded) in lock(&self.loaded).drain() {
+            // SAFETY: loaded by this driver, unloaded once (drained), and no
+            // launch is in flight: the streams synchronised before the device went.
+            unsafe { driver.module_unload(loaded.module) };
+        }
+    }
+}
+
+/// One kernel parameter, as the launch passes it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum Param {
+    Pointer(u64),
+    U32(u32),
+    F32(f32),
+    U64(u64),
+}
+
+/// An 8-byte cell per parameter; the driver reads each at the size the kernel declares.
+#[derive(Clone, Copy)]
+#[repr(C, align(8))]
+struct Slot([u8; 8]);
+
+/// Parameter storage for one launch: the values and the pointer array to them.
+pub(crate) struct Params {
+    slots: Vec<Slot>,
+}
+
+impl Params {
+    pub fn new(params: &[Param]) -> Self {
+        let slots = params
+            .iter()
+            .map(|param| {
+                let mut slot = [0u8; 8];
+                match *param {
+                    Param::Pointer(value) | Param::U64(value) => slot.copy_from_slice(&value.to_ne_bytes()),
+                    Param::U32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
+                    Param::F32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
+                }
+                Slot(slot)
+            })
+            .collect();
+        Params { slots }
+    }
+
+    /// The `void**` array a launch takes; valid while `self` is.
+    pub fn pointers(&mut self) -> Vec<*mut c_void> {
+        self.slots.iter_mut().map(|slot| slot.0.as_mut_ptr().cast::<c_void>()).collect()
+    }
+}

@@ -1,0 +1,62 @@
+//! The owners of device events and allocations: each releases its handle
+//! exactly once, in `Drop`, and keeps the live counts honest.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::device::Device;
+use super::driver::{Driver, EventUse};
+use crate::error::Result;
+
+/// A device event (timing off). Destroying one that a stream still waits
+/// on is allowed: the driver releases it once that wait is satisfied.
+pub(crate) struct GpuEvent<D: Driver> {
+    device: Arc<Device<D>>,
+    pub(crate) raw: D::Event,
+}
+
+impl<D: Driver> GpuEvent<D> {
+    pub(crate) fn new(device: &Arc<Device<D>>, usage: EventUse) -> Result<Self> {
+        let raw = device.driver.event_create(usage)?;
+        device.counters.live_events.fetch_add(1, Ordering::SeqCst);
+        Ok(GpuEvent { device: device.clone(), raw })
+    }
+}
+
+impl<D: Driver> Drop for GpuEvent<D> {
+    fn drop(&mut self) {
+        if self.device.driver.bind().is_ok() {
+            // SAFETY: made by this driver in `new`; this owner destroys it once.
+            unsafe { self.device.driver.event_destroy(self.raw) };
+        }
+        self.device.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// A device allocation.
+pub(crate) struct GpuMemory<D: Driver> {
+    device: Arc<Device<D>>,
+    pub(crate) ptr: u64,
+    pub(crate) len: u64,
+}
+
+impl<D: Driver> GpuMemory<D> {
+    pub(crate) fn new(device: &Arc<Device<D>>, len: u64) -> Result<Self> {
+        let ptr = device.driver.alloc(len)?;
+        device.counters.live_allocations.fetch_add(1, Ordering::SeqCst);
+        Ok(GpuMemory { device: device.clone(), ptr, len })
+    }
+}
+
+impl<D: Driver> Drop for GpuMemory<D> {
+    fn drop(&mut self) {
+        // The scheduler drops memory only after every stream that used it
+        // finished (rule 6), never from a completion callback.
+        if self.device.driver.bind().is_ok() {
+            // SAFETY: allocated by this driver in `new`; this owner frees it once,
+            // after its last user completed.
+            unsafe { self.device.driver.free(self.ptr) };
+        }
+        self.device.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
+    }
+}

@@ -1,0 +1,159 @@
+//! GPU streams and their completion path.
+//!
+//! Work that must run once a stream reaches a point (completing a fence,
+//! delivering a download, returning a staging buffer) is a [`Callback`]. It
+//! runs either
+//! - on the driver's callback thread (`Wake::Callback`), which must not call
+//!   the driver: callbacks here only complete cells, copy host bytes and
+//!   return staging buffers; or
+//! - on one waiter thread per stream (`Wake::Waiter`), which sleeps in an
+//!   event synchronisation (a blocking-sync event, so it does not spin).
+//!   A stream's events complete in order, so one thread per stream never
+//!   waits behind another stream's work.
+//!
+//! A device error seen by any callback poisons the stream: later callbacks
+//! report it too.
+
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+use super::device::Device;
+use super::driver::{Callback, Driver, EventUse, Status};
+use super::owners::GpuEvent;
+use crate::completion::lock;
+use crate::error::{Error, Result};
+
+/// Where completions run; see the module doc.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    Callback,
+    Waiter,
+}
+
+impl Wake {
+    /// `WEIR_GPU_WAKE=callback|waiter` overrides the driver's choice (to
+    /// measure both).
+    pub(crate) fn from_env(default: Wake) -> Wake {
+        match std::env::var("WEIR_GPU_WAKE").as_deref() {
+            Ok("callback") => Wake::Callback,
+            Ok("waiter") => Wake::Waiter,
+            _ => default,
+        }
+    }
+}
+
+struct Waiter<D: Driver> {
+    queue: Option<Sender<(GpuEvent<D>, Callback)>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+/// A device stream (non-blocking with respect to the legacy default stream).
+pub(crate) struct GpuStream<D: Driver> {
+    device: Arc<Device<D>>,
+    pub(crate) raw: D::Stream,
+    pub(crate) index: u32,
+    failure: Arc<Mutex<Option<Error>>>,
+    waiter: Option<Waiter<D>>,
+}
+
+impl<D: Driver> GpuStream<D> {
+    pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
+        let raw = device.driver.stream_create()?;
+        let mut stream = GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None };
+        if wake == Wake::Waiter {
+            stream.waiter = Some(stream.spawn_waiter()?);
+        }
+        Ok(stream)
+    }
+
+    fn spawn_waiter(&self) -> Result<Waiter<D>> {
+        let (queue, pending) = channel::<(GpuEvent<D>, Callback)>();
+        let device = self.device.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
+            .spawn(move || {
+                let bound = device.driver.bind();
+                for (event, callback) in pending {
+                    let status = match &bound {
+                        // SAFETY: the event was made and recorded by this driver and
+                        // stays alive until after this call (dropped below).
+                        Ok(()) => unsafe { device.driver.event_synchronize(event.raw) },
+                        Err(error) => Err(error.clone()),
+                    };
+                    // Release the event before completing, so a caller woken by
+                    // the completion sees no event of it still alive.
+                    drop(event);
+                    callback(status);
+                }
+            })
+            .map_err(|e| Error::backend(D::KIND.name(), format!("cannot start a completion thread: {e}")))?;
+        Ok(Waiter { queue: Some(queue), thread: Some(thread) })
+    }
+
+    /// Runs `callback` once all work enqueued on this stream so far is done,
+    /// with the stream's first failure if it has one.
+    pub(crate) fn after(&self, callback: Callback) -> Result<()> {
+        let callback = self.poisoning(callback);
+        match &self.waiter {
+            None => {
+                // SAFETY: `raw` is this stream, alive while `self` is; the callback
+                // only completes cells, copies host bytes and drops staging loans.
+                unsafe { self.device.driver.add_callback(self.raw, callback) }
+            }
+            Some(waiter) => {
+                let event = GpuEvent::new(&self.device, EventUse::HostWait)?;
+                // SAFETY: both handles are alive and belong to this driver.
+                unsafe { self.device.driver.event_record(event.raw, self.raw)? };
+                let queue = waiter.queue.as_ref().ok_or(Error::Closed)?;
+                queue
+                    .send((event, callback))
+                    .map_err(|_| Error::backend(D::KIND.name(), "the completion thread has stopped"))
+            }
+        }
+    }
+
+    /// Wraps `callback` so a device error poisons the stream and later callbacks see it.
+    fn poisoning(&self, callback: Callback) -> Callback {
+        let failure = self.failure.clone();
+        let index = self.index;
+        Box::new(move |status: Status| {
+            let status = match status {
+                Err(error) => {
+                    let error = match error {
+                        Error::OpFailed { .. } => error,
+                        other => Error::OpFailed { stream: index, message: other.to_string() },
+                    };
+                    Err(lock(&failure).get_or_insert(error).clone())
+                }
+                Ok(()) => match &*lock(&failure) {
+                    Some(error) => Err(error.clone()),
+                    None => Ok(()),
+                },
+            };
+            callback(status)
+        })
+    }
+}
+
+impl<D: Driver> Drop for GpuStream<D> {
+    fn drop(&mut self) {
+        let bound = self.device.driver.bind().is_ok();
+        if bound {
+            // Let queued work and callbacks finish before the stream goes. An
+            // error here was already reported to the stream's completions.
+            // SAFETY: `raw` is alive until `stream_destroy` below.
+            let _ = unsafe { self.device.driver.stream_synchronize(self.raw) };
+        }
+        if let Some(mut waiter) = self.waiter.take() {
+            waiter.queue.take();
+            if let Some(thread) = waiter.thread.take() {
+                let _ = thread.join();
+            }
+        }
+        if bound {
+            // SAFETY: made by this driver in `new`, synchronised above, destroyed once.
+            unsafe { self.device.driver.stream_destroy(self.raw) };
+        }
+    }
+}

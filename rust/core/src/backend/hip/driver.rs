@@ -1,0 +1,324 @@
+//! HIP runtime calls: the only module of the HIP backend that calls HIP.
+
+use std::ffi::{c_void, CStr};
+use std::ptr::null_mut;
+use std::time::Duration;
+
+use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
+
+use super::ffi::{self, Status as HipStatus};
+use super::hiprtc;
+use crate::backend::gpu::{
+    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse, Handle, Status, Wake,
+};
+use crate::backend::RawAccess;
+use crate::error::{Error, Result};
+use crate::kernel::Grid;
+use crate::runtime::{BackendKind, DeviceInfo};
+
+const NAME: &str = "hip";
+
+/// `wall_clock64()` ticks per microsecond: the 100 MHz constant clock of
+/// `s_memrealtime` on the GFX9 and CDNA devices ROCm 5.2 supports.
+const WALL_CLOCK_TICKS_PER_MICRO: u64 = 100;
+
+/// Names a failed HIP status. Unknown codes stay numbers: never an enum.
+fn failure(call: &str, status: HipStatus) -> Error {
+    // SAFETY: hipGetErrorName takes any code and returns a static string or null.
+    let name = unsafe { ffi::hipGetErrorName(status) };
+    let name = if name.is_null() {
+        format!("hipError_t {}", status.0)
+    } else {
+        // SAFETY: non-null, NUL-terminated and static (HIP's own table).
+        unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
+    };
+    Error::backend(NAME, format!("{call} failed: {name} ({})", status.0))
+}
+
+fn check(call: &str, status: HipStatus) -> Result<()> {
+    if status == ffi::SUCCESS {
+        Ok(())
+    } else {
+        Err(failure(call, status))
+    }
+}
+
+/// The HIP runtime, bound to device 0.
+pub(crate) struct Hip {
+    device: i32,
+    info: DeviceInfo,
+}
+
+impl Hip {
+    pub fn open() -> Result<Hip> {
+        let unavailable = |call: &str, status: HipStatus| Error::unavailable(NAME, failure(call, status).to_string());
+        // SAFETY: plain queries; out-pointers are valid locals.
+        unsafe {
+            match ffi::hipInit(0) {
+                ffi::SUCCESS => {}
+                // ROCm reports a machine without an AMD GPU as either code.
+                ffi::ERROR_NO_DEVICE | ffi::ERROR_INVALID_DEVICE => {
+                    return Err(Error::unavailable(
+                        NAME,
+                        format!("no HIP device ({})", failure("hipInit", ffi::hipInit(0))),
+                    ))
+                }
+                other => return Err(unavailable("hipInit", other)),
+            }
+            let mut count = 0;
+            match ffi::hipGetDeviceCount(&mut count) {
+                ffi::SUCCESS if count > 0 => {}
+                ffi::SUCCESS | ffi::ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no HIP device")),
+                other => return Err(unavailable("hipGetDeviceCount", other)),
+            }
+            let device = 0;
+            let hip = Hip {
+                device,
+                info: DeviceInfo {
+                    backend: BackendKind::Hip,
+                    name: String::new(),
+                    memory_bytes: None,
+                    max_buffer_bytes: 0,
+                },
+            };
+            hip.bind()?;
+            let mut name = [0 as std::ffi::c_char; 256];
+            check("hipDeviceGetName", ffi::hipDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
+            let mut memory = 0usize;
+            check("hipDeviceTotalMem", ffi::hipDeviceTotalMem(&mut memory, device))?;
+            Ok(Hip {
+                info: DeviceInfo {
+                    name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+                    memory_bytes: Some(memory as u64),
+                    max_buffer_bytes: memory as u64,
+                    ..hip.info
+                },
+                ..hip
+            })
+        }
+    }
+}
+
+unsafe extern "C" fn on_stream_callback(_stream: hipStream_t, status: HipStatus, data: *mut c_void) {
+    // No HIP call is allowed here, so the code is not looked up by name.
+    let status = if status == ffi::SUCCESS {
+        Ok(())
+    } else {
+        Err(Error::backend(NAME, format!("stream failed: hipError_t {}", status.0)))
+    };
+    // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
+    unsafe { callback_run(data, status) };
+}
+
+impl Driver for Hip {
+    type Stream = Handle<hipStream_t>;
+    type Event = Handle<hipEvent_t>;
+    type Module = Handle<hipModule_t>;
+    type Function = Handle<hipFunction_t>;
+
+    const KIND: BackendKind = BackendKind::Hip;
+    // ROCm 5.2 delivers stream callbacks without a thread of ours per stream.
+    const WAKE: Wake = Wake::Callback;
+
+    fn info(&self) -> DeviceInfo {
+        self.info.clone()
+    }
+
+    fn arch(&self) -> String {
+        // hiprtc compiles for the current device when no target is named, so
+        // the device identifies the compiled code.
+        format!("{}#{}", self.info.name, self.device)
+    }
+
+    fn bind(&self) -> Result<()> {
+        // SAFETY: the ordinal was checked at open.
+        check("hipSetDevice", unsafe { ffi::hipSetDevice(self.device) })
+    }
+
+    fn stream_create(&self) -> Result<Self::Stream> {
+        let mut stream = null_mut();
+        // SAFETY: writes one handle into `stream`.
+        check("hipStreamCreateWithFlags", unsafe {
+            ffi::hipStreamCreateWithFlags(&mut stream, ffi::STREAM_NON_BLOCKING)
+        })
+        .map(|()| Handle(stream))
+    }
+
+    unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status {
+        // SAFETY: a live stream (trait contract).
+        check("hipStreamSynchronize", unsafe { ffi::hipStreamSynchronize(stream.0) })
+    }
+
+    unsafe fn stream_destroy(&self, stream: Self::Stream) {
+        // SAFETY: a live stream, destroyed once by its owner (trait contract).
+        let _ = unsafe { ffi::hipStreamDestroy(stream.0) };
+    }
+
+    fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
+        let flags = match usage {
+            EventUse::StreamOrder => ffi::EVENT_DISABLE_TIMING,
+            EventUse::HostWait => ffi::EVENT_DISABLE_TIMING | ffi::EVENT_BLOCKING_SYNC,
+        };
+        let mut event = null_mut();
+        // SAFETY: writes one handle into `event`.
+        check("hipEventCreateWithFlags", unsafe { ffi::hipEventCreateWithFlags(&mut event, flags) })
+            .map(|()| Handle(event))
+    }
+
+    unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()> {
+        // SAFETY: live handles (trait contract).
+        check("hipEventRecord", unsafe { ffi::hipEventRecord(event.0, stream.0) })
+    }
+
+    unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()> {
+        // SAFETY: live handles (trait contract).
+        check("hipStreamWaitEvent", unsafe { ffi::hipStreamWaitEvent(stream.0, event.0, 0) })
+    }
+
+    unsafe fn event_synchronize(&self, event: Self::Event) -> Status {
+        // SAFETY: a live event (trait contract).
+        check("hipEventSynchronize", unsafe { ffi::hipEventSynchronize(event.0) })
+    }
+
+    unsafe fn event_destroy(&self, event: Self::Event) {
+        // SAFETY: a live event, destroyed once by its owner (trait contract).
+        let _ = unsafe { ffi::hipEventDestroy(event.0) };
+    }
+
+    fn alloc(&self, bytes: u64) -> Result<u64> {
+        // hipMalloc memory is usable on every stream at once. ROCm 5.2's
+        // stream-ordered allocator is a preview, so it is not used.
+        let mut ptr = null_mut();
+        // SAFETY: `ptr` receives the allocation.
+        match unsafe { ffi::hipMalloc(&mut ptr, bytes as usize) } {
+            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes }),
+            other => check("hipMalloc", other).map(|()| ptr as u64),
+        }
+    }
+
+    unsafe fn free(&self, ptr: u64) {
+        // SAFETY: from `alloc`, and every user completed (trait contract).
+        let _ = unsafe { ffi::hipFree(ptr as *mut c_void) };
+    }
+
+    fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
+        let mut ptr = null_mut();
+        // SAFETY: `ptr` receives the allocation.
+        match unsafe { ffi::hipHostMalloc(&mut ptr, bytes, ffi::HOST_MALLOC_PORTABLE) } {
+            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64 }),
+            other => check("hipHostMalloc", other).map(|()| ptr.cast()),
+        }
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) {
+        // SAFETY: from `host_alloc`, freed once by the staging pool.
+        let _ = unsafe { ffi::hipHostFree(ptr.cast()) };
+    }
+
+    unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: range inside a live allocation (trait contract).
+        check("hipMemsetAsync", unsafe {
+            ffi::hipMemsetAsync(ptr as *mut c_void, i32::from(byte), count as usize, stream.0)
+        })
+    }
+
+    unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: aligned range inside a live allocation (trait contract).
+        check("hipMemsetD32Async", unsafe {
+            ffi::hipMemsetD32Async(ptr as *mut c_void, word as i32, count as usize, stream.0)
+        })
+    }
+
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: `src` is page-locked and outlives the copy (trait contract);
+        // HIP only reads through it despite the mutable type.
+        check("hipMemcpyHtoDAsync", unsafe {
+            ffi::hipMemcpyHtoDAsync(dst as *mut c_void, src as *mut c_void, len as usize, stream.0)
+        })
+    }
+
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: `dst` is page-locked and outlives the copy (trait contract).
+        check("hipMemcpyDtoHAsync", unsafe {
+            ffi::hipMemcpyDtoHAsync(dst.cast(), src as *mut c_void, len as usize, stream.0)
+        })
+    }
+
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
+        // SAFETY: both ranges inside live allocations (trait contract).
+        check("hipMemcpyDtoDAsync", unsafe {
+            ffi::hipMemcpyDtoDAsync(dst as *mut c_void, src as *mut c_void, len as usize, stream.0)
+        })
+    }
+
+    fn compile(&self, source: &str) -> Result<Vec<u8>> {
+        hiprtc::compile(source, None)
+    }
+
+    fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
+        let mut module = null_mut();
+        // SAFETY: `image` is a complete code object from hiprtc.
+        check("hipModuleLoadData", unsafe { ffi::hipModuleLoadData(&mut module, image.as_ptr().cast()) })
+            .map(|()| Handle(module))
+    }
+
+    unsafe fn module_unload(&self, module: Self::Module) {
+        // SAFETY: a loaded module, unloaded once (trait contract).
+        let _ = unsafe { ffi::hipModuleUnload(module.0) };
+    }
+
+    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function> {
+        let mut function = null_mut();
+        // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
+        match unsafe { ffi::hipModuleGetFunction(&mut function, module.0, entry.as_ptr()) } {
+            ffi::ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
+            other => check("hipModuleGetFunction", other).map(|()| Handle(function)),
+        }
+    }
+
+    unsafe fn launch(
+        &self,
+        function: Self::Function,
+        grid: &Grid,
+        stream: Self::Stream,
+        params: &mut [*mut c_void],
+    ) -> Result<()> {
+        let ([gx, gy, gz], [bx, by, bz]) = (grid.groups, grid.block);
+        // SAFETY: a live function and stream; one valid pointer per kernel
+        // parameter (trait contract).
+        check("hipModuleLaunchKernel", unsafe {
+            ffi::hipModuleLaunchKernel(
+                function.0,
+                gx,
+                gy,
+                gz,
+                bx,
+                by,
+                bz,
+                grid.shared_bytes,
+                stream.0,
+                params.as_mut_ptr(),
+                null_mut(),
+            )
+        })
+    }
+
+    unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()> {
+        let data = callback_into_raw(callback);
+        // SAFETY: a live stream; HIP hands `data` back to the trampoline once.
+        let status = unsafe { ffi::hipStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
+        if status != ffi::SUCCESS {
+            // SAFETY: refused, so the trampoline never sees `data`.
+            unsafe { callback_discard(data) };
+        }
+        check("hipStreamAddCallback", status)
+    }
+
+    fn delay_ticks(&self, duration: Duration) -> u64 {
+        u64::try_from(duration.as_micros()).unwrap_or(u64::MAX).saturating_mul(WALL_CLOCK_TICKS_PER_MICRO)
+    }
+
+    fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
+        RawAccess::Hip { stream: stream.0, buffers }
+    }
+}

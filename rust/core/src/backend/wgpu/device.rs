@@ -1,0 +1,58 @@
+//! The opened device: what every op needs to record and submit work.
+
+use std::sync::Arc;
+
+use super::adapter;
+use super::builtin::Shape;
+use super::memory::WgpuCounters;
+use super::pipelines::PipelineCache;
+use crate::error::Result;
+use crate::runtime::{BackendKind, DeviceInfo};
+
+pub(crate) struct Gpu {
+    pub device: wgpu::Device,
+    pub queue: wgpu::Queue,
+    pub limits: wgpu::Limits,
+    pub shape: Shape,
+    pub pipelines: PipelineCache,
+    pub counters: Arc<WgpuCounters>,
+    pub info: DeviceInfo,
+}
+
+fn kind_in_words(kind: wgpu::DeviceType) -> &'static str {
+    match kind {
+        wgpu::DeviceType::DiscreteGpu => "discrete GPU",
+        wgpu::DeviceType::IntegratedGpu => "integrated GPU",
+        wgpu::DeviceType::VirtualGpu => "virtual GPU",
+        // `Auto` passes over adapters whose name says "software".
+        wgpu::DeviceType::Cpu => "software",
+        wgpu::DeviceType::Other => "other",
+    }
+}
+
+impl Gpu {
+    pub fn open() -> Result<Gpu> {
+        let opened = adapter::open()?;
+        let info = DeviceInfo {
+            backend: BackendKind::Wgpu,
+            name: format!(
+                "{} ({:?}, {})",
+                opened.adapter.name,
+                opened.adapter.backend,
+                kind_in_words(opened.adapter.device_type)
+            ),
+            memory_bytes: None,
+            // Allocations are rounded up to 4 bytes; keep the rounded size legal.
+            max_buffer_bytes: opened.limits.max_buffer_size / 4 * 4,
+        };
+        Ok(Gpu {
+            shape: Shape::new(&opened.limits),
+            device: opened.device,
+            queue: opened.queue,
+            limits: opened.limits,
+            pipelines: PipelineCache::default(),
+            counters: Arc::new(WgpuCounters::default()),
+            info,
+        })
+    }
+}

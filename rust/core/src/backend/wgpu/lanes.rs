@@ -1,0 +1,360 @@
+//! Logical streams ("lanes") on the device's one queue.
+//!
+//! On one queue, work submitted earlier is ordered before work submitted
+//! later (wgpu inserts the barriers), so cross-stream order is submission
+//! order. Each lane keeps:
+//! - a *batch*: command buffers of ops recorded but not yet submitted;
+//! - *items*: what must be issued to the queue in lane order — a batch to
+//!   submit, a read to map, a fence callback to register, or something that
+//!   holds the lane: a wait for another lane, a gate, a delay.
+//!
+//! An event is "lane S has issued its first n items". A wait on an event that
+//! is already issued costs nothing; otherwise the waiting lane holds at that
+//! point until the other lane gets there. That is how gates and delays on one
+//! lane hold back exactly the lanes that depend on it, as on a real
+//! multi-queue device. Everything that issues runs in [`Shared::pump`].
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use super::device::Gpu;
+use super::poll::PollState;
+use super::readback::Readback;
+use super::scope::{scoped, BACKEND};
+use crate::completion::{lock, Completion};
+use crate::error::{Error, Result};
+
+/// A lane submits its batch once it holds this many ops, so long streams of
+/// work start running before anyone waits for them.
+const BATCH_LIMIT: usize = 32;
+
+pub(crate) enum Item {
+    Submit(Vec<wgpu::CommandBuffer>),
+    Read(Readback),
+    /// Holds until lane `lane` has issued `upto` items.
+    Wait {
+        lane: usize,
+        upto: u64,
+    },
+    /// Holds until the flag is set (a gate opened, a delay elapsed).
+    Until(Arc<AtomicBool>),
+    /// Holds for the duration, counted from when it reaches the head.
+    Delay(Duration),
+    Signal(Arc<Completion>),
+    /// An op failed to record: the lane fails here, after the work before it.
+    Fail(Error),
+}
+
+pub(crate) struct Lane {
+    index: u32,
+    batch: Vec<wgpu::CommandBuffer>,
+    items: VecDeque<Item>,
+    pushed: u64,
+    issued: u64,
+    /// The lane's first failure as issued: later work is dropped, fences and reads report it.
+    status: Result<()>,
+    /// The first failure as recorded: ops recorded after it are dropped at once.
+    failed: Option<Error>,
+    /// Our submission count when this lane last submitted.
+    last_submit: u64,
+    /// Reads mapped but not yet delivered.
+    reads: Arc<AtomicUsize>,
+}
+
+impl Lane {
+    fn flush(&mut self) {
+        if !self.batch.is_empty() {
+            let batch = std::mem::take(&mut self.batch);
+            self.push(Item::Submit(batch));
+        }
+    }
+
+    fn push(&mut self, item: Item) {
+        self.items.push_back(item);
+        self.pushed += 1;
+    }
+
+    /// Fails the lane now (at issue time).
+    fn fail(&mut self, error: Error) {
+        self.failed.get_or_insert(error.clone());
+        if self.status.is_ok() {
+            self.status = Err(error);
+        }
+    }
+
+    /// Fails the lane after the work recorded so far.
+    fn fail_after(&mut self, error: Error) {
+        if self.failed.is_none() {
+            self.failed = Some(error.clone());
+            self.flush();
+            self.push(Item::Fail(error));
+        }
+    }
+}
+
+#[derive(Default)]
+pub(crate) struct Lanes {
+    lanes: Vec<Lane>,
+    /// Queue submissions made so far.
+    submits: u64,
+}
+
+/// A point in a lane another lane can wait for.
+pub(crate) struct Mark {
+    pub lane: usize,
+    pub upto: u64,
+}
+
+/// The device state shared with the poll, gate and delay threads.
+pub(crate) struct Shared {
+    pub gpu: Gpu,
+    pub poll: Arc<PollState>,
+    lanes: Mutex<Lanes>,
+    /// Highest submission count known complete (from fence callbacks).
+    completed: Arc<AtomicU64>,
+    /// A device-wide failure (device lost, an error outside any scope): fails every lane.
+    device_error: Arc<Mutex<Option<Error>>>,
+    me: Weak<Shared>,
+}
+
+impl Shared {
+    pub fn new(gpu: Gpu, poll: Arc<PollState>) -> Arc<Shared> {
+        let device_error = Arc::new(Mutex::new(None));
+        let errors = device_error.clone();
+        gpu.device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
+            lock(&errors).get_or_insert(Error::backend(BACKEND, format!("device error outside any op: {error}")));
+        }));
+        let lost = device_error.clone();
+        gpu.device.set_device_lost_callback(move |reason, message| {
+            lock(&lost).get_or_insert(Error::backend(BACKEND, format!("device lost ({reason:?}): {message}")));
+        });
+        Arc::new_cyclic(|me| Shared {
+            gpu,
+            poll,
+            lanes: Mutex::new(Lanes::default()),
+            completed: Arc::new(AtomicU64::new(0)),
+            device_error,
+            me: me.clone(),
+        })
+    }
+
+    pub fn add_lane(&self) -> usize {
+        let mut lanes = lock(&self.lanes);
+        let index = lanes.lanes.len();
+        lanes.lanes.push(Lane {
+            index: index as u32,
+            batch: Vec::new(),
+            items: VecDeque::new(),
+            pushed: 0,
+            issued: 0,
+            status: Ok(()),
+            failed: None,
+            last_submit: 0,
+            reads: Arc::new(AtomicUsize::new(0)),
+        });
+        index
+    }
+
+    /// Runs `f` on lane `lane` under the lanes lock, then issues what can be issued.
+    fn with_lane<T>(&self, lane: usize, f: impl FnOnce(&mut Lane) -> T) -> Result<T> {
+        let mut lanes = lock(&self.lanes);
+        let slot = lanes.lanes.get_mut(lane).ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
+        let value = f(slot);
+        self.pump(&mut lanes);
+        Ok(value)
+    }
+
+    /// Adds a recorded op to the lane's batch; a read is mapped once its copy is submitted.
+    /// On a failed lane the op is dropped and the read fails with the lane's error.
+    pub fn record(&self, lane: usize, commands: wgpu::CommandBuffer, readback: Option<Readback>) -> Result<()> {
+        self.with_lane(lane, |lane| {
+            if let Some(error) = &lane.failed {
+                if let Some(readback) = readback {
+                    readback.fail(error.clone());
+                }
+                return;
+            }
+            lane.batch.push(commands);
+            match readback {
+                Some(readback) => {
+                    lane.flush();
+                    lane.push(Item::Read(readback));
+                }
+                None if lane.batch.len() >= BATCH_LIMIT => lane.flush(),
+                None => {}
+            }
+        })
+    }
+
+    /// Fails lane `lane` with `error` after the work recorded so far (its first failure wins).
+    pub fn fail(&self, lane: usize, error: Error) -> Result<()> {
+        self.with_lane(lane, |lane| lane.fail_after(error))
+    }
+
+    /// Adds a lane-level item after everything recorded so far.
+    pub fn push(&self, lane: usize, item: Item) -> Result<()> {
+        self.with_lane(lane, |lane| {
+            lane.flush();
+            lane.push(item);
+        })
+    }
+
+    /// A mark covering everything recorded on `lane` so far.
+    pub fn mark(&self, lane: usize) -> Result<Mark> {
+        self.with_lane(lane, |slot| {
+            slot.flush();
+            Mark { lane, upto: slot.pushed }
+        })
+    }
+
+    /// Makes `lane` hold until `mark` is issued; false if it already was (no wait needed).
+    pub fn wait(&self, lane: usize, mark: &Mark) -> Result<bool> {
+        let mut lanes = lock(&self.lanes);
+        let (issued, source_submit) =
+            lanes.lanes.get(mark.lane).map_or((u64::MAX, 0), |source| (source.issued, source.last_submit));
+        let slot = lanes.lanes.get_mut(lane).ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
+        if issued >= mark.upto {
+            // A fence on this lane now also covers what it waited for, as on other backends.
+            slot.last_submit = slot.last_submit.max(source_submit);
+            return Ok(false);
+        }
+        slot.flush();
+        slot.push(Item::Wait { lane: mark.lane, upto: mark.upto });
+        self.pump(&mut lanes);
+        Ok(true)
+    }
+
+    /// Issues every head item that is not held, until nothing moves.
+    fn pump(&self, lanes: &mut Lanes) {
+        if let Some(error) = lock(&self.device_error).clone() {
+            for lane in &mut lanes.lanes {
+                lane.fail(error.clone());
+            }
+        }
+        loop {
+            let mut moved = false;
+            for index in 0..lanes.lanes.len() {
+                while self.head_ready(lanes, index) {
+                    if let Some(item) = lanes.lanes[index].items.pop_front() {
+                        lanes.lanes[index].issued += 1;
+                        self.issue(lanes, index, item);
+                        moved = true;
+                    }
+                }
+            }
+            if !moved {
+                return;
+            }
+        }
+    }
+
+    fn head_ready(&self, lanes: &mut Lanes, index: usize) -> bool {
+        let head = match lanes.lanes[index].items.front_mut() {
+            None => return false,
+            Some(head) => head,
+        };
+        match head {
+            Item::Wait { lane, upto } => {
+                let (lane, upto) = (*lane, *upto);
+                lanes.lanes.get(lane).is_none_or(|other| other.issued >= upto)
+            }
+            Item::Until(flag) => flag.load(Ordering::Acquire),
+            Item::Delay(duration) => {
+                let flag = Arc::new(AtomicBool::new(false));
+                self.set_after(*duration, flag.clone());
+                *head = Item::Until(flag);
+                false
+            }
+            Item::Submit(_) | Item::Read(_) | Item::Signal(_) | Item::Fail(_) => true,
+        }
+    }
+
+    /// Sets `flag` once `duration` passed, then pumps.
+    fn set_after(&self, duration: Duration, flag: Arc<AtomicBool>) {
+        let me = self.me.clone();
+        let timer = flag.clone();
+        let spawned = std::thread::Builder::new().name("weir-wgpu-delay".to_owned()).spawn(move || {
+            std::thread::sleep(duration);
+            timer.store(true, Ordering::Release);
+            if let Some(shared) = me.upgrade() {
+                shared.pump_now();
+            }
+        });
+        if spawned.is_err() {
+            // No thread to time it: the delay is best effort, the stream goes on.
+            flag.store(true, Ordering::Release);
+        }
+    }
+
+    /// Issues what can be issued (after a gate opened or a delay elapsed).
+    pub fn pump_now(&self) {
+        let mut lanes = lock(&self.lanes);
+        self.pump(&mut lanes);
+    }
+
+    fn issue(&self, lanes: &mut Lanes, index: usize, item: Item) {
+        let gpu = &self.gpu;
+        match item {
+            Item::Submit(commands) => {
+                if lanes.lanes[index].status.is_err() {
+                    return;
+                }
+                let outcome = scoped(&gpu.device, || gpu.queue.submit(commands));
+                lanes.submits += 1;
+                let lane = &mut lanes.lanes[index];
+                lane.last_submit = lanes.submits;
+                if let Err(failure) = outcome {
+                    let stream = lane.index;
+                    lane.fail(failure.on_stream(stream));
+                }
+            }
+            Item::Read(readback) => match &lanes.lanes[index].status {
+                Err(error) => readback.fail(error.clone()),
+                Ok(()) => readback.start(&self.poll, &lanes.lanes[index].reads),
+            },
+            Item::Signal(completion) => {
+                let lane = &lanes.lanes[index];
+                let status = lane.status.clone();
+                let idle =
+                    lane.reads.load(Ordering::SeqCst) == 0 && lane.last_submit <= self.completed.load(Ordering::SeqCst);
+                if idle {
+                    // Already done: no callback, no wake-up.
+                    completion.complete(status);
+                    return;
+                }
+                let (poll, completed, upto) = (self.poll.clone(), self.completed.clone(), lanes.submits);
+                poll.register();
+                gpu.queue.on_submitted_work_done(move || {
+                    completed.fetch_max(upto, Ordering::SeqCst);
+                    completion.complete(status);
+                    poll.done();
+                });
+            }
+            Item::Wait { lane, .. } => {
+                let source_submit = lanes.lanes.get(lane).map_or(0, |l| l.last_submit);
+                let waiter = &mut lanes.lanes[index];
+                waiter.last_submit = waiter.last_submit.max(source_submit);
+            }
+            Item::Fail(error) => lanes.lanes[index].fail(error),
+            Item::Until(_) | Item::Delay(_) => {}
+        }
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Whatever never got issued (a gate never opened) must still complete.
+        let lanes = std::mem::take(&mut *lock(&self.lanes));
+        for lane in lanes.lanes {
+            for item in lane.items {
+                match item {
+                    Item::Signal(completion) => completion.complete(Err(Error::Closed)),
+                    Item::Read(readback) => readback.fail(Error::Closed),
+                    _ => {}
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,107 @@
+//! Device memory: one wgpu buffer per allocation, its size rounded up to the
+//! 4-byte copy granule. The padding is private to the allocation, so ops that
+//! end at the buffer's end may round their range up to it.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use super::scope::{scoped, Failure, BACKEND};
+use crate::error::{Error, Result};
+
+#[derive(Debug, Default)]
+pub(crate) struct WgpuCounters {
+    pub live_events: AtomicU64,
+    pub live_allocations: AtomicU64,
+    pub host_to_device_copies: AtomicU64,
+    pub device_to_host_copies: AtomicU64,
+    pub deferred_waits: AtomicU64,
+    pub staging_buffers: AtomicU64,
+}
+
+/// Rounds `bytes` up to a multiple of 4.
+pub(crate) fn align4(bytes: u64) -> u64 {
+    bytes.div_ceil(4) * 4
+}
+
+/// One allocation. Released on drop; wgpu keeps it alive for work in flight.
+pub struct WgpuMemory {
+    pub(crate) buffer: wgpu::Buffer,
+    pub(crate) len: u64,
+    counters: Arc<WgpuCounters>,
+}
+
+impl std::fmt::Debug for WgpuMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WgpuMemory({} bytes)", self.len)
+    }
+}
+
+impl Drop for WgpuMemory {
+    fn drop(&mut self) {
+        self.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl WgpuMemory {
+    pub(crate) fn allocate(
+        device: &wgpu::Device,
+        limits: &wgpu::Limits,
+        bytes: u64,
+        counters: &Arc<WgpuCounters>,
+    ) -> Result<WgpuMemory> {
+        let size = align4(bytes.max(1));
+        if size > limits.max_buffer_size {
+            return Err(Error::invalid(format!(
+                "{bytes} bytes exceed the device's buffer limit of {} bytes",
+                limits.max_buffer_size
+            )));
+        }
+        let buffer = scoped(device, || {
+            device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("weir buffer"),
+                size,
+                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                mapped_at_creation: false,
+            })
+        })
+        .map_err(|failure| match failure {
+            Failure::OutOfMemory => Error::OutOfMemory { bytes },
+            Failure::Message(message) => Error::backend(BACKEND, message),
+        })?;
+        counters.live_allocations.fetch_add(1, Ordering::SeqCst);
+        Ok(WgpuMemory { buffer, len: bytes, counters: counters.clone() })
+    }
+
+    /// The wgpu buffer, for raw access.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.buffer
+    }
+
+    /// The allocation's size as Weir sees it (the wgpu buffer may be up to 3 bytes longer).
+    pub fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// Always false: allocations have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
+    }
+}
+
+/// A host-visible buffer holding `data` (padded to 4 bytes), ready to copy from.
+pub(crate) fn staging_with(device: &wgpu::Device, data: &[u8]) -> Result<wgpu::Buffer, String> {
+    let size = align4(data.len().max(1) as u64);
+    let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("weir upload"),
+        size,
+        usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::STORAGE,
+        mapped_at_creation: true,
+    });
+    {
+        let mut view =
+            buffer.slice(..).get_mapped_range_mut().map_err(|e| format!("cannot fill a staging buffer: {e}"))?;
+        view.slice(..data.len()).copy_from_slice(data);
+    }
+    buffer.unmap();
+    Ok(buffer)
+}

@@ -1,0 +1,202 @@
+//! The wgpu backend: WGSL kernels on one device queue, fences from
+//! `Queue::on_submitted_work_done`.
+//!
+//! - **Adapter**: a discrete GPU first; `WEIR_WGPU_BACKENDS` and
+//!   `WEIR_WGPU_ADAPTER` override the choice ([`adapter`]). No adapter is
+//!   [`Error::Unavailable`] naming the backends tried.
+//! - **Streams** are logical lanes on the one queue ([`lanes`]): cross-stream
+//!   order is submission order; an event wait that is already satisfied costs
+//!   nothing, one that is not holds the waiting lane back.
+//! - **Fences**: pending work is submitted, then `on_submitted_work_done`
+//!   registers the completion; the poll thread ([`poll`]) is the only caller
+//!   of `device.poll` and runs the callbacks. A fence on a lane whose work is
+//!   known finished completes at once.
+//! - **Ops** are recorded one command buffer each ([`encode`]) and submitted
+//!   in batches; built-ins are WGSL ([`builtin`]); custom kernels are cached by
+//!   source ([`pipelines`]); reads map a staging buffer ([`readback`]).
+//! - **Errors**: every wgpu call that can fail runs in an error scope; a
+//!   failed op poisons its lane like a failed job on the CPU backend.
+
+mod adapter;
+mod builtin;
+mod device;
+mod encode;
+mod lanes;
+mod memory;
+mod pipelines;
+mod poll;
+mod raw;
+mod readback;
+mod scope;
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+/// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
+pub use ::wgpu;
+pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
+use device::Gpu;
+use encode::{encode, Encoded, Refusal};
+use lanes::{Item, Mark, Shared};
+use memory::WgpuCounters;
+pub use memory::WgpuMemory;
+use poll::Poller;
+pub use raw::WgpuRawAccess;
+use scope::{scoped, BACKEND};
+
+use crate::backend::{Backend, BackendCounters, Command, Gate, RawAccess};
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::runtime::{BackendKind, DeviceInfo};
+
+/// The wgpu backend.
+pub struct WgpuBackend {
+    shared: Arc<Shared>,
+    // Dropped after `shared`: the poll thread finishes the callbacks still registered.
+    _poller: Poller,
+}
+
+/// A logical stream: a lane on the device's queue.
+#[derive(Debug)]
+pub struct WgpuStream {
+    lane: usize,
+}
+
+/// "Lane S has issued its first n items". Cheap: no device object.
+pub struct WgpuEvent {
+    mark: Mark,
+    counters: Arc<WgpuCounters>,
+}
+
+impl Drop for WgpuEvent {
+    fn drop(&mut self) {
+        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl WgpuBackend {
+    /// Opens the preferred adapter (see the module doc).
+    pub fn open() -> Result<WgpuBackend> {
+        let gpu = Gpu::open()?;
+        let poller = Poller::spawn(gpu.device.clone())?;
+        let shared = Shared::new(gpu, poller.state().clone());
+        Ok(WgpuBackend { shared, _poller: poller })
+    }
+
+    fn gpu(&self) -> &Gpu {
+        &self.shared.gpu
+    }
+}
+
+impl Backend for WgpuBackend {
+    type Stream = WgpuStream;
+    type Event = WgpuEvent;
+    type Memory = WgpuMemory;
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Wgpu
+    }
+
+    fn info(&self) -> DeviceInfo {
+        self.gpu().info.clone()
+    }
+
+    fn allocate(&self, bytes: u64) -> Result<WgpuMemory> {
+        let gpu = self.gpu();
+        WgpuMemory::allocate(&gpu.device, &gpu.limits, bytes, &gpu.counters)
+    }
+
+    fn create_stream(&self) -> Result<WgpuStream> {
+        Ok(WgpuStream { lane: self.shared.add_lane() })
+    }
+
+    fn enqueue(&self, stream: &WgpuStream, command: Command<&WgpuMemory>) -> Result<()> {
+        match encode(self.gpu(), command) {
+            Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
+            Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
+            Err(Refusal::Rejected(error)) => Err(error),
+            Err(Refusal::Failed { message, sink }) => {
+                let error = Error::OpFailed { stream: lane_index(stream), message };
+                if let Some(sink) = sink {
+                    sink.fail(error.clone());
+                }
+                self.shared.fail(stream.lane, error)
+            }
+        }
+    }
+
+    fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
+        let mark = self.shared.mark(stream.lane)?;
+        let counters = self.gpu().counters.clone();
+        counters.live_events.fetch_add(1, Ordering::SeqCst);
+        Ok(WgpuEvent { mark, counters })
+    }
+
+    fn wait_event(&self, stream: &WgpuStream, event: &WgpuEvent) -> Result<()> {
+        if self.shared.wait(stream.lane, &event.mark)? {
+            self.gpu().counters.deferred_waits.fetch_add(1, Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
+    fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<()> {
+        self.shared.push(stream.lane, Item::Signal(completion))
+    }
+
+    fn external_write(
+        &self,
+        stream: &WgpuStream,
+        buffers: &[&WgpuMemory],
+        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let gpu = self.gpu();
+        let mut raw = WgpuRawAccess::new(&gpu.device, &gpu.queue, buffers);
+        let recorded = scoped(&gpu.device, || {
+            write(RawAccess::Wgpu(&mut raw))?;
+            Ok::<_, Error>(raw.finish())
+        });
+        match recorded {
+            Ok(Ok(commands)) => self.shared.record(stream.lane, commands, None),
+            // The closure's own error: nothing was enqueued, the stream goes on.
+            Ok(Err(error)) => Err(error),
+            Err(failure) => {
+                let error = failure.on_stream(lane_index(stream));
+                self.shared.fail(stream.lane, error.clone())?;
+                Err(error)
+            }
+        }
+    }
+
+    fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
+        let open = Arc::new(AtomicBool::new(false));
+        let flag = open.clone();
+        let shared = Arc::downgrade(&self.shared);
+        std::thread::Builder::new()
+            .name("weir-wgpu-gate".to_owned())
+            .spawn(move || {
+                gate.pass();
+                flag.store(true, Ordering::Release);
+                if let Some(shared) = shared.upgrade() {
+                    shared.pump_now();
+                }
+            })
+            .map_err(|e| Error::backend(BACKEND, format!("cannot start a gate thread: {e}")))?;
+        self.shared.push(stream.lane, Item::Until(open))
+    }
+
+    fn counters(&self) -> BackendCounters {
+        let c = &self.gpu().counters;
+        BackendCounters {
+            live_events: c.live_events.load(Ordering::SeqCst),
+            live_allocations: c.live_allocations.load(Ordering::SeqCst),
+            host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
+            device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
+            host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),
+            race_violations: 0,
+        }
+    }
+}
+
+fn lane_index(stream: &WgpuStream) -> u32 {
+    u32::try_from(stream.lane).unwrap_or(u32::MAX)
+}

@@ -1,0 +1,68 @@
+//! wgpu reports failures through error scopes, not return values: every call
+//! that can fail runs inside [`scoped`], which turns a captured error into
+//! Weir's [`Error`]. Futures wgpu resolves at once on native are taken with
+//! [`ready`], which never blocks.
+
+use std::future::Future;
+use std::pin::pin;
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
+
+use crate::error::Error;
+
+pub(crate) const BACKEND: &str = "wgpu";
+
+struct NoWake;
+
+impl Wake for NoWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// The output of a future that is ready on first poll, or `None`.
+pub(crate) fn ready<F: Future>(future: F) -> Option<F::Output> {
+    let waker = Waker::from(Arc::new(NoWake));
+    match pin!(future).poll(&mut Context::from_waker(&waker)) {
+        Poll::Ready(output) => Some(output),
+        Poll::Pending => None,
+    }
+}
+
+/// What a scoped call failed with.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    OutOfMemory,
+    Message(String),
+}
+
+impl Failure {
+    /// As an op failure on `stream` (allocation failures keep their own variant).
+    pub fn on_stream(self, stream: u32) -> Error {
+        match self {
+            Failure::OutOfMemory => Error::OpFailed { stream, message: "out of device memory".to_owned() },
+            Failure::Message(message) => Error::OpFailed { stream, message },
+        }
+    }
+
+    pub fn message(&self) -> String {
+        match self {
+            Failure::OutOfMemory => "out of device memory".to_owned(),
+            Failure::Message(message) => message.clone(),
+        }
+    }
+}
+
+/// Runs `call` with validation, out-of-memory and internal errors captured on
+/// this thread; the first one captured is the failure.
+pub(crate) fn scoped<T>(device: &wgpu::Device, call: impl FnOnce() -> T) -> Result<T, Failure> {
+    let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
+    let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
+    let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);
+    let value = call();
+    // Scopes pop innermost first.
+    let errors = [validation.pop(), memory.pop(), internal.pop()].map(|pop| ready(pop).flatten());
+    match errors.into_iter().flatten().next() {
+        None => Ok(value),
+        Some(wgpu::Error::OutOfMemory { .. }) => Err(Failure::OutOfMemory),
+        Some(error) => Err(Failure::Message(error.to_string())),
+    }
+}

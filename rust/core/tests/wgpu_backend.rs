@@ -1,0 +1,122 @@
+//! wgpu-specific behaviour beyond the conformance suite. Skipped (with a
+//! note) where no wgpu adapter is available, unless `WEIR_REQUIRE_BACKENDS`
+//! lists wgpu.
+#![cfg(feature = "wgpu")]
+
+use std::time::{Duration, Instant};
+
+use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
+
+fn open() -> Option<Runtime> {
+    match Runtime::open(BackendKind::Wgpu) {
+        Ok(runtime) => Some(runtime),
+        Err(error) => {
+            let required = std::env::var("WEIR_REQUIRE_BACKENDS").unwrap_or_default();
+            assert!(!required.split(',').any(|name| name.trim() == "wgpu"), "wgpu is required: {error}");
+            eprintln!("wgpu: skipped ({error})");
+            None
+        }
+    }
+}
+
+#[test]
+fn writes_and_reads_at_unaligned_offsets_keep_neighbouring_bytes() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let buffer = s.upload(&[0xAAu8; 23]).unwrap();
+    s.write(&buffer, 1, &[1u8, 2, 3]).unwrap(); // inside one word
+    s.write(&buffer, 6, &[4u8, 5, 6, 7, 8, 9, 10]).unwrap(); // across three words
+    s.write(&buffer, 21, &[11u8, 12]).unwrap(); // the buffer's last bytes
+    let mut expected = vec![0xAAu8; 23];
+    expected[1..4].copy_from_slice(&[1, 2, 3]);
+    expected[6..13].copy_from_slice(&[4, 5, 6, 7, 8, 9, 10]);
+    expected[21..23].copy_from_slice(&[11, 12]);
+    assert_eq!(s.read(&buffer).unwrap(), expected);
+    assert_eq!(s.enqueue_read_at(&buffer, 5, 3).unwrap().wait().unwrap(), expected[5..8].to_vec());
+    runtime.close().unwrap();
+}
+
+const SAXPY: &str = "
+struct Params { n: u32, alpha: f32 }
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+@group(0) @binding(2) var<uniform> p: Params;
+
+@compute @workgroup_size(64)
+fn saxpy(@builtin(global_invocation_id) id: vec3<u32>) {
+    if (id.x < p.n) { y[id.x] = p.alpha * x[id.x] + y[id.x]; }
+}
+";
+
+#[test]
+fn custom_wgsl_kernel_binds_buffers_in_order_and_scalars_last() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let x = s.upload(&(0..100).map(|i| i as f32).collect::<Vec<_>>()).unwrap();
+    let y = s.upload(&[1.0f32; 100]).unwrap();
+    let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
+    let args = [Arg::read(&x), Arg::read_write(&y), Arg::u32(100), Arg::f32(2.0)];
+    s.execute(&kernel, Grid::linear(100, 64), &args).unwrap();
+    // The second launch reuses the cached pipeline and sees the first one's result.
+    s.execute(&kernel, Grid::linear(100, 64), &args).unwrap();
+    let expected: Vec<f32> = (0..100).map(|i| 1.0 + 4.0 * i as f32).collect();
+    assert_eq!(s.read_as::<f32>(&y).unwrap(), expected);
+    runtime.close().unwrap();
+}
+
+#[test]
+fn kernel_writing_a_buffer_declared_read_fails_its_stream() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let x = s.upload(&[1.0f32; 64]).unwrap();
+    let y = s.zeros(256).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
+    // y is written by the shader but declared Read: the layouts disagree.
+    let args = [Arg::read(&x), Arg::read(&y), Arg::u32(64), Arg::f32(2.0)];
+    s.execute(&kernel, Grid::linear(64, 64), &args).unwrap();
+    let error = s.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
+    assert!(t.read_as::<f32>(&x).unwrap().iter().all(|&v| v == 1.0));
+    runtime.close().unwrap();
+}
+
+#[test]
+fn too_many_work_groups_is_an_argument_error() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let (x, y) = (s.zeros(4).unwrap(), s.zeros(4).unwrap());
+    let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
+    let grid = Grid::new([u32::MAX, 1, 1], [64, 1, 1]);
+    let args = [Arg::read(&x), Arg::read_write(&y), Arg::u32(1), Arg::f32(1.0)];
+    let error = s.execute(&kernel, grid, &args).unwrap_err();
+    assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}");
+    // Not a device failure: the stream goes on.
+    s.fence().unwrap().wait().unwrap();
+    runtime.close().unwrap();
+}
+
+#[test]
+fn a_delay_holds_only_its_own_stream() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let start = Instant::now();
+    s.delay(Duration::from_millis(300)).unwrap();
+    let held = s.fence().unwrap();
+    let out = t.zeros(16).unwrap();
+    t.fill_u32(&out, 9).unwrap();
+    assert_eq!(t.read_as::<u32>(&out).unwrap(), vec![9; 4]);
+    assert!(!held.is_complete(), "the delayed stream finished early");
+    held.wait().unwrap();
+    assert!(start.elapsed() >= Duration::from_millis(300));
+    runtime.close().unwrap();
+}
+
+#[test]
+fn buffers_beyond_the_device_limit_are_refused_clearly() {
+    let Some(runtime) = open() else { return };
+    let too_big = runtime.info().max_buffer_bytes + 4;
+    let error = runtime.default_stream().empty(too_big).unwrap_err();
+    assert!(error.to_string().contains("buffer limit"), "{error}");
+    runtime.close().unwrap();
+}
