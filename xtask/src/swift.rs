@@ -85,9 +85,10 @@ fn no_warnings(output: &str) -> Result {
     }
 }
 
-/// `swift build` (library, demo, tests) with the checks, then `swift test`.
+/// `swift build` (library, demo, tests) with the checks, then `swift test`,
+/// against the debug library (the build `cargo test` and Kotlin already made).
 pub fn test() -> Result {
-    prepare(Profile::Release)?;
+    prepare(Profile::Debug)?;
     let toolchain = Toolchain::find()?;
     let package = package();
     let env = environment();
