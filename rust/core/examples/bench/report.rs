@@ -46,7 +46,7 @@ impl Report {
 
     pub fn print_table(&self) {
         println!();
-        println!("{:<8} {:<44} {:>14} {:>14} {:>8}  {}", "backend", "benchmark", "weir", "baseline", "ratio", "note");
+        println!("{:<8} {:<44} {:>14} {:>14} {:>8}  note", "backend", "benchmark", "weir", "baseline", "ratio");
         for f in &self.figures {
             println!(
                 "{:<8} {:<44} {:>18} {:>18} {:>8}  {}",

@@ -26,6 +26,7 @@ pub mod hip;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
@@ -216,6 +217,36 @@ pub struct BackendCounters {
     pub host_staging_buffers: u64,
     /// Conflicting overlapping accesses seen by a race detector (CPU backend).
     pub race_violations: u64,
+}
+
+/// [`BackendCounters`] as a backend keeps them: bumped from any thread, read
+/// back as a snapshot.
+///
+/// Every backend keeps the same set, so that a counter is added and read back
+/// in one place rather than once per backend; one that does not apply to a
+/// backend stays zero there, as `BackendCounters` documents.
+#[derive(Debug, Default)]
+pub(crate) struct Counters {
+    pub live_events: AtomicU64,
+    pub live_allocations: AtomicU64,
+    pub host_to_device_copies: AtomicU64,
+    pub device_to_host_copies: AtomicU64,
+    pub host_staging_buffers: AtomicU64,
+    pub race_violations: AtomicU64,
+}
+
+impl Counters {
+    pub(crate) fn snapshot(&self) -> BackendCounters {
+        let load = |counter: &AtomicU64| counter.load(Ordering::SeqCst);
+        BackendCounters {
+            live_events: load(&self.live_events),
+            live_allocations: load(&self.live_allocations),
+            host_to_device_copies: load(&self.host_to_device_copies),
+            device_to_host_copies: load(&self.device_to_host_copies),
+            host_staging_buffers: load(&self.host_staging_buffers),
+            race_violations: load(&self.race_violations),
+        }
+    }
 }
 
 /// Raw access handed to an [`external_write`](crate::Stream::external_write) closure.

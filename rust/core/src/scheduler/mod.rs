@@ -179,7 +179,13 @@ impl<B: Backend> Scheduler<B> {
         })?;
         let slot = &mut state.streams[stream];
         if let Err(error) = self.backend.enqueue(&slot.raw, command) {
-            if !matches!(error, Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. }) {
+            // Bad input leaves the stream usable; anything else failed the op on it.
+            let error = match error {
+                Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. } => error,
+                Error::OpFailed { .. } => error,
+                other => Error::OpFailed { stream: stream as u32, message: other.to_string() },
+            };
+            if let Error::OpFailed { .. } = error {
                 slot.poisoned = Some(error.clone());
             }
             return Err(error);

@@ -4,12 +4,18 @@ use weir_core::{Arg, Error, Grid, Kernel};
 
 use crate::common::each_backend;
 
+const LAUNCH_BOUNDED: &str = "extern \"C\" __global__ void __launch_bounds__(32) \
+    deliberately_failing(unsigned int* out) { out[threadIdx.x] = 1u; }";
+
 /// A kernel that fails on the device, for every backend that can express one.
 fn failing_kernel() -> Kernel {
     Kernel::custom("deliberately_failing")
         .cpu(|_| Err("deliberate failure".into()))
         // Fails to compile; the device's diagnostic quotes the offending line.
         .wgsl("@compute @workgroup_size(1)\nfn main() { deliberate failure }\n", "main")
+        // Launched with more threads per block than it allows: a launch failure.
+        .cuda(LAUNCH_BOUNDED, "deliberately_failing")
+        .hip(LAUNCH_BOUNDED, "deliberately_failing")
         .build()
 }
 
@@ -24,11 +30,14 @@ fn failed_op_poisons_only_its_stream() {
                 eprintln!("  {}: no failing kernel for this backend, skipped", runtime.info().backend.name());
                 return;
             }
-            other => other.unwrap(),
+            Ok(()) => {}
+            // Failing at launch poisons the stream just as failing on the device does.
+            Err(error) => assert!(matches!(error, Error::OpFailed { .. }), "{error:?}"),
         }
         let error = s.fence().unwrap().wait().unwrap_err();
         assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
-        assert!(error.to_string().contains("deliberate failure"), "{error}");
+        let message = error.to_string().to_lowercase();
+        assert!(message.contains("deliberate") || message.contains("launch"), "{error}");
         // Sticky: later fences and reads on s report it too.
         assert!(s.fence().unwrap().wait().is_err());
         assert!(s.read(&shared).is_err());

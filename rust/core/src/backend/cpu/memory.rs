@@ -11,27 +11,18 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::Span;
+use crate::backend::{Counters, Span};
 use crate::completion::lock;
 
 /// Fresh memory is filled with this byte so that a missing initialisation shows.
 pub(crate) const FRESH_BYTE: u8 = 0xA5;
-
-#[derive(Debug, Default)]
-pub(crate) struct CpuCounters {
-    pub live_events: AtomicU64,
-    pub live_allocations: AtomicU64,
-    pub host_to_device_copies: AtomicU64,
-    pub device_to_host_copies: AtomicU64,
-    pub race_violations: AtomicU64,
-}
 
 struct Block {
     // u64 words keep every 4-byte typed view aligned.
     words: Box<[UnsafeCell<u64>]>,
     len: u64,
     active: Mutex<Vec<ActiveAccess>>,
-    counters: Arc<CpuCounters>,
+    counters: Arc<Counters>,
 }
 
 // SAFETY: the bytes are only reached through `CpuMemory::view`, whose callers hold
@@ -102,7 +93,7 @@ impl AccessGuard {
 }
 
 impl CpuMemory {
-    pub(crate) fn allocate(bytes: u64, counters: &Arc<CpuCounters>) -> Option<CpuMemory> {
+    pub(crate) fn allocate(bytes: u64, counters: &Arc<Counters>) -> Option<CpuMemory> {
         let words = usize::try_from(bytes.div_ceil(8)).ok()?;
         let mut storage: Vec<UnsafeCell<u64>> = Vec::new();
         storage.try_reserve_exact(words).ok()?;
@@ -156,7 +147,7 @@ mod tests {
 
     #[test]
     fn detector_flags_overlapping_write_and_read() {
-        let counters = Arc::new(CpuCounters::default());
+        let counters = Arc::new(Counters::default());
         let memory = CpuMemory::allocate(64, &counters).unwrap();
         let write = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 0, len: 32 }, true).unwrap();
         let read = CpuMemory::begin(&Span { buffer: memory.clone(), offset: 16, len: 32 }, false);
@@ -172,7 +163,7 @@ mod tests {
 
     #[test]
     fn fresh_memory_is_not_zero() {
-        let counters = Arc::new(CpuCounters::default());
+        let counters = Arc::new(Counters::default());
         let memory = CpuMemory::allocate(16, &counters).unwrap();
         let guard = CpuMemory::begin(&Span { buffer: memory, offset: 0, len: 16 }, false).unwrap();
         assert!(guard.bytes().iter().all(|&b| b == FRESH_BYTE));

@@ -11,12 +11,11 @@ mod worker;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use memory::CpuCounters;
 pub use memory::CpuMemory;
 pub use worker::CpuStream;
 use worker::Progress;
 
-use crate::backend::{Backend, BackendCounters, Command, Gate, RawAccess, Span};
+use crate::backend::{Backend, BackendCounters, Command, Counters, Gate, RawAccess, Span};
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::runtime::{BackendKind, DeviceInfo};
@@ -24,7 +23,7 @@ use crate::runtime::{BackendKind, DeviceInfo};
 /// The CPU backend.
 #[derive(Debug, Default)]
 pub struct CpuBackend {
-    counters: Arc<CpuCounters>,
+    counters: Arc<Counters>,
     next_stream: AtomicU32,
 }
 
@@ -32,7 +31,7 @@ pub struct CpuBackend {
 pub struct CpuEvent {
     progress: Arc<Progress>,
     jobs: u64,
-    counters: Arc<CpuCounters>,
+    counters: Arc<Counters>,
 }
 
 impl Drop for CpuEvent {
@@ -155,14 +154,6 @@ impl Backend for CpuBackend {
     }
 
     fn counters(&self) -> BackendCounters {
-        let c = &self.counters;
-        BackendCounters {
-            live_events: c.live_events.load(Ordering::SeqCst),
-            live_allocations: c.live_allocations.load(Ordering::SeqCst),
-            host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
-            device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
-            host_staging_buffers: 0,
-            race_violations: c.race_violations.load(Ordering::SeqCst),
-        }
+        self.counters.snapshot()
     }
 }

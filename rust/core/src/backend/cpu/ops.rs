@@ -3,8 +3,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::memory::{AccessGuard, CpuCounters, CpuMemory};
-use crate::backend::{BinaryOp, Command, KernelArg, Span};
+use super::memory::{AccessGuard, CpuMemory};
+use crate::backend::{BinaryOp, Command, Counters, KernelArg, Span};
 use crate::kernel::{CpuKernelArgs, CpuView};
 
 type Run = Result<(), String>;
@@ -30,7 +30,7 @@ fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], String> {
 }
 
 /// Runs one command to completion on the calling (worker) thread.
-pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<CpuCounters>) -> Run {
+pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run {
     match command {
         Command::Zero { dst } => {
             writable(&write(&dst)?)?.fill(0);

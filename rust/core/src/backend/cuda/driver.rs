@@ -7,12 +7,9 @@ use std::time::Duration;
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags};
 
 use super::nvrtc;
-use crate::backend::gpu::{
-    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse, Handle, Status, Wake,
-};
+use crate::backend::gpu::{callback_run, handle_calls, DeviceBuffer, Driver, EventUse, Handle, Launch, Wake};
 use crate::backend::RawAccess;
 use crate::error::{Error, Result};
-use crate::kernel::Grid;
 use crate::runtime::{BackendKind, DeviceInfo};
 
 const NAME: &str = "cuda";
@@ -204,16 +201,6 @@ impl Driver for Cuda {
         Ok(Handle(stream))
     }
 
-    unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status {
-        // SAFETY: the caller passes a live stream (trait contract).
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(stream.0) })
-    }
-
-    unsafe fn stream_destroy(&self, stream: Self::Stream) {
-        // SAFETY: a live stream, destroyed once by its owner (trait contract).
-        let _ = unsafe { sys::cuStreamDestroy_v2(stream.0) };
-    }
-
     fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
         let mut flags = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
         if usage == EventUse::HostWait {
@@ -225,24 +212,11 @@ impl Driver for Cuda {
         Ok(Handle(event))
     }
 
-    unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()> {
-        // SAFETY: live handles (trait contract).
-        check("cuEventRecord", unsafe { sys::cuEventRecord(event.0, stream.0) })
-    }
-
-    unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()> {
-        // SAFETY: live handles (trait contract).
-        check("cuStreamWaitEvent", unsafe { sys::cuStreamWaitEvent(stream.0, event.0, 0) })
-    }
-
-    unsafe fn event_synchronize(&self, event: Self::Event) -> Status {
-        // SAFETY: a live event (trait contract).
-        check("cuEventSynchronize", unsafe { sys::cuEventSynchronize(event.0) })
-    }
-
-    unsafe fn event_destroy(&self, event: Self::Event) {
-        // SAFETY: a live event, destroyed once by its owner (trait contract).
-        let _ = unsafe { sys::cuEventDestroy_v2(event.0) };
+    // Calls that differ from HIP's only by name, written once in `handle_calls!`.
+    handle_calls! { calls: sys, check: check;
+        event_record: cuEventRecord, stream_wait_event: cuStreamWaitEvent, event_synchronize: cuEventSynchronize,
+        stream_synchronize: cuStreamSynchronize, add_callback: cuStreamAddCallback(on_stream_callback),
+        stream_destroy: cuStreamDestroy_v2, event_destroy: cuEventDestroy_v2, module_unload: cuModuleUnload,
     }
 
     fn alloc(&self, bytes: u64) -> Result<u64> {
@@ -316,11 +290,6 @@ impl Driver for Cuda {
         Ok(Handle(module))
     }
 
-    unsafe fn module_unload(&self, module: Self::Module) {
-        // SAFETY: a loaded module, unloaded once (trait contract).
-        let _ = unsafe { sys::cuModuleUnload(module.0) };
-    }
-
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function> {
         let mut function = null_mut();
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
@@ -331,13 +300,7 @@ impl Driver for Cuda {
         }
     }
 
-    unsafe fn launch(
-        &self,
-        function: Self::Function,
-        grid: &Grid,
-        stream: Self::Stream,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
+    unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {
         // SAFETY: a live function and stream; `params` holds one valid pointer per
         // kernel parameter (trait contract).
         unsafe {
@@ -368,17 +331,6 @@ impl Driver for Cuda {
                 ),
             )
         }
-    }
-
-    unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()> {
-        let data = callback_into_raw(callback);
-        // SAFETY: a live stream; the driver hands `data` back to the trampoline once.
-        let result = unsafe { sys::cuStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
-        if result != CUresult::CUDA_SUCCESS {
-            // SAFETY: the driver refused it, so the trampoline never sees `data`.
-            unsafe { callback_discard(data) };
-        }
-        check("cuStreamAddCallback", result)
     }
 
     fn delay_ticks(&self, duration: Duration) -> u64 {

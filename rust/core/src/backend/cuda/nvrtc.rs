@@ -1,11 +1,10 @@
 //! NVRTC: CUDA C to CUBIN for the device's architecture.
 
-use std::ffi::{c_char, c_void, CStr};
-use std::ptr::null_mut;
+use std::ffi::c_void;
 
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 
-use crate::backend::gpu::Rtc;
+use crate::backend::gpu::rtc_calls;
 use crate::error::{Error, Result};
 
 const SYMBOLS: [&str; 7] = [
@@ -49,50 +48,11 @@ fn status(result: nvrtcResult) -> Result<(), String> {
 /// NVRTC's calls, producing CUBIN (not PTX): loading it needs no JIT step.
 pub(crate) struct Nvrtc;
 
-impl Rtc for Nvrtc {
-    type Program = nvrtcProgram;
-    const NAME: &'static str = "NVRTC";
-
-    unsafe fn create(source: &CStr, name: &CStr) -> Result<nvrtcProgram, String> {
-        let mut program = null_mut();
-        // SAFETY: NUL-terminated strings; no headers.
-        status(unsafe {
-            sys::nvrtcCreateProgram(&mut program, source.as_ptr(), name.as_ptr(), 0, std::ptr::null(), std::ptr::null())
-        })?;
-        Ok(program)
-    }
-
-    unsafe fn compile(program: nvrtcProgram, options: &[*const c_char]) -> Result<(), String> {
-        // SAFETY: a live program (trait contract) and valid option strings.
-        status(unsafe { sys::nvrtcCompileProgram(program, options.len() as i32, options.as_ptr()) })
-    }
-
-    unsafe fn log_size(program: nvrtcProgram) -> Result<usize, String> {
-        let mut size = 0;
-        // SAFETY: a live program (trait contract).
-        status(unsafe { sys::nvrtcGetProgramLogSize(program, &mut size) }).map(|()| size)
-    }
-
-    unsafe fn log(program: nvrtcProgram, into: *mut c_char) -> Result<(), String> {
-        // SAFETY: `into` holds `log_size` bytes (trait contract).
-        status(unsafe { sys::nvrtcGetProgramLog(program, into) })
-    }
-
-    unsafe fn code_size(program: nvrtcProgram) -> Result<usize, String> {
-        let mut size = 0;
-        // SAFETY: a compiled program (trait contract).
-        status(unsafe { sys::nvrtcGetCUBINSize(program, &mut size) }).map(|()| size)
-    }
-
-    unsafe fn code(program: nvrtcProgram, into: *mut c_char) -> Result<(), String> {
-        // SAFETY: `into` holds `code_size` bytes (trait contract).
-        status(unsafe { sys::nvrtcGetCUBIN(program, into) })
-    }
-
-    unsafe fn destroy(mut program: nvrtcProgram) {
-        // SAFETY: a live program, destroyed once by its owner (trait contract).
-        let _ = unsafe { sys::nvrtcDestroyProgram(&mut program) };
-    }
+// The same calls as hiprtc's but for the names, written once in `rtc_calls!`.
+rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: sys, check: status }
+    create: nvrtcCreateProgram, compile: nvrtcCompileProgram, destroy: nvrtcDestroyProgram,
+    log_size: nvrtcGetProgramLogSize, log: nvrtcGetProgramLog,
+    code_size: nvrtcGetCUBINSize, code: nvrtcGetCUBIN,
 }
 
 /// Compiles `source` to a CUBIN for `arch` (`sm_90`, …).

@@ -1,24 +1,15 @@
 //! The device state every stream, event and allocation of one GPU backend
 //! shares: the driver, live-object counters and the page-locked staging pool.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 
 use super::driver::{Driver, Handle};
 use super::kernels::Kernels;
-use crate::backend::BackendCounters;
+use crate::backend::Counters;
 use crate::completion::lock;
 use crate::error::Result;
 use crate::runtime::DeviceInfo;
-
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub live_events: AtomicU64,
-    pub live_allocations: AtomicU64,
-    pub host_to_device_copies: AtomicU64,
-    pub device_to_host_copies: AtomicU64,
-    pub host_staging_buffers: AtomicU64,
-}
 
 /// One page-locked host buffer. Plain data: the pool's owner frees it.
 struct Staging {
@@ -111,18 +102,6 @@ impl<D: Driver> Device<D> {
             }
         };
         Ok(Loan { staging: Some(staging), home: self.free_staging.clone() })
-    }
-
-    pub fn counters(&self) -> BackendCounters {
-        let c = &self.counters;
-        BackendCounters {
-            live_events: c.live_events.load(Ordering::SeqCst),
-            live_allocations: c.live_allocations.load(Ordering::SeqCst),
-            host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
-            device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
-            host_staging_buffers: c.host_staging_buffers.load(Ordering::SeqCst),
-            race_violations: 0,
-        }
     }
 }
 

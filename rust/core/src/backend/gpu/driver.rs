@@ -101,14 +101,8 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn module_load(&self, image: &[u8]) -> Result<Self::Module>;
     unsafe fn module_unload(&self, module: Self::Module);
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function>;
-    /// Launches `function`; `params` points at one value per kernel parameter.
-    unsafe fn launch(
-        &self,
-        function: Self::Function,
-        grid: &Grid,
-        stream: Self::Stream,
-        params: &mut [*mut c_void],
-    ) -> Result<()>;
+    /// Enqueues a kernel launch on its stream.
+    unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()>;
 
     /// Runs `callback` on the driver's callback thread once the stream gets
     /// there. The callback must not call the driver.
@@ -121,30 +115,126 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a>;
 }
 
-/// Turns a callback into the `void*` user data a driver callback carries.
-pub(crate) fn callback_into_raw(callback: Callback) -> *mut c_void {
-    Box::into_raw(Box::new(callback)).cast()
+/// One kernel launch, as the shared layer hands it to [`Driver::launch`].
+///
+/// One value instead of four arguments, so that the parts of a launch are
+/// spelled out once, here, rather than in the trait and again in each
+/// backend's signature.
+pub(crate) struct Launch<'a, D: Driver> {
+    pub function: D::Function,
+    pub grid: &'a Grid,
+    pub stream: D::Stream,
+    /// One pointer per kernel parameter, to that parameter's value.
+    pub params: &'a mut [*mut c_void],
+}
+
+/// Writes, inside an `impl Driver` block, the methods that pass live handles
+/// to one driver function and nothing more: each calls `$api::<function>`
+/// and turns its status into a `Result` with `$check`, naming the function.
+///
+/// `add_callback` also names the backend's trampoline, which must hand its
+/// user data to [`callback_run`].
+///
+/// CUDA and HIP take the same arguments in these calls and differ only in the
+/// functions' names, so the wrappers, and the reasons they are sound, are
+/// written once, here. A backend names its functions and writes out only the
+/// calls whose arguments, flags or errors differ.
+macro_rules! handle_calls {
+    (
+        calls: $api:ident, check: $check:ident;
+        event_record: $event_record:ident,
+        stream_wait_event: $stream_wait_event:ident,
+        event_synchronize: $event_synchronize:ident,
+        stream_synchronize: $stream_synchronize:ident,
+        add_callback: $add_callback:ident($trampoline:ident),
+        stream_destroy: $stream_destroy:ident,
+        event_destroy: $event_destroy:ident,
+        module_unload: $module_unload:ident $(,)?
+    ) => {
+        unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> $crate::error::Result<()> {
+            // SAFETY: live handles (trait contract).
+            $check(stringify!($event_record), unsafe { $api::$event_record(event.0, stream.0) })
+        }
+
+        unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> $crate::error::Result<()> {
+            // SAFETY: live handles (trait contract).
+            $check(stringify!($stream_wait_event), unsafe { $api::$stream_wait_event(stream.0, event.0, 0) })
+        }
+
+        unsafe fn event_synchronize(&self, event: Self::Event) -> $crate::backend::gpu::Status {
+            // SAFETY: a live event (trait contract).
+            $check(stringify!($event_synchronize), unsafe { $api::$event_synchronize(event.0) })
+        }
+
+        unsafe fn stream_synchronize(&self, stream: Self::Stream) -> $crate::backend::gpu::Status {
+            // SAFETY: a live stream (trait contract).
+            $check(stringify!($stream_synchronize), unsafe { $api::$stream_synchronize(stream.0) })
+        }
+
+        unsafe fn add_callback(
+            &self,
+            stream: Self::Stream,
+            callback: $crate::backend::gpu::Callback,
+        ) -> $crate::error::Result<()> {
+            // SAFETY: a live stream (trait contract); the driver hands `data` to
+            // the trampoline, which runs it through `callback_run`, once if it
+            // accepts the call and never if it fails, as `pass_callback` requires.
+            unsafe {
+                $crate::backend::gpu::pass_callback(callback, |data| {
+                    $check(stringify!($add_callback), $api::$add_callback(stream.0, Some($trampoline), data, 0))
+                })
+            }
+        }
+
+        unsafe fn stream_destroy(&self, stream: Self::Stream) {
+            // SAFETY: a live stream, destroyed once by its owner (trait contract).
+            let _ = unsafe { $api::$stream_destroy(stream.0) };
+        }
+
+        unsafe fn event_destroy(&self, event: Self::Event) {
+            // SAFETY: a live event, destroyed once by its owner (trait contract).
+            let _ = unsafe { $api::$event_destroy(event.0) };
+        }
+
+        unsafe fn module_unload(&self, module: Self::Module) {
+            // SAFETY: a loaded module, unloaded once (trait contract).
+            let _ = unsafe { $api::$module_unload(module.0) };
+        }
+    };
+}
+pub(crate) use handle_calls;
+
+/// Hands `callback` to a driver's add-callback call, which `add` makes, as
+/// the `void*` user data the driver carries to its trampoline.
+///
+/// Who frees the callback depends on the driver's answer, so that is decided
+/// once, here: accepted, the trampoline runs and frees it through
+/// [`callback_run`]; refused, it is freed here without running.
+///
+/// # Safety
+/// `add` passes `data` to a driver call that, when it succeeds, hands `data`
+/// to a trampoline calling [`callback_run`] exactly once, and when it fails
+/// never uses `data`.
+pub(crate) unsafe fn pass_callback(callback: Callback, add: impl FnOnce(*mut c_void) -> Result<()>) -> Result<()> {
+    let data = Box::into_raw(Box::new(callback)).cast::<c_void>();
+    let added = add(data);
+    if added.is_err() {
+        // SAFETY: the driver refused `data` (this function's contract), so no
+        // trampoline will reclaim the leaked box: this is its only reclaim.
+        drop(unsafe { Box::from_raw(data.cast::<Callback>()) });
+    }
+    added
 }
 
 /// Runs (and frees) a callback from its user data.
 ///
 /// # Safety
-/// `data` came from [`callback_into_raw`] and is used exactly once, by this
-/// or by [`callback_discard`].
+/// `data` came from [`pass_callback`], whose driver call succeeded, and is
+/// used exactly once.
 pub(crate) unsafe fn callback_run(data: *mut c_void, status: Status) {
     // SAFETY: per this function's contract, `data` is a leaked `Box<Callback>`
     // not yet reclaimed.
     let callback = unsafe { Box::from_raw(data.cast::<Callback>()) };
     // A panic must not unwind into the driver's thread.
     let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(move || callback(status)));
-}
-
-/// Frees a callback the driver refused, without running it.
-///
-/// # Safety
-/// As for [`callback_run`].
-pub(crate) unsafe fn callback_discard(data: *mut c_void) {
-    // SAFETY: per this function's contract, `data` is a leaked `Box<Callback>`
-    // the driver never took.
-    drop(unsafe { Box::from_raw(data.cast::<Callback>()) });
 }

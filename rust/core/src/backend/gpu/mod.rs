@@ -34,12 +34,12 @@ use crate::runtime::{BackendKind, DeviceInfo};
 use device::Device;
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
-    callback_discard, callback_into_raw, callback_run, Callback, Driver, EventUse, Handle, Status,
+    callback_run, handle_calls, pass_callback, Callback, Driver, EventUse, Handle, Launch, Status,
 };
 use kernels::{Param, Params};
 pub use kernels::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
 pub(crate) use owners::{GpuEvent, GpuMemory};
-pub(crate) use rtc::{compile, Rtc};
+pub(crate) use rtc::{compile, rtc_calls, Rtc};
 pub(crate) use stream::{GpuStream, Wake};
 
 /// Threads per block of the built-in kernels.
@@ -95,7 +95,7 @@ impl<D: Driver> GpuBackend<D> {
         let mut pointers = params.pointers();
         // SAFETY: `function` was loaded by this driver; the pointers point into
         // `params`, which outlives the call; buffer addresses were range-checked.
-        unsafe { self.driver().launch(function, grid, stream.raw, &mut pointers) }
+        unsafe { self.driver().launch(Launch { function, grid, stream: stream.raw, params: &mut pointers }) }
     }
 
     fn zero(&self, stream: &GpuStream<D>, dst: u64, len: u64) -> Result<()> {
@@ -284,6 +284,6 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn counters(&self) -> BackendCounters {
-        self.device.counters()
+        self.device.counters.snapshot()
     }
 }

@@ -22,6 +22,85 @@ pub(crate) trait Rtc {
     unsafe fn destroy(program: Self::Program);
 }
 
+/// Implements [`Rtc`] for a compiler from its seven functions in module
+/// `$api`, each status read by `$check`.
+///
+/// hiprtc copies NVRTC's API call for call, so the two implementations differ
+/// only in names; with the calls written once, here, each compiler's module
+/// keeps only what really differs: its names, its statuses and its options.
+macro_rules! rtc_calls {
+    (
+        impl Rtc for $rtc:ident { NAME: $name:literal, Program: $program:ty, calls: $api:ident, check: $check:ident }
+        create: $create:ident,
+        compile: $compile:ident,
+        destroy: $destroy:ident,
+        log_size: $log_size:ident,
+        log: $log:ident,
+        code_size: $code_size:ident,
+        code: $code:ident $(,)?
+    ) => {
+        impl $crate::backend::gpu::Rtc for $rtc {
+            type Program = $program;
+            const NAME: &'static str = $name;
+
+            unsafe fn create(
+                source: &::std::ffi::CStr,
+                name: &::std::ffi::CStr,
+            ) -> ::std::result::Result<$program, String> {
+                let mut program = ::std::ptr::null_mut();
+                // SAFETY: NUL-terminated strings; no headers.
+                let result = unsafe {
+                    $api::$create(
+                        &mut program,
+                        source.as_ptr(),
+                        name.as_ptr(),
+                        0,
+                        ::std::ptr::null(),
+                        ::std::ptr::null(),
+                    )
+                };
+                $check(result).map(|()| program)
+            }
+
+            unsafe fn compile(
+                program: $program,
+                options: &[*const ::std::ffi::c_char],
+            ) -> ::std::result::Result<(), String> {
+                // SAFETY: a live program (trait contract) and valid option strings.
+                $check(unsafe { $api::$compile(program, options.len() as i32, options.as_ptr()) })
+            }
+
+            unsafe fn log_size(program: $program) -> ::std::result::Result<usize, String> {
+                let mut size = 0;
+                // SAFETY: a live program (trait contract).
+                $check(unsafe { $api::$log_size(program, &mut size) }).map(|()| size)
+            }
+
+            unsafe fn log(program: $program, into: *mut ::std::ffi::c_char) -> ::std::result::Result<(), String> {
+                // SAFETY: `into` holds `log_size` bytes (trait contract).
+                $check(unsafe { $api::$log(program, into) })
+            }
+
+            unsafe fn code_size(program: $program) -> ::std::result::Result<usize, String> {
+                let mut size = 0;
+                // SAFETY: a compiled program (trait contract).
+                $check(unsafe { $api::$code_size(program, &mut size) }).map(|()| size)
+            }
+
+            unsafe fn code(program: $program, into: *mut ::std::ffi::c_char) -> ::std::result::Result<(), String> {
+                // SAFETY: `into` holds `code_size` bytes (trait contract).
+                $check(unsafe { $api::$code(program, into) })
+            }
+
+            unsafe fn destroy(mut program: $program) {
+                // SAFETY: a live program, destroyed once by its owner (trait contract).
+                let _ = unsafe { $api::$destroy(&mut program) };
+            }
+        }
+    };
+}
+pub(crate) use rtc_calls;
+
 /// A program, destroyed once.
 struct Program<R: Rtc>(R::Program);
 

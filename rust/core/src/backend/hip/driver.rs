@@ -8,12 +8,9 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::ffi::{self, Status as HipStatus};
 use super::hiprtc;
-use crate::backend::gpu::{
-    callback_discard, callback_into_raw, callback_run, Callback, DeviceBuffer, Driver, EventUse, Handle, Status, Wake,
-};
+use crate::backend::gpu::{callback_run, handle_calls, DeviceBuffer, Driver, EventUse, Handle, Launch, Wake};
 use crate::backend::RawAccess;
 use crate::error::{Error, Result};
-use crate::kernel::Grid;
 use crate::runtime::{BackendKind, DeviceInfo};
 
 const NAME: &str = "hip";
@@ -144,16 +141,6 @@ impl Driver for Hip {
         .map(|()| Handle(stream))
     }
 
-    unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status {
-        // SAFETY: a live stream (trait contract).
-        check("hipStreamSynchronize", unsafe { ffi::hipStreamSynchronize(stream.0) })
-    }
-
-    unsafe fn stream_destroy(&self, stream: Self::Stream) {
-        // SAFETY: a live stream, destroyed once by its owner (trait contract).
-        let _ = unsafe { ffi::hipStreamDestroy(stream.0) };
-    }
-
     fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
         let flags = match usage {
             EventUse::StreamOrder => ffi::EVENT_DISABLE_TIMING,
@@ -165,24 +152,11 @@ impl Driver for Hip {
             .map(|()| Handle(event))
     }
 
-    unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()> {
-        // SAFETY: live handles (trait contract).
-        check("hipEventRecord", unsafe { ffi::hipEventRecord(event.0, stream.0) })
-    }
-
-    unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()> {
-        // SAFETY: live handles (trait contract).
-        check("hipStreamWaitEvent", unsafe { ffi::hipStreamWaitEvent(stream.0, event.0, 0) })
-    }
-
-    unsafe fn event_synchronize(&self, event: Self::Event) -> Status {
-        // SAFETY: a live event (trait contract).
-        check("hipEventSynchronize", unsafe { ffi::hipEventSynchronize(event.0) })
-    }
-
-    unsafe fn event_destroy(&self, event: Self::Event) {
-        // SAFETY: a live event, destroyed once by its owner (trait contract).
-        let _ = unsafe { ffi::hipEventDestroy(event.0) };
+    // Calls that differ from CUDA's only by name, written once in `handle_calls!`.
+    handle_calls! { calls: ffi, check: check;
+        event_record: hipEventRecord, stream_wait_event: hipStreamWaitEvent, event_synchronize: hipEventSynchronize,
+        stream_synchronize: hipStreamSynchronize, add_callback: hipStreamAddCallback(on_stream_callback),
+        stream_destroy: hipStreamDestroy, event_destroy: hipEventDestroy, module_unload: hipModuleUnload,
     }
 
     fn alloc(&self, bytes: u64) -> Result<u64> {
@@ -262,11 +236,6 @@ impl Driver for Hip {
             .map(|()| Handle(module))
     }
 
-    unsafe fn module_unload(&self, module: Self::Module) {
-        // SAFETY: a loaded module, unloaded once (trait contract).
-        let _ = unsafe { ffi::hipModuleUnload(module.0) };
-    }
-
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function> {
         let mut function = null_mut();
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
@@ -276,13 +245,7 @@ impl Driver for Hip {
         }
     }
 
-    unsafe fn launch(
-        &self,
-        function: Self::Function,
-        grid: &Grid,
-        stream: Self::Stream,
-        params: &mut [*mut c_void],
-    ) -> Result<()> {
+    unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {
         let ([gx, gy, gz], [bx, by, bz]) = (grid.groups, grid.block);
         // SAFETY: a live function and stream; one valid pointer per kernel
         // parameter (trait contract).
@@ -301,17 +264,6 @@ impl Driver for Hip {
                 null_mut(),
             )
         })
-    }
-
-    unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()> {
-        let data = callback_into_raw(callback);
-        // SAFETY: a live stream; HIP hands `data` back to the trampoline once.
-        let status = unsafe { ffi::hipStreamAddCallback(stream.0, Some(on_stream_callback), data, 0) };
-        if status != ffi::SUCCESS {
-            // SAFETY: refused, so the trampoline never sees `data`.
-            unsafe { callback_discard(data) };
-        }
-        check("hipStreamAddCallback", status)
     }
 
     fn delay_ticks(&self, duration: Duration) -> u64 {

@@ -1,10 +1,7 @@
 //! hiprtc: HIP C to an AMD GPU code object.
 
-use std::ffi::{c_char, CStr};
-use std::ptr::null_mut;
-
-use super::ffi::{self, Program};
-use crate::backend::gpu::Rtc;
+use super::ffi;
+use crate::backend::gpu::rtc_calls;
 use crate::error::Result;
 
 /// hiprtc statuses are `hiprtcResult` codes, not `hipError_t`: kept as numbers.
@@ -18,57 +15,11 @@ fn describe(result: ffi::Status) -> Result<(), String> {
 /// hiprtc's calls (they live in libamdhip64 in ROCm 5.2).
 pub(crate) struct Hiprtc;
 
-impl Rtc for Hiprtc {
-    type Program = Program;
-    const NAME: &'static str = "hiprtc";
-
-    unsafe fn create(source: &CStr, name: &CStr) -> Result<Program, String> {
-        let mut program = null_mut();
-        // SAFETY: NUL-terminated strings; no headers.
-        let result = unsafe {
-            ffi::hiprtcCreateProgram(
-                &mut program,
-                source.as_ptr(),
-                name.as_ptr(),
-                0,
-                std::ptr::null(),
-                std::ptr::null(),
-            )
-        };
-        describe(result).map(|()| program)
-    }
-
-    unsafe fn compile(program: Program, options: &[*const c_char]) -> Result<(), String> {
-        // SAFETY: a live program (trait contract) and valid option strings.
-        describe(unsafe { ffi::hiprtcCompileProgram(program, options.len() as i32, options.as_ptr()) })
-    }
-
-    unsafe fn log_size(program: Program) -> Result<usize, String> {
-        let mut size = 0;
-        // SAFETY: a live program (trait contract).
-        describe(unsafe { ffi::hiprtcGetProgramLogSize(program, &mut size) }).map(|()| size)
-    }
-
-    unsafe fn log(program: Program, into: *mut c_char) -> Result<(), String> {
-        // SAFETY: `into` holds `log_size` bytes (trait contract).
-        describe(unsafe { ffi::hiprtcGetProgramLog(program, into) })
-    }
-
-    unsafe fn code_size(program: Program) -> Result<usize, String> {
-        let mut size = 0;
-        // SAFETY: a compiled program (trait contract).
-        describe(unsafe { ffi::hiprtcGetCodeSize(program, &mut size) }).map(|()| size)
-    }
-
-    unsafe fn code(program: Program, into: *mut c_char) -> Result<(), String> {
-        // SAFETY: `into` holds `code_size` bytes (trait contract).
-        describe(unsafe { ffi::hiprtcGetCode(program, into) })
-    }
-
-    unsafe fn destroy(mut program: Program) {
-        // SAFETY: a live program, destroyed once by its owner (trait contract).
-        let _ = unsafe { ffi::hiprtcDestroyProgram(&mut program) };
-    }
+// The same calls as NVRTC's but for the names, written once in `rtc_calls!`.
+rtc_calls! { impl Rtc for Hiprtc { NAME: "hiprtc", Program: ffi::Program, calls: ffi, check: describe }
+    create: hiprtcCreateProgram, compile: hiprtcCompileProgram, destroy: hiprtcDestroyProgram,
+    log_size: hiprtcGetProgramLogSize, log: hiprtcGetProgramLog,
+    code_size: hiprtcGetCodeSize, code: hiprtcGetCode,
 }
 
 /// Compiles `source` for `arch` (`gfx90a`, …), or for the current device when `None`.
