@@ -1,14 +1,145 @@
 //! The Kotlin package: natives, bindings, Maven tests and the Kotlin demo.
 
-use crate::util::Result;
+use std::path::PathBuf;
 
-/// Kotlin tests (not wired yet).
-pub fn test() -> Result {
-    eprintln!("kotlin: not wired yet, skipped");
+use crate::bindings::{self, Profile};
+use crate::util::{root, run, Result};
+
+/// The Maven project.
+fn project() -> PathBuf {
+    root().join("bindings/kotlin")
+}
+
+/// Where the generated Kotlin goes (a Maven source root, under `target/`).
+pub(crate) fn generated_sources() -> PathBuf {
+    project().join("target/generated-sources/uniffi")
+}
+
+/// Where the native library goes: a resource root, so the jar carries it
+/// under JNA's platform folder.
+fn generated_resources() -> PathBuf {
+    project().join("target/generated-resources")
+}
+
+/// JNA's resource folder for this platform.
+fn jna_platform() -> &'static str {
+    if cfg!(all(target_os = "linux", target_arch = "x86_64")) {
+        "linux-x86-64"
+    } else if cfg!(all(target_os = "linux", target_arch = "aarch64")) {
+        "linux-aarch64"
+    } else if cfg!(all(target_os = "macos", target_arch = "aarch64")) {
+        "darwin-aarch64"
+    } else if cfg!(target_os = "macos") {
+        "darwin-x86-64"
+    } else {
+        "win32-x86-64"
+    }
+}
+
+/// Builds the native library, generates the bindings and lays the library
+/// where Maven packs it.
+pub fn prepare(profile: Profile) -> Result {
+    let library = bindings::native(profile)?;
+    bindings::generate("kotlin", &library, &generated_sources())?;
+    patch_generated()?;
+    let platform = generated_resources().join(jna_platform());
+    std::fs::create_dir_all(&platform).map_err(|e| format!("cannot create {}: {e}", platform.display()))?;
+    let target = platform.join(bindings::library_file());
+    std::fs::copy(&library, &target)
+        .map_err(|e| format!("cannot copy {} to {}: {e}", library.display(), target.display()))?;
     Ok(())
 }
 
-/// The Kotlin demo (not wired yet).
-pub fn demo(_args: &[String]) -> Result {
-    Err("the Kotlin demo is not wired yet".to_owned())
+/// The build steps applied to the generated Kotlin (UniFFI is pinned, so the
+/// anchors are stable; a missing anchor fails the build instead of skipping):
+///
+/// 1. Waker threads stay attached. When the continuation callback object
+///    initialises (before any call can suspend), it registers `WakerThreads`'
+///    JNA thread policy, so the Rust threads that wake coroutines stay attached
+///    to the JVM instead of attaching and detaching on every wake-up.
+/// 2. A closed handle passed as an argument is refused. UniFFI 0.32 lowers an
+///    object argument with `uniffiCloneHandle()`, which does not check that the
+///    handle was destroyed: passing a closed `Buffer` to a call clones a freed
+///    `Arc` and crashes the JVM. Lowering through `callWithHandle { it }` (the
+///    guard every method call already uses) throws `IllegalStateException`.
+fn patch_generated() -> Result {
+    const PATCHES: [(&str, &str, &str); 2] = [
+        (
+            "waker threads",
+            "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {",
+            "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {\n    init { WakerThreads.install(this) }",
+        ),
+        ("closed handle arguments", "        return value.uniffiCloneHandle()\n", "        return value.callWithHandle { it }\n"),
+    ];
+    let file = generated_sources().join("dev/weir/weir.kt");
+    let mut text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
+    for (name, anchor, replacement) in PATCHES {
+        if !text.contains(anchor) {
+            return Err(format!("{}: no anchor for the '{name}' step; did UniFFI change?", file.display()));
+        }
+        text = text.replace(anchor, replacement);
+    }
+    std::fs::write(&file, text).map_err(|e| format!("cannot write {}: {e}", file.display()))
+}
+
+/// `mvn` in batch mode, in the Maven project.
+fn maven() -> std::process::Command {
+    let mut command = std::process::Command::new("mvn");
+    // `cargo run` puts target/*/ on the library path; JNA searches it before the
+    // classpath, so without this Maven could load a stale library instead of the
+    // one the jar carries.
+    command.env_remove("LD_LIBRARY_PATH").env_remove("DYLD_FALLBACK_LIBRARY_PATH");
+    command.args(["-B", "--no-transfer-progress", "-f"]).arg(project().join("pom.xml"));
+    command
+}
+
+/// Kotlin tests: natives, bindings, then `mvn verify` (JUnit 5). The debug
+/// library shares its build with `cargo test`, which keeps CI short.
+pub fn test() -> Result {
+    prepare(Profile::Debug)?;
+    run(maven().arg("verify"))
+}
+
+/// The Kotlin demo: a coroutine app running a two-stream pipeline.
+pub fn demo(args: &[String]) -> Result {
+    prepare(Profile::Release)?;
+    run(maven().args(["-q", "-DskipTests", "package"]))?;
+    let demo_args = args.join(" ");
+    run(maven().args([
+        "-q",
+        "exec:java",
+        "-Dexec.mainClass=dev.weir.demo.DemoKt",
+        "-Dexec.classpathScope=test",
+        &format!("-Dexec.args={demo_args}"),
+    ]))
+}
+
+/// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
+/// suspend round trip (`sync()` on an idle stream, `executeAsync` with a no-op
+/// kernel) beside the same weir-ffi calls made from Rust in the same run, then
+/// the same with JNA's default thread policy for waker threads, for comparison.
+pub fn bench(args: &[String]) -> Result {
+    let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
+    let output = crate::util::cargo()
+        .current_dir(root())
+        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--example", "round_trip", "--", "--backend", backend])
+        .output()
+        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let baselines = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    prepare(Profile::Release)?;
+    run(maven().args(["-q", "-DskipTests", "package"]))?;
+    for detach in ["false", "true"] {
+        run(maven().args([
+            "-q",
+            "exec:java",
+            "-Dexec.mainClass=dev.weir.bench.BenchKt",
+            "-Dexec.classpathScope=test",
+            &format!("-Dweir.wakers.detach={detach}"),
+            &format!("-Dexec.args=--backend {backend} {baselines}"),
+        ]))?;
+    }
+    Ok(())
 }

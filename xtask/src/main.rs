@@ -1,6 +1,7 @@
 //! `cargo xtask`: the one entry point for building natives, generating
 //! bindings, testing, benchmarking and running the demos.
 
+mod bindings;
 mod kotlin;
 mod rust;
 mod swift;
@@ -11,10 +12,13 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  test            every test of the project: Rust (all available backends), Kotlin, Swift
+  test [--rust|--kotlin|--swift]
+                  every test of the project: Rust (all available backends), Kotlin, Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
-  bench [--backend NAME]
+  bindings kotlin|swift [--release] [--out DIR]
+                  build the native library and generate one language's bindings
+  bench [--kotlin] [--backend NAME]
                   benchmarks: JSON lines, then a readable table
 
 environment:
@@ -23,12 +27,19 @@ environment:
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
-        Some("test") => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+        Some("test") => match args.get(1).map(String::as_str) {
+            Some("--rust") => rust::test(),
+            Some("--kotlin") => kotlin::test(),
+            Some("--swift") => swift::test(),
+            _ => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+        },
         Some("demo") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::demo(&args[2..]),
             Some("--swift") => swift::demo(&args[2..]),
             _ => rust::demo(&args[1..]),
         },
+        Some("bindings") => bindings::command(&args[1..]),
+        Some("bench") if args.iter().any(|a| a == "--kotlin") => kotlin::bench(&args[1..]),
         Some("bench") => rust::bench(&args[1..]),
         _ => {
             eprintln!("{USAGE}");

@@ -1,14 +1,113 @@
-//! The Swift package: natives, bindings, SwiftPM tests and the Swift demo.
+//! The Swift package: natives, bindings, SwiftPM build and tests, the Swift demo.
+//!
+//! `bindings/swift` is a SwiftPM package. Before SwiftPM runs, xtask builds
+//! `weir-ffi`, generates its Swift bindings (UniFFI library mode, shared with
+//! Kotlin in `bindings.rs`) and lays them out, untracked by git:
+//!
+//! - `Sources/WeirFFI/generated/WeirFFI.h`: the C header (the module map beside it is in git);
+//! - `Sources/Weir/Generated/Weir.swift`: the generated Swift;
+//! - `.native/libweir_ffi.so`: the shared library, linked with `-L` and found through an rpath.
+//!
+//! Files are rewritten only when their contents change, so SwiftPM rebuilds
+//! only what changed. Swift runs on PATH, else in a cached chroot (`toolchain.rs`).
 
-use crate::util::Result;
+mod toolchain;
 
-/// Swift tests (not wired yet).
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use crate::bindings::{self, Profile};
+use crate::util::{root, Result};
+use toolchain::Toolchain;
+
+/// The SwiftPM package.
+fn package() -> PathBuf {
+    root().join("bindings/swift")
+}
+
+/// Where the native library is linked from.
+fn native_dir() -> PathBuf {
+    package().join(".native")
+}
+
+/// Builds the native library, generates the bindings and lays both out in the package.
+fn prepare(profile: Profile) -> Result {
+    let library = bindings::native(profile)?;
+    let generated = root().join("target/bindings/swift");
+    bindings::generate("swift", &library, &generated)?;
+    let package = package();
+    update(&generated.join("WeirFFI.h"), &package.join("Sources/WeirFFI/generated/WeirFFI.h"))?;
+    update(&generated.join("Weir.swift"), &package.join("Sources/Weir/Generated/Weir.swift"))?;
+    update(&library, &native_dir().join(bindings::library_file()))
+}
+
+/// Copies `from` to `to` unless `to` already has the same contents.
+fn update(from: &Path, to: &Path) -> Result {
+    let contents = fs::read(from).map_err(|e| format!("cannot read {}: {e}", from.display()))?;
+    if fs::read(to).is_ok_and(|existing| existing == contents) {
+        return Ok(());
+    }
+    if let Some(parent) = to.parent() {
+        fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
+    fs::write(to, contents).map_err(|e| format!("cannot write {}: {e}", to.display()))
+}
+
+/// Compiler and linker flags for every SwiftPM command (the same flags each
+/// time, or SwiftPM rebuilds): Swift 6 mode is set in Package.swift; complete
+/// concurrency checking, warnings as errors, and the native library.
+fn flags() -> Vec<String> {
+    let native = native_dir().display().to_string();
+    let swiftc = ["-strict-concurrency=complete", "-warnings-as-errors"];
+    let linker = ["-L", &native, "-rpath", &native];
+    let swiftc = swiftc.into_iter().flat_map(|flag| ["-Xswiftc", flag]);
+    let linker = linker.into_iter().flat_map(|flag| ["-Xlinker", flag]);
+    swiftc.chain(linker).map(str::to_owned).collect()
+}
+
+/// `swift WORDS… FLAGS… REST…`'s arguments.
+fn arguments(words: &[&str], rest: &[String]) -> Vec<String> {
+    words.iter().map(|word| word.to_string()).chain(flags()).chain(rest.iter().cloned()).collect()
+}
+
+/// `WEIR_*` settings (WEIR_REQUIRE_BACKENDS, …) passed on to Swift.
+fn environment() -> Vec<(String, String)> {
+    std::env::vars().filter(|(name, _)| name.starts_with("WEIR_")).collect()
+}
+
+/// Fails if `output` reports a warning: the package must build without any.
+fn no_warnings(output: &str) -> Result {
+    let warnings: Vec<&str> = output.lines().filter(|line| line.contains("warning:")).collect();
+    if warnings.is_empty() {
+        Ok(())
+    } else {
+        Err(format!("the Swift build has {} warning(s):\n{}", warnings.len(), warnings.join("\n")))
+    }
+}
+
+/// `swift build` (library, demo, tests) with the checks, then `swift test`,
+/// against the debug library (the build `cargo test` and Kotlin already made).
 pub fn test() -> Result {
-    eprintln!("swift: not wired yet, skipped");
+    prepare(Profile::Debug)?;
+    let toolchain = Toolchain::find()?;
+    let package = package();
+    let env = environment();
+    let started = std::time::Instant::now();
+    let build = arguments(&["build", "--build-tests"], &[]);
+    no_warnings(&toolchain.swift(&package, &build, &env)?)?;
+    eprintln!("swift: built without warnings in {:.1?}", started.elapsed());
+    // Serial: the timing checks (prompt cancellation) must not compete with
+    // the 10 000-Task test for the two-thread cooperative pool.
+    toolchain.swift(&package, &arguments(&["test", "--skip-build", "--no-parallel"], &[]), &env)?;
+    eprintln!("swift: build and tests took {:.1?}", started.elapsed());
     Ok(())
 }
 
-/// The Swift demo (not wired yet).
-pub fn demo(_args: &[String]) -> Result {
-    Err("the Swift demo is not wired yet".to_owned())
+/// The Swift demo (`Sources/WeirDemo`): the multi-stream pipeline, from Swift Tasks.
+pub fn demo(args: &[String]) -> Result {
+    prepare(Profile::Release)?;
+    let toolchain = Toolchain::find()?;
+    let product_and_args = [&["weir-demo".to_owned()][..], args].concat();
+    toolchain.swift(&package(), &arguments(&["run", "-c", "release"], &product_and_args), &environment())?;
+    Ok(())
 }

@@ -1,1 +1,42 @@
-//! The UniFFI surface of Weir (see the Kotlin issue).
+//! # weir-ffi
+//!
+//! The UniFFI surface of Weir, for Kotlin and Swift. Conversion only: every
+//! behaviour lives in `weir-core`.
+//!
+//! - **Objects** ([`Runtime`], [`Stream`], [`Buffer`], [`Fence`], [`Kernel`],
+//!   [`Hold`], [`CancelToken`]) each wrap one core handle; one file each.
+//! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
+//!   [`DeviceInfo`], [`Diagnostics`]) are plain data, converted field by field.
+//! - **One error enum**, [`WeirError`]: a typed variant per core error, whose
+//!   message is the core error's text.
+//! - **Async exports are runtime-agnostic.** They await core futures, which are
+//!   woken by Weir's own completion paths (CPU worker, wgpu poll thread, CUDA/HIP
+//!   callbacks). No tokio, no thread per waiter. A wait whose work is already
+//!   done resolves on its first poll, without a wake-up.
+//! - **Cancellation.** Dropping the foreign future (Kotlin coroutine
+//!   cancellation) drops the Rust wait. Every async export also takes an
+//!   optional [`CancelToken`]; cancelling it ends the wait with
+//!   [`WeirError::Cancelled`] and drops the Rust wait at once (Swift's
+//!   `Task.cancel()` does not reach Rust futures, so the Swift layer uses it).
+//!   Cancelling ends a *wait*, never the work: an admitted op still runs.
+//! - **Nothing panics across the FFI**: bad input is a [`WeirError`].
+
+mod buffer;
+mod cancel;
+mod error;
+mod fence;
+mod kernel;
+mod records;
+mod runtime;
+mod stream;
+
+pub use buffer::Buffer;
+pub use cancel::CancelToken;
+pub use error::{debug_error_probe, WeirError};
+pub use fence::Fence;
+pub use kernel::{BuiltinOp, Kernel, KernelSource};
+pub use records::{grid_linear, Access, Arg, Backend, DeviceInfo, Diagnostics, Grid};
+pub use runtime::Runtime;
+pub use stream::{Hold, Stream};
+
+uniffi::setup_scaffolding!("weir");

@@ -1,0 +1,123 @@
+/**
+ * The idiomatic layer over the generated UniFFI bindings of Weir.
+ *
+ * The generated API (this same package, `dev.weir`) is the whole surface:
+ * [Runtime], [Stream], [Buffer], [Fence], [Kernel], [CancelToken], the
+ * [WeirException] hierarchy. Every handle is [AutoCloseable], so `use {}`
+ * releases it. This file adds what is awkward there: typed array uploads and
+ * reads, `Long` sizes instead of `ULong`, kernel arguments from buffers, and
+ * built-in ops by name.
+ */
+@file:JvmName("Weir")
+
+package dev.weir
+
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
+import java.util.concurrent.ConcurrentHashMap
+
+/** Opens the best available backend: CUDA, then HIP, then a hardware wgpu adapter, then the CPU. */
+fun Runtime.Companion.open(): Runtime = Runtime.open(Backend.AUTO)
+
+/** A zero-filled buffer of [bytes] bytes (zeroed on the device, no host data). */
+fun Stream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
+
+/** A buffer of [bytes] bytes with unspecified contents. */
+fun Stream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
+
+/** A buffer holding [data] (little-endian `f32`s, as devices store them). */
+fun Stream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
+
+/** A buffer holding [data] (little-endian 32-bit integers). */
+fun Stream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
+
+/** Writes [data] into [buffer] at element [offset], then suspends until done. */
+suspend fun Stream.write(buffer: Buffer, data: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
+    write(buffer, data.toLittleEndianBytes(), offset.toLong().times(4).toULongChecked(), cancel)
+
+/** Writes [data] into [buffer] at element [offset], then suspends until done. */
+suspend fun Stream.write(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
+    write(buffer, data.toLittleEndianBytes(), offset.toLong().times(4).toULongChecked(), cancel)
+
+/** Reads [buffer] as `f32`s once its latest write (on any stream) is done. */
+suspend fun Stream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
+    read(buffer, cancel).toFloatArray()
+
+/** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done. */
+suspend fun Stream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
+    read(buffer, cancel).toIntArray()
+
+/** Size of the buffer in bytes, as a `Long`. */
+val Buffer.byteSize: Long get() = sizeBytes().toLong()
+
+/** This buffer as a kernel argument the op only reads. */
+fun Buffer.reads(): Arg = Arg.Buffer(this, Access.READ)
+
+/** This buffer as a kernel argument the op overwrites. */
+fun Buffer.writes(): Arg = Arg.Buffer(this, Access.WRITE)
+
+/** This buffer as a kernel argument the op reads and writes. */
+fun Buffer.readsWrites(): Arg = Arg.Buffer(this, Access.READ_WRITE)
+
+/** An `f32` scalar argument. */
+fun scalar(value: Float): Arg = Arg.F32(value)
+
+/** An `i32` scalar argument. */
+fun scalar(value: Int): Arg = Arg.I32(value)
+
+/** A `u32` scalar argument. */
+fun scalar(value: UInt): Arg = Arg.U32(value)
+
+/** One shared kernel handle per built-in op, created on first use and never closed. */
+private val builtins = ConcurrentHashMap<BuiltinOp, Kernel>()
+
+/** The kernel of a built-in [op] (shared; do not close it). */
+fun BuiltinOp.kernel(): Kernel = builtins.computeIfAbsent(this) { Kernel.builtin(it) }
+
+/** A one-group grid: what built-in ops are given (they size themselves from their buffers). */
+private val single = Grid()
+
+/** Enqueues the built-in [op] over [args]; returns once admitted, not once done. */
+fun Stream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.toList())
+
+/** Enqueues the built-in [op] over [args], then suspends until this stream has run it. */
+suspend fun Stream.executeAsync(op: BuiltinOp, vararg args: Arg, cancel: CancelToken? = null) =
+    executeAsync(op.kernel(), single, args.toList(), cancel)
+
+/** Holds this stream for [micros] microseconds (a device-side delay op; tests and benchmarks). */
+fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
+
+/** Enough groups of [block] threads along x to cover [items] items. */
+fun Grid.Companion.linear(items: Int, block: Int = 64): Grid =
+    gridLinear(items.coerceAtLeast(0).toUInt(), block.coerceAtLeast(1).toUInt())
+
+private fun Long.toULongChecked(): ULong {
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative size or offset $this")
+    return toULong()
+}
+
+private fun FloatArray.toLittleEndianBytes(): ByteArray {
+    val out = ByteBuffer.allocate(size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    out.asFloatBuffer().put(this)
+    return out.array()
+}
+
+private fun IntArray.toLittleEndianBytes(): ByteArray {
+    val out = ByteBuffer.allocate(size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    out.asIntBuffer().put(this)
+    return out.array()
+}
+
+private fun ByteArray.toFloatArray(): FloatArray {
+    if (size % 4 != 0) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole f32s")
+    val out = FloatArray(size / 4)
+    ByteBuffer.wrap(this).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out)
+    return out
+}
+
+private fun ByteArray.toIntArray(): IntArray {
+    if (size % 4 != 0) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole i32s")
+    val out = IntArray(size / 4)
+    ByteBuffer.wrap(this).order(ByteOrder.LITTLE_ENDIAN).asIntBuffer().get(out)
+    return out
+}

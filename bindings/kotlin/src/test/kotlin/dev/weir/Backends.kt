@@ -1,0 +1,78 @@
+package dev.weir
+
+import org.junit.jupiter.api.Assertions.fail
+import org.junit.jupiter.api.Assumptions
+import java.util.concurrent.ConcurrentHashMap
+
+/**
+ * The backends the suite runs on.
+ *
+ * `WEIR_TEST_BACKENDS` (default `cpu,wgpu`) names them; a backend that cannot
+ * open is skipped with its name and the reason, unless `WEIR_REQUIRE_BACKENDS`
+ * lists it, in which case the test fails.
+ */
+object Backends {
+    private fun list(variable: String, default: String): List<String> =
+        (System.getenv(variable) ?: default).split(',').map { it.trim().lowercase() }.filter { it.isNotEmpty() }
+
+    private val required: Set<String> = list("WEIR_REQUIRE_BACKENDS", "").toSet()
+
+    /** Backend names for `@MethodSource`. */
+    @JvmStatic
+    fun names(): List<String> = list("WEIR_TEST_BACKENDS", "cpu,wgpu")
+
+    private val reported = ConcurrentHashMap.newKeySet<String>()
+
+    /** Opens [name], or skips (fails, if required) the calling test when it cannot open. */
+    fun open(name: String): Runtime {
+        val backend = Backend.entries.firstOrNull { it.name.equals(name, ignoreCase = true) }
+            ?: fail("unknown backend $name in WEIR_TEST_BACKENDS")
+        return try {
+            Runtime.open(backend)
+        } catch (e: WeirException.Unavailable) {
+            if (name in required) fail<Runtime>("backend $name is required (WEIR_REQUIRE_BACKENDS) but: ${e.message}")
+            if (reported.add(name)) System.err.println("weir: skipping backend $name: ${e.message}")
+            Assumptions.abort<Runtime>("backend $name unavailable: ${e.message}")
+        }
+    }
+}
+
+/** Runs [body] on a fresh runtime of [backend], shut down afterwards. */
+inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T = Backends.open(backend).use(body)
+
+/**
+ * Keeps a stream busy until released: a gate where the backend has one (CPU),
+ * otherwise a long device-side delay (released by waiting it out).
+ */
+class Blocker(private val stream: Stream) : AutoCloseable {
+    private val hold: Hold? = try {
+        stream.hold()
+    } catch (_: WeirException.Unsupported) {
+        stream.enqueueDelay(DELAY_MICROS)
+        null
+    }
+
+    /** Lets the stream go on (a delay simply runs out). */
+    fun release() {
+        hold?.release()
+    }
+
+    override fun close() {
+        release()
+        hold?.close()
+    }
+
+    companion object {
+        const val DELAY_MICROS: UInt = 3_000_000u
+    }
+}
+
+/** Polls [probe] until it holds, or fails after [timeoutMs]. */
+fun eventually(timeoutMs: Long = 5_000, what: String, probe: () -> Boolean) {
+    val deadline = System.nanoTime() + timeoutMs * 1_000_000
+    while (System.nanoTime() < deadline) {
+        if (probe()) return
+        Thread.sleep(1)
+    }
+    fail<Unit>("timed out waiting for: $what")
+}

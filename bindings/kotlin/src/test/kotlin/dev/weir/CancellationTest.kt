@@ -1,0 +1,71 @@
+package dev.weir
+
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.cancelAndJoin
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.assertThrows
+import org.junit.jupiter.params.ParameterizedTest
+import org.junit.jupiter.params.provider.MethodSource
+
+/** Cancelling a wait drops it on the Rust side at once and leaks nothing; the work itself still runs. */
+class CancellationTest {
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `cancelling a coroutine that awaits a held op returns promptly and leaves no waiter`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.defaultStream()
+            runBlocking {
+                Blocker(stream).use { blocker ->
+                    val buffer = stream.zeros(16)
+                    val jobs = listOf(
+                        launch(Dispatchers.Default) { stream.sync() },
+                        launch(Dispatchers.Default) { stream.executeAsync(BuiltinOp.FILL_U32, buffer.writes(), scalar(5u)) },
+                        launch(Dispatchers.Default) { stream.memsetZero(buffer) },
+                        launch(Dispatchers.Default) { stream.read(buffer) },
+                        launch(Dispatchers.Default) { stream.fence().use { it.await() } },
+                    )
+                    eventually(what = "5 registered waiters") { rt.diagnostics().liveWaiters == 5uL }
+                    val start = System.nanoTime()
+                    jobs.forEach { it.cancelAndJoin() }
+                    val millis = (System.nanoTime() - start) / 1e6
+                    assertTrue(millis < 500, "cancellation took $millis ms")
+                    assertTrue(jobs.all { it.isCancelled })
+                    eventually(what = "no live waiter or fence") {
+                        rt.diagnostics().let { it.liveWaiters == 0uL && it.liveFences == 0uL }
+                    }
+                    blocker.release()
+                    stream.sync()
+                    // The work was not cancelled, only the waits: the last op admitted was the read.
+                    assertTrue(stream.readInts(buffer).all { it == 0 })
+                }
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a cancel token ends a wait with Cancelled and drops it`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        runBlocking {
+            Blocker(stream).use { blocker ->
+                CancelToken().use { token ->
+                    val wait = async(Dispatchers.Default) { runCatching { stream.sync(token) } }
+                    eventually(what = "a registered waiter") { rt.diagnostics().liveWaiters == 1uL }
+                    token.cancel()
+                    val error = wait.await().exceptionOrNull()
+                    assertTrue(error is WeirException.Cancelled, "expected Cancelled, got $error")
+                    assertTrue(error!!.message!!.contains("cancelled"), error.message)
+                    assertEquals(0uL, rt.diagnostics().liveWaiters)
+                    assertTrue(token.isCancelled())
+                    // A cancelled token fails the next wait at once.
+                    assertThrows<WeirException.Cancelled> { stream.sync(token) }
+                }
+                blocker.release()
+                stream.sync()
+            }
+        }
+    }
+}

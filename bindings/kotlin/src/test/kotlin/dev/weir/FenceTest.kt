@@ -1,0 +1,85 @@
+package dev.weir
+
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.joinAll
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.params.ParameterizedTest
+import org.junit.jupiter.params.provider.MethodSource
+import java.lang.management.ManagementFactory
+import kotlin.concurrent.thread
+
+/** Fences: awaitable, waitable, many times, by many waiters, without a thread each. */
+class FenceTest {
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `await and waitBlocking both return once the work is done, as often as asked`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.defaultStream()
+            val fence = Blocker(stream).use { blocker ->
+                val fence = stream.fence()
+                assertFalse(fence.isComplete(), "a fence behind a held stream is not complete")
+                var blockedReturned = false
+                val waiter = thread { fence.waitBlocking(); blockedReturned = true }
+                Thread.sleep(20)
+                assertFalse(blockedReturned, "waitBlocking returned before the work was done")
+                blocker.release()
+                runBlocking { fence.await() }
+                assertTrue(fence.isComplete())
+                waiter.join(10_000)
+                assertTrue(blockedReturned)
+                fence
+            }
+            runBlocking { fence.await() } // again: at once
+            fence.waitBlocking()
+            fence.close()
+            assertEquals(0uL, rt.diagnostics().liveFences)
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `ten thousand coroutines await fences without a thread per waiter`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        val threads = ManagementFactory.getThreadMXBean()
+        val before = threads.threadCount
+        var peak = 0
+        runBlocking {
+            Blocker(stream).use { blocker ->
+                val fences = List(10_000) { stream.fence() }
+                val jobs = fences.map { fence -> launch(Dispatchers.Default) { fence.await() } }
+                eventually(what = "10 000 registered waiters") { rt.diagnostics().liveWaiters == 10_000uL }
+                peak = threads.threadCount
+                assertTrue(fences.none { it.isComplete() }, "fences completed while the stream was held")
+                blocker.release()
+                jobs.joinAll()
+                assertTrue(fences.all { it.isComplete() })
+                fences.forEach { it.close() }
+            }
+        }
+        val after = threads.threadCount
+        println("weir: $backend: JVM threads before $before, with 10 000 waiters $peak, after $after")
+        assertTrue(peak - before < 64, "threads grew from $before to $peak with 10 000 waiters")
+        assertTrue(after - before < 64, "threads grew from $before to $after")
+        val diagnostics = rt.diagnostics()
+        assertEquals(0uL, diagnostics.liveWaiters)
+        assertEquals(0uL, diagnostics.liveFences)
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `waker threads stay attached to the JVM between wake-ups`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        runBlocking {
+            repeat(3) {
+                stream.enqueueDelay(5_000u)
+                stream.sync() // woken by the backend's completion thread
+            }
+        }
+        val wakers = Thread.getAllStackTraces().keys.filter { it.name.startsWith("weir-waker") }
+        assertTrue(wakers.isNotEmpty(), "no waker thread stayed attached")
+        assertTrue(wakers.all { it.isDaemon }, "attached waker threads must not keep the JVM alive")
+    }
+}

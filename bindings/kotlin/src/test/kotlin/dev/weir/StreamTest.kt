@@ -1,0 +1,137 @@
+package dev.weir
+
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.async
+import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.asCoroutineDispatcher
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.params.ParameterizedTest
+import org.junit.jupiter.params.provider.MethodSource
+import java.util.concurrent.Executors
+
+const val BACKENDS = "dev.weir.Backends#names"
+
+/** Streams: every suspend op gives exact results once it returns. */
+class StreamTest {
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `sync returns once the stream's admitted work is done`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        runBlocking {
+            stream.sync() // idle: answers at once
+            stream.enqueueDelay(30_000u)
+            stream.fence().use { fence ->
+                assertFalse(fence.isComplete(), "a 30 ms delay cannot be done yet")
+                stream.sync()
+                assertTrue(fence.isComplete(), "sync returned before the delay finished")
+            }
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `executeAsync runs a built-in op and returns with its exact result`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        runBlocking {
+            val n = 4096
+            val x = stream.upload(FloatArray(n) { it.toFloat() })
+            val y = stream.upload(FloatArray(n) { 1.0f })
+            stream.executeAsync(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(0.5f))
+            assertArrayEquals(FloatArray(n) { 0.5f * it + 1.0f }, stream.readFloats(y))
+            val out = stream.empty(n * 4L)
+            stream.executeAsync(BuiltinOp.IOTA, out.writes(), scalar(7u))
+            assertArrayEquals(IntArray(n) { it + 7 }, stream.readInts(out))
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `memsetZero clears a dirty buffer`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        runBlocking {
+            val dirty = stream.upload(IntArray(1000) { -1 - it })
+            assertEquals(-1, stream.readInts(dirty)[0])
+            stream.memsetZero(dirty)
+            assertArrayEquals(IntArray(1000), stream.readInts(dirty))
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `write then read round-trips bytes exactly, at an offset too`(backend: String): Unit = onRuntime(backend) { rt ->
+        val stream = rt.defaultStream()
+        runBlocking {
+            val buffer = stream.zeros(64)
+            val bytes = ByteArray(64) { (it * 7 - 100).toByte() }
+            stream.write(buffer, bytes)
+            assertArrayEquals(bytes, stream.read(buffer))
+            stream.write(buffer, floatArrayOf(1.5f, -2.25f), offset = 4)
+            val floats = stream.readFloats(buffer)
+            assertEquals(1.5f, floats[4])
+            assertEquals(-2.25f, floats[5])
+            assertArrayEquals(bytes.copyOfRange(0, 16), stream.read(buffer).copyOfRange(0, 16))
+            assertArrayEquals(bytes.copyOfRange(24, 28), stream.readBlocking(buffer, 24u, 4u))
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a read on another stream waits for the latest write, from coroutines on two threads`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            // The seed race: the write is admitted on A, but A is held; the read is
+            // admitted on B from another thread. B must wait for A's write, not for
+            // the buffer's allocation.
+            val a = rt.defaultStream()
+            val b = rt.newStream()
+            val writerThread = Executors.newSingleThreadExecutor().asCoroutineDispatcher()
+            val readerThread = Executors.newSingleThreadExecutor().asCoroutineDispatcher()
+            try {
+                runBlocking {
+                    repeat(3) { round ->
+                        val n = 1 shl 14
+                        val buffer = a.zeros(n * 4L)
+                        val expected = FloatArray(n) { it + round * 0.5f }
+                        Blocker(a).use { blocker ->
+                            val before = rt.diagnostics().admittedOps
+                            val writer = launch(writerThread) { a.write(buffer, expected) }
+                            eventually(what = "the write to be admitted") { rt.diagnostics().admittedOps > before }
+                            val reader = async(readerThread) { b.readFloats(buffer) }
+                            delay(20)
+                            assertFalse(reader.isCompleted, "the read finished while the write was held")
+                            blocker.release()
+                            assertArrayEquals(expected, reader.await(), "round $round read stale data")
+                            writer.join()
+                        }
+                    }
+                }
+            } finally {
+                writerThread.close()
+                readerThread.close()
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a two-stream pipeline awaited concurrently gives the exact sum`(backend: String): Unit = onRuntime(backend) { rt ->
+        val s = rt.defaultStream()
+        val t = rt.newStream()
+        runBlocking(Dispatchers.Default) {
+            val n = 2048
+            val x = s.upload(FloatArray(n) { it.toFloat() })
+            val y = s.zeros(n * 4L)
+            val out = t.empty(n * 4L)
+            // Admission order is program order: the write of y on s, then its read on t.
+            s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2.0f))
+            val second = async { t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) }
+            val first = async { s.sync() }
+            listOf(first, second).awaitAll()
+            assertArrayEquals(FloatArray(n) { 3.0f * it }, t.readFloats(out))
+        }
+    }
+}

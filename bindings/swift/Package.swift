@@ -1,0 +1,27 @@
+// swift-tools-version:6.0
+//
+// Weir for Swift: the UniFFI bindings of weir-ffi plus a small idiomatic layer.
+//
+// Sources/WeirFFI/generated/ and Sources/Weir/Generated/ are written by
+// `cargo xtask test --swift` (UniFFI library mode) and are not in git; the
+// native library is linked from `.native/` with flags xtask passes. See README.md.
+
+import PackageDescription
+
+let package = Package(
+    name: "Weir",
+    platforms: [.macOS(.v13), .iOS(.v16)],
+    products: [
+        .library(name: "Weir", targets: ["Weir"]),
+        .executable(name: "weir-demo", targets: ["WeirDemo"]),
+    ],
+    targets: [
+        // The C header UniFFI generates, and `link "weir_ffi"`.
+        .systemLibrary(name: "WeirFFI", path: "Sources/WeirFFI"),
+        // Generated bindings + the idiomatic layer (cancellation, typed buffers).
+        .target(name: "Weir", dependencies: ["WeirFFI"]),
+        .executableTarget(name: "WeirDemo", dependencies: ["Weir"]),
+        .testTarget(name: "WeirTests", dependencies: ["Weir"]),
+    ],
+    swiftLanguageModes: [.v6]
+)

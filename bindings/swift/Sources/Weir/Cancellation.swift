@@ -1,0 +1,93 @@
+// Task cancellation for every async call of Weir.
+//
+// UniFFI 0.32 does not forward `Task.cancel()` to Rust futures: a cancelled
+// Task would keep awaiting until the device finishes. Every async export of
+// weir-ffi therefore takes an optional `CancelToken` as its last argument;
+// cancelling the token ends that wait with `WeirError.Cancelled` and drops the
+// Rust wait at once (its waker leaves the completion: nothing stays behind).
+//
+// The overloads below are what a plain call resolves to (Swift prefers the
+// overload that needs no defaulted `cancel:` argument). Each one gives the
+// call a fresh token, cancels it from the Task's cancellation handler, and
+// reports the outcome as `CancellationError`, as Swift code expects. Pass
+// `cancel:` yourself to manage a token by hand instead.
+//
+// Cancelling ends the *wait*, never the work: an op already admitted still runs.
+
+import Foundation
+
+/// Runs one Rust wait so that cancelling the current Task ends it promptly.
+///
+/// `wait` receives a token that fires when the Task is cancelled (at once, if
+/// it already is). A wait ended that way throws `CancellationError`; every
+/// other outcome is returned or rethrown unchanged.
+func cancellable<T: Sendable>(_ wait: (CancelToken) async throws -> T) async throws -> T {
+    let token = CancelToken()
+    do {
+        return try await withTaskCancellationHandler {
+            try await wait(token)
+        } onCancel: {
+            token.cancel()
+        }
+    } catch WeirError.Cancelled(let message) {
+        // The token is ours and fires only on Task cancellation, but stay
+        // precise: report CancellationError only if the Task is cancelled.
+        if Task.isCancelled { throw CancellationError() }
+        throw WeirError.Cancelled(message: message)
+    }
+}
+
+extension Runtime {
+    /// Suspends until all work admitted on every stream so far is done.
+    /// Cancelling the Task ends the wait with `CancellationError`.
+    public func sync() async throws {
+        try await cancellable { try await self.sync(cancel: $0) }
+    }
+}
+
+extension Stream {
+    /// Suspends until all work admitted on this stream so far is done; an idle
+    /// stream answers at once. Cancelling the Task ends the wait with
+    /// `CancellationError`.
+    public func sync() async throws {
+        try await cancellable { try await self.sync(cancel: $0) }
+    }
+
+    /// Enqueues `kernel` over `args`, then suspends until this stream has run it.
+    /// Cancelling the Task ends the wait (not the kernel) with `CancellationError`.
+    public func executeAsync(kernel: Kernel, grid: Grid, args: [Arg]) async throws {
+        try await cancellable {
+            try await self.executeAsync(kernel: kernel, grid: grid, args: args, cancel: $0)
+        }
+    }
+
+    /// Zeroes every byte of `buffer` on the device, ordered after its readers
+    /// and writers on every stream, then suspends until done.
+    /// Cancelling the Task ends the wait (not the memset) with `CancellationError`.
+    public func memsetZero(buffer: Buffer) async throws {
+        try await cancellable { try await self.memsetZero(buffer: buffer, cancel: $0) }
+    }
+
+    /// Reads the whole of `buffer` once its latest write (on any stream) is done.
+    /// Cancelling the Task ends the wait with `CancellationError`.
+    public func read(buffer: Buffer) async throws -> Data {
+        try await cancellable { try await self.read(buffer: buffer, cancel: $0) }
+    }
+
+    /// Copies `data` into `buffer` at byte `offset`, then suspends until done.
+    /// Cancelling the Task ends the wait (not the copy) with `CancellationError`.
+    public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) async throws {
+        try await cancellable {
+            try await self.write(buffer: buffer, data: data, offset: offset, cancel: $0)
+        }
+    }
+}
+
+extension Fence {
+    /// Suspends until the fenced work is done; fails with its first error.
+    /// Await it as often as you like, from any number of Tasks. Cancelling the
+    /// Task ends this wait with `CancellationError`.
+    public func `await`() async throws {
+        try await cancellable { try await self.await(cancel: $0) }
+    }
+}

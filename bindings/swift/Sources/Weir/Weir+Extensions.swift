@@ -1,0 +1,195 @@
+// The idiomatic layer over the generated bindings: typed buffers of 32-bit
+// scalars, the built-in ops as methods, and error messages.
+//
+// Everything here is conversion and convenience; the behaviour lives in Rust.
+
+import Foundation
+
+// MARK: - Scalars
+
+/// An element type Weir's buffers and built-in ops understand: 32 bits, stored
+/// in the host's byte order (little-endian on every platform Swift targets).
+public protocol DeviceScalar: BitwiseCopyable, Sendable, Equatable {}
+
+extension Float: DeviceScalar {}
+extension UInt32: DeviceScalar {}
+extension Int32: DeviceScalar {}
+
+extension Data {
+    /// The bytes of `values`, as a buffer holds them.
+    init<T: DeviceScalar>(scalars values: [T]) {
+        self = values.withUnsafeBytes { Data($0) }
+    }
+
+    /// These bytes as elements of `T`; fails if they are not a whole number of them.
+    func scalars<T: DeviceScalar>(of type: T.Type) throws(WeirError) -> [T] {
+        let stride = MemoryLayout<T>.stride
+        guard count % stride == 0 else {
+            throw .InvalidArgument(message: "\(count) bytes are not a whole number of \(T.self) (\(stride) bytes each)")
+        }
+        let elements = count / stride
+        return [T](unsafeUninitializedCapacity: elements) { storage, initialized in
+            // Copies bytewise: the Data's storage need not be aligned for T.
+            initialized = copyBytes(to: storage) / stride
+        }
+    }
+}
+
+func byteCount<T: DeviceScalar>(_ elements: Int, of type: T.Type) throws(WeirError) -> UInt64 {
+    let (bytes, overflow) = elements.multipliedReportingOverflow(by: MemoryLayout<T>.stride)
+    guard elements >= 0, !overflow else {
+        throw .InvalidArgument(message: "\(elements) elements of \(T.self) is not a buffer size")
+    }
+    return UInt64(bytes)
+}
+
+extension Buffer {
+    /// How many elements of `T` the buffer holds.
+    public func count<T: DeviceScalar>(of type: T.Type) -> Int {
+        Int(clamping: sizeBytes() / UInt64(MemoryLayout<T>.stride))
+    }
+}
+
+// MARK: - Typed buffers
+
+extension Stream {
+    /// A buffer holding `values`, uploaded on this stream.
+    public func upload<T: DeviceScalar>(_ values: [T]) throws -> Buffer {
+        try upload(data: Data(scalars: values))
+    }
+
+    /// A zero-filled buffer of `count` elements of `T`: allocated, zeroed on
+    /// the device and published in one admission, with no host data.
+    public func zeros<T: DeviceScalar>(count: Int, of type: T.Type) throws -> Buffer {
+        try zeros(bytes: byteCount(count, of: T.self))
+    }
+
+    /// A buffer of `count` elements of `T` with unspecified contents.
+    public func empty<T: DeviceScalar>(count: Int, of type: T.Type) throws -> Buffer {
+        try empty(bytes: byteCount(count, of: T.self))
+    }
+
+    /// Reads `buffer` as elements of `T`, once its latest write (on any stream)
+    /// is done. Cancelling the Task ends the wait with `CancellationError`.
+    public func read<T: DeviceScalar>(_ buffer: Buffer, as type: T.Type) async throws -> [T] {
+        try await read(buffer: buffer).scalars(of: T.self)
+    }
+
+    /// Writes `values` into `buffer` from element `index` on, then suspends
+    /// until done. Cancelling the Task ends the wait with `CancellationError`.
+    public func write<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) async throws {
+        try await write(buffer: buffer, data: Data(scalars: values), offset: byteCount(index, of: T.self))
+    }
+}
+
+// MARK: - Built-in ops
+
+/// One kernel object per built-in op, made once.
+private enum Builtins {
+    static let kernels: [BuiltinOp: Kernel] = Dictionary(
+        uniqueKeysWithValues: [
+            BuiltinOp.memsetZero, .fillU32, .fillI32, .fillF32, .copy, .add, .mul, .scale, .axpy, .iota, .delay,
+        ].map { ($0, Kernel.builtin(op: $0)) }
+    )
+
+    static func kernel(_ op: BuiltinOp) -> Kernel {
+        kernels[op] ?? Kernel.builtin(op: op)
+    }
+}
+
+extension Arg {
+    /// `buffer`, read by the op.
+    public static func read(_ buffer: Buffer) -> Arg { .buffer(buffer: buffer, access: .read) }
+    /// `buffer`, overwritten by the op.
+    public static func write(_ buffer: Buffer) -> Arg { .buffer(buffer: buffer, access: .write) }
+    /// `buffer`, read and written by the op.
+    public static func readWrite(_ buffer: Buffer) -> Arg { .buffer(buffer: buffer, access: .readWrite) }
+}
+
+/// The built-in ops, enqueued on the stream (they return once admitted, not
+/// once done: await `sync()`, a fence or a read for that). The same on every backend.
+extension Stream {
+    private func builtin(_ op: BuiltinOp, _ args: [Arg]) throws {
+        try execute(kernel: Builtins.kernel(op), grid: Grid(), args: args)
+    }
+
+    /// Every element of `buffer` becomes `value`.
+    public func fill(_ buffer: Buffer, with value: Float) throws {
+        try builtin(.fillF32, [.write(buffer), .f32(value: value)])
+    }
+
+    /// Every element of `buffer` becomes `value`.
+    public func fill(_ buffer: Buffer, with value: UInt32) throws {
+        try builtin(.fillU32, [.write(buffer), .u32(value: value)])
+    }
+
+    /// Every element of `buffer` becomes `value`.
+    public func fill(_ buffer: Buffer, with value: Int32) throws {
+        try builtin(.fillI32, [.write(buffer), .i32(value: value)])
+    }
+
+    /// Copies `source` into `destination` (equal sizes).
+    public func copy(_ source: Buffer, to destination: Buffer) throws {
+        try builtin(.copy, [.read(source), .write(destination)])
+    }
+
+    /// `out = a + b`, element-wise over `Float`s.
+    public func add(_ a: Buffer, _ b: Buffer, into out: Buffer) throws {
+        try builtin(.add, [.read(a), .read(b), .write(out)])
+    }
+
+    /// `out = a · b`, element-wise over `Float`s.
+    public func mul(_ a: Buffer, _ b: Buffer, into out: Buffer) throws {
+        try builtin(.mul, [.read(a), .read(b), .write(out)])
+    }
+
+    /// `out = alpha · x` over `Float`s.
+    public func scale(_ x: Buffer, by alpha: Float, into out: Buffer) throws {
+        try builtin(.scale, [.read(x), .write(out), .f32(value: alpha)])
+    }
+
+    /// `y = alpha · x + y` over `Float`s.
+    public func axpy(_ alpha: Float, _ x: Buffer, _ y: Buffer) throws {
+        try builtin(.axpy, [.read(x), .readWrite(y), .f32(value: alpha)])
+    }
+
+    /// `out[i] = start + i` over `UInt32`s.
+    public func iota(_ out: Buffer, from start: UInt32 = 0) throws {
+        try builtin(.iota, [.write(out), .u32(value: start)])
+    }
+
+    /// Holds the stream for `duration` (tests and benchmarks).
+    public func delay(_ duration: Duration) throws {
+        let (seconds, attoseconds) = duration.components
+        let micros = Double(seconds) * 1_000_000 + Double(attoseconds) / 1e12
+        let clamped = micros.isNaN ? 0 : min(max(micros, 0), Double(UInt32.max))
+        try builtin(.delay, [.u32(value: UInt32(clamped))])
+    }
+}
+
+// MARK: - Runtime
+
+extension Runtime {
+    /// Opens the best available backend: CUDA, then HIP, then a hardware wgpu
+    /// adapter, then the CPU.
+    public static func open() throws -> Runtime {
+        try open(backend: .auto)
+    }
+}
+
+// MARK: - Errors
+
+extension WeirError: CustomStringConvertible {
+    /// What went wrong, in words (the Rust error's text).
+    public var message: String {
+        switch self {
+        case .Unavailable(let message), .Unsupported(let message), .InvalidArgument(let message),
+            .OutOfRange(let message), .ForeignHandle(let message), .Closed(let message),
+            .OutOfMemory(let message), .OpFailed(let message), .Backend(let message),
+            .Cancelled(let message):
+            return message
+        }
+    }
+
+    public var description: String { message }
+}

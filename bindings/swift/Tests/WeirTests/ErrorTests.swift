@@ -1,0 +1,169 @@
+// Errors: one typed enum, WeirError, each case with a message that says what
+// went wrong.
+
+import Foundation
+import Testing
+import Weir
+
+/// The case of a WeirError, without its message. Exhaustive on purpose: a new
+/// case in Rust does not compile here until the tests cover it.
+func caseName(_ error: any Error) -> String {
+    guard let error = error as? WeirError else { return "not a WeirError: \(type(of: error))" }
+    switch error {
+    case .Unavailable: return "Unavailable"
+    case .Unsupported: return "Unsupported"
+    case .InvalidArgument: return "InvalidArgument"
+    case .OutOfRange: return "OutOfRange"
+    case .ForeignHandle: return "ForeignHandle"
+    case .Closed: return "Closed"
+    case .OutOfMemory: return "OutOfMemory"
+    case .OpFailed: return "OpFailed"
+    case .Backend: return "Backend"
+    case .Cancelled: return "Cancelled"
+    }
+}
+
+/// Expects `body` to throw the WeirError case `expected` whose message contains every one of `words`.
+func expectWeirError<T>(
+    _ expected: String, mentioning words: [String],
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: () async throws -> T
+) async {
+    switch await outcome(body) {
+    case .success(let value):
+        Issue.record("expected WeirError.\(expected), got \(value)", sourceLocation: sourceLocation)
+    case .failure(let error):
+        #expect(caseName(error) == expected, "\(error)", sourceLocation: sourceLocation)
+        let message = (error as? WeirError)?.message ?? ""
+        for word in words {
+            #expect(message.localizedCaseInsensitiveContains(word),
+                    "message \"\(message)\" should mention \(word)", sourceLocation: sourceLocation)
+        }
+    }
+}
+
+@Suite("Typed errors")
+struct ErrorTests {
+    @Test("every WeirError case arrives typed, with its message")
+    func everyCaseArrivesTypedWithItsMessage() async {
+        // What the Rust core error of each name converts to (test support in weir-ffi).
+        let expected: [(String, String)] = [
+            ("Unavailable", "no probe device"),
+            ("Unsupported", "probing"),
+            ("InvalidArgument", "probe argument"),
+            ("OutOfRange", "8..16 is out of bounds for a buffer of 12 bytes"),
+            ("ForeignHandle", "belongs to another runtime"),
+            ("Closed", "closed"),
+            ("OutOfMemory", "out of device memory"),
+            ("OpFailed", "probe op failed"),
+            ("Backend", "probe call failed"),
+            ("Cancelled", "cancelled"),
+        ]
+        for (variant, text) in expected {
+            await expectWeirError(variant, mentioning: [text]) { try debugErrorProbe(variant: variant) }
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["NoSuchVariant"]) {
+            try debugErrorProbe(variant: "NoSuchVariant")
+        }
+    }
+
+    @Test("a backend that cannot run here is Unavailable, naming it")
+    func unavailableBackendsAreNamed() async throws {
+        for backend in [Backend.cuda, .hip] {
+            let name = "\(backend)"
+            switch await outcome({ try Runtime.open(backend: backend) }) {
+            case .success(let runtime):
+                print("\(name) opened here (\(runtime.info().name)); nothing to check")
+            case .failure(let error):
+                #expect(caseName(error) == "Unavailable", "\(error)")
+                #expect((error as? WeirError)?.message.contains(name) == true, "\(error)")
+            }
+        }
+    }
+
+    @Test("bad arguments are InvalidArgument, OutOfRange or Unsupported, with details",
+          arguments: TestBackend.allCases)
+    func argumentErrorsAreTyped(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let stream = runtime.defaultStream()
+        let buffer = try stream.zeros(bytes: 4096)
+
+        await expectWeirError("OutOfRange", mentioning: ["4092", "4100", "4096"]) {
+            try await stream.write(buffer: buffer, data: Data(count: 8), offset: 4092)
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["byte"]) {
+            try stream.zeros(bytes: 0)
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["nothing to write"]) {
+            try await stream.write(buffer: buffer, data: Data())
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["fill_f32"]) {
+            try stream.execute(kernel: Kernel.builtin(op: .fillF32), grid: Grid(), args: [.write(buffer)])
+        }
+        let cudaOnly = Kernel.custom(
+            name: "only_cuda", cuda: KernelSource(code: "extern \"C\" __global__ void k() {}", entry: "k"))
+        await expectWeirError("Unsupported", mentioning: ["only_cuda", backend.rawValue]) {
+            try stream.execute(kernel: cudaOnly, grid: Grid(), args: [])
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["limit"]) {
+            try stream.zeros(bytes: UInt64.max)
+        }
+        await expectWeirError("OutOfRange", mentioning: ["out of bounds"]) {
+            try await stream.write(buffer: buffer, data: Data(count: 1), offset: UInt64.max)
+        }
+        await expectWeirError("OutOfRange", mentioning: ["out of bounds"]) {
+            try stream.readBlocking(buffer: buffer, offset: UInt64.max, len: 2)
+        }
+        let (small, out) = (try stream.zeros(bytes: 8), try stream.zeros(bytes: 4096))
+        await expectWeirError("InvalidArgument", mentioning: ["add", "equal size"]) {
+            try await stream.executeAsync(
+                kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(small), .write(out)])
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["twice"]) {
+            try await stream.executeAsync(
+                kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(buffer), .write(buffer)])
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["axpy"]) {
+            try await stream.executeAsync(kernel: Kernel.builtin(op: .axpy), grid: Grid(), args: [.read(buffer)])
+        }
+        await expectWeirError("InvalidArgument", mentioning: []) {
+            try stream.empty(count: -1, of: Float.self)
+        }
+        // Typed reads check their element size.
+        let odd = try stream.upload(data: Data([1, 2, 3]))
+        await expectWeirError("InvalidArgument", mentioning: ["3 bytes", "Float"]) {
+            try await stream.read(odd, as: Float.self)
+        }
+        // And all the while the runtime kept working, on every stream.
+        let other = try runtime.newStream()
+        try await other.write([Float(4), 5], to: buffer)
+        #expect(try await stream.read(buffer, as: Float.self).prefix(2) == [4, 5])
+    }
+
+    @Test("a buffer of one runtime used in another is ForeignHandle", arguments: TestBackend.allCases)
+    func foreignHandlesAreRejected(backend: TestBackend) async throws {
+        guard let first = try backend.open(), let second = try backend.open() else { return }
+        let theirs = try first.defaultStream().zeros(bytes: 16)
+        await expectWeirError("ForeignHandle", mentioning: ["another runtime"]) {
+            try await second.defaultStream().read(buffer: theirs)
+        }
+    }
+
+    @Test("a cancelled token is Cancelled, outside Task cancellation", arguments: TestBackend.allCases)
+    func cancelledTokensAreTyped(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let token = CancelToken()
+        token.cancel()
+        await expectWeirError("Cancelled", mentioning: ["cancelled"]) {
+            try await runtime.defaultStream().sync(cancel: token)
+        }
+    }
+
+    @Test("WeirError reads well: message, description, localized description")
+    func errorsDescribeThemselves() {
+        let error = WeirError.OutOfRange(message: "range 1..9 is out of bounds for a buffer of 4 bytes")
+        #expect(error.message == "range 1..9 is out of bounds for a buffer of 4 bytes")
+        #expect("\(error)" == error.message)
+        #expect(error.localizedDescription.contains("out of bounds"))
+    }
+}

@@ -1,0 +1,127 @@
+// Shared test support: the backend matrix, gates, timing.
+//
+// Every behavioural test runs once per backend in `TestBackend`. A backend
+// that cannot open here is reported as skipped, by name, with the reason;
+// listed in WEIR_REQUIRE_BACKENDS (e.g. `cpu,wgpu`), it fails the test instead.
+//
+// Tests are nonisolated: no MainActor hop per call.
+
+import Dispatch
+import Foundation
+import Testing
+import Weir
+
+enum TestBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
+    case cpu
+    case wgpu
+
+    var backend: Backend {
+        switch self {
+        case .cpu: .cpu
+        case .wgpu: .wgpu
+        }
+    }
+
+    var testDescription: String { rawValue }
+
+    /// Backends that must open (WEIR_REQUIRE_BACKENDS=cpu,wgpu).
+    static let required: Set<String> = Set(
+        (ProcessInfo.processInfo.environment["WEIR_REQUIRE_BACKENDS"] ?? "")
+            .split(separator: ",")
+            .map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            .filter { !$0.isEmpty }
+    )
+
+    /// A runtime on this backend, or nil (reported as a skip, or as a failure
+    /// if the backend is required) when it cannot run here.
+    func open(sourceLocation: SourceLocation = #_sourceLocation) throws -> Runtime? {
+        do {
+            return try Runtime.open(backend: backend)
+        } catch WeirError.Unavailable(let message) {
+            let test = Test.current?.name ?? "test"
+            if Self.required.contains(rawValue) {
+                Issue.record("\(rawValue) is required (WEIR_REQUIRE_BACKENDS) but unavailable: \(message)",
+                             sourceLocation: sourceLocation)
+            } else {
+                print("⤼ skipped \(test) on \(rawValue): \(message)")
+            }
+            return nil
+        }
+    }
+}
+
+/// Something that holds a stream at a point: a real gate where the backend
+/// has one (the CPU), else a long device-side delay.
+struct Gate: Sendable {
+    /// The gate, or nil for a delay (which opens by itself).
+    let hold: Hold?
+    /// True if the stream stays held until `release()`.
+    var isHeld: Bool { hold != nil }
+
+    /// Holds `stream` from here on; without gates, delays it by `fallback`.
+    init(_ stream: Weir.Stream, fallback: Duration = .seconds(2)) throws {
+        do {
+            hold = try stream.hold()
+        } catch WeirError.Unsupported {
+            hold = nil
+            try stream.delay(fallback)
+        }
+    }
+
+    func release() { hold?.release() }
+}
+
+/// Seconds since `start`.
+func seconds(since start: ContinuousClock.Instant) -> Double {
+    let elapsed = ContinuousClock.now - start
+    return Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+}
+
+/// Polls `condition` every millisecond until it holds or `timeout` passes.
+func eventually(timeout: Duration = .seconds(10), _ condition: () -> Bool) async -> Bool {
+    let deadline = ContinuousClock.now + timeout
+    while ContinuousClock.now < deadline {
+        if condition() { return true }
+        try? await Task.sleep(for: .milliseconds(1))
+    }
+    return condition()
+}
+
+/// Runs `body` on a Dispatch thread (not the Swift concurrency pool, which a
+/// blocking call must not occupy) and returns its outcome.
+func onThread<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+    try await withCheckedThrowingContinuation { continuation in
+        DispatchQueue.global().async {
+            continuation.resume(with: Result { try body() })
+        }
+    }
+}
+
+/// The outcome of `body` as a Result, to assert on the error's type.
+func outcome<T>(_ body: () async throws -> T) async -> Result<T, any Error> {
+    do { return .success(try await body()) } catch { return .failure(error) }
+}
+
+/// `n` floats 1, 2, 3, … (never zero).
+func counting(_ n: Int) -> [Float] { (1...n).map(Float.init) }
+
+/// A flag set once, readable from any thread.
+final class Flag: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = false
+    func set() { lock.withLock { value = true } }
+    var isSet: Bool { lock.withLock { value } }
+}
+
+extension Gate {
+    /// Releases the gate after `timeout` unless the returned task is cancelled
+    /// first: a test whose wait fails to end then fails instead of hanging.
+    func watchdog(after timeout: Duration = .seconds(2)) -> Task<Void, Never> {
+        Task {
+            if (try? await Task.sleep(for: timeout)) != nil {
+                print("watchdog: releasing a gate after \(timeout)")
+                release()
+            }
+        }
+    }
+}

@@ -1,0 +1,91 @@
+//! The one error enum of the FFI: a typed variant per core error.
+
+/// Everything that can go wrong in Weir. Kotlin: `WeirException.*`; Swift: `WeirError`.
+///
+/// Each variant's message is the full description of what went wrong.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
+#[uniffi(flat_error)]
+pub enum WeirError {
+    /// The backend cannot be used here: no driver, library or device.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The backend does not support what was asked (for example a kernel without a source for it).
+    #[error("{0}")]
+    Unsupported(String),
+    /// An argument is malformed: wrong size, wrong type, aliasing, …
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// A byte range does not fit in its buffer.
+    #[error("{0}")]
+    OutOfRange(String),
+    /// A buffer or stream of one runtime was handed to another runtime.
+    #[error("{0}")]
+    ForeignHandle(String),
+    /// The runtime was shut down.
+    #[error("{0}")]
+    Closed(String),
+    /// The device could not provide the memory.
+    #[error("{0}")]
+    OutOfMemory(String),
+    /// An op failed on the device; its stream stays poisoned with this error.
+    #[error("{0}")]
+    OpFailed(String),
+    /// A backend call failed.
+    #[error("{0}")]
+    Backend(String),
+    /// The wait was cancelled (through a `CancelToken`) before the work completed.
+    #[error("{0}")]
+    Cancelled(String),
+}
+
+impl From<weir_core::Error> for WeirError {
+    fn from(error: weir_core::Error) -> Self {
+        use weir_core::Error as E;
+        let message = error.to_string();
+        match error {
+            E::Unavailable { .. } => WeirError::Unavailable(message),
+            E::Unsupported { .. } => WeirError::Unsupported(message),
+            E::InvalidArgument(_) => WeirError::InvalidArgument(message),
+            E::OutOfRange { .. } => WeirError::OutOfRange(message),
+            E::ForeignHandle(_) => WeirError::ForeignHandle(message),
+            E::Closed => WeirError::Closed(message),
+            E::OutOfMemory { .. } => WeirError::OutOfMemory(message),
+            E::OpFailed { .. } => WeirError::OpFailed(message),
+            E::Backend { .. } => WeirError::Backend(message),
+            E::Cancelled => WeirError::Cancelled(message),
+        }
+    }
+}
+
+impl WeirError {
+    pub(crate) fn invalid(message: impl Into<String>) -> Self {
+        WeirError::InvalidArgument(format!("invalid argument: {}", message.into()))
+    }
+}
+
+/// Result of every fallible export.
+pub type Result<T, E = WeirError> = std::result::Result<T, E>;
+
+/// Test support for the bindings' suites: fails with the error that the core
+/// error named `variant` (`"OpFailed"`, `"Backend"`, …, as in `WeirError`)
+/// converts to, so every variant's type and message can be checked on the
+/// foreign side, including those no public call can provoke on the CPU.
+/// An unknown name is `InvalidArgument`. Not for applications.
+#[uniffi::export]
+pub fn debug_error_probe(variant: String) -> Result<()> {
+    use weir_core::Error as E;
+    let error = match variant.as_str() {
+        "Unavailable" => E::unavailable("probe", "no probe device"),
+        "Unsupported" => E::unsupported("probe", "probing"),
+        "InvalidArgument" => E::InvalidArgument("probe argument".to_owned()),
+        "OutOfRange" => E::OutOfRange { offset: 8, size: 8, len: 12 },
+        "ForeignHandle" => E::ForeignHandle("buffer"),
+        "Closed" => E::Closed,
+        "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40 },
+        "OpFailed" => E::OpFailed { stream: 3, message: "probe op failed".to_owned() },
+        "Backend" => E::Backend { backend: "probe".to_owned(), message: "probe call failed".to_owned() },
+        "Cancelled" => E::Cancelled,
+        other => return Err(WeirError::invalid(format!("no error variant named {other:?}"))),
+    };
+    Err(error.into())
+}

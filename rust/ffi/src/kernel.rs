@@ -1,0 +1,109 @@
+//! Kernels: the built-in ops, and custom kernels given as source per GPU backend.
+
+use std::sync::Arc;
+
+/// The built-in ops, the same on every backend. Arguments, in order:
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum BuiltinOp {
+    /// `(dst: Write)`: every byte zero.
+    MemsetZero,
+    /// `(dst: Write, value: U32)`.
+    FillU32,
+    /// `(dst: Write, value: I32)`.
+    FillI32,
+    /// `(dst: Write, value: F32)`.
+    FillF32,
+    /// `(src: Read, dst: Write)`, equal sizes.
+    Copy,
+    /// `(a: Read, b: Read, out: Write)` f32, equal sizes: out = a + b.
+    Add,
+    /// `(a: Read, b: Read, out: Write)` f32, equal sizes: out = a · b.
+    Mul,
+    /// `(x: Read, out: Write, alpha: F32)`: out = alpha · x.
+    Scale,
+    /// `(x: Read, y: ReadWrite, alpha: F32)`: y = alpha · x + y.
+    Axpy,
+    /// `(out: Write, start: U32)`: out[i] = start + i.
+    Iota,
+    /// `(micros: U32)`: holds the stream for that long (tests, benchmarks; 0 is a no-op op).
+    Delay,
+}
+
+impl From<BuiltinOp> for weir_core::Builtin {
+    fn from(op: BuiltinOp) -> Self {
+        use weir_core::Builtin as B;
+        match op {
+            BuiltinOp::MemsetZero => B::MemsetZero,
+            BuiltinOp::FillU32 => B::FillU32,
+            BuiltinOp::FillI32 => B::FillI32,
+            BuiltinOp::FillF32 => B::FillF32,
+            BuiltinOp::Copy => B::Copy,
+            BuiltinOp::Add => B::Add,
+            BuiltinOp::Mul => B::Mul,
+            BuiltinOp::Scale => B::Scale,
+            BuiltinOp::Axpy => B::Axpy,
+            BuiltinOp::Iota => B::Iota,
+            BuiltinOp::Delay => B::Delay,
+        }
+    }
+}
+
+/// Source text of a kernel for one backend, and the function to launch.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct KernelSource {
+    /// The source code (WGSL, CUDA C or HIP C).
+    pub code: String,
+    /// The entry point's name.
+    pub entry: String,
+}
+
+/// A kernel to launch with `Stream.execute`: a built-in op, or a custom kernel
+/// with a source per backend. Launching a kernel on a backend it has no source
+/// for fails with `Unsupported` (custom CPU kernels are Rust closures, so they
+/// exist only in Rust).
+#[derive(Debug, uniffi::Object)]
+pub struct Kernel {
+    inner: weir_core::Kernel,
+}
+
+impl Kernel {
+    pub(crate) fn core(&self) -> &weir_core::Kernel {
+        &self.inner
+    }
+}
+
+#[uniffi::export]
+impl Kernel {
+    /// One of the built-in ops.
+    #[uniffi::constructor]
+    pub fn builtin(op: BuiltinOp) -> Arc<Self> {
+        Arc::new(Kernel { inner: weir_core::Kernel::builtin(op.into()) })
+    }
+
+    /// A custom kernel named `name`, with the sources it has. WGSL buffers bind
+    /// in argument order at group 0.
+    #[uniffi::constructor(default(wgsl = None, cuda = None, hip = None))]
+    pub fn custom(
+        name: String,
+        wgsl: Option<KernelSource>,
+        cuda: Option<KernelSource>,
+        hip: Option<KernelSource>,
+    ) -> Arc<Self> {
+        let mut builder = weir_core::Kernel::custom(name);
+        if let Some(source) = wgsl {
+            builder = builder.wgsl(source.code, source.entry);
+        }
+        if let Some(source) = cuda {
+            builder = builder.cuda(source.code, source.entry);
+        }
+        if let Some(source) = hip {
+            builder = builder.hip(source.code, source.entry);
+        }
+        Arc::new(Kernel { inner: builder.build() })
+    }
+
+    /// The kernel's name (built-ins: their snake_case name).
+    pub fn name(&self) -> String {
+        self.inner.name().to_owned()
+    }
+}

@@ -1,0 +1,224 @@
+//! Plain data crossing the FFI: backends, access modes, kernel arguments,
+//! launch grids, device info and diagnostics.
+
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::error::{Result, WeirError};
+
+/// Which backend a runtime opens.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum Backend {
+    /// The best available: CUDA, then HIP, then a hardware wgpu adapter, then the CPU.
+    Auto,
+    /// The CPU backend: always available, one worker thread per stream.
+    Cpu,
+    /// wgpu (Vulkan, Metal, DX12), when compiled in.
+    Wgpu,
+    /// NVIDIA CUDA, when compiled in and a driver is present.
+    Cuda,
+    /// AMD HIP, when compiled in and a device is present.
+    Hip,
+}
+
+impl From<Backend> for weir_core::BackendKind {
+    fn from(backend: Backend) -> Self {
+        use weir_core::BackendKind as K;
+        match backend {
+            Backend::Auto => K::Auto,
+            Backend::Cpu => K::Cpu,
+            Backend::Wgpu => K::Wgpu,
+            Backend::Cuda => K::Cuda,
+            Backend::Hip => K::Hip,
+        }
+    }
+}
+
+impl From<weir_core::BackendKind> for Backend {
+    fn from(kind: weir_core::BackendKind) -> Self {
+        use weir_core::BackendKind as K;
+        match kind {
+            K::Auto => Backend::Auto,
+            K::Cpu => Backend::Cpu,
+            K::Wgpu => Backend::Wgpu,
+            K::Cuda => Backend::Cuda,
+            K::Hip => Backend::Hip,
+        }
+    }
+}
+
+/// How an op touches a buffer. The scheduler orders ops from this and nothing else.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum Access {
+    /// The op only reads the buffer.
+    Read,
+    /// The op overwrites the buffer without reading it.
+    Write,
+    /// The op reads and writes the buffer.
+    ReadWrite,
+}
+
+impl From<Access> for weir_core::Access {
+    fn from(access: Access) -> Self {
+        match access {
+            Access::Read => weir_core::Access::Read,
+            Access::Write => weir_core::Access::Write,
+            Access::ReadWrite => weir_core::Access::ReadWrite,
+        }
+    }
+}
+
+/// One argument of a kernel launch: a buffer with its access mode, or a 32-bit scalar.
+#[derive(Debug, Clone, uniffi::Enum)]
+pub enum Arg {
+    /// A buffer, declared as read, written or both.
+    Buffer { buffer: Arc<Buffer>, access: Access },
+    /// An unsigned 32-bit scalar.
+    U32 { value: u32 },
+    /// A signed 32-bit scalar.
+    I32 { value: i32 },
+    /// A 32-bit float scalar.
+    F32 { value: f32 },
+}
+
+impl Arg {
+    /// The core argument, borrowing the buffer handle.
+    pub(crate) fn to_core(&self) -> weir_core::Arg<'_> {
+        match self {
+            Arg::Buffer { buffer, access } => weir_core::Arg::Buffer(buffer.core(), (*access).into()),
+            Arg::U32 { value } => weir_core::Arg::u32(*value),
+            Arg::I32 { value } => weir_core::Arg::i32(*value),
+            Arg::F32 { value } => weir_core::Arg::f32(*value),
+        }
+    }
+}
+
+/// Launch shape of a custom kernel: work groups, the block size for CUDA/HIP
+/// (WGSL declares its own), dynamic shared memory for CUDA/HIP. Built-in ops
+/// ignore it. Every field defaults to a single group of one thread.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct Grid {
+    /// Work groups along x.
+    #[uniffi(default = 1)]
+    pub groups_x: u32,
+    /// Work groups along y.
+    #[uniffi(default = 1)]
+    pub groups_y: u32,
+    /// Work groups along z.
+    #[uniffi(default = 1)]
+    pub groups_z: u32,
+    /// Threads per group along x (CUDA/HIP).
+    #[uniffi(default = 1)]
+    pub block_x: u32,
+    /// Threads per group along y (CUDA/HIP).
+    #[uniffi(default = 1)]
+    pub block_y: u32,
+    /// Threads per group along z (CUDA/HIP).
+    #[uniffi(default = 1)]
+    pub block_z: u32,
+    /// Dynamic shared memory in bytes (CUDA/HIP).
+    #[uniffi(default = 0)]
+    pub shared_bytes: u32,
+}
+
+impl Default for Grid {
+    /// One group of one thread, no shared memory (what built-in ops are given).
+    fn default() -> Self {
+        Grid { groups_x: 1, groups_y: 1, groups_z: 1, block_x: 1, block_y: 1, block_z: 1, shared_bytes: 0 }
+    }
+}
+
+impl Grid {
+    pub(crate) fn to_core(self) -> Result<weir_core::Grid> {
+        let groups = [self.groups_x, self.groups_y, self.groups_z];
+        let block = [self.block_x, self.block_y, self.block_z];
+        if groups.contains(&0) || block.contains(&0) {
+            return Err(WeirError::invalid(format!("grid {groups:?} x {block:?} has an empty dimension")));
+        }
+        Ok(weir_core::Grid::new(groups, block).with_shared_bytes(self.shared_bytes))
+    }
+}
+
+/// Enough groups of `block` threads along x to cover `items` items (`block` 0 counts as 1).
+#[uniffi::export]
+pub fn grid_linear(items: u32, block: u32) -> Grid {
+    let grid = weir_core::Grid::linear(items, block);
+    Grid {
+        groups_x: grid.groups[0],
+        groups_y: grid.groups[1],
+        groups_z: grid.groups[2],
+        block_x: grid.block[0],
+        block_y: grid.block[1],
+        block_z: grid.block[2],
+        shared_bytes: 0,
+    }
+}
+
+/// What a runtime runs on.
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct DeviceInfo {
+    /// The backend the runtime opened.
+    pub backend: Backend,
+    /// The device's name.
+    pub name: String,
+    /// Device memory in bytes, where the backend knows it.
+    pub memory_bytes: Option<u64>,
+    /// Largest buffer the device accepts, in bytes.
+    pub max_buffer_bytes: u64,
+}
+
+impl From<weir_core::DeviceInfo> for DeviceInfo {
+    fn from(info: weir_core::DeviceInfo) -> Self {
+        DeviceInfo {
+            backend: info.backend.into(),
+            name: info.name,
+            memory_bytes: info.memory_bytes,
+            max_buffer_bytes: info.max_buffer_bytes,
+        }
+    }
+}
+
+/// Live objects and scheduler counts of one runtime, for leak tests and benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct Diagnostics {
+    /// Fence handles alive.
+    pub live_fences: u64,
+    /// Futures registered on, and threads blocked in, a pending completion.
+    pub live_waiters: u64,
+    /// Buffers with a live handle.
+    pub live_buffers: u64,
+    /// Released buffers whose memory waits for their last users.
+    pub retiring_buffers: u64,
+    /// Cross-stream waits the scheduler inserted.
+    pub inserted_waits: u64,
+    /// Ops admitted.
+    pub admitted_ops: u64,
+    /// Backend events (CUevent, hipEvent, …) alive.
+    pub live_events: u64,
+    /// Device allocations alive.
+    pub live_allocations: u64,
+    /// Host-to-device copies made so far.
+    pub host_to_device_copies: u64,
+    /// Device-to-host copies made so far.
+    pub device_to_host_copies: u64,
+    /// Conflicting overlapping accesses seen by the CPU backend's race detector.
+    pub race_violations: u64,
+}
+
+impl From<weir_core::Diagnostics> for Diagnostics {
+    fn from(d: weir_core::Diagnostics) -> Self {
+        Diagnostics {
+            live_fences: d.live_fences,
+            live_waiters: d.live_waiters,
+            live_buffers: d.live_buffers,
+            retiring_buffers: d.retiring_buffers,
+            inserted_waits: d.inserted_waits,
+            admitted_ops: d.admitted_ops,
+            live_events: d.backend.live_events,
+            live_allocations: d.backend.live_allocations,
+            host_to_device_copies: d.backend.host_to_device_copies,
+            device_to_host_copies: d.backend.device_to_host_copies,
+            race_violations: d.backend.race_violations,
+        }
+    }
+}

@@ -1,0 +1,77 @@
+//! The runtime handle.
+
+use std::sync::Arc;
+
+use crate::cancel::{cancellable, CancelToken};
+use crate::error::Result;
+use crate::fence::Fence;
+use crate::records::{Backend, DeviceInfo, Diagnostics};
+use crate::stream::Stream;
+
+/// One device on one backend.
+///
+/// Shutting down: `shutdown()` waits for all work in flight, then releases the
+/// device; later calls on the runtime, its streams, buffers and fences fail
+/// with `Closed`, and shutting down again does nothing. Releasing the last
+/// handle of the runtime (Kotlin `close()`/`use {}`, Swift deinit) shuts it
+/// down the same way.
+#[derive(Debug, uniffi::Object)]
+pub struct Runtime {
+    inner: weir_core::Runtime,
+}
+
+#[uniffi::export]
+impl Runtime {
+    /// Opens the device of `backend`. A backend that cannot run here fails with
+    /// `Unavailable`, naming what is missing.
+    #[uniffi::constructor]
+    pub fn open(backend: Backend) -> Result<Arc<Self>> {
+        Ok(Arc::new(Runtime { inner: weir_core::Runtime::open(backend.into())? }))
+    }
+
+    /// The device this runtime drives.
+    pub fn info(&self) -> DeviceInfo {
+        self.inner.info().into()
+    }
+
+    /// The stream every runtime starts with.
+    pub fn default_stream(&self) -> Arc<Stream> {
+        Arc::new(Stream::new(self.inner.default_stream()))
+    }
+
+    /// A new stream.
+    pub fn new_stream(&self) -> Result<Arc<Stream>> {
+        Ok(Arc::new(Stream::new(self.inner.new_stream()?)))
+    }
+
+    /// A fence on all work admitted on every stream so far.
+    pub fn fence(&self) -> Result<Arc<Fence>> {
+        Ok(Arc::new(Fence::new(self.inner.fence()?)))
+    }
+
+    /// Suspends until all work admitted on every stream so far is done.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
+        let wait = self.inner.fence()?.wait_async();
+        cancellable(wait, cancel).await
+    }
+
+    /// Live objects and scheduler counts, for leak tests and benchmarks.
+    pub fn diagnostics(&self) -> Diagnostics {
+        self.inner.diagnostics().into()
+    }
+
+    /// Waits for all work in flight, then releases the device. Later calls on
+    /// this runtime and everything it made fail with `Closed`; again: nothing.
+    pub fn shutdown(&self) -> Result<()> {
+        Ok(self.inner.close()?)
+    }
+}
+
+impl Drop for Runtime {
+    fn drop(&mut self) {
+        // The last handle went: shut down as documented. Errors have nowhere to
+        // go here; per-stream errors were reported to their fences.
+        let _ = self.inner.close();
+    }
+}

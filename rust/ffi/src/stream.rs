@@ -1,0 +1,154 @@
+//! The stream handle: where ops are admitted, and the async waits on them.
+
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::cancel::{cancellable, CancelToken};
+use crate::error::{Result, WeirError};
+use crate::fence::Fence;
+use crate::kernel::Kernel;
+use crate::records::{Arg, Grid};
+
+/// An ordered queue of device work. Any thread may submit to any stream; ops
+/// on different streams are ordered exactly as their buffers need.
+///
+/// Async calls admit their op at once and then suspend until it is done; the
+/// optional `cancel` token ends the wait (never the work) with `Cancelled`.
+#[derive(Debug, uniffi::Object)]
+pub struct Stream {
+    inner: weir_core::Stream,
+}
+
+impl Stream {
+    pub(crate) fn new(inner: weir_core::Stream) -> Self {
+        Stream { inner }
+    }
+
+    fn admit(&self, kernel: &Kernel, grid: Grid, args: &[Arg]) -> Result<()> {
+        let grid = grid.to_core()?;
+        let args: Vec<weir_core::Arg<'_>> = args.iter().map(Arg::to_core).collect();
+        Ok(self.inner.execute(kernel.core(), grid, &args)?)
+    }
+
+    /// A wait on everything admitted on this stream so far, holding no fence handle.
+    fn completion(&self) -> Result<weir_core::FenceWait> {
+        Ok(self.inner.fence()?.wait_async())
+    }
+}
+
+#[uniffi::export]
+impl Stream {
+    /// The stream's index in its runtime (0 is the default stream).
+    pub fn index(&self) -> u32 {
+        u32::try_from(self.inner.index()).unwrap_or(u32::MAX)
+    }
+
+    /// A zero-filled buffer of `bytes`: allocated, zeroed on the device and
+    /// published in one admission, with no host data.
+    pub fn zeros(&self, bytes: u64) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.zeros(bytes)?)))
+    }
+
+    /// A buffer of `bytes` with unspecified contents.
+    pub fn empty(&self, bytes: u64) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.empty(bytes)?)))
+    }
+
+    /// A buffer holding `data`, uploaded on this stream.
+    pub fn upload(&self, data: Vec<u8>) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.upload(&data)?)))
+    }
+
+    /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
+    pub fn execute(&self, kernel: Arc<Kernel>, grid: Grid, args: Vec<Arg>) -> Result<()> {
+        self.admit(&kernel, grid, &args)
+    }
+
+    /// Enqueues `kernel` over `args`, then suspends until this stream has run it.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn execute_async(
+        &self,
+        kernel: Arc<Kernel>,
+        grid: Grid,
+        args: Vec<Arg>,
+        cancel: Option<Arc<CancelToken>>,
+    ) -> Result<()> {
+        self.admit(&kernel, grid, &args)?;
+        cancellable(self.completion()?, cancel).await
+    }
+
+    /// Zeroes every byte of `buffer` on the device (scheduler-managed: ordered
+    /// after its readers and writers on every stream), then suspends until done.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn memset_zero(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<()> {
+        self.inner.memset_zero(buffer.core())?;
+        cancellable(self.completion()?, cancel).await
+    }
+
+    /// Copies `data` into `buffer` at byte `offset`, then suspends until done.
+    #[uniffi::method(default(offset = 0, cancel = None))]
+    pub async fn write(
+        &self,
+        buffer: Arc<Buffer>,
+        data: Vec<u8>,
+        offset: u64,
+        cancel: Option<Arc<CancelToken>>,
+    ) -> Result<()> {
+        self.inner.write(buffer.core(), offset, &data)?;
+        cancellable(self.completion()?, cancel).await
+    }
+
+    /// Reads the whole of `buffer` once its latest write (on any stream) is
+    /// done, without blocking a thread.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn read(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<Vec<u8>> {
+        let pending = self.inner.enqueue_read(buffer.core())?;
+        cancellable(pending, cancel).await
+    }
+
+    /// Reads `len` bytes of `buffer` from `offset`, blocking the calling thread.
+    pub fn read_blocking(&self, buffer: Arc<Buffer>, offset: u64, len: u64) -> Result<Vec<u8>> {
+        Ok(self.inner.enqueue_read_at(buffer.core(), offset, len)?.wait()?)
+    }
+
+    /// A fence on all work admitted on this stream so far.
+    pub fn fence(&self) -> Result<Arc<Fence>> {
+        Ok(Arc::new(Fence::new(self.inner.fence()?)))
+    }
+
+    /// Suspends until all work admitted on this stream so far is done; an idle
+    /// stream answers at once, without a wake-up.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
+        cancellable(self.completion()?, cancel).await
+    }
+
+    /// Holds the stream at this point: work admitted after it waits until the
+    /// returned [`Hold`] is released. Test support (the CPU backend has it;
+    /// others answer `Unsupported`).
+    pub fn hold(&self) -> Result<Arc<Hold>> {
+        Ok(Arc::new(Hold { gate: std::sync::Mutex::new(Some(self.inner.hold()?)) }))
+    }
+}
+
+/// A gate in a stream (test support): the stream waits here until released.
+/// Dropping the handle releases it too.
+#[derive(Debug, uniffi::Object)]
+pub struct Hold {
+    gate: std::sync::Mutex<Option<weir_core::Hold>>,
+}
+
+#[uniffi::export]
+impl Hold {
+    /// Lets the stream go on. Releasing again does nothing.
+    pub fn release(&self) {
+        let gate = self.gate.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        drop(gate);
+    }
+}
+
+impl From<std::num::TryFromIntError> for WeirError {
+    fn from(error: std::num::TryFromIntError) -> Self {
+        WeirError::invalid(error.to_string())
+    }
+}

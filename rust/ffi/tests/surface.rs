@@ -1,0 +1,131 @@
+//! The FFI surface as Kotlin and Swift see it, driven from Rust.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::executor::block_on;
+use futures::FutureExt;
+use weir_ffi::{Access, Arg, Backend, BuiltinOp, CancelToken, Grid, Kernel, Runtime, WeirError};
+
+fn grid() -> Grid {
+    weir_ffi::grid_linear(1, 1)
+}
+
+fn floats(bytes: &[u8]) -> Vec<f32> {
+    bytes.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+fn bytes(values: &[f32]) -> Vec<u8> {
+    values.iter().flat_map(|v| v.to_le_bytes()).collect()
+}
+
+/// Polls `probe` until it holds or 5 s pass.
+fn eventually(mut probe: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(5) {
+        if probe() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    false
+}
+
+#[test]
+fn execute_async_write_read_and_memset_zero_give_exact_results() {
+    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0])).unwrap();
+    let y = stream.zeros(12).unwrap();
+    block_on(stream.write(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0, None)).unwrap();
+    block_on(stream.execute_async(
+        Kernel::builtin(BuiltinOp::Axpy),
+        grid(),
+        vec![
+            Arg::Buffer { buffer: x.clone(), access: Access::Read },
+            Arg::Buffer { buffer: y.clone(), access: Access::ReadWrite },
+            Arg::F32 { value: 2.0 },
+        ],
+        None,
+    ))
+    .unwrap();
+    assert_eq!(floats(&block_on(stream.read(y.clone(), None)).unwrap()), [12.0, 24.0, 36.0]);
+    block_on(stream.memset_zero(y.clone(), None)).unwrap();
+    assert_eq!(floats(&block_on(stream.read(y, None)).unwrap()), [0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn cancel_token_ends_a_gated_wait_and_leaves_no_waiter() {
+    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let hold = stream.hold().unwrap();
+    let token = CancelToken::new();
+    let waiter = {
+        let (stream, token) = (stream.clone(), token.clone());
+        std::thread::spawn(move || block_on(stream.sync(Some(token))))
+    };
+    assert!(eventually(|| runtime.diagnostics().live_waiters == 1));
+    let cancelled_at = Instant::now();
+    token.cancel();
+    let outcome = waiter.join().unwrap();
+    assert!(cancelled_at.elapsed() < Duration::from_secs(1));
+    assert!(matches!(outcome, Err(WeirError::Cancelled(_))), "{outcome:?}");
+    let diagnostics = runtime.diagnostics();
+    assert_eq!((diagnostics.live_waiters, diagnostics.live_fences), (0, 0));
+    hold.release();
+    block_on(stream.sync(None)).unwrap();
+}
+
+#[test]
+fn a_dropped_wait_leaves_no_waiter_or_fence() {
+    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let hold = stream.hold().unwrap();
+    let mut wait = Box::pin(stream.sync(None));
+    assert!((&mut wait).now_or_never().is_none());
+    assert_eq!(runtime.diagnostics().live_waiters, 1);
+    drop(wait);
+    let diagnostics = runtime.diagnostics();
+    assert_eq!((diagnostics.live_waiters, diagnostics.live_fences), (0, 0));
+    hold.release();
+}
+
+#[test]
+fn errors_arrive_as_their_typed_variant() {
+    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let small = stream.zeros(4).unwrap();
+    match block_on(stream.write(small.clone(), vec![0; 8], 0, None)) {
+        Err(WeirError::OutOfRange(message)) => {
+            assert!(message.contains("out of bounds"), "{message}")
+        }
+        other => panic!("expected OutOfRange, got {other:?}"),
+    }
+    let custom = Kernel::custom("gpu_only".into(), None, None, None);
+    match stream.execute(custom, grid(), vec![]) {
+        Err(WeirError::Unsupported(message)) => assert!(message.contains("gpu_only"), "{message}"),
+        other => panic!("expected Unsupported, got {other:?}"),
+    }
+    let bad_grid = Grid { groups_x: 0, ..grid() };
+    assert!(matches!(
+        stream.execute(Kernel::builtin(BuiltinOp::Delay), bad_grid, vec![Arg::U32 { value: 0 }]),
+        Err(WeirError::InvalidArgument(_))
+    ));
+    let other = Runtime::open(Backend::Cpu).unwrap();
+    assert!(matches!(block_on(other.default_stream().memset_zero(small, None)), Err(WeirError::ForeignHandle(_))));
+}
+
+#[test]
+fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
+    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let buffer = stream.zeros(4).unwrap();
+    stream.execute(Kernel::builtin(BuiltinOp::Delay), grid(), vec![Arg::U32 { value: 20_000 }]).unwrap();
+    let fence = stream.fence().unwrap();
+    runtime.shutdown().unwrap();
+    assert!(fence.is_complete(), "shutdown waits for work in flight");
+    runtime.shutdown().unwrap();
+    assert!(matches!(block_on(stream.sync(None)), Err(WeirError::Closed(_))));
+    assert!(matches!(block_on(stream.read(buffer, None)), Err(WeirError::Closed(_))));
+    let _ = Arc::strong_count(&runtime);
+}

@@ -1,0 +1,91 @@
+//! The native library and the generated bindings, shared by Kotlin and Swift.
+//!
+//! `weir-ffi` is built without UniFFI's `cli` feature; the bindings come from
+//! `rust/bindgen` (UniFFI library mode), run on the built library. Generated
+//! sources go into build directories, never into git.
+
+use std::path::{Path, PathBuf};
+
+use crate::util::{cargo, root, run, Result};
+
+/// How the native library is built.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Profile {
+    Debug,
+    Release,
+}
+
+impl Profile {
+    /// `--release` in `args` picks release; debug otherwise.
+    pub fn from_args(args: &[String]) -> Profile {
+        if args.iter().any(|a| a == "--release") {
+            Profile::Release
+        } else {
+            Profile::Debug
+        }
+    }
+
+    fn dir(self) -> &'static str {
+        match self {
+            Profile::Debug => "debug",
+            Profile::Release => "release",
+        }
+    }
+}
+
+/// The file name of the shared library on this platform.
+pub fn library_file() -> &'static str {
+    if cfg!(target_os = "macos") {
+        "libweir_ffi.dylib"
+    } else if cfg!(target_os = "windows") {
+        "weir_ffi.dll"
+    } else {
+        "libweir_ffi.so"
+    }
+}
+
+/// Builds `weir-ffi` (cdylib + staticlib) and returns the shared library's path.
+pub fn native(profile: Profile) -> Result<PathBuf> {
+    let mut command = cargo();
+    command.args(["build", "--quiet", "-p", "weir-ffi"]);
+    if profile == Profile::Release {
+        command.arg("--release");
+    }
+    run(&mut command)?;
+    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
+    let library = target.join(profile.dir()).join(library_file());
+    if !library.is_file() {
+        return Err(format!("{} was not built", library.display()));
+    }
+    Ok(library)
+}
+
+/// Generates the `language` bindings of `library` into `out_dir` (emptied first).
+pub fn generate(language: &str, library: &Path, out_dir: &Path) -> Result {
+    if out_dir.exists() {
+        std::fs::remove_dir_all(out_dir).map_err(|e| format!("cannot empty {}: {e}", out_dir.display()))?;
+    }
+    let config = root().join("uniffi.toml");
+    run(cargo().args(["run", "--quiet", "-p", "weir-bindgen", "--", language]).arg(library).arg(out_dir).arg(config))
+}
+
+/// `cargo xtask bindings kotlin|swift [--release] [--out DIR]`: builds the
+/// native library and generates one language's bindings.
+pub fn command(args: &[String]) -> Result {
+    let language = args
+        .first()
+        .map(String::as_str)
+        .filter(|l| matches!(*l, "kotlin" | "swift"))
+        .ok_or("usage: cargo xtask bindings kotlin|swift [--release] [--out DIR]")?;
+    let out = args.windows(2).find(|w| w[0] == "--out").map(|w| root().join(&w[1]));
+    let out = match (language, out) {
+        // The Maven project's build: bindings, the waker-thread step and the library resource.
+        ("kotlin", None) => return crate::kotlin::prepare(Profile::from_args(args)),
+        (_, Some(out)) => out,
+        (_, None) => root().join("target/bindings/swift"),
+    };
+    let library = native(Profile::from_args(args))?;
+    generate(language, &library, &out)?;
+    eprintln!("{language} bindings of {} in {}", library.display(), out.display());
+    Ok(())
+}
