@@ -49,8 +49,8 @@ impl Fence {
 
     /// A future that resolves when the work is done. It owns what it needs, so
     /// it may outlive this handle.
-    pub fn wait_async(&self) -> FenceWait {
-        FenceWait { completion: self.completion.clone(), slot: None }
+    pub fn wait_async(&self) -> CompletionWait {
+        self.completion.wait_async()
     }
 }
 
@@ -62,27 +62,35 @@ impl Drop for Fence {
 
 impl IntoFuture for &Fence {
     type Output = Result<()>;
-    type IntoFuture = FenceWait;
-    fn into_future(self) -> FenceWait {
+    type IntoFuture = CompletionWait;
+    fn into_future(self) -> CompletionWait {
         self.wait_async()
     }
 }
 
 impl IntoFuture for Fence {
     type Output = Result<()>;
-    type IntoFuture = FenceWait;
-    fn into_future(self) -> FenceWait {
+    type IntoFuture = CompletionWait;
+    fn into_future(self) -> CompletionWait {
         self.wait_async()
     }
 }
 
-/// The future of [`Fence::wait_async`]. Woken by the backend's completion path.
-pub struct FenceWait {
+/// A future that resolves with a [`Completion`] (what [`Fence::wait_async`]
+/// returns). Woken by whoever completes it; dropping it unregisters its waker.
+pub struct CompletionWait {
     completion: Arc<Completion>,
     slot: Option<usize>,
 }
 
-impl Future for FenceWait {
+impl Completion {
+    /// A future that resolves when this completion does.
+    pub fn wait_async(self: &Arc<Self>) -> CompletionWait {
+        CompletionWait { completion: self.clone(), slot: None }
+    }
+}
+
+impl Future for CompletionWait {
     type Output = Result<()>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
@@ -90,7 +98,7 @@ impl Future for FenceWait {
     }
 }
 
-impl Drop for FenceWait {
+impl Drop for CompletionWait {
     fn drop(&mut self) {
         self.completion.forget_waker(&mut self.slot);
     }

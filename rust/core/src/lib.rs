@@ -52,7 +52,7 @@ pub use backend::{BackendCounters, RawAccess};
 pub use buffer::Buffer;
 pub use completion::{Completion, LiveCounters};
 pub use error::{Error, Result};
-pub use fence::{Fence, FenceWait, PendingRead};
+pub use fence::{CompletionWait, Fence, PendingRead};
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };

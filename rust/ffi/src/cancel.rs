@@ -3,17 +3,12 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::task::{Context, Poll, Waker};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use weir_core::{Completion, CompletionWait, LiveCounters};
 
 use crate::error::{Result, WeirError};
-
-#[derive(Default)]
-struct Wakers {
-    slots: Vec<Option<Waker>>,
-    free: Vec<usize>,
-}
 
 /// Cancels waits from the outside. Pass it as the last argument of any async
 /// call; `cancel()` then ends that wait with `Cancelled` and drops the Rust
@@ -22,68 +17,10 @@ struct Wakers {
 ///
 /// One token may guard many waits; once cancelled it stays cancelled, and a
 /// wait started with a cancelled token fails at once.
-#[derive(Default, uniffi::Object)]
+#[derive(Debug, uniffi::Object)]
 pub struct CancelToken {
-    cancelled: AtomicBool,
-    wakers: Mutex<Wakers>,
-}
-
-impl std::fmt::Debug for CancelToken {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CancelToken").field("cancelled", &self.is_cancelled()).finish()
-    }
-}
-
-impl CancelToken {
-    fn lock(&self) -> MutexGuard<'_, Wakers> {
-        self.wakers.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// Registers (or refreshes) `waker` in `slot`; true if already cancelled.
-    fn register(&self, waker: &Waker, slot: &mut Option<usize>) -> bool {
-        let mut wakers = self.lock();
-        if self.cancelled.load(Ordering::Acquire) {
-            return true;
-        }
-        match *slot {
-            Some(index) => match wakers.slots.get_mut(index) {
-                Some(Some(existing)) => existing.clone_from(waker),
-                Some(entry) => *entry = Some(waker.clone()),
-                None => *slot = None,
-            },
-            None => {
-                let index = match wakers.free.pop() {
-                    Some(index) => {
-                        wakers.slots[index] = Some(waker.clone());
-                        index
-                    }
-                    None => {
-                        wakers.slots.push(Some(waker.clone()));
-                        wakers.slots.len() - 1
-                    }
-                };
-                *slot = Some(index);
-            }
-        }
-        false
-    }
-
-    /// Forgets the waker in `slot`, if any.
-    fn forget(&self, slot: &mut Option<usize>) {
-        let Some(index) = slot.take() else { return };
-        let mut wakers = self.lock();
-        if let Some(entry) = wakers.slots.get_mut(index) {
-            if entry.take().is_some() {
-                wakers.free.push(index);
-            }
-        }
-    }
-
-    /// Waits guarded by this token now (for tests).
-    #[cfg(test)]
-    pub(crate) fn registered(&self) -> usize {
-        self.lock().slots.iter().filter(|slot| slot.is_some()).count()
-    }
+    // A cancellation is a completion like any other: waits select on it.
+    cancelled: Arc<Completion>,
 }
 
 #[uniffi::export]
@@ -91,26 +28,17 @@ impl CancelToken {
     /// A token that is not cancelled.
     #[uniffi::constructor]
     pub fn new() -> Arc<Self> {
-        Arc::new(CancelToken::default())
+        Arc::new(CancelToken { cancelled: Completion::new(1, Arc::new(LiveCounters::default())) })
     }
 
     /// Cancels every wait guarded by this token, now and later. Idempotent.
     pub fn cancel(&self) {
-        let woken: Vec<Waker> = {
-            let mut wakers = self.lock();
-            self.cancelled.store(true, Ordering::Release);
-            wakers.free.clear();
-            std::mem::take(&mut wakers.slots).into_iter().flatten().collect()
-        };
-        // Wake outside the lock: a waker may poll the future right away.
-        for waker in woken {
-            waker.wake();
-        }
+        self.cancelled.complete(Err(weir_core::Error::Cancelled));
     }
 
     /// True once `cancel()` was called.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.load(Ordering::Acquire)
+        self.cancelled.is_complete()
     }
 }
 
@@ -118,13 +46,12 @@ impl CancelToken {
 /// inner future is dropped at once, so its waker leaves the core completion.
 pub(crate) struct Cancellable<F> {
     inner: Option<F>,
-    token: Option<Arc<CancelToken>>,
-    slot: Option<usize>,
+    cancelled: Option<CompletionWait>,
 }
 
 /// Guards `inner` with `token` (no token: just `inner`, errors converted).
 pub(crate) fn cancellable<F>(inner: F, token: Option<Arc<CancelToken>>) -> Cancellable<F> {
-    Cancellable { inner: Some(inner), token, slot: None }
+    Cancellable { inner: Some(inner), cancelled: token.map(|token| token.cancelled.wait_async()) }
 }
 
 impl<F, T> Future for Cancellable<F>
@@ -136,13 +63,13 @@ where
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<T>> {
         // Every field is Unpin, so the combinator is too.
         let this = self.get_mut();
-        let cancelled = match &this.token {
-            Some(token) => token.register(cx.waker(), &mut this.slot),
-            None => false,
-        };
-        if cancelled {
-            this.inner = None;
-            return Poll::Ready(Err(WeirError::from(weir_core::Error::Cancelled)));
+        if let Some(cancelled) = this.cancelled.as_mut() {
+            if let Poll::Ready(outcome) = Pin::new(cancelled).poll(cx) {
+                this.inner = None;
+                this.cancelled = None;
+                let error = outcome.err().unwrap_or(weir_core::Error::Cancelled);
+                return Poll::Ready(Err(WeirError::from(error)));
+            }
         }
         let Some(inner) = this.inner.as_mut() else {
             return Poll::Ready(Err(WeirError::invalid("wait polled after it finished")));
@@ -150,9 +77,8 @@ where
         match Pin::new(inner).poll(cx) {
             Poll::Ready(outcome) => {
                 this.inner = None;
-                if let Some(token) = &this.token {
-                    token.forget(&mut this.slot);
-                }
+                // Leave the token's waiters as soon as the wait is over.
+                this.cancelled = None;
                 Poll::Ready(outcome.map_err(WeirError::from))
             }
             Poll::Pending => Poll::Pending,
@@ -160,18 +86,11 @@ where
     }
 }
 
-impl<F> Drop for Cancellable<F> {
-    fn drop(&mut self) {
-        if let Some(token) = &self.token {
-            token.forget(&mut self.slot);
-        }
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::task::Wake;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Wake, Waker};
 
     struct Flag(AtomicBool);
     impl Wake for Flag {
@@ -197,7 +116,6 @@ mod tests {
         let mut cx = Context::from_waker(&waker);
         let mut wait = cancellable(Never, Some(token.clone()));
         assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
-        assert_eq!(token.registered(), 1);
         token.cancel();
         assert!(flag.0.load(Ordering::SeqCst), "cancel must wake the waiter");
         match Pin::new(&mut wait).poll(&mut cx) {
@@ -205,19 +123,21 @@ mod tests {
             other => panic!("expected Cancelled, got {other:?}"),
         }
         assert!(wait.inner.is_none(), "the inner wait is dropped");
-        assert_eq!(token.registered(), 0);
+        assert!(wait.cancelled.is_none(), "the token's waiter is dropped");
     }
 
     #[test]
     fn dropping_a_wait_unregisters_it_from_the_token() {
         let token = CancelToken::new();
-        let waker = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
         let mut cx = Context::from_waker(&waker);
         let mut wait = cancellable(Never, Some(token.clone()));
         assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
         drop(wait);
-        assert_eq!(token.registered(), 0);
         assert!(!token.is_cancelled());
+        token.cancel();
+        assert!(!flag.0.load(Ordering::SeqCst), "a dropped wait was woken");
     }
 
     #[test]

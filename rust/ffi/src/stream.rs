@@ -31,7 +31,7 @@ impl Stream {
     }
 
     /// A wait on everything admitted on this stream so far, holding no fence handle.
-    fn completion(&self) -> Result<weir_core::FenceWait> {
+    fn completion(&self) -> Result<weir_core::CompletionWait> {
         Ok(self.inner.fence()?.wait_async())
     }
 }

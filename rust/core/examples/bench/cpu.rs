@@ -73,13 +73,14 @@ fn admission(report: &mut Report, buffers: usize) {
     ));
 }
 
-/// Idle stream → fence resolved, awaited on the calling thread, woken by the worker.
+/// One trivial op, then a fence awaited on the calling thread and woken by the worker.
 fn fence_wake_up(report: &mut Report) {
     let runtime = Runtime::open(BackendKind::Cpu).expect("cpu");
     let stream = runtime.default_stream();
     let mut weir: Vec<Duration> = (0..WAKE_UPS)
         .map(|_| {
             let start = Instant::now();
+            stream.delay(Duration::ZERO).expect("delay");
             block_on(stream.sync()).expect("sync");
             start.elapsed()
         })
@@ -92,6 +93,7 @@ fn fence_wake_up(report: &mut Report) {
     let mut baseline: Vec<Duration> = (0..WAKE_UPS)
         .map(|_| {
             let start = Instant::now();
+            raw.enqueue(&raw_stream, Command::Delay { duration: Duration::ZERO }).expect("delay");
             let done = Completion::new(1, live.clone());
             raw.signal(&raw_stream, done.clone()).expect("signal");
             done.wait().expect("wait");
@@ -104,7 +106,7 @@ fn fence_wake_up(report: &mut Report) {
         micros(median(&mut weir)),
         micros(median(&mut baseline)),
         false,
-        "weir: sync().await on block_on; raw: signal + blocking wait",
+        "a zero delay, then weir: sync().await on block_on; raw: signal + blocking wait",
     ));
 }
 

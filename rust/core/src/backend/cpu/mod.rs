@@ -126,6 +126,11 @@ impl Backend for CpuBackend {
     }
 
     fn signal(&self, stream: &CpuStream, completion: Arc<Completion>) -> Result<()> {
+        // An idle stream completes on the spot: no job, no wake-up.
+        if let Some(outcome) = stream.settled() {
+            completion.complete(outcome);
+            return Ok(());
+        }
         stream.sync(Box::new(move |status| completion.complete(status.clone())))
     }
 

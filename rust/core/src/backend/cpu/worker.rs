@@ -21,6 +21,10 @@ pub(crate) struct Progress {
 }
 
 impl Progress {
+    fn finished(&self) -> u64 {
+        *lock(&self.finished)
+    }
+
     fn advance(&self) {
         *lock(&self.finished) += 1;
         self.advanced.notify_all();
@@ -52,6 +56,8 @@ pub struct CpuStream {
     thread: Option<JoinHandle<()>>,
     pub(crate) progress: Arc<Progress>,
     enqueued: AtomicU64,
+    /// The stream's first failure, stored before the failed job counts as finished.
+    failure: Arc<Mutex<Option<Error>>>,
 }
 
 impl std::fmt::Debug for CpuStream {
@@ -65,6 +71,8 @@ impl CpuStream {
         let (sender, jobs) = channel::<Job>();
         let progress = Arc::new(Progress::default());
         let worker_progress = progress.clone();
+        let failure: Arc<Mutex<Option<Error>>> = Arc::default();
+        let worker_failure = failure.clone();
         let thread = std::thread::Builder::new()
             .name(format!("weir-cpu-stream-{index}"))
             .spawn(move || {
@@ -75,7 +83,9 @@ impl CpuStream {
                             let outcome =
                                 catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&panic)));
                             if let Err(message) = outcome {
-                                status = Err(Error::OpFailed { stream: index, message });
+                                let error = Error::OpFailed { stream: index, message };
+                                *lock(&worker_failure) = Some(error.clone());
+                                status = Err(error);
                             }
                         }
                         Job::Work(_) => {}
@@ -88,7 +98,26 @@ impl CpuStream {
                 }
             })
             .map_err(|e| Error::backend("cpu", format!("cannot start a stream thread: {e}")))?;
-        Ok(CpuStream { index, sender: Some(sender), thread: Some(thread), progress, enqueued: AtomicU64::new(0) })
+        Ok(CpuStream {
+            index,
+            sender: Some(sender),
+            thread: Some(thread),
+            progress,
+            enqueued: AtomicU64::new(0),
+            failure,
+        })
+    }
+
+    /// The stream's outcome so far, if every job enqueued on it has finished.
+    /// Exact only while nobody enqueues concurrently (the scheduler's lock).
+    pub(crate) fn settled(&self) -> Option<Result<()>> {
+        if self.progress.finished() < self.enqueued() {
+            return None;
+        }
+        Some(match &*lock(&self.failure) {
+            Some(error) => Err(error.clone()),
+            None => Ok(()),
+        })
     }
 
     /// Jobs enqueued so far: the position an event recorded now covers.
