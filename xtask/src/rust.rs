@@ -6,6 +6,8 @@ use crate::util::{cargo, run, Result};
 /// `HIP_PATH`, the HIP backend's tests and the conformance suite built with it.
 pub fn test() -> Result {
     run(cargo().args(["test", "--workspace", "--exclude", "xtask", "--exclude", "weir-bindgen"]))?;
+    // Which backends the suite ran on and which it skipped, and why.
+    run(cargo().args(["test", "-p", "weir-core", "--test", "conformance", "backends_report", "--", "--show-output"]))?;
     match std::env::var_os("HIP_PATH") {
         Some(hip) if std::path::Path::new(&hip).join("include/hip/hip_runtime_api.h").is_file() => run(cargo().args([
             "test",
