@@ -21,14 +21,22 @@ class CancellationTest {
             runBlocking {
                 Blocker(stream).use { blocker ->
                     val buffer = stream.zeros(16)
-                    val jobs = listOf(
-                        launch(Dispatchers.Default) { stream.sync() },
-                        launch(Dispatchers.Default) { stream.executeAsync(BuiltinOp.FILL_U32, buffer.writes(), scalar(5u)) },
-                        launch(Dispatchers.Default) { stream.memsetZero(buffer) },
-                        launch(Dispatchers.Default) { stream.read(buffer) },
-                        launch(Dispatchers.Default) { stream.fence().use { it.await() } },
+                    val waits: List<suspend () -> Unit> = listOf(
+                        { stream.sync() },
+                        { stream.executeAsync(BuiltinOp.FILL_U32, buffer.writes(), scalar(5u)) },
+                        { stream.memsetZero(buffer) },
+                        { stream.read(buffer) },
+                        { stream.fence().use { it.await() } },
                     )
-                    eventually(what = "5 registered waiters") { rt.diagnostics().liveWaiters == 5uL }
+                    // One at a time, so the ops are admitted in this order: a wait is
+                    // registered only after its op was admitted.
+                    val jobs = waits.mapIndexed { index, wait ->
+                        launch(Dispatchers.Default) { wait() }.also {
+                            eventually(what = "${index + 1} registered waiters") {
+                                rt.diagnostics().liveWaiters == (index + 1).toULong()
+                            }
+                        }
+                    }
                     val start = System.nanoTime()
                     jobs.forEach { it.cancelAndJoin() }
                     val millis = (System.nanoTime() - start) / 1e6
