@@ -13,7 +13,14 @@ fn dbg() {
     let r = s.enqueue_read(&b).unwrap();
     let f4 = s.fence().unwrap();
     std::thread::sleep(std::time::Duration::from_millis(100));
-    eprintln!("{} {} {} {} read={}", f1.is_complete(), f2.is_complete(), f3.is_complete(), f4.is_complete(), r.is_complete());
+    eprintln!(
+        "{} {} {} {} read={}",
+        f1.is_complete(),
+        f2.is_complete(),
+        f3.is_complete(),
+        f4.is_complete(),
+        r.is_complete()
+    );
     h.release();
     f4.wait().unwrap();
 }

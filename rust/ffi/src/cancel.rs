@@ -108,14 +108,20 @@ mod tests {
         }
     }
 
+    /// A wait guarded by `token`, polled once; the flag tells whether it was woken.
+    fn pending_wait(token: &Arc<CancelToken>) -> (Cancellable<Never>, Arc<Flag>, Waker) {
+        let flag = Arc::new(Flag(AtomicBool::new(false)));
+        let waker = Waker::from(flag.clone());
+        let mut wait = cancellable(Never, Some(token.clone()));
+        assert!(Pin::new(&mut wait).poll(&mut Context::from_waker(&waker)).is_pending());
+        (wait, flag, waker)
+    }
+
     #[test]
     fn cancel_wakes_the_wait_and_ends_it_with_cancelled() {
         let token = CancelToken::new();
-        let flag = Arc::new(Flag(AtomicBool::new(false)));
-        let waker = Waker::from(flag.clone());
+        let (mut wait, flag, waker) = pending_wait(&token);
         let mut cx = Context::from_waker(&waker);
-        let mut wait = cancellable(Never, Some(token.clone()));
-        assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
         token.cancel();
         assert!(flag.0.load(Ordering::SeqCst), "cancel must wake the waiter");
         match Pin::new(&mut wait).poll(&mut cx) {
@@ -129,11 +135,7 @@ mod tests {
     #[test]
     fn dropping_a_wait_unregisters_it_from_the_token() {
         let token = CancelToken::new();
-        let flag = Arc::new(Flag(AtomicBool::new(false)));
-        let waker = Waker::from(flag.clone());
-        let mut cx = Context::from_waker(&waker);
-        let mut wait = cancellable(Never, Some(token.clone()));
-        assert!(Pin::new(&mut wait).poll(&mut cx).is_pending());
+        let (wait, flag, _waker) = pending_wait(&token);
         drop(wait);
         assert!(!token.is_cancelled());
         token.cancel();
