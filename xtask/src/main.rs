@@ -18,8 +18,9 @@ commands:
                   the main job: a multi-stream pipeline, timed fence by fence
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
-  bench [--kotlin] [--backend NAME]
-                  benchmarks: JSON lines, then a readable table
+  bench [--rust|--kotlin] [--backend NAME]
+                  benchmarks beside their raw baselines: JSON lines, then a table;
+                  Rust on every backend, then the Kotlin call overhead (cpu by default)
 
 environment:
   WEIR_REQUIRE_BACKENDS=cpu,wgpu   fail (instead of skip) when a listed backend is unavailable";
@@ -39,8 +40,11 @@ fn main() -> ExitCode {
             _ => rust::demo(&args[1..]),
         },
         Some("bindings") => bindings::command(&args[1..]),
-        Some("bench") if args.iter().any(|a| a == "--kotlin") => kotlin::bench(&args[1..]),
-        Some("bench") => rust::bench(&args[1..]),
+        Some("bench") => match args.get(1).map(String::as_str) {
+            Some("--rust") => rust::bench(&args[2..]),
+            Some("--kotlin") => kotlin::bench(&args[2..]),
+            _ => rust::bench(&args[1..]).and_then(|()| kotlin::bench(&args[1..])),
+        },
         _ => {
             eprintln!("{USAGE}");
             return ExitCode::from(2);
