@@ -71,25 +71,25 @@ fn preference(kind: wgpu::DeviceType) -> u8 {
 /// one is costly, and tearing a Vulkan instance down while a driver's
 /// background threads still run is a crash risk no runtime needs to take.
 fn instance(backends: wgpu::Backends) -> wgpu::Instance {
-    static INSTANCES: Mutex<Vec<(wgpu::Backends, wgpu::Instance)>> = Mutex::new(Vec::new());
-    let mut instances = lock(&INSTANCES);
-    if let Some((_, instance)) = instances.iter().find(|(b, _)| *b == backends) {
-        return instance.clone();
-    }
     let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
     descriptor.backends = backends;
     descriptor.flags = wgpu::InstanceFlags::empty().with_env();
-    let instance = wgpu::Instance::new(descriptor);
-    instances.push((backends, instance.clone()));
-    instance
+    wgpu::Instance::new(descriptor)
 }
 
-/// Opens the preferred adapter's device with the adapter's full limits.
-pub(crate) fn open() -> Result<Opened> {
-    let backends = wanted_backends()?;
-    let tried = backend_names(backends);
+/// The adapter chosen for these backends and name filter, enumerated once per
+/// process. Enumerating adapters while another runtime's device is being
+/// destroyed deadlocked inside NVIDIA's Vulkan driver (seen on an H200 with
+/// tests opening and closing runtimes in parallel); after the first open
+/// nothing enumerates again.
+fn adapter(backends: wgpu::Backends, name_filter: &Option<String>) -> Option<wgpu::Adapter> {
+    type Chosen = (wgpu::Backends, Option<String>, wgpu::Instance, Option<wgpu::Adapter>);
+    static CHOSEN: Mutex<Vec<Chosen>> = Mutex::new(Vec::new());
+    let mut chosen = lock(&CHOSEN);
+    if let Some((_, _, _, adapter)) = chosen.iter().find(|(b, f, _, _)| *b == backends && f == name_filter) {
+        return adapter.clone();
+    }
     let instance = instance(backends);
-    let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
     let mut adapters: Vec<wgpu::Adapter> = ready(instance.enumerate_adapters(backends))
         .unwrap_or_default()
         .into_iter()
@@ -98,7 +98,17 @@ pub(crate) fn open() -> Result<Opened> {
         })
         .collect();
     adapters.sort_by_key(|adapter| preference(adapter.get_info().device_type));
-    let Some(adapter) = adapters.into_iter().next() else {
+    let best = adapters.into_iter().next();
+    chosen.push((backends, name_filter.clone(), instance, best.clone()));
+    best
+}
+
+/// Opens the preferred adapter's device with the adapter's full limits.
+pub(crate) fn open() -> Result<Opened> {
+    let backends = wanted_backends()?;
+    let tried = backend_names(backends);
+    let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
+    let Some(adapter) = adapter(backends, &name_filter) else {
         let filter = name_filter.map(|name| format!(" named like {name:?}")).unwrap_or_default();
         return Err(Error::unavailable(BACKEND, format!("no adapter{filter} on the backends tried: {tried}")));
     };
