@@ -179,3 +179,15 @@ fn runtime_fence_covers_every_stream() {
         assert!(fence.is_complete());
     });
 }
+
+#[test]
+fn fence_on_an_idle_stream_is_complete_at_once() {
+    each_backend("fence_on_an_idle_stream_is_complete_at_once", |runtime| {
+        let s = runtime.new_stream().unwrap();
+        let out = s.zeros(4096).unwrap();
+        s.fill_u32(&out, 1).unwrap();
+        s.fence().unwrap().wait().unwrap();
+        // Nothing in flight: the fence needs no device round trip and no wake-up.
+        assert!(s.fence().unwrap().is_complete(), "a fence on an idle stream waited for the device");
+    });
+}

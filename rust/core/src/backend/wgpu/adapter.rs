@@ -7,7 +7,7 @@
 //! contains the given text. Among the rest a discrete GPU wins, then an
 //! integrated one, then virtual, then software.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
 use super::scope::{ready, BACKEND};
 use crate::completion::lock;
@@ -19,11 +19,15 @@ pub const BACKENDS_VAR: &str = "WEIR_WGPU_BACKENDS";
 pub const ADAPTER_VAR: &str = "WEIR_WGPU_ADAPTER";
 
 /// An opened device with what was learnt choosing it.
+#[derive(Clone)]
 pub(crate) struct Opened {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub adapter: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    /// A device-wide failure (device lost, an error outside any scope),
+    /// shared by every runtime on the device.
+    pub device_error: Arc<Mutex<Option<Error>>>,
 }
 
 fn backend_names(backends: wgpu::Backends) -> String {
@@ -77,19 +81,29 @@ fn instance(backends: wgpu::Backends) -> wgpu::Instance {
     wgpu::Instance::new(descriptor)
 }
 
-/// The adapter chosen for these backends and name filter, enumerated once per
-/// process. Enumerating adapters while another runtime's device is being
-/// destroyed deadlocked inside NVIDIA's Vulkan driver (seen on an H200 with
-/// tests opening and closing runtimes in parallel); after the first open
-/// nothing enumerates again.
-fn adapter(backends: wgpu::Backends, name_filter: &Option<String>) -> Option<wgpu::Adapter> {
-    type Chosen = (wgpu::Backends, Option<String>, wgpu::Instance, Option<wgpu::Adapter>);
-    static CHOSEN: Mutex<Vec<Chosen>> = Mutex::new(Vec::new());
-    let mut chosen = lock(&CHOSEN);
-    if let Some((_, _, _, adapter)) = chosen.iter().find(|(b, f, _, _)| *b == backends && f == name_filter) {
-        return adapter.clone();
+/// The device of the adapter chosen for these backends and name filter:
+/// opened once per process and shared by every runtime on it, as a CUDA
+/// primary context is. NVIDIA's Vulkan driver deadlocked when one thread
+/// created or enumerated devices while another destroyed one (seen on an H200
+/// with tests opening and closing runtimes in parallel); a device that lives
+/// as long as the process is never destroyed concurrently with anything.
+pub(crate) fn open() -> Result<Opened> {
+    type Entry = (wgpu::Backends, Option<String>, wgpu::Instance, Result<Opened>);
+    static OPENED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+    let backends = wanted_backends()?;
+    let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
+    let mut opened = lock(&OPENED);
+    if let Some((_, _, _, device)) = opened.iter().find(|(b, f, _, _)| *b == backends && *f == name_filter) {
+        return device.clone();
     }
     let instance = instance(backends);
+    let device = open_device(&instance, backends, &name_filter);
+    opened.push((backends, name_filter, instance, device.clone()));
+    device
+}
+
+fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter: &Option<String>) -> Result<Opened> {
+    let tried = backend_names(backends);
     let mut adapters: Vec<wgpu::Adapter> = ready(instance.enumerate_adapters(backends))
         .unwrap_or_default()
         .into_iter()
@@ -98,18 +112,8 @@ fn adapter(backends: wgpu::Backends, name_filter: &Option<String>) -> Option<wgp
         })
         .collect();
     adapters.sort_by_key(|adapter| preference(adapter.get_info().device_type));
-    let best = adapters.into_iter().next();
-    chosen.push((backends, name_filter.clone(), instance, best.clone()));
-    best
-}
-
-/// Opens the preferred adapter's device with the adapter's full limits.
-pub(crate) fn open() -> Result<Opened> {
-    let backends = wanted_backends()?;
-    let tried = backend_names(backends);
-    let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
-    let Some(adapter) = adapter(backends, &name_filter) else {
-        let filter = name_filter.map(|name| format!(" named like {name:?}")).unwrap_or_default();
+    let Some(adapter) = adapters.into_iter().next() else {
+        let filter = name_filter.as_ref().map(|name| format!(" named like {name:?}")).unwrap_or_default();
         return Err(Error::unavailable(BACKEND, format!("no adapter{filter} on the backends tried: {tried}")));
     };
     let info = adapter.get_info();
@@ -125,5 +129,14 @@ pub(crate) fn open() -> Result<Opened> {
     let (device, queue) = ready(request)
         .ok_or_else(|| Error::unavailable(BACKEND, "the device request did not complete"))?
         .map_err(|e| Error::unavailable(BACKEND, format!("cannot open {} ({:?}): {e}", info.name, info.backend)))?;
-    Ok(Opened { device, queue, adapter: info, limits })
+    let device_error = Arc::new(Mutex::new(None));
+    let errors = device_error.clone();
+    device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
+        lock(&errors).get_or_insert(Error::backend(BACKEND, format!("device error outside any op: {error}")));
+    }));
+    let lost = device_error.clone();
+    device.set_device_lost_callback(move |reason, message| {
+        lock(&lost).get_or_insert(Error::backend(BACKEND, format!("device lost ({reason:?}): {message}")));
+    });
+    Ok(Opened { device, queue, adapter: info, limits, device_error })
 }

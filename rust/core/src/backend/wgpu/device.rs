@@ -1,6 +1,6 @@
 //! The opened device: what every op needs to record and submit work.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use super::adapter;
 use super::builtin::Shape;
@@ -17,6 +17,8 @@ pub(crate) struct Gpu {
     pub pipelines: PipelineCache,
     pub counters: Arc<WgpuCounters>,
     pub info: DeviceInfo,
+    /// Shared by every runtime on the device (see `adapter::open`).
+    pub device_error: Arc<Mutex<Option<crate::Error>>>,
 }
 
 fn kind_in_words(kind: wgpu::DeviceType) -> &'static str {
@@ -53,6 +55,7 @@ impl Gpu {
             pipelines: PipelineCache::default(),
             counters: Arc::new(WgpuCounters::default()),
             info,
+            device_error: opened.device_error,
         })
     }
 }

@@ -22,7 +22,7 @@ use std::time::Duration;
 use super::device::Gpu;
 use super::poll::PollState;
 use super::readback::Readback;
-use super::scope::{scoped, BACKEND};
+use super::scope::scoped;
 use crate::completion::{lock, Completion};
 use crate::error::{Error, Result};
 
@@ -121,15 +121,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub fn new(gpu: Gpu, poll: Arc<PollState>) -> Arc<Shared> {
-        let device_error = Arc::new(Mutex::new(None));
-        let errors = device_error.clone();
-        gpu.device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
-            lock(&errors).get_or_insert(Error::backend(BACKEND, format!("device error outside any op: {error}")));
-        }));
-        let lost = device_error.clone();
-        gpu.device.set_device_lost_callback(move |reason, message| {
-            lock(&lost).get_or_insert(Error::backend(BACKEND, format!("device lost ({reason:?}): {message}")));
-        });
+        let device_error = gpu.device_error.clone();
         Arc::new_cyclic(|me| Shared {
             gpu,
             poll,
