@@ -63,7 +63,9 @@ pub fn assert_no_leaks(runtime: &Runtime) {
 /// otherwise a long device-side delay.
 pub struct Held(Option<Hold>);
 
-pub const HOLD_DELAY: Duration = Duration::from_millis(400);
+/// Long enough that a test thread is not stalled past it, even on a busy
+/// machine where other runtimes open (loading modules can pause the device).
+pub const HOLD_DELAY: Duration = Duration::from_millis(1500);
 
 pub fn hold(stream: &Stream) -> Held {
     match stream.hold() {
