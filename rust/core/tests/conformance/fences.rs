@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use futures::future::join_all;
+use weir_core::BackendKind;
 
 use crate::common::{each_backend, hold, HOLD_DELAY};
 
@@ -196,6 +197,11 @@ fn fence_on_an_idle_stream_is_complete_at_once() {
         let out = s.zeros(4096).unwrap();
         s.fill_u32(&out, 1).unwrap();
         s.fence().unwrap().wait().unwrap();
+        if matches!(runtime.info().backend, BackendKind::Cuda | BackendKind::Hip) {
+            // There a fence always goes through an event and the completion thread.
+            eprintln!("  {}: idle fences take the completion path, not checked", runtime.info().backend.name());
+            return;
+        }
         // Nothing in flight: the fence needs no device round trip and no wake-up.
         assert!(s.fence().unwrap().is_complete(), "a fence on an idle stream waited for the device");
     });

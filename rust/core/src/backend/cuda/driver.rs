@@ -16,7 +16,7 @@ const NAME: &str = "cuda";
 
 /// Every driver symbol this backend calls, checked before the first call:
 /// cudarc panics on a missing one.
-const SYMBOLS: [&str; 34] = [
+const SYMBOLS: [&str; 33] = [
     "cuInit",
     "cuDriverGetVersion",
     "cuDeviceGetCount",
@@ -30,7 +30,6 @@ const SYMBOLS: [&str; 34] = [
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
-    "cuStreamQuery",
     "cuStreamWaitEvent",
     "cuStreamAddCallback",
     "cuEventCreate",
@@ -216,8 +215,7 @@ impl Driver for Cuda {
     // Calls that differ from HIP's only by name, written once in `handle_calls!`.
     handle_calls! { calls: sys, check: check;
         event_record: cuEventRecord, stream_wait_event: cuStreamWaitEvent, event_synchronize: cuEventSynchronize,
-        stream_synchronize: cuStreamSynchronize, stream_query: cuStreamQuery(CUresult::CUDA_ERROR_NOT_READY),
-        add_callback: cuStreamAddCallback(on_stream_callback),
+        stream_synchronize: cuStreamSynchronize, add_callback: cuStreamAddCallback(on_stream_callback),
         stream_destroy: cuStreamDestroy_v2, event_destroy: cuEventDestroy_v2, module_unload: cuModuleUnload,
     }
 

@@ -74,8 +74,6 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
 
     fn stream_create(&self) -> Result<Self::Stream>;
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status;
-    /// True if all work queued on `stream` has finished, without waiting.
-    unsafe fn stream_is_idle(&self, stream: Self::Stream) -> Result<bool>;
     unsafe fn stream_destroy(&self, stream: Self::Stream);
 
     fn event_create(&self, usage: EventUse) -> Result<Self::Event>;
@@ -148,7 +146,6 @@ macro_rules! handle_calls {
         stream_wait_event: $stream_wait_event:ident,
         event_synchronize: $event_synchronize:ident,
         stream_synchronize: $stream_synchronize:ident,
-        stream_query: $stream_query:ident($not_ready:path),
         add_callback: $add_callback:ident($trampoline:ident),
         stream_destroy: $stream_destroy:ident,
         event_destroy: $event_destroy:ident,
@@ -172,14 +169,6 @@ macro_rules! handle_calls {
         unsafe fn stream_synchronize(&self, stream: Self::Stream) -> $crate::backend::gpu::Status {
             // SAFETY: a live stream (trait contract).
             $check(stringify!($stream_synchronize), unsafe { $api::$stream_synchronize(stream.0) })
-        }
-
-        unsafe fn stream_is_idle(&self, stream: Self::Stream) -> $crate::error::Result<bool> {
-            // SAFETY: a live stream (trait contract).
-            match unsafe { $api::$stream_query(stream.0) } {
-                $not_ready => Ok(false),
-                other => $check(stringify!($stream_query), other).map(|()| true),
-            }
         }
 
         unsafe fn add_callback(

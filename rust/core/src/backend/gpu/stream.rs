@@ -14,7 +14,6 @@
 //! A device error seen by any callback poisons the stream: later callbacks
 //! report it too.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -24,23 +23,6 @@ use super::driver::{Callback, Driver, EventUse, Status};
 use super::owners::GpuEvent;
 use crate::completion::lock;
 use crate::error::{Error, Result};
-
-/// One callback not yet run; counted while it exists, so a callback the
-/// driver refused (dropped unrun) is uncounted too.
-struct Pending(Arc<AtomicUsize>);
-
-impl Pending {
-    fn new(count: &Arc<AtomicUsize>) -> Pending {
-        count.fetch_add(1, Ordering::AcqRel);
-        Pending(count.clone())
-    }
-}
-
-impl Drop for Pending {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::AcqRel);
-    }
-}
 
 /// Where completions run; see the module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -72,22 +54,13 @@ pub(crate) struct GpuStream<D: Driver> {
     pub(crate) raw: D::Stream,
     pub(crate) index: u32,
     failure: Arc<Mutex<Option<Error>>>,
-    /// Callbacks handed to the completion path that have not run yet.
-    pending: Arc<AtomicUsize>,
     waiter: Option<Waiter<D>>,
 }
 
 impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let raw = device.driver.stream_create()?;
-        let mut stream = GpuStream {
-            device: device.clone(),
-            raw,
-            index,
-            failure: Arc::default(),
-            pending: Arc::default(),
-            waiter: None,
-        };
+        let mut stream = GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None };
         if wake == Wake::Waiter {
             stream.waiter = Some(stream.spawn_waiter()?);
         }
@@ -122,23 +95,6 @@ impl<D: Driver> GpuStream<D> {
     /// with the stream's first failure if it has one.
     pub(crate) fn after(&self, callback: Callback) -> Result<()> {
         let callback = self.poisoning(callback);
-        // An idle stream with no completion still to run runs it on the spot:
-        // no event, no callback thread, no wake-up (a fence on an idle stream
-        // resolves at once), and completions still happen in stream order. A
-        // device error makes the query fail, so the slow path reports it.
-        // Callers hold the scheduler's lock, so nothing is queued meanwhile.
-        // SAFETY: `raw` is this stream, alive while `self` is.
-        if self.pending.load(Ordering::Acquire) == 0
-            && matches!(unsafe { self.device.driver.stream_is_idle(self.raw) }, Ok(true))
-        {
-            callback(Ok(()));
-            return Ok(());
-        }
-        let pending = Pending::new(&self.pending);
-        let callback: Callback = Box::new(move |status| {
-            callback(status);
-            drop(pending);
-        });
         match &self.waiter {
             None => {
                 // SAFETY: `raw` is this stream, alive while `self` is; the callback

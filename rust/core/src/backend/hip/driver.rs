@@ -155,8 +155,7 @@ impl Driver for Hip {
     // Calls that differ from CUDA's only by name, written once in `handle_calls!`.
     handle_calls! { calls: ffi, check: check;
         event_record: hipEventRecord, stream_wait_event: hipStreamWaitEvent, event_synchronize: hipEventSynchronize,
-        stream_synchronize: hipStreamSynchronize, stream_query: hipStreamQuery(ffi::ERROR_NOT_READY),
-        add_callback: hipStreamAddCallback(on_stream_callback),
+        stream_synchronize: hipStreamSynchronize, add_callback: hipStreamAddCallback(on_stream_callback),
         stream_destroy: hipStreamDestroy, event_destroy: hipEventDestroy, module_unload: hipModuleUnload,
     }
 

@@ -18,7 +18,6 @@ pub(crate) const ERROR_OUT_OF_MEMORY: Status = Status(2);
 pub(crate) const ERROR_NO_DEVICE: Status = Status(100);
 pub(crate) const ERROR_INVALID_DEVICE: Status = Status(101);
 pub(crate) const ERROR_NOT_FOUND: Status = Status(500);
-pub(crate) const ERROR_NOT_READY: Status = Status(600);
 
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
 pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
@@ -40,7 +39,6 @@ extern "C" {
 
     pub fn hipStreamCreateWithFlags(stream: *mut hipStream_t, flags: c_uint) -> Status;
     pub fn hipStreamSynchronize(stream: hipStream_t) -> Status;
-    pub fn hipStreamQuery(stream: hipStream_t) -> Status;
     pub fn hipStreamDestroy(stream: hipStream_t) -> Status;
     pub fn hipStreamWaitEvent(stream: hipStream_t, event: hipEvent_t, flags: c_uint) -> Status;
     pub fn hipStreamAddCallback(
