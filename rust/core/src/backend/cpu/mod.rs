@@ -100,7 +100,7 @@ impl Backend for CpuBackend {
             Command::Download { src, sink } => {
                 // A read on a failed stream must fail with the stream's error, not be skipped.
                 let index = stream.index;
-                return stream.sync(Box::new(move |status| {
+                return stream.complete(Box::new(move |status| {
                     let outcome = status.clone().and_then(|()| {
                         ops::run(Command::Download { src, sink: sink.clone() }, &counters)
                             .map_err(|message| Error::OpFailed { stream: index, message })
@@ -131,7 +131,7 @@ impl Backend for CpuBackend {
             completion.complete(outcome);
             return Ok(());
         }
-        stream.sync(Box::new(move |status| completion.complete(status.clone())))
+        stream.complete(Box::new(move |status| completion.complete(status.clone())))
     }
 
     fn external_write(

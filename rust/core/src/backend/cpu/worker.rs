@@ -25,8 +25,14 @@ impl Progress {
         *lock(&self.finished)
     }
 
-    fn advance(&self) {
-        *lock(&self.finished) += 1;
+    /// Runs `finish` and counts one more job done, as one step for anyone who
+    /// reads the count: a reader that sees the job unfinished sees `finish`
+    /// not yet run, and one that sees it finished sees it run.
+    fn advance_after(&self, finish: impl FnOnce()) {
+        let mut finished = lock(&self.finished);
+        finish();
+        *finished += 1;
+        drop(finished);
         self.advanced.notify_all();
     }
 
@@ -45,8 +51,11 @@ pub(crate) type Sync = Box<dyn FnOnce(&Result<()>) + Send>;
 enum Job {
     /// Device work: skipped once the stream failed.
     Work(Work),
-    /// Ordering and completion: always runs, told whether the stream failed.
+    /// Ordering (waits, gates): always runs, told whether the stream failed.
     Sync(Sync),
+    /// Completion of signals and reads: always runs, and counts as done in
+    /// the same step as it runs (see [`CpuStream::settled`]). Must not block.
+    Complete(Sync),
 }
 
 /// A CPU stream: a queue of jobs and the thread that runs them.
@@ -90,11 +99,17 @@ impl CpuStream {
                         }
                         Job::Work(_) => {}
                         Job::Sync(sync) => {
-                            // A sync job only completes signals; keep the worker alive if one panics.
+                            // Keep the worker alive if a sync job panics.
                             let _ = catch_unwind(AssertUnwindSafe(|| sync(&status)));
                         }
+                        Job::Complete(complete) => {
+                            worker_progress.advance_after(|| {
+                                let _ = catch_unwind(AssertUnwindSafe(|| complete(&status)));
+                            });
+                            continue;
+                        }
                     }
-                    worker_progress.advance();
+                    worker_progress.advance_after(|| {});
                 }
             })
             .map_err(|e| Error::backend("cpu", format!("cannot start a stream thread: {e}")))?;
@@ -110,6 +125,8 @@ impl CpuStream {
 
     /// The stream's outcome so far, if every job enqueued on it has finished.
     /// Exact only while nobody enqueues concurrently (the scheduler's lock).
+    /// Once a completion has run, this sees its job finished, so a fence made
+    /// after an earlier one resolved is complete at once.
     pub(crate) fn settled(&self) -> Option<Result<()>> {
         if self.progress.finished() < self.enqueued() {
             return None;
@@ -138,6 +155,10 @@ impl CpuStream {
 
     pub(crate) fn sync(&self, sync: Sync) -> Result<()> {
         self.send(Job::Sync(sync))
+    }
+
+    pub(crate) fn complete(&self, complete: Sync) -> Result<()> {
+        self.send(Job::Complete(complete))
     }
 }
 
