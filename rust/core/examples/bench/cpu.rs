@@ -18,18 +18,6 @@ fn span(memory: &CpuMemory, len: u64) -> Span<&CpuMemory> {
     Span { buffer: memory, offset: 0, len }
 }
 
-fn figure(name: &str, unit: &'static str, weir: f64, baseline: f64, higher_is_better: bool, note: &str) -> Figure {
-    Figure {
-        backend: "cpu".into(),
-        name: name.into(),
-        unit,
-        weir,
-        baseline: Some(baseline),
-        higher_is_better,
-        note: note.into(),
-    }
-}
-
 /// Per-op time on the submitting thread: Weir's admission vs the raw enqueue.
 fn admission(report: &mut Report, buffers: usize) {
     let runtime = Runtime::open(BackendKind::Cpu).expect("cpu");
@@ -63,7 +51,8 @@ fn admission(report: &mut Report, buffers: usize) {
     raw.signal(&raw_stream, done.clone()).expect("signal");
     done.wait().expect("raw sync");
     let per_op = |d: Duration| micros(d) / ADMISSIONS as f64;
-    report.add(figure(
+    report.add(Figure::beside(
+        "cpu",
         &format!("admission per op, {buffers} buffers"),
         "us",
         per_op(weir),
@@ -100,7 +89,8 @@ fn fence_wake_up(report: &mut Report) {
             start.elapsed()
         })
         .collect();
-    report.add(figure(
+    report.add(Figure::beside(
+        "cpu",
         "fence wake-up latency (median)",
         "us",
         micros(median(&mut weir)),
@@ -144,7 +134,8 @@ fn pipeline(report: &mut Report) {
     done.wait().expect("raw sync");
     let baseline = start.elapsed();
     let rate = |d: Duration| PIPELINE_STEPS as f64 / d.as_secs_f64();
-    report.add(figure(
+    report.add(Figure::beside(
+        "cpu",
         "two-stream pipeline throughput",
         "steps/s",
         rate(weir),

@@ -15,6 +15,27 @@ pub struct Figure {
 }
 
 impl Figure {
+    /// A figure of `backend` measured beside its raw baseline.
+    pub fn beside(
+        backend: &str,
+        name: &str,
+        unit: &'static str,
+        weir: f64,
+        baseline: f64,
+        higher_is_better: bool,
+        note: &str,
+    ) -> Figure {
+        Figure {
+            backend: backend.into(),
+            name: name.into(),
+            unit,
+            weir,
+            baseline: Some(baseline),
+            higher_is_better,
+            note: note.into(),
+        }
+    }
+
     /// Weir divided by the baseline: for latencies lower is better, for
     /// throughputs higher is better (see `higher_is_better`).
     pub fn ratio(&self) -> Option<f64> {

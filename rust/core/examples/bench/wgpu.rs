@@ -23,18 +23,6 @@ use crate::report::{median, micros, Figure, Report};
 
 const GIB: u64 = 1 << 30;
 
-fn figure(name: &str, unit: &'static str, weir: f64, baseline: f64, higher_is_better: bool, note: &str) -> Figure {
-    Figure {
-        backend: "wgpu".into(),
-        name: name.into(),
-        unit,
-        weir,
-        baseline: Some(baseline),
-        higher_is_better,
-        note: note.into(),
-    }
-}
-
 /// A one-shot future completed from a wgpu callback.
 #[derive(Default)]
 struct Signal {
@@ -270,7 +258,8 @@ fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: u
             baseline.push(b);
         }
     }
-    report.add(figure(
+    report.add(Figure::beside(
+        "wgpu",
         "fence round trip (4-byte clear, then future resolved)",
         "us",
         micros(median(&mut weir)),
@@ -284,7 +273,8 @@ fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: u
         weir.push(timed(|| sync(&stream)));
         baseline.push(timed(|| raw.submit_and_wait(None)));
     }
-    report.add(figure(
+    report.add(Figure::beside(
+        "wgpu",
         "fence on an idle stream (raw: empty submit)",
         "us",
         micros(median(&mut weir)),
@@ -328,7 +318,8 @@ fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: 
     let check = stream.enqueue_read_at(&buffer, bytes - 4, 4).expect("read").wait().expect("read");
     assert_eq!(check, ((rounds - 1) as u32).to_le_bytes(), "the fill kernel did not write the last word");
     let size = format!("{} MiB", bytes >> 20);
-    report.add(figure(
+    report.add(Figure::beside(
+        "wgpu",
         &format!("zero fill {size} (memset_zero vs clear_buffer)"),
         "GB/s",
         gbps(bytes, &mut zero_w),
@@ -336,7 +327,8 @@ fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: 
         true,
         "median, submit to fence resolved",
     ));
-    report.add(figure(
+    report.add(Figure::beside(
+        "wgpu",
         &format!("fill kernel {size} (fill_u32 vs raw dispatch)"),
         "GB/s",
         gbps(bytes, &mut fill_w),
