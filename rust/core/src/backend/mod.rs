@@ -87,25 +87,28 @@ pub enum Command<R> {
 
 impl<R> Command<R> {
     /// Every buffer the command touches, with its access.
-    pub fn accesses(&self) -> Vec<(&R, Access)> {
+    pub fn accesses(&self) -> Vec<(R, Access)>
+    where
+        R: Copy,
+    {
         use Access::*;
         match self {
             Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => {
-                vec![(&dst.buffer, Write)]
+                vec![(dst.buffer, Write)]
             }
-            Command::Copy { src, dst } => vec![(&src.buffer, Read), (&dst.buffer, Write)],
-            Command::Download { src, .. } => vec![(&src.buffer, Read)],
+            Command::Copy { src, dst } => vec![(src.buffer, Read), (dst.buffer, Write)],
+            Command::Download { src, .. } => vec![(src.buffer, Read)],
             Command::Binary { a, b, out, .. } => {
-                vec![(&a.buffer, Read), (&b.buffer, Read), (&out.buffer, Write)]
+                vec![(a.buffer, Read), (b.buffer, Read), (out.buffer, Write)]
             }
-            Command::Scale { x, out, .. } => vec![(&x.buffer, Read), (&out.buffer, Write)],
-            Command::Axpy { x, y, .. } => vec![(&x.buffer, Read), (&y.buffer, ReadWrite)],
-            Command::Iota { out, .. } => vec![(&out.buffer, Write)],
+            Command::Scale { x, out, .. } => vec![(x.buffer, Read), (out.buffer, Write)],
+            Command::Axpy { x, y, .. } => vec![(x.buffer, Read), (y.buffer, ReadWrite)],
+            Command::Iota { out, .. } => vec![(out.buffer, Write)],
             Command::Delay { .. } => Vec::new(),
             Command::Custom { args, .. } => args
                 .iter()
                 .filter_map(|arg| match arg {
-                    KernelArg::Buffer(span, access) => Some((&span.buffer, *access)),
+                    KernelArg::Buffer(span, access) => Some((span.buffer, *access)),
                     KernelArg::Scalar(_) => None,
                 })
                 .collect(),

@@ -170,8 +170,7 @@ impl<B: Backend> Scheduler<B> {
 
     /// Admits `command` on `stream`: waits, enqueue and publication in one critical section.
     fn admit(&self, state: &mut State<B>, stream: usize, command: Command<BufferKey>) -> Result<()> {
-        let accesses: Vec<(BufferKey, Access)> =
-            command.accesses().into_iter().map(|(&key, access)| (key, access)).collect();
+        let accesses: Vec<(BufferKey, Access)> = command.accesses();
         self.wait_for_dependencies(state, stream, &accesses)?;
         let buffers = &state.buffers;
         let command = command.try_map(|key| {
