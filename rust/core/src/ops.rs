@@ -82,7 +82,7 @@ impl Bound {
         }
     }
 
-    fn f32s(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
+    fn words(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
         let span = self.buffer(index, needs)?;
         if span.len % 4 != 0 {
             return Err(Error::invalid(format!(
@@ -129,7 +129,7 @@ pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -
     let b = Bound::new(engine, op.name(), args)?;
     let typed_fill = |want: fn(ScalarArg) -> bool| -> Result<Command<BufferKey>> {
         b.expect_count(2)?;
-        let dst = b.f32s(0, Access::Write)?;
+        let dst = b.words(0, Access::Write)?;
         let value = b.scalar(1)?;
         if !want(value) {
             return Err(Error::invalid(format!("{} needs a {} value, got {value:?}", b.op, &b.op[5..])));
@@ -152,26 +152,26 @@ pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -
         }
         Builtin::Add | Builtin::Mul => {
             b.expect_count(3)?;
-            let (a, bb, out) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::Read)?, b.f32s(2, Access::Write)?);
+            let (a, bb, out) = (b.words(0, Access::Read)?, b.words(1, Access::Read)?, b.words(2, Access::Write)?);
             b.same_len(&[a, bb, out])?;
             let op = if op == Builtin::Add { BinaryOp::Add } else { BinaryOp::Mul };
             Ok(Command::Binary { op, a, b: bb, out })
         }
         Builtin::Scale => {
             b.expect_count(3)?;
-            let (x, out) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::Write)?);
+            let (x, out) = (b.words(0, Access::Read)?, b.words(1, Access::Write)?);
             b.same_len(&[x, out])?;
             Ok(Command::Scale { x, out, alpha: f32_scalar(&b, 2)? })
         }
         Builtin::Axpy => {
             b.expect_count(3)?;
-            let (x, y) = (b.f32s(0, Access::Read)?, b.f32s(1, Access::ReadWrite)?);
+            let (x, y) = (b.words(0, Access::Read)?, b.words(1, Access::ReadWrite)?);
             b.same_len(&[x, y])?;
             Ok(Command::Axpy { x, y, alpha: f32_scalar(&b, 2)? })
         }
         Builtin::Iota => {
             b.expect_count(2)?;
-            let out = b.f32s(0, Access::Write)?;
+            let out = b.words(0, Access::Write)?;
             match b.scalar(1)? {
                 ScalarArg::U32(start) => Ok(Command::Iota { out, start }),
                 other => Err(Error::invalid(format!("iota needs a u32 start, got {other:?}"))),
