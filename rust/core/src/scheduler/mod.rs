@@ -89,6 +89,16 @@ struct State<B: Backend> {
     next_key: BufferKey,
 }
 
+impl<B: Backend> State<B> {
+    fn slot(&self, stream: usize) -> Result<&StreamSlot<B::Stream>> {
+        self.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))
+    }
+
+    fn entry(&self, key: BufferKey) -> Result<&BufferEntry<B::Memory>> {
+        self.buffers.get(&key).ok_or_else(|| Error::invalid("buffer was released"))
+    }
+}
+
 /// The scheduler over one backend.
 pub(crate) struct Scheduler<B: Backend> {
     backend: B,
@@ -156,14 +166,12 @@ impl<B: Backend> Scheduler<B> {
         stream: usize,
         accesses: &[(BufferKey, Access)],
     ) -> Result<()> {
-        let slot = state.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
-        if let Some(error) = &slot.poisoned {
+        if let Some(error) = &state.slot(stream)?.poisoned {
             return Err(error.clone());
         }
         let mut deps = Dependencies::default();
         for &(key, access) in accesses {
-            let entry = state.buffers.get(&key).ok_or_else(|| Error::invalid("buffer was released"))?;
-            entry.history.dependencies(access, &mut deps);
+            state.entry(key)?.history.dependencies(access, &mut deps);
         }
         self.order_after(&mut state.streams, stream, &deps)
     }
@@ -172,12 +180,10 @@ impl<B: Backend> Scheduler<B> {
     fn admit(&self, state: &mut State<B>, stream: usize, command: Command<BufferKey>) -> Result<()> {
         let accesses: Vec<(BufferKey, Access)> = command.accesses();
         self.wait_for_dependencies(state, stream, &accesses)?;
-        let buffers = &state.buffers;
-        let command = command.try_map(|key| {
-            buffers.get(&key).map(|entry| &entry.memory).ok_or_else(|| Error::invalid("buffer was released"))
-        })?;
+        let command = command.try_map(|key| state.entry(key).map(|entry| &entry.memory))?;
+        let enqueued = self.backend.enqueue(&state.streams[stream].raw, command);
         let slot = &mut state.streams[stream];
-        if let Err(error) = self.backend.enqueue(&slot.raw, command) {
+        if let Err(error) = enqueued {
             // Bad input leaves the stream usable; anything else failed the op on it.
             let error = match error {
                 Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. } => error,
@@ -285,7 +291,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         let freed = Self::sweep(&mut state);
         let key = state.next_key;
         state.next_key += 1;
-        let slot = state.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
+        let slot = state.slot(stream)?;
         let history = match self.fault {
             Some(Fault::KeyVersionsAtAllocation) => History::written_at((stream, slot.position)),
             None => History::default(),
@@ -340,8 +346,7 @@ impl<B: Backend> Engine for Scheduler<B> {
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>> {
         let state = self.open_state()?;
         let targets: Vec<usize> = match stream {
-            Some(stream) if stream < state.streams.len() => vec![stream],
-            Some(stream) => return Err(Error::invalid(format!("no stream {stream}"))),
+            Some(stream) => state.slot(stream).map(|_| vec![stream])?,
             None => (0..state.streams.len()).collect(),
         };
         // A poisoned stream's fence still resolves only after the work queued on
@@ -367,11 +372,8 @@ impl<B: Backend> Engine for Scheduler<B> {
         let mut state = self.open_state()?;
         let accesses: Vec<(BufferKey, Access)> = buffers.iter().map(|&key| (key, Access::Write)).collect();
         self.wait_for_dependencies(&mut state, stream, &accesses)?;
-        let memories = buffers
-            .iter()
-            .map(|key| state.buffers.get(key).map(|entry| &entry.memory))
-            .collect::<Option<Vec<_>>>()
-            .ok_or_else(|| Error::invalid("buffer was released"))?;
+        let memories =
+            buffers.iter().map(|&key| state.entry(key).map(|entry| &entry.memory)).collect::<Result<Vec<_>>>()?;
         let outcome = self.backend.external_write(&state.streams[stream].raw, &memories, write);
         // Whatever the closure managed to enqueue is now ordered before later users.
         state.streams[stream].position += 1;
@@ -381,7 +383,7 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn hold(&self, stream: usize) -> Result<Arc<Gate>> {
         let state = self.open_state()?;
-        let slot = state.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))?;
+        let slot = state.slot(stream)?;
         let gate = Arc::new(Gate::default());
         self.backend.hold(&slot.raw, gate.clone())?;
         Ok(gate)
