@@ -116,8 +116,9 @@ impl Stream {
         Ok(Arc::new(Fence::new(self.inner.fence()?)))
     }
 
-    /// Suspends until all work admitted on this stream so far is done; an idle
-    /// stream answers at once, without a wake-up.
+    /// Suspends until all work admitted on this stream so far is done. On the
+    /// CPU and wgpu backends an idle stream answers at once, without a wake-up;
+    /// CUDA and HIP always go through their completion thread.
     #[uniffi::method(default(cancel = None))]
     pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         cancellable(self.completion()?, cancel).await
