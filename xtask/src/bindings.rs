@@ -47,7 +47,9 @@ pub fn library_file() -> &'static str {
 /// Builds `weir-ffi` (cdylib + staticlib) and returns the shared library's path.
 pub fn native(profile: Profile) -> Result<PathBuf> {
     let mut command = cargo();
-    command.args(["build", "--quiet", "-p", "weir-ffi"]);
+    // The Kotlin and Swift suites, benchmarks and demos share this library, and
+    // the suites need the test hooks.
+    command.args(["build", "--quiet", "-p", "weir-ffi", "--features", "test-support"]);
     if profile == Profile::Release {
         command.arg("--release");
     }

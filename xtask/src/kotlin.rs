@@ -122,7 +122,20 @@ pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
     let output = crate::util::cargo()
         .current_dir(root())
-        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--example", "round_trip", "--", "--backend", backend])
+        .args([
+            "run",
+            "--release",
+            "--quiet",
+            "-p",
+            "weir-ffi",
+            "--features",
+            "test-support",
+            "--example",
+            "round_trip",
+            "--",
+            "--backend",
+            backend,
+        ])
         .output()
         .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
     if !output.status.success() {

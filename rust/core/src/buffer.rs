@@ -20,8 +20,9 @@ impl Drop for Handle {
     }
 }
 
-/// A range of device memory. Clones share it; it is released when the last
-/// clone drops, after the ops that use it finish.
+/// A range of device memory. Clones share it and keep its runtime alive; when
+/// the last clone drops, its memory is freed as soon as the ops that use it
+/// finish, with no further call.
 #[derive(Clone)]
 pub struct Buffer(Arc<Handle>);
 

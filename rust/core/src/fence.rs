@@ -7,8 +7,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use crate::backend::HostSink;
-use crate::completion::{Completion, LiveCounters};
+use crate::completion::Completion;
 use crate::error::{Error, Result};
+use crate::scheduler::Engine;
 
 /// "All work admitted on a stream (or on every stream) up to now."
 ///
@@ -17,7 +18,9 @@ use crate::error::{Error, Result};
 /// blocks. Dropping it, or a future waiting on it, at any moment leaks nothing.
 pub struct Fence {
     completion: Arc<Completion>,
-    live: Arc<LiveCounters>,
+    /// Keeps the runtime alive, and tells a wait that would wait for itself.
+    engine: Arc<dyn Engine>,
+    stream: Option<usize>,
 }
 
 impl std::fmt::Debug for Fence {
@@ -27,13 +30,18 @@ impl std::fmt::Debug for Fence {
 }
 
 impl Fence {
-    pub(crate) fn new(completion: Arc<Completion>, live: Arc<LiveCounters>) -> Self {
-        live.fences.fetch_add(1, Ordering::SeqCst);
-        Fence { completion, live }
+    pub(crate) fn new(completion: Arc<Completion>, engine: Arc<dyn Engine>, stream: Option<usize>) -> Self {
+        engine.live().fences.fetch_add(1, Ordering::SeqCst);
+        Fence { completion, engine, stream }
     }
 
-    /// Blocks the calling thread until the work is done; reports the first failure.
+    /// Blocks the calling thread until the work is done; reports the first
+    /// failure. From inside a CPU kernel of a stream this fence covers, it
+    /// fails with [`Error::InvalidArgument`] (it would wait for itself).
     pub fn wait(&self) -> Result<()> {
+        if !self.completion.is_complete() {
+            self.engine.check_can_wait(self.stream)?;
+        }
         self.completion.wait()
     }
 
@@ -56,7 +64,7 @@ impl Fence {
 
 impl Drop for Fence {
     fn drop(&mut self) {
-        self.live.fences.fetch_sub(1, Ordering::SeqCst);
+        self.engine.live().fences.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
@@ -104,19 +112,26 @@ impl Drop for CompletionWait {
     }
 }
 
-/// A read admitted on a stream; the bytes arrive when it completes.
+/// A read admitted on a stream; the bytes arrive when it completes. It keeps
+/// its runtime alive.
 pub struct PendingRead {
     sink: Arc<HostSink>,
     slot: Option<usize>,
+    engine: Arc<dyn Engine>,
+    stream: usize,
 }
 
 impl PendingRead {
-    pub(crate) fn new(sink: Arc<HostSink>) -> Self {
-        PendingRead { sink, slot: None }
+    pub(crate) fn new(sink: Arc<HostSink>, engine: Arc<dyn Engine>, stream: usize) -> Self {
+        PendingRead { sink, slot: None, engine, stream }
     }
 
-    /// Blocks until the bytes are there.
+    /// Blocks until the bytes are there (see [`Fence::wait`] for the one case
+    /// it refuses).
     pub fn wait(self) -> Result<Vec<u8>> {
+        if !self.sink.completion.is_complete() {
+            self.engine.check_can_wait(Some(self.stream))?;
+        }
         self.sink.completion.wait()?;
         self.bytes()
     }

@@ -197,13 +197,14 @@ pub enum Builtin {
     Axpy,
     /// `(out: Write, start: u32)`: out[i] = start + i.
     Iota,
-    /// `(micros: u32)`: holds the stream for the given time.
+    /// `(micros: u32)`: holds the stream for the given time (test support).
+    #[cfg(feature = "test-support")]
     Delay,
 }
 
 impl Builtin {
     /// Every built-in, for backends that compile them all up front.
-    pub const ALL: [Builtin; 11] = [
+    pub const ALL: &'static [Builtin] = &[
         Builtin::MemsetZero,
         Builtin::FillU32,
         Builtin::FillI32,
@@ -214,6 +215,7 @@ impl Builtin {
         Builtin::Scale,
         Builtin::Axpy,
         Builtin::Iota,
+        #[cfg(feature = "test-support")]
         Builtin::Delay,
     ];
 
@@ -230,13 +232,14 @@ impl Builtin {
             Builtin::Scale => "scale",
             Builtin::Axpy => "axpy",
             Builtin::Iota => "iota",
+            #[cfg(feature = "test-support")]
             Builtin::Delay => "delay",
         }
     }
 
     /// Looks a built-in up by [`Builtin::name`].
     pub fn from_name(name: &str) -> Option<Builtin> {
-        Builtin::ALL.into_iter().find(|b| b.name() == name)
+        Builtin::ALL.iter().copied().find(|b| b.name() == name)
     }
 }
 

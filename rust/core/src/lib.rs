@@ -37,27 +37,48 @@
 //! # Ok::<(), weir_core::Error>(())
 //! ```
 
+#[cfg(feature = "test-support")]
 pub mod backend;
+#[cfg(not(feature = "test-support"))]
+mod backend;
 mod buffer;
+mod cancel;
 mod completion;
+mod device;
+mod diagnostics;
 mod error;
 mod fence;
 mod kernel;
+mod lock;
 mod ops;
 mod runtime;
 mod scheduler;
 mod stream;
 
-pub use backend::{BackendCounters, RawAccess};
+pub use backend::cpu::CpuRawAccess;
+#[cfg(feature = "cuda")]
+pub use backend::cuda::cudarc;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub use backend::gpu::DeviceBuffer;
+#[cfg(feature = "hip")]
+pub use backend::hip::hip_sys;
+#[cfg(feature = "wgpu")]
+pub use backend::wgpu::{wgpu, WgpuRawAccess};
+pub use backend::RawAccess;
 pub use buffer::Buffer;
-pub use completion::{Completion, LiveCounters};
+pub use cancel::CancelToken;
+pub use completion::Completion;
+pub use device::{BackendKind, DeviceInfo, KernelLanguage};
+pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
 pub use error::{Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };
 pub use ops::Arg;
-pub use runtime::{BackendKind, DeviceInfo, Diagnostics, Runtime};
-#[doc(hidden)]
+pub use runtime::Runtime;
+#[cfg(feature = "test-support")]
 pub use scheduler::Fault;
-pub use stream::{Hold, Stream};
+#[cfg(feature = "test-support")]
+pub use stream::Hold;
+pub use stream::Stream;

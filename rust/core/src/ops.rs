@@ -1,13 +1,12 @@
 //! Checks op arguments and turns them into scheduler commands.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::buffer::Buffer;
+use crate::device::KernelLanguage;
 use crate::error::{Error, Result};
 use crate::kernel::{Access, Builtin, CustomKernel, KernelDef, ScalarArg};
-use crate::runtime::BackendKind;
 use crate::scheduler::{BufferKey, Engine};
 
 /// An argument of [`crate::Stream::execute`].
@@ -177,10 +176,13 @@ pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -
                 other => Err(Error::invalid(format!("iota needs a u32 start, got {other:?}"))),
             }
         }
+        #[cfg(feature = "test-support")]
         Builtin::Delay => {
             b.expect_count(1)?;
             match b.scalar(0)? {
-                ScalarArg::U32(micros) => Ok(Command::Delay { duration: Duration::from_micros(u64::from(micros)) }),
+                ScalarArg::U32(micros) => {
+                    Ok(Command::Delay { duration: std::time::Duration::from_micros(u64::from(micros)) })
+                }
                 other => Err(Error::invalid(format!("delay needs u32 microseconds, got {other:?}"))),
             }
         }
@@ -201,16 +203,25 @@ pub(crate) fn custom(
     grid: crate::kernel::Grid,
     args: &[Arg<'_>],
 ) -> Result<Command<BufferKey>> {
-    let kind = engine.kind();
-    let has_source = match kind {
-        BackendKind::Cpu => kernel.cpu.is_some(),
-        BackendKind::Wgpu => kernel.wgsl.is_some(),
-        BackendKind::Cuda => kernel.cuda.is_some(),
-        BackendKind::Hip => kernel.hip.is_some(),
-        BackendKind::Auto => false,
+    let language = engine.kernel_language();
+    let has_source = match language {
+        KernelLanguage::Rust => kernel.cpu.is_some(),
+        KernelLanguage::Wgsl => kernel.wgsl.is_some(),
+        KernelLanguage::CudaC => kernel.cuda.is_some(),
+        KernelLanguage::HipC => kernel.hip.is_some(),
     };
     if !has_source {
-        return Err(Error::unsupported(kind.name(), format!("kernel {} has no {} source", kernel.name, kind.name())));
+        let backend = engine.kind().name();
+        let wanted = match language {
+            KernelLanguage::Rust => "a Rust closure (the CPU backend runs no kernel source)",
+            KernelLanguage::Wgsl => "a WGSL source",
+            KernelLanguage::CudaC => "a CUDA C source",
+            KernelLanguage::HipC => "a HIP C source",
+        };
+        return Err(Error::unsupported(
+            backend,
+            format!("kernel {} has no {backend} implementation: it needs {wanted}", kernel.name),
+        ));
     }
     if grid.groups.contains(&0) || grid.block.contains(&0) {
         return Err(Error::invalid(format!("kernel {}: grid {grid:?} has an empty dimension", kernel.name)));

@@ -1,11 +1,12 @@
 //! The public stream handle: where ops are admitted.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use bytemuck::Pod;
 
-use crate::backend::{Command, Gate, HostSink, RawAccess};
+#[cfg(feature = "test-support")]
+use crate::backend::Gate;
+use crate::backend::{Command, HostSink, RawAccess};
 use crate::buffer::Buffer;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
@@ -16,31 +17,47 @@ use crate::scheduler::{BufferKey, Engine, Init};
 
 /// An ordered queue of device work. Any thread may submit to any stream;
 /// clones name the same stream.
+///
+/// A stream keeps its runtime alive. When its last clone drops, the stream is
+/// retired: its backend stream (a CPU thread, a `CUstream`) goes once the
+/// work admitted on it is done; nothing waits for that on the dropping thread.
 #[derive(Clone)]
-pub struct Stream {
+pub struct Stream(Arc<StreamHandle>);
+
+struct StreamHandle {
     engine: Arc<dyn Engine>,
     index: usize,
 }
 
+impl Drop for StreamHandle {
+    fn drop(&mut self) {
+        self.engine.retire_stream(self.index);
+    }
+}
+
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Stream({})", self.index)
+        write!(f, "Stream({})", self.0.index)
     }
 }
 
 impl Stream {
     pub(crate) fn new(engine: Arc<dyn Engine>, index: usize) -> Self {
-        Stream { engine, index }
+        Stream(Arc::new(StreamHandle { engine, index }))
     }
 
     /// The stream's index in its runtime (0 is the default stream).
     pub fn index(&self) -> usize {
-        self.index
+        self.0.index
+    }
+
+    fn engine(&self) -> &Arc<dyn Engine> {
+        &self.0.engine
     }
 
     fn create(&self, len: u64, init: Init) -> Result<Buffer> {
-        let key = self.engine.create(self.index, len, init)?;
-        Ok(Buffer::new(self.engine.clone(), key, len))
+        let key = self.engine().create(self.0.index, len, init)?;
+        Ok(Buffer::new(self.engine().clone(), key, len))
     }
 
     /// A buffer of `bytes` with unspecified contents, no definition yet.
@@ -61,12 +78,12 @@ impl Stream {
     }
 
     fn submit(&self, command: Command<BufferKey>) -> Result<()> {
-        self.engine.submit(self.index, command)
+        self.engine().submit(self.0.index, command)
     }
 
     /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
     pub fn execute(&self, kernel: &Kernel, grid: Grid, args: &[Arg<'_>]) -> Result<()> {
-        self.submit(ops::kernel(&self.engine, kernel, grid, args)?)
+        self.submit(ops::kernel(self.engine(), kernel, grid, args)?)
     }
 
     /// Enqueues `kernel`, then waits for this stream to finish it.
@@ -76,7 +93,7 @@ impl Stream {
     }
 
     fn builtin(&self, op: Builtin, args: &[Arg<'_>]) -> Result<()> {
-        self.submit(ops::builtin(&self.engine, op, args)?)
+        self.submit(ops::builtin(self.engine(), op, args)?)
     }
 
     /// Zeroes every byte of `buffer` on the device.
@@ -130,7 +147,8 @@ impl Stream {
     }
 
     /// Holds the stream for `duration` (tests and benchmarks).
-    pub fn delay(&self, duration: Duration) -> Result<()> {
+    #[cfg(feature = "test-support")]
+    pub fn delay(&self, duration: std::time::Duration) -> Result<()> {
         let micros = u32::try_from(duration.as_micros()).unwrap_or(u32::MAX);
         self.builtin(Builtin::Delay, &[Arg::u32(micros)])
     }
@@ -138,7 +156,7 @@ impl Stream {
     /// Enqueues a copy of `data` into `buffer` at byte `offset`.
     pub fn write<T: Pod>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
         let bytes: &[u8] = bytemuck::cast_slice(data);
-        let dst = buffer.span_in(&self.engine, offset, bytes.len() as u64)?;
+        let dst = buffer.span_in(self.engine(), offset, bytes.len() as u64)?;
         if bytes.is_empty() {
             return Err(Error::invalid("nothing to write"));
         }
@@ -153,13 +171,13 @@ impl Stream {
 
     /// Admits a read of `len` bytes of `buffer` from `offset`; await or wait the result.
     pub fn enqueue_read_at(&self, buffer: &Buffer, offset: u64, len: u64) -> Result<PendingRead> {
-        let src = buffer.span_in(&self.engine, offset, len)?;
+        let src = buffer.span_in(self.engine(), offset, len)?;
         if len == 0 {
             return Err(Error::invalid("nothing to read"));
         }
-        let sink = HostSink::new(Completion::new(1, self.engine.live().clone()));
+        let sink = HostSink::new(Completion::new(1, self.engine().live().clone()));
         self.submit(Command::Download { src, sink: sink.clone() })?;
-        Ok(PendingRead::new(sink))
+        Ok(PendingRead::new(sink, self.engine().clone(), self.0.index))
     }
 
     /// Admits a read of the whole of `buffer`.
@@ -192,7 +210,7 @@ impl Stream {
 
     /// A fence on all work admitted on this stream so far.
     pub fn fence(&self) -> Result<Fence> {
-        Ok(Fence::new(self.engine.fence(Some(self.index))?, self.engine.live().clone()))
+        Ok(Fence::new(self.engine().fence(Some(self.0.index))?, self.engine().clone(), Some(self.0.index)))
     }
 
     /// Waits, without blocking a thread, for all work admitted on this stream so far.
@@ -200,35 +218,42 @@ impl Stream {
         self.fence()?.await
     }
 
-    /// Admits a write by foreign code: inside the ordering boundary, after the
-    /// waits the buffers need, `write` gets the backend's raw stream and memory;
-    /// the buffers are then published as written at this position.
+    /// Admits a write by foreign code. Inside the ordering boundary the write
+    /// takes its waits and its position, and the buffers are published as
+    /// written there; then `write` runs, outside the runtime-wide lock, with the
+    /// backend's raw stream and memory. While it runs, calls that need this
+    /// stream wait for it; made from inside `write` they fail with
+    /// [`Error::InvalidArgument`] instead of waiting for themselves.
     pub fn external_write(
         &self,
         buffers: &[&Buffer],
         mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
-        let keys = buffers.iter().map(|buffer| buffer.key_in(&self.engine)).collect::<Result<Vec<BufferKey>>>()?;
+        let keys = buffers.iter().map(|buffer| buffer.key_in(self.engine())).collect::<Result<Vec<BufferKey>>>()?;
         ops::reject_aliasing(keys.iter().map(|&key| (key, crate::Access::Write)))?;
-        self.engine.external_write(self.index, &keys, &mut write)
+        self.engine().external_write(self.0.index, &keys, &mut write)
     }
 
     /// Holds the stream at this point until the returned [`Hold`] is released
-    /// or dropped. Test support; the CPU backend has it.
+    /// or dropped. Test support; the CPU and wgpu backends have it.
+    #[cfg(feature = "test-support")]
     pub fn hold(&self) -> Result<Hold> {
-        Ok(Hold(self.engine.hold(self.index)?))
+        Ok(Hold(self.engine().hold(self.0.index)?))
     }
 }
 
 /// A gate in a stream: work admitted after it waits until it is released.
+#[cfg(feature = "test-support")]
 #[derive(Debug)]
 pub struct Hold(Arc<Gate>);
 
+#[cfg(feature = "test-support")]
 impl Hold {
     /// Lets the stream go on.
     pub fn release(self) {}
 }
 
+#[cfg(feature = "test-support")]
 impl Drop for Hold {
     fn drop(&mut self) {
         self.0.open();

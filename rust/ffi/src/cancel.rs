@@ -6,7 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use weir_core::{Completion, CompletionWait, LiveCounters};
+use weir_core::CompletionWait;
 
 use crate::error::{Result, WeirError};
 
@@ -19,8 +19,7 @@ use crate::error::{Result, WeirError};
 /// wait started with a cancelled token fails at once.
 #[derive(Debug, uniffi::Object)]
 pub struct CancelToken {
-    // A cancellation is a completion like any other: waits select on it.
-    cancelled: Arc<Completion>,
+    cancelled: weir_core::CancelToken,
 }
 
 #[uniffi::export]
@@ -28,17 +27,17 @@ impl CancelToken {
     /// A token that is not cancelled.
     #[uniffi::constructor]
     pub fn new() -> Arc<Self> {
-        Arc::new(CancelToken { cancelled: Completion::new(1, Arc::new(LiveCounters::default())) })
+        Arc::new(CancelToken { cancelled: weir_core::CancelToken::new() })
     }
 
     /// Cancels every wait guarded by this token, now and later. Idempotent.
     pub fn cancel(&self) {
-        self.cancelled.complete(Err(weir_core::Error::Cancelled));
+        self.cancelled.cancel();
     }
 
     /// True once `cancel()` was called.
     pub fn is_cancelled(&self) -> bool {
-        self.cancelled.is_complete()
+        self.cancelled.is_cancelled()
     }
 }
 

@@ -71,6 +71,7 @@ pub type Result<T, E = WeirError> = std::result::Result<T, E>;
 /// converts to, so every variant's type and message can be checked on the
 /// foreign side, including those no public call can provoke on the CPU.
 /// An unknown name is `InvalidArgument`. Not for applications.
+#[cfg(feature = "test-support")]
 #[uniffi::export]
 pub fn debug_error_probe(variant: String) -> Result<()> {
     use weir_core::Error as E;

@@ -26,6 +26,7 @@ pub enum BuiltinOp {
     /// `(out: Write, start: U32)`: out[i] = start + i.
     Iota,
     /// `(micros: U32)`: holds the stream for that long (tests, benchmarks; 0 is a no-op op).
+    #[cfg(feature = "test-support")]
     Delay,
 }
 
@@ -43,6 +44,7 @@ impl From<BuiltinOp> for weir_core::Builtin {
             BuiltinOp::Scale => B::Scale,
             BuiltinOp::Axpy => B::Axpy,
             BuiltinOp::Iota => B::Iota,
+            #[cfg(feature = "test-support")]
             BuiltinOp::Delay => B::Delay,
         }
     }

@@ -32,11 +32,15 @@ mod stream;
 
 pub use buffer::Buffer;
 pub use cancel::CancelToken;
-pub use error::{debug_error_probe, WeirError};
+#[cfg(feature = "test-support")]
+pub use error::debug_error_probe;
+pub use error::WeirError;
 pub use fence::Fence;
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{grid_linear, Access, Arg, Backend, DeviceInfo, Diagnostics, Grid};
 pub use runtime::Runtime;
-pub use stream::{Hold, Stream};
+#[cfg(feature = "test-support")]
+pub use stream::Hold;
+pub use stream::Stream;
 
 uniffi::setup_scaffolding!("weir");

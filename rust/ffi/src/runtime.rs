@@ -10,11 +10,13 @@ use crate::stream::Stream;
 
 /// One device on one backend.
 ///
-/// Shutting down: `shutdown()` waits for all work in flight, then releases the
-/// device; later calls on the runtime, its streams, buffers and fences fail
-/// with `Closed`, and shutting down again does nothing. Releasing the last
-/// handle of the runtime (Kotlin `close()`/`use {}`, Swift deinit) shuts it
-/// down the same way.
+/// Lifetime: every handle made from a runtime (stream, buffer, fence) keeps it
+/// alive, so a garbage-collected or released `Runtime` object ends nothing
+/// while its streams are in use. `shutdown()` is the explicit end: it waits
+/// for all work in flight, then releases the device; later calls fail with
+/// `Closed`, and every caller returns once that is done. When the last handle
+/// goes without a shutdown, the work admitted so far completes and the device
+/// is released in the background: no cleaner or `deinit` thread waits for it.
 #[derive(Debug, uniffi::Object)]
 pub struct Runtime {
     inner: weir_core::Runtime,
@@ -65,13 +67,5 @@ impl Runtime {
     /// this runtime and everything it made fail with `Closed`; again: nothing.
     pub fn shutdown(&self) -> Result<()> {
         Ok(self.inner.close()?)
-    }
-}
-
-impl Drop for Runtime {
-    fn drop(&mut self) {
-        // The last handle went: shut down as documented. Errors have nowhere to
-        // go here; per-stream errors were reported to their fences.
-        let _ = self.inner.close();
     }
 }

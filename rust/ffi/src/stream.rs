@@ -123,7 +123,11 @@ impl Stream {
     pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         cancellable(self.completion()?, cancel).await
     }
+}
 
+#[cfg(feature = "test-support")]
+#[uniffi::export]
+impl Stream {
     /// Holds the stream at this point: work admitted after it waits until the
     /// returned [`Hold`] is released. Test support (the CPU backend has it;
     /// others answer `Unsupported`).
@@ -134,11 +138,13 @@ impl Stream {
 
 /// A gate in a stream (test support): the stream waits here until released.
 /// Dropping the handle releases it too.
+#[cfg(feature = "test-support")]
 #[derive(Debug, uniffi::Object)]
 pub struct Hold {
     gate: std::sync::Mutex<Option<weir_core::Hold>>,
 }
 
+#[cfg(feature = "test-support")]
 #[uniffi::export]
 impl Hold {
     /// Lets the stream go on. Releasing again does nothing.

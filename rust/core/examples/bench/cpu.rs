@@ -1,12 +1,11 @@
 //! CPU backend figures, each beside the raw backend driven by hand.
 
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use weir_core::backend::cpu::{CpuBackend, CpuMemory};
-use weir_core::backend::{Backend, Command, Span};
-use weir_core::{Arg, BackendKind, Completion, Grid, Kernel, LiveCounters, Runtime};
+use weir_core::backend::{direct, Backend, Command, Span};
+use weir_core::{Arg, BackendKind, Grid, Kernel, Runtime};
 
 use crate::report::{median, micros, Figure, Report};
 
@@ -43,11 +42,18 @@ fn admission(report: &mut Report, buffers: usize) {
             .iter()
             .map(|m| weir_core::backend::KernelArg::Buffer(span(m, 64), weir_core::Access::ReadWrite))
             .collect();
-        raw.enqueue(&raw_stream, Command::Custom { kernel: custom.clone(), grid: Grid::linear(1, 1), args })
-            .expect("enqueue");
+        // SAFETY: the memory outlives the run; each stream's work completes before it is dropped.
+        unsafe {
+            direct::submit(
+                &raw,
+                &raw_stream,
+                Command::Custom { kernel: custom.clone(), grid: Grid::linear(1, 1), args },
+            )
+        }
+        .expect("enqueue");
     }
     let baseline = start.elapsed();
-    let done = Completion::new(1, Arc::new(LiveCounters::default()));
+    let done = direct::completion(1);
     raw.signal(&raw_stream, done.clone()).expect("signal");
     done.wait().expect("raw sync");
     let per_op = |d: Duration| micros(d) / ADMISSIONS as f64;
@@ -78,12 +84,12 @@ fn fence_wake_up(report: &mut Report) {
 
     let raw = CpuBackend::new();
     let raw_stream = raw.create_stream().expect("stream");
-    let live = Arc::new(LiveCounters::default());
     let mut baseline: Vec<Duration> = (0..WAKE_UPS)
         .map(|_| {
             let start = Instant::now();
-            raw.enqueue(&raw_stream, Command::Delay { duration: Duration::ZERO }).expect("delay");
-            let done = Completion::new(1, live.clone());
+            // SAFETY: the memory outlives the run; each stream's work completes before it is dropped.
+            unsafe { direct::submit(&raw, &raw_stream, Command::Delay { duration: Duration::ZERO }) }.expect("delay");
+            let done = direct::completion(1);
             raw.signal(&raw_stream, done.clone()).expect("signal");
             done.wait().expect("wait");
             start.elapsed()
@@ -123,12 +129,16 @@ fn pipeline(report: &mut Report) {
         // By hand: fill after the previous copy read the chunk, copy after the fill.
         let read_done = raw.record_event(&c).expect("event");
         raw.wait_event(&p, &read_done).expect("wait");
-        raw.enqueue(&p, Command::Fill { dst: span(&chunk, 4096), word: step as u32 }).expect("fill");
+        // SAFETY: the memory outlives the run; each stream's work completes before it is dropped.
+        unsafe { direct::submit(&raw, &p, Command::Fill { dst: span(&chunk, 4096), word: step as u32 }) }
+            .expect("fill");
         let written = raw.record_event(&p).expect("event");
         raw.wait_event(&c, &written).expect("wait");
-        raw.enqueue(&c, Command::Copy { src: span(&chunk, 4096), dst: span(&out, 4096) }).expect("copy");
+        // SAFETY: the memory outlives the run; each stream's work completes before it is dropped.
+        unsafe { direct::submit(&raw, &c, Command::Copy { src: span(&chunk, 4096), dst: span(&out, 4096) }) }
+            .expect("copy");
     }
-    let done = Completion::new(2, Arc::new(LiveCounters::default()));
+    let done = direct::completion(2);
     raw.signal(&p, done.clone()).expect("signal");
     raw.signal(&c, done.clone()).expect("signal");
     done.wait().expect("raw sync");

@@ -11,10 +11,21 @@
 //!   only after a [`Backend::signal`] on every stream that used it completed.
 //!
 //! What a backend guarantees to the scheduler:
-//! - `enqueue`, `record_event`, `wait_event` and `signal` never wait for the device;
+//! - `prepare` does everything slow, before the boundary; `enqueue`,
+//!   `record_event`, `wait_event` and `signal` only make ordered driver calls
+//!   and never wait for the device;
+//! - `enqueue` says what happened: done, rejected (bad input, the stream is
+//!   untouched) or failed (see [`EnqueueError`]), never by an error's variant;
 //! - a [`Completion`] handed to `signal` is completed exactly once, from the
 //!   backend's completion path, with the stream's first failure if it has one;
-//! - dropping an `Event` releases it (it may already be waited on).
+//! - **no foreign code runs on a backend thread or under a backend lock**:
+//!   completing a cell only settles it, and its wakers and actions run on the
+//!   delivery thread ([`crate::completion`]), so a woken task may call any Weir
+//!   API at once, on any stream;
+//! - threads a backend owns (workers, poll and waiter threads) contain panics:
+//!   one panicking callback never stops the completion path;
+//! - dropping an `Event` releases it (it may already be waited on); dropping
+//!   a `Stream` retires it after its work, and dropping `Memory` frees it.
 
 pub mod cpu;
 #[cfg(feature = "cuda")]
@@ -26,14 +37,18 @@ pub mod hip;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+#[cfg(feature = "test-support")]
+use std::sync::Condvar;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::completion::{lock, Completion};
-use crate::error::Result;
+use crate::completion::Completion;
+pub use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+pub use crate::diagnostics::BackendCounters;
+pub(crate) use crate::diagnostics::Counters;
+use crate::error::{Error, Result};
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
-use crate::runtime::{BackendKind, DeviceInfo};
+use crate::lock::lock;
 
 /// A byte range of one buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -79,7 +94,8 @@ pub enum Command<R> {
     Axpy { x: Span<R>, y: Span<R>, alpha: f32 },
     /// out[i] = start + i over u32.
     Iota { out: Span<R>, start: u32 },
-    /// Holds the stream for `duration`.
+    /// Holds the stream for `duration` (test support: nothing else makes one).
+    #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
     Delay { duration: Duration },
     /// A user kernel.
     Custom { kernel: Arc<CustomKernel>, grid: Grid, args: Vec<KernelArg<R>> },
@@ -181,19 +197,26 @@ impl HostSink {
     }
 }
 
-/// A host-controlled barrier in a stream (CPU backend): work behind it waits
-/// until it is opened.
+/// A host-controlled barrier in a stream (test support): work behind it
+/// waits until it is opened.
+#[cfg(feature = "test-support")]
 #[derive(Debug, Default)]
 pub struct Gate {
     open: Mutex<bool>,
     opened: Condvar,
 }
 
+#[cfg(feature = "test-support")]
 impl Gate {
     /// Lets the stream run past the gate.
     pub fn open(&self) {
         *lock(&self.open) = true;
         self.opened.notify_all();
+    }
+
+    /// True once opened. Never blocks.
+    pub fn is_open(&self) -> bool {
+        *lock(&self.open)
     }
 
     /// Blocks until the gate is open (called by the stream's worker).
@@ -205,51 +228,14 @@ impl Gate {
     }
 }
 
-/// Counters a backend keeps for tests and benchmarks.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct BackendCounters {
-    /// Backend events (CUevent, hipEvent, …) alive now.
-    pub live_events: u64,
-    /// Device allocations alive now.
-    pub live_allocations: u64,
-    /// Host-to-device copies made so far.
-    pub host_to_device_copies: u64,
-    /// Device-to-host copies made so far.
-    pub device_to_host_copies: u64,
-    /// Page-locked host staging buffers allocated so far (CUDA, HIP).
-    pub host_staging_buffers: u64,
-    /// Conflicting overlapping accesses seen by a race detector (CPU backend).
-    pub race_violations: u64,
-}
-
-/// [`BackendCounters`] as a backend keeps them: bumped from any thread, read
-/// back as a snapshot.
-///
-/// Every backend keeps the same set, so that a counter is added and read back
-/// in one place rather than once per backend; one that does not apply to a
-/// backend stays zero there, as `BackendCounters` documents.
-#[derive(Debug, Default)]
-pub(crate) struct Counters {
-    pub live_events: AtomicU64,
-    pub live_allocations: AtomicU64,
-    pub host_to_device_copies: AtomicU64,
-    pub device_to_host_copies: AtomicU64,
-    pub host_staging_buffers: AtomicU64,
-    pub race_violations: AtomicU64,
-}
-
-impl Counters {
-    pub(crate) fn snapshot(&self) -> BackendCounters {
-        let load = |counter: &AtomicU64| counter.load(Ordering::SeqCst);
-        BackendCounters {
-            live_events: load(&self.live_events),
-            live_allocations: load(&self.live_allocations),
-            host_to_device_copies: load(&self.host_to_device_copies),
-            device_to_host_copies: load(&self.device_to_host_copies),
-            host_staging_buffers: load(&self.host_staging_buffers),
-            race_violations: load(&self.race_violations),
-        }
-    }
+/// Why [`Backend::enqueue`] did not enqueue a command as asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum EnqueueError {
+    /// Bad input: nothing was enqueued and the stream is as it was.
+    Rejected(Error),
+    /// The op failed: what it writes must not be trusted, and the stream
+    /// reports the failure to the fences that cover it.
+    Failed(Error),
 }
 
 /// Raw access handed to an [`external_write`](crate::Stream::external_write) closure.
@@ -273,40 +259,103 @@ pub enum RawAccess<'a> {
 
 /// A device backend. See the module doc for the contract between it and the scheduler.
 pub trait Backend: Send + Sync + Sized + 'static {
-    /// A queue of device work.
+    /// A queue of device work; dropping it retires it once its work is done.
     type Stream: Send + Sync;
     /// A point in a stream another stream can wait for; released on drop.
     type Event: Send + Sync;
     /// A device allocation; released on drop.
-    type Memory: Send + Sync;
+    type Memory: Send + Sync + 'static;
+    /// What [`Backend::prepare`] made for one command.
+    type Prepared: Send;
 
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
     /// The device this backend drives.
     fn info(&self) -> DeviceInfo;
+    /// The language custom kernels are given in for this backend.
+    fn kernel_language(&self) -> KernelLanguage;
     /// Allocates `bytes` of device memory with unspecified contents.
     fn allocate(&self, bytes: u64) -> Result<Self::Memory>;
     /// Creates a stream.
     fn create_stream(&self) -> Result<Self::Stream>;
-    /// Enqueues a command. Must not wait for the device.
-    fn enqueue(&self, stream: &Self::Stream, command: Command<&Self::Memory>) -> Result<()>;
+    /// Everything slow a command needs that does not depend on its buffers'
+    /// memory (compiling, pipeline lookup, staging host data, uniform data).
+    /// Called before the ordering boundary is taken, from any thread; an error
+    /// refuses the command (nothing is admitted).
+    fn prepare<R>(&self, command: &Command<R>) -> Result<Self::Prepared>;
+    /// Enqueues a prepared command: only the ordered driver calls. Must not
+    /// wait for the device.
+    ///
+    /// # Safety
+    /// The caller keeps every memory the command names alive, and unused by any
+    /// conflicting command, until a [`Backend::signal`] on `stream` made after
+    /// this call has completed. `prepared` came from [`Backend::prepare`] on
+    /// this backend for this command.
+    unsafe fn enqueue(
+        &self,
+        stream: &Self::Stream,
+        command: Command<&Self::Memory>,
+        prepared: Self::Prepared,
+    ) -> Result<(), EnqueueError>;
     /// Records an event covering all work enqueued on `stream` so far.
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Makes later work on `stream` wait for `event`.
     fn wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
-    /// Completes one part of `completion` once all work enqueued on `stream` so far finished.
+    /// Completes one part of `completion` once all work enqueued on `stream`
+    /// so far finished, with the stream's failure if it has one. May complete
+    /// it at once (an idle stream); never runs a waker itself.
     fn signal(&self, stream: &Self::Stream, completion: Arc<Completion>) -> Result<()>;
-    /// Runs `write` with raw handles on `stream` and `buffers`, in admission order.
-    fn external_write(
+    /// Runs `write` with raw handles on `stream` and `buffers`, in admission
+    /// order. The caller holds no runtime-wide lock while it runs.
+    ///
+    /// # Safety
+    /// As for [`Backend::enqueue`], for every memory in `buffers`, which the
+    /// caller has ordered after every other user.
+    unsafe fn external_write(
         &self,
         stream: &Self::Stream,
         buffers: &[&Self::Memory],
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()>;
-    /// Puts a gate in `stream`: later work waits until it is opened. Test support.
+    /// True when the calling thread runs `stream`'s work (a CPU kernel):
+    /// waiting there for that stream would wait for itself.
+    fn is_current_thread(&self, _stream: &Self::Stream) -> bool {
+        false
+    }
+    /// Puts a gate in `stream`: later work waits until it is opened.
+    #[cfg(feature = "test-support")]
     fn hold(&self, _stream: &Self::Stream, _gate: Arc<Gate>) -> Result<()> {
         Err(crate::Error::unsupported(self.kind().name(), "stream gates"))
     }
     /// The backend's counters now.
     fn counters(&self) -> BackendCounters;
+}
+
+/// Test support: drives a backend directly, as the benchmarks' raw baselines do.
+#[cfg(feature = "test-support")]
+pub mod direct {
+    use std::sync::Arc;
+
+    use super::{Backend, Command, EnqueueError};
+    use crate::completion::Completion;
+    use crate::diagnostics::LiveCounters;
+
+    /// A completion of `parts` signals, to hand to [`Backend::signal`].
+    pub fn completion(parts: usize) -> Arc<Completion> {
+        Completion::new(parts, Arc::new(LiveCounters::default()))
+    }
+
+    /// Prepares `command`, then enqueues it on `stream`.
+    ///
+    /// # Safety
+    /// As for [`Backend::enqueue`].
+    pub unsafe fn submit<B: Backend>(
+        backend: &B,
+        stream: &B::Stream,
+        command: Command<&B::Memory>,
+    ) -> Result<(), EnqueueError> {
+        let prepared = backend.prepare(&command).map_err(EnqueueError::Rejected)?;
+        // SAFETY: the caller upholds `enqueue`'s contract.
+        unsafe { backend.enqueue(stream, command, prepared) }
+    }
 }

@@ -1,27 +1,36 @@
 //! The scheduler: admission under one ordering boundary per runtime.
 //!
-//! Every op is admitted while holding the runtime's state lock: its
-//! dependencies are read from the buffers' version histories, the minimal
-//! cross-stream waits are inserted, the op is enqueued at its position and
-//! every buffer it touches is published at that position — all before the
-//! lock is released. The lock is never held while waiting for the device.
+//! Every op is prepared first (compiles, staging: [`Backend::prepare`]),
+//! then admitted while holding the runtime's state lock: its dependencies
+//! are read from the buffers' version histories, the minimal cross-stream
+//! waits are inserted, the op is enqueued at its position and every buffer it
+//! touches is published at that position — all before the lock is released.
+//! The lock is never held while waiting for the device or while foreign code
+//! runs: completions deliver on their own thread, and an external write's
+//! closure runs with only its own stream reserved (see [`lifecycle`] for
+//! streams, memory and teardown).
 
 mod clock;
+mod lifecycle;
 mod versions;
 
 use std::collections::HashMap;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use clock::VectorClock;
 use versions::{Dependencies, History};
 
-use crate::backend::{Backend, Command, Gate, RawAccess, Span};
-use crate::completion::{lock, Completion, LiveCounters};
+#[cfg(feature = "test-support")]
+use crate::backend::Gate;
+use crate::backend::{Backend, Command, EnqueueError, RawAccess, Span};
+use crate::completion::Completion;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
 use crate::kernel::Access;
-use crate::runtime::{BackendKind, DeviceInfo, Diagnostics};
+use crate::lock::lock;
 
 /// Names a buffer inside one runtime. Keys are never reused.
 pub(crate) type BufferKey = u64;
@@ -37,7 +46,7 @@ pub(crate) enum Init {
 }
 
 /// A deliberate scheduler bug, for tests that prove the suite catches it.
-#[doc(hidden)]
+#[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// Versions are keyed on the allocation position and writes publish
@@ -49,65 +58,140 @@ pub enum Fault {
 pub(crate) trait Engine: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn info(&self) -> DeviceInfo;
+    fn kernel_language(&self) -> KernelLanguage;
     fn live(&self) -> &Arc<LiveCounters>;
     fn new_stream(&self) -> Result<usize>;
+    /// The last handle of `stream` went: retire it once its work is done.
+    fn retire_stream(&self, stream: usize);
     fn create(&self, stream: usize, len: u64, init: Init) -> Result<BufferKey>;
     fn release(&self, buffer: BufferKey);
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
+    /// An error if waiting on the calling thread for `stream` (or all streams)
+    /// would wait for itself: a CPU kernel waiting for its own stream.
+    fn check_can_wait(&self, stream: Option<usize>) -> Result<()>;
     fn external_write(
         &self,
         stream: usize,
         buffers: &[BufferKey],
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()>;
+    #[cfg(feature = "test-support")]
     fn hold(&self, stream: usize) -> Result<Arc<Gate>>;
     fn diagnostics(&self) -> Diagnostics;
     fn close(&self) -> Result<()>;
 }
 
-struct StreamSlot<S> {
-    raw: S,
+/// A stream whose last handle went: its backend stream drops once `done`.
+struct Retired<E> {
+    /// Covers all the stream's work, for streams that still depend on it.
+    last: Option<E>,
+    done: Arc<Completion>,
+}
+
+struct StreamSlot<B: Backend> {
+    /// The backend stream; `None` once retired.
+    raw: Option<Arc<B::Stream>>,
     /// Ops admitted so far; the last op's position.
     position: u64,
     seen: VectorClock,
     /// First enqueue failure: sticky.
     poisoned: Option<Error>,
+    /// An external write's closure is running on this stream.
+    busy: bool,
+    retired: Option<Retired<B::Event>>,
+}
+
+impl<B: Backend> StreamSlot<B> {
+    fn new(raw: B::Stream) -> Self {
+        StreamSlot {
+            raw: Some(Arc::new(raw)),
+            position: 0,
+            seen: VectorClock::default(),
+            poisoned: None,
+            busy: false,
+            retired: None,
+        }
+    }
+
+    fn raw(&self, index: usize) -> Result<&Arc<B::Stream>> {
+        self.raw.as_ref().ok_or_else(|| Error::invalid(format!("stream {index} was retired")))
+    }
 }
 
 struct BufferEntry<M> {
-    memory: M,
+    memory: Arc<M>,
     history: History,
 }
 
 struct State<B: Backend> {
-    closed: bool,
-    streams: Vec<StreamSlot<B::Stream>>,
+    /// Set by the first `close()`; completes once teardown is over.
+    closed: Option<Arc<Completion>>,
+    streams: Vec<StreamSlot<B>>,
     buffers: HashMap<BufferKey, BufferEntry<B::Memory>, BuildHasherDefault<KeyHasher>>,
-    /// Memory of released buffers, freed once every stream that used it is done.
-    retiring: Vec<(B::Memory, Arc<Completion>)>,
     next_key: BufferKey,
+    /// Streams with an external write in flight.
+    busy_streams: usize,
+    /// Releases that arrived while a stream they need was busy.
+    deferred_releases: Vec<BufferKey>,
+    /// Retired streams whose work may still be running.
+    retiring: Vec<usize>,
 }
 
 impl<B: Backend> State<B> {
-    fn slot(&self, stream: usize) -> Result<&StreamSlot<B::Stream>> {
+    fn slot(&self, stream: usize) -> Result<&StreamSlot<B>> {
         self.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))
     }
 
     fn entry(&self, key: BufferKey) -> Result<&BufferEntry<B::Memory>> {
         self.buffers.get(&key).ok_or_else(|| Error::invalid("buffer was released"))
     }
+
+    fn is_busy(&self, stream: usize) -> bool {
+        self.streams.get(stream).is_some_and(|slot| slot.busy)
+    }
+
+    /// The foreign dependencies of `accesses` for an op on `stream`.
+    fn dependencies(&self, accesses: &[(BufferKey, Access)]) -> Result<Dependencies> {
+        let mut deps = Dependencies::default();
+        for &(key, access) in accesses {
+            self.entry(key)?.history.dependencies(access, &mut deps);
+        }
+        Ok(deps)
+    }
+
+    /// True when an op on `stream` over `accesses` needs a stream whose
+    /// external write is in flight.
+    fn needs_busy(&self, stream: usize, accesses: &[(BufferKey, Access)]) -> bool {
+        if self.busy_streams == 0 {
+            return false;
+        }
+        if self.is_busy(stream) {
+            return true;
+        }
+        self.dependencies(accesses)
+            .map(|deps| deps.foreign(stream).any(|(source, _)| self.is_busy(source)))
+            .unwrap_or(false)
+    }
 }
 
 /// The scheduler over one backend.
 pub(crate) struct Scheduler<B: Backend> {
-    backend: B,
+    backend: Arc<B>,
     info: DeviceInfo,
     live: Arc<LiveCounters>,
     inserted_waits: AtomicU64,
     admitted_ops: AtomicU64,
+    retiring_buffers: Arc<AtomicU64>,
     fault: Option<Fault>,
     state: Mutex<State<B>>,
+    /// Signalled when an external write's closure returns.
+    unbusy: Condvar,
+}
+
+thread_local! {
+    /// The scheduler (by address) and stream whose external write runs on this thread.
+    static EXTERNAL_WRITER: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
 }
 
 impl<B: Backend> Scheduler<B> {
@@ -115,43 +199,78 @@ impl<B: Backend> Scheduler<B> {
         let default_stream = backend.create_stream()?;
         Ok(Scheduler {
             info: backend.info(),
-            backend,
+            backend: Arc::new(backend),
             live: Arc::new(LiveCounters::default()),
             inserted_waits: AtomicU64::new(0),
             admitted_ops: AtomicU64::new(0),
+            retiring_buffers: Arc::new(AtomicU64::new(0)),
             fault,
             state: Mutex::new(State {
-                closed: false,
-                streams: vec![StreamSlot {
-                    raw: default_stream,
-                    position: 0,
-                    seen: VectorClock::default(),
-                    poisoned: None,
-                }],
+                closed: None,
+                streams: vec![StreamSlot::new(default_stream)],
                 buffers: HashMap::default(),
-                retiring: Vec::new(),
                 next_key: 1,
+                busy_streams: 0,
+                deferred_releases: Vec::new(),
+                retiring: Vec::new(),
             }),
+            unbusy: Condvar::new(),
         })
     }
 
-    fn open_state(&self) -> Result<std::sync::MutexGuard<'_, State<B>>> {
+    fn address(&self) -> usize {
+        self as *const Self as usize
+    }
+
+    fn open_state(&self) -> Result<MutexGuard<'_, State<B>>> {
         let state = lock(&self.state);
-        if state.closed {
+        if state.closed.is_some() {
             return Err(Error::Closed);
         }
         Ok(state)
     }
 
+    /// The state, open, once `blocked` says no stream it needs is busy with an
+    /// external write. Refuses (rather than waits for itself) when called from
+    /// inside the closure of the very write it would wait for.
+    fn open_state_when(&self, blocked: impl Fn(&State<B>) -> bool) -> Result<MutexGuard<'_, State<B>>> {
+        let mut state = self.open_state()?;
+        while state.busy_streams > 0 && blocked(&state) {
+            if let Some((engine, stream)) = EXTERNAL_WRITER.with(std::cell::Cell::get) {
+                if engine == self.address() {
+                    return Err(Error::invalid(format!(
+                        "this call needs stream {stream}, whose external write is the closure it was made from"
+                    )));
+                }
+            }
+            state = self.unbusy.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            if state.closed.is_some() {
+                return Err(Error::Closed);
+            }
+        }
+        Ok(state)
+    }
+
     /// Makes `target` wait for every foreign dependency it has not yet seen.
-    fn order_after(&self, streams: &mut [StreamSlot<B::Stream>], target: usize, deps: &Dependencies) -> Result<()> {
+    fn order_after(&self, streams: &mut [StreamSlot<B>], target: usize, deps: &Dependencies) -> Result<()> {
         for (source, position) in deps.foreign(target) {
             if streams[target].seen.covers(source, position) {
                 continue;
             }
             let (source_slot, target_slot) = pick_two(streams, source, target);
-            let event = self.backend.record_event(&source_slot.raw)?;
-            self.backend.wait_event(&target_slot.raw, &event)?;
+            let target_raw = target_slot.raw(target)?;
+            match (&source_slot.raw, &source_slot.retired) {
+                (Some(source_raw), _) => {
+                    let event = self.backend.record_event(source_raw)?;
+                    self.backend.wait_event(target_raw, &event)?;
+                }
+                // A retired stream's work is all done: nothing to wait for.
+                (None, Some(retired)) if retired.done.is_complete() => {}
+                (None, Some(Retired { last: Some(event), .. })) => self.backend.wait_event(target_raw, event)?,
+                (None, _) => {
+                    return Err(Error::backend(self.backend.kind().name(), format!("stream {source} has no event")))
+                }
+            }
             target_slot.seen.observe(source, source_slot.position, &source_slot.seen);
             self.inserted_waits.fetch_add(1, Ordering::Relaxed);
         }
@@ -169,33 +288,41 @@ impl<B: Backend> Scheduler<B> {
         if let Some(error) = &state.slot(stream)?.poisoned {
             return Err(error.clone());
         }
-        let mut deps = Dependencies::default();
-        for &(key, access) in accesses {
-            state.entry(key)?.history.dependencies(access, &mut deps);
-        }
+        let deps = state.dependencies(accesses)?;
         self.order_after(&mut state.streams, stream, &deps)
     }
 
-    /// Admits `command` on `stream`: waits, enqueue and publication in one critical section.
-    fn admit(&self, state: &mut State<B>, stream: usize, command: Command<BufferKey>) -> Result<()> {
+    /// Admits a prepared `command` on `stream`: waits, enqueue and publication
+    /// in one critical section.
+    fn admit(
+        &self,
+        state: &mut State<B>,
+        stream: usize,
+        command: Command<BufferKey>,
+        prepared: B::Prepared,
+    ) -> Result<()> {
         let accesses: Vec<(BufferKey, Access)> = command.accesses();
         self.wait_for_dependencies(state, stream, &accesses)?;
-        let command = command.try_map(|key| state.entry(key).map(|entry| &entry.memory))?;
-        let enqueued = self.backend.enqueue(&state.streams[stream].raw, command);
-        let slot = &mut state.streams[stream];
-        if let Err(error) = enqueued {
-            // Bad input leaves the stream usable; anything else failed the op on it.
-            let error = match error {
-                Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. } => error,
-                Error::OpFailed { .. } => error,
-                other => Error::OpFailed { stream: stream as u32, message: other.to_string() },
-            };
-            if let Error::OpFailed { .. } = error {
-                slot.poisoned = Some(error.clone());
+        let command = command.try_map(|key| state.entry(key).map(|entry| &*entry.memory))?;
+        let raw = state.slot(stream)?.raw(stream)?;
+        // SAFETY: the memory the command names stays alive in `state.buffers`
+        // until it is released, and a released buffer's memory is freed only
+        // once a signal on every stream in its history completed (`release`);
+        // conflicting users were ordered by `wait_for_dependencies` above.
+        let enqueued = unsafe { self.backend.enqueue(raw, command, prepared) };
+        match enqueued {
+            Ok(()) => {}
+            Err(EnqueueError::Rejected(error)) => return Err(error),
+            Err(EnqueueError::Failed(error)) => {
+                let error = match error {
+                    Error::OpFailed { .. } => error,
+                    other => Error::OpFailed { stream: stream as u32, message: other.to_string() },
+                };
+                state.streams[stream].poisoned = Some(error.clone());
+                return Err(error);
             }
-            return Err(error);
         }
-        slot.position += 1;
+        state.streams[stream].position += 1;
         self.publish(state, stream, &accesses);
         Ok(())
     }
@@ -209,20 +336,6 @@ impl<B: Backend> Scheduler<B> {
             }
         }
         self.admitted_ops.fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Takes out the retiring memory whose users are all done.
-    fn sweep(state: &mut State<B>) -> Vec<B::Memory> {
-        let mut freed = Vec::new();
-        let mut index = 0;
-        while index < state.retiring.len() {
-            if state.retiring[index].1.is_complete() {
-                freed.push(state.retiring.swap_remove(index).0);
-            } else {
-                index += 1;
-            }
-        }
-        freed
     }
 }
 
@@ -256,6 +369,29 @@ fn pick_two<T>(items: &mut [T], a: usize, b: usize) -> (&mut T, &mut T) {
     }
 }
 
+/// Clears an external write's reservation of its stream, also if the closure panics.
+struct Reservation<'a, B: Backend> {
+    scheduler: &'a Scheduler<B>,
+    stream: usize,
+    previous_writer: Option<(usize, usize)>,
+}
+
+impl<B: Backend> Drop for Reservation<'_, B> {
+    fn drop(&mut self) {
+        EXTERNAL_WRITER.with(|writer| writer.set(self.previous_writer));
+        let deferred = {
+            let mut state = lock(&self.scheduler.state);
+            state.streams[self.stream].busy = false;
+            state.busy_streams -= 1;
+            std::mem::take(&mut state.deferred_releases)
+        };
+        self.scheduler.unbusy.notify_all();
+        for key in deferred {
+            self.scheduler.release(key);
+        }
+    }
+}
+
 impl<B: Backend> Engine for Scheduler<B> {
     fn kind(&self) -> BackendKind {
         self.backend.kind()
@@ -265,15 +401,25 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.info.clone()
     }
 
+    fn kernel_language(&self) -> KernelLanguage {
+        self.backend.kernel_language()
+    }
+
     fn live(&self) -> &Arc<LiveCounters> {
         &self.live
     }
 
     fn new_stream(&self) -> Result<usize> {
-        let mut state = self.open_state()?;
+        drop(self.open_state()?);
+        // Creating a backend stream can take a while (a thread, a driver call).
         let raw = self.backend.create_stream()?;
-        state.streams.push(StreamSlot { raw, position: 0, seen: VectorClock::default(), poisoned: None });
+        let mut state = self.open_state()?;
+        state.streams.push(StreamSlot::new(raw));
         Ok(state.streams.len() - 1)
+    }
+
+    fn retire_stream(&self, stream: usize) {
+        self.retire(stream);
     }
 
     fn create(&self, stream: usize, len: u64, init: Init) -> Result<BufferKey> {
@@ -285,10 +431,16 @@ impl<B: Backend> Engine for Scheduler<B> {
             return Err(Error::invalid(format!("{len} bytes exceed the device's buffer limit of {max} bytes")));
         }
         drop(self.open_state()?);
-        // Allocation happens outside the boundary: nobody can see the buffer yet.
-        let memory = self.backend.allocate(len)?;
-        let mut state = self.open_state()?;
-        let freed = Self::sweep(&mut state);
+        let span = Span { buffer: (), offset: 0, len };
+        let initialise = match init {
+            Init::Empty => None,
+            Init::Zero => Some(Command::Zero { dst: span }),
+            Init::Data(data) => Some(Command::Upload { dst: span, data }),
+        };
+        // Prepare and allocate outside the boundary: nobody can see the buffer yet.
+        let prepared = initialise.as_ref().map(|command| self.backend.prepare(command)).transpose()?;
+        let memory = Arc::new(self.backend.allocate(len)?);
+        let mut state = self.open_state_when(|state| state.is_busy(stream))?;
         let key = state.next_key;
         state.next_key += 1;
         let slot = state.slot(stream)?;
@@ -297,70 +449,47 @@ impl<B: Backend> Engine for Scheduler<B> {
             None => History::default(),
         };
         state.buffers.insert(key, BufferEntry { memory, history });
-        let span = Span { buffer: key, offset: 0, len };
-        let initialise = match init {
-            Init::Empty => None,
-            Init::Zero => Some(Command::Zero { dst: span }),
-            Init::Data(data) => Some(Command::Upload { dst: span, data }),
-        };
-        if let Some(command) = initialise {
-            if let Err(error) = self.admit(&mut state, stream, command) {
+        if let (Some(command), Some(prepared)) = (initialise, prepared) {
+            if let Err(error) = self.admit(&mut state, stream, command.map(|()| key), prepared) {
                 let entry = state.buffers.remove(&key);
                 drop(state);
                 drop(entry);
                 return Err(error);
             }
         }
-        drop(state);
-        drop(freed);
         Ok(key)
     }
 
     fn release(&self, key: BufferKey) {
-        let mut state = lock(&self.state);
-        let mut freed = Self::sweep(&mut state);
-        if let Some(entry) = state.buffers.remove(&key) {
-            let users: Vec<usize> = entry.history.streams().collect();
-            if users.is_empty() {
-                freed.push(entry.memory);
-            } else {
-                let done = Completion::new(users.len(), self.live.clone());
-                for stream in users {
-                    if let Err(error) = self.backend.signal(&state.streams[stream].raw, done.clone()) {
-                        // The stream is broken; keep the memory until the runtime goes.
-                        state.streams[stream].poisoned.get_or_insert(error);
-                    }
-                }
-                state.retiring.push((entry.memory, done));
-            }
-        }
-        drop(state);
-        drop(freed);
+        self.release_buffer(key);
     }
 
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()> {
-        let mut state = self.open_state()?;
-        self.admit(&mut state, stream, command)
+        let prepared = self.backend.prepare(&command)?;
+        let accesses = command.accesses();
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, &accesses))?;
+        self.admit(&mut state, stream, command, prepared)
     }
 
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>> {
-        let state = self.open_state()?;
-        let targets: Vec<usize> = match stream {
-            Some(stream) => state.slot(stream).map(|_| vec![stream])?,
-            None => (0..state.streams.len()).collect(),
+        let state = self.open_state_when(|state| match stream {
+            Some(stream) => state.is_busy(stream),
+            None => true,
+        })?;
+        self.fence_locked(&state, stream)
+    }
+
+    fn check_can_wait(&self, stream: Option<usize>) -> Result<()> {
+        let state = lock(&self.state);
+        let own = |slot: &StreamSlot<B>| slot.raw.as_deref().is_some_and(|raw| self.backend.is_current_thread(raw));
+        let waits_for_itself = match stream {
+            Some(stream) => state.streams.get(stream).is_some_and(own),
+            None => state.streams.iter().any(own),
         };
-        // A poisoned stream's fence still resolves only after the work queued on
-        // it, then reports the poison: one extra part carries the error.
-        let poisoned = targets.iter().filter(|&&stream| state.streams[stream].poisoned.is_some()).count();
-        let done = Completion::new(targets.len() + poisoned, self.live.clone());
-        for stream in targets {
-            let slot = &state.streams[stream];
-            if let Some(error) = &slot.poisoned {
-                done.complete(Err(error.clone()));
-            }
-            self.backend.signal(&slot.raw, done.clone())?;
+        if waits_for_itself {
+            return Err(Error::invalid("a wait from inside a kernel of the stream it waits for would wait for itself"));
         }
-        Ok(done)
+        Ok(())
     }
 
     fn external_write(
@@ -369,67 +498,49 @@ impl<B: Backend> Engine for Scheduler<B> {
         buffers: &[BufferKey],
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
-        let mut state = self.open_state()?;
         let accesses: Vec<(BufferKey, Access)> = buffers.iter().map(|&key| (key, Access::Write)).collect();
-        self.wait_for_dependencies(&mut state, stream, &accesses)?;
-        let memories =
-            buffers.iter().map(|&key| state.entry(key).map(|entry| &entry.memory)).collect::<Result<Vec<_>>>()?;
-        let outcome = self.backend.external_write(&state.streams[stream].raw, &memories, write);
-        // Whatever the closure managed to enqueue is now ordered before later users.
-        state.streams[stream].position += 1;
-        self.publish(&mut state, stream, &accesses);
+        let (raw, memories, reservation) = {
+            let mut state = self.open_state_when(|state| state.needs_busy(stream, &accesses))?;
+            self.wait_for_dependencies(&mut state, stream, &accesses)?;
+            let memories = buffers
+                .iter()
+                .map(|&key| state.entry(key).map(|entry| entry.memory.clone()))
+                .collect::<Result<Vec<_>>>()?;
+            let raw = state.slot(stream)?.raw(stream)?.clone();
+            // The write takes its position now; until the closure returns, every
+            // call that needs this stream (to enqueue on it, record an event on
+            // it or signal it) waits, so later users see the write as published.
+            state.streams[stream].position += 1;
+            self.publish(&mut state, stream, &accesses);
+            state.streams[stream].busy = true;
+            state.busy_streams += 1;
+            let previous_writer = EXTERNAL_WRITER.with(|writer| writer.replace(Some((self.address(), stream))));
+            (raw, memories, Reservation { scheduler: self, stream, previous_writer })
+        };
+        let memories: Vec<&B::Memory> = memories.iter().map(|memory| &**memory).collect();
+        // SAFETY: the memories are held alive here and in the buffers' entries
+        // until released, which frees them only after a signal on this stream
+        // made after this write; the write was ordered after every other user
+        // above, and no other op can be enqueued on this stream meanwhile.
+        let outcome = unsafe { self.backend.external_write(&raw, &memories, write) };
+        drop(reservation);
         outcome
     }
 
+    #[cfg(feature = "test-support")]
     fn hold(&self, stream: usize) -> Result<Arc<Gate>> {
-        let state = self.open_state()?;
-        let slot = state.slot(stream)?;
+        let state = self.open_state_when(|state| state.is_busy(stream))?;
+        let raw = state.slot(stream)?.raw(stream)?;
         let gate = Arc::new(Gate::default());
-        self.backend.hold(&slot.raw, gate.clone())?;
+        self.backend.hold(raw, gate.clone())?;
         Ok(gate)
     }
 
     fn diagnostics(&self) -> Diagnostics {
-        let state = lock(&self.state);
-        Diagnostics {
-            backend: self.backend.counters(),
-            live_fences: self.live.fences() as u64,
-            live_waiters: self.live.waiters() as u64,
-            live_buffers: state.buffers.len() as u64,
-            retiring_buffers: state.retiring.len() as u64,
-            inserted_waits: self.inserted_waits.load(Ordering::Relaxed),
-            admitted_ops: self.admitted_ops.load(Ordering::Relaxed),
-        }
+        self.diagnostics_now()
     }
 
     fn close(&self) -> Result<()> {
-        let drained = {
-            let mut state = lock(&self.state);
-            if state.closed {
-                return Ok(());
-            }
-            let done = Completion::new(state.streams.len(), self.live.clone());
-            for slot in &state.streams {
-                if self.backend.signal(&slot.raw, done.clone()).is_err() {
-                    done.complete(Ok(()));
-                }
-            }
-            state.closed = true;
-            done
-        };
-        // Wait outside the boundary; per-stream errors were reported to their fences.
-        let _ = drained.wait();
-        let (streams, buffers, retiring) = {
-            let mut state = lock(&self.state);
-            (
-                std::mem::take(&mut state.streams),
-                std::mem::take(&mut state.buffers),
-                std::mem::take(&mut state.retiring),
-            )
-        };
-        drop(buffers);
-        drop(retiring);
-        drop(streams);
-        Ok(())
+        self.close_and_wait()
     }
 }

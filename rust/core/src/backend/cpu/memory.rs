@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::backend::{Counters, Span};
-use crate::completion::lock;
+use crate::lock::lock;
 
 /// Fresh memory is filled with this byte so that a missing initialisation shows.
 pub(crate) const FRESH_BYTE: u8 = 0xA5;

@@ -15,10 +15,12 @@ pub use memory::CpuMemory;
 pub use worker::CpuStream;
 use worker::Progress;
 
-use crate::backend::{Backend, BackendCounters, Command, Counters, Gate, RawAccess, Span};
+#[cfg(feature = "test-support")]
+use crate::backend::Gate;
+use crate::backend::{Backend, BackendCounters, Command, Counters, EnqueueError, RawAccess, Span};
 use crate::completion::Completion;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
-use crate::runtime::{BackendKind, DeviceInfo};
 
 /// The CPU backend.
 #[derive(Debug, Default)]
@@ -66,37 +68,11 @@ impl CpuBackend {
     fn owned(command: Command<&CpuMemory>) -> Command<CpuMemory> {
         command.map(CpuMemory::clone)
     }
-}
 
-impl Backend for CpuBackend {
-    type Stream = CpuStream;
-    type Event = CpuEvent;
-    type Memory = CpuMemory;
-
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cpu
-    }
-
-    fn info(&self) -> DeviceInfo {
-        DeviceInfo {
-            backend: BackendKind::Cpu,
-            name: format!("host CPU ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get())),
-            memory_bytes: None,
-            max_buffer_bytes: u64::from(u32::MAX) * 4,
-        }
-    }
-
-    fn allocate(&self, bytes: u64) -> Result<CpuMemory> {
-        CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes })
-    }
-
-    fn create_stream(&self) -> Result<CpuStream> {
-        CpuStream::spawn(self.next_stream.fetch_add(1, Ordering::Relaxed))
-    }
-
-    fn enqueue(&self, stream: &CpuStream, command: Command<&CpuMemory>) -> Result<()> {
+    /// Queues `command` on the stream's worker; fails only if the worker is gone.
+    fn enqueue_owned(&self, stream: &CpuStream, command: Command<CpuMemory>) -> Result<()> {
         let counters = self.counters.clone();
-        let command = match Self::owned(command) {
+        let command = match command {
             Command::Download { src, sink } => {
                 // A read on a failed stream must fail with the stream's error, not be skipped.
                 let index = stream.index;
@@ -114,7 +90,48 @@ impl Backend for CpuBackend {
         };
         stream.work(Box::new(move || ops::run(command, &counters)))
     }
+}
 
+impl Backend for CpuBackend {
+    type Stream = CpuStream;
+    type Event = CpuEvent;
+    type Memory = CpuMemory;
+    type Prepared = ();
+
+    fn kind(&self) -> BackendKind {
+        BackendKind::Cpu
+    }
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: BackendKind::Cpu,
+            name: format!("host CPU ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get())),
+            memory_bytes: None,
+            max_buffer_bytes: u64::from(u32::MAX) * 4,
+            software: true,
+        }
+    }
+
+    fn kernel_language(&self) -> KernelLanguage {
+        KernelLanguage::Rust
+    }
+
+    fn allocate(&self, bytes: u64) -> Result<CpuMemory> {
+        CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes })
+    }
+
+    fn create_stream(&self) -> Result<CpuStream> {
+        CpuStream::spawn(self.next_stream.fetch_add(1, Ordering::Relaxed), &self.counters)
+    }
+
+    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
+        // Host work needs no preparation: the worker runs the command as given.
+        Ok(())
+    }
+
+    unsafe fn enqueue(&self, stream: &CpuStream, command: Command<&CpuMemory>, (): ()) -> Result<(), EnqueueError> {
+        self.enqueue_owned(stream, Self::owned(command)).map_err(EnqueueError::Failed)
+    }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
         self.counters.live_events.fetch_add(1, Ordering::SeqCst);
         Ok(CpuEvent { progress: stream.progress.clone(), jobs: stream.enqueued(), counters: self.counters.clone() })
@@ -134,7 +151,7 @@ impl Backend for CpuBackend {
         stream.complete(Box::new(move |status| completion.complete(status.clone())))
     }
 
-    fn external_write(
+    unsafe fn external_write(
         &self,
         stream: &CpuStream,
         buffers: &[&CpuMemory],
@@ -154,6 +171,11 @@ impl Backend for CpuBackend {
         }))
     }
 
+    fn is_current_thread(&self, stream: &CpuStream) -> bool {
+        stream.is_current_thread()
+    }
+
+    #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
         stream.sync(Box::new(move |_| gate.pass()))
     }

@@ -10,8 +10,14 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::completion::lock;
+use crate::backend::Counters;
 use crate::error::{Error, Result};
+use crate::lock::lock;
+
+thread_local! {
+    /// The progress of the stream whose worker this thread is (by address).
+    static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+}
 
 /// How far a stream has got: the number of jobs it finished.
 #[derive(Debug, Default)]
@@ -67,6 +73,7 @@ pub struct CpuStream {
     enqueued: AtomicU64,
     /// The stream's first failure, stored before the failed job counts as finished.
     failure: Arc<Mutex<Option<Error>>>,
+    counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for CpuStream {
@@ -76,7 +83,7 @@ impl std::fmt::Debug for CpuStream {
 }
 
 impl CpuStream {
-    pub(crate) fn spawn(index: u32) -> Result<CpuStream> {
+    pub(crate) fn spawn(index: u32, counters: &Arc<Counters>) -> Result<CpuStream> {
         let (sender, jobs) = channel::<Job>();
         let progress = Arc::new(Progress::default());
         let worker_progress = progress.clone();
@@ -85,6 +92,7 @@ impl CpuStream {
         let thread = std::thread::Builder::new()
             .name(format!("weir-cpu-stream-{index}"))
             .spawn(move || {
+                WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&worker_progress) as usize));
                 let mut status: Result<()> = Ok(());
                 for job in jobs {
                     match job {
@@ -113,6 +121,7 @@ impl CpuStream {
                 }
             })
             .map_err(|e| Error::backend("cpu", format!("cannot start a stream thread: {e}")))?;
+        counters.live_streams.fetch_add(1, Ordering::SeqCst);
         Ok(CpuStream {
             index,
             sender: Some(sender),
@@ -120,7 +129,13 @@ impl CpuStream {
             progress,
             enqueued: AtomicU64::new(0),
             failure,
+            counters: counters.clone(),
         })
+    }
+
+    /// True on this stream's worker thread.
+    pub(crate) fn is_current_thread(&self) -> bool {
+        WORKER_OF.with(|worker| worker.get() == Arc::as_ptr(&self.progress) as usize)
     }
 
     /// The stream's outcome so far, if every job enqueued on it has finished.
@@ -167,8 +182,12 @@ impl Drop for CpuStream {
         // Closing the channel lets the worker finish what is queued and stop.
         self.sender.take();
         if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+            // A worker never joins itself; it stops on its own once the queue is closed.
+            if !self.is_current_thread() {
+                let _ = thread.join();
+            }
         }
+        self.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

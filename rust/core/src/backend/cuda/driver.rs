@@ -9,8 +9,8 @@ use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_at
 use super::nvrtc;
 use crate::backend::gpu::{callback_run, handle_calls, DeviceBuffer, Driver, EventUse, Handle, Launch, Wake};
 use crate::backend::RawAccess;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
-use crate::runtime::{BackendKind, DeviceInfo};
 
 const NAME: &str = "cuda";
 
@@ -133,6 +133,7 @@ impl Cuda {
                     backend: BackendKind::Cuda,
                     name,
                     memory_bytes: Some(memory as u64),
+                    software: false,
                     max_buffer_bytes: memory as u64,
                 },
             };
@@ -175,6 +176,7 @@ impl Driver for Cuda {
     type Function = Handle<sys::CUfunction>;
 
     const KIND: BackendKind = BackendKind::Cuda;
+    const LANGUAGE: KernelLanguage = KernelLanguage::CudaC;
     // Measured with `cargo xtask bench`: median fence wake-up 36 us through the
     // waiter thread, 59 us through stream callbacks.
     const WAKE: Wake = Wake::Waiter;

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use super::driver::{Driver, Handle};
 use super::kernels::Kernels;
 use crate::backend::Counters;
-use crate::completion::lock;
+use crate::device::DeviceInfo;
 use crate::error::Result;
-use crate::runtime::DeviceInfo;
+use crate::lock::lock;
 
 /// One page-locked host buffer. Plain data: the pool's owner frees it.
 struct Staging {

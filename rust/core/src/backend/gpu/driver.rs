@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use super::stream::Wake;
 use crate::backend::RawAccess;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::Result;
 use crate::kernel::Grid;
-use crate::runtime::{BackendKind, DeviceInfo};
 
 /// A raw driver handle (stream, event, module, function, host pointer).
 ///
@@ -62,6 +62,8 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     type Function: Copy + Send + Sync;
 
     const KIND: BackendKind;
+    /// The language its custom kernels are written in.
+    const LANGUAGE: KernelLanguage;
     /// The completion path this driver uses unless `WEIR_GPU_WAKE` says otherwise.
     const WAKE: Wake;
 

@@ -9,9 +9,9 @@ use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::Driver;
-use crate::completion::lock;
+use crate::device::BackendKind;
 use crate::error::{Error, Result};
-use crate::runtime::BackendKind;
+use crate::lock::lock;
 
 /// The built-in ops that run as kernels (zeroing and copies use the driver's own).
 /// HIP C accepts this CUDA-style source; the clock and pause differ.

@@ -25,11 +25,11 @@ mod stream;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendCounters, BinaryOp, Command, KernelArg, RawAccess, Span};
+use crate::backend::{Backend, BackendCounters, BinaryOp, Command, EnqueueError, KernelArg, RawAccess, Span};
 use crate::completion::Completion;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 use crate::kernel::Grid;
-use crate::runtime::{BackendKind, DeviceInfo};
 
 use device::Device;
 pub use driver::DeviceBuffer;
@@ -134,40 +134,8 @@ impl<D: Driver> GpuBackend<D> {
         }))
     }
 
-    fn custom_source(kernel: &crate::kernel::CustomKernel) -> Option<&crate::KernelSource> {
-        match D::KIND {
-            BackendKind::Cuda => kernel.cuda.as_ref(),
-            BackendKind::Hip => kernel.hip.as_ref(),
-            _ => None,
-        }
-    }
-}
-
-impl<D: Driver> Backend for GpuBackend<D> {
-    type Stream = GpuStream<D>;
-    type Event = GpuEvent<D>;
-    type Memory = GpuMemory<D>;
-
-    fn kind(&self) -> BackendKind {
-        D::KIND
-    }
-
-    fn info(&self) -> DeviceInfo {
-        self.device.info.clone()
-    }
-
-    fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
-        self.driver().bind()?;
-        GpuMemory::new(&self.device, bytes)
-    }
-
-    fn create_stream(&self) -> Result<GpuStream<D>> {
-        self.driver().bind()?;
-        let index = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        GpuStream::new(&self.device, index, self.wake)
-    }
-
-    fn enqueue(&self, stream: &GpuStream<D>, command: Command<&GpuMemory<D>>) -> Result<()> {
+    /// Makes the driver calls for `command` on `stream`.
+    fn enqueue_command(&self, stream: &GpuStream<D>, command: Command<&GpuMemory<D>>) -> Result<()> {
         self.driver().bind()?;
         match command {
             Command::Zero { dst } => self.zero(stream, Self::address(&dst)?, dst.len),
@@ -248,6 +216,63 @@ impl<D: Driver> Backend for GpuBackend<D> {
         }
     }
 
+    fn custom_source(kernel: &crate::kernel::CustomKernel) -> Option<&crate::KernelSource> {
+        match D::KIND {
+            BackendKind::Cuda => kernel.cuda.as_ref(),
+            BackendKind::Hip => kernel.hip.as_ref(),
+            _ => None,
+        }
+    }
+}
+
+impl<D: Driver> Backend for GpuBackend<D> {
+    type Stream = GpuStream<D>;
+    type Event = GpuEvent<D>;
+    type Memory = GpuMemory<D>;
+    type Prepared = ();
+
+    fn kind(&self) -> BackendKind {
+        D::KIND
+    }
+
+    fn info(&self) -> DeviceInfo {
+        self.device.info.clone()
+    }
+
+    fn kernel_language(&self) -> KernelLanguage {
+        D::LANGUAGE
+    }
+
+    fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
+        self.driver().bind()?;
+        GpuMemory::new(&self.device, bytes)
+    }
+
+    fn create_stream(&self) -> Result<GpuStream<D>> {
+        self.driver().bind()?;
+        let index = self.next_stream.fetch_add(1, Ordering::Relaxed);
+        GpuStream::new(&self.device, index, self.wake)
+    }
+
+    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn enqueue(
+        &self,
+        stream: &GpuStream<D>,
+        command: Command<&GpuMemory<D>>,
+        (): (),
+    ) -> Result<(), EnqueueError> {
+        self.enqueue_command(stream, command).map_err(|error| match error {
+            // What the argument checks and the kernel compiler report: nothing was enqueued.
+            Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. } => {
+                EnqueueError::Rejected(error)
+            }
+            other => EnqueueError::Failed(other),
+        })
+    }
+
     fn record_event(&self, stream: &GpuStream<D>) -> Result<GpuEvent<D>> {
         self.driver().bind()?;
         let event = GpuEvent::new(&self.device, EventUse::StreamOrder)?;
@@ -268,7 +293,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         stream.after(Box::new(move |status| completion.complete(status)))
     }
 
-    fn external_write(
+    unsafe fn external_write(
         &self,
         stream: &GpuStream<D>,
         buffers: &[&GpuMemory<D>],

@@ -21,8 +21,8 @@ use std::thread::JoinHandle;
 use super::device::Device;
 use super::driver::{Callback, Driver, EventUse, Status};
 use super::owners::GpuEvent;
-use crate::completion::lock;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 /// Where completions run; see the module doc.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -60,6 +60,7 @@ pub(crate) struct GpuStream<D: Driver> {
 impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let raw = device.driver.stream_create()?;
+        device.counters.live_streams.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         let mut stream = GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None };
         if wake == Wake::Waiter {
             stream.waiter = Some(stream.spawn_waiter()?);
@@ -155,5 +156,6 @@ impl<D: Driver> Drop for GpuStream<D> {
             // SAFETY: made by this driver in `new`, synchronised above, destroyed once.
             unsafe { self.device.driver.stream_destroy(self.raw) };
         }
+        self.device.counters.live_streams.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
     }
 }

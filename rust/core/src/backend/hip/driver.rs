@@ -10,8 +10,8 @@ use super::ffi::{self, Status as HipStatus};
 use super::hiprtc;
 use crate::backend::gpu::{callback_run, handle_calls, DeviceBuffer, Driver, EventUse, Handle, Launch, Wake};
 use crate::backend::RawAccess;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
-use crate::runtime::{BackendKind, DeviceInfo};
 
 const NAME: &str = "hip";
 
@@ -75,6 +75,7 @@ impl Hip {
                     backend: BackendKind::Hip,
                     name: String::new(),
                     memory_bytes: None,
+                    software: false,
                     max_buffer_bytes: 0,
                 },
             };
@@ -87,6 +88,7 @@ impl Hip {
                 info: DeviceInfo {
                     name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
                     memory_bytes: Some(memory as u64),
+                    software: false,
                     max_buffer_bytes: memory as u64,
                     ..hip.info
                 },
@@ -114,6 +116,7 @@ impl Driver for Hip {
     type Function = Handle<hipFunction_t>;
 
     const KIND: BackendKind = BackendKind::Hip;
+    const LANGUAGE: KernelLanguage = KernelLanguage::HipC;
     // ROCm 5.2 delivers stream callbacks without a thread of ours per stream.
     const WAKE: Wake = Wake::Callback;
 

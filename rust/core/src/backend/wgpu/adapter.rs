@@ -10,8 +10,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::scope::{ready, BACKEND};
-use crate::completion::lock;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 /// The environment variable naming the wgpu backends to try.
 pub const BACKENDS_VAR: &str = "WEIR_WGPU_BACKENDS";

@@ -6,8 +6,8 @@ use super::adapter;
 use super::builtin::Shape;
 use super::memory::WgpuCounters;
 use super::pipelines::PipelineCache;
+use crate::device::{BackendKind, DeviceInfo};
 use crate::error::Result;
-use crate::runtime::{BackendKind, DeviceInfo};
 
 pub(crate) struct Gpu {
     pub device: wgpu::Device,
@@ -26,7 +26,6 @@ fn kind_in_words(kind: wgpu::DeviceType) -> &'static str {
         wgpu::DeviceType::DiscreteGpu => "discrete GPU",
         wgpu::DeviceType::IntegratedGpu => "integrated GPU",
         wgpu::DeviceType::VirtualGpu => "virtual GPU",
-        // `Auto` passes over adapters whose name says "software".
         wgpu::DeviceType::Cpu => "software",
         wgpu::DeviceType::Other => "other",
     }
@@ -46,6 +45,7 @@ impl Gpu {
             memory_bytes: None,
             // Allocations are rounded up to 4 bytes; keep the rounded size legal.
             max_buffer_bytes: opened.limits.max_buffer_size / 4 * 4,
+            software: opened.adapter.device_type == wgpu::DeviceType::Cpu,
         };
         Ok(Gpu {
             shape: Shape::new(&opened.limits),

@@ -23,8 +23,9 @@ use super::device::Gpu;
 use super::poll::PollState;
 use super::readback::Readback;
 use super::scope::scoped;
-use crate::completion::{lock, Completion};
+use crate::completion::Completion;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 /// A lane submits its batch once it holds this many ops, so long streams of
 /// work start running before anyone waits for them.

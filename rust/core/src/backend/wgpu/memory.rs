@@ -42,6 +42,7 @@ impl Drop for WgpuMemory {
     }
 }
 
+#[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 impl WgpuMemory {
     pub(crate) fn allocate(
         device: &wgpu::Device,

@@ -29,11 +29,14 @@ mod raw;
 mod readback;
 mod scope;
 
-use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "test-support")]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
+#[cfg(feature = "test-support")]
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
 use encode::{encode, Encoded, Refusal};
@@ -42,12 +45,16 @@ use memory::WgpuCounters;
 pub use memory::WgpuMemory;
 use poll::Poller;
 pub use raw::WgpuRawAccess;
-use scope::{scoped, BACKEND};
+use scope::scoped;
+#[cfg(feature = "test-support")]
+use scope::BACKEND;
 
-use crate::backend::{Backend, BackendCounters, Command, Gate, RawAccess};
+#[cfg(feature = "test-support")]
+use crate::backend::Gate;
+use crate::backend::{Backend, BackendCounters, Command, EnqueueError, RawAccess};
 use crate::completion::Completion;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
-use crate::runtime::{BackendKind, DeviceInfo};
 
 /// The wgpu backend.
 pub struct WgpuBackend {
@@ -92,6 +99,7 @@ impl Backend for WgpuBackend {
     type Stream = WgpuStream;
     type Event = WgpuEvent;
     type Memory = WgpuMemory;
+    type Prepared = ();
 
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
@@ -99,6 +107,10 @@ impl Backend for WgpuBackend {
 
     fn info(&self) -> DeviceInfo {
         self.gpu().info.clone()
+    }
+
+    fn kernel_language(&self) -> KernelLanguage {
+        KernelLanguage::Wgsl
     }
 
     fn allocate(&self, bytes: u64) -> Result<WgpuMemory> {
@@ -110,11 +122,15 @@ impl Backend for WgpuBackend {
         Ok(WgpuStream { lane: self.shared.add_lane() })
     }
 
-    fn enqueue(&self, stream: &WgpuStream, command: Command<&WgpuMemory>) -> Result<()> {
-        match encode(self.gpu(), command) {
+    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn enqueue(&self, stream: &WgpuStream, command: Command<&WgpuMemory>, (): ()) -> Result<(), EnqueueError> {
+        let queued = match encode(self.gpu(), command) {
             Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
             Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
-            Err(Refusal::Rejected(error)) => Err(error),
+            Err(Refusal::Rejected(error)) => return Err(EnqueueError::Rejected(error)),
             Err(Refusal::Failed { message, sink }) => {
                 let error = Error::OpFailed { stream: lane_index(stream), message };
                 if let Some(sink) = sink {
@@ -122,7 +138,8 @@ impl Backend for WgpuBackend {
                 }
                 self.shared.fail(stream.lane, error)
             }
-        }
+        };
+        queued.map_err(EnqueueError::Failed)
     }
 
     fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
@@ -143,7 +160,7 @@ impl Backend for WgpuBackend {
         self.shared.push(stream.lane, Item::Signal(completion))
     }
 
-    fn external_write(
+    unsafe fn external_write(
         &self,
         stream: &WgpuStream,
         buffers: &[&WgpuMemory],
@@ -167,6 +184,7 @@ impl Backend for WgpuBackend {
         }
     }
 
+    #[cfg(feature = "test-support")]
     fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
         let open = Arc::new(AtomicBool::new(false));
         let flag = open.clone();
@@ -189,6 +207,7 @@ impl Backend for WgpuBackend {
         BackendCounters {
             live_events: c.live_events.load(Ordering::SeqCst),
             live_allocations: c.live_allocations.load(Ordering::SeqCst),
+            live_streams: 0,
             host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
             device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
             host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::scope::{scoped, Failure};
-use crate::completion::lock;
+use crate::lock::lock;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {

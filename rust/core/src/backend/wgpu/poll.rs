@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::scope::BACKEND;
-use crate::completion::lock;
 use crate::error::{Error, Result};
+use crate::lock::lock;
 
 #[derive(Default)]
 struct Waiting {

@@ -1,0 +1,130 @@
+//! The completion cell: the one primitive behind fences, reads, deferred frees
+//! and cancel tokens.
+//!
+//! A backend's completion path (CPU worker, wgpu callback, CUDA/HIP waiter)
+//! calls [`Completion::complete`] once per part it was handed. Blocked threads
+//! wake at once; wakers and actions run on the delivery thread, never under
+//! the lock of whoever completed the cell (see [`delivery`]). A cell that is
+//! already complete answers at once, without any wake-up.
+
+mod cell;
+mod delivery;
+
+/// The synchronisation primitives the cell is built on (`loom`'s in the model check).
+mod sync {
+    pub(super) use std::sync::atomic::{AtomicBool, Ordering};
+    pub(super) use std::sync::{Condvar, Mutex, MutexGuard};
+}
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use cell::{Cell, Registration};
+pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread};
+
+use crate::diagnostics::LiveCounters;
+use crate::error::Result;
+
+/// A one-shot completion made of `parts` signals; done when every part is.
+/// The first error reported by any part wins.
+pub struct Completion {
+    cell: Cell<Result<()>>,
+    counters: Arc<LiveCounters>,
+}
+
+impl std::fmt::Debug for Completion {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Completion").field("done", &self.is_complete()).finish()
+    }
+}
+
+fn first_error(outcome: &mut Result<()>, part: Result<()>) {
+    if let (Ok(()), Err(error)) = (&*outcome, part) {
+        *outcome = Err(error);
+    }
+}
+
+impl Completion {
+    /// A completion that finishes after `parts` calls to [`Completion::complete`].
+    pub(crate) fn new(parts: usize, counters: Arc<LiveCounters>) -> Arc<Self> {
+        Arc::new(Completion { cell: Cell::new(parts, Ok(()), first_error), counters })
+    }
+
+    /// A completion that is already finished with `outcome`.
+    pub(crate) fn finished(outcome: Result<()>, counters: Arc<LiveCounters>) -> Arc<Self> {
+        let completion = Self::new(1, counters);
+        completion.complete_here(outcome);
+        completion
+    }
+
+    /// Reports one part done; extra calls after the last part are ignored.
+    /// Wakers and actions run on the delivery thread, so the caller may hold
+    /// its own locks.
+    pub(crate) fn complete(&self, outcome: Result<()>) {
+        if let Some(finished) = self.cell.complete(outcome) {
+            if !finished.is_empty() {
+                delivery::deliver(move || finished.run());
+            }
+        }
+    }
+
+    /// Reports one part done and runs what it finished on the calling thread,
+    /// which must hold no Weir lock and owe Weir no progress (a user's thread).
+    pub(crate) fn complete_here(&self, outcome: Result<()>) {
+        if let Some(finished) = self.cell.complete(outcome) {
+            finished.run();
+        }
+    }
+
+    /// True once every part completed. Never blocks.
+    pub fn is_complete(&self) -> bool {
+        self.cell.is_complete()
+    }
+
+    /// The outcome if complete.
+    pub fn outcome(&self) -> Option<Result<()>> {
+        self.cell.outcome()
+    }
+
+    /// Blocks the calling thread until complete.
+    pub fn wait(&self) -> Result<()> {
+        let waiters = &self.counters.waiters;
+        self.cell.wait(|blocking| {
+            if blocking {
+                waiters.fetch_add(1, Ordering::SeqCst);
+            } else {
+                waiters.fetch_sub(1, Ordering::SeqCst);
+            }
+        })
+    }
+
+    /// Runs `action` with the outcome once complete, on the delivery thread
+    /// (at once there if already complete). It must not block on device work.
+    pub(crate) fn then(&self, action: impl FnOnce(&Result<()>) + Send + 'static) {
+        if let Some((action, outcome)) = self.cell.then(Box::new(action)) {
+            delivery::deliver(move || action(&outcome));
+        }
+    }
+
+    fn count(&self, registration: Registration) {
+        match registration {
+            Registration::Added => self.counters.waiters.fetch_add(1, Ordering::SeqCst),
+            Registration::Removed => self.counters.waiters.fetch_sub(1, Ordering::SeqCst),
+            Registration::Unchanged => 0,
+        };
+    }
+
+    /// Polls for completion, registering `cx`'s waker in `slot` while pending.
+    pub(crate) fn poll_wait(&self, cx: &mut Context<'_>, slot: &mut Option<usize>) -> Poll<Result<()>> {
+        let (poll, registration) = self.cell.poll(cx, slot);
+        self.count(registration);
+        poll
+    }
+
+    /// Drops the waker registered in `slot`, if any (a future dropped mid-wait).
+    pub(crate) fn forget_waker(&self, slot: &mut Option<usize>) {
+        let registration = self.cell.forget(slot);
+        self.count(registration);
+    }
+}

@@ -1,0 +1,242 @@
+//! Streams, memory and the runtime itself: how each is retired.
+//!
+//! - A stream whose last handle went records one event covering its work
+//!   (for streams that still depend on it) and is signalled; its backend
+//!   stream drops on the delivery thread once that work is done.
+//! - A released buffer's memory is freed by the completion of a signal on
+//!   every stream in its history: when its last use completes, with no
+//!   further call.
+//! - `close()` marks the runtime closed, drains every stream, drops the
+//!   backend streams, then the memory; every caller returns after that.
+//! - Dropping the last handle drains and tears down the same way on a thread
+//!   of its own, so no dropping thread (a JVM cleaner, a Swift `deinit`, a CPU
+//!   worker whose kernel held the last handle) waits for device work.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::{Backend, BufferEntry, BufferKey, Retired, Scheduler, State, StreamSlot};
+use crate::completion::{flush_deliveries, on_delivery_thread, Completion};
+use crate::diagnostics::Diagnostics;
+use crate::error::{Error, Result};
+use crate::lock::lock;
+
+impl<B: Backend> Scheduler<B> {
+    /// Retires `stream` (see the module doc). The default stream lives as long as the runtime.
+    pub(super) fn retire(&self, stream: usize) {
+        if stream == 0 {
+            return;
+        }
+        let mut state = lock(&self.state);
+        Self::sweep_retired(&mut state);
+        if state.closed.is_some() {
+            return;
+        }
+        let Some(slot) = state.streams.get_mut(stream) else { return };
+        let Some(raw) = slot.raw.take() else { return };
+        let done = Completion::new(1, self.live.clone());
+        // Without an event, dependents fall back to the completion itself (see `order_after`).
+        let last = self.backend.record_event(&raw).ok();
+        if let Err(error) = self.backend.signal(&raw, done.clone()) {
+            slot.poisoned.get_or_insert(error);
+            done.complete(Ok(()));
+        }
+        slot.retired = Some(Retired { last, done: done.clone() });
+        state.retiring.push(stream);
+        drop(state);
+        done.then(move |_| drop(raw));
+    }
+
+    /// Drops the final events of retired streams whose work is done.
+    pub(super) fn sweep_retired(state: &mut State<B>) {
+        let State { streams, retiring, .. } = state;
+        retiring.retain(|&stream| {
+            let Some(retired) = streams[stream].retired.as_mut() else { return false };
+            if retired.done.is_complete() {
+                retired.last = None;
+                return false;
+            }
+            true
+        });
+    }
+
+    /// Adds one part to `done` for `stream`'s work so far.
+    fn signal_into(&self, slot: &StreamSlot<B>, done: &Arc<Completion>) -> Result<()> {
+        match (&slot.raw, &slot.retired) {
+            (Some(raw), _) => self.backend.signal(raw, done.clone()),
+            (None, Some(retired)) => {
+                let done = done.clone();
+                retired.done.then(move |outcome| done.complete(outcome.clone()));
+                Ok(())
+            }
+            (None, None) => {
+                done.complete(Ok(()));
+                Ok(())
+            }
+        }
+    }
+
+    /// Frees `key`'s memory once every stream that used it is done with it.
+    pub(super) fn release_buffer(&self, key: BufferKey) {
+        let mut state = lock(&self.state);
+        let Some(entry) = state.buffers.get(&key) else { return };
+        if entry.history.streams().any(|stream| state.is_busy(stream)) {
+            // An external write on a stream it needs is in flight (perhaps the
+            // closure dropped this very buffer): release it when that returns.
+            state.deferred_releases.push(key);
+            return;
+        }
+        let Some(BufferEntry { memory, history }) = state.buffers.remove(&key) else { return };
+        let users: Vec<usize> = history.streams().collect();
+        if users.is_empty() {
+            drop(state);
+            drop(memory);
+            return;
+        }
+        let done = Completion::new(users.len(), self.live.clone());
+        let retiring = self.retiring_buffers.clone();
+        retiring.fetch_add(1, Ordering::SeqCst);
+        // Registered before any part can complete, so it runs exactly once.
+        done.then(move |_| {
+            drop(memory);
+            retiring.fetch_sub(1, Ordering::SeqCst);
+        });
+        for stream in users {
+            if let Err(error) = self.signal_into(&state.streams[stream], &done) {
+                // The stream is broken: its memory stays with it until the runtime goes.
+                state.streams[stream].poisoned.get_or_insert(error);
+            }
+        }
+    }
+
+    /// A completion of all work admitted on `stream` (or every stream) so far.
+    pub(super) fn fence_locked(&self, state: &State<B>, stream: Option<usize>) -> Result<Arc<Completion>> {
+        let targets: Vec<usize> = match stream {
+            Some(stream) => state.slot(stream).map(|_| vec![stream])?,
+            None => (0..state.streams.len())
+                .filter(|&index| {
+                    let slot = &state.streams[index];
+                    slot.raw.is_some() || slot.retired.as_ref().is_some_and(|retired| !retired.done.is_complete())
+                })
+                .collect(),
+        };
+        // A poisoned stream's fence still resolves only after the work queued on
+        // it, then reports the poison: one extra part carries the error.
+        let poisoned = targets.iter().filter(|&&stream| state.streams[stream].poisoned.is_some()).count();
+        let done = Completion::new(targets.len() + poisoned, self.live.clone());
+        for stream in targets {
+            let slot = &state.streams[stream];
+            if let Some(error) = &slot.poisoned {
+                done.complete(Err(error.clone()));
+            }
+            self.signal_into(slot, &done)?;
+        }
+        Ok(done)
+    }
+
+    pub(super) fn diagnostics_now(&self) -> Diagnostics {
+        // Let frees and stream drops already due run first, so counts are settled.
+        flush_deliveries();
+        let mut state = lock(&self.state);
+        Self::sweep_retired(&mut state);
+        let live_streams = state.streams.iter().filter(|slot| slot.raw.is_some()).count();
+        Diagnostics {
+            backend: self.backend.counters(),
+            live_fences: self.live.fences() as u64,
+            live_waiters: self.live.waiters() as u64,
+            live_buffers: state.buffers.len() as u64,
+            retiring_buffers: self.retiring_buffers.load(Ordering::SeqCst),
+            live_streams: live_streams as u64,
+            retiring_streams: state.retiring.len() as u64,
+            inserted_waits: self.inserted_waits.load(Ordering::Relaxed),
+            admitted_ops: self.admitted_ops.load(Ordering::Relaxed),
+        }
+    }
+
+    /// `close()`: the first caller tears down; every caller returns after that.
+    pub(super) fn close_and_wait(&self) -> Result<()> {
+        let (closed, drained) = {
+            let mut state = self.open_state_when(|state| state.busy_streams > 0).or_else(|error| match error {
+                Error::Closed => Ok(lock(&self.state)),
+                other => Err(other),
+            })?;
+            if let Some(closed) = &state.closed {
+                let closed = closed.clone();
+                drop(state);
+                return closed.wait();
+            }
+            let own = state
+                .streams
+                .iter()
+                .any(|slot| slot.raw.as_deref().is_some_and(|raw| self.backend.is_current_thread(raw)));
+            if own {
+                return Err(Error::invalid("close() from inside a kernel of this runtime would wait for itself"));
+            }
+            let drained = self.fence_locked(&state, None)?;
+            let closed = Completion::new(1, self.live.clone());
+            state.closed = Some(closed.clone());
+            (closed, drained)
+        };
+        self.unbusy.notify_all();
+        // Per-stream errors were reported to their fences; this only drains.
+        let _ = drained.wait();
+        let state = std::mem::replace(&mut *lock(&self.state), State::closed_with(closed.clone()));
+        Self::tear_down(state);
+        closed.complete_here(Ok(()));
+        Ok(())
+    }
+
+    /// Drops what a drained runtime holds: streams first, then memory.
+    fn tear_down(state: State<B>) {
+        let State { streams, buffers, .. } = state;
+        drop(streams);
+        drop(buffers);
+        // Frees and stream drops already handed to the delivery thread.
+        if !on_delivery_thread() {
+            flush_deliveries();
+        }
+    }
+}
+
+impl<B: Backend> State<B> {
+    fn closed_with(closed: Arc<Completion>) -> Self {
+        State {
+            closed: Some(closed),
+            streams: Vec::new(),
+            buffers: Default::default(),
+            next_key: 0,
+            busy_streams: 0,
+            deferred_releases: Vec::new(),
+            retiring: Vec::new(),
+        }
+    }
+}
+
+impl<B: Backend> Drop for Scheduler<B> {
+    /// The last handle went: drain and tear down in the background (see the module doc).
+    fn drop(&mut self) {
+        let state = std::mem::replace(
+            &mut *lock(&self.state),
+            State::closed_with(Completion::finished(Ok(()), self.live.clone())),
+        );
+        if state.closed.is_some() {
+            return;
+        }
+        let drained = Completion::new(state.streams.len(), self.live.clone());
+        for slot in &state.streams {
+            if self.signal_into(slot, &drained).is_err() {
+                drained.complete(Ok(()));
+            }
+        }
+        // The backend (device, context) outlives its streams and memory.
+        let backend = self.backend.clone();
+        let tear_down = move || {
+            let _ = drained.wait();
+            Self::tear_down(state);
+            drop(backend);
+        };
+        // Without a thread to spare, the refused closure drops here: the
+        // streams then drain as they drop, on this thread, rather than leak.
+        let _ = std::thread::Builder::new().name("weir-teardown".to_owned()).spawn(tear_down);
+    }
+}
