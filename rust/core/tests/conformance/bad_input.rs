@@ -2,8 +2,6 @@
 
 use weir_core::{Arg, BackendKind, Builtin, Error, Grid, Kernel, Runtime};
 
-use crate::common::each_backend;
-
 /// The runtime still does real work after an error.
 fn still_works(runtime: &Runtime) {
     let s = runtime.default_stream();
@@ -13,21 +11,19 @@ fn still_works(runtime: &Runtime) {
     assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![4.0, 9.0]);
 }
 
-#[test]
-fn out_of_range_offsets_are_typed_errors() {
-    each_backend("out_of_range_offsets_are_typed_errors", |runtime| {
+conformance! {
+    fn out_of_range_offsets_are_typed_errors(runtime: &Runtime) {
         let s = runtime.default_stream();
         let b = s.zeros(16).unwrap();
         assert!(matches!(s.write(&b, 12, &[1u32, 2]), Err(Error::OutOfRange { offset: 12, size: 8, len: 16 })));
         assert!(matches!(s.write(&b, u64::MAX, &[1u8]), Err(Error::OutOfRange { .. })));
         assert!(matches!(s.enqueue_read_at(&b, 8, 9), Err(Error::OutOfRange { .. })));
         still_works(runtime);
-    });
+    }
 }
 
-#[test]
-fn wrong_sizes_and_signatures_are_typed_errors() {
-    each_backend("wrong_sizes_and_signatures_are_typed_errors", |runtime| {
+conformance! {
+    fn wrong_sizes_and_signatures_are_typed_errors(runtime: &Runtime) {
         let s = runtime.default_stream();
         let (a, b, odd) = (s.zeros(16).unwrap(), s.zeros(32).unwrap(), s.zeros(6).unwrap());
         let invalid = |r: weir_core::Result<()>| assert!(matches!(r, Err(Error::InvalidArgument(_))), "{r:?}");
@@ -49,12 +45,11 @@ fn wrong_sizes_and_signatures_are_typed_errors() {
         let no_source = Kernel::custom("no_source").build();
         assert!(matches!(s.execute(&no_source, Grid::linear(1, 1), &[]), Err(Error::Unsupported { .. })));
         still_works(runtime);
-    });
+    }
 }
 
-#[test]
-fn buffers_of_another_runtime_are_rejected() {
-    each_backend("buffers_of_another_runtime_are_rejected", |runtime| {
+conformance! {
+    fn buffers_of_another_runtime_are_rejected(runtime: &Runtime) {
         let other = Runtime::open(BackendKind::Cpu).unwrap();
         let foreign = other.default_stream().zeros(16).unwrap();
         let s = runtime.default_stream();
@@ -64,7 +59,7 @@ fn buffers_of_another_runtime_are_rejected() {
         assert!(matches!(s.external_write(&[&foreign], |_| Ok(())), Err(Error::ForeignHandle(_))));
         other.close().unwrap();
         still_works(runtime);
-    });
+    }
 }
 
 #[test]

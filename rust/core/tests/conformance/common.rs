@@ -34,18 +34,17 @@ pub fn open(kind: BackendKind) -> Option<Runtime> {
     }
 }
 
-/// Runs `body` on every available backend, then checks that nothing leaked.
-pub fn each_backend(test: &str, body: impl Fn(&Runtime)) {
-    for kind in BackendKind::CONCRETE {
-        let Some(runtime) = open(kind) else {
-            eprintln!("[{test}] {}: skipped (unavailable)", kind.name());
-            continue;
-        };
-        eprintln!("[{test}] {}: running on {}", kind.name(), runtime.info().name);
-        body(&runtime);
-        assert_no_leaks(&runtime);
-        runtime.close().expect("close");
-    }
+/// Runs `body` on `kind` if it is available, then checks that nothing leaked.
+/// The [`conformance!`] macro makes one test of this per backend.
+pub fn on_backend(kind: BackendKind, test: &str, body: fn(&Runtime)) {
+    let Some(runtime) = open(kind) else {
+        eprintln!("[{test}] {}: skipped (unavailable)", kind.name());
+        return;
+    };
+    eprintln!("[{test}] {}: running on {}", kind.name(), runtime.info().name);
+    body(&runtime);
+    assert_no_leaks(&runtime);
+    runtime.close().expect("close");
 }
 
 /// Waits for all work, then asserts no live events, fences or waiters remain.

@@ -2,8 +2,6 @@
 
 use weir_core::{Arg, Error, Grid, Kernel};
 
-use crate::common::each_backend;
-
 const LAUNCH_BOUNDED: &str = "extern \"C\" __global__ void __launch_bounds__(32) \
     deliberately_failing(unsigned int* out) { out[threadIdx.x] = 1u; }";
 
@@ -19,9 +17,8 @@ fn failing_kernel() -> Kernel {
         .build()
 }
 
-#[test]
-fn failed_op_poisons_only_its_stream() {
-    each_backend("failed_op_poisons_only_its_stream", |runtime| {
+conformance! {
+    fn failed_op_poisons_only_its_stream(runtime: &Runtime) {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let shared = s.upload(&[4u32; 256]).unwrap();
         let target = s.zeros(1024).unwrap();
@@ -46,7 +43,7 @@ fn failed_op_poisons_only_its_stream() {
         t.copy(&shared, &out).unwrap();
         assert_eq!(t.read_as::<u32>(&out).unwrap(), vec![4; 256]);
         t.fence().unwrap().wait().unwrap();
-    });
+    }
 }
 
 #[test]

@@ -11,7 +11,7 @@ use futures::executor::block_on;
 use futures::future::join_all;
 use weir_core::BackendKind;
 
-use crate::common::{each_backend, hold, HOLD_DELAY};
+use crate::common::{hold, HOLD_DELAY};
 
 struct CountingWaker(AtomicUsize);
 
@@ -21,9 +21,8 @@ impl Wake for CountingWaker {
     }
 }
 
-#[test]
-fn fence_resolves_only_after_all_prior_work() {
-    each_backend("fence_resolves_only_after_all_prior_work", |runtime| {
+conformance! {
+    fn fence_resolves_only_after_all_prior_work(runtime: &Runtime) {
         let s = runtime.default_stream();
         let start = std::time::Instant::now();
         let held = hold(&s);
@@ -44,12 +43,11 @@ fn fence_resolves_only_after_all_prior_work() {
         }
         // Completed: the data is there without any further wait.
         assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![3; 1 << 14]);
-    });
+    }
 }
 
-#[test]
-fn fence_is_waited_many_times_from_threads_and_tasks() {
-    each_backend("fence_is_waited_many_times_from_threads_and_tasks", |runtime| {
+conformance! {
+    fn fence_is_waited_many_times_from_threads_and_tasks(runtime: &Runtime) {
         let s = runtime.default_stream();
         let held = hold(&s);
         let out = s.zeros(4096).unwrap();
@@ -68,12 +66,11 @@ fn fence_is_waited_many_times_from_threads_and_tasks() {
         // Waiting again after completion resolves at once.
         fence.wait().unwrap();
         block_on(fence.wait_async()).unwrap();
-    });
+    }
 }
 
-#[test]
-fn future_is_woken_once_by_completion() {
-    each_backend("future_is_woken_once_by_completion", |runtime| {
+conformance! {
+    fn future_is_woken_once_by_completion(runtime: &Runtime) {
         let s = runtime.default_stream();
         let held = hold(&s);
         let fence = s.fence().unwrap();
@@ -93,12 +90,11 @@ fn future_is_woken_once_by_completion() {
         assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken once by the completion path");
         assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
         assert_eq!(runtime.diagnostics().live_waiters, 0);
-    });
+    }
 }
 
-#[test]
-fn complete_fence_resolves_without_a_wake_up() {
-    each_backend("complete_fence_resolves_without_a_wake_up", |runtime| {
+conformance! {
+    fn complete_fence_resolves_without_a_wake_up(runtime: &Runtime) {
         let s = runtime.default_stream();
         let fence = s.fence().unwrap();
         fence.wait().unwrap();
@@ -107,12 +103,11 @@ fn complete_fence_resolves_without_a_wake_up() {
         let mut future = pin!(fence.wait_async());
         assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
         assert_eq!(counter.0.load(Ordering::SeqCst), 0);
-    });
+    }
 }
 
-#[test]
-fn fence_dropped_before_completion_leaks_nothing() {
-    each_backend("fence_dropped_before_completion_leaks_nothing", |runtime| {
+conformance! {
+    fn fence_dropped_before_completion_leaks_nothing(runtime: &Runtime) {
         let s = runtime.default_stream();
         let held = hold(&s);
         let fences: Vec<_> = (0..8).map(|_| s.fence().unwrap()).collect();
@@ -121,12 +116,11 @@ fn fence_dropped_before_completion_leaks_nothing() {
         assert_eq!(runtime.diagnostics().live_fences, 0);
         held.release();
         // The harness then checks that no backend event, fence or waiter is left.
-    });
+    }
 }
 
-#[test]
-fn fence_future_dropped_mid_wait_leaks_nothing() {
-    each_backend("fence_future_dropped_mid_wait_leaks_nothing", |runtime| {
+conformance! {
+    fn fence_future_dropped_mid_wait_leaks_nothing(runtime: &Runtime) {
         let s = runtime.default_stream();
         let held = hold(&s);
         let fence = s.fence().unwrap();
@@ -144,12 +138,11 @@ fn fence_future_dropped_mid_wait_leaks_nothing() {
         held.release();
         runtime.fence().unwrap().wait().unwrap();
         assert_eq!(counter.0.load(Ordering::SeqCst), 0, "a dropped future was woken");
-    });
+    }
 }
 
-#[test]
-fn dropping_a_buffer_in_use_by_held_work_is_safe() {
-    each_backend("dropping_a_buffer_in_use_by_held_work_is_safe", |runtime| {
+conformance! {
+    fn dropping_a_buffer_in_use_by_held_work_is_safe(runtime: &Runtime) {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let allocations = runtime.diagnostics().backend.live_allocations;
         let held = hold(&s);
@@ -169,12 +162,11 @@ fn dropping_a_buffer_in_use_by_held_work_is_safe() {
         let d = runtime.diagnostics();
         assert_eq!(d.retiring_buffers, 0);
         assert_eq!(d.backend.live_allocations, allocations + 2);
-    });
+    }
 }
 
-#[test]
-fn runtime_fence_covers_every_stream() {
-    each_backend("runtime_fence_covers_every_stream", |runtime| {
+conformance! {
+    fn runtime_fence_covers_every_stream(runtime: &Runtime) {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let held_s = hold(&s);
         let held_t = hold(&t);
@@ -187,12 +179,11 @@ fn runtime_fence_covers_every_stream() {
         held_t.release();
         block_on(runtime.sync()).unwrap();
         assert!(fence.is_complete());
-    });
+    }
 }
 
-#[test]
-fn fence_on_an_idle_stream_is_complete_at_once() {
-    each_backend("fence_on_an_idle_stream_is_complete_at_once", |runtime| {
+conformance! {
+    fn fence_on_an_idle_stream_is_complete_at_once(runtime: &Runtime) {
         let s = runtime.new_stream().unwrap();
         let out = s.zeros(4096).unwrap();
         s.fill_u32(&out, 1).unwrap();
@@ -204,5 +195,5 @@ fn fence_on_an_idle_stream_is_complete_at_once() {
         }
         // Nothing in flight: the fence needs no device round trip and no wake-up.
         assert!(s.fence().unwrap().is_complete(), "a fence on an idle stream waited for the device");
-    });
+    }
 }

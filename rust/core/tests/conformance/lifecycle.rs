@@ -4,11 +4,8 @@ use std::time::Duration;
 
 use weir_core::{Error, Runtime};
 
-use crate::common::each_backend;
-
-#[test]
-fn close_waits_for_work_in_flight_and_is_idempotent() {
-    each_backend("close_waits_for_work_in_flight_and_is_idempotent", |runtime| {
+conformance! {
+    fn close_waits_for_work_in_flight_and_is_idempotent(runtime: &Runtime) {
         // A runtime of its own, so the harness can still check the shared one.
         let own = Runtime::open(runtime.info().backend).unwrap();
         let s = own.default_stream();
@@ -21,5 +18,5 @@ fn close_waits_for_work_in_flight_and_is_idempotent() {
         fence.wait().unwrap();
         own.close().unwrap();
         assert!(matches!(s.fill_u32(&out, 1), Err(Error::Closed)));
-    });
+    }
 }

@@ -1,5 +1,46 @@
-//! The conformance suite: the scheduling contract of DESIGN.md, proven on
-//! every backend compiled in (unavailable ones are reported as skipped).
+//! The conformance suite: the scheduling contract of the crate docs, proven
+//! on every backend compiled in (unavailable ones are reported as skipped).
+//!
+//! Each case is written once, as `fn name(runtime: &Runtime)` inside
+//! [`conformance!`], and runs as one test per backend, so a report names
+//! `seed_race::seed_race_reader_waits_for_kernel_producer::wgpu` and a failure on
+//! one backend never hides the others.
+
+/// One `#[test]` per backend for each case: `case::cpu`, `case::wgpu`,
+/// `case::cuda`, `case::hip`.
+macro_rules! conformance {
+    ($( $(#[$meta:meta])* fn $name:ident($runtime:ident: &Runtime) $body:block )*) => {
+        $(
+            $(#[$meta])*
+            mod $name {
+                #[allow(unused_imports)]
+                use super::*;
+
+                fn case($runtime: &weir_core::Runtime) $body
+
+                #[test]
+                fn cpu() {
+                    crate::common::on_backend(weir_core::BackendKind::Cpu, stringify!($name), case);
+                }
+
+                #[test]
+                fn wgpu() {
+                    crate::common::on_backend(weir_core::BackendKind::Wgpu, stringify!($name), case);
+                }
+
+                #[test]
+                fn cuda() {
+                    crate::common::on_backend(weir_core::BackendKind::Cuda, stringify!($name), case);
+                }
+
+                #[test]
+                fn hip() {
+                    crate::common::on_backend(weir_core::BackendKind::Hip, stringify!($name), case);
+                }
+            }
+        )*
+    };
+}
 
 mod bad_input;
 mod common;

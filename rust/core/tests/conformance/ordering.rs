@@ -4,15 +4,14 @@ use std::time::Duration;
 
 use weir_core::Runtime;
 
-use crate::common::{each_backend, hold};
+use crate::common::hold;
 
 fn waits(runtime: &Runtime) -> u64 {
     runtime.diagnostics().inserted_waits
 }
 
-#[test]
-fn writer_waits_for_readers_on_two_other_streams() {
-    each_backend("writer_waits_for_readers_on_two_other_streams", |runtime| {
+conformance! {
+    fn writer_waits_for_readers_on_two_other_streams(runtime: &Runtime) {
         let (w, r1, r2) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let data = w.upload(&[5u32; 4096]).unwrap();
         let (out1, out2) = (r1.empty(4 * 4096).unwrap(), r2.empty(4 * 4096).unwrap());
@@ -36,12 +35,11 @@ fn writer_waits_for_readers_on_two_other_streams() {
         assert_eq!(r1.read_as::<u32>(&out1).unwrap(), vec![5; 4096]);
         assert_eq!(r2.read_as::<u32>(&out2).unwrap(), vec![5; 4096]);
         assert_eq!(w.read_as::<u32>(&data).unwrap(), vec![9; 4096]);
-    });
+    }
 }
 
-#[test]
-fn same_stream_ops_insert_no_waits() {
-    each_backend("same_stream_ops_insert_no_waits", |runtime| {
+conformance! {
+    fn same_stream_ops_insert_no_waits(runtime: &Runtime) {
         let s = runtime.default_stream();
         let a = s.upload(&[1.0f32; 64]).unwrap();
         let b = s.zeros(256).unwrap();
@@ -58,14 +56,13 @@ fn same_stream_ops_insert_no_waits() {
         }
         assert_eq!(s.read_as::<f32>(&a).unwrap(), vec![ha; 64]);
         assert_eq!(waits(runtime), 0);
-    });
+    }
 }
 
-/// A pipeline over three streams with the exact number of inserted waits at
-/// every step, including waits saved by what a stream learnt from another.
-#[test]
-fn cross_stream_waits_are_minimal() {
-    each_backend("cross_stream_waits_are_minimal", |runtime| {
+conformance! {
+    /// A pipeline over three streams with the exact number of inserted waits at
+    /// every step, including waits saved by what a stream learnt from another.
+    fn cross_stream_waits_are_minimal(runtime: &Runtime) {
         let (s, t, u) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let a = s.upload(&[1.0f32; 256]).unwrap();
         let b = s.upload(&[2.0f32; 256]).unwrap();
@@ -87,5 +84,5 @@ fn cross_stream_waits_are_minimal() {
         assert_eq!(u.read_as::<f32>(&ue).unwrap(), vec![5.0; 256]);
         assert_eq!(t.read_as::<f32>(&tb).unwrap(), vec![2.0; 256]);
         assert_eq!(s.read_as::<f32>(&a).unwrap(), vec![3.0; 256]);
-    });
+    }
 }

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::{BackendKind, Buffer, Fault, Runtime};
 
-use crate::common::{each_backend, hold, raw_fill, words, Held};
+use crate::common::{hold, raw_fill, words, Held};
 
 const WORDS: usize = 1024;
 
@@ -83,26 +83,23 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
     })
 }
 
-fn check(test: &str, producer: Producer) {
-    each_backend(test, |runtime| {
-        let seen = run_scenario(runtime, producer);
-        assert_eq!(seen, producer.expected(), "{producer:?}: T read a stale output");
-    });
+fn check(runtime: &Runtime, producer: Producer) {
+    let seen = run_scenario(runtime, producer);
+    assert_eq!(seen, producer.expected(), "{producer:?}: T read a stale output");
 }
 
-#[test]
-fn seed_race_reader_waits_for_kernel_producer() {
-    check("seed_race_reader_waits_for_kernel_producer", Producer::Kernel);
-}
+conformance! {
+    fn seed_race_reader_waits_for_kernel_producer(runtime: &Runtime) {
+        check(runtime, Producer::Kernel);
+    }
 
-#[test]
-fn seed_race_reader_waits_for_memset_zero() {
-    check("seed_race_reader_waits_for_memset_zero", Producer::MemsetZero);
-}
+    fn seed_race_reader_waits_for_memset_zero(runtime: &Runtime) {
+        check(runtime, Producer::MemsetZero);
+    }
 
-#[test]
-fn seed_race_reader_waits_for_external_write() {
-    check("seed_race_reader_waits_for_external_write", Producer::ExternalWrite);
+    fn seed_race_reader_waits_for_external_write(runtime: &Runtime) {
+        check(runtime, Producer::ExternalWrite);
+    }
 }
 
 /// The same scenario against a scheduler with the seed's bug (versions keyed

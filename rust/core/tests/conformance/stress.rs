@@ -7,7 +7,7 @@ use std::sync::Mutex;
 
 use weir_core::{BackendKind, Buffer, Hold, PendingRead, Runtime, Stream};
 
-use crate::common::{each_backend, Rng};
+use crate::common::Rng;
 
 const THREADS: usize = 4;
 const STREAMS: usize = 4;
@@ -148,9 +148,8 @@ fn stress(runtime: &Runtime, seed: u64, ops_per_thread: u64) {
     assert_eq!(runtime.diagnostics().backend.race_violations, 0, "seed {seed}: the race detector fired");
 }
 
-#[test]
-fn random_ops_match_a_sequential_model() {
-    each_backend("random_ops_match_a_sequential_model", |runtime| {
+conformance! {
+    fn random_ops_match_a_sequential_model(runtime: &Runtime) {
         let seed = env_or("WEIR_STRESS_SEED", 0x5EED_2026);
         let default_ops = if runtime.info().backend == BackendKind::Cpu { 2000 } else { 250 };
         let ops = env_or("WEIR_STRESS_OPS", default_ops);
@@ -159,5 +158,5 @@ fn random_ops_match_a_sequential_model() {
             "  {} ops over {STREAMS} streams from {THREADS} threads matched the model (seed {seed:#x})",
             ops * THREADS as u64
         );
-    });
+    }
 }

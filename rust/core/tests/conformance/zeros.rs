@@ -1,12 +1,11 @@
 //! `zeros` and `memset_zero`: exact zero, on the device, without host data.
 
-use crate::common::{each_backend, hold};
+use crate::common::hold;
 
 const ODD_SIZE: u64 = (1 << 20) + 4;
 
-#[test]
-fn zeros_are_exact_zero_on_the_same_stream_without_host_copies() {
-    each_backend("zeros_are_exact_zero_on_the_same_stream_without_host_copies", |runtime| {
+conformance! {
+    fn zeros_are_exact_zero_on_the_same_stream_without_host_copies(runtime: &Runtime) {
         let s = runtime.default_stream();
         let uploads = runtime.diagnostics().backend.host_to_device_copies;
         let z = s.zeros(ODD_SIZE).unwrap();
@@ -14,12 +13,11 @@ fn zeros_are_exact_zero_on_the_same_stream_without_host_copies() {
         let bytes = s.read(&z).unwrap();
         assert_eq!(bytes.len() as u64, ODD_SIZE);
         assert!(bytes.iter().all(|&b| b == 0));
-    });
+    }
 }
 
-#[test]
-fn zeros_are_exact_zero_across_streams() {
-    each_backend("zeros_are_exact_zero_across_streams", |runtime| {
+conformance! {
+    fn zeros_are_exact_zero_across_streams(runtime: &Runtime) {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let held = hold(&s);
         let uploads = runtime.diagnostics().backend.host_to_device_copies;
@@ -28,7 +26,7 @@ fn zeros_are_exact_zero_across_streams() {
         let pending = t.enqueue_read(&z).unwrap();
         held.release();
         assert!(pending.wait().unwrap().iter().all(|&b| b == 0));
-    });
+    }
 }
 
 #[test]
@@ -41,12 +39,11 @@ fn empty_buffers_are_not_zeroed() {
     assert!(s.read(&e).unwrap().iter().any(|&b| b != 0));
 }
 
-#[test]
-fn memset_zero_clears_a_dirty_buffer() {
-    each_backend("memset_zero_clears_a_dirty_buffer", |runtime| {
+conformance! {
+    fn memset_zero_clears_a_dirty_buffer(runtime: &Runtime) {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let dirty = s.upload(&[0xDEAD_BEEFu32; 4099]).unwrap();
         t.memset_zero(&dirty).unwrap();
         assert_eq!(s.read_as::<u32>(&dirty).unwrap(), vec![0; 4099]);
-    });
+    }
 }
