@@ -1,8 +1,12 @@
-//! Closing a runtime: in-flight work finishes, close is idempotent.
+//! Lifetimes: streams retire after their work, memory is freed on its last
+//! use, any handle keeps the runtime alive, `close()` is the one explicit end
+//! and every caller of it waits, and no drop waits for the device.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use weir_core::{Error, Runtime};
+
+use crate::common::{hold, words};
 
 conformance! {
     fn close_waits_for_work_in_flight_and_is_idempotent(runtime: &Runtime) {
@@ -18,5 +22,124 @@ conformance! {
         fence.wait().unwrap();
         own.close().unwrap();
         assert!(matches!(s.fill_u32(&out, 1), Err(Error::Closed)));
+    }
+}
+
+conformance! {
+    fn dropped_streams_are_retired_after_their_work(runtime: &Runtime) {
+        let start = runtime.diagnostics();
+        let shared = runtime.default_stream().upload(&[1u32; 64]).unwrap();
+        for round in 0..1000u32 {
+            let s = runtime.new_stream().unwrap();
+            let out = s.empty(256).unwrap();
+            s.copy(&shared, &out).unwrap();
+            s.fill_u32(&out, round).unwrap();
+            if round % 100 == 0 {
+                assert_eq!(words(&s.read(&out).unwrap()), vec![round; 64]);
+            }
+        }
+        // Later users of what retired streams wrote still order after them.
+        let reader = runtime.new_stream().unwrap();
+        assert_eq!(words(&reader.read(&shared).unwrap()), vec![1; 64]);
+        drop(reader);
+        runtime.fence().unwrap().wait().unwrap();
+        let end = runtime.diagnostics();
+        assert_eq!(end.backend.live_streams, start.backend.live_streams, "backend streams left behind: {end:?}");
+        assert_eq!(end.live_streams, start.live_streams, "{end:?}");
+        assert_eq!(end.retiring_streams, 0, "{end:?}");
+        assert_eq!(end.backend.live_events, start.backend.live_events, "{end:?}");
+    }
+
+    fn a_released_buffer_is_freed_once_its_last_use_completes(runtime: &Runtime) {
+        let s = runtime.new_stream().unwrap();
+        let start = runtime.diagnostics();
+        let held = hold(&s);
+        let big = s.zeros(1 << 30).unwrap();
+        s.fill_u32(&big, 3).unwrap();
+        let fence = s.fence().unwrap();
+        drop(big);
+        if held.is_gate() {
+            let waiting = runtime.diagnostics();
+            assert_eq!(waiting.retiring_buffers, 1, "memory in use was freed: {waiting:?}");
+            assert_eq!(waiting.backend.live_allocations, start.backend.live_allocations + 1);
+        }
+        held.release();
+        fence.wait().unwrap();
+        // No allocation or release follows: the completion itself frees it.
+        let deadline = Instant::now() + Duration::from_secs(10);
+        let end = loop {
+            let now = runtime.diagnostics();
+            if now.backend.live_allocations == start.backend.live_allocations || Instant::now() > deadline {
+                break now;
+            }
+            std::thread::yield_now();
+        };
+        assert_eq!(end.backend.live_allocations, start.backend.live_allocations, "{end:?}");
+        assert_eq!(end.retiring_buffers, 0, "{end:?}");
+    }
+
+    fn keeping_only_a_fence_and_a_read_completes_the_work(runtime: &Runtime) {
+        let kind = runtime.info().backend;
+        for round in 0..20u32 {
+            let own = Runtime::open(kind).unwrap();
+            let s = own.new_stream().unwrap();
+            let held = hold(&s);
+            let out = s.zeros(1024).unwrap();
+            s.fill_u32(&out, round).unwrap();
+            let read = s.enqueue_read(&out).unwrap();
+            let fence = s.fence().unwrap();
+            drop((own, s, out));
+            held.release();
+            fence.wait().unwrap();
+            assert_eq!(words(&read.wait().unwrap()), vec![round; 256]);
+        }
+    }
+
+    fn concurrent_close_callers_all_wait_for_the_work(runtime: &Runtime) {
+        let own = Runtime::open(runtime.info().backend).unwrap();
+        let s = own.new_stream().unwrap();
+        let held = hold(&s);
+        let out = s.zeros(1 << 20).unwrap();
+        s.fill_u32(&out, 8).unwrap();
+        let fence = s.fence().unwrap();
+        let barrier = std::sync::Barrier::new(3);
+        let gated = held.is_gate();
+        std::thread::scope(|scope| {
+            let closers: Vec<_> = (0..2)
+                .map(|_| {
+                    scope.spawn(|| {
+                        barrier.wait();
+                        own.close().unwrap();
+                        (Instant::now(), fence.is_complete())
+                    })
+                })
+                .collect();
+            barrier.wait();
+            // Give both a chance to be inside close() before the work may run.
+            std::thread::sleep(Duration::from_millis(50));
+            let released = Instant::now();
+            held.release();
+            for closer in closers {
+                let (returned, complete) = closer.join().unwrap();
+                assert!(complete, "a close() returned before the work it must wait for");
+                if gated {
+                    assert!(returned >= released, "a close() returned while the stream was still held");
+                }
+            }
+        });
+        assert!(matches!(s.zeros(4), Err(Error::Closed)));
+    }
+
+    fn dropping_the_last_handle_never_waits_for_device_work(runtime: &Runtime) {
+        let own = Runtime::open(runtime.info().backend).unwrap();
+        let s = own.new_stream().unwrap();
+        let held = hold(&s);
+        let out = s.zeros(1 << 20).unwrap();
+        s.fill_u32(&out, 8).unwrap();
+        let started = Instant::now();
+        drop((own, s, out));
+        let took = started.elapsed();
+        held.release();
+        assert!(took < Duration::from_millis(500), "dropping the last handles took {took:?}");
     }
 }

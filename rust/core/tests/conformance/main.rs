@@ -48,6 +48,7 @@ mod errors;
 mod fences;
 mod lifecycle;
 mod ordering;
+mod reentrancy;
 mod seed_race;
 mod stress;
 mod zeros;

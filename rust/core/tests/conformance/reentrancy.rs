@@ -1,0 +1,269 @@
+//! Foreign code may call straight back into Weir: a woken task, an external
+//! write's closure, a panicking waker. Nothing hangs, nothing stops working.
+//!
+//! Every scenario runs on a thread of its own and is given a deadline, so a
+//! hang fails the test instead of stalling the suite.
+
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::mpsc::{channel, Sender};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Wake, Waker};
+use std::time::{Duration, Instant};
+
+use weir_core::{CompletionWait, Error, Fence, Runtime};
+
+use crate::common::{hold, raw_fill, words};
+
+/// Long enough for a busy machine, short enough that a hang is reported.
+const DEADLINE: Duration = Duration::from_secs(20);
+
+/// Runs `scenario` on a thread of its own; fails if it does not finish in time.
+fn within_deadline<T: Send + 'static>(scenario: impl FnOnce() -> T + Send + 'static) -> T {
+    let (done, finished) = channel();
+    std::thread::spawn(move || {
+        let _ = done.send(scenario());
+    });
+    finished.recv_timeout(DEADLINE).expect("the scenario hung: a call back into Weir never returned")
+}
+
+/// A waker that runs `on_wake` (once) on whichever thread wakes it.
+struct CallBack {
+    on_wake: Mutex<Option<Box<dyn FnOnce() + Send>>>,
+}
+
+impl Wake for CallBack {
+    fn wake(self: Arc<Self>) {
+        let on_wake = self.on_wake.lock().unwrap().take();
+        if let Some(on_wake) = on_wake {
+            on_wake();
+        }
+    }
+}
+
+/// Polls `fence` once with a waker that runs `on_wake` when the fence
+/// completes. The waker stays registered while the returned future lives.
+#[must_use = "dropping the wait unregisters its waker"]
+fn on_completion(fence: &Fence, on_wake: impl FnOnce() + Send + 'static) -> CompletionWait {
+    let waker = Waker::from(Arc::new(CallBack { on_wake: Mutex::new(Some(Box::new(on_wake))) }));
+    let mut wait = fence.wait_async();
+    assert!(Pin::new(&mut wait).poll(&mut Context::from_waker(&waker)).is_pending(), "the fence was held");
+    wait
+}
+
+/// Everything a woken task might do at once: fence, admit, read, create, on
+/// the stream that woke it and on another one.
+fn use_everything(runtime: &Runtime, woke: &weir_core::Stream, results: &Sender<Result<(), String>>) {
+    let outcome = (|| -> weir_core::Result<()> {
+        woke.fence()?.wait()?;
+        let here = woke.zeros(64)?;
+        woke.fill_u32(&here, 11)?;
+        assert_eq!(words(&woke.read(&here)?), vec![11; 16]);
+        let other = runtime.new_stream()?;
+        let there = other.upload(&[5u32; 16])?;
+        other.copy(&there, &here)?;
+        assert_eq!(words(&woke.read(&here)?), vec![5; 16], "the woken stream reads what the other wrote");
+        runtime.fence()?.wait()?;
+        Ok(())
+    })();
+    let _ = results.send(outcome.map_err(|error| error.to_string()));
+}
+
+conformance! {
+    fn a_woken_task_may_use_the_runtime_at_once(runtime: &Runtime) {
+        let runtime = runtime.clone();
+        let outcome = within_deadline(move || {
+            let s = runtime.new_stream().unwrap();
+            let held = hold(&s);
+            let buffer = s.zeros(16).unwrap();
+            let fence = s.fence().unwrap();
+            let (results, received) = channel();
+            let (woken_runtime, woken_stream) = (runtime.clone(), s.clone());
+            let wait = on_completion(&fence, move || use_everything(&woken_runtime, &woken_stream, &results));
+            held.release();
+            let outcome = received.recv_timeout(DEADLINE);
+            drop((wait, buffer));
+            outcome
+        });
+        outcome.expect("the woken task never finished").expect("a call from the woken task failed");
+    }
+
+    fn a_woken_task_may_close_another_runtime_and_drop_its_own(runtime: &Runtime) {
+        let kind = runtime.info().backend;
+        let outcome = within_deadline(move || {
+            let own = Runtime::open(kind).unwrap();
+            let other = Runtime::open(kind).unwrap();
+            let s = own.new_stream().unwrap();
+            let held = hold(&s);
+            let fence = s.fence().unwrap();
+            let (results, received) = channel();
+            let (woken_own, woken_other) = (Mutex::new(Some(own)), other.clone());
+            let wait = on_completion(&fence, move || {
+                let closed = woken_other.close();
+                // The last handle of a runtime may go on the thread that wakes tasks.
+                drop(woken_own.lock().unwrap().take());
+                let _ = results.send(closed);
+            });
+            drop(s);
+            held.release();
+            let closed = received.recv_timeout(DEADLINE);
+            drop(wait);
+            (closed, other.new_stream().err())
+        });
+        let (closed, after) = outcome;
+        closed.expect("the woken task never finished").expect("close from a woken task");
+        assert!(matches!(after, Some(Error::Closed)));
+    }
+
+    fn an_external_write_may_call_back_into_the_runtime(runtime: &Runtime) {
+        let runtime = runtime.clone();
+        within_deadline(move || {
+            let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+            let target = s.empty(64).unwrap();
+            let unrelated = t.upload(&[3u32; 16]).unwrap();
+            let mut inside = Vec::new();
+            s.external_write(&[&target], |raw| {
+                // Another stream's work does not need this one: it runs.
+                let copy = t.zeros(64)?;
+                t.copy(&unrelated, &copy)?;
+                inside.push(("another stream", t.read(&copy).map(|bytes| words(&bytes) == vec![3; 16])));
+                inside.push(("a new stream", runtime.new_stream().map(|_| true)));
+                // What needs this write's own stream would wait for this closure.
+                inside.push(("own stream fence", s.fence().map(|_| true)));
+                inside.push(("own stream op", s.zeros(4).map(|_| true)));
+                inside.push(("read of the target", t.read(&target).map(|_| true)));
+                inside.push(("runtime fence", runtime.fence().map(|_| true)));
+                raw_fill(raw, 9)
+            })
+            .unwrap();
+            for (what, outcome) in &inside[..2] {
+                assert!(matches!(outcome, Ok(true)), "{what}: {outcome:?}");
+            }
+            for (what, outcome) in &inside[2..] {
+                assert!(matches!(outcome, Err(Error::InvalidArgument(_))), "{what} should be refused: {outcome:?}");
+            }
+            // Once the closure returned, the write is there for everyone.
+            assert_eq!(words(&t.read(&target).unwrap()), vec![0x0909_0909; 16]);
+            s.fence().unwrap().wait().unwrap();
+        });
+    }
+
+    fn a_panicking_waker_leaves_the_runtime_working(runtime: &Runtime) {
+        let runtime = runtime.clone();
+        within_deadline(move || {
+            let s = runtime.new_stream().unwrap();
+            for _ in 0..3 {
+                let held = hold(&s);
+                let fence = s.fence().unwrap();
+                let wait = on_completion(&fence, || panic!("a waker that panics (deliberately, in a test)"));
+                held.release();
+                fence.wait().unwrap();
+                drop(wait);
+            }
+            // Later completions on every path still arrive, woken or waited.
+            let out = s.upload(&[1u32; 8]).unwrap();
+            s.fill_u32(&out, 4).unwrap();
+            assert_eq!(words(&futures::executor::block_on(s.read_async(&out)).unwrap()), vec![4; 8]);
+            futures::executor::block_on(runtime.sync()).unwrap();
+        });
+    }
+
+    fn a_stream_fence_covers_every_read_admitted_before_it(runtime: &Runtime) {
+        let trials = if runtime.info().software { 1500 } else { 3000 };
+        let runtime = runtime.clone();
+        let violations = within_deadline(move || {
+            let (s, u, v) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+            let source = s.upload(&[7u32; 256]).unwrap();
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+            let submitters: Vec<_> = [u, v]
+                .into_iter()
+                .map(|other| {
+                    let stop = stop.clone();
+                    std::thread::spawn(move || {
+                        let scratch = other.zeros(1024).unwrap();
+                        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                            other.fill_u32(&scratch, 1).unwrap();
+                            drop(other.enqueue_read(&scratch).unwrap());
+                        }
+                    })
+                })
+                .collect();
+            let mut violations = 0;
+            for _ in 0..trials {
+                let read = s.enqueue_read(&source).unwrap();
+                let fence = s.fence().unwrap();
+                fence.wait().unwrap();
+                if !read.is_complete() {
+                    violations += 1;
+                }
+                assert_eq!(words(&read.wait().unwrap()), vec![7; 256]);
+            }
+            stop.store(true, std::sync::atomic::Ordering::Relaxed);
+            for submitter in submitters {
+                submitter.join().unwrap();
+            }
+            violations
+        });
+        assert_eq!(violations, 0, "a stream fence completed before a read admitted before it");
+    }
+}
+
+/// A CPU kernel runs on its stream's worker: a wait there for that stream, or
+/// a close of its runtime, would wait for itself and is refused.
+#[test]
+fn a_cpu_kernel_that_waits_for_its_own_stream_is_refused() {
+    within_deadline(|| {
+        let runtime = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
+        let s = runtime.new_stream().unwrap();
+        let (results, received) = channel();
+        let (kernel_runtime, kernel_stream) = (Mutex::new(runtime.clone()), Mutex::new(s.clone()));
+        let results = Mutex::new(results);
+        let kernel = weir_core::Kernel::custom("calls back")
+            .cpu(move |_| {
+                let own = kernel_stream.lock().unwrap().fence().and_then(|fence| fence.wait());
+                let close = kernel_runtime.lock().unwrap().close();
+                let _ = results.lock().unwrap().send((own, close));
+                Ok(())
+            })
+            .build();
+        let out = s.zeros(4).unwrap();
+        s.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(&out)]).unwrap();
+        let (own, close) = received.recv_timeout(DEADLINE).unwrap();
+        assert!(matches!(own, Err(Error::InvalidArgument(_))), "{own:?}");
+        assert!(matches!(close, Err(Error::InvalidArgument(_))), "{close:?}");
+        s.fence().unwrap().wait().expect("the kernel itself succeeded");
+        runtime.close().unwrap();
+    });
+}
+
+/// A CPU kernel may hold the last handle of its runtime: dropping it there
+/// tears the runtime down in the background, and the kernel still succeeds.
+#[test]
+fn a_cpu_kernel_may_drop_the_last_handle_of_its_runtime() {
+    within_deadline(|| {
+        let runtime = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
+        let s = runtime.new_stream().unwrap();
+        let (results, received) = channel();
+        let last = Mutex::new(Some((runtime, s.clone())));
+        let results = Mutex::new(results);
+        let kernel = weir_core::Kernel::custom("drops the runtime")
+            .cpu(move |_| {
+                let started = Instant::now();
+                drop(last.lock().unwrap().take());
+                let _ = results.lock().unwrap().send(started.elapsed());
+                Ok(())
+            })
+            .build();
+        let out = s.zeros(4).unwrap();
+        s.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(&out)]).unwrap();
+        drop((s, out, kernel));
+        let took = received.recv_timeout(DEADLINE).expect("the kernel never ran");
+        assert!(took < Duration::from_secs(5), "dropping the last handle blocked the worker for {took:?}");
+        // The process goes on: a new runtime works.
+        let fresh = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
+        assert_eq!(
+            fresh.default_stream().read_as::<u32>(&fresh.default_stream().upload(&[2u32]).unwrap()).unwrap(),
+            vec![2]
+        );
+    });
+}
