@@ -58,6 +58,15 @@ pub fn assert_no_leaks(runtime: &Runtime) {
     assert_eq!(d.backend.race_violations, 0, "the race detector fired: {d:?}");
 }
 
+/// Returns once `count` waits (blocked threads, registered wakers) are pending.
+pub fn wait_for_waiters(runtime: &Runtime, count: u64) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while runtime.diagnostics().live_waiters < count {
+        assert!(std::time::Instant::now() < deadline, "the waits never started: {:?}", runtime.diagnostics());
+        std::thread::yield_now();
+    }
+}
+
 /// Holds a stream back: a gate where the backend has them (deterministic),
 /// otherwise a long device-side delay.
 pub struct Held(Option<Hold>);

@@ -11,7 +11,7 @@ use futures::executor::block_on;
 use futures::future::join_all;
 use weir_core::BackendKind;
 
-use crate::common::{hold, HOLD_DELAY};
+use crate::common::{hold, wait_for_waiters, HOLD_DELAY};
 
 struct CountingWaker(AtomicUsize);
 
@@ -56,7 +56,8 @@ conformance! {
         std::thread::scope(|scope| {
             let threads: Vec<_> = (0..4).map(|_| scope.spawn(|| fence.wait())).collect();
             let tasks = scope.spawn(|| block_on(join_all((0..16).map(|_| fence.wait_async()))));
-            std::thread::sleep(Duration::from_millis(20));
+            // Release once every thread blocks and every task waits.
+            wait_for_waiters(runtime, 4 + 16);
             held.release();
             for thread in threads {
                 thread.join().unwrap().unwrap();
@@ -86,7 +87,8 @@ conformance! {
         while counter.0.load(Ordering::SeqCst) == 0 && std::time::Instant::now() < deadline {
             std::thread::yield_now();
         }
-        std::thread::sleep(Duration::from_millis(20));
+        // Diagnostics first lets every wake-up already due run: a second one would show.
+        runtime.diagnostics();
         assert_eq!(counter.0.load(Ordering::SeqCst), 1, "woken once by the completion path");
         assert!(matches!(future.as_mut().poll(&mut Context::from_waker(&waker)), Poll::Ready(Ok(()))));
         assert_eq!(runtime.diagnostics().live_waiters, 0);
@@ -173,7 +175,8 @@ conformance! {
         let fence = runtime.fence().unwrap();
         held_s.release();
         if held_t.is_gate() {
-            std::thread::sleep(Duration::from_millis(30));
+            // Once s is done, only the held t keeps the runtime fence pending.
+            s.fence().unwrap().wait().unwrap();
             assert!(!fence.is_complete(), "runtime fence ignored a held stream");
         }
         held_t.release();

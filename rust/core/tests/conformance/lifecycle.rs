@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::{Error, Runtime};
 
-use crate::common::{hold, words};
+use crate::common::{hold, wait_for_waiters, words};
 
 conformance! {
     fn close_waits_for_work_in_flight_and_is_idempotent(runtime: &Runtime) {
@@ -66,15 +66,18 @@ conformance! {
         held.release();
         fence.wait().unwrap();
         // No allocation or release follows: the completion itself frees it.
-        let deadline = Instant::now() + Duration::from_secs(10);
+        let completed = Instant::now();
+        let deadline = completed + Duration::from_secs(60);
         let end = loop {
             let now = runtime.diagnostics();
-            if now.backend.live_allocations == start.backend.live_allocations || Instant::now() > deadline {
+            let freed = now.backend.live_allocations == start.backend.live_allocations && now.retiring_buffers == 0;
+            if freed || Instant::now() > deadline {
                 break now;
             }
             std::thread::yield_now();
         };
-        assert_eq!(end.backend.live_allocations, start.backend.live_allocations, "{end:?}");
+        let waited = completed.elapsed();
+        assert_eq!(end.backend.live_allocations, start.backend.live_allocations, "after {waited:?}: {end:?}");
         assert_eq!(end.retiring_buffers, 0, "{end:?}");
     }
 
@@ -115,8 +118,8 @@ conformance! {
                 })
                 .collect();
             barrier.wait();
-            // Give both a chance to be inside close() before the work may run.
-            std::thread::sleep(Duration::from_millis(50));
+            // Both closers are inside close(), waiting, before the work may run.
+            wait_for_waiters(&own, 2);
             let released = Instant::now();
             held.release();
             for closer in closers {

@@ -1,7 +1,5 @@
 //! Dependencies and minimal waits, with exact counts.
 
-use std::time::Duration;
-
 use weir_core::Runtime;
 
 use crate::common::hold;
@@ -27,7 +25,7 @@ conformance! {
         if held1.is_gate() {
             // Let the second reader finish: the writer must still wait for the first.
             held2.release();
-            std::thread::sleep(Duration::from_millis(50));
+            r2.fence().unwrap().wait().unwrap();
             assert!(!written.is_complete(), "the write ran before the first reader read");
             held1.release();
         }
