@@ -5,7 +5,9 @@
 //!
 //! The scheduling contract, per runtime:
 //! - **One ordering boundary.** Each op is admitted under the runtime's lock
-//!   (never a lock across runtimes, never held while waiting for the device).
+//!   (never a lock across runtimes, never held while waiting for the device or
+//!   while foreign code runs). What is slow — compiling, pipeline lookup,
+//!   staging host data — is prepared before the lock is taken.
 //! - **Declared access.** Every op declares each buffer it touches as
 //!   [`Access::Read`], [`Access::Write`] or [`Access::ReadWrite`].
 //! - **Dependencies.** A read depends on the buffer's latest write; a write on
@@ -19,8 +21,19 @@
 //!   admitted external writes.
 //! - **Fresh memory.** [`Stream::empty`] has no definition; [`Stream::zeros`] is
 //!   allocate + zero + publish in one admission, with no host data.
-//! - **Memory reuse.** A released buffer's memory is freed only after every
-//!   stream that used it has finished those ops.
+//! - **Memory reuse.** A released buffer's memory is freed as soon as every
+//!   stream that used it has finished those ops, with no further call.
+//! - **Completions run outside every lock.** Blocked waits wake at once; wakers
+//!   run on one delivery thread per process that holds no Weir lock, so a woken
+//!   task may call any Weir API at once. A call that would wait for itself (a
+//!   CPU kernel waiting for its own stream, an external write's closure using
+//!   its own stream) is [`Error::InvalidArgument`], never a hang.
+//! - **Lifetimes.** Every handle (runtime, stream, buffer, fence, pending read)
+//!   keeps its runtime alive; [`Runtime::close`] is the explicit end and every
+//!   caller of it waits for the work. A stream retires when its last handle
+//!   goes, once its work is done; when the last handle of a runtime goes, its
+//!   work completes and the device is released in the background. No drop
+//!   waits for device work.
 //! - **Errors.** A failed op poisons its stream: the next fence, sync or read
 //!   on it reports the error; other streams go on.
 //!
