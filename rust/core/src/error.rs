@@ -36,7 +36,9 @@ pub enum Error {
     #[error("out of device memory allocating {bytes} bytes")]
     OutOfMemory { bytes: u64 },
 
-    /// An op failed on the device; its stream stays poisoned with this error.
+    /// An op failed (on the device, or because a version it reads came from
+    /// a failed op). What it writes carries the failure to its readers; its
+    /// stream goes on with the work that does not depend on it.
     #[error("op failed on stream {stream}: {message}")]
     OpFailed { stream: u32, message: String },
 
@@ -52,6 +54,21 @@ pub enum Error {
 impl Error {
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
         Error::InvalidArgument(message.into())
+    }
+
+    /// The error of an op on `stream` that reads a version `cause` produced.
+    pub(crate) fn dependency_failed(stream: u32, cause: &Error) -> Self {
+        Error::OpFailed { stream, message: format!("it reads a version written by a failed op ({cause})") }
+    }
+
+    /// `self`, as the first of `count` failures a fence reports.
+    pub(crate) fn first_of(self, count: u64) -> Self {
+        match self {
+            Error::OpFailed { stream, message } if count > 1 => {
+                Error::OpFailed { stream, message: format!("{message} (and {} more failed ops)", count - 1) }
+            }
+            other => other,
+        }
     }
 
     pub(crate) fn backend(backend: &str, message: impl Into<String>) -> Self {

@@ -34,8 +34,14 @@
 //!   goes, once its work is done; when the last handle of a runtime goes, its
 //!   work completes and the device is released in the background. No drop
 //!   waits for device work.
-//! - **Errors.** A failed op poisons its stream: the next fence, sync or read
-//!   on it reports the error; other streams go on.
+//! - **Errors follow the data.** A failed op publishes *failed versions* of
+//!   what it writes: every later op or read of them, on any stream, fails with
+//!   an error naming the original failure and passes it on to what it writes;
+//!   a full overwrite makes a buffer healthy again. The op's stream is not
+//!   poisoned: its next fence reports the failures since the previous one (the
+//!   first, with a count) and later work runs. Bad input
+//!   ([`Error::InvalidArgument`], [`Error::OutOfRange`], …) is refused at
+//!   admission and changes nothing.
 //!
 //! ```
 //! use weir_core::{BackendKind, Runtime};

@@ -27,7 +27,8 @@ pub enum WeirError {
     /// The device could not provide the memory.
     #[error("{0}")]
     OutOfMemory(String),
-    /// An op failed on the device; its stream stays poisoned with this error.
+    /// An op failed, or read a version a failed op wrote. What it writes fails
+    /// its readers too; its stream goes on with the work that does not depend on it.
     #[error("{0}")]
     OpFailed(String),
     /// A backend call failed.

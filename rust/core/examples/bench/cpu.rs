@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use weir_core::backend::cpu::{CpuBackend, CpuMemory};
-use weir_core::backend::{direct, Backend, Command, Span};
+use weir_core::backend::{direct, Backend, Command, SignalKind, Span};
 use weir_core::{Arg, BackendKind, Grid, Kernel, Runtime};
 
 use crate::report::{median, micros, Figure, Report};
@@ -54,7 +54,7 @@ fn admission(report: &mut Report, buffers: usize) {
     }
     let baseline = start.elapsed();
     let done = direct::completion(1);
-    raw.signal(&raw_stream, done.clone()).expect("signal");
+    raw.signal(&raw_stream, done.clone(), SignalKind::Fence).expect("signal");
     done.wait().expect("raw sync");
     let per_op = |d: Duration| micros(d) / ADMISSIONS as f64;
     report.add(Figure::beside(
@@ -90,7 +90,7 @@ fn fence_wake_up(report: &mut Report) {
             // SAFETY: the memory outlives the run; each stream's work completes before it is dropped.
             unsafe { direct::submit(&raw, &raw_stream, Command::Delay { duration: Duration::ZERO }) }.expect("delay");
             let done = direct::completion(1);
-            raw.signal(&raw_stream, done.clone()).expect("signal");
+            raw.signal(&raw_stream, done.clone(), SignalKind::Fence).expect("signal");
             done.wait().expect("wait");
             start.elapsed()
         })
@@ -139,8 +139,8 @@ fn pipeline(report: &mut Report) {
             .expect("copy");
     }
     let done = direct::completion(2);
-    raw.signal(&p, done.clone()).expect("signal");
-    raw.signal(&c, done.clone()).expect("signal");
+    raw.signal(&p, done.clone(), SignalKind::Fence).expect("signal");
+    raw.signal(&c, done.clone(), SignalKind::Fence).expect("signal");
     done.wait().expect("raw sync");
     let baseline = start.elapsed();
     let rate = |d: Duration| PIPELINE_STEPS as f64 / d.as_secs_f64();

@@ -39,7 +39,7 @@ pub mod wgpu;
 
 #[cfg(feature = "test-support")]
 use std::sync::Condvar;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::completion::Completion;
@@ -102,33 +102,37 @@ pub enum Command<R> {
 }
 
 impl<R> Command<R> {
-    /// Every buffer the command touches, with its access.
-    pub fn accesses(&self) -> Vec<(R, Access)>
+    /// Every byte range the command touches, with its access.
+    pub fn spans(&self) -> Vec<(Span<R>, Access)>
     where
         R: Copy,
     {
         use Access::*;
         match self {
-            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => {
-                vec![(dst.buffer, Write)]
-            }
-            Command::Copy { src, dst } => vec![(src.buffer, Read), (dst.buffer, Write)],
-            Command::Download { src, .. } => vec![(src.buffer, Read)],
-            Command::Binary { a, b, out, .. } => {
-                vec![(a.buffer, Read), (b.buffer, Read), (out.buffer, Write)]
-            }
-            Command::Scale { x, out, .. } => vec![(x.buffer, Read), (out.buffer, Write)],
-            Command::Axpy { x, y, .. } => vec![(x.buffer, Read), (y.buffer, ReadWrite)],
-            Command::Iota { out, .. } => vec![(out.buffer, Write)],
+            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => vec![(*dst, Write)],
+            Command::Copy { src, dst } => vec![(*src, Read), (*dst, Write)],
+            Command::Download { src, .. } => vec![(*src, Read)],
+            Command::Binary { a, b, out, .. } => vec![(*a, Read), (*b, Read), (*out, Write)],
+            Command::Scale { x, out, .. } => vec![(*x, Read), (*out, Write)],
+            Command::Axpy { x, y, .. } => vec![(*x, Read), (*y, ReadWrite)],
+            Command::Iota { out, .. } => vec![(*out, Write)],
             Command::Delay { .. } => Vec::new(),
             Command::Custom { args, .. } => args
                 .iter()
                 .filter_map(|arg| match arg {
-                    KernelArg::Buffer(span, access) => Some((span.buffer, *access)),
+                    KernelArg::Buffer(span, access) => Some((*span, *access)),
                     KernelArg::Scalar(_) => None,
                 })
                 .collect(),
         }
+    }
+
+    /// Every buffer the command touches, with its access.
+    pub fn accesses(&self) -> Vec<(R, Access)>
+    where
+        R: Copy,
+    {
+        self.spans().into_iter().map(|(span, access)| (span.buffer, access)).collect()
     }
 
     /// The same command with every buffer name mapped through `f`.
@@ -228,13 +232,87 @@ impl Gate {
     }
 }
 
+/// Whether one admitted op failed. The scheduler gives each op that writes
+/// a cell, and every version it publishes carries it, so that the failure
+/// travels with the data: set at admission when the op cannot run, or by a
+/// backend whose ops can fail as they run (the CPU backend's kernels).
+#[derive(Debug, Default)]
+pub struct OpOutcome {
+    failure: OnceLock<Error>,
+}
+
+impl OpOutcome {
+    /// Records that the op failed; the first failure stays.
+    pub fn fail(&self, error: Error) {
+        let _ = self.failure.set(error);
+    }
+
+    /// The op's failure, once known.
+    pub fn failure(&self) -> Option<&Error> {
+        self.failure.get()
+    }
+}
+
+/// What an op reads and what it publishes, for failures found as it runs.
+#[derive(Debug, Default)]
+pub struct OpIo {
+    /// The outcomes of the versions the op reads (a partial write reads what
+    /// it leaves in place). If one of them failed, the op must not run: it
+    /// fails with an error naming that failure.
+    pub inputs: Vec<Arc<OpOutcome>>,
+    /// The op's own outcome, which the versions it writes carry.
+    pub outcome: Option<Arc<OpOutcome>>,
+}
+
+impl OpIo {
+    /// The first failure among the inputs, as the error of an op that depends on it.
+    pub fn failed_input(&self, stream: u32) -> Option<Error> {
+        self.inputs.iter().find_map(|input| input.failure()).map(|cause| Error::dependency_failed(stream, cause))
+    }
+}
+
+/// The failures of a stream not yet reported by a fence: the first, and how many.
+#[derive(Debug, Default)]
+pub(crate) struct FailureTally(Mutex<Option<(Error, u64)>>);
+
+impl FailureTally {
+    /// Counts one more failure.
+    pub(crate) fn record(&self, error: &Error) {
+        let mut tally = lock(&self.0);
+        match &mut *tally {
+            Some((_, count)) => *count += 1,
+            None => *tally = Some((error.clone(), 1)),
+        }
+    }
+
+    /// What a fence reports: the first failure since the last take, with the count.
+    pub(crate) fn take(&self) -> Result<()> {
+        match lock(&self.0).take() {
+            Some((first, count)) => Err(first.first_of(count)),
+            None => Ok(()),
+        }
+    }
+}
+
+/// What a [`Backend::signal`] reports.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SignalKind {
+    /// A fence: the first failure, with a count, among the ops that failed on
+    /// the stream since its previous fence signal (each failure is reported
+    /// by one fence); `Ok` if none did.
+    Fence,
+    /// Internal bookkeeping (freeing memory, retiring a stream, draining):
+    /// completes `Ok` once the work is done, and reports nothing.
+    Drain,
+}
+
 /// Why [`Backend::enqueue`] did not enqueue a command as asked.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum EnqueueError {
     /// Bad input: nothing was enqueued and the stream is as it was.
     Rejected(Error),
-    /// The op failed: what it writes must not be trusted, and the stream
-    /// reports the failure to the fences that cover it.
+    /// The op failed: the scheduler publishes failed versions of what it
+    /// writes and reports the failure to the stream's next fence.
     Failed(Error),
 }
 
@@ -291,20 +369,27 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// conflicting command, until a [`Backend::signal`] on `stream` made after
     /// this call has completed. `prepared` came from [`Backend::prepare`] on
     /// this backend for this command.
+    ///
+    /// A backend whose ops can fail as they run checks `io`: an op whose input
+    /// failed does not run, and a failure sets `io.outcome` and counts for the
+    /// stream's next fence. A backend whose ops fail only here, at enqueue
+    /// (GPU launches), may ignore it.
     unsafe fn enqueue(
         &self,
         stream: &Self::Stream,
         command: Command<&Self::Memory>,
         prepared: Self::Prepared,
+        io: OpIo,
     ) -> Result<(), EnqueueError>;
     /// Records an event covering all work enqueued on `stream` so far.
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Makes later work on `stream` wait for `event`.
     fn wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
     /// Completes one part of `completion` once all work enqueued on `stream`
-    /// so far finished, with the stream's failure if it has one. May complete
-    /// it at once (an idle stream); never runs a waker itself.
-    fn signal(&self, stream: &Self::Stream, completion: Arc<Completion>) -> Result<()>;
+    /// so far finished, with what `kind` says. May complete it at once (an idle
+    /// stream); never runs a waker itself. A device-fatal failure is reported
+    /// by every signal of either kind.
+    fn signal(&self, stream: &Self::Stream, completion: Arc<Completion>, kind: SignalKind) -> Result<()>;
     /// Runs `write` with raw handles on `stream` and `buffers`, in admission
     /// order. The caller holds no runtime-wide lock while it runs.
     ///
@@ -356,6 +441,6 @@ pub mod direct {
     ) -> Result<(), EnqueueError> {
         let prepared = backend.prepare(&command).map_err(EnqueueError::Rejected)?;
         // SAFETY: the caller upholds `enqueue`'s contract.
-        unsafe { backend.enqueue(stream, command, prepared) }
+        unsafe { backend.enqueue(stream, command, prepared, super::OpIo::default()) }
     }
 }

@@ -15,7 +15,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Backend, BufferEntry, BufferKey, Retired, Scheduler, State, StreamSlot};
+use super::{Backend, BufferEntry, BufferKey, Retired, Scheduler, SignalKind, State, StreamSlot};
 use crate::completion::{flush_deliveries, on_delivery_thread, Completion};
 use crate::diagnostics::Diagnostics;
 use crate::error::{Error, Result};
@@ -37,8 +37,8 @@ impl<B: Backend> Scheduler<B> {
         let done = Completion::new(1, self.live.clone());
         // Without an event, dependents fall back to the completion itself (see `order_after`).
         let last = self.backend.record_event(&raw).ok();
-        if let Err(error) = self.backend.signal(&raw, done.clone()) {
-            slot.poisoned.get_or_insert(error);
+        if self.backend.signal(&raw, done.clone(), SignalKind::Drain).is_err() {
+            // A broken stream: drop it at once, its work will not finish anyway.
             done.complete(Ok(()));
         }
         slot.retired = Some(Retired { last, done: done.clone() });
@@ -61,9 +61,9 @@ impl<B: Backend> Scheduler<B> {
     }
 
     /// Adds one part to `done` for `stream`'s work so far.
-    fn signal_into(&self, slot: &StreamSlot<B>, done: &Arc<Completion>) -> Result<()> {
+    fn signal_into(&self, slot: &StreamSlot<B>, done: &Arc<Completion>, kind: SignalKind) -> Result<()> {
         match (&slot.raw, &slot.retired) {
-            (Some(raw), _) => self.backend.signal(raw, done.clone()),
+            (Some(raw), _) => self.backend.signal(raw, done.clone(), kind),
             (None, Some(retired)) => {
                 let done = done.clone();
                 retired.done.then(move |outcome| done.complete(outcome.clone()));
@@ -86,7 +86,7 @@ impl<B: Backend> Scheduler<B> {
             state.deferred_releases.push(key);
             return;
         }
-        let Some(BufferEntry { memory, history }) = state.buffers.remove(&key) else { return };
+        let Some(BufferEntry { memory, history, .. }) = state.buffers.remove(&key) else { return };
         let users: Vec<usize> = history.streams().collect();
         if users.is_empty() {
             drop(state);
@@ -102,15 +102,20 @@ impl<B: Backend> Scheduler<B> {
             retiring.fetch_sub(1, Ordering::SeqCst);
         });
         for stream in users {
-            if let Err(error) = self.signal_into(&state.streams[stream], &done) {
-                // The stream is broken: its memory stays with it until the runtime goes.
-                state.streams[stream].poisoned.get_or_insert(error);
-            }
+            // A broken stream keeps the memory until the runtime goes: better
+            // a leak than a free under work that may still run.
+            let _ = self.signal_into(&state.streams[stream], &done, SignalKind::Drain);
         }
     }
 
-    /// A completion of all work admitted on `stream` (or every stream) so far.
-    pub(super) fn fence_locked(&self, state: &State<B>, stream: Option<usize>) -> Result<Arc<Completion>> {
+    /// A completion of all work admitted on `stream` (or every stream) so far;
+    /// a fence also reports the failures since each stream's previous fence.
+    pub(super) fn fence_locked(
+        &self,
+        state: &State<B>,
+        stream: Option<usize>,
+        kind: SignalKind,
+    ) -> Result<Arc<Completion>> {
         let targets: Vec<usize> = match stream {
             Some(stream) => state.slot(stream).map(|_| vec![stream])?,
             None => (0..state.streams.len())
@@ -120,16 +125,20 @@ impl<B: Backend> Scheduler<B> {
                 })
                 .collect(),
         };
-        // A poisoned stream's fence still resolves only after the work queued on
-        // it, then reports the poison: one extra part carries the error.
-        let poisoned = targets.iter().filter(|&&stream| state.streams[stream].poisoned.is_some()).count();
-        let done = Completion::new(targets.len() + poisoned, self.live.clone());
+        // Failures found at admission travel in one extra part per stream; the
+        // fence still resolves only after the work queued before it.
+        let reports = kind == SignalKind::Fence;
+        let failed: Vec<Error> = if reports {
+            targets.iter().filter_map(|&stream| state.streams[stream].unreported.take().err()).collect()
+        } else {
+            Vec::new()
+        };
+        let done = Completion::new(targets.len() + failed.len(), self.live.clone());
+        for error in failed {
+            done.complete(Err(error));
+        }
         for stream in targets {
-            let slot = &state.streams[stream];
-            if let Some(error) = &slot.poisoned {
-                done.complete(Err(error.clone()));
-            }
-            self.signal_into(slot, &done)?;
+            self.signal_into(&state.streams[stream], &done, kind)?;
         }
         Ok(done)
     }
@@ -172,7 +181,7 @@ impl<B: Backend> Scheduler<B> {
             if own {
                 return Err(Error::invalid("close() from inside a kernel of this runtime would wait for itself"));
             }
-            let drained = self.fence_locked(&state, None)?;
+            let drained = self.fence_locked(&state, None, SignalKind::Drain)?;
             let closed = Completion::new(1, self.live.clone());
             state.closed = Some(closed.clone());
             (closed, drained)
@@ -224,7 +233,7 @@ impl<B: Backend> Drop for Scheduler<B> {
         }
         let drained = Completion::new(state.streams.len(), self.live.clone());
         for slot in &state.streams {
-            if self.signal_into(slot, &drained).is_err() {
+            if self.signal_into(slot, &drained, SignalKind::Drain).is_err() {
                 drained.complete(Ok(()));
             }
         }

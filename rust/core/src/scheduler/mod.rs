@@ -24,7 +24,7 @@ use versions::{Dependencies, History};
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Backend, Command, EnqueueError, RawAccess, Span};
+use crate::backend::{Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
@@ -95,8 +95,8 @@ struct StreamSlot<B: Backend> {
     /// Ops admitted so far; the last op's position.
     position: u64,
     seen: VectorClock,
-    /// First enqueue failure: sticky.
-    poisoned: Option<Error>,
+    /// Ops that failed at admission, for the stream's next fence.
+    unreported: FailureTally,
     /// An external write's closure is running on this stream.
     busy: bool,
     retired: Option<Retired<B::Event>>,
@@ -108,7 +108,7 @@ impl<B: Backend> StreamSlot<B> {
             raw: Some(Arc::new(raw)),
             position: 0,
             seen: VectorClock::default(),
-            poisoned: None,
+            unreported: FailureTally::default(),
             busy: false,
             retired: None,
         }
@@ -121,6 +121,7 @@ impl<B: Backend> StreamSlot<B> {
 
 struct BufferEntry<M> {
     memory: Arc<M>,
+    len: u64,
     history: History,
 }
 
@@ -277,23 +278,43 @@ impl<B: Backend> Scheduler<B> {
         Ok(())
     }
 
-    /// Checks that `stream` takes work, then orders it after everything the
-    /// accesses depend on.
+    /// Orders `stream` after everything the accesses depend on.
     fn wait_for_dependencies(
         &self,
         state: &mut State<B>,
         stream: usize,
         accesses: &[(BufferKey, Access)],
     ) -> Result<()> {
-        if let Some(error) = &state.slot(stream)?.poisoned {
-            return Err(error.clone());
-        }
+        state.slot(stream)?.raw(stream)?;
         let deps = state.dependencies(accesses)?;
         self.order_after(&mut state.streams, stream, &deps)
     }
 
+    /// What `command` reads and publishes: the outcomes of the versions it
+    /// reads (a partial write reads what it leaves in place), and a cell for
+    /// its own outcome if it writes.
+    fn op_io(state: &State<B>, command: &Command<BufferKey>) -> Result<OpIo> {
+        let mut io = OpIo::default();
+        let mut writes = false;
+        for (span, access) in command.spans() {
+            let entry = state.entry(span.buffer)?;
+            let partial = span.offset != 0 || span.len != entry.len;
+            writes |= access.writes();
+            if access.reads() || partial {
+                if let Some(outcome) = entry.history.outcome() {
+                    if !io.inputs.iter().any(|known| Arc::ptr_eq(known, outcome)) {
+                        io.inputs.push(outcome.clone());
+                    }
+                }
+            }
+        }
+        io.outcome = writes.then(|| Arc::new(OpOutcome::default()));
+        Ok(io)
+    }
+
     /// Admits a prepared `command` on `stream`: waits, enqueue and publication
-    /// in one critical section.
+    /// in one critical section. An op that reads a failed version does not
+    /// run; it, and an op the backend failed, publishes failed versions.
     fn admit(
         &self,
         state: &mut State<B>,
@@ -302,37 +323,69 @@ impl<B: Backend> Scheduler<B> {
         prepared: B::Prepared,
     ) -> Result<()> {
         let accesses: Vec<(BufferKey, Access)> = command.accesses();
+        // Even an op that will not run is ordered: a later writer that waits
+        // for its (failed) version must also be after the readers before it.
         self.wait_for_dependencies(state, stream, &accesses)?;
+        let io = Self::op_io(state, &command)?;
+        if let Some(error) = io.failed_input(stream as u32) {
+            return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
+        }
         let command = command.try_map(|key| state.entry(key).map(|entry| &*entry.memory))?;
         let raw = state.slot(stream)?.raw(stream)?;
+        let outcome = io.outcome.clone();
         // SAFETY: the memory the command names stays alive in `state.buffers`
         // until it is released, and a released buffer's memory is freed only
         // once a signal on every stream in its history completed (`release`);
         // conflicting users were ordered by `wait_for_dependencies` above.
-        let enqueued = unsafe { self.backend.enqueue(raw, command, prepared) };
+        let enqueued = unsafe { self.backend.enqueue(raw, command, prepared, io) };
         match enqueued {
-            Ok(()) => {}
-            Err(EnqueueError::Rejected(error)) => return Err(error),
+            Ok(()) => {
+                state.streams[stream].position += 1;
+                self.publish(state, stream, &accesses, outcome.as_ref());
+                Ok(())
+            }
+            Err(EnqueueError::Rejected(error)) => Err(error),
             Err(EnqueueError::Failed(error)) => {
                 let error = match error {
                     Error::OpFailed { .. } => error,
                     other => Error::OpFailed { stream: stream as u32, message: other.to_string() },
                 };
-                state.streams[stream].poisoned = Some(error.clone());
-                return Err(error);
+                Err(self.publish_failed(state, stream, &accesses, outcome, error))
             }
         }
-        state.streams[stream].position += 1;
-        self.publish(state, stream, &accesses);
-        Ok(())
     }
 
-    fn publish(&self, state: &mut State<B>, stream: usize, accesses: &[(BufferKey, Access)]) {
+    /// Publishes an op that did not run as written, with `error` in every
+    /// version it writes, and counts it for its stream's next fence.
+    fn publish_failed(
+        &self,
+        state: &mut State<B>,
+        stream: usize,
+        accesses: &[(BufferKey, Access)],
+        outcome: Option<Arc<OpOutcome>>,
+        error: Error,
+    ) -> Error {
+        if let Some(outcome) = &outcome {
+            outcome.fail(error.clone());
+        }
+        state.streams[stream].unreported.record(&error);
+        state.streams[stream].position += 1;
+        self.publish(state, stream, accesses, outcome.as_ref());
+        error
+    }
+
+    fn publish(
+        &self,
+        state: &mut State<B>,
+        stream: usize,
+        accesses: &[(BufferKey, Access)],
+        outcome: Option<&Arc<OpOutcome>>,
+    ) {
         let at = (stream, state.streams[stream].position);
         let publish_writes = self.fault != Some(Fault::KeyVersionsAtAllocation);
         for &(key, access) in accesses {
             if let Some(entry) = state.buffers.get_mut(&key) {
-                entry.history.publish(at, access, publish_writes);
+                entry.history.publish(at, access, publish_writes, outcome);
             }
         }
         self.admitted_ops.fetch_add(1, Ordering::Relaxed);
@@ -448,7 +501,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             Some(Fault::KeyVersionsAtAllocation) => History::written_at((stream, slot.position)),
             None => History::default(),
         };
-        state.buffers.insert(key, BufferEntry { memory, history });
+        state.buffers.insert(key, BufferEntry { memory, len, history });
         if let (Some(command), Some(prepared)) = (initialise, prepared) {
             if let Err(error) = self.admit(&mut state, stream, command.map(|()| key), prepared) {
                 let entry = state.buffers.remove(&key);
@@ -476,7 +529,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             Some(stream) => state.is_busy(stream),
             None => true,
         })?;
-        self.fence_locked(&state, stream)
+        self.fence_locked(&state, stream, SignalKind::Fence)
     }
 
     fn check_can_wait(&self, stream: Option<usize>) -> Result<()> {
@@ -499,6 +552,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         let accesses: Vec<(BufferKey, Access)> = buffers.iter().map(|&key| (key, Access::Write)).collect();
+        let outcome = Arc::new(OpOutcome::default());
         let (raw, memories, reservation) = {
             let mut state = self.open_state_when(|state| state.needs_busy(stream, &accesses))?;
             self.wait_for_dependencies(&mut state, stream, &accesses)?;
@@ -511,7 +565,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             // call that needs this stream (to enqueue on it, record an event on
             // it or signal it) waits, so later users see the write as published.
             state.streams[stream].position += 1;
-            self.publish(&mut state, stream, &accesses);
+            self.publish(&mut state, stream, &accesses, Some(&outcome));
             state.streams[stream].busy = true;
             state.busy_streams += 1;
             let previous_writer = EXTERNAL_WRITER.with(|writer| writer.replace(Some((self.address(), stream))));
@@ -522,9 +576,19 @@ impl<B: Backend> Engine for Scheduler<B> {
         // until released, which frees them only after a signal on this stream
         // made after this write; the write was ordered after every other user
         // above, and no other op can be enqueued on this stream meanwhile.
-        let outcome = unsafe { self.backend.external_write(&raw, &memories, write) };
+        let written = unsafe { self.backend.external_write(&raw, &memories, write) };
+        if let Err(error) = &written {
+            // The buffers were published as written here: their readers must
+            // get this failure, not the bytes the write did not make.
+            let error = match error {
+                Error::OpFailed { .. } => error.clone(),
+                other => Error::OpFailed { stream: stream as u32, message: format!("external write: {other}") },
+            };
+            outcome.fail(error.clone());
+            lock(&self.state).streams[stream].unreported.record(&error);
+        }
         drop(reservation);
-        outcome
+        written
     }
 
     #[cfg(feature = "test-support")]

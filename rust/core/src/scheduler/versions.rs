@@ -1,5 +1,11 @@
 //! The version history of one buffer: its latest write, and the reads since.
+//!
+//! The latest write carries the outcome of the op that made it, so that a
+//! failed write reaches every reader of that version, on any stream.
 
+use std::sync::Arc;
+
+use crate::backend::OpOutcome;
 use crate::kernel::Access;
 
 /// (stream index, position) of an op.
@@ -10,13 +16,20 @@ pub(crate) type OpPosition = (usize, u64);
 #[derive(Debug, Clone, Default)]
 pub(crate) struct History {
     latest_write: Option<OpPosition>,
+    /// The outcome of the op that made the latest version.
+    outcome: Option<Arc<OpOutcome>>,
     reads: Vec<OpPosition>,
 }
 
 impl History {
     /// A history whose latest write is `write`.
     pub fn written_at(write: OpPosition) -> Self {
-        History { latest_write: Some(write), reads: Vec::new() }
+        History { latest_write: Some(write), outcome: None, reads: Vec::new() }
+    }
+
+    /// The outcome of the op that made the latest version, if one did.
+    pub fn outcome(&self) -> Option<&Arc<OpOutcome>> {
+        self.outcome.as_ref()
     }
 
     /// Adds to `deps` what an op with `access` must be ordered after.
@@ -33,10 +46,11 @@ impl History {
 
     /// Publishes an op at `at` that touched the buffer with `access`.
     /// `publish_writes` is false only under the stale-cursor fault.
-    pub fn publish(&mut self, at: OpPosition, access: Access, publish_writes: bool) {
+    pub fn publish(&mut self, at: OpPosition, access: Access, publish_writes: bool, outcome: Option<&Arc<OpOutcome>>) {
         if access.writes() {
             if publish_writes {
                 self.latest_write = Some(at);
+                self.outcome = outcome.cloned();
                 self.reads.clear();
             }
             return;
@@ -87,12 +101,12 @@ mod tests {
     #[test]
     fn writer_waits_for_every_reader_since_the_latest_write() {
         let mut h = History::written_at((0, 1));
-        h.publish((1, 4), Access::Read, true);
-        h.publish((2, 7), Access::Read, true);
-        h.publish((1, 5), Access::Read, true);
+        h.publish((1, 4), Access::Read, true, None);
+        h.publish((2, 7), Access::Read, true, None);
+        h.publish((1, 5), Access::Read, true, None);
         assert_eq!(deps_of(&h, Access::Read), vec![(0, 1)]);
         assert_eq!(deps_of(&h, Access::Write), vec![(0, 1), (1, 5), (2, 7)]);
-        h.publish((2, 8), Access::Write, true);
+        h.publish((2, 8), Access::Write, true, None);
         assert_eq!(deps_of(&h, Access::Write), vec![(2, 8)]);
     }
 }

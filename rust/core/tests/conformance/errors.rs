@@ -1,6 +1,10 @@
-//! A failed op poisons its stream, and only its stream.
+//! Failures follow the data: a failed op publishes failed versions of what
+//! it writes, every later reader of them (on any stream) fails with it, its
+//! stream reports it to one fence and goes on, and a full overwrite heals.
 
-use weir_core::{Arg, Error, Grid, Kernel};
+use weir_core::{Arg, Error, Grid, Kernel, Runtime, Stream};
+
+use crate::common::words;
 
 const LAUNCH_BOUNDED: &str = "extern \"C\" __global__ void __launch_bounds__(32) \
     deliberately_failing(unsigned int* out) { out[threadIdx.x] = 1u; }";
@@ -17,32 +21,74 @@ fn failing_kernel() -> Kernel {
         .build()
 }
 
-conformance! {
-    fn failed_op_poisons_only_its_stream(runtime: &Runtime) {
-        let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
-        let shared = s.upload(&[4u32; 256]).unwrap();
-        let target = s.zeros(1024).unwrap();
-        match s.execute(&failing_kernel(), Grid::linear(256, 64), &[Arg::write(&target)]) {
-            Err(Error::Unsupported { .. }) => {
-                eprintln!("  {}: no failing kernel for this backend, skipped", runtime.info().backend.name());
-                return;
-            }
-            Ok(()) => {}
-            // Failing at launch poisons the stream just as failing on the device does.
-            Err(error) => assert!(matches!(error, Error::OpFailed { .. }), "{error:?}"),
+/// Admits the failing kernel on `s`, writing `target`; false if this backend
+/// has no way to express one.
+fn admit_failing_write(runtime: &Runtime, s: &Stream, target: &weir_core::Buffer) -> bool {
+    match s.execute(&failing_kernel(), Grid::linear(256, 64), &[Arg::write(target)]) {
+        Err(Error::Unsupported { .. }) => {
+            eprintln!("  {}: no failing kernel for this backend, skipped", runtime.info().backend.name());
+            false
         }
+        // Failing on the device: found later, as the op runs.
+        Ok(()) => true,
+        // Failing at launch: found now.
+        Err(error) => {
+            assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
+            true
+        }
+    }
+}
+
+fn is_the_failure(error: &Error) -> bool {
+    let message = error.to_string().to_lowercase();
+    matches!(error, Error::OpFailed { .. }) && (message.contains("deliberate") || message.contains("launch"))
+}
+
+conformance! {
+    fn a_failed_write_fails_its_readers_on_every_stream_not_its_stream(runtime: &Runtime) {
+        let (s, t, u) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let shared = s.upload(&[4u32; 256]).unwrap();
+        let target = s.upload(&[1u32; 256]).unwrap();
+        if !admit_failing_write(runtime, &s, &target) {
+            return;
+        }
+        // A reader on another stream gets the failure, never the old bytes.
+        let read = t.read(&target);
+        assert!(matches!(&read, Err(error) if is_the_failure(error)), "T read {read:?}");
+        // And it travels on: S -> T -> U.
+        let mid = t.empty(1024).unwrap();
+        let _ = t.copy(&target, &mid);
+        let chained = u.read(&mid);
+        assert!(matches!(&chained, Err(error) if is_the_failure(error)), "U read {chained:?}");
+        // S's fence reports its failure once; S itself goes on.
         let error = s.fence().unwrap().wait().unwrap_err();
-        assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
-        let message = error.to_string().to_lowercase();
-        assert!(message.contains("deliberate") || message.contains("launch"), "{error}");
-        // Sticky: later fences and reads on s report it too.
-        assert!(s.fence().unwrap().wait().is_err());
-        assert!(s.read(&shared).is_err());
-        // Other streams keep working, also on buffers s wrote before failing.
-        let out = t.empty(1024).unwrap();
-        t.copy(&shared, &out).unwrap();
-        assert_eq!(t.read_as::<u32>(&out).unwrap(), vec![4; 256]);
-        t.fence().unwrap().wait().unwrap();
+        assert!(is_the_failure(&error), "{error}");
+        assert_eq!(words(&s.read(&shared).unwrap()), vec![4; 256], "S no longer runs healthy work");
+        s.fence().unwrap().wait().expect("the next fence after healthy work is clean");
+        // Writes after the failure happen, for every stream to see.
+        let fresh = s.upload(&[7u32; 4]).unwrap();
+        s.fill_u32(&shared, 9).unwrap();
+        assert_eq!(words(&t.read(&fresh).unwrap()), vec![7; 4]);
+        assert_eq!(words(&t.read(&shared).unwrap()), vec![9; 256]);
+        // A full overwrite makes the failed buffer healthy again.
+        s.fill_u32(&target, 5).unwrap();
+        assert_eq!(words(&t.read(&target).unwrap()), vec![5; 256]);
+        assert!(t.fence().unwrap().wait().is_err(), "T's fence reports its failed copy");
+        t.fence().unwrap().wait().expect("and only once");
+    }
+
+    fn a_partial_write_keeps_a_failed_version_failed(runtime: &Runtime) {
+        let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let target = s.upload(&[1u32; 256]).unwrap();
+        if !admit_failing_write(runtime, &s, &target) {
+            return;
+        }
+        // Writing a part leaves the rest as the failed op left it.
+        let _ = t.write(&target, 0, &[3u32; 4]);
+        assert!(t.read(&target).is_err(), "a partial write healed a failed buffer");
+        // A whole write does heal it.
+        t.write(&target, 0, &[3u32; 256]).unwrap();
+        assert_eq!(words(&t.read(&target).unwrap()), vec![3; 256]);
     }
 }
 

@@ -17,7 +17,9 @@ use worker::Progress;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Backend, BackendCounters, Command, Counters, EnqueueError, RawAccess, Span};
+use crate::backend::{
+    Backend, BackendCounters, Command, Counters, EnqueueError, FailureTally, OpIo, RawAccess, SignalKind, Span,
+};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -70,17 +72,18 @@ impl CpuBackend {
     }
 
     /// Queues `command` on the stream's worker; fails only if the worker is gone.
-    fn enqueue_owned(&self, stream: &CpuStream, command: Command<CpuMemory>) -> Result<()> {
+    fn enqueue_owned(&self, stream: &CpuStream, command: Command<CpuMemory>, io: OpIo) -> Result<()> {
         let counters = self.counters.clone();
         let command = match command {
             Command::Download { src, sink } => {
-                // A read on a failed stream must fail with the stream's error, not be skipped.
+                // A read of a failed version fails with that failure, never with stale bytes.
                 let index = stream.index;
-                return stream.complete(Box::new(move |status| {
-                    let outcome = status.clone().and_then(|()| {
-                        ops::run(Command::Download { src, sink: sink.clone() }, &counters)
-                            .map_err(|message| Error::OpFailed { stream: index, message })
-                    });
+                return stream.complete(Box::new(move || {
+                    let outcome = match io.failed_input(index) {
+                        Some(error) => Err(error),
+                        None => ops::run(Command::Download { src, sink: sink.clone() }, &counters)
+                            .map_err(|message| Error::OpFailed { stream: index, message }),
+                    };
                     if let Err(error) = outcome {
                         sink.fail(error);
                     }
@@ -88,7 +91,7 @@ impl CpuBackend {
             }
             other => other,
         };
-        stream.work(Box::new(move || ops::run(command, &counters)))
+        stream.work(Box::new(move || ops::run(command, &counters)), io)
     }
 }
 
@@ -129,8 +132,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
 
-    unsafe fn enqueue(&self, stream: &CpuStream, command: Command<&CpuMemory>, (): ()) -> Result<(), EnqueueError> {
-        self.enqueue_owned(stream, Self::owned(command)).map_err(EnqueueError::Failed)
+    unsafe fn enqueue(
+        &self,
+        stream: &CpuStream,
+        command: Command<&CpuMemory>,
+        (): (),
+        io: OpIo,
+    ) -> Result<(), EnqueueError> {
+        self.enqueue_owned(stream, Self::owned(command), io).map_err(EnqueueError::Failed)
     }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
         self.counters.live_events.fetch_add(1, Ordering::SeqCst);
@@ -139,16 +148,21 @@ impl Backend for CpuBackend {
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
         let (progress, jobs) = (event.progress.clone(), event.jobs);
-        stream.sync(Box::new(move |_| progress.wait_for(jobs)))
+        stream.sync(Box::new(move || progress.wait_for(jobs)))
     }
 
-    fn signal(&self, stream: &CpuStream, completion: Arc<Completion>) -> Result<()> {
+    fn signal(&self, stream: &CpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
+        let report = move |tally: &FailureTally| match kind {
+            SignalKind::Fence => tally.take(),
+            SignalKind::Drain => Ok(()),
+        };
         // An idle stream completes on the spot: no job, no wake-up.
-        if let Some(outcome) = stream.settled() {
-            completion.complete(outcome);
+        if stream.is_idle() {
+            completion.complete(report(&stream.tally));
             return Ok(());
         }
-        stream.complete(Box::new(move |status| completion.complete(status.clone())))
+        let tally = stream.tally.clone();
+        stream.complete(Box::new(move || completion.complete(report(&tally))))
     }
 
     unsafe fn external_write(
@@ -161,14 +175,18 @@ impl Backend for CpuBackend {
         write(RawAccess::Cpu(&mut raw))?;
         let spans: Vec<Span<CpuMemory>> =
             buffers.iter().map(|&memory| Span { buffer: memory.clone(), offset: 0, len: memory.len() }).collect();
-        stream.work(Box::new(move || {
-            let guards = spans.iter().map(|span| CpuMemory::begin(span, true)).collect::<Result<Vec<_>, _>>()?;
-            let mut views = guards.iter().filter_map(|guard| guard.bytes_mut()).collect::<Vec<_>>();
-            for host_write in raw.writes {
-                host_write(&mut views);
-            }
-            Ok(())
-        }))
+        stream.work(
+            Box::new(move || {
+                let guards = spans.iter().map(|span| CpuMemory::begin(span, true)).collect::<Result<Vec<_>, _>>()?;
+                let mut views = guards.iter().filter_map(|guard| guard.bytes_mut()).collect::<Vec<_>>();
+                for host_write in raw.writes {
+                    host_write(&mut views);
+                }
+                Ok(())
+            }),
+            // An external write reads nothing: its failures are the closure's, seen by the scheduler.
+            OpIo::default(),
+        )
     }
 
     fn is_current_thread(&self, stream: &CpuStream) -> bool {
@@ -177,7 +195,7 @@ impl Backend for CpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
-        stream.sync(Box::new(move |_| gate.pass()))
+        stream.sync(Box::new(move || gate.pass()))
     }
 
     fn counters(&self) -> BackendCounters {

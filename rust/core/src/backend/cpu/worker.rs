@@ -1,8 +1,9 @@
 //! One worker thread per CPU stream.
 //!
-//! Jobs run in order. After a job fails, later work jobs are skipped (the
-//! stream is poisoned) but synchronisation jobs still run, so streams and
-//! fences waiting on this one never hang.
+//! Jobs run in order. A failed job fails itself and the ops that read what it
+//! wrote (each work job checks the outcomes of the versions it reads), not the
+//! stream: later work that does not depend on it runs. Failures are tallied
+//! for the stream's next fence.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -10,7 +11,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
-use crate::backend::Counters;
+use crate::backend::{Counters, FailureTally, OpIo};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -52,12 +53,12 @@ impl Progress {
 }
 
 pub(crate) type Work = Box<dyn FnOnce() -> Result<(), String> + Send>;
-pub(crate) type Sync = Box<dyn FnOnce(&Result<()>) + Send>;
+pub(crate) type Sync = Box<dyn FnOnce() + Send>;
 
 enum Job {
-    /// Device work: skipped once the stream failed.
-    Work(Work),
-    /// Ordering (waits, gates): always runs, told whether the stream failed.
+    /// Device work: skipped (and failed) if a version it reads failed.
+    Work(Work, OpIo),
+    /// Ordering (waits, gates): always runs.
     Sync(Sync),
     /// Completion of signals and reads: always runs, and counts as done in
     /// the same step as it runs (see [`CpuStream::settled`]). Must not block.
@@ -71,8 +72,9 @@ pub struct CpuStream {
     thread: Option<JoinHandle<()>>,
     pub(crate) progress: Arc<Progress>,
     enqueued: AtomicU64,
-    /// The stream's first failure, stored before the failed job counts as finished.
-    failure: Arc<Mutex<Option<Error>>>,
+    /// Failures not yet reported by a fence, counted before the failed job
+    /// counts as finished.
+    pub(crate) tally: Arc<FailureTally>,
     counters: Arc<Counters>,
 }
 
@@ -87,32 +89,34 @@ impl CpuStream {
         let (sender, jobs) = channel::<Job>();
         let progress = Arc::new(Progress::default());
         let worker_progress = progress.clone();
-        let failure: Arc<Mutex<Option<Error>>> = Arc::default();
-        let worker_failure = failure.clone();
+        let tally: Arc<FailureTally> = Arc::default();
+        let worker_tally = tally.clone();
         let thread = std::thread::Builder::new()
             .name(format!("weir-cpu-stream-{index}"))
             .spawn(move || {
                 WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&worker_progress) as usize));
-                let mut status: Result<()> = Ok(());
                 for job in jobs {
                     match job {
-                        Job::Work(work) if status.is_ok() => {
-                            let outcome =
-                                catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&panic)));
-                            if let Err(message) = outcome {
-                                let error = Error::OpFailed { stream: index, message };
-                                *lock(&worker_failure) = Some(error.clone());
-                                status = Err(error);
+                        Job::Work(work, io) => {
+                            let failure = io.failed_input(index).or_else(|| {
+                                let ran = catch_unwind(AssertUnwindSafe(work))
+                                    .unwrap_or_else(|panic| Err(panic_message(&panic)));
+                                ran.err().map(|message| Error::OpFailed { stream: index, message })
+                            });
+                            if let Some(error) = failure {
+                                worker_tally.record(&error);
+                                if let Some(outcome) = &io.outcome {
+                                    outcome.fail(error);
+                                }
                             }
                         }
-                        Job::Work(_) => {}
                         Job::Sync(sync) => {
                             // Keep the worker alive if a sync job panics.
-                            let _ = catch_unwind(AssertUnwindSafe(|| sync(&status)));
+                            let _ = catch_unwind(AssertUnwindSafe(sync));
                         }
                         Job::Complete(complete) => {
                             worker_progress.advance_after(|| {
-                                let _ = catch_unwind(AssertUnwindSafe(|| complete(&status)));
+                                let _ = catch_unwind(AssertUnwindSafe(complete));
                             });
                             continue;
                         }
@@ -128,7 +132,7 @@ impl CpuStream {
             thread: Some(thread),
             progress,
             enqueued: AtomicU64::new(0),
-            failure,
+            tally,
             counters: counters.clone(),
         })
     }
@@ -138,18 +142,12 @@ impl CpuStream {
         WORKER_OF.with(|worker| worker.get() == Arc::as_ptr(&self.progress) as usize)
     }
 
-    /// The stream's outcome so far, if every job enqueued on it has finished.
-    /// Exact only while nobody enqueues concurrently (the scheduler's lock).
-    /// Once a completion has run, this sees its job finished, so a fence made
-    /// after an earlier one resolved is complete at once.
-    pub(crate) fn settled(&self) -> Option<Result<()>> {
-        if self.progress.finished() < self.enqueued() {
-            return None;
-        }
-        Some(match &*lock(&self.failure) {
-            Some(error) => Err(error.clone()),
-            None => Ok(()),
-        })
+    /// True if every job enqueued on the stream has finished. Exact only
+    /// while nobody enqueues concurrently (the scheduler's lock). Once a
+    /// completion has run, this sees its job finished, so a fence made after
+    /// an earlier one resolved is complete at once.
+    pub(crate) fn is_idle(&self) -> bool {
+        self.progress.finished() >= self.enqueued()
     }
 
     /// Jobs enqueued so far: the position an event recorded now covers.
@@ -164,8 +162,8 @@ impl CpuStream {
         Ok(())
     }
 
-    pub(crate) fn work(&self, work: Work) -> Result<()> {
-        self.send(Job::Work(work))
+    pub(crate) fn work(&self, work: Work, io: OpIo) -> Result<()> {
+        self.send(Job::Work(work, io))
     }
 
     pub(crate) fn sync(&self, sync: Sync) -> Result<()> {

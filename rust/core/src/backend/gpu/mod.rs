@@ -25,7 +25,9 @@ mod stream;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
-use crate::backend::{Backend, BackendCounters, BinaryOp, Command, EnqueueError, KernelArg, RawAccess, Span};
+use crate::backend::{
+    Backend, BackendCounters, BinaryOp, Command, EnqueueError, KernelArg, OpIo, RawAccess, SignalKind, Span,
+};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -263,6 +265,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         stream: &GpuStream<D>,
         command: Command<&GpuMemory<D>>,
         (): (),
+        // GPU ops fail at enqueue (a launch) or fail the device: none fails later alone.
+        _io: OpIo,
     ) -> Result<(), EnqueueError> {
         self.enqueue_command(stream, command).map_err(|error| match error {
             // What the argument checks and the kernel compiler report: nothing was enqueued.
@@ -288,7 +292,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         unsafe { self.driver().stream_wait_event(stream.raw, event.raw) }
     }
 
-    fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<()> {
+    fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, _kind: SignalKind) -> Result<()> {
         self.driver().bind()?;
         stream.after(Box::new(move |status| completion.complete(status)))
     }

@@ -51,7 +51,7 @@ use scope::BACKEND;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Backend, BackendCounters, Command, EnqueueError, RawAccess};
+use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -126,17 +126,25 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    unsafe fn enqueue(&self, stream: &WgpuStream, command: Command<&WgpuMemory>, (): ()) -> Result<(), EnqueueError> {
+    unsafe fn enqueue(
+        &self,
+        stream: &WgpuStream,
+        command: Command<&WgpuMemory>,
+        (): (),
+        // wgpu ops fail here, as they are recorded, or fail the device: none fails later alone.
+        _io: OpIo,
+    ) -> Result<(), EnqueueError> {
         let queued = match encode(self.gpu(), command) {
             Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
             Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
             Err(Refusal::Rejected(error)) => return Err(EnqueueError::Rejected(error)),
             Err(Refusal::Failed { message, sink }) => {
+                // Nothing was recorded: the op fails alone and the lane goes on.
                 let error = Error::OpFailed { stream: lane_index(stream), message };
                 if let Some(sink) = sink {
                     sink.fail(error.clone());
                 }
-                self.shared.fail(stream.lane, error)
+                return Err(EnqueueError::Failed(error));
             }
         };
         queued.map_err(EnqueueError::Failed)
@@ -156,7 +164,7 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
-    fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<()> {
+    fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, _kind: SignalKind) -> Result<()> {
         self.shared.push(stream.lane, Item::Signal(completion))
     }
 
