@@ -7,6 +7,7 @@ use thiserror::Error;
 
 /// Everything that can go wrong in Weir.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[non_exhaustive]
 pub enum Error {
     /// The backend cannot be used on this machine (no driver, library or device).
     #[error("backend {backend} is unavailable: {reason}")]
@@ -20,8 +21,8 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A byte range does not fit in its buffer.
-    #[error("range {offset}..{end} is out of bounds for a buffer of {len} bytes", end = offset.saturating_add(*size))]
+    /// A byte range does not fit in its buffer: `size` bytes at `offset`, as asked.
+    #[error("{size} bytes at offset {offset} do not fit in a buffer of {len} bytes")]
     OutOfRange { offset: u64, size: u64, len: u64 },
 
     /// A buffer or stream of one runtime was handed to another runtime.
@@ -32,9 +33,9 @@ pub enum Error {
     #[error("the runtime is closed")]
     Closed,
 
-    /// The device could not provide the memory.
-    #[error("out of device memory allocating {bytes} bytes")]
-    OutOfMemory { bytes: u64 },
+    /// The device (or, for the CPU backend, the host) could not provide the memory.
+    #[error("out of {} memory allocating {bytes} bytes", if *host { "host" } else { "device" })]
+    OutOfMemory { bytes: u64, host: bool },
 
     /// An op failed (on the device, or because a version it reads came from
     /// a failed op). What it writes carries the failure to its readers; its

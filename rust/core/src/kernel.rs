@@ -52,11 +52,9 @@ impl Grid {
         self
     }
 
-    /// Total number of threads (CUDA/HIP) the grid launches.
-    pub fn threads(&self) -> u64 {
-        let groups: u64 = self.groups.iter().map(|&g| u64::from(g)).product();
-        let block: u64 = self.block.iter().map(|&b| u64::from(b)).product();
-        groups * block
+    /// Total number of threads the grid launches; `None` if that overflows a `u64`.
+    pub fn threads(&self) -> Option<u64> {
+        self.groups.iter().chain(&self.block).try_fold(1u64, |total, &n| total.checked_mul(u64::from(n)))
     }
 }
 

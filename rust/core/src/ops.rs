@@ -226,6 +226,12 @@ pub(crate) fn custom(
     if grid.groups.contains(&0) || grid.block.contains(&0) {
         return Err(Error::invalid(format!("kernel {}: grid {grid:?} has an empty dimension", kernel.name)));
     }
+    if grid.threads().is_none() {
+        return Err(Error::invalid(format!(
+            "kernel {}: grid {grid:?} has more threads than a u64 counts",
+            kernel.name
+        )));
+    }
     let bound = Bound::new(engine, "kernel", args)?;
     Ok(Command::Custom { kernel: kernel.clone(), grid, args: bound.args })
 }

@@ -197,8 +197,15 @@ impl Stream {
 
     /// Reads `buffer` as elements of `T`.
     pub fn read_as<T: Pod>(&self, buffer: &Buffer) -> Result<Vec<T>> {
+        let size = std::mem::size_of::<T>();
+        if size == 0 {
+            return Err(Error::invalid(format!(
+                "{} has no size: there is nothing to read",
+                std::any::type_name::<T>()
+            )));
+        }
         let bytes = self.read(buffer)?;
-        if bytes.len() % std::mem::size_of::<T>().max(1) != 0 {
+        if bytes.len() % size != 0 {
             return Err(Error::invalid(format!(
                 "{} bytes are not a whole number of {}",
                 bytes.len(),

@@ -54,6 +54,8 @@ impl From<weir_core::Error> for WeirError {
             E::OpFailed { .. } => WeirError::OpFailed(message),
             E::Backend { .. } => WeirError::Backend(message),
             E::Cancelled => WeirError::Cancelled(message),
+            // A core error added without its FFI case still reaches the host, as a backend error.
+            _ => WeirError::Backend(message),
         }
     }
 }
@@ -83,7 +85,7 @@ pub fn debug_error_probe(variant: String) -> Result<()> {
         "OutOfRange" => E::OutOfRange { offset: 8, size: 8, len: 12 },
         "ForeignHandle" => E::ForeignHandle("buffer"),
         "Closed" => E::Closed,
-        "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40 },
+        "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40, host: false },
         "OpFailed" => E::OpFailed { stream: 3, message: "probe op failed".to_owned() },
         "Backend" => E::Backend { backend: "probe".to_owned(), message: "probe call failed".to_owned() },
         "Cancelled" => E::Cancelled,

@@ -97,7 +97,7 @@ fn errors_arrive_as_their_typed_variant() {
     let small = stream.zeros(4).unwrap();
     match block_on(stream.write(small.clone(), vec![0; 8], 0, None)) {
         Err(WeirError::OutOfRange(message)) => {
-            assert!(message.contains("out of bounds"), "{message}")
+            assert!(message.contains("8 bytes at offset 0 do not fit in a buffer of 4 bytes"), "{message}")
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }

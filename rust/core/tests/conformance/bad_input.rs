@@ -76,3 +76,19 @@ fn use_after_close_is_a_typed_error() {
     // Another runtime is unaffected.
     still_works(&Runtime::open(BackendKind::Cpu).unwrap());
 }
+
+conformance! {
+    fn messages_name_what_was_asked_and_sizes_are_checked_without_overflow(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let small = s.zeros(16).unwrap();
+        let huge = u64::MAX - 2;
+        let error = s.enqueue_read_at(&small, huge, 8).err().unwrap();
+        assert_eq!(error.to_string(), format!("8 bytes at offset {huge} do not fit in a buffer of 16 bytes"));
+        assert!(matches!(s.read_as::<()>(&small), Err(Error::InvalidArgument(_))), "a zero-sized element");
+        let kernel = Kernel::custom("any").cpu(|_| Ok(())).wgsl("", "main").cuda("", "k").hip("", "k").build();
+        let overflowing = Grid::new([u32::MAX; 3], [u32::MAX; 3]);
+        assert_eq!(overflowing.threads(), None);
+        assert!(matches!(s.execute(&kernel, overflowing, &[Arg::write(&small)]), Err(Error::InvalidArgument(_))));
+        still_works(runtime);
+    }
+}

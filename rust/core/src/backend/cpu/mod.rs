@@ -120,7 +120,7 @@ impl Backend for CpuBackend {
     }
 
     fn allocate(&self, bytes: u64) -> Result<CpuMemory> {
-        CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes })
+        CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes, host: true })
     }
 
     fn create_stream(&self) -> Result<CpuStream> {

@@ -226,7 +226,7 @@ impl Driver for Cuda {
         // SAFETY: the pool stream is alive; `ptr` receives the allocation.
         let result = unsafe { sys::cuMemAllocAsync(&mut ptr, bytes as usize, self.pool_stream.0) };
         match result {
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY => return Err(Error::OutOfMemory { bytes }),
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => return Err(Error::OutOfMemory { bytes, host: false }),
             other => check("cuMemAllocAsync", other)?,
         }
         // Only allocations are queued on the pool stream, so this returns at once;
@@ -246,7 +246,7 @@ impl Driver for Cuda {
         // SAFETY: `ptr` receives the allocation.
         let result = unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) };
         match result {
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64 }),
+            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64, host: false }),
             other => check("cuMemHostAlloc", other).map(|()| ptr.cast()),
         }
     }

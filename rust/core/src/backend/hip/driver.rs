@@ -168,7 +168,7 @@ impl Driver for Hip {
         let mut ptr = null_mut();
         // SAFETY: `ptr` receives the allocation.
         match unsafe { ffi::hipMalloc(&mut ptr, bytes as usize) } {
-            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes }),
+            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes, host: false }),
             other => check("hipMalloc", other).map(|()| ptr as u64),
         }
     }
@@ -182,7 +182,7 @@ impl Driver for Hip {
         let mut ptr = null_mut();
         // SAFETY: `ptr` receives the allocation.
         match unsafe { ffi::hipHostMalloc(&mut ptr, bytes, ffi::HOST_MALLOC_PORTABLE) } {
-            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64 }),
+            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64, host: false }),
             other => check("hipHostMalloc", other).map(|()| ptr.cast()),
         }
     }

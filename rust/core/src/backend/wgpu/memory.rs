@@ -66,7 +66,7 @@ impl WgpuMemory {
             })
         })
         .map_err(|failure| match failure {
-            Failure::OutOfMemory => Error::OutOfMemory { bytes },
+            Failure::OutOfMemory => Error::OutOfMemory { bytes, host: false },
             Failure::Message(message) => Error::backend(BACKEND, message),
         })?;
         counters.live_allocations.fetch_add(1, Ordering::SeqCst);

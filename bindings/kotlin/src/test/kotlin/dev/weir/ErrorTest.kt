@@ -17,7 +17,7 @@ class ErrorTest {
             "Unavailable" to (WeirException.Unavailable::class to "no probe device"),
             "Unsupported" to (WeirException.Unsupported::class to "probing"),
             "InvalidArgument" to (WeirException.InvalidArgument::class to "probe argument"),
-            "OutOfRange" to (WeirException.OutOfRange::class to "8..16 is out of bounds for a buffer of 12 bytes"),
+            "OutOfRange" to (WeirException.OutOfRange::class to "8 bytes at offset 8 do not fit in a buffer of 12 bytes"),
             "ForeignHandle" to (WeirException.ForeignHandle::class to "belongs to another runtime"),
             "Closed" to (WeirException.Closed::class to "closed"),
             "OutOfMemory" to (WeirException.OutOfMemory::class to "out of device memory"),
