@@ -12,8 +12,10 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  test [--rust|--kotlin|--swift]
-                  every test of the project: Rust (all available backends), Kotlin, Swift
+  test [--lint|--rust|--kotlin|--swift]
+                  every check of the project: lints (rustfmt, clippy, rustdoc, warnings
+                  as errors), Rust tests (all available backends, then the loom model
+                  check of the completion cell), Kotlin, Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
   bindings kotlin|swift [--release] [--out DIR]
@@ -29,10 +31,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => match args.get(1).map(String::as_str) {
+            Some("--lint") => rust::lint(),
             Some("--rust") => rust::test(),
             Some("--kotlin") => kotlin::test(),
             Some("--swift") => swift::test(),
-            _ => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+            _ => rust::lint().and_then(|()| rust::test()).and_then(|()| kotlin::test()).and_then(|()| swift::test()),
         },
         Some("demo") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::demo(&args[2..]),
