@@ -20,6 +20,10 @@ commands:
                   the main job: a multi-stream pipeline, timed fence by fence
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
+  soak [--ops N] [--threads T] [--backend NAME]
+                  a long mixed run (default 10^6 ops from 4 threads on cpu) with stream,
+                  buffer, fence and cancel churn: a JSON line and a table row every
+                  tenth; fails unless threads, live counters and RSS end flat
   bench [--rust|--kotlin] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
                   Rust on every backend, then the Kotlin call overhead (cpu by default)
@@ -43,6 +47,7 @@ fn main() -> ExitCode {
             _ => rust::demo(&args[1..]),
         },
         Some("bindings") => bindings::command(&args[1..]),
+        Some("soak") => rust::soak(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),

@@ -99,3 +99,8 @@ pub fn bench(args: &[String]) -> Result {
         ])
         .args(args))
 }
+
+/// The soak (`rust/core/examples/soak.rs`), in release.
+pub fn soak(args: &[String]) -> Result {
+    run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "soak", "--"]).args(args))
+}
