@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::util::{cargo, root, run, Result};
+use crate::util::{cargo, root, run, target_dir, Result};
 
 /// How the native library is built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -54,8 +54,7 @@ pub fn native(profile: Profile) -> Result<PathBuf> {
         command.arg("--release");
     }
     run(&mut command)?;
-    let target = std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"));
-    let library = target.join(profile.dir()).join(library_file());
+    let library = target_dir().join(profile.dir()).join(library_file());
     if !library.is_file() {
         return Err(format!("{} was not built", library.display()));
     }

@@ -12,12 +12,18 @@ use std::process::ExitCode;
 const USAGE: &str = "usage: cargo xtask <command>
 
 commands:
-  test [--rust|--kotlin|--swift]
-                  every test of the project: Rust (all available backends), Kotlin, Swift
+  test [--lint|--rust|--kotlin|--swift]
+                  every check of the project: lints (rustfmt, clippy, rustdoc, warnings
+                  as errors), Rust tests (all available backends, then the loom model
+                  check of the completion cell), Kotlin, Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
+  soak [--ops N] [--threads T] [--backend NAME]
+                  a long mixed run (default 10^6 ops from 4 threads on cpu) with stream,
+                  buffer, fence and cancel churn: a JSON line and a table row every
+                  tenth; fails unless threads, live counters and RSS end flat
   bench [--rust|--kotlin] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
                   Rust on every backend, then the Kotlin call overhead (cpu by default)
@@ -29,10 +35,11 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => match args.get(1).map(String::as_str) {
+            Some("--lint") => rust::lint(),
             Some("--rust") => rust::test(),
             Some("--kotlin") => kotlin::test(),
             Some("--swift") => swift::test(),
-            _ => rust::test().and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+            _ => rust::lint().and_then(|()| rust::test()).and_then(|()| kotlin::test()).and_then(|()| swift::test()),
         },
         Some("demo") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::demo(&args[2..]),
@@ -40,6 +47,7 @@ fn main() -> ExitCode {
             _ => rust::demo(&args[1..]),
         },
         Some("bindings") => bindings::command(&args[1..]),
+        Some("soak") => rust::soak(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),

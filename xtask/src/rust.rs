@@ -1,13 +1,39 @@
-//! The Rust side: tests on every available backend, the demo, the benchmarks.
+//! The Rust side: lints, tests on every available backend, the model check
+//! of the completion cell, the demo, the benchmarks and the soak.
 
-use crate::util::{cargo, run, Result};
+use crate::util::{cargo, run, target_dir, Result};
 
 /// The test hooks (gates, the delay op, the faulty scheduler) the suites and
 /// benchmarks use; applications build without them.
 pub const TEST_HOOKS: &str = "weir-core/test-support,weir-ffi/test-support";
 
+/// Formatting, clippy over every target with the test hooks, and the docs a
+/// user sees (default features), all with warnings as errors.
+pub fn lint() -> Result {
+    run(cargo().args(["fmt", "--all", "--", "--check"]))?;
+    run(cargo().args(["clippy", "--workspace", "--all-targets", "--features", TEST_HOOKS, "--", "-D", "warnings"]))?;
+    run(cargo().args(["doc", "--no-deps", "-p", "weir-core", "-p", "weir-ffi"]).env("RUSTDOCFLAGS", "-D warnings"))
+}
+
+/// The loom model check of the completion cell (`rust/core/tests/loom_cell.rs`):
+/// every interleaving, in release, CPU backend only. `--cfg loom` changes every
+/// crate's flags, so it builds in a target directory of its own rather than
+/// invalidating the main build.
+pub fn loom() -> Result {
+    let rustflags = match std::env::var("RUSTFLAGS") {
+        Ok(flags) if !flags.trim().is_empty() => format!("{flags} --cfg loom"),
+        _ => "--cfg loom".to_owned(),
+    };
+    run(cargo()
+        .args(["test", "-p", "weir-core", "--no-default-features", "--test", "loom_cell", "--release"])
+        .env("RUSTFLAGS", rustflags)
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env("CARGO_TARGET_DIR", target_dir().join("loom")))
+}
+
 /// Every Rust test, on every backend compiled in; with ROCm's headers at
-/// `HIP_PATH`, the HIP backend's tests and the conformance suite built with it.
+/// `HIP_PATH`, the HIP backend's tests and the conformance suite built with it;
+/// then the model check of the completion cell.
 pub fn test() -> Result {
     run(cargo().args([
         "test",
@@ -33,22 +59,22 @@ pub fn test() -> Result {
         "--show-output",
     ]))?;
     match std::env::var_os("HIP_PATH") {
-        Some(hip) if std::path::Path::new(&hip).join("include/hip/hip_runtime_api.h").is_file() => run(cargo().args([
-            "test",
-            "-p",
-            "weir-core",
-            "--features",
-            "hip,test-support",
-            "--test",
-            "hip_backend",
-            "--test",
-            "conformance",
-        ])),
-        _ => {
-            eprintln!("xtask: HIP tests skipped (set HIP_PATH to a ROCm install with hip/hip_runtime_api.h)");
-            Ok(())
+        Some(hip) if std::path::Path::new(&hip).join("include/hip/hip_runtime_api.h").is_file() => {
+            run(cargo().args([
+                "test",
+                "-p",
+                "weir-core",
+                "--features",
+                "hip,test-support",
+                "--test",
+                "hip_backend",
+                "--test",
+                "conformance",
+            ]))?
         }
+        _ => eprintln!("xtask: HIP tests skipped (set HIP_PATH to a ROCm install with hip/hip_runtime_api.h)"),
     }
+    loom()
 }
 
 /// The demo: a multi-stream pipeline on the default backend.
@@ -72,4 +98,9 @@ pub fn bench(args: &[String]) -> Result {
             "--",
         ])
         .args(args))
+}
+
+/// The soak (`rust/core/examples/soak.rs`), in release.
+pub fn soak(args: &[String]) -> Result {
+    run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "soak", "--"]).args(args))
 }

@@ -11,6 +11,11 @@ pub fn root() -> PathBuf {
     manifest.parent().map(PathBuf::from).unwrap_or(manifest)
 }
 
+/// Cargo's target directory: `CARGO_TARGET_DIR`, else `target/` in the root.
+pub fn target_dir() -> PathBuf {
+    std::env::var_os("CARGO_TARGET_DIR").map(PathBuf::from).unwrap_or_else(|| root().join("target"))
+}
+
 /// Runs `command` in the workspace root, echoing it; fails on a non-zero exit.
 pub fn run(command: &mut Command) -> Result {
     command.current_dir(root());

@@ -193,7 +193,7 @@ pub enum Builtin {
     Scale,
     /// `(x: Read, y: ReadWrite, alpha: f32)`: y = alpha·x + y.
     Axpy,
-    /// `(out: Write, start: u32)`: out[i] = start + i.
+    /// `(out: Write, start: u32)`: `out[i] = start + i`.
     Iota,
     /// `(micros: u32)`: holds the stream for the given time (test support).
     #[cfg(feature = "test-support")]

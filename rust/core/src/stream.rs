@@ -141,7 +141,7 @@ impl Stream {
         self.builtin(Builtin::Axpy, &[Arg::read(x), Arg::read_write(y), Arg::f32(alpha)])
     }
 
-    /// out[i] = start + i (u32).
+    /// `out[i] = start + i` (u32).
     pub fn iota(&self, out: &Buffer, start: u32) -> Result<()> {
         self.builtin(Builtin::Iota, &[Arg::write(out), Arg::u32(start)])
     }

@@ -23,7 +23,7 @@ pub enum BuiltinOp {
     Scale,
     /// `(x: Read, y: ReadWrite, alpha: F32)`: y = alpha · x + y.
     Axpy,
-    /// `(out: Write, start: U32)`: out[i] = start + i.
+    /// `(out: Write, start: U32)`: `out[i] = start + i`.
     Iota,
     /// `(micros: U32)`: holds the stream for that long (tests, benchmarks; 0 is a no-op op).
     #[cfg(feature = "test-support")]

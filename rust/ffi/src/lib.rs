@@ -4,7 +4,8 @@
 //! behaviour lives in `weir-core`.
 //!
 //! - **Objects** ([`Runtime`], [`Stream`], [`Buffer`], [`Fence`], [`Kernel`],
-//!   [`Hold`], [`CancelToken`]) each wrap one core handle; one file each.
+//!   [`CancelToken`], and `Hold` with `test-support`) each wrap one core
+//!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
 //!   [`DeviceInfo`], [`Diagnostics`]) are plain data, converted field by field.
 //! - **One error enum**, [`WeirError`]: a typed variant per core error, whose

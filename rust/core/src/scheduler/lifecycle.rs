@@ -54,6 +54,9 @@ impl<B: Backend> Scheduler<B> {
             let Some(retired) = streams[stream].retired.as_mut() else { return false };
             if retired.done.is_complete() {
                 retired.last = None;
+                // What it had waited for only saves waits of streams that wait
+                // for it, and a finished stream needs no wait at all.
+                streams[stream].seen = Default::default();
                 return false;
             }
             true
