@@ -49,17 +49,20 @@ impl<B: Backend> Scheduler<B> {
 
     /// Drops the final events of retired streams whose work is done.
     pub(super) fn sweep_retired(state: &mut State<B>) {
-        let State { streams, retiring, .. } = state;
+        let State { streams, retiring, free_slots, .. } = state;
         retiring.retain(|&stream| {
-            let Some(retired) = streams[stream].retired.as_mut() else { return false };
-            if retired.done.is_complete() {
-                retired.last = None;
-                // What it had waited for only saves waits of streams that wait
-                // for it, and a finished stream needs no wait at all.
-                streams[stream].seen = Default::default();
-                return false;
+            let slot = &mut streams[stream];
+            let Some(retired) = slot.retired.as_mut() else { return false };
+            if !retired.done.is_complete() {
+                return true;
             }
-            true
+            // Its work is done: nothing will wait for it again, so what it had
+            // seen and its final event can go, and a new stream can take the slot.
+            slot.retired = None;
+            slot.seen = Default::default();
+            slot.done_up_to = slot.position;
+            free_slots.push(stream);
+            false
         });
     }
 
@@ -90,7 +93,14 @@ impl<B: Backend> Scheduler<B> {
             return;
         }
         let Some(BufferEntry { memory, history, .. }) = state.buffers.remove(&key) else { return };
-        let users: Vec<usize> = history.streams().collect();
+        // Uses by an earlier stream of a reused slot are done already.
+        let mut users: Vec<usize> = history
+            .uses()
+            .filter(|&(stream, position)| position > state.streams[stream].done_up_to)
+            .map(|(stream, _)| stream)
+            .collect();
+        users.sort_unstable();
+        users.dedup();
         if users.is_empty() {
             drop(state);
             drop(memory);
@@ -220,6 +230,7 @@ impl<B: Backend> State<B> {
             busy_streams: 0,
             deferred_releases: Vec::new(),
             retiring: Vec::new(),
+            free_slots: Vec::new(),
         }
     }
 }

@@ -92,8 +92,12 @@ struct Retired<E> {
 struct StreamSlot<B: Backend> {
     /// The backend stream; `None` once retired.
     raw: Option<Arc<B::Stream>>,
-    /// Ops admitted so far; the last op's position.
+    /// Ops admitted so far; the last op's position. A reused slot goes on
+    /// counting from where its previous stream stopped.
     position: u64,
+    /// Positions up to here belong to earlier streams of this slot, whose work
+    /// is all done: nothing waits for them.
+    done_up_to: u64,
     seen: VectorClock,
     /// Ops that failed at admission, for the stream's next fence.
     unreported: FailureTally,
@@ -107,6 +111,7 @@ impl<B: Backend> StreamSlot<B> {
         StreamSlot {
             raw: Some(Arc::new(raw)),
             position: 0,
+            done_up_to: 0,
             seen: VectorClock::default(),
             unreported: FailureTally::default(),
             busy: false,
@@ -137,6 +142,9 @@ struct State<B: Backend> {
     deferred_releases: Vec<BufferKey>,
     /// Retired streams whose work may still be running.
     retiring: Vec<usize>,
+    /// Slots of retired streams whose work is done, for new streams: clocks
+    /// and slot lists then grow with the streams alive, not ever made.
+    free_slots: Vec<usize>,
 }
 
 impl<B: Backend> State<B> {
@@ -214,6 +222,7 @@ impl<B: Backend> Scheduler<B> {
                 busy_streams: 0,
                 deferred_releases: Vec::new(),
                 retiring: Vec::new(),
+                free_slots: Vec::new(),
             }),
             unbusy: Condvar::new(),
         })
@@ -255,7 +264,7 @@ impl<B: Backend> Scheduler<B> {
     /// Makes `target` wait for every foreign dependency it has not yet seen.
     fn order_after(&self, streams: &mut [StreamSlot<B>], target: usize, deps: &Dependencies) -> Result<()> {
         for (source, position) in deps.foreign(target) {
-            if streams[target].seen.covers(source, position) {
+            if streams[target].seen.covers(source, position) || position <= streams[source].done_up_to {
                 continue;
             }
             let (source_slot, target_slot) = pick_two(streams, source, target);
@@ -467,8 +476,21 @@ impl<B: Backend> Engine for Scheduler<B> {
         // Creating a backend stream can take a while (a thread, a driver call).
         let raw = self.backend.create_stream()?;
         let mut state = self.open_state()?;
-        state.streams.push(StreamSlot::new(raw));
-        Ok(state.streams.len() - 1)
+        Self::sweep_retired(&mut state);
+        let mut slot = StreamSlot::new(raw);
+        match state.free_slots.pop() {
+            Some(index) => {
+                let previous = &state.streams[index];
+                slot.position = previous.position;
+                slot.done_up_to = previous.position;
+                state.streams[index] = slot;
+                Ok(index)
+            }
+            None => {
+                state.streams.push(slot);
+                Ok(state.streams.len() - 1)
+            }
+        }
     }
 
     fn retire_stream(&self, stream: usize) {

@@ -63,8 +63,12 @@ impl History {
 
     /// Every stream that used the buffer since its latest write, the writer included.
     pub fn streams(&self) -> impl Iterator<Item = usize> + '_ {
-        let writer = self.latest_write.map(|(stream, _)| stream);
-        writer.into_iter().chain(self.reads.iter().map(|(stream, _)| *stream).filter(move |s| Some(*s) != writer))
+        self.uses().map(|(stream, _)| stream)
+    }
+
+    /// The latest write and the reads since (a stream may appear twice).
+    pub fn uses(&self) -> impl Iterator<Item = OpPosition> + '_ {
+        self.latest_write.into_iter().chain(self.reads.iter().copied())
     }
 }
 

@@ -146,3 +146,28 @@ conformance! {
         assert!(took < Duration::from_millis(500), "dropping the last handles took {took:?}");
     }
 }
+
+conformance! {
+    fn a_reused_stream_slot_keeps_its_new_uses_apart_from_the_old(runtime: &Runtime) {
+        let first = runtime.new_stream().unwrap();
+        let index = first.index();
+        let buffer = first.upload(&[6u32; 64]).unwrap();
+        drop(first);
+        runtime.fence().unwrap().wait().unwrap();
+        runtime.diagnostics();
+        let second = runtime.new_stream().unwrap();
+        assert_eq!(second.index(), index, "a retired stream's slot is reused");
+        let held = hold(&second);
+        let read = second.enqueue_read(&buffer).unwrap();
+        let before = runtime.diagnostics();
+        drop(buffer);
+        if held.is_gate() {
+            // The old stream wrote it and is done, but the new one still reads it.
+            let waiting = runtime.diagnostics();
+            assert_eq!(waiting.retiring_buffers, 1, "memory freed under a pending read: {waiting:?}");
+            assert_eq!(waiting.backend.live_allocations, before.backend.live_allocations);
+        }
+        held.release();
+        assert_eq!(words(&read.wait().unwrap()), vec![6; 64]);
+    }
+}
