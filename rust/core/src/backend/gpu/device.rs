@@ -32,6 +32,14 @@ impl Loan {
         self.staging.as_ref().map_or(std::ptr::null_mut(), |s| s.ptr.0)
     }
 
+    /// Gives the buffer up without returning it to the pool, for a copy whose
+    /// end nobody will learn (its completion callback was refused): it stays
+    /// lent until the device goes, which frees it after every stream
+    /// synchronised.
+    pub fn abandon(mut self) {
+        self.staging = None;
+    }
+
     /// The first `len` bytes, for host-side reads and writes.
     ///
     /// # Safety
