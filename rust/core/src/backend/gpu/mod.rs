@@ -27,6 +27,9 @@ mod kernels;
 mod owners;
 mod rtc;
 mod stream;
+// The fake driver answers external writes with CUDA's raw access.
+#[cfg(all(test, feature = "cuda"))]
+mod tests;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
