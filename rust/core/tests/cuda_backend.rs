@@ -406,3 +406,141 @@ fn async_completions_resolve_without_an_async_runtime() {
     });
     assert_no_live_events(&runtime);
 }
+
+/// Waits until `done` holds, failing the test after `limit`.
+fn eventually(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
+    let Some(runtime) = open("broken_kernel", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    let out = s.zeros(4).unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
+    let broken = Kernel::custom("broken")
+        .cuda(r#"extern "C" __global__ void broken(unsigned int* out) { out[0] = weir_undeclared_name; }"#, "broken")
+        .build();
+    match s.execute(&broken, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err() {
+        Error::InvalidArgument(message) => assert!(message.contains("weir_undeclared_name"), "{message}"),
+        other => panic!("expected an invalid argument with NVRTC's log, got {other}"),
+    }
+    let misnamed = Kernel::custom("misnamed")
+        .cuda(r#"extern "C" __global__ void present(unsigned int* out) { out[0] = 1u; }"#, "absent")
+        .build();
+    match s.execute(&misnamed, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err() {
+        Error::InvalidArgument(message) => assert!(message.contains("absent"), "{message}"),
+        other => panic!("expected an invalid argument naming the entry, got {other}"),
+    }
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused kernel admits nothing");
+    s.memset_zero(&out).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![0]);
+    assert_no_live_events(&runtime);
+}
+
+/// A kernel NVRTC and ptxas take a while over: a long loop, fully unrolled.
+/// Each `salt` is a source new to the compiled-kernel cache.
+fn heavy_kernel(salt: u32) -> Kernel {
+    let source = format!(
+        r#"extern "C" __global__ void heavy(float* data) {{
+            float x = data[threadIdx.x];
+            #pragma unroll
+            for (int i = 0; i < 2048; ++i) {{ x = x * 1.0001f + __sinf(x + (float)(i % {modulus})); }}
+            data[threadIdx.x] = x;
+        }}"#,
+        modulus = 7 + salt
+    );
+    Kernel::custom("heavy").cuda(source, "heavy").build()
+}
+
+#[test]
+fn a_slow_compile_on_one_thread_holds_up_no_admission_on_another() {
+    let Some(runtime) = open("slow_compile", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    let data = s.zeros(4 * 32).unwrap();
+    let buffer = s.zeros(4096).unwrap();
+    let warp = Grid::new([1, 1, 1], [32, 1, 1]);
+    // What one compile and module load of such a kernel takes here.
+    let start = Instant::now();
+    s.execute(&heavy_kernel(0), warp, &[Arg::read_write(&data)]).unwrap();
+    let compile = start.elapsed();
+    s.fence().unwrap().wait().unwrap();
+    let compiling = {
+        let (s, data) = (s.clone(), data.clone());
+        thread::spawn(move || {
+            let start = Instant::now();
+            s.execute(&heavy_kernel(1), warp, &[Arg::read_write(&data)]).unwrap();
+            start.elapsed()
+        })
+    };
+    thread::sleep(compile / 10); // let the compile begin
+    let start = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..200 {
+        let one = Instant::now();
+        s.memset_zero(&buffer).unwrap();
+        slowest = slowest.max(one.elapsed());
+    }
+    let admissions = start.elapsed();
+    let compiled_first = compiling.is_finished();
+    let concurrent = compiling.join().unwrap();
+    s.fence().unwrap().wait().unwrap();
+    eprintln!(
+        "slow_compile: compile+load {compile:?} alone, {concurrent:?} beside 200 admissions on the same stream \
+         taking {admissions:?} (slowest {slowest:?})"
+    );
+    if compile < Duration::from_millis(100) {
+        eprintln!("slow_compile: inconclusive, the compile took only {compile:?}");
+        return;
+    }
+    assert!(!compiled_first, "the admissions waited for the compile");
+    assert!(slowest < compile / 4, "one admission took {slowest:?} beside a {compile:?} compile");
+    assert_no_live_events(&runtime);
+}
+
+#[test]
+fn retired_streams_and_released_memory_go_once_their_work_is_done() {
+    let Some(runtime) = open("retire", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    s.fence().unwrap().wait().unwrap();
+    let before = runtime.diagnostics();
+    let held = runtime.new_stream().unwrap();
+    let buffer = held.zeros(1 << 20).unwrap();
+    held.delay(HOLD).unwrap();
+    held.memset_zero(&buffer).unwrap();
+    for _ in 0..8 {
+        let t = runtime.new_stream().unwrap();
+        let scratch = t.zeros(4096).unwrap();
+        t.memset_zero(&scratch).unwrap();
+        // `t` and `scratch` go here, their work perhaps still running.
+    }
+    drop((held, buffer));
+    // The held stream's work still runs: the stream and its memory wait for it.
+    let during = runtime.diagnostics();
+    assert!(during.backend.live_streams > before.backend.live_streams, "{during:?}");
+    assert!(during.backend.live_allocations > before.backend.live_allocations, "{during:?}");
+    assert!(during.retiring_streams >= 1, "{during:?}");
+    // Then they go, dropped on the delivery thread, which never used CUDA before.
+    eventually("streams and memory retire", Duration::from_secs(10), || {
+        let now = runtime.diagnostics();
+        now.backend.live_streams == before.backend.live_streams
+            && now.backend.live_allocations == before.backend.live_allocations
+            && now.retiring_streams == 0
+            && now.retiring_buffers == 0
+    });
+    // The runtime goes on: new streams and memory work as before.
+    let t = runtime.new_stream().unwrap();
+    let fresh = t.upload(&[3u32; 256]).unwrap();
+    assert_eq!(t.read_as::<u32>(&fresh).unwrap(), vec![3; 256]);
+    assert_no_live_events(&runtime);
+}
