@@ -6,7 +6,7 @@
 #![cfg(feature = "cuda")]
 
 use std::future::Future;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,44 @@ fn required() -> bool {
         .unwrap_or(false)
 }
 
-fn open(test: &str, fault: Option<Fault>) -> Option<Runtime> {
+/// Every runtime in this process shares device 0's primary context, so a call
+/// that synchronises the context (opening a runtime and loading its kernels,
+/// a module load, growing page-locked staging) waits for every other test's
+/// work, and can hold up that test's own driver calls meanwhile. Tests that
+/// time a held stream therefore run alone; the others share the device.
+static DEVICE: RwLock<()> = RwLock::new(());
+
+/// An open runtime, with this test's turn on the device.
+struct Opened {
+    runtime: Runtime,
+    _turn: Turn,
+}
+
+enum Turn {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
+impl std::ops::Deref for Opened {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
+}
+
+/// Opens CUDA for `test`, beside other tests.
+fn open(test: &str, fault: Option<Fault>) -> Option<Opened> {
+    let turn = Turn::Shared(DEVICE.read().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    open_runtime(test, fault).map(|runtime| Opened { runtime, _turn: turn })
+}
+
+/// Opens CUDA for `test`, which times a held stream: no other test runs meanwhile.
+fn open_alone(test: &str, fault: Option<Fault>) -> Option<Opened> {
+    let turn = Turn::Alone(DEVICE.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    open_runtime(test, fault).map(|runtime| Opened { runtime, _turn: turn })
+}
+
+fn open_runtime(test: &str, fault: Option<Fault>) -> Option<Runtime> {
     let opened = match fault {
         Some(fault) => Runtime::open_with_fault(BackendKind::Cuda, fault),
         None => Runtime::open(BackendKind::Cuda),
@@ -134,7 +171,7 @@ fn builtins_compute_what_the_cpu_computes() {
 
 #[test]
 fn delay_holds_the_device_stream_without_holding_the_caller() {
-    let Some(runtime) = open("delay", None) else {
+    let Some(runtime) = open_alone("delay", None) else {
         return;
     };
     let s = runtime.default_stream();
@@ -237,7 +274,7 @@ fn race(runtime: &Runtime, producer: Producer) -> Vec<u32> {
 
 #[test]
 fn reader_on_another_stream_waits_for_a_delayed_producer() {
-    let Some(runtime) = open("race", None) else {
+    let Some(runtime) = open_alone("race", None) else {
         return;
     };
     for producer in [Producer::Kernel, Producer::MemsetZero, Producer::ExternalWrite] {
@@ -248,13 +285,14 @@ fn reader_on_another_stream_waits_for_a_delayed_producer() {
 
 #[test]
 fn the_race_test_catches_the_write_cursor_bug_on_cuda() {
-    let Some(runtime) = open("race_fault", Some(Fault::KeyVersionsAtAllocation)) else {
+    let Some(runtime) = open_alone("race_fault", Some(Fault::KeyVersionsAtAllocation)) else {
         return;
     };
     // With versions keyed at allocation, the reader skips the wait and reads
     // before the held producer ran: proof that the delay holds the GPU stream.
-    // Another test's device-wide synchronisation (a module load, a page-locked
-    // allocation) can release the hold early, so the race gets three chances.
+    // A device-wide synchronisation (a module load, a page-locked allocation)
+    // can release the hold early; this test runs alone, but the race still
+    // gets three chances.
     let caught = (0..3).any(|_| race(&runtime, Producer::Kernel).iter().all(|&w| w == 0xFFFF_FFFF));
     assert!(caught, "the reader never overtook the held producer");
 }
@@ -461,7 +499,7 @@ fn heavy_kernel(salt: u32) -> Kernel {
 
 #[test]
 fn a_slow_compile_on_one_thread_holds_up_no_admission_on_another() {
-    let Some(runtime) = open("slow_compile", None) else {
+    let Some(runtime) = open_alone("slow_compile", None) else {
         return;
     };
     let s = runtime.default_stream();
@@ -508,7 +546,7 @@ fn a_slow_compile_on_one_thread_holds_up_no_admission_on_another() {
 
 #[test]
 fn retired_streams_and_released_memory_go_once_their_work_is_done() {
-    let Some(runtime) = open("retire", None) else {
+    let Some(runtime) = open_alone("retire", None) else {
         return;
     };
     let s = runtime.default_stream();
