@@ -483,7 +483,9 @@ fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
 }
 
 /// A kernel NVRTC and ptxas take a while over: a long loop, fully unrolled.
-/// Each `salt` is a source new to the compiled-kernel cache.
+/// Each `salt` is a source new to the compiled-kernel cache, and the process
+/// id makes it new to any compile cache outside the process too (on the H200
+/// a second process compiled the same source in 14 ms instead of 842 ms).
 fn heavy_kernel(salt: u32) -> Kernel {
     let source = format!(
         r#"extern "C" __global__ void heavy(float* data) {{
@@ -492,7 +494,7 @@ fn heavy_kernel(salt: u32) -> Kernel {
             for (int i = 0; i < 2048; ++i) {{ x = x * 1.0001f + __sinf(x + (float)(i % {modulus})); }}
             data[threadIdx.x] = x;
         }}"#,
-        modulus = 7 + salt
+        modulus = 7 + salt + 2 * (std::process::id() % 1000)
     );
     Kernel::custom("heavy").cuda(source, "heavy").build()
 }
