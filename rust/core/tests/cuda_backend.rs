@@ -6,7 +6,7 @@
 #![cfg(feature = "cuda")]
 
 use std::future::Future;
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -22,7 +22,44 @@ fn required() -> bool {
         .unwrap_or(false)
 }
 
-fn open(test: &str, fault: Option<Fault>) -> Option<Runtime> {
+/// Every runtime in this process shares device 0's primary context, so a call
+/// that synchronises the context (opening a runtime and loading its kernels,
+/// a module load, growing page-locked staging) waits for every other test's
+/// work, and can hold up that test's own driver calls meanwhile. Tests that
+/// time a held stream therefore run alone; the others share the device.
+static DEVICE: RwLock<()> = RwLock::new(());
+
+/// An open runtime, with this test's turn on the device.
+struct Opened {
+    runtime: Runtime,
+    _turn: Turn,
+}
+
+enum Turn {
+    Shared(#[allow(dead_code)] RwLockReadGuard<'static, ()>),
+    Alone(#[allow(dead_code)] RwLockWriteGuard<'static, ()>),
+}
+
+impl std::ops::Deref for Opened {
+    type Target = Runtime;
+    fn deref(&self) -> &Runtime {
+        &self.runtime
+    }
+}
+
+/// Opens CUDA for `test`, beside other tests.
+fn open(test: &str, fault: Option<Fault>) -> Option<Opened> {
+    let turn = Turn::Shared(DEVICE.read().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    open_runtime(test, fault).map(|runtime| Opened { runtime, _turn: turn })
+}
+
+/// Opens CUDA for `test`, which times a held stream: no other test runs meanwhile.
+fn open_alone(test: &str, fault: Option<Fault>) -> Option<Opened> {
+    let turn = Turn::Alone(DEVICE.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    open_runtime(test, fault).map(|runtime| Opened { runtime, _turn: turn })
+}
+
+fn open_runtime(test: &str, fault: Option<Fault>) -> Option<Runtime> {
     let opened = match fault {
         Some(fault) => Runtime::open_with_fault(BackendKind::Cuda, fault),
         None => Runtime::open(BackendKind::Cuda),
@@ -134,7 +171,7 @@ fn builtins_compute_what_the_cpu_computes() {
 
 #[test]
 fn delay_holds_the_device_stream_without_holding_the_caller() {
-    let Some(runtime) = open("delay", None) else {
+    let Some(runtime) = open_alone("delay", None) else {
         return;
     };
     let s = runtime.default_stream();
@@ -237,7 +274,7 @@ fn race(runtime: &Runtime, producer: Producer) -> Vec<u32> {
 
 #[test]
 fn reader_on_another_stream_waits_for_a_delayed_producer() {
-    let Some(runtime) = open("race", None) else {
+    let Some(runtime) = open_alone("race", None) else {
         return;
     };
     for producer in [Producer::Kernel, Producer::MemsetZero, Producer::ExternalWrite] {
@@ -248,13 +285,14 @@ fn reader_on_another_stream_waits_for_a_delayed_producer() {
 
 #[test]
 fn the_race_test_catches_the_write_cursor_bug_on_cuda() {
-    let Some(runtime) = open("race_fault", Some(Fault::KeyVersionsAtAllocation)) else {
+    let Some(runtime) = open_alone("race_fault", Some(Fault::KeyVersionsAtAllocation)) else {
         return;
     };
     // With versions keyed at allocation, the reader skips the wait and reads
     // before the held producer ran: proof that the delay holds the GPU stream.
-    // Another test's device-wide synchronisation (a module load, a page-locked
-    // allocation) can release the hold early, so the race gets three chances.
+    // A device-wide synchronisation (a module load, a page-locked allocation)
+    // can release the hold early; this test runs alone, but the race still
+    // gets three chances.
     let caught = (0..3).any(|_| race(&runtime, Producer::Kernel).iter().all(|&w| w == 0xFFFF_FFFF));
     assert!(caught, "the reader never overtook the held producer");
 }
@@ -404,5 +442,145 @@ fn async_completions_resolve_without_an_async_runtime() {
         assert!(bytes.chunks(4).all(|w| u32::from_ne_bytes([w[0], w[1], w[2], w[3]]) == 7));
         runtime.sync().await.unwrap();
     });
+    assert_no_live_events(&runtime);
+}
+
+/// Waits until `done` holds, failing the test after `limit`.
+fn eventually(what: &str, limit: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < limit, "{what}: not within {limit:?}");
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
+    let Some(runtime) = open("broken_kernel", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    let out = s.zeros(4).unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
+    let broken = Kernel::custom("broken")
+        .cuda(r#"extern "C" __global__ void broken(unsigned int* out) { out[0] = weir_undeclared_name; }"#, "broken")
+        .build();
+    match s.execute(&broken, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err() {
+        Error::InvalidArgument(message) => assert!(message.contains("weir_undeclared_name"), "{message}"),
+        other => panic!("expected an invalid argument with NVRTC's log, got {other}"),
+    }
+    let misnamed = Kernel::custom("misnamed")
+        .cuda(r#"extern "C" __global__ void present(unsigned int* out) { out[0] = 1u; }"#, "absent")
+        .build();
+    match s.execute(&misnamed, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err() {
+        Error::InvalidArgument(message) => assert!(message.contains("absent"), "{message}"),
+        other => panic!("expected an invalid argument naming the entry, got {other}"),
+    }
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused kernel admits nothing");
+    s.memset_zero(&out).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![0]);
+    assert_no_live_events(&runtime);
+}
+
+/// A kernel NVRTC and ptxas take a while over: a long loop, fully unrolled.
+/// Each `salt` is a source new to the compiled-kernel cache, and the process
+/// id makes it new to any compile cache outside the process too (on the H200
+/// a second process compiled the same source in 14 ms instead of 842 ms).
+fn heavy_kernel(salt: u32) -> Kernel {
+    let source = format!(
+        r#"extern "C" __global__ void heavy(float* data) {{
+            float x = data[threadIdx.x];
+            #pragma unroll
+            for (int i = 0; i < 2048; ++i) {{ x = x * 1.0001f + __sinf(x + (float)(i % {modulus})); }}
+            data[threadIdx.x] = x;
+        }}"#,
+        modulus = 7 + salt + 2 * (std::process::id() % 1000)
+    );
+    Kernel::custom("heavy").cuda(source, "heavy").build()
+}
+
+#[test]
+fn a_slow_compile_on_one_thread_holds_up_no_admission_on_another() {
+    let Some(runtime) = open_alone("slow_compile", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    let data = s.zeros(4 * 32).unwrap();
+    let buffer = s.zeros(4096).unwrap();
+    let warp = Grid::new([1, 1, 1], [32, 1, 1]);
+    // What one compile and module load of such a kernel takes here.
+    let start = Instant::now();
+    s.execute(&heavy_kernel(0), warp, &[Arg::read_write(&data)]).unwrap();
+    let compile = start.elapsed();
+    s.fence().unwrap().wait().unwrap();
+    let compiling = {
+        let (s, data) = (s.clone(), data.clone());
+        thread::spawn(move || {
+            let start = Instant::now();
+            s.execute(&heavy_kernel(1), warp, &[Arg::read_write(&data)]).unwrap();
+            start.elapsed()
+        })
+    };
+    thread::sleep(compile / 10); // let the compile begin
+    let start = Instant::now();
+    let mut slowest = Duration::ZERO;
+    for _ in 0..200 {
+        let one = Instant::now();
+        s.memset_zero(&buffer).unwrap();
+        slowest = slowest.max(one.elapsed());
+    }
+    let admissions = start.elapsed();
+    let compiled_first = compiling.is_finished();
+    let concurrent = compiling.join().unwrap();
+    s.fence().unwrap().wait().unwrap();
+    eprintln!(
+        "slow_compile: compile+load {compile:?} alone, {concurrent:?} beside 200 admissions on the same stream \
+         taking {admissions:?} (slowest {slowest:?})"
+    );
+    if compile < Duration::from_millis(100) {
+        eprintln!("slow_compile: inconclusive, the compile took only {compile:?}");
+        return;
+    }
+    assert!(!compiled_first, "the admissions waited for the compile");
+    assert!(slowest < compile / 4, "one admission took {slowest:?} beside a {compile:?} compile");
+    assert_no_live_events(&runtime);
+}
+
+#[test]
+fn retired_streams_and_released_memory_go_once_their_work_is_done() {
+    let Some(runtime) = open_alone("retire", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    s.fence().unwrap().wait().unwrap();
+    let before = runtime.diagnostics();
+    let held = runtime.new_stream().unwrap();
+    let buffer = held.zeros(1 << 20).unwrap();
+    held.delay(HOLD).unwrap();
+    held.memset_zero(&buffer).unwrap();
+    for _ in 0..8 {
+        let t = runtime.new_stream().unwrap();
+        let scratch = t.zeros(4096).unwrap();
+        t.memset_zero(&scratch).unwrap();
+        // `t` and `scratch` go here, their work perhaps still running.
+    }
+    drop((held, buffer));
+    // The held stream's work still runs: the stream and its memory wait for it.
+    let during = runtime.diagnostics();
+    assert!(during.backend.live_streams > before.backend.live_streams, "{during:?}");
+    assert!(during.backend.live_allocations > before.backend.live_allocations, "{during:?}");
+    assert!(during.retiring_streams >= 1, "{during:?}");
+    // Then they go, dropped on the delivery thread, which never used CUDA before.
+    eventually("streams and memory retire", Duration::from_secs(10), || {
+        let now = runtime.diagnostics();
+        now.backend.live_streams == before.backend.live_streams
+            && now.backend.live_allocations == before.backend.live_allocations
+            && now.retiring_streams == 0
+            && now.retiring_buffers == 0
+    });
+    // The runtime goes on: new streams and memory work as before.
+    let t = runtime.new_stream().unwrap();
+    let fresh = t.upload(&[3u32; 256]).unwrap();
+    assert_eq!(t.read_as::<u32>(&fresh).unwrap(), vec![3; 256]);
     assert_no_live_events(&runtime);
 }

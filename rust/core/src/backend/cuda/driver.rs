@@ -70,6 +70,8 @@ pub(crate) struct Cuda {
     /// new memory usable on every stream at once.
     pool_stream: Handle<sys::CUstream>,
     arch: String,
+    /// The driver has `cuFuncLoad` (CUDA 12.4 and later).
+    eager_load: bool,
     info: DeviceInfo,
 }
 
@@ -89,6 +91,8 @@ impl Cuda {
         {
             return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
         }
+        // SAFETY: looks a symbol up without calling it.
+        let eager_load = unsafe { library.get::<*const c_void>("cuFuncLoad") }.is_ok();
         nvrtc::check_present()?;
         let unavailable =
             |call: &str, result: CUresult| check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()));
@@ -129,6 +133,7 @@ impl Cuda {
                 context: Handle(context),
                 pool_stream: Handle(null_mut()),
                 arch: format!("sm_{major}{minor}"),
+                eager_load,
                 info: DeviceInfo {
                     backend: BackendKind::Cuda,
                     name,
@@ -297,9 +302,19 @@ impl Driver for Cuda {
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
         let result = unsafe { sys::cuModuleGetFunction(&mut function, module.0, entry.as_ptr()) };
         match result {
-            CUresult::CUDA_ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
-            other => check("cuModuleGetFunction", other).map(|()| Handle(function)),
+            CUresult::CUDA_ERROR_NOT_FOUND => {
+                return Err(Error::invalid(format!("no kernel named {entry:?} in its source")))
+            }
+            other => check("cuModuleGetFunction", other)?,
         }
+        // With lazy loading (the default since CUDA 12.2) the function would load
+        // at its first launch, which can synchronise the context: in `enqueue`,
+        // behind work in flight. Load it now, in `prepare` (or at open).
+        if self.eager_load {
+            // SAFETY: a function of a loaded module; `cuFuncLoad` was found at open.
+            check("cuFuncLoad", unsafe { sys::cuFuncLoad(function) })?;
+        }
+        Ok(Handle(function))
     }
 
     unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {

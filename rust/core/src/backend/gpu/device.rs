@@ -1,8 +1,11 @@
 //! The device state every stream, event and allocation of one GPU backend
-//! shares: the driver, live-object counters and the page-locked staging pool.
+//! shares: the driver, live-object counters, the page-locked staging pool and,
+//! where the driver's free waits for the whole device, the thread that frees.
 
 use std::sync::atomic::Ordering;
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
 
 use super::driver::{Driver, Handle};
 use super::kernels::Kernels;
@@ -32,6 +35,14 @@ impl Loan {
         self.staging.as_ref().map_or(std::ptr::null_mut(), |s| s.ptr.0)
     }
 
+    /// Gives the buffer up without returning it to the pool, for a copy whose
+    /// end nobody will learn (its completion callback was refused): it stays
+    /// lent until the device goes, which frees it after every stream
+    /// synchronised.
+    pub fn abandon(mut self) {
+        self.staging = None;
+    }
+
     /// The first `len` bytes, for host-side reads and writes.
     ///
     /// # Safety
@@ -55,6 +66,37 @@ impl Drop for Loan {
     }
 }
 
+/// The thread that frees device memory for a driver whose free waits for the
+/// whole device (`hipFree`): memory is released on the delivery thread, which
+/// must not wait behind other streams' kernels to run the next waker.
+struct Reclaimer {
+    queue: Option<Sender<u64>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Reclaimer {
+    fn start<D: Driver>(driver: &Arc<D>) -> Option<Reclaimer> {
+        let (queue, frees) = channel::<u64>();
+        // The thread holds the driver, not the device: the device's drop ends it.
+        let driver = driver.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-{}-free", D::KIND.name()))
+            .spawn(move || {
+                // Unbound, the device is gone: its memory went with it.
+                let bound = driver.bind().is_ok();
+                for ptr in frees {
+                    if bound {
+                        // SAFETY: `ptr` came from this driver's `alloc`, every user
+                        // completed (`Device::free`'s contract), and it is sent once.
+                        unsafe { driver.free(ptr) };
+                    }
+                }
+            })
+            .ok()?;
+        Some(Reclaimer { queue: Some(queue), thread: Some(thread) })
+    }
+}
+
 /// Shared by a backend and all it made; the last owner releases the device.
 pub(crate) struct Device<D: Driver> {
     pub info: DeviceInfo,
@@ -63,19 +105,43 @@ pub(crate) struct Device<D: Driver> {
     free_staging: FreeList,
     /// Every staging buffer ever allocated, lent or not: freed with the device.
     all_staging: Mutex<Vec<Staging>>,
-    pub driver: D,
+    /// `None` where the driver's free returns at once (or no thread could start).
+    reclaimer: Option<Reclaimer>,
+    pub driver: Arc<D>,
 }
 
 impl<D: Driver> Device<D> {
     pub fn new(driver: D) -> Arc<Self> {
+        let driver = Arc::new(driver);
+        let reclaimer = if driver.free_waits_for_device() { Reclaimer::start(&driver) } else { None };
         Arc::new(Device {
             info: driver.info(),
             counters: Counters::default(),
             kernels: Kernels::default(),
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
+            reclaimer,
             driver,
         })
+    }
+
+    /// Frees device memory from any thread without waiting for the device:
+    /// on the reclaimer where the driver's free would wait, else here, after
+    /// binding the device (this may be a thread that never used it).
+    ///
+    /// # Safety
+    /// `ptr` came from this driver's `alloc`, every command that used it
+    /// completed, and it is freed once.
+    pub unsafe fn free(&self, ptr: u64) {
+        if let Some(queue) = self.reclaimer.as_ref().and_then(|r| r.queue.as_ref()) {
+            if queue.send(ptr).is_ok() {
+                return;
+            }
+        }
+        if self.driver.bind().is_ok() {
+            // SAFETY: this function's contract.
+            unsafe { self.driver.free(ptr) };
+        }
     }
 
     /// Lends a page-locked buffer of at least `len` bytes.
@@ -107,6 +173,13 @@ impl<D: Driver> Device<D> {
 
 impl<D: Driver> Drop for Device<D> {
     fn drop(&mut self) {
+        // Frees already handed over finish first; the thread never holds this device.
+        if let Some(mut reclaimer) = self.reclaimer.take() {
+            reclaimer.queue.take();
+            if let Some(thread) = reclaimer.thread.take() {
+                let _ = thread.join();
+            }
+        }
         // Streams synchronise before they go and hold this device, so no copy
         // or callback still uses a staging buffer or a module here.
         if self.driver.bind().is_err() {

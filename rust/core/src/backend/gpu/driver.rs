@@ -88,6 +88,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// Device memory usable on every stream as soon as this returns.
     fn alloc(&self, bytes: u64) -> Result<u64>;
     unsafe fn free(&self, ptr: u64);
+    /// True when [`Driver::free`] waits for the whole device (`hipFree`):
+    /// frees then run on a thread of their own, never the delivery thread.
+    fn free_waits_for_device(&self) -> bool {
+        false
+    }
     /// Page-locked host memory, for asynchronous copies.
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8>;
     unsafe fn host_free(&self, ptr: *mut u8);

@@ -65,9 +65,39 @@ extern "C" __global__ void weir_delay(weir_u64 ticks) {
 }
 "#;
 
-/// Every entry point of [`BUILTIN_SOURCE`].
+/// Every entry point of [`BUILTIN_SOURCE`], in [`Entry`] order.
 pub const BUILTIN_ENTRIES: [&str; 7] =
     ["weir_fill_u32", "weir_add_f32", "weir_mul_f32", "weir_scale_f32", "weir_axpy_f32", "weir_iota_u32", "weir_delay"];
+
+/// A built-in kernel, as an index into [`BUILTIN_ENTRIES`] and into the
+/// functions a backend loads when it opens: a launch then finds its function
+/// without hashing the built-in source.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Entry {
+    Fill,
+    Add,
+    Mul,
+    Scale,
+    Axpy,
+    Iota,
+    Delay,
+}
+
+/// The functions of [`BUILTIN_SOURCE`], indexed by [`Entry`].
+pub(crate) struct Builtins<F: Copy>([F; BUILTIN_ENTRIES.len()]);
+
+impl<F: Copy> Builtins<F> {
+    /// Loads every built-in with `load`, in [`BUILTIN_ENTRIES`] order.
+    pub fn load(mut load: impl FnMut(&str) -> Result<F>) -> Result<Self> {
+        let [fill, add, mul, scale, axpy, iota, delay] = BUILTIN_ENTRIES;
+        Ok(Builtins([load(fill)?, load(add)?, load(mul)?, load(scale)?, load(axpy)?, load(iota)?, load(delay)?]))
+    }
+
+    pub fn get(&self, entry: Entry) -> F {
+        // The enum's discriminants are exactly the array's indices.
+        self.0[entry as usize]
+    }
+}
 
 type ImageKey = (BackendKind, String, String);
 
@@ -94,19 +124,28 @@ impl<D: Driver> Default for Kernels<D> {
 
 impl<D: Driver> Kernels<D> {
     /// The function `entry` of `source`, compiling and loading on first use.
+    ///
+    /// Called from `prepare`, before the ordering boundary, from any thread:
+    /// the compile runs outside this cache's lock, so a slow compile never
+    /// holds up a lookup of a kernel already loaded.
     pub fn function(&self, driver: &D, source: &str, entry: &str) -> Result<D::Function> {
-        let mut loaded = lock(&self.loaded);
-        if let Some(function) = loaded.get(source).and_then(|module| module.functions.get(entry)) {
+        if let Some(function) = lock(&self.loaded).get(source).and_then(|module| module.functions.get(entry)) {
             return Ok(*function);
         }
+        let name =
+            CString::new(entry).map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
+        let image = Self::image(driver, source)?;
+        let mut loaded = lock(&self.loaded);
+        // Loaded under the lock (rarely, once per source), so that two threads
+        // that compiled the same source do not both load it.
         if !loaded.contains_key(source) {
-            let image = Self::image(driver, source)?;
             let module = driver.module_load(&image)?;
             loaded.insert(source.to_owned(), Loaded { module, functions: HashMap::new() });
         }
         let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND.name(), "kernel module vanished"))?;
-        let name =
-            CString::new(entry).map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
+        if let Some(function) = module.functions.get(entry) {
+            return Ok(*function);
+        }
         // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
         let function = unsafe { driver.function(module.module, &name)? };
         module.functions.insert(entry.to_owned(), function);
@@ -132,7 +171,8 @@ impl<D: Driver> Kernels<D> {
     }
 }
 
-/// One kernel parameter, as the launch passes it.
+/// One kernel parameter, as the launch passes it. A `Pointer` made in
+/// `prepare` is a placeholder: `enqueue` writes the buffer's address.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum Param {
     Pointer(u64),
@@ -166,6 +206,17 @@ impl Params {
             })
             .collect();
         Params { slots }
+    }
+
+    /// Overwrites parameter `index` with a device address. False if there is no such parameter.
+    pub fn set_pointer(&mut self, index: usize, address: u64) -> bool {
+        match self.slots.get_mut(index) {
+            Some(slot) => {
+                slot.0 = address.to_ne_bytes();
+                true
+            }
+            None => false,
+        }
     }
 
     /// The `void**` array a launch takes; valid while `self` is.

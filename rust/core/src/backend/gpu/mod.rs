@@ -3,14 +3,20 @@
 //! A GPU backend is a [`Driver`]: the few calls that differ between CUDA and
 //! HIP (streams, events, memory, copies, memsets, runtime compilation,
 //! launches, host callbacks). Everything else lives here, once:
-//! - the [`Backend`] implementation over any driver;
+//! - the [`Backend`] implementation over any driver: `prepare` does the slow
+//!   part of a command before the scheduler's ordering boundary (compiling and
+//!   loading custom kernels, staging upload bytes in page-locked memory,
+//!   building launch parameters), and `enqueue` only checks the buffers'
+//!   ranges, writes their addresses and makes the ordered driver calls;
 //! - owners for streams, events and allocations, each releasing its handle
 //!   exactly once in `Drop`, with live counts;
 //! - the completion path: a host callback or a per-stream waiter thread
 //!   (see [`stream`]);
 //! - the built-in kernels as one C source and the compiled-kernel cache;
 //! - page-locked staging for uploads and downloads, so enqueueing a copy
-//!   never waits for the device.
+//!   never waits for the device;
+//! - frees from any thread: owners bind the device before their driver
+//!   calls, since the scheduler drops them on its delivery thread.
 //!
 //! Cross-stream order comes only from the scheduler's `record_event` /
 //! `wait_event`; this layer adds no ordering of its own.
@@ -21,25 +27,32 @@ mod kernels;
 mod owners;
 mod rtc;
 mod stream;
+// The fake driver answers external writes with CUDA's raw access.
+#[cfg(all(test, feature = "cuda"))]
+mod tests;
 
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 
 use crate::backend::{
-    Backend, BackendCounters, BinaryOp, Command, EnqueueError, KernelArg, OpIo, RawAccess, SignalKind, Span,
+    Backend, BackendCounters, BinaryOp, Command, EnqueueError, HostSink, KernelArg, OpIo, RawAccess, SignalKind, Span,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
-use crate::kernel::Grid;
+use crate::kernel::{CustomKernel, Grid};
 
-use device::Device;
+use device::{Device, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
     callback_run, handle_calls, pass_callback, Callback, Driver, EventUse, Handle, Launch, Status,
 };
-use kernels::{Param, Params};
-pub use kernels::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
+use kernels::{Builtins, Entry, Param, Params};
+// The entry list is for test suites and benchmarks (the backend module is
+// public only with `test-support`); the backend itself indexes by `Entry`.
+#[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
+pub use kernels::BUILTIN_ENTRIES;
+pub use kernels::BUILTIN_SOURCE;
 pub(crate) use owners::{GpuEvent, GpuMemory};
 pub(crate) use rtc::{compile, rtc_calls, Rtc};
 pub(crate) use stream::{GpuStream, Wake};
@@ -49,9 +62,58 @@ const BLOCK: u32 = 256;
 /// The built-ins loop over their elements, so a bounded grid covers any size.
 const MAX_GROUPS: u64 = 65_535;
 
+/// What [`Backend::prepare`] made for one command: everything its driver
+/// calls need but its buffers' addresses, which only `enqueue` may read.
+pub(crate) enum Prepared<D: Driver> {
+    /// Memsets and device copies: the driver call is all there is.
+    Direct,
+    /// A kernel launch.
+    Launch(PreparedLaunch<D>),
+    /// An upload: the host bytes already in page-locked memory.
+    Upload(Loan),
+    /// A download: the page-locked memory the bytes will land in.
+    Download(Loan),
+}
+
+/// A launch made ready outside the boundary: the function compiled and
+/// loaded, the grid, and every parameter but the buffer addresses.
+pub(crate) struct PreparedLaunch<D: Driver> {
+    function: D::Function,
+    grid: Grid,
+    params: Params,
+    /// The parameters that take buffer addresses, in the order the command
+    /// names its buffers.
+    pointers: Vec<usize>,
+}
+
+/// A staging loan a device copy may still read or write. Only the copy's
+/// completion callback hands it back to the pool; dropped unrun (the driver
+/// refused the callback, so nobody learns when the copy ends), it is
+/// abandoned to the device rather than lent again under a running copy.
+struct InFlight(Option<Loan>);
+
+impl InFlight {
+    fn release(mut self) -> Option<Loan> {
+        self.0.take()
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        if let Some(loan) = self.0.take() {
+            loan.abandon();
+        }
+    }
+}
+
+fn rejected(message: &str) -> EnqueueError {
+    EnqueueError::Rejected(Error::invalid(message))
+}
+
 /// A [`Backend`] over one GPU driver.
 pub(crate) struct GpuBackend<D: Driver> {
     device: Arc<Device<D>>,
+    builtins: Builtins<D::Function>,
     wake: Wake,
     next_stream: AtomicU32,
 }
@@ -61,43 +123,109 @@ impl<D: Driver> GpuBackend<D> {
     /// loading a module can synchronise the whole device, which must not
     /// happen later behind work in flight.
     pub(crate) fn new(driver: D) -> Result<Self> {
-        let backend =
-            GpuBackend { device: Device::new(driver), wake: Wake::from_env(D::WAKE), next_stream: AtomicU32::new(0) };
-        backend.driver().bind()?;
-        for entry in BUILTIN_ENTRIES {
-            backend.device.kernels.function(backend.driver(), BUILTIN_SOURCE, entry)?;
-        }
-        Ok(backend)
+        Self::with_wake(driver, Wake::from_env(D::WAKE))
+    }
+
+    /// As [`GpuBackend::new`], completing through `wake`.
+    pub(crate) fn with_wake(driver: D, wake: Wake) -> Result<Self> {
+        let device = Device::new(driver);
+        device.driver.bind()?;
+        let builtins = Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry))?;
+        Ok(GpuBackend { device, builtins, wake, next_stream: AtomicU32::new(0) })
     }
 
     fn driver(&self) -> &D {
         &self.device.driver
     }
 
-    fn address(span: &Span<&GpuMemory<D>>) -> Result<u64> {
+    /// The address of `span`, or a rejection if it leaves its buffer.
+    fn address(span: &Span<&GpuMemory<D>>) -> Result<u64, EnqueueError> {
         match span.offset.checked_add(span.len) {
             Some(end) if end <= span.buffer.len => Ok(span.buffer.ptr + span.offset),
-            _ => Err(Error::OutOfRange { offset: span.offset, size: span.len, len: span.buffer.len }),
+            _ => Err(EnqueueError::Rejected(Error::OutOfRange {
+                offset: span.offset,
+                size: span.len,
+                len: span.buffer.len,
+            })),
         }
     }
 
-    fn f32_count(span: &Span<&GpuMemory<D>>) -> u64 {
-        span.len / 4
+    /// Binds the device for the driver calls to come; failing, the op fails.
+    fn bind(&self) -> Result<(), EnqueueError> {
+        self.driver().bind().map_err(EnqueueError::Failed)
     }
 
-    fn launch_builtin(&self, stream: &GpuStream<D>, entry: &str, items: u64, params: &[Param]) -> Result<()> {
+    /// A built-in launch over `items` elements; `params` name buffers with
+    /// placeholder pointers, filled by `enqueue`.
+    fn builtin(&self, entry: Entry, items: u64, params: &[Param]) -> Prepared<D> {
         let groups = items.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
         let grid = Grid::new([groups, 1, 1], [BLOCK, 1, 1]);
-        self.launch(stream, kernels::BUILTIN_SOURCE, entry, &grid, params)
+        Prepared::Launch(PreparedLaunch::new(self.builtins.get(entry), grid, params))
     }
 
-    fn launch(&self, stream: &GpuStream<D>, source: &str, entry: &str, grid: &Grid, params: &[Param]) -> Result<()> {
-        let function = self.device.kernels.function(self.driver(), source, entry)?;
-        let mut params = Params::new(params);
-        let mut pointers = params.pointers();
-        // SAFETY: `function` was loaded by this driver; the pointers point into
-        // `params`, which outlives the call; buffer addresses were range-checked.
-        unsafe { self.driver().launch(Launch { function, grid, stream: stream.raw, params: &mut pointers }) }
+    fn custom_source(kernel: &CustomKernel) -> Option<&crate::KernelSource> {
+        match D::KIND {
+            BackendKind::Cuda => kernel.cuda.as_ref(),
+            BackendKind::Hip => kernel.hip.as_ref(),
+            _ => None,
+        }
+    }
+
+    /// Compiles (or finds) and loads a custom kernel; a source that does not
+    /// compile is an invalid argument carrying the compiler's log.
+    fn prepare_custom<R>(&self, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<Prepared<D>> {
+        let source = Self::custom_source(kernel).ok_or_else(|| {
+            Error::unsupported(D::KIND.name(), format!("kernel {} has no {} source", kernel.name, D::KIND.name()))
+        })?;
+        // Module loads need the device current on this thread, which may be any.
+        self.driver().bind()?;
+        let function = self.device.kernels.function(self.driver(), &source.code, &source.entry)?;
+        let params: Vec<Param> = args
+            .iter()
+            .map(|arg| match arg {
+                KernelArg::Buffer(..) => Param::Pointer(0),
+                KernelArg::Scalar(scalar) => Param::U32(scalar.bits()),
+            })
+            .collect();
+        Ok(Prepared::Launch(PreparedLaunch::new(function, *grid, &params)))
+    }
+
+    /// A page-locked loan holding `data`.
+    fn stage_upload(&self, data: &[u8]) -> Result<Loan> {
+        let mut loan = self.device.stage(data.len())?;
+        // SAFETY: a fresh loan of at least `data.len()` bytes; no copy uses it yet.
+        unsafe { loan.bytes_mut(data.len()) }.copy_from_slice(data);
+        Ok(loan)
+    }
+
+    fn launch(
+        &self,
+        stream: &GpuStream<D>,
+        mut launch: PreparedLaunch<D>,
+        buffers: &[Span<&GpuMemory<D>>],
+    ) -> Result<(), EnqueueError> {
+        if buffers.len() != launch.pointers.len() {
+            return Err(rejected("a launch was prepared for another command"));
+        }
+        for (&index, span) in launch.pointers.iter().zip(buffers) {
+            if !launch.params.set_pointer(index, Self::address(span)?) {
+                return Err(rejected("a launch was prepared for another command"));
+            }
+        }
+        let mut pointers = launch.params.pointers();
+        self.bind()?;
+        // SAFETY: `function` was loaded by this driver and lives as long as the
+        // device; the pointers point into `launch.params`, which outlives the
+        // call; every buffer address was range-checked above.
+        unsafe {
+            self.driver().launch(Launch {
+                function: launch.function,
+                grid: &launch.grid,
+                stream: stream.raw,
+                params: &mut pointers,
+            })
+        }
+        .map_err(EnqueueError::Failed)
     }
 
     fn zero(&self, stream: &GpuStream<D>, dst: u64, len: u64) -> Result<()> {
@@ -112,118 +240,40 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
-    fn upload(&self, stream: &GpuStream<D>, dst: u64, data: Vec<u8>) -> Result<()> {
-        let mut loan = self.device.stage(data.len())?;
-        // SAFETY: a fresh loan of at least `data.len()` bytes; no copy uses it yet.
-        unsafe { loan.bytes_mut(data.len()) }.copy_from_slice(&data);
-        // SAFETY: the loan stays alive until the callback below, which runs
-        // after the copy; `dst` was range-checked.
-        unsafe { self.driver().copy_h2d(dst, loan.ptr(), data.len() as u64, stream.raw)? };
+    fn upload(&self, stream: &GpuStream<D>, dst: u64, len: u64, loan: Loan) -> Result<()> {
+        // SAFETY: the loan holds `len` bytes (staged by `prepare` for this
+        // command) and stays alive until the callback below, which runs after
+        // the copy; `dst` was range-checked.
+        unsafe { self.driver().copy_h2d(dst, loan.ptr(), len, stream.raw)? };
         self.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
-        stream.after(Box::new(move |_| drop(loan)))
+        let loan = InFlight(Some(loan));
+        stream.after(Box::new(move |_| drop(loan.release())))
     }
 
-    fn download(&self, stream: &GpuStream<D>, src: u64, len: u64, sink: Arc<crate::backend::HostSink>) -> Result<()> {
-        let mut loan = self.device.stage(len as usize)?;
-        // SAFETY: the loan outlives the copy (it is only touched again in the
-        // callback, after the copy); `src` was range-checked.
+    fn download(&self, stream: &GpuStream<D>, src: u64, len: u64, sink: Arc<HostSink>, loan: Loan) -> Result<()> {
+        // SAFETY: the loan holds `len` bytes and outlives the copy (it is only
+        // touched again in the callback, after the copy); `src` was range-checked.
         unsafe { self.driver().copy_d2h(loan.ptr(), src, len, stream.raw)? };
         self.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
-        stream.after(Box::new(move |status| match status {
-            // SAFETY: the stream passed the copy, and `len` is the loan's length.
-            Ok(()) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
-            Err(error) => sink.fail(error),
-        }))
+        let loan = InFlight(Some(loan));
+        let failed = sink.clone();
+        stream
+            .after(Box::new(move |status| match (status, loan.release()) {
+                // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
+                (Ok(()), Some(mut loan)) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
+                (Ok(()), None) => sink.fail(Error::backend(D::KIND.name(), "a download lost its staging buffer")),
+                (Err(error), _) => sink.fail(error),
+            }))
+            // Nobody else will complete the read: fail it here.
+            .inspect_err(|error| failed.fail(error.clone()))
     }
+}
 
-    /// Makes the driver calls for `command` on `stream`.
-    fn enqueue_command(&self, stream: &GpuStream<D>, command: Command<&GpuMemory<D>>) -> Result<()> {
-        self.driver().bind()?;
-        match command {
-            Command::Zero { dst } => self.zero(stream, Self::address(&dst)?, dst.len),
-            Command::Fill { dst, word } => {
-                let words = dst.len / 4;
-                let params = [Param::Pointer(Self::address(&dst)?), Param::U32(word), Param::U64(words)];
-                self.launch_builtin(stream, "weir_fill_u32", words, &params)
-            }
-            Command::Copy { src, dst } => {
-                let (from, to) = (Self::address(&src)?, Self::address(&dst)?);
-                // SAFETY: both ranges checked; the scheduler ordered the copy.
-                unsafe { self.driver().copy_d2d(to, from, dst.len.min(src.len), stream.raw) }
-            }
-            Command::Upload { dst, data } => {
-                if data.len() as u64 != dst.len {
-                    return Err(Error::invalid("upload size differs from its destination"));
-                }
-                self.upload(stream, Self::address(&dst)?, data)
-            }
-            Command::Download { src, sink } => self.download(stream, Self::address(&src)?, src.len, sink),
-            Command::Binary { op, a, b, out } => {
-                let entry = match op {
-                    BinaryOp::Add => "weir_add_f32",
-                    BinaryOp::Mul => "weir_mul_f32",
-                };
-                let params = [
-                    Param::Pointer(Self::address(&a)?),
-                    Param::Pointer(Self::address(&b)?),
-                    Param::Pointer(Self::address(&out)?),
-                    Param::U64(Self::f32_count(&out)),
-                ];
-                self.launch_builtin(stream, entry, Self::f32_count(&out), &params)
-            }
-            Command::Scale { x, out, alpha } => {
-                let params = [
-                    Param::Pointer(Self::address(&x)?),
-                    Param::Pointer(Self::address(&out)?),
-                    Param::F32(alpha),
-                    Param::U64(Self::f32_count(&out)),
-                ];
-                self.launch_builtin(stream, "weir_scale_f32", Self::f32_count(&out), &params)
-            }
-            Command::Axpy { x, y, alpha } => {
-                let params = [
-                    Param::Pointer(Self::address(&x)?),
-                    Param::Pointer(Self::address(&y)?),
-                    Param::F32(alpha),
-                    Param::U64(Self::f32_count(&y)),
-                ];
-                self.launch_builtin(stream, "weir_axpy_f32", Self::f32_count(&y), &params)
-            }
-            Command::Iota { out, start } => {
-                let params =
-                    [Param::Pointer(Self::address(&out)?), Param::U32(start), Param::U64(Self::f32_count(&out))];
-                self.launch_builtin(stream, "weir_iota_u32", Self::f32_count(&out), &params)
-            }
-            Command::Delay { duration } => {
-                let ticks = self.driver().delay_ticks(duration);
-                let grid = Grid::new([1, 1, 1], [1, 1, 1]);
-                self.launch(stream, kernels::BUILTIN_SOURCE, "weir_delay", &grid, &[Param::U64(ticks)])
-            }
-            Command::Custom { kernel, grid, args } => {
-                let source = Self::custom_source(&kernel).ok_or_else(|| {
-                    Error::unsupported(
-                        D::KIND.name(),
-                        format!("kernel {} has no {} source", kernel.name, D::KIND.name()),
-                    )
-                })?;
-                let params = args
-                    .iter()
-                    .map(|arg| match arg {
-                        KernelArg::Buffer(span, _) => Self::address(span).map(Param::Pointer),
-                        KernelArg::Scalar(scalar) => Ok(Param::U32(scalar.bits())),
-                    })
-                    .collect::<Result<Vec<_>>>()?;
-                self.launch(stream, &source.code, &source.entry, &grid, &params)
-            }
-        }
-    }
-
-    fn custom_source(kernel: &crate::kernel::CustomKernel) -> Option<&crate::KernelSource> {
-        match D::KIND {
-            BackendKind::Cuda => kernel.cuda.as_ref(),
-            BackendKind::Hip => kernel.hip.as_ref(),
-            _ => None,
-        }
+impl<D: Driver> PreparedLaunch<D> {
+    fn new(function: D::Function, grid: Grid, params: &[Param]) -> Self {
+        let pointers =
+            params.iter().enumerate().filter(|(_, p)| matches!(p, Param::Pointer(_))).map(|(i, _)| i).collect();
+        PreparedLaunch { function, grid, params: Params::new(params), pointers }
     }
 }
 
@@ -231,7 +281,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Stream = GpuStream<D>;
     type Event = GpuEvent<D>;
     type Memory = GpuMemory<D>;
-    type Prepared = ();
+    type Prepared = Prepared<D>;
 
     fn kind(&self) -> BackendKind {
         D::KIND
@@ -256,25 +306,115 @@ impl<D: Driver> Backend for GpuBackend<D> {
         GpuStream::new(&self.device, index, self.wake)
     }
 
-    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
-        Ok(())
+    fn prepare<R>(&self, command: &Command<R>) -> Result<Prepared<D>> {
+        let words = |span: &Span<R>| span.len / 4;
+        let pointer = Param::Pointer(0);
+        Ok(match command {
+            Command::Zero { .. } | Command::Copy { .. } => Prepared::Direct,
+            Command::Fill { dst, word } => {
+                self.builtin(Entry::Fill, words(dst), &[pointer, Param::U32(*word), Param::U64(words(dst))])
+            }
+            Command::Upload { dst, data } => {
+                if data.len() as u64 != dst.len {
+                    return Err(Error::invalid("upload size differs from its destination"));
+                }
+                // Page-locked allocations need the device current on this thread, which may be any.
+                self.driver().bind()?;
+                Prepared::Upload(self.stage_upload(data)?)
+            }
+            Command::Download { src, .. } => {
+                let len = usize::try_from(src.len)
+                    .map_err(|_| Error::invalid("a download larger than the host's address space"))?;
+                self.driver().bind()?;
+                Prepared::Download(self.device.stage(len)?)
+            }
+            Command::Binary { op, out, .. } => {
+                let entry = match op {
+                    BinaryOp::Add => Entry::Add,
+                    BinaryOp::Mul => Entry::Mul,
+                };
+                self.builtin(entry, words(out), &[pointer, pointer, pointer, Param::U64(words(out))])
+            }
+            Command::Scale { out, alpha, .. } => {
+                self.builtin(Entry::Scale, words(out), &[pointer, pointer, Param::F32(*alpha), Param::U64(words(out))])
+            }
+            Command::Axpy { y, alpha, .. } => {
+                self.builtin(Entry::Axpy, words(y), &[pointer, pointer, Param::F32(*alpha), Param::U64(words(y))])
+            }
+            Command::Iota { out, start } => {
+                self.builtin(Entry::Iota, words(out), &[pointer, Param::U32(*start), Param::U64(words(out))])
+            }
+            Command::Delay { duration } => {
+                let ticks = self.driver().delay_ticks(*duration);
+                let grid = Grid::new([1, 1, 1], [1, 1, 1]);
+                Prepared::Launch(PreparedLaunch::new(self.builtins.get(Entry::Delay), grid, &[Param::U64(ticks)]))
+            }
+            Command::Custom { kernel, grid, args } => self.prepare_custom(kernel, grid, args)?,
+        })
     }
 
     unsafe fn enqueue(
         &self,
         stream: &GpuStream<D>,
         command: Command<&GpuMemory<D>>,
-        (): (),
+        prepared: Prepared<D>,
         // GPU ops fail at enqueue (a launch) or fail the device: none fails later alone.
         _io: OpIo,
     ) -> Result<(), EnqueueError> {
-        self.enqueue_command(stream, command).map_err(|error| match error {
-            // What the argument checks and the kernel compiler report: nothing was enqueued.
-            Error::InvalidArgument(_) | Error::Unsupported { .. } | Error::OutOfRange { .. } => {
-                EnqueueError::Rejected(error)
+        // Every check comes before the first driver call, so a rejection
+        // leaves the stream untouched; a driver call that fails fails the op.
+        match (command, prepared) {
+            (Command::Zero { dst }, Prepared::Direct) => {
+                let to = Self::address(&dst)?;
+                self.bind()?;
+                self.zero(stream, to, dst.len).map_err(EnqueueError::Failed)
             }
-            other => EnqueueError::Failed(other),
-        })
+            (Command::Copy { src, dst }, Prepared::Direct) => {
+                if src.len != dst.len {
+                    return Err(rejected("a copy's source and destination differ in size"));
+                }
+                let (from, to) = (Self::address(&src)?, Self::address(&dst)?);
+                self.bind()?;
+                // SAFETY: both ranges checked; the scheduler ordered the copy.
+                unsafe { self.driver().copy_d2d(to, from, dst.len, stream.raw) }.map_err(EnqueueError::Failed)
+            }
+            (Command::Upload { dst, data }, Prepared::Upload(loan)) => {
+                if data.len() as u64 != dst.len {
+                    return Err(rejected("upload size differs from its destination"));
+                }
+                let to = Self::address(&dst)?;
+                self.bind()?;
+                self.upload(stream, to, dst.len, loan).map_err(EnqueueError::Failed)
+            }
+            (Command::Download { src, sink }, Prepared::Download(loan)) => {
+                let from = Self::address(&src)?;
+                self.bind()?;
+                self.download(stream, from, src.len, sink, loan).map_err(EnqueueError::Failed)
+            }
+            (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Prepared::Launch(launch)) => {
+                self.launch(stream, launch, &[dst])
+            }
+            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[a, b, out]),
+            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, out]),
+            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, y]),
+            (Command::Delay { .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[]),
+            (Command::Custom { args, .. }, Prepared::Launch(launch)) => {
+                let buffers: Vec<Span<&GpuMemory<D>>> = args
+                    .iter()
+                    .filter_map(|arg| match arg {
+                        KernelArg::Buffer(span, _) => Some(*span),
+                        KernelArg::Scalar(_) => None,
+                    })
+                    .collect();
+                self.launch(stream, launch, &buffers)
+            }
+            (Command::Download { sink, .. }, _) => {
+                let error = Error::invalid("a download was prepared for another command");
+                sink.fail(error.clone());
+                Err(EnqueueError::Rejected(error))
+            }
+            _ => Err(rejected("the command was prepared for another command")),
+        }
     }
 
     fn record_event(&self, stream: &GpuStream<D>) -> Result<GpuEvent<D>> {

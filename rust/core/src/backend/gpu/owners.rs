@@ -25,6 +25,8 @@ impl<D: Driver> GpuEvent<D> {
 
 impl<D: Driver> Drop for GpuEvent<D> {
     fn drop(&mut self) {
+        // Dropped on the waiter thread or under the scheduler's lock: bind,
+        // since either may not have the device current.
         if self.device.driver.bind().is_ok() {
             // SAFETY: made by this driver in `new`; this owner destroys it once.
             unsafe { self.device.driver.event_destroy(self.raw) };
@@ -50,13 +52,13 @@ impl<D: Driver> GpuMemory<D> {
 
 impl<D: Driver> Drop for GpuMemory<D> {
     fn drop(&mut self) {
-        // The scheduler drops memory only after every stream that used it
-        // finished (rule 6), never from a completion callback.
-        if self.device.driver.bind().is_ok() {
-            // SAFETY: allocated by this driver in `new`; this owner frees it once,
-            // after its last user completed.
-            unsafe { self.device.driver.free(self.ptr) };
-        }
+        // The scheduler drops memory only once a signal on every stream that
+        // used it completed, on the delivery thread (or a closing thread),
+        // never from a completion callback. CUDA queues the free on its pool
+        // stream; HIP's free waits for the device, so it goes to the reclaimer.
+        // SAFETY: allocated by this driver in `new`; this owner frees it once,
+        // after its last user completed.
+        unsafe { self.device.free(self.ptr) };
         self.device.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
     }
 }

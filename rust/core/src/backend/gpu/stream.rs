@@ -12,8 +12,14 @@
 //!   waits behind another stream's work.
 //!
 //! A device error seen by any callback poisons the stream: later callbacks
-//! report it too.
+//! report it too. Either path contains a panicking callback, so the
+//! completions behind it still run.
+//!
+//! The scheduler drops a retired stream on the delivery thread once a signal
+//! on it completed: its work is done, so the drop only binds the device,
+//! lets the waiter drain and exit, and destroys the handle.
 
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -85,7 +91,8 @@ impl<D: Driver> GpuStream<D> {
                     // Release the event before completing, so a caller woken by
                     // the completion sees no event of it still alive.
                     drop(event);
-                    callback(status);
+                    // A panicking callback must not end the completions behind it.
+                    let _ = catch_unwind(AssertUnwindSafe(move || callback(status)));
                 }
             })
             .map_err(|e| Error::backend(D::KIND.name(), format!("cannot start a completion thread: {e}")))?;
@@ -139,17 +146,24 @@ impl<D: Driver> GpuStream<D> {
 
 impl<D: Driver> Drop for GpuStream<D> {
     fn drop(&mut self) {
+        // Usually the delivery thread, which never bound the device before.
         let bound = self.device.driver.bind().is_ok();
         if bound {
-            // Let queued work and callbacks finish before the stream goes. An
+            // Let queued work and callbacks finish before the stream goes (they
+            // already have, for a retired stream: this returns at once). An
             // error here was already reported to the stream's completions.
             // SAFETY: `raw` is alive until `stream_destroy` below.
             let _ = unsafe { self.device.driver.stream_synchronize(self.raw) };
         }
         if let Some(mut waiter) = self.waiter.take() {
+            // Closing the queue ends the waiter once it ran what is queued.
             waiter.queue.take();
             if let Some(thread) = waiter.thread.take() {
-                let _ = thread.join();
+                // A drop on the waiter itself (a completion that could not be
+                // delivered elsewhere ran there) must not wait for itself.
+                if thread.thread().id() != std::thread::current().id() {
+                    let _ = thread.join();
+                }
             }
         }
         if bound {

@@ -178,6 +178,11 @@ impl Driver for Hip {
         let _ = unsafe { ffi::hipFree(ptr as *mut c_void) };
     }
 
+    fn free_waits_for_device(&self) -> bool {
+        // hipFree performs an implicit hipDeviceSynchronize (hip_runtime_api.h).
+        true
+    }
+
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
         let mut ptr = null_mut();
         // SAFETY: `ptr` receives the allocation.

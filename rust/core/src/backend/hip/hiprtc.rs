@@ -1,8 +1,11 @@
 //! hiprtc: HIP C to an AMD GPU code object.
 
+use std::sync::Mutex;
+
 use super::ffi;
 use crate::backend::gpu::rtc_calls;
 use crate::error::Result;
+use crate::lock::lock;
 
 /// hiprtc statuses are `hiprtcResult` codes, not `hipError_t`: kept as numbers.
 fn describe(result: ffi::Status) -> Result<(), String> {
@@ -22,11 +25,17 @@ rtc_calls! { impl Rtc for Hiprtc { NAME: "hiprtc", Program: ffi::Program, calls:
     code_size: hiprtcGetCodeSize, code: hiprtcGetCode,
 }
 
+/// Held while hiprtc compiles: ROCm 5.2's hiprtcCompileProgram crashes when
+/// two threads compile at once (seen in this crate's tests), and compiles now
+/// run in `prepare`, on any thread.
+static COMPILING: Mutex<()> = Mutex::new(());
+
 /// Compiles `source` for `arch` (`gfx90a`, …), or for the current device when `None`.
 pub(crate) fn compile(source: &str, arch: Option<&str>) -> Result<Vec<u8>> {
     let mut options = vec!["-O3".to_owned()];
     if let Some(arch) = arch {
         options.push(format!("--offload-arch={arch}"));
     }
+    let _compiling = lock(&COMPILING);
     crate::backend::gpu::compile::<Hiprtc>("hip", source, &options)
 }

@@ -1,0 +1,614 @@
+//! The shared GPU layer over a fake driver, so that what needs no device is
+//! tested where none exists: what `prepare` does and what it leaves to
+//! `enqueue`, rejections versus failures, the completion path's panic
+//! containment, and owners dropped on threads that never bound the device.
+//!
+//! The fake runs nothing: every call is recorded, an event is always
+//! reached, and a callback runs on a thread of its own.
+
+use std::cell::Cell;
+use std::collections::HashMap;
+use std::ffi::{c_void, CStr};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
+use std::time::Duration;
+
+use super::*;
+use crate::diagnostics::LiveCounters;
+use crate::kernel::{Access, KernelSource, ScalarArg};
+use crate::lock::lock;
+
+thread_local! {
+    /// The fake bound on this thread (0: none).
+    static BOUND: Cell<u64> = const { Cell::new(0) };
+}
+
+static NEXT_FAKE: AtomicU64 = AtomicU64::new(1);
+
+#[derive(Debug, Clone, PartialEq)]
+enum Call {
+    Compile,
+    Memset { ptr: u64, count: u64 },
+    CopyH2D { dst: u64, bytes: Vec<u8> },
+    CopyD2H { src: u64, len: u64 },
+    CopyD2D { dst: u64, src: u64, len: u64 },
+    Launch { function: u64, params: Vec<u64> },
+    Free { ptr: u64, thread: Option<String> },
+}
+
+/// A latch a compile waits on, to hold it while the test looks around.
+#[derive(Default)]
+struct Latch {
+    open: Mutex<bool>,
+    opened: Condvar,
+}
+
+impl Latch {
+    fn open(&self) {
+        *lock(&self.open) = true;
+        self.opened.notify_all();
+    }
+
+    fn pass(&self) {
+        let mut open = lock(&self.open);
+        while !*open {
+            open = self.opened.wait(open).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+}
+
+#[derive(Default)]
+struct Shared {
+    id: u64,
+    calls: Mutex<Vec<Call>>,
+    /// Driver calls made on a thread where this fake was not bound.
+    unbound_calls: AtomicUsize,
+    /// Names of the calls that fail.
+    failing: Mutex<Vec<&'static str>>,
+    /// Sources containing "slow" compile only once this opens; told when one starts.
+    slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
+    free_waits: bool,
+    host: Mutex<HashMap<usize, usize>>,
+    modules: Mutex<HashMap<u64, String>>,
+    next: AtomicU64,
+}
+
+impl Shared {
+    fn check(&self, call: &'static str) -> Result<()> {
+        if BOUND.with(Cell::get) != self.id {
+            self.unbound_calls.fetch_add(1, Ordering::SeqCst);
+        }
+        if lock(&self.failing).contains(&call) {
+            return Err(Error::backend("cuda", format!("{call} failed")));
+        }
+        Ok(())
+    }
+
+    fn record(&self, call: Call) {
+        lock(&self.calls).push(call);
+    }
+
+    fn next(&self) -> u64 {
+        self.next.fetch_add(1, Ordering::SeqCst) + 1
+    }
+
+    fn fail(&self, call: &'static str) {
+        lock(&self.failing).push(call);
+    }
+
+    fn calls(&self) -> Vec<Call> {
+        lock(&self.calls).clone()
+    }
+
+    fn device_calls(&self) -> Vec<Call> {
+        self.calls().into_iter().filter(|call| !matches!(call, Call::Compile | Call::Free { .. })).collect()
+    }
+
+    fn compiles(&self) -> usize {
+        self.calls().iter().filter(|call| **call == Call::Compile).count()
+    }
+}
+
+struct Fake(Arc<Shared>);
+
+impl Fake {
+    fn new(free_waits: bool) -> (Fake, Arc<Shared>) {
+        let shared = Arc::new(Shared { id: NEXT_FAKE.fetch_add(1, Ordering::SeqCst), free_waits, ..Shared::default() });
+        (Fake(shared.clone()), shared)
+    }
+}
+
+impl Driver for Fake {
+    type Stream = u64;
+    type Event = u64;
+    type Module = u64;
+    type Function = u64;
+
+    const KIND: BackendKind = BackendKind::Cuda;
+    const LANGUAGE: KernelLanguage = KernelLanguage::CudaC;
+    const WAKE: Wake = Wake::Waiter;
+
+    fn info(&self) -> DeviceInfo {
+        DeviceInfo {
+            backend: BackendKind::Cuda,
+            name: "fake".into(),
+            memory_bytes: None,
+            software: true,
+            max_buffer_bytes: 1 << 40,
+        }
+    }
+
+    fn arch(&self) -> String {
+        // Compiled images are cached per process by architecture: one per fake.
+        format!("fake{}", self.0.id)
+    }
+
+    fn bind(&self) -> Result<()> {
+        BOUND.with(|bound| bound.set(self.0.id));
+        self.0.check("bind")
+    }
+
+    fn stream_create(&self) -> Result<u64> {
+        self.0.check("stream_create").map(|()| self.0.next())
+    }
+
+    unsafe fn stream_synchronize(&self, _stream: u64) -> Status {
+        self.0.check("stream_synchronize")
+    }
+
+    unsafe fn stream_destroy(&self, _stream: u64) {
+        let _ = self.0.check("stream_destroy");
+    }
+
+    fn event_create(&self, _usage: EventUse) -> Result<u64> {
+        self.0.check("event_create").map(|()| self.0.next())
+    }
+
+    unsafe fn event_record(&self, _event: u64, _stream: u64) -> Result<()> {
+        self.0.check("event_record")
+    }
+
+    unsafe fn stream_wait_event(&self, _stream: u64, _event: u64) -> Result<()> {
+        self.0.check("stream_wait_event")
+    }
+
+    unsafe fn event_synchronize(&self, _event: u64) -> Status {
+        self.0.check("event_synchronize")
+    }
+
+    unsafe fn event_destroy(&self, _event: u64) {
+        let _ = self.0.check("event_destroy");
+    }
+
+    fn alloc(&self, _bytes: u64) -> Result<u64> {
+        self.0.check("alloc").map(|()| self.0.next() << 32)
+    }
+
+    unsafe fn free(&self, ptr: u64) {
+        let _ = self.0.check("free");
+        self.0.record(Call::Free { ptr, thread: std::thread::current().name().map(str::to_owned) });
+    }
+
+    fn free_waits_for_device(&self) -> bool {
+        self.0.free_waits
+    }
+
+    fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
+        self.0.check("host_alloc")?;
+        let ptr = Box::into_raw(vec![0u8; bytes].into_boxed_slice()).cast::<u8>();
+        lock(&self.0.host).insert(ptr as usize, bytes);
+        Ok(ptr)
+    }
+
+    unsafe fn host_free(&self, ptr: *mut u8) {
+        if let Some(len) = lock(&self.0.host).remove(&(ptr as usize)) {
+            // SAFETY: `host_alloc` leaked exactly this boxed slice, freed once (removed above).
+            drop(unsafe { Box::from_raw(std::ptr::slice_from_raw_parts_mut(ptr, len)) });
+        }
+    }
+
+    unsafe fn memset_d8(&self, ptr: u64, _byte: u8, count: u64, _stream: u64) -> Result<()> {
+        self.0.check("memset_d8")?;
+        self.0.record(Call::Memset { ptr, count });
+        Ok(())
+    }
+
+    unsafe fn memset_d32(&self, ptr: u64, _word: u32, count: u64, _stream: u64) -> Result<()> {
+        self.0.check("memset_d32")?;
+        self.0.record(Call::Memset { ptr, count: count * 4 });
+        Ok(())
+    }
+
+    unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, _stream: u64) -> Result<()> {
+        self.0.check("copy_h2d")?;
+        // SAFETY: the shared layer hands a staging buffer of at least `len` bytes.
+        let bytes = unsafe { std::slice::from_raw_parts(src, len as usize) }.to_vec();
+        self.0.record(Call::CopyH2D { dst, bytes });
+        Ok(())
+    }
+
+    unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, _stream: u64) -> Result<()> {
+        self.0.check("copy_d2h")?;
+        // The fake device holds 7s everywhere; the copy "runs" at once.
+        // SAFETY: the shared layer hands a staging buffer of at least `len` bytes.
+        unsafe { std::ptr::write_bytes(dst, 7, len as usize) };
+        self.0.record(Call::CopyD2H { src, len });
+        Ok(())
+    }
+
+    unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, _stream: u64) -> Result<()> {
+        self.0.check("copy_d2d")?;
+        self.0.record(Call::CopyD2D { dst, src, len });
+        Ok(())
+    }
+
+    fn compile(&self, source: &str) -> Result<Vec<u8>> {
+        self.0.record(Call::Compile);
+        if source.contains("slow") {
+            let slow = lock(&self.0.slow_compile).clone();
+            if let Some((latch, started)) = slow {
+                let _ = started.send(());
+                latch.pass();
+            }
+        }
+        if source.contains("broken") {
+            return Err(Error::invalid("cuda kernel does not compile (FAKE_ERROR): error: broken is not CUDA"));
+        }
+        Ok(source.as_bytes().to_vec())
+    }
+
+    fn module_load(&self, image: &[u8]) -> Result<u64> {
+        self.0.check("module_load")?;
+        let module = self.0.next();
+        lock(&self.0.modules).insert(module, String::from_utf8_lossy(image).into_owned());
+        Ok(module)
+    }
+
+    unsafe fn module_unload(&self, _module: u64) {
+        let _ = self.0.check("module_unload");
+    }
+
+    unsafe fn function(&self, module: u64, entry: &CStr) -> Result<u64> {
+        self.0.check("function")?;
+        let entry = entry.to_string_lossy();
+        match lock(&self.0.modules).get(&module) {
+            Some(source) if source.contains(&*entry) => Ok(self.0.next()),
+            _ => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
+        }
+    }
+
+    unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()> {
+        self.0.check("launch")?;
+        // SAFETY: each pointer is to one 8-byte parameter slot (`Params`).
+        let params = launch.params.iter().map(|&p| unsafe { p.cast::<u64>().read() }).collect();
+        self.0.record(Call::Launch { function: launch.function, params });
+        Ok(())
+    }
+
+    unsafe fn add_callback(&self, _stream: u64, callback: Callback) -> Result<()> {
+        self.0.check("add_callback")?;
+        let run = |data: *mut c_void| {
+            let data = data as usize;
+            std::thread::spawn(move || {
+                // SAFETY: `data` came from `pass_callback`, which this call accepted; run once.
+                unsafe { callback_run(data as *mut c_void, Ok(())) }
+            });
+            Ok(())
+        };
+        // SAFETY: `run` hands `data` to one thread that runs it through
+        // `callback_run` once, and always accepts it (spawning panics, not fails).
+        unsafe { pass_callback(callback, run) }
+    }
+
+    fn delay_ticks(&self, duration: Duration) -> u64 {
+        duration.as_nanos() as u64
+    }
+
+    fn raw_access<'a>(_stream: u64, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
+        RawAccess::Cuda { stream: std::ptr::null_mut(), buffers }
+    }
+}
+
+fn backend(wake: Wake) -> (GpuBackend<Fake>, Arc<Shared>) {
+    let (fake, shared) = Fake::new(false);
+    match GpuBackend::with_wake(fake, wake) {
+        Ok(backend) => (backend, shared),
+        Err(error) => panic!("the fake backend opens: {error}"),
+    }
+}
+
+fn completion() -> Arc<Completion> {
+    Completion::new(1, Arc::new(LiveCounters::default()))
+}
+
+fn span(memory: &GpuMemory<Fake>, offset: u64, len: u64) -> Span<&GpuMemory<Fake>> {
+    Span { buffer: memory, offset, len }
+}
+
+fn custom(name: &str, code: &str) -> Arc<CustomKernel> {
+    Arc::new(CustomKernel {
+        name: name.into(),
+        cpu: None,
+        wgsl: None,
+        cuda: Some(KernelSource { code: code.into(), entry: name.into() }),
+        hip: None,
+    })
+}
+
+/// Prepares, then enqueues, `command` on `stream`.
+fn submit(
+    backend: &GpuBackend<Fake>,
+    stream: &GpuStream<Fake>,
+    command: Command<&GpuMemory<Fake>>,
+) -> Result<(), EnqueueError> {
+    let prepared = backend.prepare(&command).map_err(EnqueueError::Rejected)?;
+    // SAFETY: the fake touches no memory; the memory outlives the call.
+    unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) }
+}
+
+fn fence(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>) -> Result<()> {
+    let done = completion();
+    backend.signal(stream, done.clone(), SignalKind::Fence)?;
+    done.wait()
+}
+
+#[test]
+fn a_custom_kernel_compiles_and_loads_in_prepare_and_enqueue_only_launches() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let kernel = custom("put", "extern \"C\" __global__ void put(unsigned* out, unsigned v) {}");
+    let command = Command::Custom {
+        kernel: kernel.clone(),
+        grid: Grid::linear(4, 4),
+        args: vec![KernelArg::Buffer(span(&memory, 16, 16), Access::Write), KernelArg::Scalar(ScalarArg::U32(9))],
+    };
+    let compiles = shared.compiles();
+    let prepared = backend.prepare(&command).unwrap();
+    assert_eq!(shared.compiles(), compiles + 1, "prepare compiles the kernel");
+    assert!(shared.device_calls().is_empty(), "prepare makes no stream call");
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    match shared.device_calls().as_slice() {
+        [Call::Launch { params, .. }] => assert_eq!(params, &[memory.ptr + 16, 9]),
+        calls => panic!("one launch with the buffer's address, got {calls:?}"),
+    }
+    // Cached: the same source compiles once.
+    let again = Command::Custom { kernel, grid: Grid::linear(4, 4), args: Vec::<KernelArg<()>>::new() };
+    drop(backend.prepare(&again).unwrap());
+    assert_eq!(shared.compiles(), compiles + 1);
+    fence(&backend, &stream).unwrap();
+    assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_source_that_does_not_compile_is_refused_by_prepare_with_the_compilers_log() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let command = Command::Custom {
+        kernel: custom("broken", "broken"),
+        grid: Grid::linear(1, 1),
+        args: Vec::<KernelArg<()>>::new(),
+    };
+    match backend.prepare(&command) {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("error: broken is not CUDA"), "{message}"),
+        Err(other) => panic!("expected an invalid argument, got {other}"),
+        Ok(_) => panic!("a broken source prepared"),
+    }
+    let wgsl_only = Arc::new(CustomKernel {
+        name: "wgsl".into(),
+        cpu: None,
+        wgsl: Some(KernelSource { code: String::new(), entry: "main".into() }),
+        cuda: None,
+        hip: None,
+    });
+    let command = Command::Custom { kernel: wgsl_only, grid: Grid::linear(1, 1), args: Vec::<KernelArg<()>>::new() };
+    assert!(matches!(backend.prepare(&command), Err(Error::Unsupported { .. })));
+    assert!(shared.device_calls().is_empty());
+}
+
+#[test]
+fn uploads_are_staged_in_prepare_and_the_staging_returns_after_the_copy() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(8).unwrap();
+    let data: Vec<u8> = (1..=8).collect();
+    let command = Command::Upload { dst: span(&memory, 0, 8), data: data.clone() };
+    let prepared = backend.prepare(&command).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 1, "prepare takes the page-locked buffer");
+    assert!(shared.device_calls().is_empty());
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    assert_eq!(shared.device_calls(), vec![Call::CopyH2D { dst: memory.ptr, bytes: data }]);
+    fence(&backend, &stream).unwrap();
+    // The loan came back once the stream passed the copy: the next upload reuses it.
+    submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![0; 8] }).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 1);
+    // A download delivers what the device held.
+    let sink = HostSink::new(completion());
+    submit(&backend, &stream, Command::Download { src: span(&memory, 0, 8), sink: sink.clone() }).unwrap();
+    sink.completion.wait().unwrap();
+    assert_eq!(sink.take(), Some(vec![7; 8]));
+}
+
+#[test]
+fn built_ins_get_their_addresses_and_counts_at_enqueue() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let (a, b) = (backend.allocate(4096).unwrap(), backend.allocate(4096).unwrap());
+    submit(&backend, &stream, Command::Axpy { x: span(&a, 0, 4096), y: span(&b, 0, 4096), alpha: 2.0 }).unwrap();
+    submit(&backend, &stream, Command::Fill { dst: span(&b, 8, 8), word: 5 }).unwrap();
+    submit(&backend, &stream, Command::Copy { src: span(&a, 4, 12), dst: span(&b, 0, 12) }).unwrap();
+    submit(&backend, &stream, Command::Zero { dst: span(&a, 0, 3) }).unwrap();
+    match shared.device_calls().as_slice() {
+        [Call::Launch { function: axpy, params: axpy_params }, Call::Launch { function: fill, params: fill_params }, Call::CopyD2D { dst, src, len: 12 }, Call::Memset { ptr, count: 3 }] =>
+        {
+            assert_eq!(axpy_params, &[a.ptr, b.ptr, u64::from(2.0f32.to_bits()), 1024]);
+            assert_eq!(fill_params, &[b.ptr + 8, 5, 2]);
+            assert_ne!(axpy, fill);
+            assert_eq!((*dst, *src, *ptr), (b.ptr, a.ptr + 4, a.ptr));
+        }
+        calls => panic!("unexpected calls {calls:?}"),
+    }
+}
+
+#[test]
+fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(16).unwrap();
+    let rejected = |outcome: Result<(), EnqueueError>| matches!(outcome, Err(EnqueueError::Rejected(_)));
+    assert!(matches!(
+        submit(&backend, &stream, Command::Zero { dst: span(&memory, 8, 16) }),
+        Err(EnqueueError::Rejected(Error::OutOfRange { offset: 8, size: 16, len: 16 }))
+    ));
+    assert!(rejected(submit(&backend, &stream, Command::Fill { dst: span(&memory, 12, 8), word: 1 })));
+    assert!(rejected(submit(&backend, &stream, Command::Copy { src: span(&memory, 0, 4), dst: span(&memory, 8, 8) })));
+    assert!(rejected(submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![1; 4] })));
+    // A prepared command handed with another.
+    let prepared = backend.prepare(&Command::Zero { dst: span(&memory, 0, 4) }).unwrap();
+    // SAFETY: the fake touches no memory.
+    let mismatched =
+        unsafe { backend.enqueue(&stream, Command::Iota { out: span(&memory, 0, 4), start: 0 }, prepared, OpIo::default()) };
+    assert!(rejected(mismatched));
+    assert!(shared.device_calls().is_empty(), "a rejection touches no stream");
+
+    shared.fail("memset_d32");
+    assert!(matches!(
+        submit(&backend, &stream, Command::Zero { dst: span(&memory, 0, 16) }),
+        Err(EnqueueError::Failed(_))
+    ));
+    shared.fail("launch");
+    let iota = Command::Iota { out: span(&memory, 0, 16), start: 0 };
+    assert!(matches!(submit(&backend, &stream, iota), Err(EnqueueError::Failed(_))));
+}
+
+#[test]
+fn a_refused_completion_abandons_the_staging_and_fails_the_read() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(8).unwrap();
+    submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![1; 8] }).unwrap();
+    fence(&backend, &stream).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 1);
+    // The copy is enqueued but the callback that would return its loan is not:
+    // the loan must not be lent again while the copy may still read it.
+    shared.fail("event_record");
+    let upload = Command::Upload { dst: span(&memory, 0, 8), data: vec![2; 8] };
+    assert!(matches!(submit(&backend, &stream, upload), Err(EnqueueError::Failed(_))));
+    let sink = HostSink::new(completion());
+    let download = Command::Download { src: span(&memory, 0, 8), sink: sink.clone() };
+    assert!(matches!(submit(&backend, &stream, download), Err(EnqueueError::Failed(_))));
+    assert!(sink.completion.wait().is_err(), "nobody else completes the read");
+    // Neither loan came back: the next one is a third buffer.
+    drop(backend.prepare(&Command::Upload { dst: span(&memory, 0, 8), data: vec![3; 8] }).unwrap());
+    assert_eq!(backend.counters().host_staging_buffers, 3, "each abandoned loan stays out of the pool");
+}
+
+/// A fence on `stream`, failing the test rather than hanging it if no completion comes.
+fn fence_within(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, limit: Duration) -> Result<()> {
+    let done = completion();
+    backend.signal(stream, done.clone(), SignalKind::Fence)?;
+    let start = std::time::Instant::now();
+    while !done.is_complete() {
+        assert!(start.elapsed() < limit, "no completion within {limit:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done.wait()
+}
+
+fn panicking_callback_does_not_stop_later_completions(wake: Wake) {
+    let (backend, _shared) = backend(wake);
+    let stream = backend.create_stream().unwrap();
+    stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)"))).unwrap();
+    fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
+    fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn a_panicking_callback_does_not_stop_later_completions_on_the_waiter() {
+    panicking_callback_does_not_stop_later_completions(Wake::Waiter);
+}
+
+#[test]
+fn a_panicking_callback_does_not_stop_later_completions_on_the_callback_thread() {
+    panicking_callback_does_not_stop_later_completions(Wake::Callback);
+}
+
+#[test]
+fn completions_run_no_waker_or_action_on_the_waiter() {
+    let (backend, _shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let done = completion();
+    let (tell, ran_on) = mpsc::channel();
+    done.then(move |_| {
+        let _ = tell.send(std::thread::current().name().map(str::to_owned));
+    });
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    done.wait().unwrap();
+    let thread = ran_on.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(thread.as_deref(), Some("weir-wake"), "actions run on the delivery thread");
+}
+
+#[test]
+fn streams_and_memory_drop_on_a_thread_that_never_bound_the_device() {
+    for wake in [Wake::Waiter, Wake::Callback] {
+        let (backend, shared) = backend(wake);
+        let stream = backend.create_stream().unwrap();
+        let memory = backend.allocate(64).unwrap();
+        submit(&backend, &stream, Command::Zero { dst: span(&memory, 0, 64) }).unwrap();
+        fence(&backend, &stream).unwrap();
+        assert_eq!(backend.counters().live_streams, 1);
+        let ptr = memory.ptr;
+        // The scheduler drops both on its delivery thread, which never bound it.
+        std::thread::spawn(move || drop((stream, memory))).join().unwrap();
+        assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0, "{wake:?}: every drop bound the device first");
+        let counters = backend.counters();
+        assert_eq!((counters.live_streams, counters.live_allocations, counters.live_events), (0, 0, 0));
+        assert!(shared.calls().iter().any(|call| matches!(call, Call::Free { ptr: freed, .. } if *freed == ptr)));
+        // Only the backend holds the device now: the waiter thread has exited.
+        assert_eq!(Arc::strong_count(&backend.device), 1, "{wake:?}");
+    }
+}
+
+#[test]
+fn a_free_that_waits_for_the_device_runs_on_its_own_thread() {
+    let (fake, shared) = Fake::new(true);
+    let backend = GpuBackend::with_wake(fake, Wake::Waiter).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    drop(memory);
+    // The device's drop lets queued frees finish.
+    drop(backend);
+    match shared.calls().iter().find(|call| matches!(call, Call::Free { .. })) {
+        Some(Call::Free { thread, .. }) => assert_eq!(thread.as_deref(), Some("weir-cuda-free")),
+        _ => panic!("the memory was never freed"),
+    }
+    assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn compiling_one_kernel_holds_up_no_other_prepare() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let backend = Arc::new(backend);
+    let memory = backend.allocate(64).unwrap();
+    let loaded = custom("fast", "extern \"C\" __global__ void fast() {}");
+    let command = |kernel: &Arc<CustomKernel>| Command::Custom {
+        kernel: kernel.clone(),
+        grid: Grid::linear(1, 1),
+        args: Vec::<KernelArg<()>>::new(),
+    };
+    drop(backend.prepare(&command(&loaded)).unwrap());
+    let latch = Arc::new(Latch::default());
+    let (started, compiling) = mpsc::channel();
+    *lock(&shared.slow_compile) = Some((latch.clone(), started));
+    let slow = {
+        let backend = backend.clone();
+        std::thread::spawn(move || backend.prepare(&command(&custom("slow", "slow"))).map(drop))
+    };
+    compiling.recv_timeout(Duration::from_secs(10)).unwrap();
+    // While that compile runs: a loaded kernel, a built-in and an upload prepare.
+    drop(backend.prepare(&command(&loaded)).unwrap());
+    drop(backend.prepare(&Command::Iota { out: span(&memory, 0, 64), start: 0 }).unwrap());
+    drop(backend.prepare(&Command::Upload { dst: span(&memory, 0, 4), data: vec![0; 4] }).unwrap());
+    latch.open();
+    slow.join().unwrap().unwrap();
+}
