@@ -11,7 +11,10 @@
 //! also what the JVM wants (JNA keeps such a thread attached).
 //!
 //! A waker that blocks delays other wake-ups, never device progress or the
-//! completion of cells: blocking waits are woken by the cell itself.
+//! completion of cells: blocking waits are woken by the cell itself. Drops of
+//! backend objects (freed memory, retired streams) run on a second thread,
+//! `weir-release`, so that a driver call waiting on a device lock never
+//! delays a wake-up.
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -26,59 +29,95 @@ thread_local! {
     static ON_DELIVERY_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-fn queue() -> Option<&'static Mutex<Sender<Job>>> {
-    static QUEUE: OnceLock<Option<Mutex<Sender<Job>>>> = OnceLock::new();
-    QUEUE
-        .get_or_init(|| {
-            let (sender, jobs) = channel::<Job>();
-            std::thread::Builder::new()
-                .name("weir-wake".to_owned())
-                .spawn(move || {
-                    ON_DELIVERY_THREAD.with(|flag| flag.set(true));
-                    for job in jobs {
-                        // A panicking waker or action must not end deliveries for everyone.
-                        let _ = catch_unwind(AssertUnwindSafe(job));
-                    }
-                })
-                .ok()
-                .map(|_| Mutex::new(sender))
-        })
-        .as_ref()
+/// One long-lived thread and its queue.
+struct Line {
+    name: &'static str,
+    queue: OnceLock<Option<Mutex<Sender<Job>>>>,
 }
 
-/// Runs `job` on the delivery thread; where no thread could be started, on
-/// the calling thread (which then must hold no lock: every caller releases
-/// its guards before delivering).
-pub(crate) fn deliver(job: impl FnOnce() + Send + 'static) {
-    let job: Job = Box::new(job);
-    let refused = match queue() {
-        Some(sender) => lock(sender).send(job).err().map(|returned| returned.0),
-        None => Some(job),
-    };
-    if let Some(job) = refused {
-        let _ = catch_unwind(AssertUnwindSafe(job));
+impl Line {
+    const fn new(name: &'static str) -> Line {
+        Line { name, queue: OnceLock::new() }
+    }
+
+    fn sender(&self) -> Option<&Mutex<Sender<Job>>> {
+        self.queue
+            .get_or_init(|| {
+                let (sender, jobs) = channel::<Job>();
+                std::thread::Builder::new()
+                    .name(self.name.to_owned())
+                    .spawn(move || {
+                        ON_DELIVERY_THREAD.with(|flag| flag.set(true));
+                        for job in jobs {
+                            // A panicking waker or action must not end deliveries for everyone.
+                            let _ = catch_unwind(AssertUnwindSafe(job));
+                        }
+                    })
+                    .ok()
+                    .map(|_| Mutex::new(sender))
+            })
+            .as_ref()
+    }
+
+    /// Runs `job` on this line's thread; where no thread could be started, on
+    /// the calling thread (which then must hold no lock: every caller releases
+    /// its guards before delivering).
+    fn run(&self, job: Job) {
+        let refused = match self.sender() {
+            Some(sender) => lock(sender).send(job).err().map(|returned| returned.0),
+            None => Some(job),
+        };
+        if let Some(job) = refused {
+            let _ = catch_unwind(AssertUnwindSafe(job));
+        }
+    }
+
+    /// Returns once everything this line was given before the call has run.
+    fn flush(&self) {
+        if self.queue.get().is_none() {
+            return;
+        }
+        let done = Arc::new((Mutex::new(false), Condvar::new()));
+        let signal = done.clone();
+        self.run(Box::new(move || {
+            *lock(&signal.0) = true;
+            signal.1.notify_all();
+        }));
+        let mut flag = lock(&done.0);
+        while !*flag {
+            flag = done.1.wait(flag).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
     }
 }
 
-/// True on the delivery thread (where waiting for a delivery would wait for itself).
+/// Wakers and the actions that complete other cells: latency matters here.
+static WAKE: Line = Line::new("weir-wake");
+/// Dropping backend objects (memory, retired streams): driver calls that may
+/// wait on a device lock, kept off the line that wakes tasks.
+static RELEASE: Line = Line::new("weir-release");
+
+/// Runs `job` on the wake thread (see the module doc).
+pub(crate) fn deliver(job: impl FnOnce() + Send + 'static) {
+    WAKE.run(Box::new(job));
+}
+
+/// Runs `job`, which drops backend objects, on the release thread.
+pub(crate) fn release(job: impl FnOnce() + Send + 'static) {
+    RELEASE.run(Box::new(job));
+}
+
+/// True on a delivery thread (where waiting for a delivery could wait for itself).
 pub(crate) fn on_delivery_thread() -> bool {
     ON_DELIVERY_THREAD.with(Cell::get)
 }
 
-/// Returns once everything delivered before this call has run. On the
-/// delivery thread itself it returns at once.
+/// Returns once everything delivered or released before this call has run.
+/// On a delivery thread itself it returns at once.
 pub(crate) fn flush() {
     if on_delivery_thread() {
         return;
     }
-    let done = Arc::new((Mutex::new(false), Condvar::new()));
-    let signal = done.clone();
-    deliver(move || {
-        *lock(&signal.0) = true;
-        signal.1.notify_all();
-    });
-    let mut flag = lock(&done.0);
-    while !*flag {
-        flag = done.1.wait(flag).unwrap_or_else(|poisoned| poisoned.into_inner());
-    }
+    // Wake-ups can hand releases on (a fence chained to a retired stream), not the reverse.
+    WAKE.flush();
+    RELEASE.flush();
 }

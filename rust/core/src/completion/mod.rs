@@ -99,12 +99,23 @@ impl Completion {
         })
     }
 
-    /// Runs `action` with the outcome once complete, on the delivery thread
-    /// (at once there if already complete). It must not block on device work.
+    /// Runs `action` with the outcome once complete, on the wake thread (at
+    /// once there if already complete). It must be quick and must not block.
     pub(crate) fn then(&self, action: impl FnOnce(&Result<()>) + Send + 'static) {
         if let Some((action, outcome)) = self.cell.then(Box::new(action)) {
             delivery::deliver(move || action(&outcome));
         }
+    }
+
+    /// Drops `owned` (memory, a retired stream) once complete, on the release
+    /// thread, where driver calls delay no wake-up.
+    pub(crate) fn then_release<T: Send + 'static>(&self, owned: T, after: impl FnOnce() + Send + 'static) {
+        self.then(move |_| {
+            delivery::release(move || {
+                drop(owned);
+                after();
+            })
+        });
     }
 
     fn count(&self, registration: Registration) {

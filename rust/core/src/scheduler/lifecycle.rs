@@ -44,7 +44,7 @@ impl<B: Backend> Scheduler<B> {
         slot.retired = Some(Retired { last, done: done.clone() });
         state.retiring.push(stream);
         drop(state);
-        done.then(move |_| drop(raw));
+        done.then_release(raw, || {});
     }
 
     /// Drops the final events of retired streams whose work is done.
@@ -110,8 +110,7 @@ impl<B: Backend> Scheduler<B> {
         let retiring = self.retiring_buffers.clone();
         retiring.fetch_add(1, Ordering::SeqCst);
         // Registered before any part can complete, so it runs exactly once.
-        done.then(move |_| {
-            drop(memory);
+        done.then_release(memory, move || {
             retiring.fetch_sub(1, Ordering::SeqCst);
         });
         for stream in users {

@@ -467,8 +467,9 @@ fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
     // A prepared command handed with another.
     let prepared = backend.prepare(&Command::Zero { dst: span(&memory, 0, 4) }).unwrap();
     // SAFETY: the fake touches no memory.
-    let mismatched =
-        unsafe { backend.enqueue(&stream, Command::Iota { out: span(&memory, 0, 4), start: 0 }, prepared, OpIo::default()) };
+    let mismatched = unsafe {
+        backend.enqueue(&stream, Command::Iota { out: span(&memory, 0, 4), start: 0 }, prepared, OpIo::default())
+    };
     assert!(rejected(mismatched));
     assert!(shared.device_calls().is_empty(), "a rejection touches no stream");
 
