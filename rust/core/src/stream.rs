@@ -241,6 +241,13 @@ impl Stream {
         self.engine().external_write(self.0.index, &keys, &mut write)
     }
 
+    /// Admits an op that writes `buffer` and fails with `message`, as a failed
+    /// kernel would (test support: a failure every backend can show).
+    #[cfg(feature = "test-support")]
+    pub fn fail_write(&self, buffer: &Buffer, message: &str) -> Result<()> {
+        self.engine().fail_write(self.0.index, buffer.key_in(self.engine())?, message)
+    }
+
     /// Holds the stream at this point until the returned [`Hold`] is released
     /// or dropped. Test support; the CPU and wgpu backends have it.
     #[cfg(feature = "test-support")]

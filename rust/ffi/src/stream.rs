@@ -128,9 +128,15 @@ impl Stream {
 #[cfg(feature = "test-support")]
 #[uniffi::export]
 impl Stream {
+    /// Admits an op that writes `buffer` and fails with `message`, as a failed
+    /// kernel would: its readers on every stream fail with it. Test support.
+    pub fn fail_write(&self, buffer: Arc<Buffer>, message: String) -> Result<()> {
+        Ok(self.inner.fail_write(buffer.core(), &message)?)
+    }
+
     /// Holds the stream at this point: work admitted after it waits until the
-    /// returned [`Hold`] is released. Test support (the CPU backend has it;
-    /// others answer `Unsupported`).
+    /// returned [`Hold`] is released. Test support (the CPU and wgpu backends
+    /// have it; others answer `Unsupported`).
     pub fn hold(&self) -> Result<Arc<Hold>> {
         Ok(Arc::new(Hold { gate: std::sync::Mutex::new(Some(self.inner.hold()?)) }))
     }

@@ -78,6 +78,9 @@ pub(crate) trait Engine: Send + Sync {
     ) -> Result<()>;
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: usize) -> Result<Arc<Gate>>;
+    /// Admits an op on `stream` that writes `buffer` and fails with `message`.
+    #[cfg(feature = "test-support")]
+    fn fail_write(&self, stream: usize, buffer: BufferKey, message: &str) -> Result<()>;
     fn diagnostics(&self) -> Diagnostics;
     fn close(&self) -> Result<()>;
 }
@@ -620,6 +623,15 @@ impl<B: Backend> Engine for Scheduler<B> {
         let gate = Arc::new(Gate::default());
         self.backend.hold(raw, gate.clone())?;
         Ok(gate)
+    }
+
+    #[cfg(feature = "test-support")]
+    fn fail_write(&self, stream: usize, buffer: BufferKey, message: &str) -> Result<()> {
+        let accesses = [(buffer, Access::Write)];
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, &accesses))?;
+        self.wait_for_dependencies(&mut state, stream, &accesses)?;
+        let error = Error::OpFailed { stream: stream as u32, message: message.to_owned() };
+        Err(self.publish_failed(&mut state, stream, &accesses, Some(Arc::new(OpOutcome::default())), error))
     }
 
     fn diagnostics(&self) -> Diagnostics {

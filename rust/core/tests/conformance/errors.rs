@@ -105,3 +105,18 @@ fn panicking_cpu_kernel_is_an_error_not_a_crash() {
     assert_eq!(t.read_as::<u32>(&t.upload(&[1u32, 2]).unwrap()).unwrap(), vec![1, 2]);
     runtime.close().unwrap();
 }
+
+conformance! {
+    fn a_failure_at_admission_follows_the_data_like_one_found_later(runtime: &Runtime) {
+        let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let target = s.upload(&[1u32; 16]).unwrap();
+        let error = s.fail_write(&target, "a deliberate failure").unwrap_err();
+        assert!(error.to_string().contains("deliberate"), "{error}");
+        let read = t.read(&target).unwrap_err();
+        assert!(read.to_string().contains("deliberate"), "the reader names the original failure: {read}");
+        assert!(s.fence().unwrap().wait().is_err());
+        s.fence().unwrap().wait().unwrap();
+        t.fill_u32(&target, 2).unwrap();
+        assert_eq!(words(&s.read(&target).unwrap()), vec![2; 16]);
+    }
+}
