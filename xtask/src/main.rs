@@ -2,6 +2,7 @@
 //! bindings, testing, benchmarking and running the demos.
 
 mod bindings;
+mod bundle;
 mod kotlin;
 mod rust;
 mod swift;
@@ -24,6 +25,9 @@ commands:
                   a long mixed run (default 10^6 ops from 4 threads on cpu) with stream,
                   buffer, fence and cancel churn: a JSON line and a table row every
                   tenth; fails unless threads, live counters and RSS end flat
+  bundle [--out DIR]
+                  the Rust suites and benchmarks as stripped binaries with a run.sh, for a
+                  machine with a GPU and no Rust (default DIR: .device/bundle)
   bench [--rust|--kotlin] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
                   Rust on every backend, then the Kotlin call overhead (cpu by default)
@@ -48,6 +52,7 @@ fn main() -> ExitCode {
         },
         Some("bindings") => bindings::command(&args[1..]),
         Some("soak") => rust::soak(&args[1..]),
+        Some("bundle") => bundle::bundle(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),

@@ -1,0 +1,89 @@
+//! `cargo xtask bundle`: the Rust suites and benchmarks, built here, for a
+//! machine with a GPU and no Rust toolchain.
+//!
+//! The bundle is a folder of stripped, gzipped binaries and a `run.sh` that
+//! unpacks and runs them: the conformance suite, the CUDA and wgpu backend
+//! tests (test-support builds, debug), and the benchmarks, the soak and the
+//! demo (release). Copy the folder over, then `sh run.sh` there; set
+//! `LD_LIBRARY_PATH` to where the CUDA libraries (and a Vulkan loader) are.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use crate::util::{cargo, root, run, target_dir, Result};
+
+const TESTS: [&str; 3] = ["conformance", "cuda_backend", "wgpu_backend"];
+const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
+
+pub fn bundle(args: &[String]) -> Result {
+    let out =
+        args.windows(2).find(|w| w[0] == "--out").map_or_else(|| root().join(".device/bundle"), |w| root().join(&w[1]));
+    std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let mut tests = cargo();
+    tests.args(["test", "--no-run", "-p", "weir-core", "--features", "test-support", "--message-format=json"]);
+    for test in TESTS {
+        tests.args(["--test", test]);
+    }
+    let built = tests.current_dir(root()).output().map_err(|e| format!("cannot build the tests: {e}"))?;
+    if !built.status.success() {
+        return Err(format!("building the tests failed:\n{}", String::from_utf8_lossy(&built.stderr)));
+    }
+    for (name, path) in executables(&String::from_utf8_lossy(&built.stdout)) {
+        pack(&path, &out.join(name))?;
+    }
+    let mut examples = cargo();
+    examples.args(["build", "--release", "-p", "weir-core", "--features", "test-support"]);
+    for example in EXAMPLES {
+        examples.args(["--example", example]);
+    }
+    run(&mut examples)?;
+    for example in EXAMPLES {
+        pack(&target_dir().join("release/examples").join(example), &out.join(example))?;
+    }
+    std::fs::write(out.join("run.sh"), RUN).map_err(|e| format!("cannot write run.sh: {e}"))?;
+    eprintln!("xtask: bundle in {}", out.display());
+    Ok(())
+}
+
+/// The (target name, path) of every test executable in cargo's JSON messages.
+fn executables(messages: &str) -> Vec<(String, PathBuf)> {
+    let field = |line: &str, key: &str| -> Option<String> {
+        let start = line.find(&format!("\"{key}\":\""))? + key.len() + 4;
+        Some(line[start..].split('"').next()?.to_owned())
+    };
+    messages
+        .lines()
+        .filter(|line| line.contains("\"executable\":\""))
+        .filter_map(|line| {
+            let name = field(line, "name")?;
+            TESTS.contains(&name.as_str()).then_some(())?;
+            Some((name, PathBuf::from(field(line, "executable")?)))
+        })
+        .collect()
+}
+
+/// Copies `from` to `to.gz`, stripped and compressed.
+fn pack(from: &Path, to: &Path) -> Result {
+    std::fs::copy(from, to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+    run(Command::new("strip").arg(to))?;
+    run(Command::new("gzip").args(["-9", "-f"]).arg(to))
+}
+
+/// Unpacks the binaries, then runs the suites and the benchmarks; extra
+/// arguments go to every test binary (a filter, `--test-threads=1`).
+const RUN: &str = r#"#!/bin/sh
+# Made by `cargo xtask bundle`. Runs the Rust suites, then the benchmarks.
+set -u
+cd "$(dirname "$0")"
+for packed in *.gz; do gunzip -f "$packed" && chmod +x "${packed%.gz}"; done
+status=0
+for test in conformance cuda_backend wgpu_backend; do
+    echo "== $test"
+    ./"$test" "$@" > "$test.log" 2>&1 || status=1
+    # Failures, skips and the totals; the whole output stays in $test.log.
+    grep -E 'FAILED|panicked|skipped|running on|test result' "$test.log" | sort | uniq -c | sort -rn | head -40
+done
+echo "== bench"
+./bench || status=1
+exit $status
+"#;
