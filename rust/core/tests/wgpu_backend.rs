@@ -65,19 +65,82 @@ fn custom_wgsl_kernel_binds_buffers_in_order_and_scalars_last() {
 }
 
 #[test]
-fn kernel_writing_a_buffer_declared_read_fails_its_stream() {
+fn kernel_writing_a_buffer_declared_read_is_refused_before_admission() {
     let Some(runtime) = open() else { return };
-    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let s = runtime.new_stream().unwrap();
     let x = s.upload(&[1.0f32; 64]).unwrap();
     let y = s.zeros(256).unwrap();
     s.fence().unwrap().wait().unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
     let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
-    // y is written by the shader but declared Read: the layouts disagree.
+    // y is written by the shader but declared Read: the pipeline does not
+    // validate against the layout the accesses declare.
     let args = [Arg::read(&x), Arg::read(&y), Arg::u32(64), Arg::f32(2.0)];
-    s.execute(&kernel, Grid::linear(64, 64), &args).unwrap();
-    let error = s.fence().unwrap().wait().unwrap_err();
-    assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
-    assert!(t.read_as::<f32>(&x).unwrap().iter().all(|&v| v == 1.0));
+    let error = s.execute(&kernel, Grid::linear(64, 64), &args).unwrap_err();
+    assert!(matches!(&error, Error::InvalidArgument(message) if message.contains("saxpy")), "{error:?}");
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused op was admitted");
+    // Nothing was admitted: the stream goes on.
+    s.fence().unwrap().wait().unwrap();
+    assert!(s.read_as::<f32>(&y).unwrap().iter().all(|&v| v == 0.0));
+    runtime.close().unwrap();
+}
+
+#[test]
+fn wgsl_that_does_not_compile_is_refused_with_the_compiler_message() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let out = s.zeros(16).unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
+    let kernel = Kernel::custom("broken")
+        .wgsl("@compute @workgroup_size(1)\nfn main() { deliberate failure }\n", "main")
+        .build();
+    for _ in 0..2 {
+        // The second launch meets the cached failure: the same refusal.
+        let error = s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err();
+        let Error::InvalidArgument(message) = &error else { panic!("not an argument error: {error:?}") };
+        assert!(message.contains("broken") && message.contains("deliberate"), "{message}");
+    }
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused op was admitted");
+    s.fill_u32(&out, 3).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![3; 4]);
+    runtime.close().unwrap();
+}
+
+/// A kernel whose one expression nests `depth` deep: naga recurses over it.
+fn deep_kernel(depth: usize) -> String {
+    let mut expression = "x[0]".to_owned();
+    for _ in 0..depth {
+        expression = format!("({expression} + 1u)");
+    }
+    format!(
+        "@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+@compute @workgroup_size(1)
+fn main() {{ x[0] = {expression}; }}
+"
+    )
+}
+
+#[test]
+fn a_deeply_nested_kernel_compiles_off_a_small_caller_stack() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let out = s.upload(&[5u32]).unwrap();
+    let kernel = Kernel::custom("deep").wgsl(deep_kernel(150), "main").build();
+    // A caller with a small stack, as JVM and test threads often have: the
+    // compile must not run on it.
+    let caller = std::thread::Builder::new().stack_size(256 << 10);
+    let outcome = std::thread::scope(|scope| {
+        caller
+            .spawn_scoped(scope, || s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&out)]))
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    match outcome {
+        Ok(()) => assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![155]),
+        // Refused by a compiler limit is fine too: what matters is no overflow.
+        Err(error) => assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}"),
+    }
     runtime.close().unwrap();
 }
 

@@ -11,11 +11,15 @@
 //!   registers the completion; the poll thread ([`poll`]) is the only caller
 //!   of `device.poll` and runs the callbacks. A fence on a lane whose work is
 //!   known finished completes at once.
-//! - **Ops** are recorded one command buffer each ([`encode`]) and submitted
-//!   in batches; built-ins are WGSL ([`builtin`]); custom kernels are cached by
-//!   source ([`pipelines`]); reads map a staging buffer ([`readback`]).
-//! - **Errors**: every wgpu call that can fail runs in an error scope; a
-//!   failed op poisons its lane like a failed job on the CPU backend.
+//! - **Ops** are prepared outside the runtime's ordering boundary
+//!   ([`prepare`]: compiles, uniforms, staging), then recorded one command
+//!   buffer each ([`encode`]) and submitted in batches; built-ins are WGSL
+//!   ([`builtin`]); custom kernels are cached by source ([`pipelines`]);
+//!   reads map a staging buffer ([`readback`]).
+//! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
+//!   input, a WGSL source that does not compile among it, refuses the op
+//!   before admission; an op that fails to record fails and poisons its lane
+//!   like a failed job on the CPU backend.
 
 mod adapter;
 mod builtin;
@@ -25,6 +29,7 @@ mod lanes;
 mod memory;
 mod pipelines;
 mod poll;
+mod prepare;
 mod raw;
 mod readback;
 mod scope;
@@ -44,6 +49,7 @@ use lanes::{Item, Mark, Shared};
 use memory::WgpuCounters;
 pub use memory::WgpuMemory;
 use poll::Poller;
+pub use prepare::WgpuPrepared;
 pub use raw::WgpuRawAccess;
 use scope::scoped;
 #[cfg(feature = "test-support")]
@@ -99,7 +105,7 @@ impl Backend for WgpuBackend {
     type Stream = WgpuStream;
     type Event = WgpuEvent;
     type Memory = WgpuMemory;
-    type Prepared = ();
+    type Prepared = WgpuPrepared;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
@@ -122,12 +128,17 @@ impl Backend for WgpuBackend {
         Ok(WgpuStream { lane: self.shared.add_lane() })
     }
 
-    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
-        Ok(())
+    fn prepare<R>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
+        prepare::prepare(self.gpu(), command)
     }
 
-    unsafe fn enqueue(&self, stream: &WgpuStream, command: Command<&WgpuMemory>, (): ()) -> Result<(), EnqueueError> {
-        let queued = match encode(self.gpu(), command) {
+    unsafe fn enqueue(
+        &self,
+        stream: &WgpuStream,
+        command: Command<&WgpuMemory>,
+        prepared: WgpuPrepared,
+    ) -> Result<(), EnqueueError> {
+        let queued = match encode(self.gpu(), command, prepared) {
             Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
             Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
             Err(Refusal::Rejected(error)) => return Err(EnqueueError::Rejected(error)),
