@@ -3,6 +3,7 @@
 //! lists wgpu.
 #![cfg(feature = "wgpu")]
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
@@ -181,5 +182,46 @@ fn buffers_beyond_the_device_limit_are_refused_clearly() {
     let too_big = runtime.info().max_buffer_bytes + 4;
     let error = runtime.default_stream().empty(too_big).unwrap_err();
     assert!(error.to_string().contains("buffer limit"), "{error}");
+    runtime.close().unwrap();
+}
+
+#[test]
+fn a_stream_fence_covers_the_reads_admitted_before_it() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let source = s.upload(&[7u32; 16]).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let stop = AtomicBool::new(false);
+    let (mut trials, mut violations) = (0u32, 0u32);
+    std::thread::scope(|scope| {
+        // Two other threads submit all the time, so that callbacks fire from
+        // their submissions as well as from the poll thread.
+        for value in 0..2u32 {
+            let (runtime, stop) = (&runtime, &stop);
+            scope.spawn(move || {
+                let t = runtime.new_stream().unwrap();
+                let buffer = t.zeros(64).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    t.fill_u32(&buffer, value).unwrap();
+                    t.fence().unwrap().wait().unwrap();
+                }
+            });
+        }
+        let start = Instant::now();
+        while trials < 20_000 && start.elapsed() < Duration::from_secs(12) {
+            let read = s.enqueue_read(&source).unwrap();
+            let fence = s.fence().unwrap();
+            fence.wait().unwrap();
+            if !read.is_complete() {
+                violations += 1;
+            }
+            assert_eq!(read.wait().unwrap(), [7u32; 16].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+            trials += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    eprintln!("{violations} of {trials} fences completed before the read admitted before them");
+    assert!(trials >= 1000, "only {trials} trials ran");
+    assert_eq!(violations, 0, "{violations} of {trials} fences completed before an earlier read");
     runtime.close().unwrap();
 }

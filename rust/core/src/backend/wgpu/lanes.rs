@@ -13,6 +13,9 @@
 //! point until the other lane gets there. That is how gates and delays on one
 //! lane hold back exactly the lanes that depend on it, as on a real
 //! multi-queue device. Everything that issues runs in [`Shared::pump`].
+//!
+//! A signal completes once the submission that covers it is done *and* every
+//! read issued before it on its lane has delivered ([`Reads`]).
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
@@ -21,7 +24,7 @@ use std::time::Duration;
 
 use super::device::Gpu;
 use super::poll::PollState;
-use super::readback::Readback;
+use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
@@ -61,7 +64,7 @@ pub(crate) struct Lane {
     /// Our submission count when this lane last submitted.
     last_submit: u64,
     /// Reads mapped but not yet delivered.
-    reads: Arc<AtomicUsize>,
+    reads: Arc<Reads>,
 }
 
 impl Lane {
@@ -108,12 +111,27 @@ pub(crate) struct Mark {
     pub upto: u64,
 }
 
+/// A signal waiting for its submission and for the reads before it.
+struct Join {
+    parts: AtomicUsize,
+    completion: Arc<Completion>,
+    status: Result<()>,
+}
+
+impl Join {
+    fn part_done(&self) {
+        if self.parts.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.completion.complete(self.status.clone());
+        }
+    }
+}
+
 /// The device state shared with the poll, gate and delay threads.
 pub(crate) struct Shared {
     pub gpu: Gpu,
     pub poll: Arc<PollState>,
     lanes: Mutex<Lanes>,
-    /// Highest submission count known complete (from fence callbacks).
+    /// Highest submission count known complete (from fence and read callbacks).
     completed: Arc<AtomicU64>,
     /// A device-wide failure (device lost, an error outside any scope): fails every lane.
     device_error: Arc<Mutex<Option<Error>>>,
@@ -145,7 +163,7 @@ impl Shared {
             status: Ok(()),
             failed: None,
             last_submit: 0,
-            reads: Arc::new(AtomicUsize::new(0)),
+            reads: Arc::new(Reads::default()),
         });
         index
     }
@@ -303,28 +321,19 @@ impl Shared {
                     lane.fail(failure.on_stream(stream));
                 }
             }
-            Item::Read(readback) => match &lanes.lanes[index].status {
-                Err(error) => readback.fail(error.clone()),
-                Ok(()) => readback.start(&self.poll, &lanes.lanes[index].reads),
-            },
-            Item::Signal(completion) => {
+            Item::Read(readback) => {
                 let lane = &lanes.lanes[index];
-                let status = lane.status.clone();
-                let idle =
-                    lane.reads.load(Ordering::SeqCst) == 0 && lane.last_submit <= self.completed.load(Ordering::SeqCst);
-                if idle {
-                    // Already done: no callback, no wake-up.
-                    completion.complete(status);
-                    return;
+                match &lane.status {
+                    Err(error) => readback.fail(error.clone()),
+                    Ok(()) => readback.start(ReadContext {
+                        poll: &self.poll,
+                        reads: &lane.reads,
+                        completed: &self.completed,
+                        submission: lane.last_submit,
+                    }),
                 }
-                let (poll, completed, upto) = (self.poll.clone(), self.completed.clone(), lanes.submits);
-                poll.register();
-                gpu.queue.on_submitted_work_done(move || {
-                    completed.fetch_max(upto, Ordering::SeqCst);
-                    completion.complete(status);
-                    poll.done();
-                });
             }
+            Item::Signal(completion) => self.signal(&lanes.lanes[index], lanes.submits, completion),
             Item::Wait { lane, .. } => {
                 let source_submit = lanes.lanes.get(lane).map_or(0, |l| l.last_submit);
                 let waiter = &mut lanes.lanes[index];
@@ -332,6 +341,34 @@ impl Shared {
             }
             Item::Fail(error) => lanes.lanes[index].fail(error),
             Item::Until(_) | Item::Delay(_) => {}
+        }
+    }
+
+    /// Completes `completion` with the lane's status once the lane's
+    /// submissions so far (`submits` is the count made) are done and the reads
+    /// it issued so far delivered: at once if both already are.
+    fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>) {
+        let status = lane.status.clone();
+        let device_busy = lane.last_submit > self.completed.load(Ordering::SeqCst);
+        // No read can start meanwhile: reads start only here, under the lanes lock.
+        if !device_busy && lane.reads.idle() {
+            // Already done: no callback, no wake-up.
+            completion.complete(status);
+            return;
+        }
+        let join = Arc::new(Join { parts: AtomicUsize::new(1 + usize::from(device_busy)), completion, status });
+        let after_reads = join.clone();
+        if let Some(unrun) = lane.reads.after_started(move || after_reads.part_done()) {
+            unrun();
+        }
+        if device_busy {
+            let (poll, completed) = (self.poll.clone(), self.completed.clone());
+            poll.register();
+            self.gpu.queue.on_submitted_work_done(move || {
+                completed.fetch_max(submits, Ordering::SeqCst);
+                join.part_done();
+                poll.done();
+            });
         }
     }
 }
