@@ -3,10 +3,15 @@
 //! lists wgpu.
 #![cfg(feature = "wgpu")]
 
+use std::future::Future;
+use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, Error, Grid, Kernel, RawAccess, Runtime};
 
 fn open() -> Option<Runtime> {
     match Runtime::open(BackendKind::Wgpu) {
@@ -185,6 +190,20 @@ fn buffers_beyond_the_device_limit_are_refused_clearly() {
     runtime.close().unwrap();
 }
 
+/// Runs `body` on a thread of its own and fails the test if it has not
+/// finished within `limit`: a stalled completion path shows as a failure,
+/// not as a hung test run.
+fn within<T: Send + 'static>(limit: Duration, what: &str, body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(body());
+    });
+    match receiver.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not finish within {limit:?}"),
+    }
+}
+
 #[test]
 fn a_stream_fence_covers_the_reads_admitted_before_it() {
     let Some(runtime) = open() else { return };
@@ -224,4 +243,75 @@ fn a_stream_fence_covers_the_reads_admitted_before_it() {
     assert!(trials >= 1000, "only {trials} trials ran");
     assert_eq!(violations, 0, "{violations} of {trials} fences completed before an earlier read");
     runtime.close().unwrap();
+}
+
+struct PanickingWaker;
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("a waker's own bug");
+    }
+}
+
+#[test]
+fn a_panicking_waker_does_not_stop_later_completions() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let hold = s.hold().unwrap();
+    let fence = s.fence().unwrap();
+    let waker = Waker::from(Arc::new(PanickingWaker));
+    let mut waiting = pin!(fence.wait_async());
+    assert!(waiting.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+    hold.release();
+    within(Duration::from_secs(30), "the fence after a panicking waker", move || {
+        fence.wait().unwrap();
+        let t = runtime.new_stream().unwrap();
+        for round in 0..20u32 {
+            let buffer = t.upload(&[round; 8]).unwrap();
+            assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 8]);
+            s.fence().unwrap().wait().unwrap();
+        }
+        runtime.close().unwrap();
+    });
+}
+
+#[test]
+fn a_panicking_wgpu_callback_does_not_stop_the_poll_thread() {
+    let Some(runtime) = open() else { return };
+    within(Duration::from_secs(30), "work beside panicking wgpu callbacks", move || {
+        let s = runtime.new_stream().unwrap();
+        let target = s.zeros(16).unwrap();
+        let busy = s.zeros(64 << 20).unwrap();
+        // Callbacks registered through raw access run wherever wgpu fires
+        // them: in a submission Weir makes, or in the poll thread's
+        // `device.poll` when they wait for work still running (here, a large
+        // clear) and nothing else is submitted meanwhile.
+        for round in 0..6 {
+            let running = (round % 2 == 1).then(|| {
+                s.memset_zero(&busy).unwrap();
+                s.fence().unwrap()
+            });
+            s.external_write(&[&target], |raw| {
+                let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+                raw.queue().on_submitted_work_done(|| panic!("a foreign callback's own bug"));
+                let buffer = raw.buffers()[0].clone();
+                raw.encoder().clear_buffer(&buffer, 0, None);
+                Ok(())
+            })
+            .unwrap();
+            if let Some(running) = running {
+                running.wait().unwrap();
+            }
+            s.fence().unwrap().wait().unwrap();
+        }
+        let t = runtime.new_stream().unwrap();
+        for round in 0..20u32 {
+            let buffer = t.upload(&[round; 8]).unwrap();
+            assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 8]);
+            s.fill_u32(&target, round).unwrap();
+            s.fence().unwrap().wait().unwrap();
+        }
+        assert_eq!(s.read_as::<u32>(&target).unwrap(), vec![19; 4]);
+        runtime.close().unwrap();
+    });
 }

@@ -18,12 +18,13 @@
 //! read issued before it on its lane has delivered ([`Reads`]).
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::device::Gpu;
-use super::poll::PollState;
+use super::poll::{once, PollState};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
 use crate::completion::Completion;
@@ -312,11 +313,15 @@ impl Shared {
                 if lanes.lanes[index].status.is_err() {
                     return;
                 }
-                let outcome = scoped(&gpu.device, || gpu.queue.submit(commands));
+                // `submit` also fires the device's callbacks that are ready, on
+                // this thread: a foreign one may panic. Unwinding stops at the
+                // first, after the submission was made; the rest ran their drop
+                // paths (see `poll::once`), so the lanes stay consistent.
+                let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
                 lanes.submits += 1;
                 let lane = &mut lanes.lanes[index];
                 lane.last_submit = lanes.submits;
-                if let Err(failure) = outcome {
+                if let Ok(Err(failure)) = outcome {
                     let stream = lane.index;
                     lane.fail(failure.on_stream(stream));
                 }
@@ -364,11 +369,16 @@ impl Shared {
         if device_busy {
             let (poll, completed) = (self.poll.clone(), self.completed.clone());
             poll.register();
-            self.gpu.queue.on_submitted_work_done(move || {
-                completed.fetch_max(submits, Ordering::SeqCst);
+            // Runs once, also when wgpu drops it uncalled because a callback
+            // fired before it panicked: its submission is done then as well.
+            let body = once(move |called: Option<()>| {
+                if called.is_some() {
+                    completed.fetch_max(submits, Ordering::SeqCst);
+                }
                 join.part_done();
                 poll.done();
             });
+            self.gpu.queue.on_submitted_work_done(move || body.call(()));
         }
     }
 }

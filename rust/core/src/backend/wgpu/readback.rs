@@ -16,7 +16,7 @@ use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use super::poll::PollState;
+use super::poll::{once, PollState};
 use super::scope::BACKEND;
 use crate::backend::HostSink;
 use crate::error::Error;
@@ -130,10 +130,13 @@ impl Readback {
         let (poll, reads, completed) = (poll.clone(), reads.clone(), completed.clone());
         let Readback { staging, skip, len, sink } = self;
         let mapped = staging.clone();
-        staging.map_async(wgpu::MapMode::Read, .., move |outcome| {
+        // Runs once: when wgpu calls it, or when wgpu drops it uncalled (a
+        // callback fired before it in the same batch panicked); then the
+        // buffer is mapped if its mapping succeeded, and reading says so.
+        let body = once(move |outcome: Option<Result<(), wgpu::BufferAsyncError>>| {
             let bytes = match outcome {
-                Err(e) => Err(format!("mapping the read-back buffer failed: {e}")),
-                Ok(()) => {
+                Some(Err(e)) => Err(format!("mapping the read-back buffer failed: {e}")),
+                Some(Ok(())) | None => {
                     let copied = match mapped.slice(..).get_mapped_range() {
                         Ok(view) => view
                             .get(skip..skip + len)
@@ -156,5 +159,6 @@ impl Readback {
             reads.delivered(number);
             poll.done();
         });
+        staging.map_async(wgpu::MapMode::Read, .., move |outcome| body.call(outcome));
     }
 }
