@@ -315,3 +315,23 @@ fn a_panicking_wgpu_callback_does_not_stop_the_poll_thread() {
         runtime.close().unwrap();
     });
 }
+
+#[test]
+fn retired_streams_leave_no_live_lanes() {
+    let Some(runtime) = open() else { return };
+    let before = runtime.diagnostics().backend.live_streams;
+    assert!(before >= 1, "the default stream is a live stream: {before}");
+    let probe = runtime.new_stream().unwrap();
+    assert_eq!(runtime.diagnostics().backend.live_streams, before + 1);
+    drop(probe);
+    for round in 0..1000u32 {
+        let t = runtime.new_stream().unwrap();
+        let buffer = t.zeros(16).unwrap();
+        t.fill_u32(&buffer, round).unwrap();
+        assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 4]);
+    }
+    // Streams retire once their work is done; a fence on everything covers that.
+    runtime.fence().unwrap().wait().unwrap();
+    assert_eq!(runtime.diagnostics().backend.live_streams, before);
+    runtime.close().unwrap();
+}

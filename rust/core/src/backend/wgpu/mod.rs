@@ -20,6 +20,7 @@
 //!   input, a WGSL source that does not compile among it, refuses the op
 //!   before admission; an op that fails to record fails and poisons its lane
 //!   like a failed job on the CPU backend.
+//! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
 mod adapter;
 mod builtin;
@@ -37,7 +38,7 @@ mod scope;
 #[cfg(feature = "test-support")]
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
@@ -45,7 +46,7 @@ pub use ::wgpu;
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
 use encode::{encode, Encoded, Refusal};
-use lanes::{Item, Mark, Shared};
+use lanes::{Item, LaneId, Mark, Shared};
 use memory::WgpuCounters;
 pub use memory::WgpuMemory;
 use poll::Poller;
@@ -69,10 +70,27 @@ pub struct WgpuBackend {
     _poller: Poller,
 }
 
-/// A logical stream: a lane on the device's queue.
-#[derive(Debug)]
+/// A logical stream: a lane on the device's queue. Dropping it retires the
+/// lane once the work on it is issued.
 pub struct WgpuStream {
-    lane: usize,
+    lane: LaneId,
+    /// The stream's number, for error messages.
+    number: u32,
+    shared: Weak<Shared>,
+}
+
+impl std::fmt::Debug for WgpuStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WgpuStream({})", self.number)
+    }
+}
+
+impl Drop for WgpuStream {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.retire(self.lane);
+        }
+    }
 }
 
 /// "Lane S has issued its first n items". Cheap: no device object.
@@ -125,7 +143,8 @@ impl Backend for WgpuBackend {
     }
 
     fn create_stream(&self) -> Result<WgpuStream> {
-        Ok(WgpuStream { lane: self.shared.add_lane() })
+        let (lane, number) = self.shared.add_lane();
+        Ok(WgpuStream { lane, number, shared: Arc::downgrade(&self.shared) })
     }
 
     fn prepare<R>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
@@ -143,7 +162,7 @@ impl Backend for WgpuBackend {
             Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
             Err(Refusal::Rejected(error)) => return Err(EnqueueError::Rejected(error)),
             Err(Refusal::Failed { message, sink }) => {
-                let error = Error::OpFailed { stream: lane_index(stream), message };
+                let error = Error::OpFailed { stream: stream.number, message };
                 if let Some(sink) = sink {
                     sink.fail(error.clone());
                 }
@@ -188,7 +207,7 @@ impl Backend for WgpuBackend {
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {
-                let error = failure.on_stream(lane_index(stream));
+                let error = failure.on_stream(stream.number);
                 self.shared.fail(stream.lane, error.clone())?;
                 Err(error)
             }
@@ -218,15 +237,11 @@ impl Backend for WgpuBackend {
         BackendCounters {
             live_events: c.live_events.load(Ordering::SeqCst),
             live_allocations: c.live_allocations.load(Ordering::SeqCst),
-            live_streams: 0,
+            live_streams: c.live_streams.load(Ordering::SeqCst),
             host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
             device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
             host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),
             race_violations: 0,
         }
     }
-}
-
-fn lane_index(stream: &WgpuStream) -> u32 {
-    u32::try_from(stream.lane).unwrap_or(u32::MAX)
 }
