@@ -150,6 +150,30 @@ fn a_deeply_nested_kernel_compiles_off_a_small_caller_stack() {
     runtime.close().unwrap();
 }
 
+/// Declares 64 bytes of storage, so binding fewer fails when recorded.
+const SIXTY_FOUR_BYTES: &str = "
+@group(0) @binding(0) var<storage, read_write> out: array<vec4<u32>, 4>;
+@compute @workgroup_size(1)
+fn main() { out[0] = vec4<u32>(1u); }
+";
+
+#[test]
+fn an_op_that_fails_to_record_is_reported_failed_and_fails_its_stream() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let small = s.zeros(4).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
+    let error = s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap_err();
+    assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
+    let fenced = s.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(fenced, Error::OpFailed { .. }), "{fenced:?}");
+    // Only s failed.
+    let other = t.upload(&[8u32; 4]).unwrap();
+    assert_eq!(t.read_as::<u32>(&other).unwrap(), vec![8; 4]);
+    runtime.close().unwrap();
+}
+
 #[test]
 fn too_many_work_groups_is_an_argument_error() {
     let Some(runtime) = open() else { return };

@@ -32,6 +32,7 @@ use super::device::Gpu;
 use super::poll::{once, PollState};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
+use crate::backend::EnqueueError;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -254,15 +255,21 @@ impl Shared {
         Ok(value)
     }
 
-    /// Adds a recorded op to the lane's batch; a read is mapped once its copy is submitted.
-    /// On a failed lane the op is dropped and the read fails with the lane's error.
-    pub fn record(&self, lane: LaneId, commands: wgpu::CommandBuffer, readback: Option<Readback>) -> Result<()> {
-        self.with_lane(lane, |lane| {
+    /// Adds a recorded op to the lane's batch; a read is mapped once its copy
+    /// is submitted. On a failed lane the op is dropped, the read fails, and
+    /// the lane's failure is the op's.
+    pub fn record(
+        &self,
+        lane: LaneId,
+        commands: wgpu::CommandBuffer,
+        readback: Option<Readback>,
+    ) -> Result<(), EnqueueError> {
+        let recorded = self.with_lane(lane, |lane| {
             if let Some(error) = &lane.failed {
                 if let Some(readback) = readback {
                     readback.fail(error.clone());
                 }
-                return;
+                return Err(EnqueueError::Failed(error.clone()));
             }
             lane.batch.push(commands);
             match readback {
@@ -273,7 +280,9 @@ impl Shared {
                 None if lane.batch.len() >= BATCH_LIMIT => lane.flush(),
                 None => {}
             }
-        })
+            Ok(())
+        });
+        recorded.map_err(EnqueueError::Rejected)?
     }
 
     /// Fails lane `lane` with `error` after the work recorded so far (its first failure wins).

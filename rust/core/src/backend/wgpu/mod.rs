@@ -11,6 +11,7 @@
 //!   registers the completion; the poll thread ([`poll`]) is the only caller
 //!   of `device.poll` and runs the callbacks. A fence on a lane whose work is
 //!   known finished completes at once.
+//!   A fence also waits for the reads admitted before it on its lane.
 //! - **Ops** are prepared outside the runtime's ordering boundary
 //!   ([`prepare`]: compiles, uniforms, staging), then recorded one command
 //!   buffer each ([`encode`]) and submitted in batches; built-ins are WGSL
@@ -151,25 +152,31 @@ impl Backend for WgpuBackend {
         prepare::prepare(self.gpu(), command)
     }
 
+    /// Rejected: the command does not fit its buffers, or its stream is
+    /// gone; nothing was recorded. Failed: recording it failed, or its stream
+    /// failed before; the stream fails after the work before it.
     unsafe fn enqueue(
         &self,
         stream: &WgpuStream,
         command: Command<&WgpuMemory>,
         prepared: WgpuPrepared,
     ) -> Result<(), EnqueueError> {
-        let queued = match encode(self.gpu(), command, prepared) {
+        match encode(self.gpu(), command, prepared) {
             Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
-            Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
-            Err(Refusal::Rejected(error)) => return Err(EnqueueError::Rejected(error)),
+            Ok(Encoded::Delay(duration)) => {
+                self.shared.push(stream.lane, Item::Delay(duration)).map_err(EnqueueError::Rejected)
+            }
+            Err(Refusal::Rejected(error)) => Err(EnqueueError::Rejected(error)),
             Err(Refusal::Failed { message, sink }) => {
                 let error = Error::OpFailed { stream: stream.number, message };
                 if let Some(sink) = sink {
                     sink.fail(error.clone());
                 }
-                self.shared.fail(stream.lane, error)
+                // Its stream is gone only if the caller broke `enqueue`'s contract.
+                let _ = self.shared.fail(stream.lane, error.clone());
+                Err(EnqueueError::Failed(error))
             }
-        };
-        queued.map_err(EnqueueError::Failed)
+        }
     }
 
     fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
@@ -203,7 +210,9 @@ impl Backend for WgpuBackend {
             Ok::<_, Error>(raw.finish())
         });
         match recorded {
-            Ok(Ok(commands)) => self.shared.record(stream.lane, commands, None),
+            Ok(Ok(commands)) => self.shared.record(stream.lane, commands, None).map_err(|error| match error {
+                EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
+            }),
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {
