@@ -3,9 +3,15 @@
 //! lists wgpu.
 #![cfg(feature = "wgpu")]
 
+use std::future::Future;
+use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::channel;
+use std::sync::Arc;
+use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, Error, Grid, Kernel, RawAccess, Runtime};
 
 fn open() -> Option<Runtime> {
     match Runtime::open(BackendKind::Wgpu) {
@@ -65,19 +71,109 @@ fn custom_wgsl_kernel_binds_buffers_in_order_and_scalars_last() {
 }
 
 #[test]
-fn kernel_writing_a_buffer_declared_read_fails_its_stream() {
+fn kernel_writing_a_buffer_declared_read_is_refused_before_admission() {
     let Some(runtime) = open() else { return };
-    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let s = runtime.new_stream().unwrap();
     let x = s.upload(&[1.0f32; 64]).unwrap();
     let y = s.zeros(256).unwrap();
     s.fence().unwrap().wait().unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
     let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
-    // y is written by the shader but declared Read: the layouts disagree.
+    // y is written by the shader but declared Read: the pipeline does not
+    // validate against the layout the accesses declare.
     let args = [Arg::read(&x), Arg::read(&y), Arg::u32(64), Arg::f32(2.0)];
-    s.execute(&kernel, Grid::linear(64, 64), &args).unwrap();
-    let error = s.fence().unwrap().wait().unwrap_err();
+    let error = s.execute(&kernel, Grid::linear(64, 64), &args).unwrap_err();
+    assert!(matches!(&error, Error::InvalidArgument(message) if message.contains("saxpy")), "{error:?}");
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused op was admitted");
+    // Nothing was admitted: the stream goes on.
+    s.fence().unwrap().wait().unwrap();
+    assert!(s.read_as::<f32>(&y).unwrap().iter().all(|&v| v == 0.0));
+    runtime.close().unwrap();
+}
+
+#[test]
+fn wgsl_that_does_not_compile_is_refused_with_the_compiler_message() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let out = s.zeros(16).unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
+    let kernel = Kernel::custom("broken")
+        .wgsl("@compute @workgroup_size(1)\nfn main() { deliberate failure }\n", "main")
+        .build();
+    for _ in 0..2 {
+        // The second launch meets the cached failure: the same refusal.
+        let error = s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err();
+        let Error::InvalidArgument(message) = &error else { panic!("not an argument error: {error:?}") };
+        assert!(message.contains("broken") && message.contains("deliberate"), "{message}");
+    }
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused op was admitted");
+    s.fill_u32(&out, 3).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![3; 4]);
+    runtime.close().unwrap();
+}
+
+/// A kernel whose one expression nests `depth` deep: naga recurses over it.
+fn deep_kernel(depth: usize) -> String {
+    let mut expression = "x[0]".to_owned();
+    for _ in 0..depth {
+        expression = format!("({expression} + 1u)");
+    }
+    format!(
+        "@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+@compute @workgroup_size(1)
+fn main() {{ x[0] = {expression}; }}
+"
+    )
+}
+
+#[test]
+fn a_deeply_nested_kernel_compiles_off_a_small_caller_stack() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let out = s.upload(&[5u32]).unwrap();
+    let kernel = Kernel::custom("deep").wgsl(deep_kernel(150), "main").build();
+    // A caller with a small stack, as JVM and test threads often have: the
+    // compile must not run on it.
+    let caller = std::thread::Builder::new().stack_size(256 << 10);
+    let outcome = std::thread::scope(|scope| {
+        caller
+            .spawn_scoped(scope, || s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&out)]))
+            .unwrap()
+            .join()
+            .unwrap()
+    });
+    match outcome {
+        Ok(()) => assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![155]),
+        // Refused by a compiler limit is fine too: what matters is no overflow.
+        Err(error) => assert!(matches!(error, Error::InvalidArgument(_)), "{error:?}"),
+    }
+    runtime.close().unwrap();
+}
+
+/// Declares 64 bytes of storage, so binding fewer fails when recorded.
+const SIXTY_FOUR_BYTES: &str = "
+@group(0) @binding(0) var<storage, read_write> out: array<vec4<u32>, 4>;
+@compute @workgroup_size(1)
+fn main() { out[0] = vec4<u32>(1u); }
+";
+
+#[test]
+fn an_op_that_fails_to_record_is_reported_failed_and_its_stream_goes_on() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let small = s.zeros(4).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
+    let error = s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap_err();
     assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
-    assert!(t.read_as::<f32>(&x).unwrap().iter().all(|&v| v == 1.0));
+    let fenced = s.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(fenced, Error::OpFailed { .. }), "{fenced:?}");
+    // The op failed, not its stream: the next fence is clean and s runs work.
+    s.fence().unwrap().wait().unwrap();
+    s.fill_u32(&small, 3).unwrap();
+    assert_eq!(s.read_as::<u32>(&small).unwrap(), vec![3]);
+    let other = t.upload(&[8u32; 4]).unwrap();
+    assert_eq!(t.read_as::<u32>(&other).unwrap(), vec![8; 4]);
     runtime.close().unwrap();
 }
 
@@ -118,5 +214,151 @@ fn buffers_beyond_the_device_limit_are_refused_clearly() {
     let too_big = runtime.info().max_buffer_bytes + 4;
     let error = runtime.default_stream().empty(too_big).unwrap_err();
     assert!(error.to_string().contains("buffer limit"), "{error}");
+    runtime.close().unwrap();
+}
+
+/// Runs `body` on a thread of its own and fails the test if it has not
+/// finished within `limit`: a stalled completion path shows as a failure,
+/// not as a hung test run.
+fn within<T: Send + 'static>(limit: Duration, what: &str, body: impl FnOnce() -> T + Send + 'static) -> T {
+    let (sender, receiver) = channel();
+    std::thread::spawn(move || {
+        let _ = sender.send(body());
+    });
+    match receiver.recv_timeout(limit) {
+        Ok(value) => value,
+        Err(_) => panic!("{what} did not finish within {limit:?}"),
+    }
+}
+
+#[test]
+fn a_stream_fence_covers_the_reads_admitted_before_it() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let source = s.upload(&[7u32; 16]).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let stop = AtomicBool::new(false);
+    let (mut trials, mut violations) = (0u32, 0u32);
+    std::thread::scope(|scope| {
+        // Two other threads submit all the time, so that callbacks fire from
+        // their submissions as well as from the poll thread.
+        for value in 0..2u32 {
+            let (runtime, stop) = (&runtime, &stop);
+            scope.spawn(move || {
+                let t = runtime.new_stream().unwrap();
+                let buffer = t.zeros(64).unwrap();
+                while !stop.load(Ordering::Relaxed) {
+                    t.fill_u32(&buffer, value).unwrap();
+                    t.fence().unwrap().wait().unwrap();
+                }
+            });
+        }
+        let start = Instant::now();
+        while trials < 20_000 && start.elapsed() < Duration::from_secs(12) {
+            let read = s.enqueue_read(&source).unwrap();
+            let fence = s.fence().unwrap();
+            fence.wait().unwrap();
+            if !read.is_complete() {
+                violations += 1;
+            }
+            assert_eq!(read.wait().unwrap(), [7u32; 16].iter().flat_map(|w| w.to_le_bytes()).collect::<Vec<u8>>());
+            trials += 1;
+        }
+        stop.store(true, Ordering::Relaxed);
+    });
+    eprintln!("{violations} of {trials} fences completed before the read admitted before them");
+    assert!(trials >= 1000, "only {trials} trials ran");
+    assert_eq!(violations, 0, "{violations} of {trials} fences completed before an earlier read");
+    runtime.close().unwrap();
+}
+
+struct PanickingWaker;
+
+impl Wake for PanickingWaker {
+    fn wake(self: Arc<Self>) {
+        panic!("a waker's own bug");
+    }
+}
+
+#[test]
+fn a_panicking_waker_does_not_stop_later_completions() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let hold = s.hold().unwrap();
+    let fence = s.fence().unwrap();
+    let waker = Waker::from(Arc::new(PanickingWaker));
+    let mut waiting = pin!(fence.wait_async());
+    assert!(waiting.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+    hold.release();
+    within(Duration::from_secs(30), "the fence after a panicking waker", move || {
+        fence.wait().unwrap();
+        let t = runtime.new_stream().unwrap();
+        for round in 0..20u32 {
+            let buffer = t.upload(&[round; 8]).unwrap();
+            assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 8]);
+            s.fence().unwrap().wait().unwrap();
+        }
+        runtime.close().unwrap();
+    });
+}
+
+#[test]
+fn a_panicking_wgpu_callback_does_not_stop_the_poll_thread() {
+    let Some(runtime) = open() else { return };
+    within(Duration::from_secs(30), "work beside panicking wgpu callbacks", move || {
+        let s = runtime.new_stream().unwrap();
+        let target = s.zeros(16).unwrap();
+        let busy = s.zeros(64 << 20).unwrap();
+        // Callbacks registered through raw access run wherever wgpu fires
+        // them: in a submission Weir makes, or in the poll thread's
+        // `device.poll` when they wait for work still running (here, a large
+        // clear) and nothing else is submitted meanwhile.
+        for round in 0..6 {
+            let running = (round % 2 == 1).then(|| {
+                s.memset_zero(&busy).unwrap();
+                s.fence().unwrap()
+            });
+            s.external_write(&[&target], |raw| {
+                let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+                raw.queue().on_submitted_work_done(|| panic!("a foreign callback's own bug"));
+                let buffer = raw.buffers()[0].clone();
+                raw.encoder().clear_buffer(&buffer, 0, None);
+                Ok(())
+            })
+            .unwrap();
+            if let Some(running) = running {
+                running.wait().unwrap();
+            }
+            s.fence().unwrap().wait().unwrap();
+        }
+        let t = runtime.new_stream().unwrap();
+        for round in 0..20u32 {
+            let buffer = t.upload(&[round; 8]).unwrap();
+            assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 8]);
+            s.fill_u32(&target, round).unwrap();
+            s.fence().unwrap().wait().unwrap();
+        }
+        assert_eq!(s.read_as::<u32>(&target).unwrap(), vec![19; 4]);
+        runtime.close().unwrap();
+    });
+}
+
+#[test]
+fn retired_streams_leave_no_live_lanes() {
+    let Some(runtime) = open() else { return };
+    let before = runtime.diagnostics().backend.live_streams;
+    assert!(before >= 1, "the default stream is a live stream: {before}");
+    let probe = runtime.new_stream().unwrap();
+    assert_eq!(runtime.diagnostics().backend.live_streams, before + 1);
+    drop(probe);
+    for round in 0..1000u32 {
+        let t = runtime.new_stream().unwrap();
+        let buffer = t.zeros(16).unwrap();
+        t.fill_u32(&buffer, round).unwrap();
+        assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 4]);
+    }
+    // Streams retire once their work is done; a fence on everything covers that.
+    runtime.fence().unwrap().wait().unwrap();
+    assert_eq!(runtime.diagnostics().backend.live_streams, before);
     runtime.close().unwrap();
 }

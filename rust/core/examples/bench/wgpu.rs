@@ -7,9 +7,15 @@
 //! - fill kernel over 1 GiB: `fill_u32` vs a raw WGSL fill dispatch, in GB/s.
 //!
 //! Runs alternate Weir and raw, so both see the same device state.
+//!
+//! One figure has no raw side: the admission time of tiny ops on one stream
+//! while another thread makes first-use compiles of new WGSL kernels, beside
+//! the same loop with no compiles (compiles run in `prepare`, outside the
+//! runtime's ordering boundary, so they must not show in it).
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 use std::thread::JoinHandle;
@@ -17,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use weir_core::backend::wgpu::wgpu;
-use weir_core::{BackendKind, Buffer, Runtime, Stream};
+use weir_core::{Arg, BackendKind, Buffer, Grid, Kernel, Runtime, Stream};
 
 use crate::report::{median, micros, Figure, Report};
 
@@ -343,6 +349,120 @@ fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: 
     report.add(bandwidth(bytes, &format!("fill kernel {size} (fill_u32 vs raw dispatch)"), &mut fill_w, &mut fill_b));
 }
 
+const TINY: &str = "
+@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+@compute @workgroup_size(1)
+fn main() { x[0] = x[0] + 1u; }
+";
+
+/// A kernel no cache has seen: `seed` makes the source new, and a few
+/// hundred dependent steps give the driver's compiler real work, as real
+/// kernels do.
+fn fresh_kernel(seed: usize) -> Kernel {
+    let steps: String = (0..400)
+        .map(|step| {
+            let (a, b) = (1_664_525u32.wrapping_mul(step + 1), 1_013_904_223u32 ^ step);
+            format!(
+                "    v = v * {a}u + {b}u; if ((v & 7u) == {}u) {{ v = v ^ (v >> {}u); }}\n",
+                step % 8,
+                step % 31 + 1
+            )
+        })
+        .collect();
+    let source = format!(
+        "
+@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {{
+    var v = id.x + {seed}u;
+{steps}    x[id.x % arrayLength(&x)] = v;
+}}
+"
+    );
+    Kernel::custom(format!("fresh_{seed}")).wgsl(source, "main").build()
+}
+
+/// Times `ops` admissions of the tiny kernel on `stream`, waiting (untimed)
+/// for the stream every 32 ops so the queue stays short.
+fn admissions(stream: &Stream, kernel: &Kernel, buffer: &Buffer, keep_going: impl Fn(usize) -> bool) -> Vec<Duration> {
+    let mut samples = Vec::new();
+    while keep_going(samples.len()) {
+        samples
+            .push(timed(|| stream.execute(kernel, Grid::linear(1, 1), &[Arg::read_write(buffer)]).expect("tiny op")));
+        if samples.len() % 32 == 0 {
+            sync(stream);
+        }
+    }
+    sync(stream);
+    samples
+}
+
+fn percentile(samples: &mut [Duration], per_cent: usize) -> Duration {
+    samples.sort();
+    samples.get((samples.len() * per_cent / 100).min(samples.len().saturating_sub(1))).copied().unwrap_or_default()
+}
+
+fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: usize) {
+    let stream = runtime.new_stream().expect("stream");
+    let buffer = stream.zeros(4).expect("zeros");
+    let tiny = Kernel::custom("tiny").wgsl(TINY, "main").build();
+    // Warm up: the tiny kernel's own compile is not what is measured.
+    let _ = admissions(&stream, &tiny, &buffer, |done| done < 256);
+    let compiling = AtomicBool::new(true);
+    let mut compile_times = Vec::new();
+    let mut busy = std::thread::scope(|scope| {
+        let compiler = scope.spawn(|| {
+            let other = runtime.new_stream().expect("stream");
+            let target = other.zeros(256).expect("zeros");
+            let times: Vec<Duration> = (0..compiles)
+                .map(|seed| {
+                    timed(|| {
+                        other
+                            .execute(&fresh_kernel(seed), Grid::linear(64, 64), &[Arg::read_write(&target)])
+                            .expect("compile")
+                    })
+                })
+                .collect();
+            compiling.store(false, Ordering::Release);
+            sync(&other);
+            times
+        });
+        let samples = admissions(&stream, &tiny, &buffer, |_| compiling.load(Ordering::Acquire));
+        compile_times = compiler.join().expect("compile thread");
+        samples
+    });
+    let mut alone = admissions(&stream, &tiny, &buffer, |done| done < busy.len());
+    let compile = median(&mut compile_times);
+    let over_a_ms = |samples: &[Duration]| samples.iter().filter(|&&d| d > Duration::from_millis(1)).count();
+    let note = format!(
+        "{} admissions beside {compiles} first-use compiles (median {:.1} ms each) vs as many alone; over 1 ms: {} vs {}",
+        busy.len(),
+        compile.as_secs_f64() * 1e3,
+        over_a_ms(&busy),
+        over_a_ms(&alone)
+    );
+    let (busy_p99, alone_p99) = (percentile(&mut busy, 99), percentile(&mut alone, 99));
+    let (busy_max, alone_max) = (percentile(&mut busy, 100), percentile(&mut alone, 100));
+    report.add(Figure::beside(
+        "wgpu",
+        "tiny op admission p99 during compiles (vs none)",
+        "us",
+        micros(busy_p99),
+        micros(alone_p99),
+        false,
+        &note,
+    ));
+    report.add(Figure::beside(
+        "wgpu",
+        "tiny op admission max during compiles (vs none)",
+        "us",
+        micros(busy_max),
+        micros(alone_max),
+        false,
+        &note,
+    ));
+}
+
 pub fn run(report: &mut Report) {
     let runtime = match Runtime::open(BackendKind::Wgpu) {
         Ok(runtime) => runtime,
@@ -360,6 +480,7 @@ pub fn run(report: &mut Report) {
     let bytes = bytes.min(info.max_buffer_bytes);
     fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
     fills(report, &runtime, &raw, bytes, if software { 9 } else { 40 });
+    admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
     drop(raw);
     runtime.close().expect("close");
 }

@@ -56,6 +56,10 @@ pub fn assert_no_leaks(runtime: &Runtime) {
     assert_eq!(d.live_fences, 0, "fences leaked: {d:?}");
     assert_eq!(d.live_waiters, 0, "waiters leaked: {d:?}");
     assert_eq!(d.backend.race_violations, 0, "the race detector fired: {d:?}");
+    // Every stream the test made and dropped has retired: only the default stream is left.
+    assert_eq!(d.live_streams, 1, "streams left alive: {d:?}");
+    assert_eq!(d.backend.live_streams, 1, "backend streams left behind: {d:?}");
+    assert_eq!(d.retiring_streams, 0, "streams still retiring after the fence: {d:?}");
 }
 
 /// Returns once `count` waits (blocked threads, registered wakers) are pending.

@@ -1,9 +1,15 @@
 //! The built-in ops in WGSL, and how they are launched over buffers of any
 //! size: in windows no larger than the device's storage binding limit, each
 //! dispatched as a 2D grid of 256-thread groups (one thread per 4-byte word).
+//! Each launch is planned in `prepare` (pipeline, windows, uniform blocks)
+//! and recorded over its buffers in `enqueue`.
+
+use std::sync::Arc;
 
 use super::device::Gpu;
-use super::pipelines::{dispatch, Binding};
+use super::pipelines::{dispatch, Binding, CompileError, Pipeline, Uniforms};
+use super::scope::{Failure, BACKEND};
+use crate::error::Error;
 
 /// Every element-wise kernel reads its parameters from this struct:
 /// `n` words in this window, `base` = index of the window's first word.
@@ -98,6 +104,8 @@ pub(crate) struct Shape {
     pub window: u64,
     /// Storage binding offset alignment.
     pub align: u64,
+    /// Uniform binding offset alignment.
+    pub uniform_align: u64,
     pub max_groups: u32,
 }
 
@@ -105,7 +113,12 @@ impl Shape {
     pub fn new(limits: &wgpu::Limits) -> Shape {
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
         let window = (limits.max_storage_buffer_binding_size / align * align).max(align);
-        Shape { window, align, max_groups: limits.max_compute_workgroups_per_dimension.max(1) }
+        Shape {
+            window,
+            align,
+            uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
+            max_groups: limits.max_compute_workgroups_per_dimension.max(1),
+        }
     }
 
     /// A 2D grid of 256-thread groups covering `words` threads.
@@ -117,6 +130,25 @@ impl Shape {
     }
 }
 
+/// A built-in pipeline; a built-in that does not compile is a bug of ours,
+/// reported as the backend's error.
+fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
+    gpu.pipelines.get(&gpu.device, source, "main", read_only, true).map_err(|error| match error {
+        CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
+        CompileError::NoThread(message) => Error::backend(BACKEND, message),
+    })
+}
+
+/// Uniform blocks for a plan, or why the device could not make them.
+pub(crate) fn uniforms(gpu: &Gpu, blocks: &[&[u32]]) -> Result<Uniforms, Error> {
+    Uniforms::new(&gpu.device, gpu.shape.uniform_align, blocks).map_err(|failure| match failure {
+        Failure::OutOfMemory => {
+            Error::OutOfMemory { bytes: (blocks.len() as u64) * gpu.shape.uniform_align, host: false }
+        }
+        Failure::Message(message) => Error::backend(BACKEND, message),
+    })
+}
+
 /// One buffer argument of an element-wise launch: a byte range starting on a
 /// binding-aligned offset.
 pub(crate) struct Operand<'a> {
@@ -124,48 +156,99 @@ pub(crate) struct Operand<'a> {
     pub offset: u64,
 }
 
-/// Records `op` over `bytes` bytes of each operand (a multiple of 4), in windows.
-pub(crate) fn elementwise(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
-    op: Elementwise,
-    operands: &[Operand<'_>],
-    bytes: u64,
-    scalar: u32,
-) -> Result<(), String> {
-    let (device, shape) = (&gpu.device, gpu.shape);
-    let pipeline = gpu.pipelines.get(device, &op.source(), "main", op.read_only(), true)?;
+struct Window {
+    /// First byte, relative to each operand's offset.
+    start: u64,
+    size: u64,
+    groups: [u32; 3],
+}
+
+/// An element-wise launch over `bytes` bytes of each operand, planned: its
+/// pipeline, its windows and one uniform block per window.
+pub(crate) struct ElementwisePlan {
+    pipeline: Arc<Pipeline>,
+    uniforms: Uniforms,
+    windows: Vec<Window>,
+}
+
+/// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in windows.
+pub(crate) fn plan_elementwise(gpu: &Gpu, op: Elementwise, bytes: u64, scalar: u32) -> Result<ElementwisePlan, Error> {
+    let shape = gpu.shape;
+    let pipeline = builtin(gpu, &op.source(), op.read_only())?;
+    let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {
         let size = shape.window.min(bytes - start);
-        let bindings: Vec<Binding<'_>> = operands
-            .iter()
-            .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + start, size })
-            .collect();
         let words = size / 4;
-        let base = (start / 4) as u32;
-        let params = [words as u32, base, scalar, 0];
-        dispatch(device, encoder, &pipeline, &bindings, Some(&params), shape.grid(words));
+        windows.push(Window { start, size, groups: shape.grid(words) });
+        blocks.push([words as u32, (start / 4) as u32, scalar, 0]);
         start += size;
     }
-    Ok(())
+    let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
+    Ok(ElementwisePlan { pipeline, uniforms: uniforms(gpu, &blocks)?, windows })
 }
 
-/// Records a masked write of word `word` (a word index in `buffer`).
-pub(crate) fn patch(
-    gpu: &Gpu,
+/// Records a planned element-wise launch over `operands`.
+pub(crate) fn record_elementwise(
+    device: &wgpu::Device,
     encoder: &mut wgpu::CommandEncoder,
+    plan: &ElementwisePlan,
+    operands: &[Operand<'_>],
+) {
+    for (index, window) in plan.windows.iter().enumerate() {
+        let bindings: Vec<Binding<'_>> = operands
+            .iter()
+            .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
+            .collect();
+        dispatch(device, encoder, &plan.pipeline, &bindings, Some((&plan.uniforms, index)), window.groups);
+    }
+}
+
+/// One masked word write: where to bind the buffer for it.
+struct Patch {
+    offset: u64,
+    size: u64,
+}
+
+/// Masked writes of single words, planned: `dst[word] = (dst[word] & keep) | bits`
+/// for each `(word, keep, bits)`, for byte ranges that do not start or end on a word.
+pub(crate) struct PatchPlan {
+    pipeline: Arc<Pipeline>,
+    uniforms: Uniforms,
+    patches: Vec<Patch>,
+}
+
+/// A word of a buffer to write partly: its index, the mask of the bits it
+/// keeps, and the bits it sets.
+pub(crate) type MaskedWord = (u64, u32, u32);
+
+/// Plans masked writes of `words`.
+pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
+    let align = gpu.shape.align;
+    let pipeline = builtin(gpu, PATCH, &[false])?;
+    let (mut patches, mut blocks) = (Vec::new(), Vec::new());
+    for &(word, keep, bits) in words {
+        let byte = word * 4;
+        let offset = byte / align * align;
+        patches.push(Patch { offset, size: byte - offset + 4 });
+        blocks.push([((byte - offset) / 4) as u32, keep, bits, 0]);
+    }
+    let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
+    Ok(PatchPlan { pipeline, uniforms: uniforms(gpu, &blocks)?, patches })
+}
+
+/// Records the planned masked writes `which` (indices into the plan) on `buffer`.
+pub(crate) fn record_patches(
+    device: &wgpu::Device,
+    encoder: &mut wgpu::CommandEncoder,
+    plan: &PatchPlan,
+    which: &[usize],
     buffer: &wgpu::Buffer,
-    word: u64,
-    keep: u32,
-    bits: u32,
-) -> Result<(), String> {
-    let (device, shape) = (&gpu.device, gpu.shape);
-    let pipeline = gpu.pipelines.get(device, PATCH, "main", &[false], true)?;
-    let byte = word * 4;
-    let offset = byte / shape.align * shape.align;
-    let binding = Binding { buffer, offset, size: byte - offset + 4 };
-    let params = [((byte - offset) / 4) as u32, keep, bits, 0];
-    dispatch(device, encoder, &pipeline, &[binding], Some(&params), [1, 1, 1]);
-    Ok(())
+) {
+    for &index in which {
+        if let Some(patch) = plan.patches.get(index) {
+            let binding = Binding { buffer, offset: patch.offset, size: patch.size };
+            dispatch(device, encoder, &plan.pipeline, &[binding], Some((&plan.uniforms, index)), [1, 1, 1]);
+        }
+    }
 }

@@ -13,16 +13,26 @@
 //! point until the other lane gets there. That is how gates and delays on one
 //! lane hold back exactly the lanes that depend on it, as on a real
 //! multi-queue device. Everything that issues runs in [`Shared::pump`].
+//!
+//! A lane whose stream was dropped goes once its items are issued; its slot is
+//! reused under a new generation. A mark of a gone lane is issued by then,
+//! so a wait on it holds nothing; what it covered on the device is covered by
+//! the highest submission any gone lane made ([`Lanes::gone_submit`]).
+//!
+//! A signal completes once the submission that covers it is done *and* every
+//! read issued before it on its lane has delivered ([`Reads`]).
 
 use std::collections::VecDeque;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use super::device::Gpu;
-use super::poll::PollState;
-use super::readback::Readback;
+use super::poll::{once, PollState};
+use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
+use crate::backend::EnqueueError;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -31,12 +41,19 @@ use crate::lock::lock;
 /// work start running before anyone waits for them.
 const BATCH_LIMIT: usize = 32;
 
+/// Names a lane: its slot, and which of the lanes that used the slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct LaneId {
+    slot: usize,
+    generation: u64,
+}
+
 pub(crate) enum Item {
     Submit(Vec<wgpu::CommandBuffer>),
     Read(Readback),
     /// Holds until lane `lane` has issued `upto` items.
     Wait {
-        lane: usize,
+        lane: LaneId,
         upto: u64,
     },
     /// Holds until the flag is set (a gate opened, a delay elapsed).
@@ -49,7 +66,9 @@ pub(crate) enum Item {
 }
 
 pub(crate) struct Lane {
-    index: u32,
+    /// The stream's number, for error messages.
+    stream: u32,
+    generation: u64,
     batch: Vec<wgpu::CommandBuffer>,
     items: VecDeque<Item>,
     pushed: u64,
@@ -61,7 +80,9 @@ pub(crate) struct Lane {
     /// Our submission count when this lane last submitted.
     last_submit: u64,
     /// Reads mapped but not yet delivered.
-    reads: Arc<AtomicUsize>,
+    reads: Arc<Reads>,
+    /// Its stream was dropped: the lane goes once its items are issued.
+    retiring: bool,
 }
 
 impl Lane {
@@ -97,15 +118,60 @@ impl Lane {
 
 #[derive(Default)]
 pub(crate) struct Lanes {
-    lanes: Vec<Lane>,
+    /// Lanes by slot; `None` is a free slot.
+    slots: Vec<Option<Lane>>,
+    free: Vec<usize>,
+    /// Generations handed out so far.
+    generations: u64,
+    /// Streams created so far (numbers them).
+    streams: u32,
+    /// Slots of lanes whose stream was dropped.
+    retiring: Vec<usize>,
     /// Queue submissions made so far.
     submits: u64,
+    /// The highest `last_submit` of a lane that has gone.
+    gone_submit: u64,
+}
+
+impl Lanes {
+    fn get(&self, id: LaneId) -> Option<&Lane> {
+        self.slots.get(id.slot)?.as_ref().filter(|lane| lane.generation == id.generation)
+    }
+
+    fn get_mut(&mut self, id: LaneId) -> Result<&mut Lane> {
+        self.slots
+            .get_mut(id.slot)
+            .and_then(Option::as_mut)
+            .filter(|lane| lane.generation == id.generation)
+            .ok_or_else(|| Error::invalid(format!("no wgpu lane {}", id.slot)))
+    }
+
+    /// (items issued, last submission) of the lane `id`; a gone lane issued all of
+    /// its items, and its submissions are covered by `gone_submit`.
+    fn progress(&self, id: LaneId) -> (u64, u64) {
+        self.get(id).map_or((u64::MAX, self.gone_submit), |lane| (lane.issued, lane.last_submit))
+    }
 }
 
 /// A point in a lane another lane can wait for.
 pub(crate) struct Mark {
-    pub lane: usize,
+    pub lane: LaneId,
     pub upto: u64,
+}
+
+/// A signal waiting for its submission and for the reads before it.
+struct Join {
+    parts: AtomicUsize,
+    completion: Arc<Completion>,
+    status: Result<()>,
+}
+
+impl Join {
+    fn part_done(&self) {
+        if self.parts.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.completion.complete(self.status.clone());
+        }
+    }
 }
 
 /// The device state shared with the poll, gate and delay threads.
@@ -113,7 +179,7 @@ pub(crate) struct Shared {
     pub gpu: Gpu,
     pub poll: Arc<PollState>,
     lanes: Mutex<Lanes>,
-    /// Highest submission count known complete (from fence callbacks).
+    /// Highest submission count known complete (from fence and read callbacks).
     completed: Arc<AtomicU64>,
     /// A device-wide failure (device lost, an error outside any scope): fails every lane.
     device_error: Arc<Mutex<Option<Error>>>,
@@ -133,11 +199,16 @@ impl Shared {
         })
     }
 
-    pub fn add_lane(&self) -> usize {
+    /// A new lane, and its stream's number.
+    pub fn add_lane(&self) -> (LaneId, u32) {
         let mut lanes = lock(&self.lanes);
-        let index = lanes.lanes.len();
-        lanes.lanes.push(Lane {
-            index: index as u32,
+        lanes.generations += 1;
+        let generation = lanes.generations;
+        let stream = lanes.streams;
+        lanes.streams = lanes.streams.saturating_add(1);
+        let lane = Lane {
+            stream,
+            generation,
             batch: Vec::new(),
             items: VecDeque::new(),
             pushed: 0,
@@ -145,29 +216,60 @@ impl Shared {
             status: Ok(()),
             failed: None,
             last_submit: 0,
-            reads: Arc::new(AtomicUsize::new(0)),
-        });
-        index
+            reads: Arc::new(Reads::default()),
+            retiring: false,
+        };
+        let slot = match lanes.free.pop() {
+            Some(slot) => {
+                lanes.slots[slot] = Some(lane);
+                slot
+            }
+            None => {
+                lanes.slots.push(Some(lane));
+                lanes.slots.len() - 1
+            }
+        };
+        self.gpu.counters.live_streams.fetch_add(1, Ordering::SeqCst);
+        (LaneId { slot, generation }, stream)
+    }
+
+    /// The stream of `lane` was dropped: flush its batch and let it go once
+    /// everything on it is issued (at once if it already is).
+    pub fn retire(&self, lane: LaneId) {
+        let mut lanes = lock(&self.lanes);
+        let Ok(slot) = lanes.get_mut(lane) else { return };
+        if slot.retiring {
+            return;
+        }
+        slot.flush();
+        slot.retiring = true;
+        lanes.retiring.push(lane.slot);
+        self.pump(&mut lanes);
     }
 
     /// Runs `f` on lane `lane` under the lanes lock, then issues what can be issued.
-    fn with_lane<T>(&self, lane: usize, f: impl FnOnce(&mut Lane) -> T) -> Result<T> {
+    fn with_lane<T>(&self, lane: LaneId, f: impl FnOnce(&mut Lane) -> T) -> Result<T> {
         let mut lanes = lock(&self.lanes);
-        let slot = lanes.lanes.get_mut(lane).ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
-        let value = f(slot);
+        let value = f(lanes.get_mut(lane)?);
         self.pump(&mut lanes);
         Ok(value)
     }
 
-    /// Adds a recorded op to the lane's batch; a read is mapped once its copy is submitted.
-    /// On a failed lane the op is dropped and the read fails with the lane's error.
-    pub fn record(&self, lane: usize, commands: wgpu::CommandBuffer, readback: Option<Readback>) -> Result<()> {
-        self.with_lane(lane, |lane| {
+    /// Adds a recorded op to the lane's batch; a read is mapped once its copy
+    /// is submitted. On a failed lane the op is dropped, the read fails, and
+    /// the lane's failure is the op's.
+    pub fn record(
+        &self,
+        lane: LaneId,
+        commands: wgpu::CommandBuffer,
+        readback: Option<Readback>,
+    ) -> Result<(), EnqueueError> {
+        let recorded = self.with_lane(lane, |lane| {
             if let Some(error) = &lane.failed {
                 if let Some(readback) = readback {
                     readback.fail(error.clone());
                 }
-                return;
+                return Err(EnqueueError::Failed(error.clone()));
             }
             lane.batch.push(commands);
             match readback {
@@ -178,16 +280,18 @@ impl Shared {
                 None if lane.batch.len() >= BATCH_LIMIT => lane.flush(),
                 None => {}
             }
-        })
+            Ok(())
+        });
+        recorded.map_err(EnqueueError::Rejected)?
     }
 
     /// Fails lane `lane` with `error` after the work recorded so far (its first failure wins).
-    pub fn fail(&self, lane: usize, error: Error) -> Result<()> {
+    pub fn fail(&self, lane: LaneId, error: Error) -> Result<()> {
         self.with_lane(lane, |lane| lane.fail_after(error))
     }
 
     /// Adds a lane-level item after everything recorded so far.
-    pub fn push(&self, lane: usize, item: Item) -> Result<()> {
+    pub fn push(&self, lane: LaneId, item: Item) -> Result<()> {
         self.with_lane(lane, |lane| {
             lane.flush();
             lane.push(item);
@@ -195,7 +299,7 @@ impl Shared {
     }
 
     /// A mark covering everything recorded on `lane` so far.
-    pub fn mark(&self, lane: usize) -> Result<Mark> {
+    pub fn mark(&self, lane: LaneId) -> Result<Mark> {
         self.with_lane(lane, |slot| {
             slot.flush();
             Mark { lane, upto: slot.pushed }
@@ -203,11 +307,10 @@ impl Shared {
     }
 
     /// Makes `lane` hold until `mark` is issued; false if it already was (no wait needed).
-    pub fn wait(&self, lane: usize, mark: &Mark) -> Result<bool> {
+    pub fn wait(&self, lane: LaneId, mark: &Mark) -> Result<bool> {
         let mut lanes = lock(&self.lanes);
-        let (issued, source_submit) =
-            lanes.lanes.get(mark.lane).map_or((u64::MAX, 0), |source| (source.issued, source.last_submit));
-        let slot = lanes.lanes.get_mut(lane).ok_or_else(|| Error::invalid(format!("no wgpu lane {lane}")))?;
+        let (issued, source_submit) = lanes.progress(mark.lane);
+        let slot = lanes.get_mut(lane)?;
         if issued >= mark.upto {
             // A fence on this lane now also covers what it waited for, as on other backends.
             slot.last_submit = slot.last_submit.max(source_submit);
@@ -219,39 +322,63 @@ impl Shared {
         Ok(true)
     }
 
-    /// Issues every head item that is not held, until nothing moves.
+    /// Issues every head item that is not held, until nothing moves; then
+    /// lets retired lanes that issued everything go.
     fn pump(&self, lanes: &mut Lanes) {
         if let Some(error) = lock(&self.device_error).clone() {
-            for lane in &mut lanes.lanes {
+            for lane in lanes.slots.iter_mut().flatten() {
                 lane.fail(error.clone());
             }
         }
         loop {
             let mut moved = false;
-            for index in 0..lanes.lanes.len() {
+            for index in 0..lanes.slots.len() {
                 while self.head_ready(lanes, index) {
-                    if let Some(item) = lanes.lanes[index].items.pop_front() {
-                        lanes.lanes[index].issued += 1;
-                        self.issue(lanes, index, item);
-                        moved = true;
-                    }
+                    let Some(lane) = lanes.slots[index].as_mut() else { break };
+                    let Some(item) = lane.items.pop_front() else { break };
+                    lane.issued += 1;
+                    self.issue(lanes, index, item);
+                    moved = true;
                 }
             }
             if !moved {
-                return;
+                break;
             }
         }
+        self.let_retired_go(lanes);
+    }
+
+    /// Frees the slots of retired lanes with nothing left to issue. Their
+    /// callbacks in flight hold what they need (the reads, the completions).
+    fn let_retired_go(&self, lanes: &mut Lanes) {
+        if lanes.retiring.is_empty() {
+            return;
+        }
+        let Lanes { slots, free, retiring, gone_submit, .. } = lanes;
+        retiring.retain(|&slot| {
+            let Some(lane) = slots[slot].as_ref() else { return false };
+            if !lane.items.is_empty() || !lane.batch.is_empty() {
+                return true;
+            }
+            if let Some(lane) = slots[slot].take() {
+                *gone_submit = (*gone_submit).max(lane.last_submit);
+                self.gpu.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
+                free.push(slot);
+            }
+            false
+        });
     }
 
     fn head_ready(&self, lanes: &mut Lanes, index: usize) -> bool {
-        let head = match lanes.lanes[index].items.front_mut() {
+        let Some(lane) = lanes.slots[index].as_mut() else { return false };
+        let head = match lane.items.front_mut() {
             None => return false,
             Some(head) => head,
         };
         match head {
             Item::Wait { lane, upto } => {
                 let (lane, upto) = (*lane, *upto);
-                lanes.lanes.get(lane).is_none_or(|other| other.issued >= upto)
+                lanes.progress(lane).0 >= upto
             }
             Item::Until(flag) => flag.load(Ordering::Acquire),
             Item::Delay(duration) => {
@@ -287,51 +414,87 @@ impl Shared {
         self.pump(&mut lanes);
     }
 
+    /// Issues `item`, the head of the lane in slot `index` (which is occupied).
     fn issue(&self, lanes: &mut Lanes, index: usize, item: Item) {
         let gpu = &self.gpu;
+        let Lanes { slots, submits, gone_submit, .. } = lanes;
+        let Some(lane) = slots[index].as_ref() else { return };
         match item {
             Item::Submit(commands) => {
-                if lanes.lanes[index].status.is_err() {
+                if lane.status.is_err() {
                     return;
                 }
-                let outcome = scoped(&gpu.device, || gpu.queue.submit(commands));
-                lanes.submits += 1;
-                let lane = &mut lanes.lanes[index];
-                lane.last_submit = lanes.submits;
-                if let Err(failure) = outcome {
-                    let stream = lane.index;
+                // `submit` also fires the device's callbacks that are ready, on
+                // this thread: a foreign one may panic. Unwinding stops at the
+                // first, after the submission was made; the rest ran their drop
+                // paths (see `poll::once`), so the lanes stay consistent.
+                let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
+                *submits += 1;
+                let submitted = *submits;
+                let Some(lane) = slots[index].as_mut() else { return };
+                lane.last_submit = submitted;
+                if let Ok(Err(failure)) = outcome {
+                    let stream = lane.stream;
                     lane.fail(failure.on_stream(stream));
                 }
             }
-            Item::Read(readback) => match &lanes.lanes[index].status {
+            Item::Read(readback) => match &lane.status {
                 Err(error) => readback.fail(error.clone()),
-                Ok(()) => readback.start(&self.poll, &lanes.lanes[index].reads),
+                Ok(()) => readback.start(ReadContext {
+                    poll: &self.poll,
+                    reads: &lane.reads,
+                    completed: &self.completed,
+                    submission: lane.last_submit,
+                }),
             },
-            Item::Signal(completion) => {
-                let lane = &lanes.lanes[index];
-                let status = lane.status.clone();
-                let idle =
-                    lane.reads.load(Ordering::SeqCst) == 0 && lane.last_submit <= self.completed.load(Ordering::SeqCst);
-                if idle {
-                    // Already done: no callback, no wake-up.
-                    completion.complete(status);
-                    return;
+            Item::Signal(completion) => self.signal(lane, *submits, completion),
+            Item::Wait { lane: source, .. } => {
+                let source_submit =
+                    slots.get(source.slot).and_then(Option::as_ref).filter(|l| l.generation == source.generation);
+                let source_submit = source_submit.map_or(*gone_submit, |l| l.last_submit);
+                if let Some(waiter) = slots[index].as_mut() {
+                    waiter.last_submit = waiter.last_submit.max(source_submit);
                 }
-                let (poll, completed, upto) = (self.poll.clone(), self.completed.clone(), lanes.submits);
-                poll.register();
-                gpu.queue.on_submitted_work_done(move || {
-                    completed.fetch_max(upto, Ordering::SeqCst);
-                    completion.complete(status);
-                    poll.done();
-                });
             }
-            Item::Wait { lane, .. } => {
-                let source_submit = lanes.lanes.get(lane).map_or(0, |l| l.last_submit);
-                let waiter = &mut lanes.lanes[index];
-                waiter.last_submit = waiter.last_submit.max(source_submit);
+            Item::Fail(error) => {
+                if let Some(lane) = slots[index].as_mut() {
+                    lane.fail(error);
+                }
             }
-            Item::Fail(error) => lanes.lanes[index].fail(error),
             Item::Until(_) | Item::Delay(_) => {}
+        }
+    }
+
+    /// Completes `completion` with the lane's status once the lane's
+    /// submissions so far (`submits` is the count made) are done and the reads
+    /// it issued so far delivered: at once if both already are.
+    fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>) {
+        let status = lane.status.clone();
+        let device_busy = lane.last_submit > self.completed.load(Ordering::SeqCst);
+        // No read can start meanwhile: reads start only here, under the lanes lock.
+        if !device_busy && lane.reads.idle() {
+            // Already done: no callback, no wake-up.
+            completion.complete(status);
+            return;
+        }
+        let join = Arc::new(Join { parts: AtomicUsize::new(1 + usize::from(device_busy)), completion, status });
+        let after_reads = join.clone();
+        if let Some(unrun) = lane.reads.after_started(move || after_reads.part_done()) {
+            unrun();
+        }
+        if device_busy {
+            let (poll, completed) = (self.poll.clone(), self.completed.clone());
+            poll.register();
+            // Runs once, also when wgpu drops it uncalled because a callback
+            // fired before it panicked: its submission is done then as well.
+            let body = once(move |called: Option<()>| {
+                if called.is_some() {
+                    completed.fetch_max(submits, Ordering::SeqCst);
+                }
+                join.part_done();
+                poll.done();
+            });
+            self.gpu.queue.on_submitted_work_done(move || body.call(()));
         }
     }
 }
@@ -340,7 +503,7 @@ impl Drop for Shared {
     fn drop(&mut self) {
         // Whatever never got issued (a gate never opened) must still complete.
         let lanes = std::mem::take(&mut *lock(&self.lanes));
-        for lane in lanes.lanes {
+        for lane in lanes.slots.into_iter().flatten() {
             for item in lane.items {
                 match item {
                     Item::Signal(completion) => completion.complete(Err(Error::Closed)),

@@ -12,6 +12,8 @@ use crate::error::{Error, Result};
 pub(crate) struct WgpuCounters {
     pub live_events: AtomicU64,
     pub live_allocations: AtomicU64,
+    /// Lanes not yet gone (a dropped stream's lane goes once its work is issued).
+    pub live_streams: AtomicU64,
     pub host_to_device_copies: AtomicU64,
     pub device_to_host_copies: AtomicU64,
     pub deferred_waits: AtomicU64,

@@ -11,11 +11,17 @@
 //!   registers the completion; the poll thread ([`poll`]) is the only caller
 //!   of `device.poll` and runs the callbacks. A fence on a lane whose work is
 //!   known finished completes at once.
-//! - **Ops** are recorded one command buffer each ([`encode`]) and submitted
-//!   in batches; built-ins are WGSL ([`builtin`]); custom kernels are cached by
-//!   source ([`pipelines`]); reads map a staging buffer ([`readback`]).
-//! - **Errors**: every wgpu call that can fail runs in an error scope; a
-//!   failed op poisons its lane like a failed job on the CPU backend.
+//!   A fence also waits for the reads admitted before it on its lane.
+//! - **Ops** are prepared outside the runtime's ordering boundary
+//!   ([`prepare`]: compiles, uniforms, staging), then recorded one command
+//!   buffer each ([`encode`]) and submitted in batches; built-ins are WGSL
+//!   ([`builtin`]); custom kernels are cached by source ([`pipelines`]);
+//!   reads map a staging buffer ([`readback`]).
+//! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
+//!   input, a WGSL source that does not compile among it, refuses the op
+//!   before admission; an op that fails to record fails and poisons its lane
+//!   like a failed job on the CPU backend.
+//! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
 mod adapter;
 mod builtin;
@@ -25,6 +31,7 @@ mod lanes;
 mod memory;
 mod pipelines;
 mod poll;
+mod prepare;
 mod raw;
 mod readback;
 mod scope;
@@ -32,7 +39,7 @@ mod scope;
 #[cfg(feature = "test-support")]
 use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
@@ -40,10 +47,11 @@ pub use ::wgpu;
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
 use encode::{encode, Encoded, Refusal};
-use lanes::{Item, Mark, Shared};
+use lanes::{Item, LaneId, Mark, Shared};
 use memory::WgpuCounters;
 pub use memory::WgpuMemory;
 use poll::Poller;
+pub use prepare::WgpuPrepared;
 pub use raw::WgpuRawAccess;
 use scope::scoped;
 #[cfg(feature = "test-support")]
@@ -63,10 +71,27 @@ pub struct WgpuBackend {
     _poller: Poller,
 }
 
-/// A logical stream: a lane on the device's queue.
-#[derive(Debug)]
+/// A logical stream: a lane on the device's queue. Dropping it retires the
+/// lane once the work on it is issued.
 pub struct WgpuStream {
-    lane: usize,
+    lane: LaneId,
+    /// The stream's number, for error messages.
+    number: u32,
+    shared: Weak<Shared>,
+}
+
+impl std::fmt::Debug for WgpuStream {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "WgpuStream({})", self.number)
+    }
+}
+
+impl Drop for WgpuStream {
+    fn drop(&mut self) {
+        if let Some(shared) = self.shared.upgrade() {
+            shared.retire(self.lane);
+        }
+    }
 }
 
 /// "Lane S has issued its first n items". Cheap: no device object.
@@ -99,7 +124,7 @@ impl Backend for WgpuBackend {
     type Stream = WgpuStream;
     type Event = WgpuEvent;
     type Memory = WgpuMemory;
-    type Prepared = ();
+    type Prepared = WgpuPrepared;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
@@ -119,35 +144,41 @@ impl Backend for WgpuBackend {
     }
 
     fn create_stream(&self) -> Result<WgpuStream> {
-        Ok(WgpuStream { lane: self.shared.add_lane() })
+        let (lane, number) = self.shared.add_lane();
+        Ok(WgpuStream { lane, number, shared: Arc::downgrade(&self.shared) })
     }
 
-    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
-        Ok(())
+    fn prepare<R>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
+        prepare::prepare(self.gpu(), command)
     }
 
+    /// Rejected: the command does not fit its buffers, or its stream is
+    /// gone; nothing was recorded. Failed: recording it failed (the op fails
+    /// alone: the scheduler fails what it writes, the lane goes on), or the
+    /// lane failed when it submitted earlier work.
     unsafe fn enqueue(
         &self,
         stream: &WgpuStream,
         command: Command<&WgpuMemory>,
-        (): (),
-        // wgpu ops fail here, as they are recorded, or fail the device: none fails later alone.
+        prepared: WgpuPrepared,
+        // wgpu ops fail here, as they are recorded, or fail the lane as it submits: none fails later alone.
         _io: OpIo,
     ) -> Result<(), EnqueueError> {
-        let queued = match encode(self.gpu(), command) {
+        match encode(self.gpu(), command, prepared) {
             Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
-            Ok(Encoded::Delay(duration)) => self.shared.push(stream.lane, Item::Delay(duration)),
-            Err(Refusal::Rejected(error)) => return Err(EnqueueError::Rejected(error)),
+            Ok(Encoded::Delay(duration)) => {
+                self.shared.push(stream.lane, Item::Delay(duration)).map_err(EnqueueError::Rejected)
+            }
+            Err(Refusal::Rejected(error)) => Err(EnqueueError::Rejected(error)),
             Err(Refusal::Failed { message, sink }) => {
                 // Nothing was recorded: the op fails alone and the lane goes on.
-                let error = Error::OpFailed { stream: lane_index(stream), message };
+                let error = Error::OpFailed { stream: stream.number, message };
                 if let Some(sink) = sink {
                     sink.fail(error.clone());
                 }
-                return Err(EnqueueError::Failed(error));
+                Err(EnqueueError::Failed(error))
             }
-        };
-        queued.map_err(EnqueueError::Failed)
+        }
     }
 
     fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
@@ -181,11 +212,13 @@ impl Backend for WgpuBackend {
             Ok::<_, Error>(raw.finish())
         });
         match recorded {
-            Ok(Ok(commands)) => self.shared.record(stream.lane, commands, None),
+            Ok(Ok(commands)) => self.shared.record(stream.lane, commands, None).map_err(|error| match error {
+                EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
+            }),
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {
-                let error = failure.on_stream(lane_index(stream));
+                let error = failure.on_stream(stream.number);
                 self.shared.fail(stream.lane, error.clone())?;
                 Err(error)
             }
@@ -215,15 +248,11 @@ impl Backend for WgpuBackend {
         BackendCounters {
             live_events: c.live_events.load(Ordering::SeqCst),
             live_allocations: c.live_allocations.load(Ordering::SeqCst),
-            live_streams: 0,
+            live_streams: c.live_streams.load(Ordering::SeqCst),
             host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
             device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
             host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),
             race_violations: 0,
         }
     }
-}
-
-fn lane_index(stream: &WgpuStream) -> u32 {
-    u32::try_from(stream.lane).unwrap_or(u32::MAX)
 }

@@ -1,16 +1,27 @@
-//! Compute pipelines, cached by source, entry point and binding shape, and the
-//! one way every kernel (built-in or custom) is dispatched.
+//! Compute pipelines, cached by source, entry point and binding shape, the
+//! uniform blocks dispatches read their parameters from, and the one way
+//! every kernel (built-in or custom) is dispatched.
 //!
 //! Binding convention: buffer arguments bind at group 0 in argument order,
 //! read-only storage for `Read`, read-write storage otherwise; scalar
 //! arguments, if any, follow as one uniform buffer of consecutive 4-byte
 //! words at the next binding (declare a struct of `u32`/`i32`/`f32` fields).
+//!
+//! Pipelines and uniforms are made in `prepare`, outside the runtime's
+//! ordering boundary: a first-use compile (slow on every driver, very slow on
+//! software ones) never holds up admissions on other streams.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::scope::{scoped, Failure};
 use crate::lock::lock;
+
+/// The stack of the thread a shader compiles on. naga parses, lowers and
+/// validates recursively, so a deeply nested source needs far more stack than
+/// a caller's thread may have (a JVM or test thread often has 512 KiB to
+/// 2 MiB); a fresh thread with this much is cheap beside the compile itself.
+const COMPILE_STACK_BYTES: usize = 64 << 20;
 
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 struct Key {
@@ -25,6 +36,16 @@ struct Key {
 pub(crate) struct Pipeline {
     pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
+}
+
+/// Why a pipeline could not be had.
+#[derive(Debug, Clone)]
+pub(crate) enum CompileError {
+    /// The source does not compile or does not validate against its bindings
+    /// (the compiler's message).
+    Invalid(String),
+    /// No thread to compile on: nothing is wrong with the source.
+    NoThread(String),
 }
 
 /// Pipelines by source; a source that failed to compile stays failed.
@@ -52,15 +73,38 @@ impl PipelineCache {
         entry: &str,
         read_only: &[bool],
         scalars: bool,
-    ) -> Result<Arc<Pipeline>, String> {
+    ) -> Result<Arc<Pipeline>, CompileError> {
         let key = Key { code: code.to_owned(), entry: entry.to_owned(), read_only: read_only.to_vec(), scalars };
         if let Some(found) = lock(&self.entries).get(&key) {
-            return found.clone();
+            return found.clone().map_err(CompileError::Invalid);
         }
         // Compile outside the lock; a racing compile of the same key is harmless.
-        let built = compile(device, &key).map_err(|failure| failure.message());
+        let built = compile_on_big_stack(device, key.clone())?;
         lock(&self.entries).insert(key, built.clone());
-        built
+        built.map_err(CompileError::Invalid)
+    }
+}
+
+/// Compiles on a thread of its own with [`COMPILE_STACK_BYTES`] of stack and
+/// waits for it. The error scopes are that thread's, so every error the
+/// compile raises is captured there. A compiler panic is a failed compile.
+fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pipeline>, String>, CompileError> {
+    let device = device.clone();
+    let compiler = std::thread::Builder::new()
+        .name("weir-wgpu-compile".to_owned())
+        .stack_size(COMPILE_STACK_BYTES)
+        .spawn(move || compile(&device, &key).map_err(|failure| failure.message()))
+        .map_err(|e| CompileError::NoThread(format!("cannot start a shader compile thread: {e}")))?;
+    Ok(compiler.join().unwrap_or_else(|panic| Err(format!("the shader compiler panicked: {}", panic_text(&panic)))))
+}
+
+fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = panic.downcast_ref::<&str>() {
+        (*text).to_owned()
+    } else if let Some(text) = panic.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "no message".to_owned()
     }
 }
 
@@ -98,6 +142,55 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
     })
 }
 
+/// The uniform blocks of one command's dispatches, one block per dispatch, in
+/// one buffer written when it is made: at a stride the device can bind at.
+pub(crate) struct Uniforms {
+    buffer: wgpu::Buffer,
+    stride: u64,
+    block: u64,
+}
+
+impl Uniforms {
+    /// One block per entry of `blocks`, each padded to the largest, to at
+    /// least 16 bytes and to a multiple of 16 (so small parameter structs
+    /// always fit); `align` is the device's uniform offset alignment.
+    pub fn new(device: &wgpu::Device, align: u64, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
+        let words = blocks.iter().map(|block| block.len()).max().unwrap_or(0);
+        let block = ((words as u64) * 4).max(16).div_ceil(16) * 16;
+        let stride = block.div_ceil(align.max(1)) * align.max(1);
+        let size = stride * (blocks.len().max(1) as u64);
+        let mut bytes = vec![0u8; size as usize];
+        for (index, words) in blocks.iter().enumerate() {
+            let at = index * stride as usize;
+            for (word, value) in words.iter().enumerate() {
+                bytes[at + word * 4..at + word * 4 + 4].copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        scoped(device, || {
+            let buffer = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some("weir scalars"),
+                size,
+                usage: wgpu::BufferUsages::UNIFORM,
+                mapped_at_creation: true,
+            });
+            // A failed creation leaves no mapping to fill: the scope reports it.
+            if let Ok(mut view) = buffer.slice(..).get_mapped_range_mut() {
+                view.copy_from_slice(&bytes);
+            }
+            buffer.unmap();
+            Uniforms { buffer, stride, block }
+        })
+    }
+
+    fn binding(&self, index: usize) -> wgpu::BindingResource<'_> {
+        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+            buffer: &self.buffer,
+            offset: self.stride * index as u64,
+            size: wgpu::BufferSize::new(self.block),
+        })
+    }
+}
+
 /// A byte window of a buffer to bind.
 pub(crate) struct Binding<'a> {
     pub buffer: &'a wgpu::Buffer,
@@ -105,32 +198,16 @@ pub(crate) struct Binding<'a> {
     pub size: u64,
 }
 
-/// Records one dispatch of `pipeline` over `buffers` (and `scalars`, if the
-/// pipeline takes them) into `encoder`.
+/// Records one dispatch of `pipeline` over `buffers` (and block `index` of
+/// `uniforms`, if the pipeline takes scalars) into `encoder`.
 pub(crate) fn dispatch(
     device: &wgpu::Device,
     encoder: &mut wgpu::CommandEncoder,
     pipeline: &Pipeline,
     buffers: &[Binding<'_>],
-    scalars: Option<&[u32]>,
+    uniforms: Option<(&Uniforms, usize)>,
     groups: [u32; 3],
 ) {
-    let scalar_buffer = scalars.map(|words| {
-        // At least 16 bytes, so small parameter structs always fit.
-        let mut bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
-        bytes.resize(bytes.len().max(16).div_ceil(16) * 16, 0);
-        let buffer = device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("weir scalars"),
-            size: bytes.len() as u64,
-            usage: wgpu::BufferUsages::UNIFORM,
-            mapped_at_creation: true,
-        });
-        if let Ok(mut view) = buffer.slice(..).get_mapped_range_mut() {
-            view.copy_from_slice(&bytes);
-        }
-        buffer.unmap();
-        buffer
-    });
     let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
         .iter()
         .enumerate()
@@ -143,8 +220,8 @@ pub(crate) fn dispatch(
             }),
         })
         .collect();
-    if let Some(buffer) = &scalar_buffer {
-        entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: buffer.as_entire_binding() });
+    if let Some((uniforms, index)) = uniforms {
+        entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniforms.binding(index) });
     }
     let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,

@@ -4,7 +4,15 @@
 //! registered and parks on a condvar otherwise: no busy loop, and no future
 //! ever polls the device from its own `poll`. Completion callbacks run on this
 //! long-lived thread, so waking futures costs one thread, not one per fence.
+//!
+//! Callbacks others registered on the device (through raw access, or another
+//! runtime on the same device) run in the same polls, and may panic: the
+//! thread contains that and goes on polling. wgpu drops the callbacks of the
+//! batch that were not fired yet when one panics, so every callback of ours is
+//! made with [`once`]: its body runs when it is dropped uncalled too.
 
+use std::marker::PhantomData;
+use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -47,6 +55,35 @@ impl PollState {
     }
 }
 
+/// The body of a wgpu callback, run exactly once: with the callback's
+/// argument when wgpu calls it, with `None` when wgpu drops it uncalled.
+pub(crate) struct Once<A, F: FnOnce(Option<A>)> {
+    body: Option<F>,
+    _argument: PhantomData<fn(A)>,
+}
+
+/// Wraps `body` (see [`Once`]).
+pub(crate) fn once<A, F: FnOnce(Option<A>)>(body: F) -> Once<A, F> {
+    Once { body: Some(body), _argument: PhantomData }
+}
+
+impl<A, F: FnOnce(Option<A>)> Once<A, F> {
+    /// Runs the body with the callback's argument.
+    pub fn call(mut self, argument: A) {
+        if let Some(body) = self.body.take() {
+            body(Some(argument));
+        }
+    }
+}
+
+impl<A, F: FnOnce(Option<A>)> Drop for Once<A, F> {
+    fn drop(&mut self) {
+        if let Some(body) = self.body.take() {
+            body(None);
+        }
+    }
+}
+
 /// Owns the poll thread; dropping it lets the thread finish the callbacks
 /// still registered, then joins it.
 pub(crate) struct Poller {
@@ -82,7 +119,10 @@ fn run(device: &wgpu::Device, state: &PollState) {
             }
             waiting.registered
         };
-        let outcome = device.poll(wgpu::PollType::wait_indefinitely());
+        // A panicking callback unwinds out of `poll`; the callbacks wgpu had
+        // not fired yet ran their drop paths (see `once`). Poll again.
+        let outcome = catch_unwind(AssertUnwindSafe(|| device.poll(wgpu::PollType::wait_indefinitely())))
+            .unwrap_or(Ok(wgpu::PollStatus::WaitSucceeded));
         // An empty queue with callbacks still pending and nothing new registered
         // means they wait on something outside the queue: back off, never spin.
         if matches!(outcome, Ok(wgpu::PollStatus::QueueEmpty) | Err(_)) {

@@ -13,6 +13,12 @@ use super::memory::WgpuMemory;
 /// `get_timestamp_period`: work submitted on it directly, and
 /// `Queue::write_buffer` (which runs at the start of the *next* submission),
 /// are not ordered with the stream.
+///
+/// Callbacks registered on the device or queue (`on_submitted_work_done`,
+/// `map_async`) run wherever wgpu fires them: on Weir's poll thread, or
+/// inside any queue submission Weir makes — with the runtime's locks held.
+/// They must not call into Weir and should not block; a panic in one is
+/// contained and stops nothing.
 pub struct WgpuRawAccess {
     pub(crate) device: wgpu::Device,
     pub(crate) queue: wgpu::Queue,

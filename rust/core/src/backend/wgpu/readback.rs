@@ -1,18 +1,26 @@
 //! Downloads: the device copies into a staging buffer, `map_async` maps it
-//! once that copy is done, and the poll thread hands the bytes to the
-//! reader's [`HostSink`]. The staging buffer is owned by exactly one of the
-//! pending read or the map callback, and freed with it on every path: data
-//! delivered, mapping failed, stream failed before the read, or backend
-//! dropped before the read was issued. A reader that stopped waiting changes
-//! nothing: the sink is filled and dropped.
+//! once that copy is done, and the bytes go to the reader's [`HostSink`].
+//! The staging buffer is owned by exactly one of the pending read or the map
+//! callback, and freed with it on every path: data delivered, mapping failed,
+//! stream failed before the read, or backend dropped before the read was
+//! issued. A reader that stopped waiting changes nothing: the sink is filled
+//! and dropped.
+//!
+//! A lane's signals wait for its reads ([`Reads`]): map callbacks and
+//! submission callbacks fire from different device polls (the poll thread's,
+//! and the one inside every `Queue::submit`, on any thread), in no order
+//! between them, so "the submission is done" does not mean "the bytes are
+//! delivered".
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
-use super::poll::PollState;
+use super::poll::{once, PollState};
 use super::scope::BACKEND;
 use crate::backend::HostSink;
 use crate::error::Error;
+use crate::lock::lock;
 
 /// A download whose device copy is recorded, waiting for its submission.
 pub(crate) struct Readback {
@@ -23,23 +31,112 @@ pub(crate) struct Readback {
     pub sink: Arc<HostSink>,
 }
 
+type Then = Box<dyn FnOnce() + Send>;
+
+#[derive(Default)]
+struct ReadState {
+    /// Reads started so far; each one's number is its order.
+    started: u64,
+    /// Every read numbered below this has delivered.
+    delivered_below: u64,
+    /// Whether each read from `delivered_below` on has delivered.
+    delivered: VecDeque<bool>,
+    /// Work waiting for every read below a number to deliver, in order of
+    /// that number (a lane issues in order).
+    waiting: VecDeque<(u64, Then)>,
+}
+
+/// One lane's reads in flight.
+#[derive(Default)]
+pub(crate) struct Reads {
+    state: Mutex<ReadState>,
+}
+
+impl Reads {
+    /// True when every read started so far has delivered.
+    pub fn idle(&self) -> bool {
+        let state = lock(&self.state);
+        state.delivered_below == state.started
+    }
+
+    /// Runs `then` once every read started so far has delivered, on the
+    /// thread that delivers the last of them; hands it back unrun if they all
+    /// have already.
+    pub fn after_started<F: FnOnce() + Send + 'static>(&self, then: F) -> Option<F> {
+        let mut state = lock(&self.state);
+        if state.delivered_below == state.started {
+            return Some(then);
+        }
+        let upto = state.started;
+        state.waiting.push_back((upto, Box::new(then)));
+        None
+    }
+
+    fn start(&self) -> u64 {
+        let mut state = lock(&self.state);
+        let number = state.started;
+        state.started += 1;
+        state.delivered.push_back(false);
+        number
+    }
+
+    /// Read `number` delivered (or failed): runs what no longer waits, outside the lock.
+    fn delivered(&self, number: u64) {
+        let ready = {
+            let mut state = lock(&self.state);
+            let base = state.delivered_below;
+            if let Some(flag) = number.checked_sub(base).and_then(|at| state.delivered.get_mut(at as usize)) {
+                *flag = true;
+            }
+            while state.delivered.front() == Some(&true) {
+                state.delivered.pop_front();
+                state.delivered_below += 1;
+            }
+            let mut ready = Vec::new();
+            while state.waiting.front().is_some_and(|(upto, _)| *upto <= state.delivered_below) {
+                if let Some((_, then)) = state.waiting.pop_front() {
+                    ready.push(then);
+                }
+            }
+            ready
+        };
+        for then in ready {
+            then();
+        }
+    }
+}
+
+/// Where a started read reports to.
+pub(crate) struct ReadContext<'a> {
+    pub poll: &'a Arc<PollState>,
+    pub reads: &'a Arc<Reads>,
+    /// Raised to `submission` once the read delivered: its copy's submission,
+    /// and every one before it, is then known done.
+    pub completed: &'a Arc<AtomicU64>,
+    pub submission: u64,
+}
+
 impl Readback {
     /// Fails the read; the staging buffer goes with `self`.
     pub fn fail(self, error: Error) {
         self.sink.fail(error);
     }
 
-    /// Maps the staging buffer; call after the copy's submission. `in_flight`
-    /// counts the stream's reads not yet delivered.
-    pub fn start(self, poll: &Arc<PollState>, in_flight: &Arc<AtomicUsize>) {
+    /// Maps the staging buffer; call after the copy's submission.
+    pub fn start(self, context: ReadContext<'_>) {
+        let ReadContext { poll, reads, completed, submission } = context;
         poll.register();
-        in_flight.fetch_add(1, Ordering::SeqCst);
-        let (poll, in_flight) = (poll.clone(), in_flight.clone());
+        let number = reads.start();
+        let (poll, reads, completed) = (poll.clone(), reads.clone(), completed.clone());
         let Readback { staging, skip, len, sink } = self;
         let mapped = staging.clone();
-        staging.map_async(wgpu::MapMode::Read, .., move |outcome| {
+        // Runs once: when wgpu calls it, or when wgpu drops it uncalled (a
+        // callback fired before it in the same batch panicked); then the
+        // buffer is mapped if its mapping succeeded, and reading says so.
+        let body = once(move |outcome: Option<Result<(), wgpu::BufferAsyncError>>| {
             let bytes = match outcome {
-                Ok(()) => {
+                Some(Err(e)) => Err(format!("mapping the read-back buffer failed: {e}")),
+                Some(Ok(())) | None => {
                     let copied = match mapped.slice(..).get_mapped_range() {
                         Ok(view) => view
                             .get(skip..skip + len)
@@ -50,15 +147,18 @@ impl Readback {
                     mapped.unmap();
                     copied
                 }
-                Err(e) => Err(format!("mapping the read-back buffer failed: {e}")),
             };
             drop(mapped);
             match bytes {
-                Ok(bytes) => sink.deliver(bytes),
+                Ok(bytes) => {
+                    sink.deliver(bytes);
+                    completed.fetch_max(submission, Ordering::SeqCst);
+                }
                 Err(message) => sink.fail(Error::backend(BACKEND, message)),
             }
-            in_flight.fetch_sub(1, Ordering::SeqCst);
+            reads.delivered(number);
             poll.done();
         });
+        staging.map_async(wgpu::MapMode::Read, .., move |outcome| body.call(outcome));
     }
 }

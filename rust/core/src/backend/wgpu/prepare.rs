@@ -1,0 +1,277 @@
+//! What `prepare` makes for one command, before the runtime's ordering
+//! boundary: everything that does not need the command's buffers. Pipelines
+//! are compiled (first use only), uniform blocks and upload staging buffers
+//! are created and filled, read-back buffers are created, and every check
+//! that needs only the command's byte ranges is made. `enqueue` is then left
+//! with bind groups and one encoder's recording ([`super::encode`]).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::builtin::{plan_elementwise, plan_patches, uniforms, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
+use super::device::Gpu;
+use super::memory::{align4, staging_with};
+use super::pipelines::{CompileError, Pipeline, Uniforms};
+use super::scope::{scoped, Failure, BACKEND};
+use crate::backend::{BinaryOp, Command, KernelArg, Span};
+use crate::error::Error;
+use crate::kernel::{Access, CustomKernel, Grid};
+
+/// What [`WgpuBackend::prepare`](super::WgpuBackend) made for one command.
+pub struct WgpuPrepared(pub(crate) Plan);
+
+pub(crate) enum Plan {
+    /// Nothing to make: a delay, or a copy (whose checks need the buffers).
+    Nothing,
+    Write(WritePlan),
+    Elementwise(ElementwisePlan),
+    Download {
+        staging: wgpu::Buffer,
+        first: u64,
+        size: u64,
+    },
+    Custom {
+        pipeline: Arc<Pipeline>,
+        uniforms: Option<Uniforms>,
+    },
+}
+
+/// Which bytes of a write go in bulk and which by masked word writes.
+pub(crate) struct Layout {
+    /// A word-aligned range written from the staging buffer (or cleared).
+    pub bulk: Option<(u64, u64)>,
+    /// Indices into the plan's patches.
+    pub patches: Vec<usize>,
+}
+
+/// A zero or an upload of one byte range, planned.
+pub(crate) struct WritePlan {
+    /// An upload's bytes for the widest bulk range, from its start.
+    pub staging: Option<wgpu::Buffer>,
+    pub patches: Option<PatchPlan>,
+    /// The layout when the range ends where it says.
+    pub exact: Layout,
+    /// For a range that ends inside a word: the layout when that end is the
+    /// buffer's end, whose padding is private and may be written in bulk
+    /// (known only once the buffer is, in `enqueue`).
+    pub to_buffer_end: Option<Layout>,
+}
+
+fn unsupported(what: String) -> Error {
+    Error::unsupported(BACKEND, what)
+}
+
+/// A device failure making a buffer of `bytes`, as the error that refuses the command.
+fn refused(failure: Failure, bytes: u64) -> Error {
+    match failure {
+        Failure::OutOfMemory => Error::OutOfMemory { bytes, host: false },
+        Failure::Message(message) => Error::backend(BACKEND, message),
+    }
+}
+
+/// Makes what `command` needs before its buffers are known.
+pub(crate) fn prepare<R>(gpu: &Gpu, command: &Command<R>) -> Result<WgpuPrepared, Error> {
+    check(gpu, command)?;
+    let elementwise = |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar).map(Plan::Elementwise);
+    let plan = match command {
+        Command::Delay { .. } | Command::Copy { .. } => Plan::Nothing,
+        Command::Zero { dst } => Plan::Write(plan_write(gpu, dst, None)?),
+        Command::Upload { dst, data } => {
+            if data.len() as u64 != dst.len {
+                return Err(Error::invalid(format!("{} bytes to upload into {} bytes", data.len(), dst.len)));
+            }
+            Plan::Write(plan_write(gpu, dst, Some(data))?)
+        }
+        Command::Fill { dst, word } => elementwise(Elementwise::Fill, dst, *word)?,
+        Command::Iota { out, start } => elementwise(Elementwise::Iota, out, *start)?,
+        Command::Binary { op, a, .. } => {
+            let kernel = match op {
+                BinaryOp::Add => Elementwise::Add,
+                BinaryOp::Mul => Elementwise::Mul,
+            };
+            elementwise(kernel, a, 0)?
+        }
+        Command::Scale { x, alpha, .. } => elementwise(Elementwise::Scale, x, alpha.to_bits())?,
+        Command::Axpy { x, alpha, .. } => elementwise(Elementwise::Axpy, x, alpha.to_bits())?,
+        Command::Download { src, .. } => {
+            let first = src.offset / 4 * 4;
+            let size = align4(src.offset + src.len) - first;
+            let staging = scoped(&gpu.device, || {
+                gpu.device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("weir read-back"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })
+            .map_err(|failure| refused(failure, size))?;
+            gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
+            Plan::Download { staging, first, size }
+        }
+        Command::Custom { kernel, args, .. } => prepare_custom(gpu, kernel, args)?,
+    };
+    Ok(WgpuPrepared(plan))
+}
+
+/// Checks what wgpu would otherwise reject by panicking or by failing the
+/// stream, as far as the byte ranges tell (a copy's check needs its buffers).
+fn check<R>(gpu: &Gpu, command: &Command<R>) -> Result<(), Error> {
+    let shape = gpu.shape;
+    let windowed = |span: &Span<R>| {
+        if !span.offset.is_multiple_of(shape.align) || !span.len.is_multiple_of(4) {
+            return Err(unsupported(format!(
+                "element-wise ops on bytes {}..{} (they need a start aligned to {} and whole words)",
+                span.offset,
+                span.offset + span.len,
+                shape.align
+            )));
+        }
+        Ok(())
+    };
+    match command {
+        Command::Fill { dst, .. } | Command::Iota { out: dst, .. } => windowed(dst),
+        Command::Binary { a, b, out, .. } => [a, b, out].into_iter().try_for_each(windowed),
+        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => [x, y].into_iter().try_for_each(windowed),
+        Command::Custom { kernel, grid, args } => check_custom(gpu, kernel, grid, args),
+        Command::Copy { .. } | Command::Zero { .. } | Command::Upload { .. } | Command::Download { .. } => Ok(()),
+        Command::Delay { .. } => Ok(()),
+    }
+}
+
+fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<(), Error> {
+    if kernel.wgsl.is_none() {
+        return Err(unsupported(format!("kernel {} has no WGSL source", kernel.name)));
+    }
+    let max = gpu.shape.max_groups;
+    if grid.groups.iter().any(|&g| g > max) {
+        return Err(Error::invalid(format!(
+            "kernel {}: {:?} work groups exceed the device's {max} per dimension",
+            kernel.name, grid.groups
+        )));
+    }
+    let buffers = args.iter().filter(|arg| matches!(arg, KernelArg::Buffer(..))).count();
+    if buffers as u64 > u64::from(gpu.limits.max_storage_buffers_per_shader_stage) {
+        return Err(unsupported(format!(
+            "kernel {} binds {buffers} storage buffers; the device allows {}",
+            kernel.name, gpu.limits.max_storage_buffers_per_shader_stage
+        )));
+    }
+    for arg in args {
+        if let KernelArg::Buffer(span, _) = arg {
+            if span.offset % gpu.shape.align != 0 || align4(span.len) > gpu.shape.window {
+                return Err(unsupported(format!(
+                    "kernel {}: a {}-byte buffer argument at offset {} (the device binds at most {} bytes, at offsets aligned to {})",
+                    kernel.name, span.len, span.offset, gpu.shape.window, gpu.shape.align
+                )));
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Compiles (first use) and stages the scalars of a custom kernel. A source
+/// that does not compile, or whose bindings disagree with the declared
+/// accesses, is the caller's error: it refuses the command with the
+/// compiler's message, before anything is admitted.
+fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, args: &[KernelArg<R>]) -> Result<Plan, Error> {
+    let source =
+        kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
+    let mut read_only = Vec::new();
+    let mut scalars = Vec::new();
+    for arg in args {
+        match arg {
+            KernelArg::Buffer(_, access) => read_only.push(*access == Access::Read),
+            KernelArg::Scalar(scalar) => scalars.push(scalar.bits()),
+        }
+    }
+    let pipeline = gpu
+        .pipelines
+        .get(&gpu.device, &source.code, &source.entry, &read_only, !scalars.is_empty())
+        .map_err(|error| match error {
+            CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),
+            CompileError::NoThread(message) => Error::backend(BACKEND, message),
+        })?;
+    let uniforms = if scalars.is_empty() { None } else { Some(uniforms(gpu, &[&scalars])?) };
+    Ok(Plan::Custom { pipeline, uniforms })
+}
+
+/// The bulk range and the partial words of a write of bytes `start..end`.
+fn layout(start: u64, end: u64, data: Option<&[u8]>) -> (Option<(u64, u64)>, Vec<MaskedWord>) {
+    if start >= end {
+        return (None, Vec::new());
+    }
+    let (lo, hi) = (align4(start), end / 4 * 4);
+    let mut partial = Vec::new();
+    let mut bulk = None;
+    if lo < hi {
+        bulk = Some((lo, hi));
+        if start < lo {
+            partial.push(start / 4);
+        }
+        if hi < end {
+            partial.push(hi / 4);
+        }
+    } else {
+        partial.push(start / 4);
+        if (end - 1) / 4 != start / 4 {
+            partial.push((end - 1) / 4);
+        }
+    }
+    let byte_at = |index: u64| data.and_then(|data| data.get(index as usize).copied()).unwrap_or(0);
+    let words = partial
+        .into_iter()
+        .map(|word| {
+            let (mut keep, mut bits) = (u32::MAX, 0u32);
+            for byte in (word * 4)..(word * 4 + 4) {
+                if byte >= start && byte < end {
+                    let shift = 8 * (byte % 4);
+                    keep &= !(0xFF << shift);
+                    bits |= u32::from(byte_at(byte - start)) << shift;
+                }
+            }
+            (word, keep, bits)
+        })
+        .collect();
+    (bulk, words)
+}
+
+/// Plans a write of `dst` from `data` (zeros without): whole words in bulk,
+/// partial words at either end by a masked write on the device (their other
+/// bytes are not ours), for either way the range may end (see [`WritePlan`]).
+fn plan_write<R>(gpu: &Gpu, dst: &Span<R>, data: Option<&[u8]>) -> Result<WritePlan, Error> {
+    let (start, end) = (dst.offset, dst.offset + dst.len);
+    let mut words = Vec::new();
+    let mut lay = |end: u64| {
+        let (bulk, partial) = layout(start, end, data);
+        let patches = partial
+            .into_iter()
+            .map(|word| {
+                words.push(word);
+                words.len() - 1
+            })
+            .collect();
+        Layout { bulk, patches }
+    };
+    let exact = lay(end);
+    let to_buffer_end = (dst.len > 0 && !end.is_multiple_of(4)).then(|| lay(align4(end)));
+    let widest = [&exact.bulk, &to_buffer_end.as_ref().and_then(|layout| layout.bulk)]
+        .into_iter()
+        .flatten()
+        .copied()
+        .reduce(|(lo, a), (_, b)| (lo, a.max(b)));
+    let staging = match (data, widest) {
+        (Some(data), Some((lo, hi))) => {
+            let from = (lo - start) as usize;
+            let to = ((hi - start) as usize).min(data.len());
+            let bytes = data.get(from..to).unwrap_or_default();
+            let staging = scoped(&gpu.device, || staging_with(&gpu.device, bytes))
+                .map_err(|failure| refused(failure, hi - lo))?
+                .map_err(|message| Error::backend(BACKEND, message))?;
+            gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
+            Some(staging)
+        }
+        _ => None,
+    };
+    let patches = if words.is_empty() { None } else { Some(plan_patches(gpu, &words)?) };
+    Ok(WritePlan { staging, patches, exact, to_buffer_end })
+}
