@@ -37,6 +37,12 @@ impl BackendKind {
     }
 }
 
+impl std::fmt::Display for BackendKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 /// The language a backend runs custom kernels in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum KernelLanguage {

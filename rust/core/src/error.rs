@@ -5,17 +5,19 @@
 
 use thiserror::Error;
 
+use crate::device::BackendKind;
+
 /// Everything that can go wrong in Weir.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 #[non_exhaustive]
 pub enum Error {
     /// The backend cannot be used on this machine (no driver, library or device).
     #[error("backend {backend} is unavailable: {reason}")]
-    Unavailable { backend: String, reason: String },
+    Unavailable { backend: BackendKind, reason: String },
 
     /// The backend does not support what was asked (for example a kernel without a source for it).
     #[error("unsupported on {backend}: {what}")]
-    Unsupported { backend: String, what: String },
+    Unsupported { backend: BackendKind, what: String },
 
     /// An argument is malformed: wrong size, wrong type, aliasing, …
     #[error("invalid argument: {0}")]
@@ -45,7 +47,11 @@ pub enum Error {
 
     /// A backend call failed.
     #[error("{backend} error: {message}")]
-    Backend { backend: String, message: String },
+    Backend { backend: BackendKind, message: String },
+
+    /// Weir broke one of its own invariants: a bug to report, not bad input.
+    #[error("internal error (a bug in Weir): {0}")]
+    Internal(String),
 
     /// The wait was cancelled before the work completed.
     #[error("the wait was cancelled")]
@@ -72,18 +78,22 @@ impl Error {
         }
     }
 
-    pub(crate) fn backend(backend: &str, message: impl Into<String>) -> Self {
-        Error::Backend { backend: backend.to_owned(), message: message.into() }
+    pub(crate) fn backend(backend: BackendKind, message: impl Into<String>) -> Self {
+        Error::Backend { backend, message: message.into() }
+    }
+
+    pub(crate) fn internal(message: impl Into<String>) -> Self {
+        Error::Internal(message.into())
     }
 
     /// Shorthand for [`Error::Unavailable`].
-    pub fn unavailable(backend: &str, reason: impl Into<String>) -> Self {
-        Error::Unavailable { backend: backend.to_owned(), reason: reason.into() }
+    pub fn unavailable(backend: BackendKind, reason: impl Into<String>) -> Self {
+        Error::Unavailable { backend, reason: reason.into() }
     }
 
     /// Shorthand for [`Error::Unsupported`].
-    pub fn unsupported(backend: &str, what: impl Into<String>) -> Self {
-        Error::Unsupported { backend: backend.to_owned(), what: what.into() }
+    pub fn unsupported(backend: BackendKind, what: impl Into<String>) -> Self {
+        Error::Unsupported { backend, what: what.into() }
     }
 }
 

@@ -142,7 +142,7 @@ impl PendingRead {
     }
 
     fn bytes(&self) -> Result<Vec<u8>> {
-        self.sink.take().ok_or_else(|| Error::backend("weir", "read completed without data"))
+        self.sink.take().ok_or_else(|| Error::internal("a read completed without its bytes"))
     }
 }
 

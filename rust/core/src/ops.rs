@@ -211,7 +211,7 @@ pub(crate) fn custom(
         KernelLanguage::HipC => kernel.hip.is_some(),
     };
     if !has_source {
-        let backend = engine.kind().name();
+        let backend = engine.kind();
         let wanted = match language {
             KernelLanguage::Rust => "a Rust closure (the CPU backend runs no kernel source)",
             KernelLanguage::Wgsl => "a WGSL source",

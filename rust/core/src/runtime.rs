@@ -48,7 +48,7 @@ fn open_engine(kind: BackendKind, fault: Option<Fault>) -> Result<Arc<dyn Engine
         #[cfg(feature = "hip")]
         BackendKind::Hip => engine(crate::backend::hip::HipBackend::open()?, fault),
         #[allow(unreachable_patterns)]
-        other => Err(Error::unavailable(other.name(), "not compiled in (enable its cargo feature)")),
+        other => Err(Error::unavailable(other, "not compiled in (enable its cargo feature)")),
     }
 }
 

@@ -102,7 +102,7 @@ fn opening_without_a_driver_is_unavailable_not_a_panic() {
             assert_eq!(runtime.info().backend, BackendKind::Cuda);
         }
         Err(Error::Unavailable { backend, reason }) => {
-            assert_eq!(backend, "cuda");
+            assert_eq!(backend, BackendKind::Cuda);
             if !driver_present {
                 assert!(reason.contains("libcuda"), "reason: {reason}");
             }

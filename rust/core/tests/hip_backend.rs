@@ -15,7 +15,7 @@ fn opening_without_a_device_is_unavailable_naming_the_cause() {
     match Runtime::open(BackendKind::Hip) {
         Ok(runtime) => assert_eq!(runtime.info().backend, BackendKind::Hip),
         Err(Error::Unavailable { backend, reason }) => {
-            assert_eq!(backend, "hip");
+            assert_eq!(backend, BackendKind::Hip);
             assert!(reason.contains("device"), "reason: {reason}");
             assert!(!required(), "hip is required but unavailable: {reason}");
         }

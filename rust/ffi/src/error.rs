@@ -79,15 +79,15 @@ pub type Result<T, E = WeirError> = std::result::Result<T, E>;
 pub fn debug_error_probe(variant: String) -> Result<()> {
     use weir_core::Error as E;
     let error = match variant.as_str() {
-        "Unavailable" => E::unavailable("probe", "no probe device"),
-        "Unsupported" => E::unsupported("probe", "probing"),
+        "Unavailable" => E::unavailable(weir_core::BackendKind::Cpu, "no probe device"),
+        "Unsupported" => E::unsupported(weir_core::BackendKind::Cpu, "probing"),
         "InvalidArgument" => E::InvalidArgument("probe argument".to_owned()),
         "OutOfRange" => E::OutOfRange { offset: 8, size: 8, len: 12 },
         "ForeignHandle" => E::ForeignHandle("buffer"),
         "Closed" => E::Closed,
         "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40, host: false },
         "OpFailed" => E::OpFailed { stream: 3, message: "probe op failed".to_owned() },
-        "Backend" => E::Backend { backend: "probe".to_owned(), message: "probe call failed".to_owned() },
+        "Backend" => E::Backend { backend: weir_core::BackendKind::Cpu, message: "probe call failed".to_owned() },
         "Cancelled" => E::Cancelled,
         other => return Err(WeirError::invalid(format!("no error variant named {other:?}"))),
     };

@@ -415,7 +415,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Puts a gate in `stream`: later work waits until it is opened.
     #[cfg(feature = "test-support")]
     fn hold(&self, _stream: &Self::Stream, _gate: Arc<Gate>) -> Result<()> {
-        Err(crate::Error::unsupported(self.kind().name(), "stream gates"))
+        Err(crate::Error::unsupported(self.kind(), "stream gates"))
     }
     /// The backend's counters now.
     fn counters(&self) -> BackendCounters;

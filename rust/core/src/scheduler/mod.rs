@@ -123,7 +123,7 @@ impl<B: Backend> StreamSlot<B> {
     }
 
     fn raw(&self, index: usize) -> Result<&Arc<B::Stream>> {
-        self.raw.as_ref().ok_or_else(|| Error::invalid(format!("stream {index} was retired")))
+        self.raw.as_ref().ok_or_else(|| Error::internal(format!("stream {index} was retired under a live handle")))
     }
 }
 
@@ -152,11 +152,11 @@ struct State<B: Backend> {
 
 impl<B: Backend> State<B> {
     fn slot(&self, stream: usize) -> Result<&StreamSlot<B>> {
-        self.streams.get(stream).ok_or_else(|| Error::invalid(format!("no stream {stream}")))
+        self.streams.get(stream).ok_or_else(|| Error::internal(format!("no stream {stream}")))
     }
 
     fn entry(&self, key: BufferKey) -> Result<&BufferEntry<B::Memory>> {
-        self.buffers.get(&key).ok_or_else(|| Error::invalid("buffer was released"))
+        self.buffers.get(&key).ok_or_else(|| Error::internal("a buffer with a live handle has no entry"))
     }
 
     fn is_busy(&self, stream: usize) -> bool {
@@ -281,7 +281,7 @@ impl<B: Backend> Scheduler<B> {
                 (None, Some(retired)) if retired.done.is_complete() => {}
                 (None, Some(Retired { last: Some(event), .. })) => self.backend.wait_event(target_raw, event)?,
                 (None, _) => {
-                    return Err(Error::backend(self.backend.kind().name(), format!("stream {source} has no event")))
+                    return Err(Error::internal(format!("stream {source} has neither a stream nor a final event")))
                 }
             }
             target_slot.seen.observe(source, source_slot.position, &source_slot.seen);

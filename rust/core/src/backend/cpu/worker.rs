@@ -12,6 +12,7 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 
 use crate::backend::{Counters, FailureTally, OpIo};
+use crate::device::BackendKind;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -124,7 +125,7 @@ impl CpuStream {
                     worker_progress.advance_after(|| {});
                 }
             })
-            .map_err(|e| Error::backend("cpu", format!("cannot start a stream thread: {e}")))?;
+            .map_err(|e| Error::backend(BackendKind::Cpu, format!("cannot start a stream thread: {e}")))?;
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
         Ok(CpuStream {
             index,
@@ -157,7 +158,9 @@ impl CpuStream {
 
     fn send(&self, job: Job) -> Result<()> {
         let sender = self.sender.as_ref().ok_or(Error::Closed)?;
-        sender.send(job).map_err(|_| Error::backend("cpu", format!("stream {} worker has stopped", self.index)))?;
+        sender
+            .send(job)
+            .map_err(|_| Error::backend(BackendKind::Cpu, format!("stream {} worker has stopped", self.index)))?;
         self.enqueued.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }

@@ -12,7 +12,7 @@ use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 
-const NAME: &str = "cuda";
+const NAME: BackendKind = BackendKind::Cuda;
 
 /// Every driver symbol this backend calls, checked before the first call:
 /// cudarc panics on a missing one.

@@ -17,6 +17,7 @@ mod nvrtc;
 pub use cudarc;
 
 use crate::backend::gpu::GpuBackend;
+use crate::device::BackendKind;
 use crate::error::{Error, Result};
 
 /// CUDA on device 0.
@@ -28,7 +29,9 @@ impl GpuBackend<driver::Cuda> {
         // The checks in `Cuda::open` make cudarc's loader panic-free; this
         // catches anything they missed.
         std::panic::catch_unwind(driver::Cuda::open)
-            .unwrap_or_else(|_| Err(Error::unavailable("cuda", "the CUDA driver library could not be loaded")))
+            .unwrap_or_else(|_| {
+                Err(Error::unavailable(BackendKind::Cuda, "the CUDA driver library could not be loaded"))
+            })
             .and_then(GpuBackend::new)
     }
 }

@@ -5,6 +5,7 @@ use std::ffi::c_void;
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 
 use crate::backend::gpu::rtc_calls;
+use crate::device::BackendKind;
 use crate::error::{Error, Result};
 
 const SYMBOLS: [&str; 7] = [
@@ -22,7 +23,7 @@ pub(crate) fn check_present() -> Result<()> {
     // SAFETY: only tries to load the library; no symbol is called.
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::unavailable(
-            "cuda",
+            BackendKind::Cuda,
             "the NVRTC library (libnvrtc.so) was not found; add the CUDA toolkit's lib64 to the library path",
         ));
     }
@@ -33,7 +34,7 @@ pub(crate) fn check_present() -> Result<()> {
         // SAFETY: looks a symbol up without calling it.
         .find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err())
     {
-        Some(missing) => Err(Error::unavailable("cuda", format!("NVRTC lacks {missing}"))),
+        Some(missing) => Err(Error::unavailable(BackendKind::Cuda, format!("NVRTC lacks {missing}"))),
         None => Ok(()),
     }
 }
@@ -58,5 +59,5 @@ rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: s
 /// Compiles `source` to a CUBIN for `arch` (`sm_90`, …).
 pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
     let options = [format!("--gpu-architecture={arch}"), "--std=c++17".to_owned()];
-    crate::backend::gpu::compile::<Nvrtc>("cuda", source, &options)
+    crate::backend::gpu::compile::<Nvrtc>(BackendKind::Cuda, source, &options)
 }

@@ -142,7 +142,7 @@ impl<D: Driver> Kernels<D> {
             let module = driver.module_load(&image)?;
             loaded.insert(source.to_owned(), Loaded { module, functions: HashMap::new() });
         }
-        let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND.name(), "kernel module vanished"))?;
+        let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND, "kernel module vanished"))?;
         if let Some(function) = module.functions.get(entry) {
             return Ok(*function);
         }

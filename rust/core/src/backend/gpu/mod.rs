@@ -175,7 +175,7 @@ impl<D: Driver> GpuBackend<D> {
     /// compile is an invalid argument carrying the compiler's log.
     fn prepare_custom<R>(&self, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<Prepared<D>> {
         let source = Self::custom_source(kernel).ok_or_else(|| {
-            Error::unsupported(D::KIND.name(), format!("kernel {} has no {} source", kernel.name, D::KIND.name()))
+            Error::unsupported(D::KIND, format!("kernel {} has no {} source", kernel.name, D::KIND.name()))
         })?;
         // Module loads need the device current on this thread, which may be any.
         self.driver().bind()?;
@@ -261,7 +261,7 @@ impl<D: Driver> GpuBackend<D> {
             .after(Box::new(move |status| match (status, loan.release()) {
                 // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
                 (Ok(()), Some(mut loan)) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
-                (Ok(()), None) => sink.fail(Error::backend(D::KIND.name(), "a download lost its staging buffer")),
+                (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
                 (Err(error), _) => sink.fail(error),
             }))
             // Nobody else will complete the read: fail it here.

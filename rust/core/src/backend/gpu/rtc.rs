@@ -3,6 +3,7 @@
 
 use std::ffi::{c_char, CStr, CString};
 
+use crate::device::BackendKind;
 use crate::error::{Error, Result};
 
 /// One runtime compiler's calls. Each returns the library's error text on failure.
@@ -126,7 +127,7 @@ impl<R: Rtc> Program<R> {
 
 /// Compiles `source` with `options` to the compiler's code image. A source
 /// that does not compile is an invalid argument, with the compiler's log.
-pub(crate) fn compile<R: Rtc>(backend: &str, source: &str, options: &[String]) -> Result<Vec<u8>> {
+pub(crate) fn compile<R: Rtc>(backend: BackendKind, source: &str, options: &[String]) -> Result<Vec<u8>> {
     let failed = |call: &str, message: String| Error::backend(backend, format!("{} {call}: {message}", R::NAME));
     let source = CString::new(source).map_err(|_| Error::invalid("kernel source contains a NUL byte"))?;
     let options = options

@@ -95,7 +95,7 @@ impl<D: Driver> GpuStream<D> {
                     let _ = catch_unwind(AssertUnwindSafe(move || callback(status)));
                 }
             })
-            .map_err(|e| Error::backend(D::KIND.name(), format!("cannot start a completion thread: {e}")))?;
+            .map_err(|e| Error::backend(D::KIND, format!("cannot start a completion thread: {e}")))?;
         Ok(Waiter { queue: Some(queue), thread: Some(thread) })
     }
 
@@ -114,9 +114,7 @@ impl<D: Driver> GpuStream<D> {
                 // SAFETY: both handles are alive and belong to this driver.
                 unsafe { self.device.driver.event_record(event.raw, self.raw)? };
                 let queue = waiter.queue.as_ref().ok_or(Error::Closed)?;
-                queue
-                    .send((event, callback))
-                    .map_err(|_| Error::backend(D::KIND.name(), "the completion thread has stopped"))
+                queue.send((event, callback)).map_err(|_| Error::backend(D::KIND, "the completion thread has stopped"))
             }
         }
     }

@@ -79,7 +79,7 @@ impl Shared {
             self.unbound_calls.fetch_add(1, Ordering::SeqCst);
         }
         if lock(&self.failing).contains(&call) {
-            return Err(Error::backend("cuda", format!("{call} failed")));
+            return Err(Error::backend(BackendKind::Cuda, format!("{call} failed")));
         }
         Ok(())
     }

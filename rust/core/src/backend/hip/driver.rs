@@ -13,7 +13,7 @@ use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 
-const NAME: &str = "hip";
+const NAME: BackendKind = BackendKind::Hip;
 
 /// `wall_clock64()` ticks per microsecond: the 100 MHz constant clock of
 /// `s_memrealtime` on the GFX9 and CDNA devices ROCm 5.2 supports.

@@ -37,5 +37,5 @@ pub(crate) fn compile(source: &str, arch: Option<&str>) -> Result<Vec<u8>> {
         options.push(format!("--offload-arch={arch}"));
     }
     let _compiling = lock(&COMPILING);
-    crate::backend::gpu::compile::<Hiprtc>("hip", source, &options)
+    crate::backend::gpu::compile::<Hiprtc>(crate::device::BackendKind::Hip, source, &options)
 }

@@ -8,9 +8,10 @@ use std::pin::pin;
 use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 
+use crate::device::BackendKind;
 use crate::error::Error;
 
-pub(crate) const BACKEND: &str = "wgpu";
+pub(crate) const BACKEND: BackendKind = BackendKind::Wgpu;
 
 struct NoWake;
 
