@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use cell::{Cell, Registration};
-pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread};
+pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread, release};
 
 use crate::diagnostics::LiveCounters;
 use crate::error::Result;

@@ -41,7 +41,7 @@ impl<B: Backend> Scheduler<B> {
             // A broken stream: drop it at once, its work will not finish anyway.
             done.complete(Ok(()));
         }
-        slot.retired = Some(Retired { last, done: done.clone() });
+        slot.retired = Some(Retired { last, done: done.clone(), raw: Arc::downgrade(&raw) });
         state.retiring.push(stream);
         drop(state);
         done.then_release(raw, || {});
@@ -70,11 +70,19 @@ impl<B: Backend> Scheduler<B> {
     fn signal_into(&self, slot: &StreamSlot<B>, done: &Arc<Completion>, kind: SignalKind) -> Result<()> {
         match (&slot.raw, &slot.retired) {
             (Some(raw), _) => self.backend.signal(raw, done.clone(), kind),
-            (None, Some(retired)) => {
-                let done = done.clone();
-                retired.done.then(move |outcome| done.complete(outcome.clone()));
-                Ok(())
-            }
+            (None, Some(retired)) => match retired.raw.upgrade() {
+                Some(raw) => {
+                    let signalled = self.backend.signal(&raw, done.clone(), kind);
+                    // This may be the last handle now: drop it where drops go.
+                    crate::completion::release(move || drop(raw));
+                    signalled
+                }
+                // Dropped: it is dropped only once its work is done.
+                None => {
+                    done.complete(Ok(()));
+                    Ok(())
+                }
+            },
             (None, None) => {
                 done.complete(Ok(()));
                 Ok(())

@@ -86,10 +86,14 @@ pub(crate) trait Engine: Send + Sync {
 }
 
 /// A stream whose last handle went: its backend stream drops once `done`.
-struct Retired<E> {
+struct Retired<B: Backend> {
     /// Covers all the stream's work, for streams that still depend on it.
-    last: Option<E>,
+    last: Option<B::Event>,
     done: Arc<Completion>,
+    /// The backend stream until the release thread drops it: a fence made
+    /// meanwhile signals it as any stream, so a blocking wait on the wake
+    /// thread never waits for the wake thread.
+    raw: std::sync::Weak<B::Stream>,
 }
 
 struct StreamSlot<B: Backend> {
@@ -106,7 +110,7 @@ struct StreamSlot<B: Backend> {
     unreported: FailureTally,
     /// An external write's closure is running on this stream.
     busy: bool,
-    retired: Option<Retired<B::Event>>,
+    retired: Option<Retired<B>>,
 }
 
 impl<B: Backend> StreamSlot<B> {

@@ -119,6 +119,37 @@ conformance! {
         assert!(matches!(after, Some(Error::Closed)));
     }
 
+    fn a_woken_task_may_wait_for_a_retired_streams_work(runtime: &Runtime) {
+        let kind = runtime.info().backend;
+        let outcome = within_deadline(move || {
+            let own = Runtime::open(kind).unwrap();
+            let s = own.new_stream().unwrap();
+            let held = hold(&s);
+            let fence = s.fence().unwrap();
+            let (results, received) = channel();
+            let woken = own.clone();
+            let wait = on_completion(&fence, move || {
+                // A stream retired with work still queued: the runtime's fence and
+                // its close cover that work, and are waited for here, on the wake thread.
+                let retired = woken.new_stream().unwrap();
+                retired.delay(Duration::from_millis(200)).unwrap();
+                drop(retired);
+                let waited = woken.fence().and_then(|fence| fence.wait());
+                let retired = woken.new_stream().unwrap();
+                retired.delay(Duration::from_millis(200)).unwrap();
+                drop(retired);
+                let _ = results.send((waited, woken.close()));
+            });
+            held.release();
+            let outcome = received.recv_timeout(DEADLINE);
+            drop(wait);
+            outcome
+        });
+        let (waited, closed) = outcome.expect("the woken task never finished");
+        waited.expect("a runtime fence from a woken task");
+        closed.expect("a close from a woken task");
+    }
+
     fn an_external_write_may_call_back_into_the_runtime(runtime: &Runtime) {
         let runtime = runtime.clone();
         within_deadline(move || {
