@@ -37,6 +37,13 @@ object Backends {
     }
 }
 
+/**
+ * Holds this stream for [micros] microseconds: a device-side delay op.
+ * `BuiltinOp.DELAY` is a test hook (weir-ffi's `test-support` feature, which
+ * xtask builds the suites' library with), so this lives with the tests.
+ */
+fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
+
 /** Runs [body] on a fresh runtime of [backend], shut down afterwards. */
 inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T = Backends.open(backend).use(body)
 
