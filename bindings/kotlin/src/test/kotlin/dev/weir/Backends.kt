@@ -1,8 +1,15 @@
 package dev.weir
 
+import kotlinx.coroutines.CoroutineScope
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.launch
 import org.junit.jupiter.api.Assertions.fail
 import org.junit.jupiter.api.Assumptions
+import java.util.concurrent.CompletableFuture
 import java.util.concurrent.ConcurrentHashMap
+import java.util.concurrent.ExecutionException
+import java.util.concurrent.TimeUnit
+import java.util.concurrent.TimeoutException
 
 /**
  * The backends the suite runs on.
@@ -82,4 +89,33 @@ fun eventually(timeoutMs: Long = 5_000, what: String, probe: () -> Boolean) {
         Thread.sleep(1)
     }
     fail<Unit>("timed out waiting for: $what")
+}
+
+/**
+ * Runs [body] as a coroutine on `Dispatchers.Unconfined` (it starts on this
+ * thread and, after each suspension, goes on on whichever thread resumed it)
+ * and returns its result; fails if it is not done within [timeoutMs], printing
+ * the JVM's threads, so that a hang fails the test instead of the build. A
+ * native hang needs `jstack -m` or gdb beside this.
+ */
+fun <T> finishesWithin(timeoutMs: Long = 20_000, what: String, body: suspend () -> T): T {
+    val result = CompletableFuture<T>()
+    CoroutineScope(Dispatchers.Unconfined).launch {
+        try {
+            result.complete(body())
+        } catch (e: Throwable) {
+            result.completeExceptionally(e)
+        }
+    }
+    return try {
+        result.get(timeoutMs, TimeUnit.MILLISECONDS)
+    } catch (e: ExecutionException) {
+        throw e.cause ?: e
+    } catch (_: TimeoutException) {
+        for ((thread, stack) in Thread.getAllStackTraces()) {
+            System.err.println("\"${thread.name}\" ${thread.state}")
+            stack.forEach { System.err.println("    at $it") }
+        }
+        fail<T>("$what did not finish within $timeoutMs ms (the JVM's threads are printed above)")
+    }
 }

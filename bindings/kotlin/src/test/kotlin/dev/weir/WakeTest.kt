@@ -1,0 +1,95 @@
+package dev.weir
+
+import kotlinx.coroutines.Dispatchers
+import kotlinx.coroutines.runBlocking
+import kotlinx.coroutines.withContext
+import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertSame
+import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.params.ParameterizedTest
+import org.junit.jupiter.params.provider.MethodSource
+
+/**
+ * Where suspended calls resume: on `weir-wake`, one long-lived thread per
+ * process that holds no Weir lock, so a coroutine resumed there inline may
+ * call any Weir API; the thread stays attached to the JVM between wake-ups.
+ */
+class WakeTest {
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a coroutine resumed inline by a completion calls back into Weir on the same and another stream`(
+        backend: String,
+    ): Unit = onRuntime(backend) { rt ->
+        val s = rt.defaultStream()
+        val t = rt.newStream()
+        val n = 1024
+        val xs = FloatArray(n) { it.toFloat() }
+        val threads = finishesWithin(what = "the calls from inside the resumed coroutine") {
+            val seen = mutableListOf<Thread>()
+            val x = s.upload(xs)
+            s.enqueueDelay(20_000u)
+            s.sync() // pending: resumed on the thread that delivers the completion
+            seen += Thread.currentThread()
+            // From here on, every call runs on that thread, inside its wake-up.
+            val fence = s.fence()
+            val y = s.zeros(n * 4L)
+            s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2f)) // y = 2x
+            s.enqueueDelay(10_000u)
+            fence.await()
+            fence.close()
+            s.sync()
+            seen += Thread.currentThread()
+            assertArrayEquals(FloatArray(n) { 2f * it }, s.readFloats(y))
+            // Another stream: waits for s's writes, suspends and resumes again.
+            val z = t.empty(n * 4L)
+            t.enqueueDelay(10_000u)
+            t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), z.writes()) // z = 3x
+            seen += Thread.currentThread()
+            assertArrayEquals(FloatArray(n) { 3f * it }, t.readFloats(z))
+            // Blocking waits on the waking thread are woken by the completion itself.
+            t.enqueueDelay(10_000u)
+            t.fence().use { it.waitBlocking() }
+            val bytes = s.readBlocking(z, 0uL, z.sizeBytes())
+            assertEquals(n * 4, bytes.size)
+            // A new stream, writes, reads and a runtime-wide sync, all from here.
+            val u = rt.newStream()
+            val w = u.upload(FloatArray(n) { 1f })
+            s.write(y, FloatArray(n) { 5f })
+            u.executeAsync(BuiltinOp.AXPY, y.reads(), w.readsWrites(), scalar(1f)) // w = 1 + 5
+            assertArrayEquals(FloatArray(n) { 6f }, u.readFloats(w))
+            u.enqueueDelay(10_000u)
+            rt.sync()
+            seen += Thread.currentThread()
+            listOf(x, y, z, w).forEach { it.close() }
+            u.close()
+            seen
+        }
+        assertEquals(List(threads.size) { WakerThreads.THREAD_NAME }, threads.map { it.baseName }, "resumed on these threads")
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `the weir-wake thread resumes coroutines and stays attached to the JVM between wake-ups`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.defaultStream()
+            val resumedOn = runBlocking {
+                withContext(Dispatchers.Unconfined) {
+                    List(3) {
+                        stream.enqueueDelay(5_000u)
+                        stream.sync() // woken by the delivery thread, which resumes this coroutine inline
+                        Thread.currentThread()
+                    }
+                }
+            }
+            val waker = resumedOn.first()
+            assertEquals(WakerThreads.THREAD_NAME, waker.baseName)
+            resumedOn.forEach { assertSame(waker, it, "every wake-up comes from the same attached thread") }
+            assertTrue(waker.isAlive && waker.isDaemon, "the waking thread stays attached, as a daemon")
+            val named = Thread.getAllStackTraces().keys.filter { it.baseName == WakerThreads.THREAD_NAME }
+            assertEquals(listOf(waker), named, "one waking thread per process")
+        }
+}
+
+/** The thread's name without the " @coroutine#N" the coroutine debugger (on under `-ea`) adds while one runs there. */
+private val Thread.baseName: String get() = name.substringBefore(" @coroutine#")
