@@ -51,8 +51,18 @@ object Backends {
  */
 fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
 
-/** Runs [body] on a fresh runtime of [backend], shut down afterwards. */
-inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T = Backends.open(backend).use(body)
+/**
+ * Runs [body] on a fresh runtime of [backend], shut down afterwards (closing
+ * the handle alone would end nothing while its streams live on).
+ */
+inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T =
+    Backends.open(backend).use { rt ->
+        try {
+            body(rt)
+        } finally {
+            rt.shutdown()
+        }
+    }
 
 /**
  * Keeps a stream busy until released: a gate where the backend has one (CPU),
@@ -89,6 +99,29 @@ fun eventually(timeoutMs: Long = 5_000, what: String, probe: () -> Boolean) {
         Thread.sleep(1)
     }
     fail<Unit>("timed out waiting for: $what")
+}
+
+/**
+ * Runs `System.gc()` and `System.runFinalization()` with short sleeps until
+ * [probe] holds (UniFFI frees an unreachable handle on its cleaner thread,
+ * after a collection), or fails after [timeoutMs].
+ */
+fun collectGarbageUntil(timeoutMs: Long = 10_000, what: String, probe: () -> Boolean) {
+    val deadline = System.nanoTime() + timeoutMs * 1_000_000
+    while (System.nanoTime() < deadline) {
+        if (probe()) return
+        collectGarbage(rounds = 1)
+    }
+    if (!probe()) fail<Unit>("timed out collecting garbage until: $what")
+}
+
+/** [rounds] of `System.gc()`, `System.runFinalization()` and a short sleep (for the cleaner thread). */
+fun collectGarbage(rounds: Int) {
+    repeat(rounds) {
+        System.gc()
+        System.runFinalization()
+        Thread.sleep(10)
+    }
 }
 
 /**
