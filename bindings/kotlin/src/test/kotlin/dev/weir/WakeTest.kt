@@ -1,5 +1,7 @@
 package dev.weir
 
+import com.sun.jna.Library
+import com.sun.jna.Native
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.runBlocking
 import kotlinx.coroutines.withContext
@@ -26,11 +28,11 @@ class WakeTest {
         val n = 1024
         val xs = FloatArray(n) { it.toFloat() }
         val threads = finishesWithin(what = "the calls from inside the resumed coroutine") {
-            val seen = mutableListOf<Thread>()
+            val seen = mutableListOf<String>()
             val x = s.upload(xs)
             s.enqueueDelay(20_000u)
             s.sync() // pending: resumed on the thread that delivers the completion
-            seen += Thread.currentThread()
+            seen += nativeThreadName()
             // From here on, every call runs on that thread, inside its wake-up.
             val fence = s.fence()
             val y = s.zeros(n * 4L)
@@ -39,13 +41,13 @@ class WakeTest {
             fence.await()
             fence.close()
             s.sync()
-            seen += Thread.currentThread()
+            seen += nativeThreadName()
             assertArrayEquals(FloatArray(n) { 2f * it }, s.readFloats(y))
             // Another stream: waits for s's writes, suspends and resumes again.
             val z = t.empty(n * 4L)
             t.enqueueDelay(10_000u)
             t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), z.writes()) // z = 3x
-            seen += Thread.currentThread()
+            seen += nativeThreadName()
             assertArrayEquals(FloatArray(n) { 3f * it }, t.readFloats(z))
             // Blocking waits on the waking thread are woken by the completion itself.
             t.enqueueDelay(10_000u)
@@ -60,12 +62,12 @@ class WakeTest {
             assertArrayEquals(FloatArray(n) { 6f }, u.readFloats(w))
             u.enqueueDelay(10_000u)
             rt.sync()
-            seen += Thread.currentThread()
+            seen += nativeThreadName()
             listOf(x, y, z, w).forEach { it.close() }
             u.close()
             seen
         }
-        assertEquals(List(threads.size) { WakerThreads.THREAD_NAME }, threads.map { it.baseName }, "resumed on these threads")
+        assertEquals(List(threads.size) { WakerThreads.THREAD_NAME }, threads, "resumed on these (native) threads")
     }
 
     @ParameterizedTest(name = "{0}")
@@ -78,13 +80,14 @@ class WakeTest {
                     List(3) {
                         stream.enqueueDelay(5_000u)
                         stream.sync() // woken by the delivery thread, which resumes this coroutine inline
-                        Thread.currentThread()
+                        Thread.currentThread() to nativeThreadName()
                     }
                 }
             }
-            val waker = resumedOn.first()
+            val waker = resumedOn.first().first
+            assertEquals(List(3) { WakerThreads.THREAD_NAME }, resumedOn.map { it.second }, "resumed on these (native) threads")
             assertEquals(WakerThreads.THREAD_NAME, waker.baseName)
-            resumedOn.forEach { assertSame(waker, it, "every wake-up comes from the same attached thread") }
+            resumedOn.forEach { assertSame(waker, it.first, "every wake-up comes from the same attached thread") }
             assertTrue(waker.isAlive && waker.isDaemon, "the waking thread stays attached, as a daemon")
             val named = Thread.getAllStackTraces().keys.filter { it.baseName == WakerThreads.THREAD_NAME }
             assertEquals(listOf(waker), named, "one waking thread per process")
@@ -93,3 +96,20 @@ class WakeTest {
 
 /** The thread's name without the " @coroutine#N" the coroutine debugger (on under `-ea`) adds while one runs there. */
 private val Thread.baseName: String get() = name.substringBefore(" @coroutine#")
+
+/** The C library calls that name the calling native thread. */
+@Suppress("FunctionName")
+private interface Pthreads : Library {
+    fun pthread_self(): Long
+
+    fun pthread_getname_np(thread: Long, name: ByteArray, length: Long): Int
+}
+
+private val pthreads: Pthreads by lazy { Native.load("c", Pthreads::class.java) }
+
+/** The calling thread's native name: what Rust named it, whatever the JVM calls it once attached. */
+private fun nativeThreadName(): String {
+    val name = ByteArray(64)
+    check(pthreads.pthread_getname_np(pthreads.pthread_self(), name, name.size.toLong()) == 0)
+    return name.decodeToString().substringBefore('\u0000')
+}
