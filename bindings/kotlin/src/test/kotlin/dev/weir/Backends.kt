@@ -52,17 +52,18 @@ object Backends {
 fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
 
 /**
- * Runs [body] on a fresh runtime of [backend], shut down afterwards (closing
- * the handle alone would end nothing while its streams live on).
+ * Runs [body] on a fresh runtime of [backend], shut down and closed once it
+ * returns (closing the handle alone would end nothing while its streams live
+ * on). When [body] fails, the handle is left to the cleaner: a shutdown could
+ * wait forever behind a hung test.
  */
-inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T =
-    Backends.open(backend).use { rt ->
-        try {
-            body(rt)
-        } finally {
-            rt.shutdown()
-        }
-    }
+inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T {
+    val rt = Backends.open(backend)
+    val result = body(rt)
+    rt.shutdown()
+    rt.close()
+    return result
+}
 
 /**
  * Keeps a stream busy until released: a gate where the backend has one (CPU),
