@@ -2,9 +2,6 @@ package dev.weir
 
 import com.sun.jna.Library
 import com.sun.jna.Native
-import kotlinx.coroutines.Dispatchers
-import kotlinx.coroutines.runBlocking
-import kotlinx.coroutines.withContext
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertSame
@@ -75,13 +72,11 @@ class WakeTest {
     fun `the weir-wake thread resumes coroutines and stays attached to the JVM between wake-ups`(backend: String): Unit =
         onRuntime(backend) { rt ->
             val stream = rt.defaultStream()
-            val resumedOn = runBlocking {
-                withContext(Dispatchers.Unconfined) {
-                    List(3) {
-                        stream.enqueueDelay(5_000u)
-                        stream.sync() // woken by the delivery thread, which resumes this coroutine inline
-                        Thread.currentThread() to nativeThreadName()
-                    }
+            val resumedOn = finishesWithin(what = "three wake-ups") {
+                List(3) {
+                    stream.enqueueDelay(5_000u)
+                    stream.sync() // woken by the delivery thread, which resumes this coroutine inline
+                    Thread.currentThread() to nativeThreadName()
                 }
             }
             val waker = resumedOn.first().first
