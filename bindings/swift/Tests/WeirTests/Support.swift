@@ -71,6 +71,21 @@ struct Gate: Sendable {
     func release() { hold?.release() }
 }
 
+extension Weir.Stream {
+    /// Holds the stream for `duration`: the device-side delay op, a test hook
+    /// (weir-ffi's `test-support` feature, which xtask builds the suites'
+    /// library with), so it lives with the tests.
+    func delay(_ duration: Duration) throws {
+        let (seconds, attoseconds) = duration.components
+        let micros = Double(seconds) * 1_000_000 + Double(attoseconds) / 1e12
+        let clamped = micros.isNaN ? 0 : min(max(micros, 0), Double(UInt32.max))
+        try execute(kernel: delayKernel, grid: Grid(), args: [.u32(value: UInt32(clamped))])
+    }
+}
+
+/// The delay op's kernel, made once.
+private let delayKernel = Kernel.builtin(op: .delay)
+
 /// Seconds since `start`.
 func seconds(since start: ContinuousClock.Instant) -> Double {
     let elapsed = ContinuousClock.now - start
