@@ -53,10 +53,11 @@ pub fn prepare(profile: Profile) -> Result {
 /// The build steps applied to the generated Kotlin (UniFFI is pinned, so the
 /// anchors are stable; a missing anchor fails the build instead of skipping):
 ///
-/// 1. Waker threads stay attached. When the continuation callback object
+/// 1. The waking thread stays attached. When the continuation callback object
 ///    initialises (before any call can suspend), it registers `WakerThreads`'
-///    JNA thread policy, so the Rust threads that wake coroutines stay attached
-///    to the JVM instead of attaching and detaching on every wake-up.
+///    JNA thread policy, so `weir-wake`, the one Rust thread that wakes
+///    coroutines, stays attached to the JVM instead of attaching and detaching
+///    on every wake-up.
 /// 2. A closed handle passed as an argument is refused. UniFFI 0.32 lowers an
 ///    object argument with `uniffiCloneHandle()`, which does not check that the
 ///    handle was destroyed: passing a closed `Buffer` to a call clones a freed
@@ -65,7 +66,7 @@ pub fn prepare(profile: Profile) -> Result {
 fn patch_generated() -> Result {
     const PATCHES: [(&str, &str, &str); 2] = [
         (
-            "waker threads",
+            "waking thread",
             "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {",
             "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {\n    init { WakerThreads.install(this) }",
         ),
@@ -117,7 +118,7 @@ pub fn demo(args: &[String]) -> Result {
 /// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
 /// suspend round trip (`sync()` on an idle stream, `executeAsync` with a no-op
 /// kernel) beside the same weir-ffi calls made from Rust in the same run, then
-/// the same with JNA's default thread policy for waker threads, for comparison.
+/// the same with JNA's default thread policy for the waking thread, for comparison.
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
     let output = crate::util::cargo()

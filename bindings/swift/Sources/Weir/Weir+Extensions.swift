@@ -88,7 +88,7 @@ extension Stream {
 private enum Builtins {
     static let kernels: [BuiltinOp: Kernel] = Dictionary(
         uniqueKeysWithValues: [
-            BuiltinOp.memsetZero, .fillU32, .fillI32, .fillF32, .copy, .add, .mul, .scale, .axpy, .iota, .delay,
+            BuiltinOp.memsetZero, .fillU32, .fillI32, .fillF32, .copy, .add, .mul, .scale, .axpy, .iota,
         ].map { ($0, Kernel.builtin(op: $0)) }
     )
 
@@ -156,14 +156,6 @@ extension Stream {
     /// `out[i] = start + i` over `UInt32`s.
     public func iota(_ out: Buffer, from start: UInt32 = 0) throws {
         try builtin(.iota, [.write(out), .u32(value: start)])
-    }
-
-    /// Holds the stream for `duration` (tests and benchmarks).
-    public func delay(_ duration: Duration) throws {
-        let (seconds, attoseconds) = duration.components
-        let micros = Double(seconds) * 1_000_000 + Double(attoseconds) / 1e12
-        let clamped = micros.isNaN ? 0 : min(max(micros, 0), Double(UInt32.max))
-        try builtin(.delay, [.u32(value: UInt32(clamped))])
     }
 }
 

@@ -42,13 +42,16 @@ func runDemo() async throws -> Bool {
 
     let (load, compute, reduce) = (try runtime.newStream(), try runtime.newStream(), try runtime.newStream())
     let total = try reduce.zeros(count: words, of: Float.self)
+    // The load's latency: the device-side delay op, a test-support hook that
+    // xtask builds the demo's library with.
+    let latency = Kernel.builtin(op: .delay)
     let clock = ContinuousClock()
     let start = clock.now
     var fences: [(chunk: Int, fence: Fence)] = []
     for chunk in 0..<chunks {
         // Load: chunk i holds the value i everywhere, after a little I/O-like latency.
         let input = try load.empty(count: words, of: Float.self)
-        try load.delay(.milliseconds(5))
+        try load.execute(kernel: latency, grid: Grid(), args: [.u32(value: 5_000)])  // 5 ms
         try load.fill(input, with: Float(chunk))
         // Compute: y = 2·x + 1, waiting only for this chunk's load.
         let y = try compute.empty(count: words, of: Float.self)

@@ -1,4 +1,6 @@
-// Shutting a runtime down: with work in flight, twice, and using it after.
+// A runtime's life: shutdown() with work in flight, from two threads, twice,
+// and using it after; releasing the Runtime reference, which ends nothing
+// (every stream, buffer and fence keeps the runtime alive) and never blocks.
 
 import Foundation
 import Testing
@@ -32,16 +34,59 @@ struct LifecycleTests {
         try await waiting.value
     }
 
-    @Test("releasing the last Runtime reference shuts it down, after the work in flight",
+    @Test("releasing the last Runtime reference ends nothing: it returns at once, its stream keeps working",
           arguments: TestBackend.allCases)
-    func releasingTheRuntimeShutsItDown(backend: TestBackend) async throws {
+    func releasingTheRuntimeKeepsItsStreams(backend: TestBackend) async throws {
         var runtime = try backend.open()  // the only reference
-        guard let stream = runtime?.defaultStream() else { return }
-        try stream.delay(.milliseconds(50))
+        guard let stream = runtime?.defaultStream(), let other = try runtime?.newStream() else { return }
+        let buffer = try stream.upload([Float(1), 2, 3, 4])
+        try stream.delay(.milliseconds(300))
         let fence = try stream.fence()
-        runtime = nil  // the Swift handle goes: Rust shuts the runtime down
-        #expect(fence.isComplete(), "deinit returned before the work in flight finished")
-        await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.sync() }
+        let released = ContinuousClock.now
+        runtime = nil  // the Swift handle goes; the streams keep the runtime alive
+        #expect(seconds(since: released) < 0.1, "releasing the Runtime waited for the queued work")
+        #expect(!fence.isComplete(), "the queued work cannot be done yet")
+        try await fence.await()
+        for round in 1...3 {
+            #expect(try await other.read(buffer, as: Float.self) == [1, 2, 3, 4].map { $0 + Float(round - 1) })
+            let ones = try other.upload([Float](repeating: 1, count: 4))
+            try other.axpy(1, ones, buffer)  // buffer += 1
+            try await other.sync()
+        }
+        try await stream.write([Float(9), 8, 7, 6], to: buffer)
+        #expect(try await stream.read(buffer, as: Float.self) == [9, 8, 7, 6])
+    }
+
+    @Test("releasing every handle of a runtime with queued work returns at once", arguments: TestBackend.allCases)
+    func releasingABusyRuntimeDoesNotBlock(backend: TestBackend) async throws {
+        var runtime = try backend.open()
+        var stream = runtime?.defaultStream()
+        var other = try runtime?.newStream()
+        guard stream != nil, other != nil else { return }
+        var buffer = try other?.zeros(count: 1024, of: Float.self)
+        try stream?.delay(.milliseconds(500))
+        try other?.delay(.milliseconds(500))
+        if let buffer { try other?.fill(buffer, with: Float(1)) }
+        let released = ContinuousClock.now
+        runtime = nil
+        stream = nil
+        buffer = nil
+        other = nil  // the last handle: the work drains and the device goes in the background
+        #expect(seconds(since: released) < 0.1, "releasing the last handles waited for the queued work")
+    }
+
+    @Test("shutdown() from two threads at once: both return only after the queued work",
+          arguments: TestBackend.allCases)
+    func concurrentShutdownsBothWait(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let stream = runtime.defaultStream()
+        try stream.delay(.milliseconds(300))
+        let fence = try stream.fence()
+        async let first = onThread { try runtime.shutdown(); return fence.isComplete() }
+        async let second = onThread { try runtime.shutdown(); return fence.isComplete() }
+        let (a, b) = try await (first, second)
+        #expect(a && b, "a shutdown() returned before the queued work was done (\(a), \(b))")
+        await expectWeirError("Closed", mentioning: ["closed"]) { try stream.fence() }
     }
 
     @Test("shutting down twice does nothing", arguments: TestBackend.allCases)

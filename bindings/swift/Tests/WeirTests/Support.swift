@@ -71,6 +71,21 @@ struct Gate: Sendable {
     func release() { hold?.release() }
 }
 
+extension Weir.Stream {
+    /// Holds the stream for `duration`: the device-side delay op, a test hook
+    /// (weir-ffi's `test-support` feature, which xtask builds the suites'
+    /// library with), so it lives with the tests.
+    func delay(_ duration: Duration) throws {
+        let (seconds, attoseconds) = duration.components
+        let micros = Double(seconds) * 1_000_000 + Double(attoseconds) / 1e12
+        let clamped = micros.isNaN ? 0 : min(max(micros, 0), Double(UInt32.max))
+        try execute(kernel: delayKernel, grid: Grid(), args: [.u32(value: UInt32(clamped))])
+    }
+}
+
+/// The delay op's kernel, made once.
+private let delayKernel = Kernel.builtin(op: .delay)
+
 /// Seconds since `start`.
 func seconds(since start: ContinuousClock.Instant) -> Double {
     let elapsed = ContinuousClock.now - start
@@ -124,4 +139,70 @@ extension Gate {
             }
         }
     }
+}
+
+/// A task executor that runs each job at once on the thread that enqueues it.
+/// A Task preferring it resumes inline on whichever thread resumes its
+/// continuation: for a Weir wait, the thread that delivers the completion
+/// (the Swift counterpart of Kotlin's `Dispatchers.Unconfined`).
+final class InlineExecutor: TaskExecutor {
+    func enqueue(_ job: consuming ExecutorJob) {
+        job.runSynchronously(on: asUnownedTaskExecutor())
+    }
+}
+
+/// The calling thread's native name (what Rust named the thread).
+func nativeThreadName() -> String {
+    #if canImport(Darwin)
+    var name = [CChar](repeating: 0, count: 64)
+    guard pthread_getname_np(pthread_self(), &name, name.count) == 0 else { return "?" }
+    return String(decoding: name.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+    #else
+    // Glibc's pthread_getname_np is not in Swift's Glibc module; Linux names it here.
+    let comm = try? String(contentsOfFile: "/proc/thread-self/comm", encoding: .utf8)
+    return comm?.trimmingCharacters(in: .newlines) ?? "?"
+    #endif
+}
+
+/// Resumes a continuation once: with the first outcome offered, later ones dropped.
+private final class FirstOutcome<T: Sendable>: @unchecked Sendable {
+    private let lock = NSLock()
+    private var continuation: CheckedContinuation<Result<T, any Error>?, Never>?
+
+    init(_ continuation: CheckedContinuation<Result<T, any Error>?, Never>) {
+        self.continuation = continuation
+    }
+
+    func offer(_ outcome: Result<T, any Error>?) {
+        let continuation = lock.withLock { () -> CheckedContinuation<Result<T, any Error>?, Never>? in
+            defer { self.continuation = nil }
+            return self.continuation
+        }
+        continuation?.resume(returning: outcome)
+    }
+}
+
+/// Runs `body` in a Task that prefers `executor` and returns its value, or
+/// records an issue and returns nil if it is not done within `timeout`: a
+/// hang fails the test instead of the run (the stuck Task is left behind).
+func finishes<T: Sendable>(
+    within timeout: Duration = .seconds(20), _ what: String, on executor: any TaskExecutor,
+    sourceLocation: SourceLocation = #_sourceLocation,
+    _ body: @escaping @Sendable () async throws -> T
+) async throws -> T? {
+    let outcome = await withCheckedContinuation { (continuation: CheckedContinuation<Result<T, any Error>?, Never>) in
+        let first = FirstOutcome(continuation)
+        Task(executorPreference: executor) {
+            do { first.offer(.success(try await body())) } catch { first.offer(.failure(error)) }
+        }
+        Task {
+            try? await Task.sleep(for: timeout)
+            first.offer(nil)
+        }
+    }
+    guard let outcome else {
+        Issue.record("\(what) did not finish within \(timeout)", sourceLocation: sourceLocation)
+        return nil
+    }
+    return try outcome.get()
 }

@@ -5,21 +5,27 @@ import com.sun.jna.CallbackThreadInitializer
 import com.sun.jna.Native
 
 /**
- * Keeps the Rust threads that wake suspended calls attached to the JVM.
+ * Keeps the Rust thread that wakes suspended calls attached to the JVM.
  *
- * A suspended Weir call resumes when a Rust thread (a CPU stream's worker,
- * the wgpu poll thread, a CUDA/HIP callback) calls the bindings' continuation
- * callback. By default JNA attaches such a native thread to the JVM for the
- * call and detaches it afterwards, which makes every wake-up several times
- * dearer. Weir wakes from few, long-lived threads, so it keeps them attached
- * (as daemon threads, detached by JNA when they exit).
+ * A suspended Weir call resumes when Rust calls the bindings' continuation
+ * callback. Weir makes that call from one place only: `weir-wake`, a
+ * long-lived thread per process that runs every waker, holding no Weir lock
+ * (never a CPU worker, the wgpu poll thread or a CUDA/HIP callback). So a
+ * coroutine resumed there (on `Dispatchers.Unconfined`) may call any Weir API.
+ * By default JNA attaches a native thread to the JVM for each callback and
+ * detaches it afterwards, which makes every wake-up several times dearer; this
+ * keeps `weir-wake` attached, as a daemon thread of the same name (detached
+ * by JNA if it ever exits).
  *
  * The build installs this on the generated continuation callback when its
  * object initialises, before any call can suspend. Set the system property
  * `weir.wakers.detach=true` to measure the JNA default instead.
  */
 object WakerThreads {
-    /** Whether waker threads stay attached between wake-ups (false when `weir.wakers.detach=true`). */
+    /** The JVM name of the waking thread: the name Rust gives it. */
+    const val THREAD_NAME: String = "weir-wake"
+
+    /** Whether the waking thread stays attached between wake-ups (false when `weir.wakers.detach=true`). */
     val keepAttached: Boolean = !java.lang.Boolean.getBoolean("weir.wakers.detach")
 
     /** Registers the thread policy for [callback]; called from the generated bindings. */
@@ -28,7 +34,7 @@ object WakerThreads {
         if (keepAttached) {
             Native.setCallbackThreadInitializer(
                 callback,
-                CallbackThreadInitializer(/* daemon = */ true, /* detach = */ false, "weir-waker"),
+                CallbackThreadInitializer(/* daemon = */ true, /* detach = */ false, THREAD_NAME),
             )
         }
     }

@@ -84,9 +84,6 @@ fun Stream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), singl
 suspend fun Stream.executeAsync(op: BuiltinOp, vararg args: Arg, cancel: CancelToken? = null) =
     executeAsync(op.kernel(), single, args.toList(), cancel)
 
-/** Holds this stream for [micros] microseconds (a device-side delay op; tests and benchmarks). */
-fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
-
 /** Enough groups of [block] threads along x to cover [items] items. */
 fun Grid.Companion.linear(items: Int, block: Int = 64): Grid =
     gridLinear(items.coerceAtLeast(0).toUInt(), block.coerceAtLeast(1).toUInt())

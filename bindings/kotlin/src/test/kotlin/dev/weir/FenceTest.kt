@@ -67,19 +67,4 @@ class FenceTest {
         assertEquals(0uL, diagnostics.liveWaiters)
         assertEquals(0uL, diagnostics.liveFences)
     }
-
-    @ParameterizedTest(name = "{0}")
-    @MethodSource(BACKENDS)
-    fun `waker threads stay attached to the JVM between wake-ups`(backend: String): Unit = onRuntime(backend) { rt ->
-        val stream = rt.defaultStream()
-        runBlocking {
-            repeat(3) {
-                stream.enqueueDelay(5_000u)
-                stream.sync() // woken by the backend's completion thread
-            }
-        }
-        val wakers = Thread.getAllStackTraces().keys.filter { it.name.startsWith("weir-waker") }
-        assertTrue(wakers.isNotEmpty(), "no waker thread stayed attached")
-        assertTrue(wakers.all { it.isDaemon }, "attached waker threads must not keep the JVM alive")
-    }
 }

@@ -40,7 +40,7 @@ fun main(args: Array<String>) {
     val name = list.windowed(2).firstOrNull { it[0] == "--backend" }?.get(1) ?: "cpu"
     val baselines = list.windowed(3).filter { it[0] == "--baseline" }.associate { it[1] to it[2].toDouble() }
     val backend = Backend.entries.first { it.name.equals(name, ignoreCase = true) }
-    val wakers = if (WakerThreads.keepAttached) "waker threads kept attached" else "waker threads detached per wake (JNA default)"
+    val wakers = if (WakerThreads.keepAttached) "the waking thread kept attached" else "the waking thread detached per wake (JNA default)"
     val figures = mutableListOf<Figure>()
     Runtime.open(backend).use { runtime ->
         val stream = runtime.defaultStream()
