@@ -6,7 +6,6 @@ import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertSame
 import org.junit.jupiter.api.Assertions.assertTrue
-import org.junit.jupiter.api.Disabled
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
 
@@ -68,7 +67,6 @@ class WakeTest {
         assertEquals(List(threads.size) { WakerThreads.THREAD_NAME }, threads, "resumed on these (native) threads")
     }
 
-    @Disabled(RETIRED_STREAM_WAIT_BUG)
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
     fun `a blocking wait on weir-wake covers a retired stream's queued work`(backend: String): Unit =
@@ -87,7 +85,6 @@ class WakeTest {
             }
         }
 
-    @Disabled(RETIRED_STREAM_WAIT_BUG)
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
     fun `shutdown on weir-wake waits for a retired stream's queued work`(backend: String) {
@@ -139,8 +136,6 @@ private val Thread.baseName: String get() = name.substringBefore(" @coroutine#")
  * blocking on `weir-wake` for it waits for itself, and every wake-up in the
  * process stops with it. Enable them once the core fixes it.
  */
-private const val RETIRED_STREAM_WAIT_BUG =
-    "core bug: a blocking runtime-wide wait on weir-wake never ends while a retired stream has work queued"
 
 /** The C library calls that name the calling native thread. */
 @Suppress("FunctionName")
