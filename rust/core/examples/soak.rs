@@ -397,7 +397,8 @@ fn main() -> Result {
     let runtime = Runtime::open(kind)?;
     let info = runtime.info();
     eprintln!("weir soak: {total} ops from {threads} threads on {} ({})", info.backend.name(), info.name);
-    // Warm up what lives as long as the process (the delivery thread) before the start sample.
+    // Warm up what lives as long as the process (the wake and release
+    // threads) before the start sample.
     {
         let stream = runtime.default_stream();
         let buffer = stream.zeros(4)?;
@@ -406,6 +407,10 @@ fn main() -> Result {
         let _ = poll_once(&mut fence.wait_async(), &waker);
         fence.wait()?;
         drop(buffer);
+        // The buffer's release completes before this fence, and the
+        // diagnostics run the deliveries it left: the release thread is up.
+        stream.fence()?.wait()?;
+        runtime.diagnostics();
     }
     let start_time = Instant::now();
     let shared = Arc::new(Shared {
