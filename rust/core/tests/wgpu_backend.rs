@@ -362,3 +362,36 @@ fn retired_streams_leave_no_live_lanes() {
     assert_eq!(runtime.diagnostics().backend.live_streams, before);
     runtime.close().unwrap();
 }
+
+/// `a[0] = 1u + 1u + …` with `terms` terms: one long expression.
+fn long_sum_kernel(terms: usize) -> String {
+    let sum = vec!["1u"; terms].join(" + ");
+    format!("@group(0) @binding(0) var<storage, read_write> a: array<u32>;\n@compute @workgroup_size(1)\nfn main() {{ a[0] = {sum}; }}\n")
+}
+
+#[test]
+fn long_kernel_sources_are_compiled_or_refused_from_a_small_stack_never_abort() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let out = s.zeros(4).unwrap();
+    for terms in [2_000, 10_000, 100_000] {
+        let kernel = Kernel::custom("long").wgsl(long_sum_kernel(terms), "main").build();
+        let caller = std::thread::Builder::new().stack_size(512 << 10);
+        let outcome = std::thread::scope(|scope| {
+            caller
+                .spawn_scoped(scope, || s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&out)]))
+                .unwrap()
+                .join()
+                .unwrap()
+        });
+        match outcome {
+            Ok(()) => assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![terms as u32]),
+            // Within the bound a source compiles; past it, a typed refusal.
+            Err(error) => {
+                assert!(terms > 2_048, "{terms} terms should compile: {error:?}");
+                assert!(matches!(error, Error::InvalidArgument(_)), "{terms} terms: {error:?}");
+            }
+        }
+    }
+    runtime.close().unwrap();
+}

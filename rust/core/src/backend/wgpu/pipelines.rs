@@ -79,10 +79,48 @@ impl PipelineCache {
             return found.clone().map_err(CompileError::Invalid);
         }
         // Compile outside the lock; a racing compile of the same key is harmless.
-        let built = compile_on_big_stack(device, key.clone())?;
+        let built = match expression_depth(code) {
+            depth if depth > MAX_EXPRESSION_DEPTH => Err(format!(
+                "an expression in {entry}'s source is {depth} operators deep; the shader compiler takes at most \
+                 {MAX_EXPRESSION_DEPTH} (split it into statements)"
+            )),
+            _ => compile_on_big_stack(device, key.clone())?,
+        };
         lock(&self.entries).insert(key, built.clone());
         built.map_err(CompileError::Invalid)
     }
+}
+
+/// The deepest expression a source may hold. The shader compiler recurses
+/// once per operator of an expression (a long `a + b + …` as much as nested
+/// parentheses), about 7 KiB a level in a debug build: this bound keeps the
+/// deepest source well inside [`COMPILE_STACK_BYTES`] in any build.
+const MAX_EXPRESSION_DEPTH: usize = 2048;
+
+/// How deep the deepest expression of `code` is, counted from its text: the
+/// operators of one statement plus its bracket nesting. It over-counts (every
+/// operator of a statement counts), which only makes the bound stricter.
+fn expression_depth(code: &str) -> usize {
+    let (mut deepest, mut operators, mut nesting, mut peak) = (0, 0usize, 0usize, 0usize);
+    let mut previous = ' ';
+    for c in code.chars() {
+        match c {
+            ';' | '{' | '}' => {
+                deepest = deepest.max(operators + peak);
+                operators = 0;
+                peak = nesting;
+            }
+            '(' | '[' => {
+                nesting += 1;
+                peak = peak.max(nesting);
+            }
+            ')' | ']' => nesting = nesting.saturating_sub(1),
+            '+' | '-' | '*' | '/' | '%' | '&' | '|' | '^' | '<' | '>' | '!' | '=' if previous != c => operators += 1,
+            _ => {}
+        }
+        previous = c;
+    }
+    deepest.max(operators + peak)
 }
 
 /// Compiles on a thread of its own with [`COMPILE_STACK_BYTES`] of stack and
