@@ -309,10 +309,10 @@ impl<B: Backend> Scheduler<B> {
     /// What `command` reads and publishes: the outcomes of the versions it
     /// reads (a partial write reads what it leaves in place), and a cell for
     /// its own outcome if it writes.
-    fn op_io(state: &State<B>, command: &Command<BufferKey>) -> Result<OpIo> {
+    fn op_io(state: &State<B>, spans: &[(Span<BufferKey>, Access)]) -> Result<OpIo> {
         let mut io = OpIo::default();
         let mut writes = false;
-        for (span, access) in command.spans() {
+        for &(span, access) in spans {
             let entry = state.entry(span.buffer)?;
             let partial = span.offset != 0 || span.len != entry.len;
             writes |= access.writes();
@@ -338,11 +338,12 @@ impl<B: Backend> Scheduler<B> {
         command: Command<BufferKey>,
         prepared: B::Prepared,
     ) -> Result<()> {
-        let accesses: Vec<(BufferKey, Access)> = command.accesses();
+        let spans = command.spans();
+        let accesses: Vec<(BufferKey, Access)> = spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
         // Even an op that will not run is ordered: a later writer that waits
         // for its (failed) version must also be after the readers before it.
         self.wait_for_dependencies(state, stream, &accesses)?;
-        let io = Self::op_io(state, &command)?;
+        let io = Self::op_io(state, &spans)?;
         if let Some(error) = io.failed_input(stream as u32) {
             return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
         }
@@ -548,8 +549,8 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()> {
         let prepared = self.backend.prepare(&command)?;
-        let accesses = command.accesses();
-        let mut state = self.open_state_when(|state| state.needs_busy(stream, &accesses))?;
+        // Only while an external write is in flight does admission look at what a command needs.
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
         self.admit(&mut state, stream, command, prepared)
     }
 
