@@ -3,6 +3,7 @@ package dev.weir
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
@@ -89,6 +90,36 @@ class ErrorTest {
                 // And all the while the runtime kept working, on both streams.
                 other.sync()
                 assertArrayEquals(floatArrayOf(1f, 2f, 3f), other.readFloats(buffer))
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `typed writes report a bad offset in elements, as the caller gave it`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.defaultStream()
+            runBlocking {
+                val buffer = stream.zeros(16) // 4 elements
+                for (write in listOf<suspend () -> Unit>(
+                    { stream.write(buffer, floatArrayOf(1f), offset = -1) },
+                    { stream.write(buffer, intArrayOf(1), offset = -1) },
+                )) {
+                    val error = assertThrows<WeirException.InvalidArgument> { write() }
+                    assertTrue(error.message!!.contains("-1"), error.message)
+                    assertFalse(error.message!!.contains("-4"), "a byte offset: ${error.message}")
+                }
+                for (write in listOf<suspend () -> Unit>(
+                    { stream.write(buffer, floatArrayOf(1f, 2f), offset = 3) },
+                    { stream.write(buffer, intArrayOf(1, 2), offset = 3) },
+                )) {
+                    val error = assertThrows<WeirException.OutOfRange> { write() }
+                    val message = error.message!!
+                    assertTrue(message.contains("2 ") && message.contains("offset 3") && message.contains("4 "), message)
+                    assertFalse(message.contains("12") || message.contains("16"), "byte units: $message")
+                }
+                // In range, the same helpers write where they say.
+                stream.write(buffer, intArrayOf(7), offset = 3)
+                assertArrayEquals(intArrayOf(0, 0, 0, 7), stream.readInts(buffer))
             }
         }
 }
