@@ -42,6 +42,12 @@ func expectWeirError<T>(
     }
 }
 
+/// The message of the WeirError `body` throws; empty if it throws none.
+func weirMessage<T>(_ body: () async throws -> T) async -> String {
+    if case .failure(let error as WeirError) = await outcome(body) { return error.message }
+    return ""
+}
+
 @Suite("Typed errors")
 struct ErrorTests {
     @Test("every WeirError case arrives typed, with its message")
@@ -138,6 +144,35 @@ struct ErrorTests {
         let other = try runtime.newStream()
         try await other.write([Float(4), 5], to: buffer)
         #expect(try await stream.read(buffer, as: Float.self).prefix(2) == [4, 5])
+    }
+
+    @Test("typed writes report a bad offset in elements, as the caller gave it", arguments: TestBackend.allCases)
+    func typedWritesReportElementOffsets(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let stream = runtime.defaultStream()
+        let buffer = try stream.zeros(count: 4, of: Float.self)
+        for write: () async throws -> Void in [
+            { try await stream.write([Float(1)], to: buffer, at: -1) },
+            { try await stream.write([UInt32(1)], to: buffer, at: -1) },
+        ] {
+            await expectWeirError("InvalidArgument", mentioning: ["element offset -1"], write)
+            let message = await weirMessage(write)
+            #expect(!message.contains("-4"), "a byte offset: \(message)")
+        }
+        for write: () async throws -> Void in [
+            { try await stream.write([Float(1), 2], to: buffer, at: 3) },
+            { try await stream.write([UInt32(1), 2], to: buffer, at: 3) },
+        ] {
+            await expectWeirError("OutOfRange", mentioning: ["2 elements", "element offset 3", "buffer of 4"], write)
+            let message = await weirMessage(write)
+            #expect(!message.contains("12") && !message.contains("16"), "byte units: \(message)")
+        }
+        await expectWeirError("OutOfRange", mentioning: ["element offset \(Int.max)"]) {
+            try await stream.write([Float(1)], to: buffer, at: Int.max)
+        }
+        // In range, the same helper writes where it says.
+        try await stream.write([UInt32(7)], to: buffer, at: 3)
+        #expect(try await stream.read(buffer, as: UInt32.self) == [0, 0, 0, 7])
     }
 
     @Test("a buffer of one runtime used in another is ForeignHandle", arguments: TestBackend.allCases)
