@@ -43,6 +43,22 @@ func byteCount<T: DeviceScalar>(_ elements: Int, of type: T.Type) throws(WeirErr
     return UInt64(bytes)
 }
 
+/// The byte offset of element `index` of `T`, for writing `count` elements
+/// into `buffer`; refused in the caller's units (elements), not in bytes.
+func byteOffset<T: DeviceScalar>(
+    ofElement index: Int, writing count: Int, into buffer: Buffer, of type: T.Type
+) throws(WeirError) -> UInt64 {
+    guard index >= 0 else {
+        throw .InvalidArgument(message: "negative element offset \(index) (elements of \(T.self))")
+    }
+    let elements = buffer.count(of: T.self)
+    guard index <= elements, count <= elements - index else {
+        throw .OutOfRange(
+            message: "\(count) elements of \(T.self) at element offset \(index) do not fit in a buffer of \(elements) elements")
+    }
+    return UInt64(index) * UInt64(MemoryLayout<T>.stride)
+}
+
 extension Buffer {
     /// How many elements of `T` the buffer holds.
     public func count<T: DeviceScalar>(of type: T.Type) -> Int {
@@ -76,9 +92,11 @@ extension Stream {
     }
 
     /// Writes `values` into `buffer` from element `index` on, then suspends
-    /// until done. Cancelling the Task ends the wait with `CancellationError`.
+    /// until done; a bad `index` is reported in elements, as given.
+    /// Cancelling the Task ends the wait with `CancellationError`.
     public func write<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) async throws {
-        try await write(buffer: buffer, data: Data(scalars: values), offset: byteCount(index, of: T.self))
+        let offset = try byteOffset(ofElement: index, writing: values.count, into: buffer, of: T.self)
+        try await write(buffer: buffer, data: Data(scalars: values), offset: offset)
     }
 }
 

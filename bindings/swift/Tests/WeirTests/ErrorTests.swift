@@ -42,6 +42,12 @@ func expectWeirError<T>(
     }
 }
 
+/// The message of the WeirError `body` throws; empty if it throws none.
+func weirMessage<T>(_ body: () async throws -> T) async -> String {
+    if case .failure(let error as WeirError) = await outcome(body) { return error.message }
+    return ""
+}
+
 @Suite("Typed errors")
 struct ErrorTests {
     @Test("every WeirError case arrives typed, with its message")
@@ -139,6 +145,86 @@ struct ErrorTests {
         let other = try runtime.newStream()
         try await other.write([Float(4), 5], to: buffer)
         #expect(try await stream.read(buffer, as: Float.self).prefix(2) == [4, 5])
+    }
+
+    @Test("typed writes report a bad offset in elements, as the caller gave it", arguments: TestBackend.allCases)
+    func typedWritesReportElementOffsets(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let stream = runtime.defaultStream()
+        let buffer = try stream.zeros(count: 4, of: Float.self)
+        for write: () async throws -> Void in [
+            { try await stream.write([Float(1)], to: buffer, at: -1) },
+            { try await stream.write([UInt32(1)], to: buffer, at: -1) },
+        ] {
+            await expectWeirError("InvalidArgument", mentioning: ["element offset -1"], write)
+            let message = await weirMessage(write)
+            #expect(!message.contains("-4"), "a byte offset: \(message)")
+        }
+        for write: () async throws -> Void in [
+            { try await stream.write([Float(1), 2], to: buffer, at: 3) },
+            { try await stream.write([UInt32(1), 2], to: buffer, at: 3) },
+        ] {
+            await expectWeirError("OutOfRange", mentioning: ["2 elements", "element offset 3", "buffer of 4"], write)
+            let message = await weirMessage(write)
+            #expect(!message.contains("12") && !message.contains("16"), "byte units: \(message)")
+        }
+        await expectWeirError("OutOfRange", mentioning: ["element offset \(Int.max)"]) {
+            try await stream.write([Float(1)], to: buffer, at: Int.max)
+        }
+        // In range, the same helper writes where it says.
+        try await stream.write([UInt32(7)], to: buffer, at: 3)
+        #expect(try await stream.read(buffer, as: UInt32.self) == [0, 0, 0, 7])
+    }
+
+    @Test("a kernel of one 1 000-term expression compiles off a Task's thread and runs",
+          arguments: TestBackend.allCases)
+    func longSumOfAThousandTerms(backend: TestBackend) async throws {
+        try await runsLongSum(on: backend, terms: 1_000)
+    }
+
+    @Test("a kernel of one 10 000-term expression returns from a Task, never crashes the process",
+          arguments: TestBackend.allCases)
+    func longSumOfTenThousandTerms(backend: TestBackend) async throws {
+        try await runsLongSum(on: backend, terms: 10_000)
+    }
+
+    @Test("a kernel of one 100 000-term expression returns from a Task, never crashes the process",
+          arguments: TestBackend.allCases)
+    func longSumOfAHundredThousandTerms(backend: TestBackend) async throws {
+        try await runsLongSum(on: backend, terms: 100_000)
+    }
+
+    /// Compiles and runs `a[0] = 1u + 1u + …` (`terms` terms, nested as deep:
+    /// the WGSL compiler recurses over it) from a detached Task, on a thread of
+    /// the cooperative pool: it returns the sum or a typed error, never crashes.
+    private func runsLongSum(on backend: TestBackend, terms: Int) async throws {
+        guard backend == .wgpu else {
+            print("⤼ skipped \(Test.current?.name ?? "test") on \(backend.rawValue): custom WGSL kernels run on wgpu only")
+            return
+        }
+        guard let runtime = try backend.open() else { return }
+        let stream = try runtime.newStream()
+        let out = try stream.zeros(count: 1, of: UInt32.self)
+        let sum = [String](repeating: "1u", count: terms).joined(separator: " + ")
+        let code = """
+            @group(0) @binding(0) var<storage, read_write> a: array<u32>;
+            @compute @workgroup_size(1)
+            fn main() { a[0] = \(sum); }
+
+            """
+        let kernel = Kernel.custom(name: "long_sum_\(terms)", wgsl: KernelSource(code: code, entry: "main"))
+        let result = await Task.detached {
+            try stream.execute(kernel: kernel, grid: gridLinear(items: 1, block: 1), args: [.write(out)])
+            return try await stream.read(out, as: UInt32.self)
+        }.result
+        switch result {
+        case .success(let values):
+            #expect(values == [UInt32(terms)], "\(terms) terms")
+        case .failure(let error):
+            // Refused is fine: a typed error, not a crash.
+            #expect(error is WeirError, "\(terms) terms: not a WeirError: \(error)")
+            print("\(terms) terms: \(caseName(error)): \(String(describing: error).prefix(200))")
+        }
     }
 
     @Test("a buffer of one runtime used in another is ForeignHandle", arguments: TestBackend.allCases)

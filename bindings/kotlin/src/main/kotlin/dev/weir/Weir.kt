@@ -31,13 +31,19 @@ fun Stream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
 /** A buffer holding [data] (little-endian 32-bit integers). */
 fun Stream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
 
-/** Writes [data] into [buffer] at element [offset], then suspends until done. */
+/**
+ * Writes [data] into [buffer] at element [offset], then suspends until done.
+ * A bad [offset] is reported in elements, as given.
+ */
 suspend fun Stream.write(buffer: Buffer, data: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
-    write(buffer, data.toLittleEndianBytes(), offset.toLong().times(4).toULongChecked(), cancel)
+    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"), cancel)
 
-/** Writes [data] into [buffer] at element [offset], then suspends until done. */
+/**
+ * Writes [data] into [buffer] at element [offset], then suspends until done.
+ * A bad [offset] is reported in elements, as given.
+ */
 suspend fun Stream.write(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
-    write(buffer, data.toLittleEndianBytes(), offset.toLong().times(4).toULongChecked(), cancel)
+    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
 
 /** Reads [buffer] as `f32`s once its latest write (on any stream) is done. */
 suspend fun Stream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
@@ -89,8 +95,23 @@ fun Grid.Companion.linear(items: Int, block: Int = 64): Grid =
     gridLinear(items.coerceAtLeast(0).toUInt(), block.coerceAtLeast(1).toUInt())
 
 private fun Long.toULongChecked(): ULong {
-    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative size or offset $this")
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative size $this")
     return toULong()
+}
+
+/**
+ * The byte offset of element [offset] of 4-byte elements, for writing [count]
+ * of them; refused in the caller's units (elements), not in bytes.
+ */
+private fun Buffer.elementOffset(offset: Int, count: Int, element: String): ULong {
+    if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $offset")
+    val elements = sizeBytes() / 4u
+    if (offset.toULong() + count.toULong() > elements) {
+        throw WeirException.OutOfRange(
+            "$count ${element}s at element offset $offset do not fit in a buffer of $elements ${element}s",
+        )
+    }
+    return offset.toULong() * 4u
 }
 
 private fun FloatArray.toLittleEndianBytes(): ByteArray {

@@ -3,11 +3,16 @@ package dev.weir
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Assumptions
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
+import java.util.concurrent.CompletableFuture
+import java.util.concurrent.ExecutionException
+import java.util.concurrent.TimeUnit
 
 /** Errors: one sealed hierarchy, a typed subclass per variant, a message that says what happened. */
 class ErrorTest {
@@ -91,4 +96,100 @@ class ErrorTest {
                 assertArrayEquals(floatArrayOf(1f, 2f, 3f), other.readFloats(buffer))
             }
         }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `typed writes report a bad offset in elements, as the caller gave it`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.defaultStream()
+            runBlocking {
+                val buffer = stream.zeros(16) // 4 elements
+                for (write in listOf<suspend () -> Unit>(
+                    { stream.write(buffer, floatArrayOf(1f), offset = -1) },
+                    { stream.write(buffer, intArrayOf(1), offset = -1) },
+                )) {
+                    val error = assertThrows<WeirException.InvalidArgument> { write() }
+                    assertTrue(error.message!!.contains("-1"), error.message)
+                    assertFalse(error.message!!.contains("-4"), "a byte offset: ${error.message}")
+                }
+                for (write in listOf<suspend () -> Unit>(
+                    { stream.write(buffer, floatArrayOf(1f, 2f), offset = 3) },
+                    { stream.write(buffer, intArrayOf(1, 2), offset = 3) },
+                )) {
+                    val error = assertThrows<WeirException.OutOfRange> { write() }
+                    val message = error.message!!
+                    assertTrue(message.contains("2 ") && message.contains("offset 3") && message.contains("4 "), message)
+                    assertFalse(message.contains("12") || message.contains("16"), "byte units: $message")
+                }
+                // In range, the same helpers write where they say.
+                stream.write(buffer, intArrayOf(7), offset = 3)
+                assertArrayEquals(intArrayOf(0, 0, 0, 7), stream.readInts(buffer))
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a kernel of one 1 000-term expression compiles off a default-stack thread and runs`(backend: String) =
+        runsLongSum(backend, terms = 1_000)
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a kernel of one 10 000-term expression returns on a default-stack thread, never crashes the JVM`(
+        backend: String,
+    ) = runsLongSum(backend, terms = 10_000)
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a kernel of one 100 000-term expression returns on a default-stack thread, never crashes the JVM`(
+        backend: String,
+    ) = runsLongSum(backend, terms = 100_000)
+
+    /**
+     * Compiles and runs `a[0] = 1u + 1u + …` ([terms] terms, nested as deep:
+     * the WGSL compiler recurses over it) from a plain JVM thread with the
+     * default stack (-Xss): it returns the sum or a typed error, never crashes.
+     */
+    private fun runsLongSum(backend: String, terms: Int) {
+        Assumptions.assumeTrue(backend == "wgpu", "custom WGSL kernels run on the wgpu backend only")
+        onRuntime(backend) { rt ->
+            val stream = rt.newStream()
+            val out = stream.zeros(4)
+            val code = "@group(0) @binding(0) var<storage, read_write> a: array<u32>;\n" +
+                "@compute @workgroup_size(1)\n" +
+                "fn main() { a[0] = ${List(terms) { "1u" }.joinToString(" + ")}; }\n"
+            Kernel.custom("long_sum_$terms", wgsl = KernelSource(code, "main")).use { kernel ->
+                val outcome = onDefaultStackThread {
+                    runCatching {
+                        stream.execute(kernel, Grid.linear(1, 1), listOf(out.writes()))
+                        runBlocking { stream.readInts(out) }
+                    }
+                }
+                outcome.fold(
+                    { values -> assertArrayEquals(intArrayOf(terms), values, "$terms terms") },
+                    { error ->
+                        // Refused is fine: a typed error, not a crash.
+                        assertTrue(error is WeirException, "$terms terms: not a WeirException: $error")
+                        System.err.println("weir: $terms terms: ${error::class.simpleName}: ${error.message?.take(200)}")
+                    },
+                )
+            }
+        }
+    }
+
+    private fun <T> onDefaultStackThread(body: () -> T): T {
+        val result = CompletableFuture<T>()
+        Thread({
+            try {
+                result.complete(body())
+            } catch (e: Throwable) {
+                result.completeExceptionally(e)
+            }
+        }, "weir-test-default-stack").start()
+        return try {
+            result.get(120, TimeUnit.SECONDS)
+        } catch (e: ExecutionException) {
+            throw e.cause ?: e
+        }
+    }
 }
+
