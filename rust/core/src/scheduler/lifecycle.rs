@@ -1,8 +1,9 @@
 //! Streams, memory and the runtime itself: how each is retired.
 //!
-//! - A stream whose last handle went records one event covering its work
-//!   (for streams that still depend on it) and is signalled; its backend
-//!   stream drops on the delivery thread once that work is done.
+//! - A stream whose last handle went is signalled; its backend stream drops
+//!   on the release thread once that work is done. Until then, streams that
+//!   depend on it record events on it and fences signal it as before; its slot
+//!   is then reused by a new stream, which counts positions on from it.
 //! - A released buffer's memory is freed by the completion of a signal on
 //!   every stream in its history: when its last use completes, with no
 //!   further call.
@@ -35,19 +36,17 @@ impl<B: Backend> Scheduler<B> {
         let Some(slot) = state.streams.get_mut(stream) else { return };
         let Some(raw) = slot.raw.take() else { return };
         let done = Completion::new(1, self.live.clone());
-        // Without an event, dependents fall back to the completion itself (see `order_after`).
-        let last = self.backend.record_event(&raw).ok();
         if self.backend.signal(&raw, done.clone(), SignalKind::Drain).is_err() {
             // A broken stream: drop it at once, its work will not finish anyway.
             done.complete(Ok(()));
         }
-        slot.retired = Some(Retired { last, done: done.clone(), raw: Arc::downgrade(&raw) });
+        slot.retired = Some(Retired { done: done.clone(), raw: Arc::downgrade(&raw) });
         state.retiring.push(stream);
         drop(state);
         done.then_release(raw, || {});
     }
 
-    /// Drops the final events of retired streams whose work is done.
+    /// Frees the slots of retired streams whose work is done.
     pub(super) fn sweep_retired(state: &mut State<B>) {
         let State { streams, retiring, free_slots, .. } = state;
         retiring.retain(|&stream| {
@@ -57,7 +56,7 @@ impl<B: Backend> Scheduler<B> {
                 return true;
             }
             // Its work is done: nothing will wait for it again, so what it had
-            // seen and its final event can go, and a new stream can take the slot.
+            // seen can go, and a new stream can take the slot.
             slot.retired = None;
             slot.seen = Default::default();
             slot.done_up_to = slot.position;

@@ -87,12 +87,10 @@ pub(crate) trait Engine: Send + Sync {
 
 /// A stream whose last handle went: its backend stream drops once `done`.
 struct Retired<B: Backend> {
-    /// Covers all the stream's work, for streams that still depend on it.
-    last: Option<B::Event>,
     done: Arc<Completion>,
-    /// The backend stream until the release thread drops it: a fence made
-    /// meanwhile signals it as any stream, so a blocking wait on the wake
-    /// thread never waits for the wake thread.
+    /// The backend stream until the release thread drops it (once `done`):
+    /// meanwhile a dependent records an event on it, and a fence signals it,
+    /// as on any stream, so no wait runs through the wake thread.
     raw: std::sync::Weak<B::Stream>,
 }
 
@@ -281,12 +279,17 @@ impl<B: Backend> Scheduler<B> {
                     let event = self.backend.record_event(source_raw)?;
                     self.backend.wait_event(target_raw, &event)?;
                 }
-                // A retired stream's work is all done: nothing to wait for.
-                (None, Some(retired)) if retired.done.is_complete() => {}
-                (None, Some(Retired { last: Some(event), .. })) => self.backend.wait_event(target_raw, event)?,
-                (None, _) => {
-                    return Err(Error::internal(format!("stream {source} has neither a stream nor a final event")))
+                (None, Some(retired)) if !retired.done.is_complete() => {
+                    // Dropped already means done: a retired stream drops after its work.
+                    if let Some(source_raw) = retired.raw.upgrade() {
+                        let event = self.backend.record_event(&source_raw);
+                        // This may be the last handle now: drop it where drops go.
+                        crate::completion::release(move || drop(source_raw));
+                        self.backend.wait_event(target_raw, &event?)?;
+                    }
                 }
+                // Retired and done, or a free slot: nothing left to wait for.
+                (None, _) => {}
             }
             target_slot.seen.observe(source, source_slot.position, &source_slot.seen);
             self.inserted_waits.fetch_add(1, Ordering::Relaxed);
