@@ -12,6 +12,8 @@ pub const TEST_HOOKS: &str = "weir-core/test-support,weir-ffi/test-support";
 pub fn lint() -> Result {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--features", TEST_HOOKS, "--", "-D", "warnings"]))?;
+    // The demo and the soak are what a user runs: they build without the hooks.
+    run(cargo().args(["clippy", "-p", "weir-core", "--examples", "--", "-D", "warnings"]))?;
     run(cargo().args(["doc", "--no-deps", "-p", "weir-core", "-p", "weir-ffi"]).env("RUSTDOCFLAGS", "-D warnings"))
 }
 

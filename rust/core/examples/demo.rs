@@ -11,10 +11,29 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use futures::future::join_all;
-use weir_core::{BackendKind, Runtime};
+use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
 
 const CHUNKS: usize = 8;
 const WORDS: usize = 1 << 16;
+/// How long each chunk's "I/O" takes.
+const LOAD_LATENCY: Duration = Duration::from_millis(5);
+
+/// A kernel that only takes time, standing in for I/O: a host sleep on the
+/// CPU backend, a spin on the global timer in CUDA. Other backends skip it.
+fn simulated_io() -> Kernel {
+    const SPIN: &str = "extern \"C\" __global__ void simulated_io(unsigned int nanos) {
+        unsigned long long start, now;
+        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(start));
+        do { asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(now)); } while (now - start < nanos);
+    }";
+    Kernel::custom("simulated_io")
+        .cpu(|_| {
+            std::thread::sleep(LOAD_LATENCY);
+            Ok(())
+        })
+        .cuda(SPIN, "simulated_io")
+        .build()
+}
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let args: Vec<String> = std::env::args().collect();
@@ -28,12 +47,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 
     let (load, compute, reduce) = (runtime.new_stream()?, runtime.new_stream()?, runtime.new_stream()?);
     let total = reduce.zeros((WORDS * 4) as u64)?;
+    let io = simulated_io();
     let start = Instant::now();
     let mut fences = Vec::new();
     for chunk in 0..CHUNKS {
         // Load: chunk i holds the value i everywhere, after a little I/O-like latency.
         let input = load.empty((WORDS * 4) as u64)?;
-        load.delay(Duration::from_millis(5))?;
+        match load.execute(&io, Grid::linear(1, 1), &[Arg::u32(LOAD_LATENCY.as_nanos() as u32)]) {
+            Err(Error::Unsupported { .. }) => {}
+            other => other?,
+        }
         load.fill_f32(&input, chunk as f32)?;
         // Compute: y = 2·x + 1, waiting only for this chunk's load.
         let ones = compute.empty((WORDS * 4) as u64)?;
