@@ -34,9 +34,29 @@ pub fn open(kind: BackendKind) -> Option<Runtime> {
     }
 }
 
+/// Cases that time a held stream against what happens beside it. On CUDA every
+/// runtime of the process shares the device's primary context, and another
+/// test's module load or free synchronises that context: it would stall these
+/// cases' driver calls for as long as their hold lasts. They run alone there.
+const TIMED_ON_A_SHARED_CONTEXT: &[&str] = &[
+    "a_panicking_waker_leaves_the_runtime_working",
+    "a_stream_fence_covers_every_read_admitted_before_it",
+    "concurrent_close_callers_all_wait_for_the_work",
+    "dropping_a_buffer_in_use_by_held_work_is_safe",
+    "dropping_the_last_handle_never_waits_for_device_work",
+    "fence_future_dropped_mid_wait_leaks_nothing",
+    "fence_is_waited_many_times_from_threads_and_tasks",
+];
+
+/// Other CUDA cases share the context; a timed one has it to itself.
+static CUDA_CONTEXT: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
 /// Runs `body` on `kind` if it is available, then checks that nothing leaked.
 /// The [`conformance!`] macro makes one test of this per backend.
 pub fn on_backend(kind: BackendKind, test: &str, body: fn(&Runtime)) {
+    let (cuda, timed) = (kind == BackendKind::Cuda, TIMED_ON_A_SHARED_CONTEXT.contains(&test));
+    let _alone = (cuda && timed).then(|| CUDA_CONTEXT.write().unwrap_or_else(|poisoned| poisoned.into_inner()));
+    let _shared = (cuda && !timed).then(|| CUDA_CONTEXT.read().unwrap_or_else(|poisoned| poisoned.into_inner()));
     let Some(runtime) = open(kind) else {
         eprintln!("[{test}] {}: skipped (unavailable)", kind.name());
         return;
