@@ -76,9 +76,13 @@ impl AccessGuard {
         unsafe { std::slice::from_raw_parts(self.memory.base().add(self.range.start as usize), self.len()) }
     }
 
+    /// True for a write guard.
+    pub fn is_write(&self) -> bool {
+        self.write
+    }
+
     /// The guarded bytes, writable; `None` for a read guard.
-    #[allow(clippy::mut_from_ref)]
-    pub fn bytes_mut(&self) -> Option<&mut [u8]> {
+    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
         if !self.write {
             return None;
         }

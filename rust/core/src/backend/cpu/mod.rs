@@ -177,8 +177,9 @@ impl Backend for CpuBackend {
             buffers.iter().map(|&memory| Span { buffer: memory.clone(), offset: 0, len: memory.len() }).collect();
         stream.work(
             Box::new(move || {
-                let guards = spans.iter().map(|span| CpuMemory::begin(span, true)).collect::<Result<Vec<_>, _>>()?;
-                let mut views = guards.iter().filter_map(|guard| guard.bytes_mut()).collect::<Vec<_>>();
+                let mut guards =
+                    spans.iter().map(|span| CpuMemory::begin(span, true)).collect::<Result<Vec<_>, _>>()?;
+                let mut views = guards.iter_mut().filter_map(|guard| guard.bytes_mut()).collect::<Vec<_>>();
                 for host_write in raw.writes {
                     host_write(&mut views);
                 }

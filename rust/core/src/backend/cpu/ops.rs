@@ -17,7 +17,7 @@ fn write(span: &Span<CpuMemory>) -> Result<AccessGuard, String> {
     CpuMemory::begin(span, true)
 }
 
-fn writable(guard: &AccessGuard) -> Result<&mut [u8], String> {
+fn writable(guard: &mut AccessGuard) -> Result<&mut [u8], String> {
     guard.bytes_mut().ok_or_else(|| "write through a read guard".to_owned())
 }
 
@@ -33,20 +33,20 @@ fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], String> {
 pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run {
     match command {
         Command::Zero { dst } => {
-            writable(&write(&dst)?)?.fill(0);
+            writable(&mut write(&dst)?)?.fill(0);
         }
         Command::Fill { dst, word } => {
-            let guard = write(&dst)?;
-            for chunk in writable(&guard)?.chunks_mut(4) {
+            let mut guard = write(&dst)?;
+            for chunk in writable(&mut guard)?.chunks_mut(4) {
                 chunk.copy_from_slice(&word.to_ne_bytes()[..chunk.len()]);
             }
         }
         Command::Copy { src, dst } => {
-            let (from, to) = (read(&src)?, write(&dst)?);
-            writable(&to)?.copy_from_slice(from.bytes());
+            let (from, mut to) = (read(&src)?, write(&dst)?);
+            writable(&mut to)?.copy_from_slice(from.bytes());
         }
         Command::Upload { dst, data } => {
-            writable(&write(&dst)?)?.copy_from_slice(&data);
+            writable(&mut write(&dst)?)?.copy_from_slice(&data);
             counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Download { src, sink } => {
@@ -54,8 +54,8 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
             counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Binary { op, a, b, out } => {
-            let (a, b, out) = (read(&a)?, read(&b)?, write(&out)?);
-            let (a, b, out) = (f32s(a.bytes())?, f32s(b.bytes())?, f32s_mut(writable(&out)?)?);
+            let (a, b, mut out) = (read(&a)?, read(&b)?, write(&out)?);
+            let (a, b, out) = (f32s(a.bytes())?, f32s(b.bytes())?, f32s_mut(writable(&mut out)?)?);
             for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
                 *o = match op {
                     BinaryOp::Add => x + y,
@@ -64,21 +64,21 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
             }
         }
         Command::Scale { x, out, alpha } => {
-            let (x, out) = (read(&x)?, write(&out)?);
-            for (o, v) in f32s_mut(writable(&out)?)?.iter_mut().zip(f32s(x.bytes())?) {
+            let (x, mut out) = (read(&x)?, write(&out)?);
+            for (o, v) in f32s_mut(writable(&mut out)?)?.iter_mut().zip(f32s(x.bytes())?) {
                 *o = alpha * v;
             }
         }
         Command::Axpy { x, y, alpha } => {
-            let (x, y) = (read(&x)?, write(&y)?);
-            for (o, v) in f32s_mut(writable(&y)?)?.iter_mut().zip(f32s(x.bytes())?) {
+            let (x, mut y) = (read(&x)?, write(&y)?);
+            for (o, v) in f32s_mut(writable(&mut y)?)?.iter_mut().zip(f32s(x.bytes())?) {
                 *o += alpha * v;
             }
         }
         Command::Iota { out, start } => {
-            let guard = write(&out)?;
+            let mut guard = write(&out)?;
             let words: &mut [u32] =
-                bytemuck::try_cast_slice_mut(writable(&guard)?).map_err(|e| format!("u32 view: {e}"))?;
+                bytemuck::try_cast_slice_mut(writable(&mut guard)?).map_err(|e| format!("u32 view: {e}"))?;
             for (i, w) in words.iter_mut().enumerate() {
                 *w = start.wrapping_add(i as u32);
             }
@@ -96,11 +96,9 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
                 }
             }
             let mut buffers = Vec::with_capacity(guards.len());
-            for guard in &guards {
-                buffers.push(match guard.bytes_mut() {
-                    Some(bytes) => CpuView::Write(bytes),
-                    None => CpuView::Read(guard.bytes()),
-                });
+            for guard in &mut guards {
+                let write = guard.is_write();
+                buffers.push(if write { CpuView::Write(writable(guard)?) } else { CpuView::Read(guard.bytes()) });
             }
             body(&mut CpuKernelArgs { grid, buffers, scalars })?;
         }

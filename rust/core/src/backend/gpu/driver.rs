@@ -17,12 +17,12 @@ use crate::kernel::Grid;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Handle<T: Copy>(pub T);
 
-// SAFETY: the wrapped values are driver handles (opaque pointers the driver
-// itself synchronises) or pinned host pointers whose owner is the staging
-// pool; none of them is dereferenced through `Handle` without that owner.
-unsafe impl<T: Copy> Send for Handle<T> {}
-// SAFETY: as for `Send`; a shared `Handle` only hands out a copy of the value.
-unsafe impl<T: Copy> Sync for Handle<T> {}
+// SAFETY: only raw pointers are wrapped this way: driver handles (opaque
+// pointers the driver itself synchronises) or pinned host pointers whose owner
+// is the staging pool; none is dereferenced through `Handle` without that owner.
+unsafe impl<T> Send for Handle<*mut T> {}
+// SAFETY: as for `Send`; a shared `Handle` only hands out a copy of the pointer.
+unsafe impl<T> Sync for Handle<*mut T> {}
 
 /// A device pointer and the bytes behind it, as handed to external writes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
