@@ -116,8 +116,9 @@ pub fn demo(args: &[String]) -> Result {
 }
 
 /// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
-/// suspend round trip (`sync()` on an idle stream, `executeAsync` with a no-op
-/// kernel) beside the same weir-ffi calls made from Rust in the same run, then
+/// trivial call (`index()`) and of a suspend round trip (`sync()` on an idle
+/// stream, `executeAsync` with a no-op kernel) beside the same weir-ffi calls
+/// made from Rust in the same run, then
 /// the same with JNA's default thread policy for the waking thread, for comparison.
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
