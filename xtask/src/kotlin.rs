@@ -70,6 +70,12 @@ pub fn prepare(profile: Profile) -> Result {
 ///    garbage than that thread frees, until the heap is full. The calls take
 ///    the status as a plain `Pointer` instead, this thread's block from
 ///    `CallStatus`, which copies a failure out and leaves the block clear.
+/// 4. An idle stream's `sync()` returns at once. Every UniFFI async call
+///    creates a Rust future, lowers its arguments into `RustBuffer`s, polls
+///    (Rust calls back into the JVM even when the future is ready), completes
+///    and frees it. `Stream.sync()` without a token first asks `isSynced()`
+///    (all work done, no failure to report; it takes nothing) and, if so,
+///    returns without suspending, cancellation checked as a suspension would.
 fn patch_generated() -> Result {
     /// Where a step applies: at exactly one place, or at every match (at least one).
     #[derive(Clone, Copy, PartialEq)]
@@ -78,7 +84,7 @@ fn patch_generated() -> Result {
         Every,
     }
     use Matches::{Every, One};
-    const PATCHES: [(&str, Matches, &str, &str); 6] = [
+    const PATCHES: [(&str, Matches, &str, &str); 7] = [
         (
             "waking thread",
             One,
@@ -100,6 +106,12 @@ fn patch_generated() -> Result {
         ),
         ("call status: async completion", One, "completeFunc: (Long, UniffiRustCallStatus) -> F,", "completeFunc: (Long, Pointer) -> F,"),
         ("call status: native declarations", Every, "uniffi_out_err: UniffiRustCallStatus,", "uniffi_out_err: Pointer,"),
+        (
+            "idle sync",
+            One,
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_stream_sync(",
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_stream_sync(",
+        ),
     ];
     let file = generated_sources().join("dev/weir/weir.kt");
     let mut text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
