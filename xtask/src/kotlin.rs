@@ -63,22 +63,74 @@ pub fn prepare(profile: Profile) -> Result {
 ///    handle was destroyed: passing a closed `Buffer` to a call clones a freed
 ///    `Arc` and crashes the JVM. Lowering through `callWithHandle { it }` (the
 ///    guard every method call already uses) throws `IllegalStateException`.
+/// 3. One call status per thread. UniFFI 0.32 allocates a JNA `Structure` for
+///    the `RustCallStatus` of every call (native memory freed by JNA's one
+///    cleaner thread, read and written reflectively around the call): most of
+///    a trivial call's cost, and under sustained calls from a few threads more
+///    garbage than that thread frees, until the heap is full. The calls take
+///    the status as a plain `Pointer` instead, this thread's block from
+///    `CallStatus`, which copies a failure out and leaves the block clear.
+/// 4. An idle stream's `sync()` returns at once. Every UniFFI async call
+///    creates a Rust future, lowers its arguments into `RustBuffer`s, polls
+///    (Rust calls back into the JVM even when the future is ready), completes
+///    and frees it. `Stream.sync()` without a token first asks `isSynced()`
+///    (all work done, no failure to report; it takes nothing) and, if so,
+///    returns without suspending, cancellation checked as a suspension would.
 fn patch_generated() -> Result {
-    const PATCHES: [(&str, &str, &str); 2] = [
+    /// Where a step applies: at exactly one place, or at every match (at least one).
+    #[derive(Clone, Copy, PartialEq)]
+    enum Matches {
+        One,
+        Every,
+    }
+    use Matches::{Every, One};
+    const PATCHES: [(&str, Matches, &str, &str); 7] = [
         (
             "waking thread",
+            One,
             "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {",
             "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {\n    init { WakerThreads.install(this) }",
         ),
-        ("closed handle arguments", "        return value.uniffiCloneHandle()\n", "        return value.callWithHandle { it }\n"),
+        ("closed handle arguments", Every, "        return value.uniffiCloneHandle()\n", "        return value.callWithHandle { it }\n"),
+        (
+            "call status: checked calls",
+            One,
+            "callback: (UniffiRustCallStatus) -> U): U {\n    var status = UniffiRustCallStatus()\n    val return_value = callback(status)\n    uniffiCheckCallStatus(errorHandler, status)\n",
+            "callback: (Pointer) -> U): U {\n    val status = CallStatus.get()\n    val return_value = callback(status)\n    if (CallStatus.failed(status)) uniffiCheckCallStatus(errorHandler, CallStatus.failure(status))\n",
+        ),
+        (
+            "call status: plain calls",
+            One,
+            "private inline fun <U> uniffiRustCall(callback: (UniffiRustCallStatus) -> U): U {",
+            "private inline fun <U> uniffiRustCall(callback: (Pointer) -> U): U {",
+        ),
+        ("call status: async completion", One, "completeFunc: (Long, UniffiRustCallStatus) -> F,", "completeFunc: (Long, Pointer) -> F,"),
+        ("call status: native declarations", Every, "uniffi_out_err: UniffiRustCallStatus,", "uniffi_out_err: Pointer,"),
+        (
+            "idle sync",
+            One,
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_stream_sync(",
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_stream_sync(",
+        ),
     ];
     let file = generated_sources().join("dev/weir/weir.kt");
     let mut text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
-    for (name, anchor, replacement) in PATCHES {
-        if !text.contains(anchor) {
-            return Err(format!("{}: no anchor for the '{name}' step; did UniFFI change?", file.display()));
+    for (name, matches, anchor, replacement) in PATCHES {
+        let found = text.matches(anchor).count();
+        if found == 0 || (matches == One && found > 1) {
+            return Err(format!(
+                "{}: the '{name}' step found its anchor {found} times; did UniFFI change?",
+                file.display()
+            ));
         }
         text = text.replace(anchor, replacement);
+    }
+    // Nothing may still allocate a status of its own for a call.
+    if let Some(at) = text.find("= UniffiRustCallStatus()") {
+        return Err(format!(
+            "{}: a call still allocates its status (at byte {at}); did UniFFI change?",
+            file.display()
+        ));
     }
     std::fs::write(&file, text).map_err(|e| format!("cannot write {}: {e}", file.display()))
 }
@@ -116,8 +168,9 @@ pub fn demo(args: &[String]) -> Result {
 }
 
 /// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
-/// suspend round trip (`sync()` on an idle stream, `executeAsync` with a no-op
-/// kernel) beside the same weir-ffi calls made from Rust in the same run, then
+/// trivial call (`index()`) and of a suspend round trip (`sync()` on an idle
+/// stream, `executeAsync` with a no-op kernel) beside the same weir-ffi calls
+/// made from Rust in the same run, then
 /// the same with JNA's default thread policy for the waking thread, for comparison.
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());

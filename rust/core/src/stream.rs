@@ -220,6 +220,16 @@ impl Stream {
         Ok(Fence::new(self.engine().fence(Some(self.0.index))?, self.engine().clone(), Some(self.0.index)))
     }
 
+    /// True when all work admitted on this stream so far is done and no
+    /// failure waits to be reported, so [`Stream::sync`] would return `Ok` at
+    /// once. Never blocks and reports nothing: a failure stays for the next
+    /// fence. `false` whenever in doubt (work in flight, a failure to report,
+    /// a closed runtime), and always on CUDA and HIP. For bindings, which can
+    /// then skip the machinery of an async call.
+    pub fn is_synced(&self) -> bool {
+        self.engine().is_synced(self.0.index)
+    }
+
     /// Waits, without blocking a thread, for all work admitted on this stream so far.
     pub async fn sync(&self) -> Result<()> {
         self.fence()?.await

@@ -1,5 +1,5 @@
 //! The Rust side of the Kotlin/Swift overhead benchmarks: the very weir-ffi
-//! calls the bindings make, awaited from Rust (`futures::executor::block_on`),
+//! calls the bindings make, called or awaited from Rust (`futures::executor::block_on`),
 //! so the difference is the foreign-language cost alone.
 //!
 //! Prints `--baseline NAME MICROS` pairs, median microseconds per call, ready to
@@ -38,12 +38,15 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     let runtime = Runtime::open(backend)?;
     let stream = runtime.default_stream();
     let kernel = Kernel::builtin(BuiltinOp::Delay);
+    let index = median_micros(200_000, || {
+        std::hint::black_box(std::hint::black_box(&stream).index());
+    });
     let sync = median_micros(20_000, || {
         let _ = block_on(stream.sync(None));
     });
     let execute = median_micros(10_000, || {
         let _ = block_on(stream.execute_async(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
     });
-    println!("--baseline sync_idle {sync:.4} --baseline execute_async_noop {execute:.4}");
+    println!("--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_async_noop {execute:.4}");
     runtime.shutdown()
 }

@@ -118,10 +118,20 @@ impl Stream {
 
     /// Suspends until all work admitted on this stream so far is done. On the
     /// CPU and wgpu backends an idle stream answers at once, without a wake-up;
-    /// CUDA and HIP always go through their completion thread.
+    /// CUDA and HIP always go through their completion thread. (The Kotlin
+    /// binding asks [`Stream::is_synced`] first and, when it says yes and no
+    /// token is given, returns without creating a Rust future at all.)
     #[uniffi::method(default(cancel = None))]
     pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         cancellable(self.completion()?, cancel).await
+    }
+
+    /// True when all work admitted on this stream so far is done and no
+    /// failure waits to be reported, so `sync()` would return at once. Never
+    /// blocks and reports nothing (a failure stays for the next fence or
+    /// sync); false whenever in doubt, and always on CUDA and HIP.
+    pub fn is_synced(&self) -> bool {
+        self.inner.is_synced()
     }
 }
 

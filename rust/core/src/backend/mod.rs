@@ -285,6 +285,11 @@ impl FailureTally {
         }
     }
 
+    /// True if no failure waits to be reported. Takes nothing.
+    pub(crate) fn is_clear(&self) -> bool {
+        lock(&self.0).is_none()
+    }
+
     /// What a fence reports: the first failure since the last take, with the count.
     pub(crate) fn take(&self) -> Result<()> {
         match lock(&self.0).take() {
@@ -395,6 +400,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// stream); never runs a waker itself. A device-fatal failure is reported
     /// by every signal of either kind.
     fn signal(&self, stream: &Self::Stream, completion: Arc<Completion>, kind: SignalKind) -> Result<()>;
+    /// True if a fence signal on `stream` now would complete at once with
+    /// `Ok`: all work enqueued so far finished and no failure waits to be
+    /// reported. A probe: it takes no failure and enqueues nothing; `false` is
+    /// always a safe answer (the caller then makes a real fence), and the
+    /// default for backends without a cheap one.
+    fn is_settled(&self, _stream: &Self::Stream) -> bool {
+        false
+    }
     /// Runs `write` with raw handles on `stream` and `buffers`, in admission
     /// order. The caller holds no runtime-wide lock while it runs.
     ///

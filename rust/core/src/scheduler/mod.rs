@@ -67,6 +67,9 @@ pub(crate) trait Engine: Send + Sync {
     fn release(&self, buffer: BufferKey);
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
+    /// True if a fence on `stream` now would complete at once with `Ok`;
+    /// takes no failure (see [`Backend::is_settled`]).
+    fn is_synced(&self, stream: usize) -> bool;
     /// An error if waiting on the calling thread for `stream` (or all streams)
     /// would wait for itself: a CPU kernel waiting for its own stream.
     fn check_can_wait(&self, stream: Option<usize>) -> Result<()>;
@@ -563,6 +566,18 @@ impl<B: Backend> Engine for Scheduler<B> {
             None => true,
         })?;
         self.fence_locked(&state, stream, SignalKind::Fence)
+    }
+
+    fn is_synced(&self, stream: usize) -> bool {
+        // Under the lock nothing is admitted meanwhile, so the answer holds
+        // until it is released; a stream busy with an external write is not
+        // done, and a failure found at admission waits for a real fence.
+        let Ok(state) = self.open_state() else { return false };
+        state.slot(stream).is_ok_and(|slot| {
+            !slot.busy
+                && slot.unreported.is_clear()
+                && slot.raw.as_deref().is_some_and(|raw| self.backend.is_settled(raw))
+        })
     }
 
     fn check_can_wait(&self, stream: Option<usize>) -> Result<()> {

@@ -211,3 +211,41 @@ conformance! {
         assert!(s.fence().unwrap().is_complete(), "a fence on an idle stream waited for the device");
     }
 }
+
+conformance! {
+    fn is_synced_says_yes_only_when_sync_would_succeed_at_once_and_takes_no_failure(runtime: &Runtime) {
+        // CPU and wgpu answer from their own state; CUDA and HIP always say no.
+        let settles = matches!(runtime.info().backend, BackendKind::Cpu | BackendKind::Wgpu);
+        let s = runtime.new_stream().unwrap();
+        let synced_soon = |s: &weir_core::Stream| {
+            let deadline = std::time::Instant::now() + Duration::from_secs(5);
+            while !s.is_synced() {
+                if std::time::Instant::now() > deadline {
+                    return false;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+            true
+        };
+        assert_eq!(synced_soon(&s), settles, "a new, idle stream");
+        // Work in flight.
+        let held = hold(&s);
+        let out = s.zeros(64).unwrap();
+        if held.is_gate() {
+            assert!(!s.is_synced(), "synced with held work queued");
+        }
+        held.release();
+        block_on(s.sync()).unwrap();
+        assert_eq!(synced_soon(&s), settles, "after a sync");
+        // A failure to report: never synced, and asking takes nothing from the next sync.
+        let _ = s.fail_write(&out, "a deliberate failure");
+        for _ in 0..3 {
+            assert!(!s.is_synced(), "synced with a failure to report");
+        }
+        let error = block_on(s.sync()).unwrap_err();
+        assert!(error.to_string().contains("deliberate"), "the next sync reports the failure: {error}");
+        block_on(s.sync()).unwrap();
+        assert_eq!(synced_soon(&s), settles, "once the failure was reported");
+        drop(out);
+    }
+}

@@ -298,6 +298,21 @@ impl Shared {
         })
     }
 
+    /// True if a signal pushed on `lane` now would complete at once with `Ok`
+    /// (see `signal`): nothing recorded or queued on it, its submissions done,
+    /// its reads delivered, nothing failed. A probe: it pushes nothing.
+    pub fn is_settled(&self, lane: LaneId) -> bool {
+        let lanes = lock(&self.lanes);
+        let Some(slot) = lanes.get(lane) else { return false };
+        slot.batch.is_empty()
+            && slot.items.is_empty()
+            && slot.status.is_ok()
+            && slot.failed.is_none()
+            && slot.last_submit <= self.completed.load(Ordering::SeqCst)
+            && slot.reads.idle()
+            && lock(&self.device_error).is_none()
+    }
+
     /// A mark covering everything recorded on `lane` so far.
     pub fn mark(&self, lane: LaneId) -> Result<Mark> {
         self.with_lane(lane, |slot| {

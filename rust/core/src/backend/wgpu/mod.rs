@@ -199,6 +199,10 @@ impl Backend for WgpuBackend {
         self.shared.push(stream.lane, Item::Signal(completion))
     }
 
+    fn is_settled(&self, stream: &WgpuStream) -> bool {
+        self.shared.is_settled(stream.lane)
+    }
+
     unsafe fn external_write(
         &self,
         stream: &WgpuStream,

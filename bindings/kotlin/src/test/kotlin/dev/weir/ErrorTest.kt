@@ -43,6 +43,27 @@ class ErrorTest {
     }
 
     @Test
+    fun `a failed call leaves its thread's next calls clean, on many threads at once`() {
+        // Every call on a thread shares that thread's call status: a failure must not linger in it.
+        val failures = java.util.concurrent.ConcurrentLinkedQueue<Throwable>()
+        val threads = List(4) { i ->
+            kotlin.concurrent.thread(name = "errors-$i") {
+                try {
+                    repeat(5_000) {
+                        val error = assertThrows<WeirException.OutOfRange> { debugErrorProbe("OutOfRange") }
+                        assertTrue(error.message!!.contains("do not fit"), error.message)
+                        assertEquals(4u, gridLinear(16u, 4u).groupsX) // a call that succeeds
+                    }
+                } catch (e: Throwable) {
+                    failures += e
+                }
+            }
+        }
+        threads.forEach { it.join() }
+        failures.firstOrNull()?.let { throw it }
+    }
+
+    @Test
     fun `an unavailable backend is Unavailable, naming it`() {
         // No AMD device anywhere this suite runs, and HIP is not compiled in by default.
         val error = assertThrows<WeirException.Unavailable> { Runtime.open(Backend.HIP) }

@@ -1,16 +1,19 @@
 package dev.weir
 
+import kotlinx.coroutines.CoroutineStart
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.asCoroutineDispatcher
 import kotlinx.coroutines.delay
+import kotlinx.coroutines.job
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
 import java.util.concurrent.Executors
@@ -33,6 +36,35 @@ class StreamTest {
             }
         }
     }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `an idle sync returns at once, yet reports a failure once and honours cancellation`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.newStream()
+            runBlocking {
+                stream.sync()
+                eventually(what = "the idle stream to say it is synced") { stream.isSynced() }
+                repeat(1_000) { stream.sync() } // the fast path: no Rust future
+                // A failure waiting to be reported: isSynced() takes nothing, the next sync reports it.
+                val target = stream.zeros(16)
+                assertThrows<WeirException> { stream.failWrite(target, "a deliberate failure") }
+                repeat(3) { assertFalse(stream.isSynced(), "synced with a failure to report") }
+                val failure = assertThrows<WeirException> { stream.sync() }
+                assertTrue(failure.message!!.contains("deliberate"), failure.message)
+                stream.sync()
+                eventually(what = "the stream to be synced once the failure was reported") { stream.isSynced() }
+                // In a cancelled coroutine an idle sync throws, as a ready Rust future does.
+                val cancelled = launch(start = CoroutineStart.UNDISPATCHED) {
+                    coroutineContext.job.cancel()
+                    stream.sync()
+                }
+                cancelled.join()
+                assertTrue(cancelled.isCancelled)
+                target.close()
+            }
+            stream.close()
+        }
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)

@@ -1,5 +1,5 @@
 /**
- * Kotlin overhead of Weir's suspend calls, beside the same calls made from
+ * Kotlin overhead of a trivial Weir call and of its suspend calls, beside the same calls made from
  * Rust in the same `cargo xtask bench --kotlin` run (passed in as arguments).
  *
  * Prints one JSON object per figure (the bench report's format), then a table.
@@ -45,6 +45,9 @@ fun main(args: Array<String>) {
     Runtime.open(backend).use { runtime ->
         val stream = runtime.defaultStream()
         val noop = BuiltinOp.DELAY
+        val index = medianMicros(200_000) { stream.index() }
+        figures += Figure(name, "kotlin: index(), a trivial sync call", index, baselines["index"],
+            "median per call on one thread; baseline: the same weir-ffi call from Rust")
         runBlocking {
             val sync = medianMicros(20_000) { stream.sync() }
             figures += Figure(name, "kotlin: suspend sync(), idle stream", sync, baselines["sync_idle"],
