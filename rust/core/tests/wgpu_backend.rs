@@ -126,6 +126,23 @@ fn main() {{ x[0] = {expression}; }}
     )
 }
 
+/// Executes `kernel` over `out` from a thread with only `stack` bytes of stack.
+fn execute_with_stack(
+    stack: usize,
+    s: &weir_core::Stream,
+    kernel: &Kernel,
+    out: &weir_core::Buffer,
+) -> weir_core::Result<()> {
+    let caller = std::thread::Builder::new().stack_size(stack);
+    std::thread::scope(|scope| {
+        caller
+            .spawn_scoped(scope, || s.execute(kernel, Grid::linear(1, 1), &[Arg::read_write(out)]))
+            .unwrap()
+            .join()
+            .unwrap()
+    })
+}
+
 #[test]
 fn a_deeply_nested_kernel_compiles_off_a_small_caller_stack() {
     let Some(runtime) = open() else { return };
@@ -134,14 +151,7 @@ fn a_deeply_nested_kernel_compiles_off_a_small_caller_stack() {
     let kernel = Kernel::custom("deep").wgsl(deep_kernel(150), "main").build();
     // A caller with a small stack, as JVM and test threads often have: the
     // compile must not run on it.
-    let caller = std::thread::Builder::new().stack_size(256 << 10);
-    let outcome = std::thread::scope(|scope| {
-        caller
-            .spawn_scoped(scope, || s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&out)]))
-            .unwrap()
-            .join()
-            .unwrap()
-    });
+    let outcome = execute_with_stack(256 << 10, &s, &kernel, &out);
     match outcome {
         Ok(()) => assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![155]),
         // Refused by a compiler limit is fine too: what matters is no overflow.
@@ -376,14 +386,7 @@ fn long_kernel_sources_are_compiled_or_refused_from_a_small_stack_never_abort() 
     let out = s.zeros(4).unwrap();
     for terms in [2_000, 10_000, 100_000] {
         let kernel = Kernel::custom("long").wgsl(long_sum_kernel(terms), "main").build();
-        let caller = std::thread::Builder::new().stack_size(512 << 10);
-        let outcome = std::thread::scope(|scope| {
-            caller
-                .spawn_scoped(scope, || s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&out)]))
-                .unwrap()
-                .join()
-                .unwrap()
-        });
+        let outcome = execute_with_stack(512 << 10, &s, &kernel, &out);
         match outcome {
             Ok(()) => assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![terms as u32]),
             // Within the bound a source compiles; past it, a typed refusal.
