@@ -67,18 +67,28 @@ pub fn on_backend(kind: BackendKind, test: &str, body: fn(&Runtime)) {
     runtime.close().expect("close");
 }
 
+/// Diagnostics once retirements and frees already due have run. One signalled
+/// before a fence may complete just after it (wgpu completes signals from
+/// callbacks), and a retired wgpu lane goes once it has issued everything:
+/// each gets a moment, not forever.
+pub fn settled_diagnostics(runtime: &Runtime) -> weir_core::Diagnostics {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    let mut d = runtime.diagnostics();
+    let unsettled = |d: &weir_core::Diagnostics| {
+        d.retiring_streams > 0 || d.retiring_buffers > 0 || d.backend.live_streams > d.live_streams
+    };
+    while unsettled(&d) && std::time::Instant::now() < deadline {
+        std::thread::yield_now();
+        d = runtime.diagnostics();
+    }
+    d
+}
+
 /// Waits for all work, then asserts no live events, fences or waiters remain.
 pub fn assert_no_leaks(runtime: &Runtime) {
     // Failed ops report their error here; leaks are what this checks.
     let _ = runtime.fence().and_then(|fence| fence.wait());
-    // A retirement or a free signalled before the fence may complete just
-    // after it (wgpu completes signals from callbacks): give them a moment.
-    let deadline = std::time::Instant::now() + Duration::from_secs(5);
-    let mut d = runtime.diagnostics();
-    while (d.retiring_streams > 0 || d.retiring_buffers > 0) && std::time::Instant::now() < deadline {
-        std::thread::yield_now();
-        d = runtime.diagnostics();
-    }
+    let d = settled_diagnostics(runtime);
     assert_eq!(d.backend.live_events, 0, "live backend events leaked: {d:?}");
     assert_eq!(d.live_fences, 0, "fences leaked: {d:?}");
     assert_eq!(d.live_waiters, 0, "waiters leaked: {d:?}");

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::{Error, Runtime};
 
-use crate::common::{hold, wait_for_waiters, words};
+use crate::common::{hold, settled_diagnostics, wait_for_waiters, words};
 
 conformance! {
     fn close_waits_for_work_in_flight_and_is_idempotent(runtime: &Runtime) {
@@ -43,7 +43,7 @@ conformance! {
         assert_eq!(words(&reader.read(&shared).unwrap()), vec![1; 64]);
         drop(reader);
         runtime.fence().unwrap().wait().unwrap();
-        let end = runtime.diagnostics();
+        let end = settled_diagnostics(runtime);
         assert_eq!(end.backend.live_streams, start.backend.live_streams, "backend streams left behind: {end:?}");
         assert_eq!(end.live_streams, start.live_streams, "{end:?}");
         assert_eq!(end.retiring_streams, 0, "{end:?}");
