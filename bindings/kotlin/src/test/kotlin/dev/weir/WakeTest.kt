@@ -67,18 +67,28 @@ class WakeTest {
         assertEquals(List(threads.size) { WakerThreads.THREAD_NAME }, threads, "resumed on these (native) threads")
     }
 
+    /**
+     * Resumes the calling coroutine on weir-wake (an awaited `sync()` of [s]),
+     * then retires a new stream with 200 ms of work still queued; returns a
+     * fence on that work.
+     */
+    private suspend fun resumeOnWakeBesideARetiredStream(rt: Runtime, s: Stream): Fence {
+        s.enqueueDelay(10_000u)
+        s.sync() // resumed on weir-wake
+        val u = rt.newStream()
+        u.enqueueDelay(200_000u)
+        val fence = u.fence()
+        u.close() // its last handle: retired with its work still queued
+        return fence
+    }
+
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
     fun `a blocking wait on weir-wake covers a retired stream's queued work`(backend: String): Unit =
         onRuntime(backend) { rt ->
             val s = rt.defaultStream()
             finishesWithin(what = "a runtime-wide blocking wait from the resumed coroutine") {
-                s.enqueueDelay(10_000u)
-                s.sync() // resumed on weir-wake
-                val u = rt.newStream()
-                u.enqueueDelay(200_000u)
-                val fence = u.fence()
-                u.close() // its last handle: retired with its work still queued
+                val fence = resumeOnWakeBesideARetiredStream(rt, s)
                 rt.fence().use { it.waitBlocking() }
                 assertTrue(fence.isComplete(), "the runtime-wide wait returned before the retired stream's work")
                 fence.close()
@@ -91,12 +101,7 @@ class WakeTest {
         val rt = Backends.open(backend)
         val s = rt.defaultStream()
         finishesWithin(what = "shutdown() from the resumed coroutine") {
-            s.enqueueDelay(10_000u)
-            s.sync() // resumed on weir-wake
-            val u = rt.newStream()
-            u.enqueueDelay(200_000u)
-            val fence = u.fence()
-            u.close() // its last handle: retired with its work still queued
+            val fence = resumeOnWakeBesideARetiredStream(rt, s)
             rt.shutdown()
             assertTrue(fence.isComplete(), "shutdown() returned before the retired stream's work")
             fence.close()
