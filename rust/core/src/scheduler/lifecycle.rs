@@ -69,19 +69,13 @@ impl<B: Backend> Scheduler<B> {
     fn signal_into(&self, slot: &StreamSlot<B>, done: &Arc<Completion>, kind: SignalKind) -> Result<()> {
         match (&slot.raw, &slot.retired) {
             (Some(raw), _) => self.backend.signal(raw, done.clone(), kind),
-            (None, Some(retired)) => match retired.raw.upgrade() {
-                Some(raw) => {
-                    let signalled = self.backend.signal(&raw, done.clone(), kind);
-                    // This may be the last handle now: drop it where drops go.
-                    crate::completion::release(move || drop(raw));
-                    signalled
-                }
-                // Dropped: it is dropped only once its work is done.
-                None => {
+            (None, Some(retired)) => {
+                retired.with_stream(|raw| self.backend.signal(raw, done.clone(), kind)).unwrap_or_else(|| {
+                    // Dropped: it is dropped only once its work is done.
                     done.complete(Ok(()));
                     Ok(())
-                }
-            },
+                })
+            }
             (None, None) => {
                 done.complete(Ok(()));
                 Ok(())
@@ -193,11 +187,7 @@ impl<B: Backend> Scheduler<B> {
                 drop(state);
                 return closed.wait();
             }
-            let own = state
-                .streams
-                .iter()
-                .any(|slot| slot.raw.as_deref().is_some_and(|raw| self.backend.is_current_thread(raw)));
-            if own {
+            if self.runs_on_this_thread(&state, None) {
                 return Err(Error::invalid("close() from inside a kernel of this runtime would wait for itself"));
             }
             let drained = self.fence_locked(&state, None, SignalKind::Drain)?;

@@ -97,6 +97,18 @@ struct Retired<B: Backend> {
     raw: std::sync::Weak<B::Stream>,
 }
 
+impl<B: Backend> Retired<B> {
+    /// Runs `f` on the backend stream unless it was dropped already (which
+    /// happens only once its work is done); the handle taken for it may be
+    /// the last, so it drops on the release thread.
+    fn with_stream<T>(&self, f: impl FnOnce(&B::Stream) -> T) -> Option<T> {
+        let raw = self.raw.upgrade()?;
+        let outcome = f(&raw);
+        crate::completion::release(move || drop(raw));
+        Some(outcome)
+    }
+}
+
 struct StreamSlot<B: Backend> {
     /// The backend stream; `None` once retired.
     raw: Option<Arc<B::Stream>>,
@@ -236,6 +248,16 @@ impl<B: Backend> Scheduler<B> {
         })
     }
 
+    /// True when the calling thread runs the work of `stream` (or of any
+    /// stream): a wait there for it would wait for itself.
+    fn runs_on_this_thread(&self, state: &State<B>, stream: Option<usize>) -> bool {
+        let own = |slot: &StreamSlot<B>| slot.raw.as_deref().is_some_and(|raw| self.backend.is_current_thread(raw));
+        match stream {
+            Some(stream) => state.streams.get(stream).is_some_and(own),
+            None => state.streams.iter().any(own),
+        }
+    }
+
     fn address(&self) -> usize {
         self as *const Self as usize
     }
@@ -283,11 +305,7 @@ impl<B: Backend> Scheduler<B> {
                     self.backend.wait_event(target_raw, &event)?;
                 }
                 (None, Some(retired)) if !retired.done.is_complete() => {
-                    // Dropped already means done: a retired stream drops after its work.
-                    if let Some(source_raw) = retired.raw.upgrade() {
-                        let event = self.backend.record_event(&source_raw);
-                        // This may be the last handle now: drop it where drops go.
-                        crate::completion::release(move || drop(source_raw));
+                    if let Some(event) = retired.with_stream(|raw| self.backend.record_event(raw)) {
                         self.backend.wait_event(target_raw, &event?)?;
                     }
                 }
@@ -581,13 +599,7 @@ impl<B: Backend> Engine for Scheduler<B> {
     }
 
     fn check_can_wait(&self, stream: Option<usize>) -> Result<()> {
-        let state = lock(&self.state);
-        let own = |slot: &StreamSlot<B>| slot.raw.as_deref().is_some_and(|raw| self.backend.is_current_thread(raw));
-        let waits_for_itself = match stream {
-            Some(stream) => state.streams.get(stream).is_some_and(own),
-            None => state.streams.iter().any(own),
-        };
-        if waits_for_itself {
+        if self.runs_on_this_thread(&lock(&self.state), stream) {
             return Err(Error::invalid("a wait from inside a kernel of the stream it waits for would wait for itself"));
         }
         Ok(())
