@@ -45,9 +45,27 @@ pub enum Error {
     #[error("op failed on stream {stream}: {message}")]
     OpFailed { stream: u32, message: String },
 
-    /// A backend call failed.
+    /// A backend call failed; `status` is the driver's, where it gave one.
     #[error("{backend} error: {message}")]
-    Backend { backend: BackendKind, message: String },
+    Backend {
+        backend: BackendKind,
+        message: String,
+        #[source]
+        status: Option<DriverStatus>,
+    },
+
+    /// The device is lost for this runtime: a fault that poisons its context
+    /// (on CUDA and HIP an illegal address, a trap, a launch failure), or
+    /// the device itself went away. Every later call of the runtime fails
+    /// with this error; `close()` still works, and a runtime opened after the
+    /// lost ones are closed starts on a fresh context.
+    #[error("the {backend} device is lost: {message}; close this runtime and open a new one")]
+    DeviceLost {
+        backend: BackendKind,
+        message: String,
+        #[source]
+        status: Option<DriverStatus>,
+    },
 
     /// Weir broke one of its own invariants: a bug to report, not bad input.
     #[error("internal error (a bug in Weir): {0}")]
@@ -79,7 +97,12 @@ impl Error {
     }
 
     pub(crate) fn backend(backend: BackendKind, message: impl Into<String>) -> Self {
-        Error::Backend { backend, message: message.into() }
+        Error::Backend { backend, message: message.into(), status: None }
+    }
+
+    /// True for [`Error::DeviceLost`]: the runtime that reported it is unusable.
+    pub fn is_device_lost(&self) -> bool {
+        matches!(self, Error::DeviceLost { .. })
     }
 
     pub(crate) fn internal(message: impl Into<String>) -> Self {
@@ -95,6 +118,19 @@ impl Error {
     pub fn unsupported(backend: BackendKind, what: impl Into<String>) -> Self {
         Error::Unsupported { backend, what: what.into() }
     }
+}
+
+/// The status code a driver call returned, as the driver names it: the
+/// `source` of a backend error or a lost device.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("{call} returned {name} ({code})")]
+pub struct DriverStatus {
+    /// The driver function that failed (`cuLaunchKernel`, `hipMemcpyAsync`, …).
+    pub call: String,
+    /// The driver's symbolic name of the status (`CUDA_ERROR_ILLEGAL_ADDRESS`).
+    pub name: String,
+    /// The numeric status (`CUresult`, `hipError_t`).
+    pub code: i32,
 }
 
 /// Weir's result type.

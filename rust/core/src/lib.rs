@@ -41,7 +41,10 @@
 //!   poisoned: its next fence reports the failures since the previous one (the
 //!   first, with a count) and later work runs. Bad input
 //!   ([`Error::InvalidArgument`], [`Error::OutOfRange`], …) is refused at
-//!   admission and changes nothing.
+//!   admission and changes nothing. A device-fatal fault (a CUDA or HIP
+//!   kernel that traps or touches an illegal address, a lost wgpu device)
+//!   is different: every later call of the runtime fails with
+//!   [`Error::DeviceLost`] and its driver status; close it and open a new one.
 //!
 //! ```
 //! use weir_core::{BackendKind, Runtime};
@@ -89,7 +92,7 @@ pub use cancel::CancelToken;
 pub use completion::Completion;
 pub use device::{BackendKind, DeviceInfo, KernelLanguage};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
-pub use error::{Error, Result};
+pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,

@@ -476,7 +476,25 @@ fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
         Error::InvalidArgument(message) => assert!(message.contains("absent"), "{message}"),
         other => panic!("expected an invalid argument naming the entry, got {other}"),
     }
+    let put = put_kernel();
+    // `put` takes (pointer, u32, u32): too few arguments, too many, and a
+    // buffer where a scalar goes are refused with the parameters spelled out.
+    let wrong: [&[Arg<'_>]; 3] = [
+        &[Arg::write(&out), Arg::u32(1)],
+        &[Arg::write(&out), Arg::u32(1), Arg::u32(1), Arg::u32(1)],
+        &[Arg::write(&out), Arg::write(&out), Arg::u32(1)],
+    ];
+    for args in wrong {
+        match s.execute(&put, Grid::linear(1, 1), args).unwrap_err() {
+            Error::InvalidArgument(message) => {
+                assert!(message.contains("takes 3 parameters of (8, 4, 4) bytes"), "{message}")
+            }
+            other => panic!("expected the parameters refused, got {other}"),
+        }
+    }
     assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused kernel admits nothing");
+    s.execute(&put, Grid::linear(1, 1), &[Arg::write(&out), Arg::u32(5), Arg::u32(1)]).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![5]);
     s.memset_zero(&out).unwrap();
     assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![0]);
     assert_no_live_events(&runtime);

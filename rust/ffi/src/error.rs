@@ -34,6 +34,11 @@ pub enum WeirError {
     /// A backend call failed.
     #[error("{0}")]
     Backend(String),
+    /// The device is lost for this runtime (a fault that poisons its context,
+    /// such as an illegal address or a trap in a kernel): every later call
+    /// fails with this; shut the runtime down and open a new one.
+    #[error("{0}")]
+    DeviceLost(String),
     /// The wait was cancelled (through a `CancelToken`) before the work completed.
     #[error("{0}")]
     Cancelled(String),
@@ -53,6 +58,7 @@ impl From<weir_core::Error> for WeirError {
             E::OutOfMemory { .. } => WeirError::OutOfMemory(message),
             E::OpFailed { .. } => WeirError::OpFailed(message),
             E::Backend { .. } => WeirError::Backend(message),
+            E::DeviceLost { .. } => WeirError::DeviceLost(message),
             E::Cancelled => WeirError::Cancelled(message),
             // A core error added without its FFI case still reaches the host, as a backend error.
             _ => WeirError::Backend(message),
@@ -87,7 +93,18 @@ pub fn debug_error_probe(variant: String) -> Result<()> {
         "Closed" => E::Closed,
         "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40, host: false },
         "OpFailed" => E::OpFailed { stream: 3, message: "probe op failed".to_owned() },
-        "Backend" => E::Backend { backend: weir_core::BackendKind::Cpu, message: "probe call failed".to_owned() },
+        "Backend" => {
+            E::Backend { backend: weir_core::BackendKind::Cpu, message: "probe call failed".to_owned(), status: None }
+        }
+        "DeviceLost" => E::DeviceLost {
+            backend: weir_core::BackendKind::Cuda,
+            message: "cuEventSynchronize failed: CUDA_ERROR_ILLEGAL_ADDRESS (700)".to_owned(),
+            status: Some(weir_core::DriverStatus {
+                call: "cuEventSynchronize".to_owned(),
+                name: "CUDA_ERROR_ILLEGAL_ADDRESS".to_owned(),
+                code: 700,
+            }),
+        },
         "Cancelled" => E::Cancelled,
         other => return Err(WeirError::invalid(format!("no error variant named {other:?}"))),
     };

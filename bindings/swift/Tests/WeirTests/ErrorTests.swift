@@ -19,6 +19,7 @@ func caseName(_ error: any Error) -> String {
     case .OutOfMemory: return "OutOfMemory"
     case .OpFailed: return "OpFailed"
     case .Backend: return "Backend"
+    case .DeviceLost: return "DeviceLost"
     case .Cancelled: return "Cancelled"
     }
 }
@@ -63,6 +64,7 @@ struct ErrorTests {
             ("OutOfMemory", "out of device memory"),
             ("OpFailed", "probe op failed"),
             ("Backend", "probe call failed"),
+            ("DeviceLost", "CUDA_ERROR_ILLEGAL_ADDRESS"),
             ("Cancelled", "cancelled"),
         ]
         for (variant, text) in expected {

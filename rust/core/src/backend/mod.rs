@@ -425,6 +425,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn is_current_thread(&self, _stream: &Self::Stream) -> bool {
         false
     }
+    /// The device-fatal failure, once one happened (see [`Error::DeviceLost`]):
+    /// the runtime then fails every call with it. Backends whose failures
+    /// are all per op never report one.
+    fn lost(&self) -> Option<Error> {
+        None
+    }
     /// Puts a gate in `stream`: later work waits until it is opened.
     #[cfg(feature = "test-support")]
     fn hold(&self, _stream: &Self::Stream, _gate: Arc<Gate>) -> Result<()> {

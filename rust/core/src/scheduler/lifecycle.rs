@@ -178,8 +178,9 @@ impl<B: Backend> Scheduler<B> {
     /// `close()`: the first caller tears down; every caller returns after that.
     pub(super) fn close_and_wait(&self) -> Result<()> {
         let (closed, drained) = {
+            // Closing a lost runtime is how its user lets go of it.
             let mut state = self.open_state_when(|state| state.busy_streams > 0).or_else(|error| match error {
-                Error::Closed => Ok(lock(&self.state)),
+                Error::Closed | Error::DeviceLost { .. } => Ok(lock(&self.state)),
                 other => Err(other),
             })?;
             if let Some(closed) = &state.closed {
@@ -190,7 +191,11 @@ impl<B: Backend> Scheduler<B> {
             if self.runs_on_this_thread(&state, None) {
                 return Err(Error::invalid("close() from inside a kernel of this runtime would wait for itself"));
             }
-            let drained = self.fence_locked(&state, None, SignalKind::Drain)?;
+            // Nothing runs on a lost device any more: there is nothing to drain.
+            let drained = match self.fence_locked(&state, None, SignalKind::Drain) {
+                Err(_) if self.backend.lost().is_some() => Completion::finished(Ok(()), self.live.clone()),
+                drained => drained?,
+            };
             let closed = Completion::new(1, self.live.clone());
             state.closed = Some(closed.clone());
             (closed, drained)

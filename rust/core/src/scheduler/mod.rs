@@ -262,10 +262,14 @@ impl<B: Backend> Scheduler<B> {
         self as *const Self as usize
     }
 
+    /// The state of an open runtime on a device that is not lost.
     fn open_state(&self) -> Result<MutexGuard<'_, State<B>>> {
         let state = lock(&self.state);
         if state.closed.is_some() {
             return Err(Error::Closed);
+        }
+        if let Some(lost) = self.backend.lost() {
+            return Err(lost);
         }
         Ok(state)
     }
@@ -388,7 +392,7 @@ impl<B: Backend> Scheduler<B> {
             Err(EnqueueError::Rejected(error)) => Err(error),
             Err(EnqueueError::Failed(error)) => {
                 let error = match error {
-                    Error::OpFailed { .. } => error,
+                    Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
                     other => Error::OpFailed { stream: stream as u32, message: other.to_string() },
                 };
                 Err(self.publish_failed(state, stream, &accesses, outcome, error))

@@ -2,12 +2,15 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
+use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags};
 
 use super::nvrtc;
-use crate::backend::gpu::{callback_run, handle_calls, DeviceBuffer, Driver, EventUse, Handle, Launch, Wake};
+use crate::backend::gpu::{
+    callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
+};
 use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -16,7 +19,7 @@ const NAME: BackendKind = BackendKind::Cuda;
 
 /// Every driver symbol this backend calls, checked before the first call:
 /// cudarc panics on a missing one.
-const SYMBOLS: [&str; 33] = [
+const SYMBOLS: [&str; 35] = [
     "cuInit",
     "cuDriverGetVersion",
     "cuDeviceGetCount",
@@ -26,10 +29,12 @@ const SYMBOLS: [&str; 33] = [
     "cuDeviceGetAttribute",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
+    "cuDevicePrimaryCtxReset_v2",
     "cuCtxSetCurrent",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
+    "cuStreamQuery",
     "cuStreamWaitEvent",
     "cuStreamAddCallback",
     "cuEventCreate",
@@ -58,8 +63,49 @@ const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 pub(crate) fn check(call: &str, result: CUresult) -> Result<()> {
     match result {
         CUresult::CUDA_SUCCESS => Ok(()),
-        error => Err(Error::backend(NAME, format!("{call} failed: {error:?}"))),
+        error => Err(failure(call, error)),
     }
+}
+
+/// A failed status as an error, without a driver call (callbacks may not
+/// make one): the name is cudarc's, the code CUDA's.
+fn failure(call: &str, error: CUresult) -> Error {
+    status_error(NAME, call, format!("{error:?}"), error as i32, poisons_context(error))
+}
+
+/// The faults after which CUDA fails every later call of the context with
+/// the same status ("sticky" errors): the device is lost for every runtime
+/// on it, until the context is reset.
+fn poisons_context(error: CUresult) -> bool {
+    use CUresult::*;
+    matches!(
+        error,
+        CUDA_ERROR_ILLEGAL_ADDRESS
+            | CUDA_ERROR_LAUNCH_FAILED
+            | CUDA_ERROR_LAUNCH_TIMEOUT
+            | CUDA_ERROR_ILLEGAL_INSTRUCTION
+            | CUDA_ERROR_MISALIGNED_ADDRESS
+            | CUDA_ERROR_INVALID_ADDRESS_SPACE
+            | CUDA_ERROR_INVALID_PC
+            | CUDA_ERROR_HARDWARE_STACK_ERROR
+            | CUDA_ERROR_ASSERT
+            | CUDA_ERROR_ECC_UNCORRECTABLE
+            | CUDA_ERROR_NVLINK_UNCORRECTABLE
+            | CUDA_ERROR_CONTEXT_IS_DESTROYED
+            | CUDA_ERROR_DEVICE_UNAVAILABLE
+    )
+}
+
+/// The loss of every open CUDA driver of this process. They all share
+/// device 0's primary context, so a fault that poisons it loses them all;
+/// before a new runtime resets the context, each is marked lost, so none
+/// uses a handle the reset destroyed.
+static OPEN: Mutex<Vec<Weak<Loss>>> = Mutex::new(Vec::new());
+
+/// Marks every open driver lost with `error`, and forgets the closed ones.
+fn lose_all(error: &Error) {
+    let mut open = OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    open.retain(|loss| loss.upgrade().inspect(|loss| loss.record(error)).is_some());
 }
 
 /// The CUDA driver, bound to device 0's primary context.
@@ -70,9 +116,10 @@ pub(crate) struct Cuda {
     /// new memory usable on every stream at once.
     pool_stream: Handle<sys::CUstream>,
     arch: String,
-    /// The driver has `cuFuncLoad` (CUDA 12.4 and later).
+    /// The driver has `cuFuncLoad` and `cuFuncGetParamInfo` (CUDA 12.4 and later).
     eager_load: bool,
     info: DeviceInfo,
+    loss: Arc<Loss>,
 }
 
 impl Cuda {
@@ -92,7 +139,10 @@ impl Cuda {
             return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
         }
         // SAFETY: looks a symbol up without calling it.
-        let eager_load = unsafe { library.get::<*const c_void>("cuFuncLoad") }.is_ok();
+        let eager_load = ["cuFuncLoad", "cuFuncGetParamInfo"]
+            .iter()
+            // SAFETY: looks a symbol up without calling it.
+            .all(|name| unsafe { library.get::<*const c_void>(*name) }.is_ok());
         nvrtc::check_present()?;
         let unavailable =
             |call: &str, result: CUresult| check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()));
@@ -141,12 +191,45 @@ impl Cuda {
                     software: false,
                     max_buffer_bytes: memory as u64,
                 },
+                loss: Arc::default(),
             };
             // From here `driver`'s Drop releases what was made.
             driver.bind()?;
-            driver.pool_stream = driver.stream_create()?;
+            if let Err(lost) = driver.start_pool_stream().inspect_err(|error| driver.loss.record(error)) {
+                if !lost.is_device_lost() {
+                    return Err(lost);
+                }
+                // An earlier runtime's fault poisoned the primary context: every
+                // runtime on it is lost already, so this one starts it afresh.
+                lose_all(&lost);
+                let _ = sys::cuDevicePrimaryCtxRelease_v2(device);
+                unavailable("cuDevicePrimaryCtxReset", sys::cuDevicePrimaryCtxReset_v2(device))?;
+                let mut context = null_mut();
+                unavailable("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
+                driver.context = Handle(context);
+                // The reset destroyed the stream made before it.
+                driver.pool_stream = Handle(null_mut());
+                driver.loss = Arc::default();
+                driver.bind()?;
+                driver.start_pool_stream()?;
+            }
+            OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(Arc::downgrade(&driver.loss));
             Ok(driver)
         }
+    }
+
+    /// Creates the pool stream, and asks it whether the context is healthy:
+    /// a poisoned context reports its fault on every call, so a query of an
+    /// empty stream reports it without waiting for anything.
+    fn start_pool_stream(&mut self) -> Result<()> {
+        if !self.pool_stream.0.is_null() {
+            // SAFETY: made below by an earlier call, and not used elsewhere yet.
+            let _ = unsafe { sys::cuStreamDestroy_v2(self.pool_stream.0) };
+            self.pool_stream = Handle(null_mut());
+        }
+        self.pool_stream = self.stream_create()?;
+        // SAFETY: the stream was just made in the bound context.
+        check("cuStreamQuery", unsafe { sys::cuStreamQuery(self.pool_stream.0) })
     }
 }
 
@@ -166,10 +249,7 @@ impl Drop for Cuda {
 
 unsafe extern "C" fn on_stream_callback(_stream: sys::CUstream, status: CUresult, data: *mut c_void) {
     // No driver call is allowed here: the status is described without one.
-    let status = match status {
-        CUresult::CUDA_SUCCESS => Ok(()),
-        error => Err(Error::backend(NAME, format!("stream failed: {error:?}"))),
-    };
+    let status = check("a stream callback", status);
     // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
     unsafe { callback_run(data, status) };
 }
@@ -195,8 +275,13 @@ impl Driver for Cuda {
     }
 
     fn bind(&self) -> Result<()> {
+        self.loss.check()?;
         // SAFETY: the context is retained for the driver's life.
         check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context.0) })
+    }
+
+    fn loss(&self) -> &Arc<Loss> {
+        &self.loss
     }
 
     fn stream_create(&self) -> Result<Self::Stream> {
@@ -315,6 +400,23 @@ impl Driver for Cuda {
             check("cuFuncLoad", unsafe { sys::cuFuncLoad(function) })?;
         }
         Ok(Handle(function))
+    }
+
+    unsafe fn param_sizes(&self, function: Self::Function) -> Result<Option<Vec<usize>>> {
+        if !self.eager_load {
+            return Ok(None);
+        }
+        let mut sizes = Vec::new();
+        loop {
+            let (mut offset, mut size) = (0, 0);
+            // SAFETY: a loaded function (trait contract); the out-pointers are locals.
+            match unsafe { sys::cuFuncGetParamInfo(function.0, sizes.len(), &mut offset, &mut size) } {
+                CUresult::CUDA_SUCCESS => sizes.push(size),
+                // Past the last parameter.
+                CUresult::CUDA_ERROR_INVALID_VALUE => return Ok(Some(sizes)),
+                other => return check("cuFuncGetParamInfo", other).map(|()| None),
+            }
+        }
     }
 
     unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {

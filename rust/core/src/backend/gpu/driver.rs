@@ -1,13 +1,53 @@
 //! The few driver calls a GPU backend provides; everything else is shared.
 
 use std::ffi::{c_void, CStr};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::stream::Wake;
 use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
-use crate::error::Result;
+use crate::error::{DriverStatus, Error, Result};
 use crate::kernel::Grid;
+
+/// A failed driver status as an error carrying it: the device is lost when
+/// `fatal` says the fault poisons the context (the driver then fails every
+/// later call of it with the same status), a backend error otherwise.
+pub(crate) fn status_error(backend: BackendKind, call: &str, name: String, code: i32, fatal: bool) -> Error {
+    let message = format!("{call} failed: {name} ({code})");
+    let status = Some(DriverStatus { call: call.to_owned(), name, code });
+    if fatal {
+        Error::DeviceLost { backend, message, status }
+    } else {
+        Error::Backend { backend, message, status }
+    }
+}
+
+/// Whether a driver's context is lost. Once it is, [`Driver::bind`] fails
+/// with the loss, so the owners' drops (which bind first) make no driver
+/// call on handles that may have gone with the context, and no new work is
+/// enqueued on it.
+#[derive(Debug, Default)]
+pub(crate) struct Loss(OnceLock<Error>);
+
+impl Loss {
+    /// Remembers `error` if it is a lost device; the first loss stays.
+    pub fn record(&self, error: &Error) {
+        if error.is_device_lost() {
+            let _ = self.0.set(error.clone());
+        }
+    }
+
+    /// The loss, once there is one.
+    pub fn get(&self) -> Option<&Error> {
+        self.0.get()
+    }
+
+    /// `Err` with the loss, once there is one.
+    pub fn check(&self) -> Result<()> {
+        self.0.get().map_or(Ok(()), |error| Err(error.clone()))
+    }
+}
 
 /// A raw driver handle (stream, event, module, function, host pointer).
 ///
@@ -71,8 +111,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn info(&self) -> DeviceInfo;
     /// Identifies the device's instruction set (cache key for compiled kernels).
     fn arch(&self) -> String;
-    /// Makes the device current on the calling thread.
+    /// Makes the device current on the calling thread; fails with the loss
+    /// once the context is lost (see [`Loss`]).
     fn bind(&self) -> Result<()>;
+    /// Whether this driver's context is lost.
+    fn loss(&self) -> &Arc<Loss>;
 
     fn stream_create(&self) -> Result<Self::Stream>;
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status;
@@ -108,6 +151,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn module_load(&self, image: &[u8]) -> Result<Self::Module>;
     unsafe fn module_unload(&self, module: Self::Module);
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function>;
+    /// The byte size of each parameter of `function`, in order, where the
+    /// driver can tell (`None` where it cannot).
+    unsafe fn param_sizes(&self, _function: Self::Function) -> Result<Option<Vec<usize>>> {
+        Ok(None)
+    }
     /// Enqueues a kernel launch on its stream.
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()>;
 

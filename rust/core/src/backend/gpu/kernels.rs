@@ -108,7 +108,20 @@ fn images() -> &'static Mutex<HashMap<ImageKey, Arc<Vec<u8>>>> {
 
 struct Loaded<D: Driver> {
     module: D::Module,
-    functions: HashMap<String, D::Function>,
+    functions: HashMap<String, Function<D>>,
+}
+
+/// A loaded kernel function, with its parameters' byte sizes where the
+/// driver tells them (to check a launch's arguments against).
+pub(crate) struct Function<D: Driver> {
+    pub raw: D::Function,
+    pub param_sizes: Option<Arc<[usize]>>,
+}
+
+impl<D: Driver> Clone for Function<D> {
+    fn clone(&self) -> Self {
+        Function { raw: self.raw, param_sizes: self.param_sizes.clone() }
+    }
 }
 
 /// The modules one backend loaded, by source; unloaded with the device.
@@ -128,9 +141,9 @@ impl<D: Driver> Kernels<D> {
     /// Called from `prepare`, before the ordering boundary, from any thread:
     /// the compile runs outside this cache's lock, so a slow compile never
     /// holds up a lookup of a kernel already loaded.
-    pub fn function(&self, driver: &D, source: &str, entry: &str) -> Result<D::Function> {
+    pub fn function(&self, driver: &D, source: &str, entry: &str) -> Result<Function<D>> {
         if let Some(function) = lock(&self.loaded).get(source).and_then(|module| module.functions.get(entry)) {
-            return Ok(*function);
+            return Ok(function.clone());
         }
         let name =
             CString::new(entry).map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
@@ -144,11 +157,14 @@ impl<D: Driver> Kernels<D> {
         }
         let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND, "kernel module vanished"))?;
         if let Some(function) = module.functions.get(entry) {
-            return Ok(*function);
+            return Ok(function.clone());
         }
         // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
-        let function = unsafe { driver.function(module.module, &name)? };
-        module.functions.insert(entry.to_owned(), function);
+        let raw = unsafe { driver.function(module.module, &name)? };
+        // SAFETY: `raw` was just loaded by this driver.
+        let param_sizes = unsafe { driver.param_sizes(raw)? }.map(Arc::from);
+        let function = Function { raw, param_sizes };
+        module.functions.insert(entry.to_owned(), function.clone());
         Ok(function)
     }
 

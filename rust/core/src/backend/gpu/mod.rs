@@ -45,7 +45,7 @@ use crate::kernel::{CustomKernel, Grid};
 use device::{Device, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
-    callback_run, handle_calls, pass_callback, Callback, Driver, EventUse, Handle, Launch, Status,
+    callback_run, handle_calls, pass_callback, status_error, Callback, Driver, EventUse, Handle, Launch, Loss, Status,
 };
 use kernels::{Builtins, Entry, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
@@ -130,7 +130,8 @@ impl<D: Driver> GpuBackend<D> {
     pub(crate) fn with_wake(driver: D, wake: Wake) -> Result<Self> {
         let device = Device::new(driver);
         device.driver.bind()?;
-        let builtins = Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry))?;
+        let builtins =
+            Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry).map(|f| f.raw))?;
         Ok(GpuBackend { device, builtins, wake, next_stream: AtomicU32::new(0) })
     }
 
@@ -180,6 +181,10 @@ impl<D: Driver> GpuBackend<D> {
         // Module loads need the device current on this thread, which may be any.
         self.driver().bind()?;
         let function = self.device.kernels.function(self.driver(), &source.code, &source.entry)?;
+        if let Some(sizes) = &function.param_sizes {
+            Self::check_params(kernel, sizes, args)?;
+        }
+        let function = function.raw;
         let params: Vec<Param> = args
             .iter()
             .map(|arg| match arg {
@@ -188,6 +193,27 @@ impl<D: Driver> GpuBackend<D> {
             })
             .collect();
         Ok(Prepared::Launch(PreparedLaunch::new(function, *grid, &params)))
+    }
+
+    /// Refuses arguments that do not match the kernel's parameters, which
+    /// the device would otherwise read as garbage: one parameter per
+    /// argument, a pointer (8 bytes) for each buffer, 4 bytes for each scalar.
+    fn check_params<R>(kernel: &CustomKernel, sizes: &[usize], args: &[KernelArg<R>]) -> Result<()> {
+        let expected: Vec<usize> =
+            args.iter().map(|arg| if matches!(arg, KernelArg::Buffer(..)) { 8 } else { 4 }).collect();
+        if sizes == expected {
+            return Ok(());
+        }
+        let describe = |sizes: &[usize]| sizes.iter().map(|size| format!("{size}")).collect::<Vec<_>>().join(", ");
+        Err(Error::invalid(format!(
+            "kernel {} takes {} parameters of ({}) bytes, but its {} arguments need ({}) bytes: \
+             each buffer is a pointer (8 bytes) and each scalar 4 bytes, in the order given",
+            kernel.name,
+            sizes.len(),
+            describe(sizes),
+            args.len(),
+            describe(&expected),
+        )))
     }
 
     /// A page-locked loan holding `data`.
@@ -267,6 +293,80 @@ impl<D: Driver> GpuBackend<D> {
             // Nobody else will complete the read: fail it here.
             .inspect_err(|error| failed.fail(error.clone()))
     }
+
+    /// The driver calls of one prepared command. Every check comes before the
+    /// first driver call, so a rejection leaves the stream untouched; a
+    /// driver call that fails fails the op.
+    ///
+    /// # Safety
+    /// As for [`Backend::enqueue`].
+    unsafe fn enqueue_prepared(
+        &self,
+        stream: &GpuStream<D>,
+        command: Command<&GpuMemory<D>>,
+        prepared: Prepared<D>,
+    ) -> Result<(), EnqueueError> {
+        match (command, prepared) {
+            (Command::Zero { dst }, Prepared::Direct) => {
+                let to = Self::address(&dst)?;
+                self.bind()?;
+                self.zero(stream, to, dst.len).map_err(EnqueueError::Failed)
+            }
+            (Command::Copy { src, dst }, Prepared::Direct) => {
+                if src.len != dst.len {
+                    return Err(rejected("a copy's source and destination differ in size"));
+                }
+                let (from, to) = (Self::address(&src)?, Self::address(&dst)?);
+                self.bind()?;
+                // SAFETY: both ranges checked; the scheduler ordered the copy.
+                unsafe { self.driver().copy_d2d(to, from, dst.len, stream.raw) }.map_err(EnqueueError::Failed)
+            }
+            (Command::Upload { dst, data }, Prepared::Upload(loan)) => {
+                if data.len() as u64 != dst.len {
+                    return Err(rejected("upload size differs from its destination"));
+                }
+                let to = Self::address(&dst)?;
+                self.bind()?;
+                self.upload(stream, to, dst.len, loan).map_err(EnqueueError::Failed)
+            }
+            (Command::Download { src, sink }, Prepared::Download(loan)) => {
+                let from = Self::address(&src)?;
+                self.bind()?;
+                self.download(stream, from, src.len, sink, loan).map_err(EnqueueError::Failed)
+            }
+            (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Prepared::Launch(launch)) => {
+                self.launch(stream, launch, &[dst])
+            }
+            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[a, b, out]),
+            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, out]),
+            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, y]),
+            (Command::Delay { .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[]),
+            (Command::Custom { args, .. }, Prepared::Launch(launch)) => {
+                let buffers: Vec<Span<&GpuMemory<D>>> = args
+                    .iter()
+                    .filter_map(|arg| match arg {
+                        KernelArg::Buffer(span, _) => Some(*span),
+                        KernelArg::Scalar(_) => None,
+                    })
+                    .collect();
+                self.launch(stream, launch, &buffers)
+            }
+            (Command::Download { sink, .. }, _) => {
+                let error = Error::invalid("a download was prepared for another command");
+                sink.fail(error.clone());
+                Err(EnqueueError::Rejected(error))
+            }
+            _ => Err(rejected("the command was prepared for another command")),
+        }
+    }
+
+    /// `result`, remembering a lost device it reports.
+    fn noting_loss<T>(&self, result: Result<T>) -> Result<T> {
+        if let Err(error) = &result {
+            self.driver().loss().record(error);
+        }
+        result
+    }
 }
 
 impl<D: Driver> PreparedLaunch<D> {
@@ -296,14 +396,13 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
-        self.driver().bind()?;
-        GpuMemory::new(&self.device, bytes)
+        self.noting_loss(self.driver().bind().and_then(|()| GpuMemory::new(&self.device, bytes)))
     }
 
     fn create_stream(&self) -> Result<GpuStream<D>> {
         self.driver().bind()?;
         let index = self.next_stream.fetch_add(1, Ordering::Relaxed);
-        GpuStream::new(&self.device, index, self.wake)
+        self.noting_loss(GpuStream::new(&self.device, index, self.wake))
     }
 
     fn prepare<R>(&self, command: &Command<R>) -> Result<Prepared<D>> {
@@ -361,80 +460,35 @@ impl<D: Driver> Backend for GpuBackend<D> {
         // GPU ops fail at enqueue (a launch) or fail the device: none fails later alone.
         _io: OpIo,
     ) -> Result<(), EnqueueError> {
-        // Every check comes before the first driver call, so a rejection
-        // leaves the stream untouched; a driver call that fails fails the op.
-        match (command, prepared) {
-            (Command::Zero { dst }, Prepared::Direct) => {
-                let to = Self::address(&dst)?;
-                self.bind()?;
-                self.zero(stream, to, dst.len).map_err(EnqueueError::Failed)
-            }
-            (Command::Copy { src, dst }, Prepared::Direct) => {
-                if src.len != dst.len {
-                    return Err(rejected("a copy's source and destination differ in size"));
-                }
-                let (from, to) = (Self::address(&src)?, Self::address(&dst)?);
-                self.bind()?;
-                // SAFETY: both ranges checked; the scheduler ordered the copy.
-                unsafe { self.driver().copy_d2d(to, from, dst.len, stream.raw) }.map_err(EnqueueError::Failed)
-            }
-            (Command::Upload { dst, data }, Prepared::Upload(loan)) => {
-                if data.len() as u64 != dst.len {
-                    return Err(rejected("upload size differs from its destination"));
-                }
-                let to = Self::address(&dst)?;
-                self.bind()?;
-                self.upload(stream, to, dst.len, loan).map_err(EnqueueError::Failed)
-            }
-            (Command::Download { src, sink }, Prepared::Download(loan)) => {
-                let from = Self::address(&src)?;
-                self.bind()?;
-                self.download(stream, from, src.len, sink, loan).map_err(EnqueueError::Failed)
-            }
-            (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Prepared::Launch(launch)) => {
-                self.launch(stream, launch, &[dst])
-            }
-            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[a, b, out]),
-            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, out]),
-            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, y]),
-            (Command::Delay { .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[]),
-            (Command::Custom { args, .. }, Prepared::Launch(launch)) => {
-                let buffers: Vec<Span<&GpuMemory<D>>> = args
-                    .iter()
-                    .filter_map(|arg| match arg {
-                        KernelArg::Buffer(span, _) => Some(*span),
-                        KernelArg::Scalar(_) => None,
-                    })
-                    .collect();
-                self.launch(stream, launch, &buffers)
-            }
-            (Command::Download { sink, .. }, _) => {
-                let error = Error::invalid("a download was prepared for another command");
-                sink.fail(error.clone());
-                Err(EnqueueError::Rejected(error))
-            }
-            _ => Err(rejected("the command was prepared for another command")),
+        // SAFETY: the caller upholds this function's contract.
+        let enqueued = unsafe { self.enqueue_prepared(stream, command, prepared) };
+        if let Err(EnqueueError::Failed(error)) = &enqueued {
+            self.driver().loss().record(error);
         }
+        enqueued
     }
 
     fn record_event(&self, stream: &GpuStream<D>) -> Result<GpuEvent<D>> {
         self.driver().bind()?;
         let event = GpuEvent::new(&self.device, EventUse::StreamOrder)?;
         // SAFETY: both handles are alive and belong to this driver.
-        unsafe { self.driver().event_record(event.raw, stream.raw)? };
-        Ok(event)
+        self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) }.map(|()| event))
     }
 
     fn wait_event(&self, stream: &GpuStream<D>, event: &GpuEvent<D>) -> Result<()> {
         self.driver().bind()?;
         // SAFETY: both handles are alive; the driver keeps the event's recorded
         // state for the wait even if the event is destroyed right after.
-        unsafe { self.driver().stream_wait_event(stream.raw, event.raw) }
+        self.noting_loss(unsafe { self.driver().stream_wait_event(stream.raw, event.raw) })
     }
 
     fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, _kind: SignalKind) -> Result<()> {
         self.driver().bind()?;
-        stream.after(Box::new(move |status| completion.complete(status)))
+        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status))))
+    }
+
+    fn lost(&self) -> Option<Error> {
+        self.driver().loss().get().cloned()
     }
 
     unsafe fn external_write(

@@ -12,7 +12,8 @@
 //!   waits behind another stream's work.
 //!
 //! A device error seen by any callback poisons the stream: later callbacks
-//! report it too. Either path contains a panicking callback, so the
+//! report it too. A fault that poisons the context (see `Loss`) loses the
+//! whole driver, and the waiter makes no driver call after it. Either path contains a panicking callback, so the
 //! completions behind it still run.
 //!
 //! The scheduler drops a retired stream on the delivery thread once a signal
@@ -82,11 +83,12 @@ impl<D: Driver> GpuStream<D> {
             .spawn(move || {
                 let bound = device.driver.bind();
                 for (event, callback) in pending {
-                    let status = match &bound {
+                    // Once the context is lost its events may be gone with it.
+                    let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
                         // SAFETY: the event was made and recorded by this driver and
                         // stays alive until after this call (dropped below).
                         Ok(()) => unsafe { device.driver.event_synchronize(event.raw) },
-                        Err(error) => Err(error.clone()),
+                        Err(error) => Err(error),
                     };
                     // Release the event before completing, so a caller woken by
                     // the completion sees no event of it still alive.
@@ -119,15 +121,19 @@ impl<D: Driver> GpuStream<D> {
         }
     }
 
-    /// Wraps `callback` so a device error poisons the stream and later callbacks see it.
+    /// Wraps `callback` so a device error poisons the stream and later
+    /// callbacks see it; a lost device loses the whole driver.
     fn poisoning(&self, callback: Callback) -> Callback {
         let failure = self.failure.clone();
         let index = self.index;
+        // The loss, not the device: a callback must never drop the device.
+        let loss = self.device.driver.loss().clone();
         Box::new(move |status: Status| {
             let status = match status {
                 Err(error) => {
+                    loss.record(&error);
                     let error = match error {
-                        Error::OpFailed { .. } => error,
+                        Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
                         other => Error::OpFailed { stream: index, message: other.to_string() },
                     };
                     Err(lock(&failure).get_or_insert(error).clone())

@@ -65,6 +65,13 @@ struct Shared {
     unbound_calls: AtomicUsize,
     /// Names of the calls that fail.
     failing: Mutex<Vec<&'static str>>,
+    /// Names of the calls that fail with a fault that poisons the context.
+    fatal: Mutex<Vec<&'static str>>,
+    loss: Arc<Loss>,
+    /// What `param_sizes` answers for every function.
+    param_sizes: Mutex<Option<Vec<usize>>>,
+    /// Driver calls made after the context was lost (`bind` aside).
+    calls_after_loss: AtomicUsize,
     /// Sources containing "slow" compile only once this opens; told when one starts.
     slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
     free_waits: bool,
@@ -78,8 +85,14 @@ impl Shared {
         if BOUND.with(Cell::get) != self.id {
             self.unbound_calls.fetch_add(1, Ordering::SeqCst);
         }
+        if call != "bind" && self.loss.get().is_some() {
+            self.calls_after_loss.fetch_add(1, Ordering::SeqCst);
+        }
         if lock(&self.failing).contains(&call) {
             return Err(Error::backend(BackendKind::Cuda, format!("{call} failed")));
+        }
+        if lock(&self.fatal).contains(&call) {
+            return Err(status_error(BackendKind::Cuda, call, "CUDA_ERROR_ILLEGAL_ADDRESS".into(), 700, true));
         }
         Ok(())
     }
@@ -144,8 +157,13 @@ impl Driver for Fake {
     }
 
     fn bind(&self) -> Result<()> {
+        self.0.loss.check()?;
         BOUND.with(|bound| bound.set(self.0.id));
         self.0.check("bind")
+    }
+
+    fn loss(&self) -> &Arc<Loss> {
+        &self.0.loss
     }
 
     fn stream_create(&self) -> Result<u64> {
@@ -275,6 +293,10 @@ impl Driver for Fake {
             Some(source) if source.contains(&*entry) => Ok(self.0.next()),
             _ => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
         }
+    }
+
+    unsafe fn param_sizes(&self, _function: u64) -> Result<Option<Vec<usize>>> {
+        Ok(lock(&self.0.param_sizes).clone())
     }
 
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()> {
@@ -449,6 +471,83 @@ fn built_ins_get_their_addresses_and_counts_at_enqueue() {
         }
         calls => panic!("unexpected calls {calls:?}"),
     }
+}
+
+#[test]
+fn arguments_that_do_not_match_the_kernels_parameters_are_refused_by_prepare() {
+    let (backend, shared) = backend(Wake::Waiter);
+    *lock(&shared.param_sizes) = Some(vec![8, 4]);
+    let memory = backend.allocate(64).unwrap();
+    let kernel = custom("put", "extern \"C\" __global__ void put(unsigned* out, unsigned v) {}");
+    let launch = |args: Vec<KernelArg<&GpuMemory<Fake>>>| {
+        backend.prepare(&Command::Custom { kernel: kernel.clone(), grid: Grid::linear(1, 1), args }).map(drop)
+    };
+    let buffer = || KernelArg::Buffer(span(&memory, 0, 64), Access::Write);
+    let scalar = || KernelArg::Scalar(ScalarArg::U32(1));
+    launch(vec![buffer(), scalar()]).unwrap();
+    for args in [vec![buffer()], vec![buffer(), scalar(), scalar()], vec![scalar(), buffer()]] {
+        match launch(args) {
+            Err(Error::InvalidArgument(message)) => {
+                assert!(message.contains("kernel put takes 2 parameters of (8, 4) bytes"), "{message}")
+            }
+            other => panic!("expected the arguments refused, got {other:?}"),
+        }
+    }
+    assert!(shared.device_calls().is_empty(), "nothing was launched");
+}
+
+#[test]
+fn a_fault_seen_by_a_completion_loses_the_device_and_no_driver_call_follows() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }).unwrap();
+    assert!(backend.lost().is_none());
+    lock(&shared.fatal).push("event_synchronize");
+    match fence(&backend, &stream) {
+        Err(Error::DeviceLost { status: Some(status), message, .. }) => {
+            assert_eq!((status.code, status.name.as_str()), (700, "CUDA_ERROR_ILLEGAL_ADDRESS"));
+            assert!(message.contains("event_synchronize"), "{message}");
+        }
+        other => panic!("expected the fence to report the lost device, got {other:?}"),
+    }
+    assert!(matches!(backend.lost(), Some(Error::DeviceLost { .. })));
+    // Every later use fails with the loss, before any driver call.
+    assert!(matches!(backend.allocate(8), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        submit(&backend, &stream, Command::Zero { dst: span(&memory, 0, 64) }),
+        Err(EnqueueError::Failed(Error::DeviceLost { .. }))
+    ));
+    assert!(matches!(backend.record_event(&stream), Err(Error::DeviceLost { .. })));
+    assert!(matches!(fence(&backend, &stream), Err(Error::DeviceLost { .. })));
+    // The owners' drops touch no handle the lost context may have taken along.
+    let frees = shared.calls().iter().filter(|call| matches!(call, Call::Free { .. })).count();
+    drop(memory);
+    drop(stream);
+    drop(backend);
+    assert_eq!(shared.calls_after_loss.load(Ordering::SeqCst), 0);
+    assert_eq!(shared.calls().iter().filter(|call| matches!(call, Call::Free { .. })).count(), frees);
+}
+
+#[test]
+fn a_fault_at_enqueue_loses_the_device_and_a_plain_failure_does_not() {
+    let (backend, shared) = backend(Wake::Callback);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    shared.fail("launch");
+    assert!(matches!(
+        submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }),
+        Err(EnqueueError::Failed(Error::Backend { status: None, .. }))
+    ));
+    assert!(backend.lost().is_none(), "an ordinary failure fails its op only");
+    lock(&shared.failing).clear();
+    lock(&shared.fatal).push("launch");
+    assert!(matches!(
+        submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }),
+        Err(EnqueueError::Failed(Error::DeviceLost { .. }))
+    ));
+    assert!(backend.lost().is_some());
+    assert!(matches!(fence(&backend, &stream), Err(Error::DeviceLost { .. })));
 }
 
 #[test]

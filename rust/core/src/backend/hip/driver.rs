@@ -2,13 +2,16 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
+use std::sync::Arc;
 use std::time::Duration;
 
 use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::ffi::{self, Status as HipStatus};
 use super::hiprtc;
-use crate::backend::gpu::{callback_run, handle_calls, DeviceBuffer, Driver, EventUse, Handle, Launch, Wake};
+use crate::backend::gpu::{
+    callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
+};
 use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -29,7 +32,7 @@ fn failure(call: &str, status: HipStatus) -> Error {
         // SAFETY: non-null, NUL-terminated and static (HIP's own table).
         unsafe { CStr::from_ptr(name) }.to_string_lossy().into_owned()
     };
-    Error::backend(NAME, format!("{call} failed: {name} ({})", status.0))
+    status_error(NAME, call, name, status.0 as i32, ffi::poisons_context(status))
 }
 
 fn check(call: &str, status: HipStatus) -> Result<()> {
@@ -44,6 +47,7 @@ fn check(call: &str, status: HipStatus) -> Result<()> {
 pub(crate) struct Hip {
     device: i32,
     info: DeviceInfo,
+    loss: Arc<Loss>,
 }
 
 impl Hip {
@@ -78,6 +82,7 @@ impl Hip {
                     software: false,
                     max_buffer_bytes: 0,
                 },
+                loss: Arc::default(),
             };
             hip.bind()?;
             let mut name = [0 as std::ffi::c_char; 256];
@@ -103,7 +108,8 @@ unsafe extern "C" fn on_stream_callback(_stream: hipStream_t, status: HipStatus,
     let status = if status == ffi::SUCCESS {
         Ok(())
     } else {
-        Err(Error::backend(NAME, format!("stream failed: hipError_t {}", status.0)))
+        let name = format!("hipError_t {}", status.0);
+        Err(status_error(NAME, "a stream callback", name, status.0 as i32, ffi::poisons_context(status)))
     };
     // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
     unsafe { callback_run(data, status) };
@@ -131,8 +137,13 @@ impl Driver for Hip {
     }
 
     fn bind(&self) -> Result<()> {
+        self.loss.check()?;
         // SAFETY: the ordinal was checked at open.
         check("hipSetDevice", unsafe { ffi::hipSetDevice(self.device) })
+    }
+
+    fn loss(&self) -> &Arc<Loss> {
+        &self.loss
     }
 
     fn stream_create(&self) -> Result<Self::Stream> {

@@ -19,6 +19,13 @@ pub(crate) const ERROR_NO_DEVICE: Status = Status(100);
 pub(crate) const ERROR_INVALID_DEVICE: Status = Status(101);
 pub(crate) const ERROR_NOT_FOUND: Status = Status(500);
 
+/// The faults after which HIP fails every later call with the same status
+/// (illegal address, launch timeout, device assert, launch failure): the
+/// device is lost for the process, as on CUDA. ROCm numbers them as CUDA does.
+pub(crate) fn poisons_context(status: Status) -> bool {
+    matches!(status.0, 700 | 702 | 710 | 719)
+}
+
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
 pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
 pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;

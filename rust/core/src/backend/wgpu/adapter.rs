@@ -136,7 +136,8 @@ fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter:
     }));
     let lost = device_error.clone();
     device.set_device_lost_callback(move |reason, message| {
-        lock(&lost).get_or_insert(Error::backend(BACKEND, format!("device lost ({reason:?}): {message}")));
+        let message = format!("{reason:?}: {message}");
+        lock(&lost).get_or_insert(Error::DeviceLost { backend: BACKEND, message, status: None });
     });
     Ok(Opened { device, queue, adapter: info, limits, device_error })
 }

@@ -126,6 +126,10 @@ impl Backend for WgpuBackend {
     type Memory = WgpuMemory;
     type Prepared = WgpuPrepared;
 
+    fn lost(&self) -> Option<Error> {
+        crate::lock::lock(&self.gpu().device_error).clone().filter(Error::is_device_lost)
+    }
+
     fn kind(&self) -> BackendKind {
         BackendKind::Wgpu
     }

@@ -28,6 +28,7 @@ class ErrorTest {
             "OutOfMemory" to (WeirException.OutOfMemory::class to "out of device memory"),
             "OpFailed" to (WeirException.OpFailed::class to "probe op failed"),
             "Backend" to (WeirException.Backend::class to "probe call failed"),
+            "DeviceLost" to (WeirException.DeviceLost::class to "CUDA_ERROR_ILLEGAL_ADDRESS"),
             "Cancelled" to (WeirException.Cancelled::class to "cancelled"),
         )
         // The sealed hierarchy has exactly these subclasses: a new core variant must be added here.
