@@ -11,7 +11,7 @@ use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
 use weir_core::{Arg, BackendKind, Grid, Kernel, Runtime};
 
-use crate::report::{median, micros, Figure, Report};
+use crate::report::{cpu_time, median, micros, Figure, Report};
 
 const EMPTY: &str = r#"extern "C" __global__ void empty() {}"#;
 const BUMP: &str = r#"extern "C" __global__ void bump(unsigned int* p) { p[threadIdx.x] += 1u; }"#;
@@ -104,11 +104,15 @@ fn launch(function: cu::CUfunction, grid: u32, block: u32, stream: cu::CUstream,
     });
 }
 
-fn open(wake: &str) -> Option<Runtime> {
-    // The completion path is read when the backend opens.
+fn open(wake: &str, spin_micros: Option<u32>) -> Option<Runtime> {
+    // The completion path is read when the backend opens, the spin when a stream starts.
     std::env::set_var("WEIR_GPU_WAKE", wake);
+    if let Some(micros) = spin_micros {
+        std::env::set_var("WEIR_GPU_SPIN_US", micros.to_string());
+    }
     let runtime = Runtime::open(BackendKind::Cuda);
     std::env::remove_var("WEIR_GPU_WAKE");
+    std::env::remove_var("WEIR_GPU_SPIN_US");
     match runtime {
         Ok(runtime) => Some(runtime),
         Err(error) => {
@@ -119,16 +123,23 @@ fn open(wake: &str) -> Option<Runtime> {
 }
 
 pub fn run(report: &mut Report) {
-    let Some(runtime) = open("waiter") else {
+    let Some(runtime) = open("waiter", None) else {
         return;
     };
-    let Some(callback_runtime) = open("callback") else {
+    let Some(blocking_runtime) = open("waiter", Some(0)) else {
+        return;
+    };
+    let Some(callback_runtime) = open("callback", None) else {
         return;
     };
     let raw = Raw::open();
     eprintln!("cuda: {}", runtime.info().name);
     memset_bandwidth(report, &runtime, &raw);
-    for (wake, runtime) in [("waiter", &runtime), ("callback", &callback_runtime)] {
+    for (wake, runtime) in [
+        ("waiter, spins first", &runtime),
+        ("waiter, blocks at once", &blocking_runtime),
+        ("callback", &callback_runtime),
+    ] {
         wake_latency(report, runtime, &raw, wake);
     }
     admission(report, &runtime, &raw);
@@ -207,6 +218,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         }
     });
     let mut weir = Vec::with_capacity(SAMPLES);
+    let cpu_before = cpu_time();
     for _ in 0..SAMPLES {
         let start = Instant::now();
         s.execute(&empty, one, &[]).unwrap();
@@ -214,6 +226,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         weir.push(resolved.recv().unwrap() - start);
         thread::sleep(Duration::from_micros(200));
     }
+    let weir_cpu = (cpu_time() - cpu_before) / SAMPLES as u32;
     drop(to_waiter);
     awaiting.join().unwrap();
 
@@ -237,6 +250,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         }
     });
     let mut baseline = Vec::with_capacity(SAMPLES);
+    let cpu_before = cpu_time();
     for _ in 0..SAMPLES {
         let start = Instant::now();
         launch(function, 1, 1, stream, &mut []);
@@ -249,6 +263,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         baseline.push(start.elapsed());
         thread::sleep(Duration::from_micros(200));
     }
+    let raw_cpu = (cpu_time() - cpu_before) / SAMPLES as u32;
     drop(to_waiter);
     waiter.join().unwrap();
     report.add(Figure {
@@ -259,7 +274,9 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         baseline: Some(micros(median(&mut baseline))),
         higher_is_better: false,
         note: format!(
-            "median of {SAMPLES}; baseline: blocking-sync event, a waiter thread in cuEventSynchronize wakes another thread"
+            "median of {SAMPLES}; CPU per fence, all threads: weir {:.1} us, raw {:.1} us; baseline: blocking-sync event, a waiter thread in cuEventSynchronize wakes another thread",
+            micros(weir_cpu),
+            micros(raw_cpu)
         ),
     });
     assert_eq!(runtime.diagnostics().backend.live_events, 0);

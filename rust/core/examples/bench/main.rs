@@ -7,6 +7,7 @@ mod cpu;
 #[cfg(feature = "cuda")]
 mod cuda;
 mod report;
+mod scaling;
 #[cfg(feature = "wgpu")]
 mod wgpu;
 
@@ -19,14 +20,17 @@ fn main() {
     let mut report = Report::default();
     if wants("cpu") {
         cpu::run(&mut report);
+        scaling::run(&mut report, weir_core::BackendKind::Cpu);
     }
     #[cfg(feature = "wgpu")]
     if wants("wgpu") {
         wgpu::run(&mut report);
+        scaling::run(&mut report, weir_core::BackendKind::Wgpu);
     }
     #[cfg(feature = "cuda")]
     if wants("cuda") {
         cuda::run(&mut report);
+        scaling::run(&mut report, weir_core::BackendKind::Cuda);
     }
     report.print_table();
 }

@@ -65,6 +65,21 @@ pub enum KernelArg<R> {
     Scalar(ScalarArg),
 }
 
+impl<R: Copy> KernelArg<R> {
+    /// The buffer range and access of a buffer argument.
+    pub fn span(&self) -> Option<(Span<R>, Access)> {
+        match self {
+            KernelArg::Buffer(span, access) => Some((*span, *access)),
+            KernelArg::Scalar(_) => None,
+        }
+    }
+}
+
+/// The byte ranges one command touches: a few, kept inline.
+pub type Spans<R> = smallvec::SmallVec<[(Span<R>, Access); 4]>;
+/// The buffers one command touches, with their access: a few, kept inline.
+pub type Accesses<R> = smallvec::SmallVec<[(R, Access); 4]>;
+
 /// Element-wise binary f32 ops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum BinaryOp {
@@ -103,32 +118,27 @@ pub enum Command<R> {
 
 impl<R> Command<R> {
     /// Every byte range the command touches, with its access.
-    pub fn spans(&self) -> Vec<(Span<R>, Access)>
+    pub fn spans(&self) -> Spans<R>
     where
         R: Copy,
     {
         use Access::*;
+        let list = |spans: &[(Span<R>, Access)]| Spans::from_slice(spans);
         match self {
-            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => vec![(*dst, Write)],
-            Command::Copy { src, dst } => vec![(*src, Read), (*dst, Write)],
-            Command::Download { src, .. } => vec![(*src, Read)],
-            Command::Binary { a, b, out, .. } => vec![(*a, Read), (*b, Read), (*out, Write)],
-            Command::Scale { x, out, .. } => vec![(*x, Read), (*out, Write)],
-            Command::Axpy { x, y, .. } => vec![(*x, Read), (*y, ReadWrite)],
-            Command::Iota { out, .. } => vec![(*out, Write)],
-            Command::Delay { .. } => Vec::new(),
-            Command::Custom { args, .. } => args
-                .iter()
-                .filter_map(|arg| match arg {
-                    KernelArg::Buffer(span, access) => Some((*span, *access)),
-                    KernelArg::Scalar(_) => None,
-                })
-                .collect(),
+            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => list(&[(*dst, Write)]),
+            Command::Copy { src, dst } => list(&[(*src, Read), (*dst, Write)]),
+            Command::Download { src, .. } => list(&[(*src, Read)]),
+            Command::Binary { a, b, out, .. } => list(&[(*a, Read), (*b, Read), (*out, Write)]),
+            Command::Scale { x, out, .. } => list(&[(*x, Read), (*out, Write)]),
+            Command::Axpy { x, y, .. } => list(&[(*x, Read), (*y, ReadWrite)]),
+            Command::Iota { out, .. } => list(&[(*out, Write)]),
+            Command::Delay { .. } => Spans::new(),
+            Command::Custom { args, .. } => args.iter().filter_map(KernelArg::span).collect(),
         }
     }
 
     /// Every buffer the command touches, with its access.
-    pub fn accesses(&self) -> Vec<(R, Access)>
+    pub fn accesses(&self) -> Accesses<R>
     where
         R: Copy,
     {
@@ -259,7 +269,7 @@ pub struct OpIo {
     /// The outcomes of the versions the op reads (a partial write reads what
     /// it leaves in place). If one of them failed, the op must not run: it
     /// fails with an error naming that failure.
-    pub inputs: Vec<Arc<OpOutcome>>,
+    pub inputs: smallvec::SmallVec<[Arc<OpOutcome>; 2]>,
     /// The op's own outcome, which the versions it writes carry.
     pub outcome: Option<Arc<OpOutcome>>,
 }
@@ -362,6 +372,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn info(&self) -> DeviceInfo;
     /// The language custom kernels are given in for this backend.
     fn kernel_language(&self) -> KernelLanguage;
+    /// False for a backend whose ops fail only in [`Backend::enqueue`] (or
+    /// lose the device): the scheduler then hands it no [`OpIo`] and makes
+    /// an op's outcome only when the op fails.
+    const FAILS_AS_IT_RUNS: bool = true;
     /// Allocates `bytes` of device memory with unspecified contents.
     fn allocate(&self, bytes: u64) -> Result<Self::Memory>;
     /// Creates a stream.

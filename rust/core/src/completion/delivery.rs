@@ -18,7 +18,8 @@
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 
 use crate::lock::lock;
@@ -29,18 +30,48 @@ thread_local! {
     static ON_DELIVERY_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Threads spinning on device work that is about to complete (a GPU
+/// waiter): while there are any, the wake thread spins for its next job
+/// instead of sleeping, so the wakers they hand on run at once.
+static SPINNERS: AtomicUsize = AtomicUsize::new(0);
+
+/// Marks the calling thread as spinning until dropped (see [`SPINNERS`]).
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
+pub(crate) struct Spinning(());
+
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
+impl Spinning {
+    pub(crate) fn start() -> Spinning {
+        if SPINNERS.fetch_add(1, Ordering::SeqCst) == 0 {
+            // Wake the wake thread now, while the device works, so that it
+            // is spinning when the waker arrives.
+            WAKE.run(Box::new(|| {}));
+        }
+        Spinning(())
+    }
+}
+
+impl Drop for Spinning {
+    fn drop(&mut self) {
+        SPINNERS.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
 /// One long-lived thread and its queue.
 struct Line {
     name: &'static str,
+    /// Whether the thread spins while [`SPINNERS`] are about.
+    spins: bool,
     queue: OnceLock<Option<Mutex<Sender<Job>>>>,
 }
 
 impl Line {
-    const fn new(name: &'static str) -> Line {
-        Line { name, queue: OnceLock::new() }
+    const fn new(name: &'static str, spins: bool) -> Line {
+        Line { name, spins, queue: OnceLock::new() }
     }
 
     fn sender(&self) -> Option<&Mutex<Sender<Job>>> {
+        let spins = self.spins;
         self.queue
             .get_or_init(|| {
                 let (sender, jobs) = channel::<Job>();
@@ -48,7 +79,7 @@ impl Line {
                     .name(self.name.to_owned())
                     .spawn(move || {
                         ON_DELIVERY_THREAD.with(|flag| flag.set(true));
-                        for job in jobs {
+                        while let Some(job) = next_job(&jobs, spins) {
                             // A panicking waker or action must not end deliveries for everyone.
                             let _ = catch_unwind(AssertUnwindSafe(job));
                         }
@@ -90,11 +121,24 @@ impl Line {
     }
 }
 
+/// The next job of a line, `None` once its queue closed: spinning for it
+/// while `spins` and a spinner is about, else sleeping until it comes.
+fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if spins && SPINNERS.load(Ordering::SeqCst) > 0 => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+        }
+    }
+}
+
 /// Wakers and the actions that complete other cells: latency matters here.
-static WAKE: Line = Line::new("weir-wake");
+static WAKE: Line = Line::new("weir-wake", true);
 /// Dropping backend objects (memory, retired streams): driver calls that may
 /// wait on a device lock, kept off the line that wakes tasks.
-static RELEASE: Line = Line::new("weir-release");
+static RELEASE: Line = Line::new("weir-release", false);
 
 /// Runs `job` on the wake thread (see the module doc).
 pub(crate) fn deliver(job: impl FnOnce() + Send + 'static) {

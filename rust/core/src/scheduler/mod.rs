@@ -24,7 +24,9 @@ use versions::{Dependencies, History};
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span};
+use crate::backend::{
+    Accesses, Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span,
+};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
@@ -337,23 +339,30 @@ impl<B: Backend> Scheduler<B> {
     /// What `command` reads and publishes: the outcomes of the versions it
     /// reads (a partial write reads what it leaves in place), and a cell for
     /// its own outcome if it writes.
-    fn op_io(state: &State<B>, spans: &[(Span<BufferKey>, Access)]) -> Result<OpIo> {
+    ///
+    /// For a backend whose ops fail only at enqueue, the inputs' outcomes are
+    /// only checked (the first failure comes back) and the op gets no cell.
+    fn op_io(state: &State<B>, spans: &[(Span<BufferKey>, Access)], stream: usize) -> Result<(OpIo, Option<Error>)> {
         let mut io = OpIo::default();
         let mut writes = false;
+        let mut failed = None;
         for &(span, access) in spans {
             let entry = state.entry(span.buffer)?;
             let partial = span.offset != 0 || span.len != entry.len;
             writes |= access.writes();
             if access.reads() || partial {
                 if let Some(outcome) = entry.history.outcome() {
-                    if !io.inputs.iter().any(|known| Arc::ptr_eq(known, outcome)) {
+                    if failed.is_none() {
+                        failed = outcome.failure().map(|cause| Error::dependency_failed(stream as u32, cause));
+                    }
+                    if B::FAILS_AS_IT_RUNS && !io.inputs.iter().any(|known| Arc::ptr_eq(known, outcome)) {
                         io.inputs.push(outcome.clone());
                     }
                 }
             }
         }
-        io.outcome = writes.then(|| Arc::new(OpOutcome::default()));
-        Ok(io)
+        io.outcome = (writes && (B::FAILS_AS_IT_RUNS || failed.is_some())).then(|| Arc::new(OpOutcome::default()));
+        Ok((io, failed))
     }
 
     /// Admits a prepared `command` on `stream`: waits, enqueue and publication
@@ -367,12 +376,12 @@ impl<B: Backend> Scheduler<B> {
         prepared: B::Prepared,
     ) -> Result<()> {
         let spans = command.spans();
-        let accesses: Vec<(BufferKey, Access)> = spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
+        let accesses: Accesses<BufferKey> = spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
         // Even an op that will not run is ordered: a later writer that waits
         // for its (failed) version must also be after the readers before it.
         self.wait_for_dependencies(state, stream, &accesses)?;
-        let io = Self::op_io(state, &spans)?;
-        if let Some(error) = io.failed_input(stream as u32) {
+        let (io, failed_input) = Self::op_io(state, &spans, stream)?;
+        if let Some(error) = failed_input {
             return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
         }
         let command = command.try_map(|key| state.entry(key).map(|entry| &*entry.memory))?;
@@ -410,6 +419,9 @@ impl<B: Backend> Scheduler<B> {
         outcome: Option<Arc<OpOutcome>>,
         error: Error,
     ) -> Error {
+        // A backend that fails ops only at enqueue gave the op no cell yet.
+        let writes = accesses.iter().any(|(_, access)| access.writes());
+        let outcome = outcome.or_else(|| writes.then(|| Arc::new(OpOutcome::default())));
         if let Some(outcome) = &outcome {
             outcome.fail(error.clone());
         }

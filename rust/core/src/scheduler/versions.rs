@@ -74,7 +74,7 @@ impl History {
 
 /// The latest position needed per stream.
 #[derive(Debug, Default)]
-pub(crate) struct Dependencies(Vec<OpPosition>);
+pub(crate) struct Dependencies(smallvec::SmallVec<[OpPosition; 4]>);
 
 impl Dependencies {
     fn add(&mut self, (stream, position): OpPosition) {

@@ -19,7 +19,7 @@ const NAME: BackendKind = BackendKind::Cuda;
 
 /// Every driver symbol this backend calls, checked before the first call:
 /// cudarc panics on a missing one.
-const SYMBOLS: [&str; 35] = [
+const SYMBOLS: [&str; 36] = [
     "cuInit",
     "cuDriverGetVersion",
     "cuDeviceGetCount",
@@ -40,6 +40,7 @@ const SYMBOLS: [&str; 35] = [
     "cuEventCreate",
     "cuEventRecord",
     "cuEventSynchronize",
+    "cuEventQuery",
     "cuEventDestroy_v2",
     "cuMemAllocAsync",
     "cuMemFreeAsync",
@@ -309,6 +310,14 @@ impl Driver for Cuda {
         event_record: cuEventRecord, stream_wait_event: cuStreamWaitEvent, event_synchronize: cuEventSynchronize,
         stream_synchronize: cuStreamSynchronize, add_callback: cuStreamAddCallback(on_stream_callback),
         stream_destroy: cuStreamDestroy_v2, event_destroy: cuEventDestroy_v2, module_unload: cuModuleUnload,
+    }
+
+    unsafe fn event_query(&self, event: Self::Event) -> Option<Result<bool>> {
+        // SAFETY: a live event (trait contract).
+        Some(match unsafe { sys::cuEventQuery(event.0) } {
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check("cuEventQuery", other).map(|()| true),
+        })
     }
 
     fn alloc(&self, bytes: u64) -> Result<u64> {

@@ -7,7 +7,7 @@ use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::driver::{Driver, Handle};
+use super::driver::{Driver, EventUse, Handle};
 use super::kernels::Kernels;
 use crate::backend::Counters;
 use crate::device::DeviceInfo;
@@ -97,11 +97,52 @@ impl Reclaimer {
     }
 }
 
+/// Events not in use, by use, so that ordering two streams costs a record
+/// and a wait, not also a create and a destroy. Bounded: past it, events
+/// are destroyed.
+pub(crate) struct EventPool<D: Driver> {
+    stream_order: Mutex<Vec<D::Event>>,
+    host_wait: Mutex<Vec<D::Event>>,
+}
+
+impl<D: Driver> EventPool<D> {
+    const MAX: usize = 256;
+
+    fn of(&self, usage: EventUse) -> &Mutex<Vec<D::Event>> {
+        match usage {
+            EventUse::StreamOrder => &self.stream_order,
+            EventUse::HostWait => &self.host_wait,
+        }
+    }
+
+    /// An idle event made for `usage`, if one is pooled.
+    pub fn take(&self, usage: EventUse) -> Option<D::Event> {
+        lock(self.of(usage)).pop()
+    }
+
+    /// Pools an event no longer in use; hands it back if the pool is full.
+    pub fn give_back(&self, usage: EventUse, event: D::Event) -> Option<D::Event> {
+        let mut pool = lock(self.of(usage));
+        if pool.len() >= Self::MAX {
+            return Some(event);
+        }
+        pool.push(event);
+        None
+    }
+
+    fn drain(&self) -> Vec<D::Event> {
+        let mut all = std::mem::take(&mut *lock(&self.stream_order));
+        all.append(&mut lock(&self.host_wait));
+        all
+    }
+}
+
 /// Shared by a backend and all it made; the last owner releases the device.
 pub(crate) struct Device<D: Driver> {
     pub info: DeviceInfo,
     pub counters: Counters,
     pub kernels: Kernels<D>,
+    pub events: EventPool<D>,
     free_staging: FreeList,
     /// Every staging buffer ever allocated, lent or not: freed with the device.
     all_staging: Mutex<Vec<Staging>>,
@@ -118,6 +159,7 @@ impl<D: Driver> Device<D> {
             info: driver.info(),
             counters: Counters::default(),
             kernels: Kernels::default(),
+            events: EventPool { stream_order: Mutex::new(Vec::new()), host_wait: Mutex::new(Vec::new()) },
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
             reclaimer,
@@ -186,6 +228,10 @@ impl<D: Driver> Drop for Device<D> {
             return;
         }
         self.kernels.unload(&self.driver);
+        for event in self.events.drain() {
+            // SAFETY: made by this driver, idle (pooled), destroyed once (drained).
+            unsafe { self.driver.event_destroy(event) };
+        }
         for staging in lock(&self.all_staging).drain(..) {
             // SAFETY: allocated by this driver's `host_alloc`, freed once (drained).
             unsafe { self.driver.host_free(staging.ptr.0) };

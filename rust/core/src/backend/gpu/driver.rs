@@ -126,6 +126,12 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()>;
     /// Blocks until the event's work is done; reports the device's error if any.
     unsafe fn event_synchronize(&self, event: Self::Event) -> Status;
+    /// True once the event's work is done, without waiting; the device's
+    /// error if any. `None` where the driver has no such query (the waiter
+    /// then only blocks).
+    unsafe fn event_query(&self, _event: Self::Event) -> Option<Result<bool>> {
+        None
+    }
     unsafe fn event_destroy(&self, event: Self::Event);
 
     /// Device memory usable on every stream as soon as this returns.

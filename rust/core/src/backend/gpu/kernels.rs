@@ -204,7 +204,8 @@ struct Slot([u8; 8]);
 
 /// Parameter storage for one launch: the values and the pointer array to them.
 pub(crate) struct Params {
-    slots: Vec<Slot>,
+    /// Inline up to eight parameters: a launch then allocates nothing.
+    slots: smallvec::SmallVec<[Slot; 8]>,
 }
 
 impl Params {
@@ -235,8 +236,9 @@ impl Params {
         }
     }
 
-    /// The `void**` array a launch takes; valid while `self` is.
-    pub fn pointers(&mut self) -> Vec<*mut c_void> {
+    /// The `void**` array a launch takes; valid while `self` stays where it
+    /// is (the slots may be inline).
+    pub fn pointers(&mut self) -> smallvec::SmallVec<[*mut c_void; 8]> {
         self.slots.iter_mut().map(|slot| slot.0.as_mut_ptr().cast::<c_void>()).collect()
     }
 }

@@ -31,8 +31,9 @@ mod stream;
 #[cfg(all(test, feature = "cuda"))]
 mod tests;
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{
     Backend, BackendCounters, BinaryOp, Command, EnqueueError, HostSink, KernelArg, OpIo, RawAccess, SignalKind, Span,
@@ -41,13 +42,14 @@ use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 use crate::kernel::{CustomKernel, Grid};
+use crate::lock::lock;
 
 use device::{Device, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
     callback_run, handle_calls, pass_callback, status_error, Callback, Driver, EventUse, Handle, Launch, Loss, Status,
 };
-use kernels::{Builtins, Entry, Param, Params};
+use kernels::{Builtins, Entry, Function, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
 // public only with `test-support`); the backend itself indexes by `Entry`.
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
@@ -83,7 +85,7 @@ pub(crate) struct PreparedLaunch<D: Driver> {
     params: Params,
     /// The parameters that take buffer addresses, in the order the command
     /// names its buffers.
-    pointers: Vec<usize>,
+    pointers: smallvec::SmallVec<[usize; 8]>,
 }
 
 /// A staging loan a device copy may still read or write. Only the copy's
@@ -110,10 +112,16 @@ fn rejected(message: &str) -> EnqueueError {
     EnqueueError::Rejected(Error::invalid(message))
 }
 
+/// A custom kernel's function, beside a weak handle that tells whether the
+/// kernel it was loaded for is still the one at its address.
+type KnownKernel<D> = (Weak<CustomKernel>, Function<D>);
+
 /// A [`Backend`] over one GPU driver.
 pub(crate) struct GpuBackend<D: Driver> {
     device: Arc<Device<D>>,
     builtins: Builtins<D::Function>,
+    /// Custom kernels' functions, by kernel (see `custom_function`).
+    by_kernel: Mutex<HashMap<usize, KnownKernel<D>>>,
     wake: Wake,
     next_stream: AtomicU32,
 }
@@ -132,7 +140,7 @@ impl<D: Driver> GpuBackend<D> {
         device.driver.bind()?;
         let builtins =
             Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry).map(|f| f.raw))?;
-        Ok(GpuBackend { device, builtins, wake, next_stream: AtomicU32::new(0) })
+        Ok(GpuBackend { device, builtins, by_kernel: Mutex::default(), wake, next_stream: AtomicU32::new(0) })
     }
 
     fn driver(&self) -> &D {
@@ -172,20 +180,40 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
-    /// Compiles (or finds) and loads a custom kernel; a source that does not
+    /// The loaded function of `kernel`: from the per-kernel cache, else
+    /// compiled (or found by its source) and loaded; a source that does not
     /// compile is an invalid argument carrying the compiler's log.
-    fn prepare_custom<R>(&self, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<Prepared<D>> {
+    fn custom_function(&self, kernel: &Arc<CustomKernel>) -> Result<Function<D>> {
+        // Keyed by the kernel's address, checked against a weak handle: a
+        // kernel dropped and another made at the same address is not mistaken
+        // for it. Saves hashing the source on every launch.
+        let key = Arc::as_ptr(kernel) as usize;
+        if let Some((known, function)) = lock(&self.by_kernel).get(&key) {
+            // A live kernel's address is its own: same address and alive is the same kernel.
+            if known.strong_count() > 0 && std::ptr::eq(known.as_ptr(), Arc::as_ptr(kernel)) {
+                return Ok(function.clone());
+            }
+        }
         let source = Self::custom_source(kernel).ok_or_else(|| {
             Error::unsupported(D::KIND, format!("kernel {} has no {} source", kernel.name, D::KIND.name()))
         })?;
         // Module loads need the device current on this thread, which may be any.
         self.driver().bind()?;
         let function = self.device.kernels.function(self.driver(), &source.code, &source.entry)?;
+        let mut by_kernel = lock(&self.by_kernel);
+        by_kernel.retain(|_, (known, _)| known.strong_count() > 0);
+        by_kernel.insert(key, (Arc::downgrade(kernel), function.clone()));
+        Ok(function)
+    }
+
+    /// A launch of a custom kernel, its arguments checked against its parameters.
+    fn prepare_custom<R>(&self, kernel: &Arc<CustomKernel>, grid: &Grid, args: &[KernelArg<R>]) -> Result<Prepared<D>> {
+        let function = self.custom_function(kernel)?;
         if let Some(sizes) = &function.param_sizes {
             Self::check_params(kernel, sizes, args)?;
         }
         let function = function.raw;
-        let params: Vec<Param> = args
+        let params: smallvec::SmallVec<[Param; 8]> = args
             .iter()
             .map(|arg| match arg {
                 KernelArg::Buffer(..) => Param::Pointer(0),
@@ -199,11 +227,11 @@ impl<D: Driver> GpuBackend<D> {
     /// the device would otherwise read as garbage: one parameter per
     /// argument, a pointer (8 bytes) for each buffer, 4 bytes for each scalar.
     fn check_params<R>(kernel: &CustomKernel, sizes: &[usize], args: &[KernelArg<R>]) -> Result<()> {
-        let expected: Vec<usize> =
-            args.iter().map(|arg| if matches!(arg, KernelArg::Buffer(..)) { 8 } else { 4 }).collect();
-        if sizes == expected {
+        let size = |arg: &KernelArg<R>| if matches!(arg, KernelArg::Buffer(..)) { 8 } else { 4 };
+        if sizes.len() == args.len() && sizes.iter().zip(args).all(|(&declared, arg)| declared == size(arg)) {
             return Ok(());
         }
+        let expected: Vec<usize> = args.iter().map(size).collect();
         let describe = |sizes: &[usize]| sizes.iter().map(|size| format!("{size}")).collect::<Vec<_>>().join(", ");
         Err(Error::invalid(format!(
             "kernel {} takes {} parameters of ({}) bytes, but its {} arguments need ({}) bytes: \
@@ -224,19 +252,22 @@ impl<D: Driver> GpuBackend<D> {
         Ok(loan)
     }
 
-    fn launch(
+    fn launch<'m>(
         &self,
         stream: &GpuStream<D>,
         mut launch: PreparedLaunch<D>,
-        buffers: &[Span<&GpuMemory<D>>],
+        buffers: impl IntoIterator<Item = Span<&'m GpuMemory<D>>>,
     ) -> Result<(), EnqueueError> {
-        if buffers.len() != launch.pointers.len() {
-            return Err(rejected("a launch was prepared for another command"));
-        }
-        for (&index, span) in launch.pointers.iter().zip(buffers) {
-            if !launch.params.set_pointer(index, Self::address(span)?) {
-                return Err(rejected("a launch was prepared for another command"));
+        let mut filled = 0;
+        for span in buffers {
+            let index = launch.pointers.get(filled).copied();
+            match index {
+                Some(index) if launch.params.set_pointer(index, Self::address(&span)?) => filled += 1,
+                _ => return Err(rejected("a launch was prepared for another command")),
             }
+        }
+        if filled != launch.pointers.len() {
+            return Err(rejected("a launch was prepared for another command"));
         }
         let mut pointers = launch.params.pointers();
         self.bind()?;
@@ -335,21 +366,14 @@ impl<D: Driver> GpuBackend<D> {
                 self.download(stream, from, src.len, sink, loan).map_err(EnqueueError::Failed)
             }
             (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Prepared::Launch(launch)) => {
-                self.launch(stream, launch, &[dst])
+                self.launch(stream, launch, [dst])
             }
-            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[a, b, out]),
-            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, out]),
-            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[x, y]),
-            (Command::Delay { .. }, Prepared::Launch(launch)) => self.launch(stream, launch, &[]),
+            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, [a, b, out]),
+            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, [x, out]),
+            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, [x, y]),
+            (Command::Delay { .. }, Prepared::Launch(launch)) => self.launch(stream, launch, []),
             (Command::Custom { args, .. }, Prepared::Launch(launch)) => {
-                let buffers: Vec<Span<&GpuMemory<D>>> = args
-                    .iter()
-                    .filter_map(|arg| match arg {
-                        KernelArg::Buffer(span, _) => Some(*span),
-                        KernelArg::Scalar(_) => None,
-                    })
-                    .collect();
-                self.launch(stream, launch, &buffers)
+                self.launch(stream, launch, args.iter().filter_map(|arg| arg.span().map(|(span, _)| span)))
             }
             (Command::Download { sink, .. }, _) => {
                 let error = Error::invalid("a download was prepared for another command");
@@ -394,6 +418,9 @@ impl<D: Driver> Backend for GpuBackend<D> {
     fn kernel_language(&self) -> KernelLanguage {
         D::LANGUAGE
     }
+
+    // Launches and copies fail when enqueued; a fault on the device loses it.
+    const FAILS_AS_IT_RUNS: bool = false;
 
     fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
         self.noting_loss(self.driver().bind().and_then(|()| GpuMemory::new(&self.device, bytes)))

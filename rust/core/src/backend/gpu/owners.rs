@@ -8,30 +8,39 @@ use super::device::Device;
 use super::driver::{Driver, EventUse};
 use crate::error::Result;
 
-/// A device event (timing off). Destroying one that a stream still waits
-/// on is allowed: the driver releases it once that wait is satisfied.
+/// A device event (timing off), from the device's pool and back to it when
+/// dropped. Reusing one that a stream still waits on is allowed: a stream
+/// wait takes the event's latest record when it is made, and a host wait
+/// is over before the event drops.
 pub(crate) struct GpuEvent<D: Driver> {
     device: Arc<Device<D>>,
+    usage: EventUse,
     pub(crate) raw: D::Event,
 }
 
 impl<D: Driver> GpuEvent<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, usage: EventUse) -> Result<Self> {
-        let raw = device.driver.event_create(usage)?;
+        let raw = match device.events.take(usage) {
+            Some(raw) => raw,
+            None => device.driver.event_create(usage)?,
+        };
         device.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(GpuEvent { device: device.clone(), raw })
+        Ok(GpuEvent { device: device.clone(), usage, raw })
     }
 }
 
 impl<D: Driver> Drop for GpuEvent<D> {
     fn drop(&mut self) {
-        // Dropped on the waiter thread or under the scheduler's lock: bind,
-        // since either may not have the device current.
-        if self.device.driver.bind().is_ok() {
-            // SAFETY: made by this driver in `new`; this owner destroys it once.
-            unsafe { self.device.driver.event_destroy(self.raw) };
-        }
         self.device.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+        if let Some(spare) = self.device.events.give_back(self.usage, self.raw) {
+            // The pool is full. Dropped on the waiter thread or under the
+            // scheduler's lock: bind, since either may not have the device
+            // current (and a lost device's events went with its context).
+            if self.device.driver.bind().is_ok() {
+                // SAFETY: made by this driver; this owner destroys it once.
+                unsafe { self.device.driver.event_destroy(spare) };
+            }
+        }
     }
 }
 

@@ -24,6 +24,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::device::Device;
 use super::driver::{Callback, Driver, EventUse, Status};
@@ -47,6 +48,66 @@ impl Wake {
             Ok("waiter") => Wake::Waiter,
             _ => default,
         }
+    }
+}
+
+/// How long a waiter spins on an event before it blocks, unless
+/// `WEIR_GPU_SPIN_US` says otherwise (0: never spin).
+const SPIN_BUDGET: Duration = Duration::from_micros(50);
+
+/// Read when a stream's waiter starts, so a benchmark can compare both.
+fn spin_budget() -> Duration {
+    std::env::var("WEIR_GPU_SPIN_US")
+        .ok()
+        .and_then(|micros| micros.parse().ok())
+        .map_or(SPIN_BUDGET, Duration::from_micros)
+}
+
+/// A waiter's choice between spinning on an event and blocking on it.
+///
+/// A blocking-sync event wakes its thread some 20 us after the device got
+/// there; a query loop sees it at once. So a waiter spins, for at most the
+/// budget per event, while recent events were reached within the budget
+/// (an average of the last few waits), and blocks at once behind long
+/// work, where spinning would only burn a core. While it spins, the wake
+/// thread spins too (see `completion::Spinning`), so the waker it hands on
+/// runs without a wake-up of its own.
+struct Spin {
+    budget: Duration,
+    /// The recent time from taking an event to reaching it.
+    expected: Duration,
+}
+
+impl Spin {
+    fn new(budget: Duration) -> Spin {
+        Spin { budget, expected: Duration::ZERO }
+    }
+
+    /// Waits for `event`: spinning, then blocking.
+    ///
+    /// # Safety
+    /// `event` was made and recorded by `driver` and stays alive for the call.
+    unsafe fn wait<D: Driver>(&mut self, driver: &D, event: D::Event) -> Status {
+        let start = Instant::now();
+        let mut reached = None;
+        if self.budget > Duration::ZERO && self.expected < self.budget {
+            let _spinning = crate::completion::Spinning::start();
+            // SAFETY: this function's contract.
+            while let Some(status) = unsafe { driver.event_query(event) } {
+                match status {
+                    Ok(false) if start.elapsed() < self.budget => std::hint::spin_loop(),
+                    Ok(false) => break,
+                    done => {
+                        reached = Some(done.map(drop));
+                        break;
+                    }
+                }
+            }
+        }
+        // SAFETY: this function's contract.
+        let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
+        self.expected = (self.expected * 3 + start.elapsed()) / 4;
+        status
     }
 }
 
@@ -82,12 +143,13 @@ impl<D: Driver> GpuStream<D> {
             .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
             .spawn(move || {
                 let bound = device.driver.bind();
+                let mut spin = Spin::new(spin_budget());
                 for (event, callback) in pending {
                     // Once the context is lost its events may be gone with it.
                     let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
                         // SAFETY: the event was made and recorded by this driver and
                         // stays alive until after this call (dropped below).
-                        Ok(()) => unsafe { device.driver.event_synchronize(event.raw) },
+                        Ok(()) => unsafe { spin.wait(&*device.driver, event.raw) },
                         Err(error) => Err(error),
                     };
                     // Release the event before completing, so a caller woken by

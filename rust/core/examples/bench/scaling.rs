@@ -1,0 +1,77 @@
+//! How admission cost grows with the work, on any backend: µs per admitted
+//! op with more live buffers, and with more streams in a cross-stream chain.
+//! Each figure is beside the smallest case of its series in the same run.
+
+use std::time::Instant;
+
+use weir_core::{BackendKind, Runtime};
+
+use crate::report::{micros, Figure, Report};
+
+const OPS: u32 = 20_000;
+
+/// µs per op of `OPS` admissions, fenced once at the end (and not timed).
+fn per_op(runtime: &Runtime, admit: impl Fn(u32)) -> f64 {
+    runtime.fence().unwrap().wait().unwrap();
+    let start = Instant::now();
+    for i in 0..OPS {
+        admit(i);
+    }
+    let elapsed = start.elapsed();
+    runtime.fence().unwrap().wait().unwrap();
+    micros(elapsed) / f64::from(OPS)
+}
+
+pub fn run(report: &mut Report, kind: BackendKind) {
+    let Ok(runtime) = Runtime::open(kind) else {
+        eprintln!("{}: scaling skipped: unavailable", kind.name());
+        return;
+    };
+    let name = kind.name();
+    let s = runtime.default_stream();
+    let target = s.zeros(256).unwrap();
+
+    let mut smallest = None;
+    for live in [10usize, 1_000, 100_000] {
+        let others: Vec<_> = (0..live).map(|_| s.empty(4).unwrap()).collect();
+        let cost = per_op(&runtime, |i| s.fill_u32(&target, i).unwrap());
+        drop(others);
+        let base = *smallest.get_or_insert(cost);
+        report.add(Figure::beside(
+            name,
+            &format!("admission, {live} live buffers"),
+            "us/op",
+            cost,
+            base,
+            false,
+            &format!("{OPS} fills of one buffer; baseline: the same with 10 live buffers"),
+        ));
+    }
+
+    let mut smallest = None;
+    for streams in [1usize, 8, 64, 256] {
+        let all: Vec<_> =
+            (0..streams).map(|i| if i == 0 { s.clone() } else { runtime.new_stream().unwrap() }).collect();
+        let (a, b) = (s.zeros(256).unwrap(), s.zeros(256).unwrap());
+        let waits = runtime.diagnostics().inserted_waits;
+        // Op i on stream i % streams reads what op i - 1 wrote: every op
+        // after the first waits for the stream before it.
+        let cost = per_op(&runtime, |i| {
+            let (from, to) = if i % 2 == 0 { (&a, &b) } else { (&b, &a) };
+            all[i as usize % streams].copy(from, to).unwrap();
+        });
+        let inserted = runtime.diagnostics().inserted_waits - waits;
+        let base = *smallest.get_or_insert(cost);
+        report.add(Figure::beside(
+            name,
+            &format!("admission, chain over {streams} streams"),
+            "us/op",
+            cost,
+            base,
+            false,
+            &format!(
+                "{OPS} copies, each reading the previous one's output; {inserted} waits inserted; baseline: 1 stream"
+            ),
+        ));
+    }
+}
