@@ -57,8 +57,8 @@ pub enum Error {
     /// The device is lost for this runtime: a fault that poisons its context
     /// (on CUDA and HIP an illegal address, a trap, a launch failure), or
     /// the device itself went away. Every later call of the runtime fails
-    /// with this error; `close()` still works, and a runtime opened after the
-    /// lost ones are closed starts on a fresh context.
+    /// with this error; `close()` still works. On CUDA the driver refuses
+    /// the whole process from then on: restart it (see the README's table).
     #[error("the {backend} device is lost: {message}; close this runtime and open a new one")]
     DeviceLost {
         backend: BackendKind,

@@ -461,6 +461,7 @@ fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
     };
     let s = runtime.default_stream();
     let out = s.zeros(4).unwrap();
+    let other = s.zeros(4).unwrap();
     let admitted = runtime.diagnostics().admitted_ops;
     let broken = Kernel::custom("broken")
         .cuda(r#"extern "C" __global__ void broken(unsigned int* out) { out[0] = weir_undeclared_name; }"#, "broken")
@@ -482,7 +483,7 @@ fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
     let wrong: [&[Arg<'_>]; 3] = [
         &[Arg::write(&out), Arg::u32(1)],
         &[Arg::write(&out), Arg::u32(1), Arg::u32(1), Arg::u32(1)],
-        &[Arg::write(&out), Arg::write(&out), Arg::u32(1)],
+        &[Arg::write(&out), Arg::read(&other), Arg::u32(1)],
     ];
     for args in wrong {
         match s.execute(&put, Grid::linear(1, 1), args).unwrap_err() {

@@ -1,6 +1,8 @@
 //! A fault that poisons the CUDA context (a kernel that traps) loses the
 //! device: the runtime then fails every call with `DeviceLost`, nothing
-//! hangs, and a runtime opened after it is closed works.
+//! hangs, closing it works, opening another runtime in the same process is
+//! `DeviceLost` too (the driver refuses the process), and a new process
+//! runs work at once.
 //!
 //! Its own test binary, so its own process: every runtime of a process shares
 //! device 0's primary context, which the trap poisons for all of them.
@@ -42,12 +44,12 @@ fn assert_lost<T: std::fmt::Debug>(what: &str, outcome: Result<T, Error>) {
 }
 
 #[test]
-fn a_trapping_kernel_loses_the_runtime_and_a_new_runtime_works() {
+fn a_trapping_kernel_loses_the_runtime_and_every_later_call_says_so() {
     let runtime = match Runtime::open(BackendKind::Cuda) {
         Ok(runtime) => runtime,
         Err(Error::Unavailable { reason, .. }) if !required() => {
             eprintln!(
-                "skipped: a_trapping_kernel_loses_the_runtime_and_a_new_runtime_works: cuda unavailable: {reason}"
+                "skipped: a_trapping_kernel_loses_the_runtime_and_every_later_call_says_so: cuda unavailable: {reason}"
             );
             return;
         }
@@ -83,8 +85,22 @@ fn a_trapping_kernel_loses_the_runtime_and_a_new_runtime_works() {
     within("close", move || closing.close()).unwrap();
     drop((s, t, healthy, out, runtime));
 
-    // A runtime opened afterwards starts on a fresh context.
-    let fresh = Runtime::open(BackendKind::Cuda).expect("a new runtime opens after the lost one");
+    // The driver refuses CUDA to this process now: a typed error, at once.
+    assert_lost("a runtime opened afterwards", within("open", || Runtime::open(BackendKind::Cuda).map(drop)));
+
+    // Another process is unaffected: this binary again, running only the
+    // test below.
+    let exe = std::env::current_exe().unwrap();
+    let child =
+        std::process::Command::new(exe).args(["--ignored", "--exact", "a_fresh_process_runs_work"]).output().unwrap();
+    let log = String::from_utf8_lossy(&child.stdout);
+    assert!(child.status.success() && log.contains("1 passed"), "the fresh process failed:\n{log}");
+}
+
+#[test]
+#[ignore = "run in a process of its own by the test above"]
+fn a_fresh_process_runs_work() {
+    let fresh = Runtime::open(BackendKind::Cuda).expect("a new process opens cuda");
     let s = fresh.default_stream();
     let x = s.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
     let y = s.upload(&[10.0f32, 20.0, 30.0, 40.0]).unwrap();

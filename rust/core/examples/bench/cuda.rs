@@ -132,11 +132,16 @@ pub fn run(report: &mut Report) {
     let Some(callback_runtime) = open("callback", None) else {
         return;
     };
+    let Some(long_spin_runtime) = open("waiter", Some(200)) else {
+        return;
+    };
     let raw = Raw::open();
     eprintln!("cuda: {}", runtime.info().name);
     memset_bandwidth(report, &runtime, &raw);
+    spin_floor(report, &raw);
     for (wake, runtime) in [
         ("waiter, spins first", &runtime),
+        ("waiter, spins up to 200 us", &long_spin_runtime),
         ("waiter, blocks at once", &blocking_runtime),
         ("callback", &callback_runtime),
     ] {
@@ -148,7 +153,8 @@ pub fn run(report: &mut Report) {
 
 fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     const BYTES: usize = 1 << 30;
-    const REPS: u32 = 20;
+    // Enough that the closing fence's wake-up (tens of us) is noise beside the fills.
+    const REPS: u32 = 100;
     let s = runtime.default_stream();
     let buffer = s.empty(BYTES as u64).unwrap();
     let gbps = |elapsed: Duration| f64::from(REPS) * BYTES as f64 / elapsed.as_secs_f64() / 1e9;
@@ -197,6 +203,38 @@ fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         baseline: Some(best_d8.max(best_d32)),
         higher_is_better: true,
         note: format!("raw cuMemsetD8Async {best_d8:.0} GB/s, cuMemsetD32Async {best_d32:.0} GB/s; best of 3x{REPS}"),
+    });
+}
+
+/// The floor under any wake-up: an empty kernel seen done by a thread that
+/// spins on its event right after launching it.
+fn spin_floor(report: &mut Report, raw: &Raw) {
+    const SAMPLES: usize = 300;
+    let function = raw.function(EMPTY, "empty");
+    let stream = raw.stream();
+    let event = raw.event(false);
+    let mut seen = Vec::with_capacity(SAMPLES);
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        launch(function, 1, 1, stream, &mut []);
+        // SAFETY: live handles.
+        unsafe {
+            ck("cuEventRecord", cu::cuEventRecord(event, stream));
+            while cu::cuEventQuery(event) == cu::CUresult::CUDA_ERROR_NOT_READY {
+                std::hint::spin_loop();
+            }
+        }
+        seen.push(start.elapsed());
+        thread::sleep(Duration::from_micros(200));
+    }
+    report.add(Figure {
+        backend: "cuda".into(),
+        name: "empty kernel seen done, same-thread spin".into(),
+        unit: "us",
+        weir: micros(median(&mut seen)),
+        baseline: None,
+        higher_is_better: false,
+        note: format!("raw only, median of {SAMPLES}: the floor under every wake-up figure"),
     });
 }
 

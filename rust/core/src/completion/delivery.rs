@@ -18,9 +18,10 @@
 
 use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::time::{Duration, Instant};
 
 use crate::lock::lock;
 
@@ -30,31 +31,49 @@ thread_local! {
     static ON_DELIVERY_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// Threads spinning on device work that is about to complete (a GPU
-/// waiter): while there are any, the wake thread spins for its next job
-/// instead of sleeping, so the wakers they hand on run at once.
-static SPINNERS: AtomicUsize = AtomicUsize::new(0);
+/// GPU fences likely to complete soon, each with a task likely to await it
+/// (see [`Awake`]): while there are any, and until [`SPIN_UNTIL`]
+/// (nanoseconds since [`EPOCH`]), the wake thread spins for its next job
+/// instead of sleeping, so the waker a GPU waiter hands on runs without a
+/// thread wake-up of its own.
+static AWAITED: AtomicUsize = AtomicUsize::new(0);
+static SPIN_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// True while the wake thread sleeps for its next job.
+static PARKED: AtomicBool = AtomicBool::new(false);
+static EPOCH: OnceLock<Instant> = OnceLock::new();
 
-/// Marks the calling thread as spinning until dropped (see [`SPINNERS`]).
+fn now_nanos() -> u64 {
+    EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
+}
+
+/// Keeps the wake thread spinning, for at most the span given, until it is
+/// dropped: made when a quick fence is signalled, dropped once its
+/// completion was handed on. Wakes the wake thread at once if it sleeps,
+/// while the device still works. Costs the wake thread at most that span
+/// of CPU.
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
-pub(crate) struct Spinning(());
+pub(crate) struct Awake(());
 
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
-impl Spinning {
-    pub(crate) fn start() -> Spinning {
-        if SPINNERS.fetch_add(1, Ordering::SeqCst) == 0 {
-            // Wake the wake thread now, while the device works, so that it
-            // is spinning when the waker arrives.
+impl Awake {
+    pub(crate) fn for_at_most(span: Duration) -> Awake {
+        AWAITED.fetch_add(1, Ordering::SeqCst);
+        SPIN_UNTIL.fetch_max(now_nanos() + span.as_nanos() as u64, Ordering::SeqCst);
+        if PARKED.load(Ordering::SeqCst) {
             WAKE.run(Box::new(|| {}));
         }
-        Spinning(())
+        Awake(())
     }
 }
 
-impl Drop for Spinning {
+impl Drop for Awake {
     fn drop(&mut self) {
-        SPINNERS.fetch_sub(1, Ordering::SeqCst);
+        AWAITED.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+fn spin_for_next_job() -> bool {
+    AWAITED.load(Ordering::SeqCst) > 0 && now_nanos() < SPIN_UNTIL.load(Ordering::SeqCst)
 }
 
 /// One long-lived thread and its queue.
@@ -122,14 +141,20 @@ impl Line {
 }
 
 /// The next job of a line, `None` once its queue closed: spinning for it
-/// while `spins` and a spinner is about, else sleeping until it comes.
+/// while `spins` and a quick fence is pending (see [`Awake`]), else
+/// sleeping until it comes.
 fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
     loop {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if spins && SPINNERS.load(Ordering::SeqCst) > 0 => std::hint::spin_loop(),
-            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+            Err(TryRecvError::Empty) if spins && spin_for_next_job() => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) => {
+                PARKED.store(spins, Ordering::SeqCst);
+                let job = jobs.recv().ok();
+                PARKED.store(false, Ordering::SeqCst);
+                return job;
+            }
         }
     }
 }

@@ -2,7 +2,7 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
-use std::sync::{Arc, Mutex, Weak};
+use std::sync::Arc;
 use std::time::Duration;
 
 use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags};
@@ -29,8 +29,8 @@ const SYMBOLS: [&str; 36] = [
     "cuDeviceGetAttribute",
     "cuDevicePrimaryCtxRetain",
     "cuDevicePrimaryCtxRelease_v2",
-    "cuDevicePrimaryCtxReset_v2",
     "cuCtxSetCurrent",
+    "cuCtxGetCurrent",
     "cuStreamCreate",
     "cuStreamDestroy_v2",
     "cuStreamSynchronize",
@@ -95,18 +95,6 @@ fn poisons_context(error: CUresult) -> bool {
             | CUDA_ERROR_CONTEXT_IS_DESTROYED
             | CUDA_ERROR_DEVICE_UNAVAILABLE
     )
-}
-
-/// The loss of every open CUDA driver of this process. They all share
-/// device 0's primary context, so a fault that poisons it loses them all;
-/// before a new runtime resets the context, each is marked lost, so none
-/// uses a handle the reset destroyed.
-static OPEN: Mutex<Vec<Weak<Loss>>> = Mutex::new(Vec::new());
-
-/// Marks every open driver lost with `error`, and forgets the closed ones.
-fn lose_all(error: &Error) {
-    let mut open = OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
-    open.retain(|loss| loss.upgrade().inspect(|loss| loss.record(error)).is_some());
 }
 
 /// The CUDA driver, bound to device 0's primary context.
@@ -178,7 +166,12 @@ impl Cuda {
             unavailable("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut memory, device))?;
 
             let mut context = null_mut();
-            unavailable("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
+            match sys::cuDevicePrimaryCtxRetain(&mut context, device) {
+                // An earlier runtime's fault poisoned the process's context:
+                // the driver refuses CUDA to this process from then on.
+                fault if poisons_context(fault) => return Err(failure("cuDevicePrimaryCtxRetain", fault)),
+                other => unavailable("cuDevicePrimaryCtxRetain", other)?,
+            }
             let mut driver = Cuda {
                 device,
                 context: Handle(context),
@@ -196,38 +189,15 @@ impl Cuda {
             };
             // From here `driver`'s Drop releases what was made.
             driver.bind()?;
-            if let Err(lost) = driver.start_pool_stream().inspect_err(|error| driver.loss.record(error)) {
-                if !lost.is_device_lost() {
-                    return Err(lost);
-                }
-                // An earlier runtime's fault poisoned the primary context: every
-                // runtime on it is lost already, so this one starts it afresh.
-                lose_all(&lost);
-                let _ = sys::cuDevicePrimaryCtxRelease_v2(device);
-                unavailable("cuDevicePrimaryCtxReset", sys::cuDevicePrimaryCtxReset_v2(device))?;
-                let mut context = null_mut();
-                unavailable("cuDevicePrimaryCtxRetain", sys::cuDevicePrimaryCtxRetain(&mut context, device))?;
-                driver.context = Handle(context);
-                // The reset destroyed the stream made before it.
-                driver.pool_stream = Handle(null_mut());
-                driver.loss = Arc::default();
-                driver.bind()?;
-                driver.start_pool_stream()?;
-            }
-            OPEN.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).push(Arc::downgrade(&driver.loss));
+            driver.start_pool_stream()?;
             Ok(driver)
         }
     }
 
     /// Creates the pool stream, and asks it whether the context is healthy:
     /// a poisoned context reports its fault on every call, so a query of an
-    /// empty stream reports it without waiting for anything.
+    /// empty stream reports it (a lost device) without waiting for anything.
     fn start_pool_stream(&mut self) -> Result<()> {
-        if !self.pool_stream.0.is_null() {
-            // SAFETY: made below by an earlier call, and not used elsewhere yet.
-            let _ = unsafe { sys::cuStreamDestroy_v2(self.pool_stream.0) };
-            self.pool_stream = Handle(null_mut());
-        }
         self.pool_stream = self.stream_create()?;
         // SAFETY: the stream was just made in the bound context.
         check("cuStreamQuery", unsafe { sys::cuStreamQuery(self.pool_stream.0) })
@@ -277,8 +247,15 @@ impl Driver for Cuda {
 
     fn bind(&self) -> Result<()> {
         self.loss.check()?;
-        // SAFETY: the context is retained for the driver's life.
-        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.context.0) })
+        // Asking is cheaper than setting, and every enqueue binds.
+        let mut current = null_mut();
+        // SAFETY: an out-pointer to a local; the context is retained for the driver's life.
+        unsafe {
+            if sys::cuCtxGetCurrent(&mut current) == CUresult::CUDA_SUCCESS && current == self.context.0 {
+                return Ok(());
+            }
+            check("cuCtxSetCurrent", sys::cuCtxSetCurrent(self.context.0))
+        }
     }
 
     fn loss(&self) -> &Arc<Loss> {

@@ -304,7 +304,7 @@ impl<D: Driver> GpuBackend<D> {
         unsafe { self.driver().copy_h2d(dst, loan.ptr(), len, stream.raw)? };
         self.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
         let loan = InFlight(Some(loan));
-        stream.after(Box::new(move |_| drop(loan.release())))
+        stream.after(Box::new(move |_| drop(loan.release())), false)
     }
 
     fn download(&self, stream: &GpuStream<D>, src: u64, len: u64, sink: Arc<HostSink>, loan: Loan) -> Result<()> {
@@ -315,12 +315,15 @@ impl<D: Driver> GpuBackend<D> {
         let loan = InFlight(Some(loan));
         let failed = sink.clone();
         stream
-            .after(Box::new(move |status| match (status, loan.release()) {
-                // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
-                (Ok(()), Some(mut loan)) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
-                (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
-                (Err(error), _) => sink.fail(error),
-            }))
+            .after(
+                Box::new(move |status| match (status, loan.release()) {
+                    // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
+                    (Ok(()), Some(mut loan)) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
+                    (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
+                    (Err(error), _) => sink.fail(error),
+                }),
+                true,
+            )
             // Nobody else will complete the read: fail it here.
             .inspect_err(|error| failed.fail(error.clone()))
     }
@@ -509,9 +512,10 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.noting_loss(unsafe { self.driver().stream_wait_event(stream.raw, event.raw) })
     }
 
-    fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, _kind: SignalKind) -> Result<()> {
+    fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
         self.driver().bind()?;
-        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status))))
+        let awaited = kind == SignalKind::Fence;
+        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), awaited))
     }
 
     fn lost(&self) -> Option<Error> {

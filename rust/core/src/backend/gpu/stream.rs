@@ -21,6 +21,7 @@
 //! lets the waiter drain and exit, and destroys the handle.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -69,18 +70,20 @@ fn spin_budget() -> Duration {
 /// there; a query loop sees it at once. So a waiter spins, for at most the
 /// budget per event, while recent events were reached within the budget
 /// (an average of the last few waits), and blocks at once behind long
-/// work, where spinning would only burn a core. While it spins, the wake
-/// thread spins too (see `completion::Spinning`), so the waker it hands on
-/// runs without a wake-up of its own.
+/// work, where spinning would only burn a core. While a fence is likely to
+/// be quick, the wake thread spins until it is handed on
+/// (`completion::Awake`), so the waker runs without a wake-up of its own.
 struct Spin {
     budget: Duration,
-    /// The recent time from taking an event to reaching it.
-    expected: Duration,
+    /// The recent time from taking an event to reaching it, in nanoseconds;
+    /// shared with the stream, which keeps the wake thread awake by it.
+    expected: Arc<AtomicU64>,
 }
 
 impl Spin {
-    fn new(budget: Duration) -> Spin {
-        Spin { budget, expected: Duration::ZERO }
+    /// True while recent events were reached within the budget.
+    fn is_quick(budget: Duration, expected: &AtomicU64) -> bool {
+        budget > Duration::ZERO && expected.load(Ordering::Relaxed) < budget.as_nanos() as u64
     }
 
     /// Waits for `event`: spinning, then blocking.
@@ -90,8 +93,7 @@ impl Spin {
     unsafe fn wait<D: Driver>(&mut self, driver: &D, event: D::Event) -> Status {
         let start = Instant::now();
         let mut reached = None;
-        if self.budget > Duration::ZERO && self.expected < self.budget {
-            let _spinning = crate::completion::Spinning::start();
+        if Self::is_quick(self.budget, &self.expected) {
             // SAFETY: this function's contract.
             while let Some(status) = unsafe { driver.event_query(event) } {
                 match status {
@@ -106,7 +108,9 @@ impl Spin {
         }
         // SAFETY: this function's contract.
         let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
-        self.expected = (self.expected * 3 + start.elapsed()) / 4;
+        let took = start.elapsed().as_nanos() as u64;
+        let expected = self.expected.load(Ordering::Relaxed);
+        self.expected.store((expected.saturating_mul(3).saturating_add(took)) / 4, Ordering::Relaxed);
         status
     }
 }
@@ -114,6 +118,8 @@ impl Spin {
 struct Waiter<D: Driver> {
     queue: Option<Sender<(GpuEvent<D>, Callback)>>,
     thread: Option<JoinHandle<()>>,
+    budget: Duration,
+    expected: Arc<AtomicU64>,
 }
 
 /// A device stream (non-blocking with respect to the legacy default stream).
@@ -139,11 +145,13 @@ impl<D: Driver> GpuStream<D> {
     fn spawn_waiter(&self) -> Result<Waiter<D>> {
         let (queue, pending) = channel::<(GpuEvent<D>, Callback)>();
         let device = self.device.clone();
+        let budget = spin_budget();
+        let expected = Arc::new(AtomicU64::new(0));
+        let mut spin = Spin { budget, expected: expected.clone() };
         let thread = std::thread::Builder::new()
             .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
             .spawn(move || {
                 let bound = device.driver.bind();
-                let mut spin = Spin::new(spin_budget());
                 for (event, callback) in pending {
                     // Once the context is lost its events may be gone with it.
                     let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
@@ -160,12 +168,13 @@ impl<D: Driver> GpuStream<D> {
                 }
             })
             .map_err(|e| Error::backend(D::KIND, format!("cannot start a completion thread: {e}")))?;
-        Ok(Waiter { queue: Some(queue), thread: Some(thread) })
+        Ok(Waiter { queue: Some(queue), thread: Some(thread), budget, expected })
     }
 
     /// Runs `callback` once all work enqueued on this stream so far is done,
-    /// with the stream's first failure if it has one.
-    pub(crate) fn after(&self, callback: Callback) -> Result<()> {
+    /// with the stream's first failure if it has one. `awaited` says a task
+    /// is likely to wait for it (a fence), so a quick one is worth spinning for.
+    pub(crate) fn after(&self, callback: Callback, awaited: bool) -> Result<()> {
         let callback = self.poisoning(callback);
         match &self.waiter {
             None => {
@@ -178,6 +187,17 @@ impl<D: Driver> GpuStream<D> {
                 // SAFETY: both handles are alive and belong to this driver.
                 unsafe { self.device.driver.event_record(event.raw, self.raw)? };
                 let queue = waiter.queue.as_ref().ok_or(Error::Closed)?;
+                let callback: Callback = if awaited && Spin::is_quick(waiter.budget, &waiter.expected) {
+                    // The wake thread wakes now, while the device works, and
+                    // spins until this completion is handed on.
+                    let awake = crate::completion::Awake::for_at_most(waiter.budget * 2);
+                    Box::new(move |status| {
+                        callback(status);
+                        drop(awake);
+                    })
+                } else {
+                    callback
+                };
                 queue.send((event, callback)).map_err(|_| Error::backend(D::KIND, "the completion thread has stopped"))
             }
         }

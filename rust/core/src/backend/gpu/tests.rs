@@ -619,7 +619,7 @@ fn fence_within(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, limit: Dur
 fn panicking_callback_does_not_stop_later_completions(wake: Wake) {
     let (backend, _shared) = backend(wake);
     let stream = backend.create_stream().unwrap();
-    stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)"))).unwrap();
+    stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)")), false).unwrap();
     fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
     fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
 }
