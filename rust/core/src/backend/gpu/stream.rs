@@ -54,7 +54,7 @@ impl Wake {
 
 /// How long a waiter spins on an event before it blocks, unless
 /// `WEIR_GPU_SPIN_US` says otherwise (0: never spin).
-const SPIN_BUDGET: Duration = Duration::from_micros(50);
+const SPIN_BUDGET: Duration = Duration::from_micros(200);
 
 /// Read when a stream's waiter starts, so a benchmark can compare both.
 fn spin_budget() -> Duration {
@@ -190,7 +190,7 @@ impl<D: Driver> GpuStream<D> {
                 let callback: Callback = if awaited && Spin::is_quick(waiter.budget, &waiter.expected) {
                     // The wake thread wakes now, while the device works, and
                     // spins until this completion is handed on.
-                    let awake = crate::completion::Awake::for_at_most(waiter.budget * 2);
+                    let awake = crate::completion::Awake::for_at_most(waiter.budget);
                     Box::new(move |status| {
                         callback(status);
                         drop(awake);
