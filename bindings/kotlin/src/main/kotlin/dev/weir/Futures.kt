@@ -19,7 +19,7 @@ import java.util.concurrent.ForkJoinPool
  * the suspend call does (so calls made one after another are admitted in that
  * order), then returns a future of the wait:
  *
- * - **Where it completes.** On [executor], by default
+ * - **Where it completes.** On the executor given as the last argument, by default
  *   `ForkJoinPool.commonPool()`, never on a Weir thread: the Rust side wakes
  *   the call on `weir-wake`, which only hands it to the executor. So
  *   dependent stages (`thenApply`, `thenRun`, …) run on the executor too, and

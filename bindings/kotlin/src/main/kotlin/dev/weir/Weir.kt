@@ -88,7 +88,7 @@ fun scalar(value: UInt): Arg = Arg.U32(value)
 /** One shared kernel handle per built-in op, created on first use and never closed. */
 private val builtins = ConcurrentHashMap<BuiltinOp, Kernel>()
 
-/** The kernel of a built-in [op] (shared; do not close it). */
+/** This built-in op's kernel (shared; do not close it). */
 fun BuiltinOp.kernel(): Kernel = builtins.computeIfAbsent(this) { Kernel.builtin(it) }
 
 /** A one-group grid: what built-in ops are given (they size themselves from their buffers). */
