@@ -52,6 +52,9 @@ pub enum Natives {
     /// An installed artifact (`cargo xtask install`): what applications get,
     /// no test hooks.
     Installed,
+    /// The GPU bundle (`cargo xtask bundle --kotlin`): the suites' hooks and
+    /// every backend a GPU machine may have.
+    GpuTests,
 }
 
 impl Natives {
@@ -59,6 +62,7 @@ impl Natives {
         match self {
             Natives::Tests => "test-support",
             Natives::Installed => "",
+            Natives::GpuTests => "cuda,wgpu,test-support",
         }
     }
 }

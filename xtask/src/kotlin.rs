@@ -1,6 +1,7 @@
 //! The Kotlin package: natives, bindings, Maven tests, the installed
 //! artifact and its consumer, and the Kotlin demo.
 
+mod bundle;
 mod install;
 mod versions;
 
@@ -9,6 +10,7 @@ use std::path::{Path, PathBuf};
 use crate::bindings::{self, Profile};
 use crate::util::{root, run, Result};
 
+pub use bundle::bundle;
 pub use install::install;
 pub use versions::check as check_versions;
 

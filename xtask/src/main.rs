@@ -34,6 +34,10 @@ commands:
   bundle [--out DIR]
                   the Rust suites and benchmarks as stripped binaries with a run.sh, for a
                   machine with a GPU and no Rust (default DIR: .device/bundle)
+  bundle --kotlin [--out DIR]
+                  the Kotlin and Java JUnit suites with a jlinked Java runtime and a
+                  run-kotlin.sh, for a machine with a GPU and no JDK (default DIR:
+                  .device/bundle-kotlin)
   bench [--rust|--kotlin] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
                   Rust on every backend, then the Kotlin call overhead (cpu by default)
@@ -66,7 +70,10 @@ fn main() -> ExitCode {
             _ => Err("usage: cargo xtask install --kotlin".to_owned()),
         },
         Some("soak") => rust::soak(&args[1..]),
-        Some("bundle") => bundle::bundle(&args[1..]),
+        Some("bundle") => match args.get(1).map(String::as_str) {
+            Some("--kotlin") => kotlin::bundle(&args[2..]),
+            _ => bundle::bundle(&args[1..]),
+        },
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),

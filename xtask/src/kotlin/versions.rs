@@ -36,6 +36,12 @@ pub fn project_version() -> Result<String> {
     pom_version(&pom).map(str::to_owned).ok_or_else(|| "bindings/kotlin/pom.xml names no version".to_owned())
 }
 
+/// A property of the Kotlin package's pom (`junit.version`, …).
+pub fn pom_property(name: &str) -> Result<String> {
+    let pom = read(&project().join("pom.xml"))?;
+    element(&pom, name, 0).map(str::to_owned).ok_or_else(|| format!("bindings/kotlin/pom.xml has no {name}"))
+}
+
 /// `key = "value"` in the `[versions]` table of a version catalog.
 fn catalog_version<'a>(catalog: &'a str, key: &str) -> Option<&'a str> {
     let table = &catalog[catalog.find("[versions]")? + "[versions]".len()..];
