@@ -44,12 +44,45 @@ pub fn library_file() -> &'static str {
     }
 }
 
-/// Builds `weir-ffi` (cdylib + staticlib) and returns the shared library's path.
+/// What the native library is built for: this decides its features.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Natives {
+    /// The suites, benchmarks and demos: with the `test-support` hooks.
+    Tests,
+    /// An installed artifact (`cargo xtask install`): what applications get,
+    /// no test hooks.
+    Installed,
+    /// The GPU bundle (`cargo xtask bundle --kotlin`): the suites' hooks and
+    /// every backend a GPU machine may have.
+    GpuTests,
+}
+
+impl Natives {
+    fn features(self) -> &'static str {
+        match self {
+            Natives::Tests => "test-support",
+            Natives::Installed => "",
+            Natives::GpuTests => "cuda,wgpu,test-support",
+        }
+    }
+}
+
+/// Builds `weir-ffi` (cdylib + staticlib) for the suites, benchmarks and
+/// demos (with the test hooks) and returns the shared library's path.
 pub fn native(profile: Profile) -> Result<PathBuf> {
+    build_native(profile, Natives::Tests)
+}
+
+/// Builds `weir-ffi` (cdylib + staticlib) for `purpose` and returns the shared
+/// library's path. Builds of one profile share `target/<profile>/`, so the
+/// library there is whichever was built last: copy it before building another.
+pub fn build_native(profile: Profile, purpose: Natives) -> Result<PathBuf> {
     let mut command = cargo();
-    // The Kotlin and Swift suites, benchmarks and demos share this library, and
-    // the suites need the test hooks.
-    command.args(["build", "--quiet", "-p", "weir-ffi", "--features", "test-support"]);
+    command.args(["build", "--quiet", "-p", "weir-ffi"]);
+    let features = purpose.features();
+    if !features.is_empty() {
+        command.args(["--features", features]);
+    }
     if profile == Profile::Release {
         command.arg("--release");
     }

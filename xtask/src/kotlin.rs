@@ -1,9 +1,18 @@
-//! The Kotlin package: natives, bindings, Maven tests and the Kotlin demo.
+//! The Kotlin package: natives, bindings, Maven tests, the installed
+//! artifact and its consumer, and the Kotlin demo.
 
-use std::path::PathBuf;
+mod bundle;
+mod install;
+mod versions;
+
+use std::path::{Path, PathBuf};
 
 use crate::bindings::{self, Profile};
 use crate::util::{root, run, Result};
+
+pub use bundle::bundle;
+pub use install::install;
+pub use versions::check as check_versions;
 
 /// The Maven project.
 fn project() -> PathBuf {
@@ -36,16 +45,20 @@ fn jna_platform() -> &'static str {
     }
 }
 
-/// Builds the native library, generates the bindings and lays the library
-/// where Maven packs it.
+/// Builds the native library for the suites, benchmarks and demos (with the
+/// test hooks), generates the bindings and lays the library where Maven packs it.
 pub fn prepare(profile: Profile) -> Result {
-    let library = bindings::native(profile)?;
-    bindings::generate("kotlin", &library, &generated_sources())?;
+    lay_out(&bindings::native(profile)?)
+}
+
+/// Generates the bindings of `library` and lays it where Maven packs it.
+fn lay_out(library: &Path) -> Result {
+    bindings::generate("kotlin", library, &generated_sources())?;
     patch_generated()?;
     let platform = generated_resources().join(jna_platform());
     std::fs::create_dir_all(&platform).map_err(|e| format!("cannot create {}: {e}", platform.display()))?;
     let target = platform.join(bindings::library_file());
-    std::fs::copy(&library, &target)
+    std::fs::copy(library, &target)
         .map_err(|e| format!("cannot copy {} to {}: {e}", library.display(), target.display()))?;
     Ok(())
 }
@@ -137,20 +150,28 @@ fn patch_generated() -> Result {
 
 /// `mvn` in batch mode, in the Maven project.
 fn maven() -> std::process::Command {
+    maven_in(&project())
+}
+
+/// `mvn` in batch mode, in the Maven project in `dir`.
+fn maven_in(dir: &Path) -> std::process::Command {
     let mut command = std::process::Command::new("mvn");
     // `cargo run` puts target/*/ on the library path; JNA searches it before the
     // classpath, so without this Maven could load a stale library instead of the
     // one the jar carries.
     command.env_remove("LD_LIBRARY_PATH").env_remove("DYLD_FALLBACK_LIBRARY_PATH");
-    command.args(["-B", "--no-transfer-progress", "-f"]).arg(project().join("pom.xml"));
+    command.args(["-B", "--no-transfer-progress", "-f"]).arg(dir.join("pom.xml"));
     command
 }
 
-/// Kotlin tests: natives, bindings, then `mvn verify` (JUnit 5). The debug
-/// library shares its build with `cargo test`, which keeps CI short.
+/// Kotlin tests: natives, bindings, then `mvn verify` (JUnit 5 suites in
+/// Kotlin and Java) on the debug library with the test hooks, which shares
+/// its build with `cargo test` and keeps CI short; then the installed
+/// artifact (release, no hooks) and the consumer project that depends on it.
 pub fn test() -> Result {
     prepare(Profile::Debug)?;
-    run(maven().arg("verify"))
+    run(maven().arg("verify"))?;
+    install::consumer()
 }
 
 /// The Kotlin demo: a coroutine app running a two-stream pipeline.

@@ -15,12 +15,18 @@ const USAGE: &str = "usage: cargo xtask <command>
 commands:
   test [--lint|--rust|--kotlin|--swift]
                   every check of the project: lints (rustfmt, clippy, rustdoc, warnings
-                  as errors), Rust tests (all available backends, then the loom model
-                  check of the completion cell), Kotlin, Swift
+                  as errors; the Maven and Gradle builds' versions in step), Rust tests
+                  (all available backends, then the loom model check of the completion
+                  cell), Kotlin (the suites, then the installed artifact and the consumer
+                  project), Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
+  install --kotlin
+                  the release library without test hooks, its bindings and the jar,
+                  sources jar and Dokka javadoc jar of dev.weir:weir into the local
+                  Maven repository
   soak [--ops N] [--threads T] [--backend NAME]
                   a long mixed run (default 10^6 ops from 4 threads on cpu) with stream,
                   buffer, fence and cancel churn: a JSON line and a table row every
@@ -28,6 +34,10 @@ commands:
   bundle [--out DIR]
                   the Rust suites and benchmarks as stripped binaries with a run.sh, for a
                   machine with a GPU and no Rust (default DIR: .device/bundle)
+  bundle --kotlin [--out DIR]
+                  the Kotlin and Java JUnit suites with a jlinked Java runtime and a
+                  run-kotlin.sh, for a machine with a GPU and no JDK (default DIR:
+                  .device/bundle-kotlin)
   bench [--rust|--kotlin] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
                   Rust on every backend, then the Kotlin call overhead (cpu by default)
@@ -39,11 +49,15 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("test") => match args.get(1).map(String::as_str) {
-            Some("--lint") => rust::lint(),
+            Some("--lint") => rust::lint().and_then(|()| kotlin::check_versions()),
             Some("--rust") => rust::test(),
             Some("--kotlin") => kotlin::test(),
             Some("--swift") => swift::test(),
-            _ => rust::lint().and_then(|()| rust::test()).and_then(|()| kotlin::test()).and_then(|()| swift::test()),
+            _ => rust::lint()
+                .and_then(|()| kotlin::check_versions())
+                .and_then(|()| rust::test())
+                .and_then(|()| kotlin::test())
+                .and_then(|()| swift::test()),
         },
         Some("demo") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::demo(&args[2..]),
@@ -51,8 +65,15 @@ fn main() -> ExitCode {
             _ => rust::demo(&args[1..]),
         },
         Some("bindings") => bindings::command(&args[1..]),
+        Some("install") => match args.get(1).map(String::as_str) {
+            Some("--kotlin") => kotlin::install(),
+            _ => Err("usage: cargo xtask install --kotlin".to_owned()),
+        },
         Some("soak") => rust::soak(&args[1..]),
-        Some("bundle") => bundle::bundle(&args[1..]),
+        Some("bundle") => match args.get(1).map(String::as_str) {
+            Some("--kotlin") => kotlin::bundle(&args[2..]),
+            _ => bundle::bundle(&args[1..]),
+        },
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),

@@ -6,7 +6,9 @@
  * [WeirException] hierarchy. Every handle is [AutoCloseable], so `use {}`
  * releases it. This file adds what is awkward there: typed array uploads and
  * reads, `Long` sizes instead of `ULong`, kernel arguments from buffers, and
- * built-in ops by name.
+ * built-in ops by name. Java sees these as static methods of the class
+ * `Weir` (`Weir.zeros(stream, 12)`); [WeirJava], [WeirFutures] and
+ * [WeirBlocking] hold what else Java needs.
  */
 @file:JvmName("Weir")
 
@@ -17,24 +19,30 @@ import java.nio.ByteOrder
 import java.util.concurrent.ConcurrentHashMap
 
 /** Opens the best available backend: CUDA, then HIP, then a hardware wgpu adapter, then the CPU. */
+@Throws(WeirException::class)
 fun Runtime.Companion.open(): Runtime = Runtime.open(Backend.AUTO)
 
 /** A zero-filled buffer of [bytes] bytes (zeroed on the device, no host data). */
+@Throws(WeirException::class)
 fun Stream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
 
 /** A buffer of [bytes] bytes with unspecified contents. */
+@Throws(WeirException::class)
 fun Stream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
 
 /** A buffer holding [data] (little-endian `f32`s, as devices store them). */
+@Throws(WeirException::class)
 fun Stream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
 
 /** A buffer holding [data] (little-endian 32-bit integers). */
+@Throws(WeirException::class)
 fun Stream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
 
 /**
  * Writes [data] into [buffer] at element [offset], then suspends until done.
  * A bad [offset] is reported in elements, as given.
  */
+@Throws(WeirException::class)
 suspend fun Stream.write(buffer: Buffer, data: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
     write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"), cancel)
 
@@ -42,14 +50,17 @@ suspend fun Stream.write(buffer: Buffer, data: FloatArray, offset: Int = 0, canc
  * Writes [data] into [buffer] at element [offset], then suspends until done.
  * A bad [offset] is reported in elements, as given.
  */
+@Throws(WeirException::class)
 suspend fun Stream.write(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
     write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
 
 /** Reads [buffer] as `f32`s once its latest write (on any stream) is done. */
+@Throws(WeirException::class)
 suspend fun Stream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
     read(buffer, cancel).toFloatArray()
 
 /** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done. */
+@Throws(WeirException::class)
 suspend fun Stream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
     read(buffer, cancel).toIntArray()
 
@@ -77,20 +88,23 @@ fun scalar(value: UInt): Arg = Arg.U32(value)
 /** One shared kernel handle per built-in op, created on first use and never closed. */
 private val builtins = ConcurrentHashMap<BuiltinOp, Kernel>()
 
-/** The kernel of a built-in [op] (shared; do not close it). */
+/** This built-in op's kernel (shared; do not close it). */
 fun BuiltinOp.kernel(): Kernel = builtins.computeIfAbsent(this) { Kernel.builtin(it) }
 
 /** A one-group grid: what built-in ops are given (they size themselves from their buffers). */
 private val single = Grid()
 
 /** Enqueues the built-in [op] over [args]; returns once admitted, not once done. */
+@Throws(WeirException::class)
 fun Stream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.toList())
 
 /** Enqueues the built-in [op] over [args], then suspends until this stream has run it. */
+@Throws(WeirException::class)
 suspend fun Stream.executeAsync(op: BuiltinOp, vararg args: Arg, cancel: CancelToken? = null) =
     executeAsync(op.kernel(), single, args.toList(), cancel)
 
 /** Enough groups of [block] threads along x to cover [items] items. */
+@JvmOverloads
 fun Grid.Companion.linear(items: Int, block: Int = 64): Grid =
     gridLinear(items.coerceAtLeast(0).toUInt(), block.coerceAtLeast(1).toUInt())
 
@@ -126,14 +140,14 @@ private fun IntArray.toLittleEndianBytes(): ByteArray {
     return out.array()
 }
 
-private fun ByteArray.toFloatArray(): FloatArray {
+internal fun ByteArray.toFloatArray(): FloatArray {
     if (size % 4 != 0) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole f32s")
     val out = FloatArray(size / 4)
     ByteBuffer.wrap(this).order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().get(out)
     return out
 }
 
-private fun ByteArray.toIntArray(): IntArray {
+internal fun ByteArray.toIntArray(): IntArray {
     if (size % 4 != 0) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole i32s")
     val out = IntArray(size / 4)
     ByteBuffer.wrap(this).order(ByteOrder.LITTLE_ENDIAN).asIntBuffer().get(out)

@@ -31,6 +31,7 @@ object Backends {
     private val reported = ConcurrentHashMap.newKeySet<String>()
 
     /** Opens [name], or skips (fails, if required) the calling test when it cannot open. */
+    @JvmStatic
     fun open(name: String): Runtime {
         val backend = Backend.entries.firstOrNull { it.name.equals(name, ignoreCase = true) }
             ?: fail("unknown backend $name in WEIR_TEST_BACKENDS")

@@ -1,0 +1,184 @@
+package dev.weir
+
+import kotlinx.coroutines.CoroutineName
+import kotlinx.coroutines.CoroutineScope
+import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.ExecutorCoroutineDispatcher
+import kotlinx.coroutines.SupervisorJob
+import kotlinx.coroutines.asCoroutineDispatcher
+import kotlinx.coroutines.future.future
+import java.util.concurrent.CompletableFuture
+import java.util.concurrent.Executor
+import java.util.concurrent.ForkJoinPool
+
+/**
+ * `CompletableFuture` variants of every suspend call, for Java (and any JVM
+ * code without coroutines).
+ *
+ * Each call admits its op on the calling thread before it returns, exactly as
+ * the suspend call does (so calls made one after another are admitted in that
+ * order), then returns a future of the wait:
+ *
+ * - **Where it completes.** On the executor given as the last argument, by default
+ *   `ForkJoinPool.commonPool()`, never on a Weir thread: the Rust side wakes
+ *   the call on `weir-wake`, which only hands it to the executor. So
+ *   dependent stages (`thenApply`, `thenRun`, …) run on the executor too, and
+ *   may call any Weir API, block or wait. A call whose work is already done
+ *   (an idle stream's `sync`, a complete fence) returns a completed future.
+ * - **Failures.** The future completes exceptionally with the
+ *   [WeirException] the suspend call throws (`join()` wraps it in a
+ *   `CompletionException`, `get()` in an `ExecutionException`); bad input is
+ *   refused at the call, changes nothing, and fails the returned future.
+ * - **Cancellation.** `future.cancel(…)` ends the wait, as cancelling a
+ *   coroutine does: the Rust side of the wait is dropped (no waiter is left;
+ *   [Diagnostics.liveWaiters] goes back down), the op itself still runs. A
+ *   [CancelToken] ends it with [WeirException.Cancelled] instead.
+ *
+ * Blocking variants are in [WeirBlocking].
+ */
+object WeirFutures {
+    /** Where the futures complete unless an executor is given: `ForkJoinPool.commonPool()`. */
+    @JvmStatic
+    val defaultExecutor: Executor
+        get() = ForkJoinPool.commonPool()
+
+    /** The common pool as a dispatcher, made once. */
+    private val commonPool: ExecutorCoroutineDispatcher = ForkJoinPool.commonPool().asCoroutineDispatcher()
+
+    /**
+     * The parent of every call's coroutine: a supervisor, so one call's failure
+     * completes its own future and nothing else.
+     */
+    private val calls = CoroutineScope(SupervisorJob() + CoroutineName("weir-future"))
+
+    /**
+     * Runs [call] on this thread up to its first suspension (the admission),
+     * then on [executor]; the future completes with its outcome.
+     */
+    private fun <T> launch(executor: Executor, call: suspend () -> T): CompletableFuture<T> {
+        val dispatcher = if (executor === ForkJoinPool.commonPool()) commonPool else executor.asCoroutineDispatcher()
+        return calls.future(dispatcher, CoroutineStart.UNDISPATCHED) { call() }
+    }
+
+    /** Completes once all work admitted on [stream] so far is done ([Stream.sync]). */
+    @JvmStatic
+    @JvmOverloads
+    fun sync(stream: Stream, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
+        launch(executor) { stream.sync(cancel); null }
+
+    /** Completes once all work admitted on every stream of [runtime] so far is done ([Runtime.sync]). */
+    @JvmStatic
+    @JvmOverloads
+    fun sync(runtime: Runtime, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
+        launch(executor) { runtime.sync(cancel); null }
+
+    /** Completes once the work [fence] covers is done ([Fence.await]). */
+    @JvmStatic
+    @JvmOverloads
+    fun await(fence: Fence, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
+        launch(executor) { fence.await(cancel); null }
+
+    /** Enqueues [kernel] over [args] on [grid]; completes once [stream] has run it ([Stream.executeAsync]). */
+    @JvmStatic
+    @JvmOverloads
+    fun execute(
+        stream: Stream,
+        kernel: Kernel,
+        grid: Grid,
+        args: List<Arg>,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.executeAsync(kernel, grid, args, cancel); null }
+
+    /** Enqueues the built-in [op] over [args]; completes once [stream] has run it. */
+    @JvmStatic
+    @JvmOverloads
+    fun execute(
+        stream: Stream,
+        op: BuiltinOp,
+        args: List<Arg>,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.executeAsync(op, *args.toTypedArray(), cancel = cancel); null }
+
+    /** Enqueues the built-in [op] over [args]; completes, on the default executor, once [stream] has run it. */
+    @JvmStatic
+    fun execute(stream: Stream, op: BuiltinOp, vararg args: Arg): CompletableFuture<Void?> =
+        execute(stream, op, args.asList())
+
+    /** Zeroes every byte of [buffer] on the device; completes once done ([Stream.memsetZero]). */
+    @JvmStatic
+    @JvmOverloads
+    fun memsetZero(
+        stream: Stream,
+        buffer: Buffer,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.memsetZero(buffer, cancel); null }
+
+    /** Copies [data] into [buffer] at byte [offset]; completes once done ([Stream.write]). */
+    @JvmStatic
+    @JvmOverloads
+    fun write(
+        stream: Stream,
+        buffer: Buffer,
+        data: ByteArray,
+        offset: Long = 0,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.write(buffer, data, offset.toByteOffset(), cancel); null }
+
+    /** Writes [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
+    @JvmStatic
+    @JvmOverloads
+    fun write(
+        stream: Stream,
+        buffer: Buffer,
+        data: FloatArray,
+        offset: Int = 0,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.write(buffer, data, offset, cancel); null }
+
+    /** Writes [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
+    @JvmStatic
+    @JvmOverloads
+    fun write(
+        stream: Stream,
+        buffer: Buffer,
+        data: IntArray,
+        offset: Int = 0,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.write(buffer, data, offset, cancel); null }
+
+    /** The bytes of [buffer] once its latest write (on any stream) is done ([Stream.read]). */
+    @JvmStatic
+    @JvmOverloads
+    fun read(
+        stream: Stream,
+        buffer: Buffer,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<ByteArray> = launch(executor) { stream.read(buffer, cancel) }
+
+    /** [buffer] as `f32`s once its latest write (on any stream) is done ([readFloats]). */
+    @JvmStatic
+    @JvmOverloads
+    fun readFloats(
+        stream: Stream,
+        buffer: Buffer,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<FloatArray> = launch(executor) { stream.readFloats(buffer, cancel) }
+
+    /** [buffer] as 32-bit integers once its latest write (on any stream) is done ([readInts]). */
+    @JvmStatic
+    @JvmOverloads
+    fun readInts(
+        stream: Stream,
+        buffer: Buffer,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<IntArray> = launch(executor) { stream.readInts(buffer, cancel) }
+}

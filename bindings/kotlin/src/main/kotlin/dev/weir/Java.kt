@@ -1,0 +1,145 @@
+package dev.weir
+
+/**
+ * What Java cannot reach in the generated API, with Java's types.
+ *
+ * Kotlin's unsigned types are value classes: a method that takes or returns
+ * one gets a mangled JVM name (`zeros-VKZWuLQ`), so Java sees neither
+ * `Stream.index()`, `Buffer.sizeBytes()`, the fields of [Grid],
+ * [Diagnostics] and [DeviceInfo], nor `Arg.U32`. Constructors of the
+ * generated classes are on their companions (`Runtime.Companion.open`).
+ * These take and return `int`/`long`, refuse a negative or too large value
+ * with [WeirException.InvalidArgument], and are static. The rest of the
+ * Kotlin helpers (`Weir.zeros(stream, bytes)`, `Weir.upload(stream, floats)`,
+ * `Weir.reads(buffer)`, `Weir.scalar(2f)`, `Weir.execute(stream, op, args…)`)
+ * are static methods of the `Weir` class already; suspend calls have
+ * [WeirFutures] and [WeirBlocking].
+ *
+ * In Java, `import dev.weir.Runtime;` (a single-type import) makes `Runtime`
+ * this runtime rather than `java.lang.Runtime`.
+ */
+object WeirJava {
+    /** Opens [backend] (by default the best available: CUDA, then HIP, then a hardware wgpu adapter, then the CPU). */
+    @JvmStatic
+    @JvmOverloads
+    @Throws(WeirException::class)
+    fun open(backend: Backend = Backend.AUTO): Runtime = Runtime.open(backend)
+
+    /** The stream's index in its runtime (0 is the default stream). */
+    @JvmStatic
+    fun index(stream: Stream): Long = stream.index().toLong()
+
+    /** The size of [buffer] in bytes. */
+    @JvmStatic
+    fun sizeBytes(buffer: Buffer): Long = buffer.byteSize
+
+    /** A `u32` scalar argument; [value] must be in `0..4294967295`. */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun unsignedScalar(value: Long): Arg = scalar(value.toU32("u32 scalar"))
+
+    /** Enough groups of [block] threads along x to cover [items] items. */
+    @JvmStatic
+    @JvmOverloads
+    @Throws(WeirException::class)
+    fun linearGrid(items: Long, block: Long = 64): Grid =
+        gridLinear(items.toU32("item count"), block.toU32("block size"))
+
+    /**
+     * A launch shape: [groupsX] × [groupsY] × [groupsZ] work groups of
+     * [blockX] × [blockY] × [blockZ] threads (the block is for CUDA/HIP; WGSL
+     * declares its own), [sharedBytes] of dynamic shared memory (CUDA/HIP).
+     */
+    @JvmStatic
+    @JvmOverloads
+    @Throws(WeirException::class)
+    fun grid(
+        groupsX: Long,
+        groupsY: Long = 1,
+        groupsZ: Long = 1,
+        blockX: Long = 1,
+        blockY: Long = 1,
+        blockZ: Long = 1,
+        sharedBytes: Long = 0,
+    ): Grid = Grid(
+        groupsX.toU32("groupsX"),
+        groupsY.toU32("groupsY"),
+        groupsZ.toU32("groupsZ"),
+        blockX.toU32("blockX"),
+        blockY.toU32("blockY"),
+        blockZ.toU32("blockZ"),
+        sharedBytes.toU32("sharedBytes"),
+    )
+
+    /** [runtime]'s live objects and scheduler counts, as `long`s. */
+    @JvmStatic
+    fun diagnostics(runtime: Runtime): Counts = Counts(runtime.diagnostics())
+
+    /** Device memory in bytes where the backend knows it, else -1. */
+    @JvmStatic
+    fun memoryBytes(info: DeviceInfo): Long = info.memoryBytes?.toSignedOrMax() ?: -1
+
+    /** The largest buffer the device accepts, in bytes. */
+    @JvmStatic
+    fun maxBufferBytes(info: DeviceInfo): Long = info.maxBufferBytes.toSignedOrMax()
+
+    /** [Diagnostics] with `long` counters (a count past `Long.MAX_VALUE` reads as `Long.MAX_VALUE`). */
+    class Counts internal constructor(private val counts: Diagnostics) {
+        /** Fence handles alive. */
+        val liveFences: Long get() = counts.liveFences.toSignedOrMax()
+
+        /** Futures registered on, and threads blocked in, a pending completion. */
+        val liveWaiters: Long get() = counts.liveWaiters.toSignedOrMax()
+
+        /** Buffers with a live handle. */
+        val liveBuffers: Long get() = counts.liveBuffers.toSignedOrMax()
+
+        /** Released buffers whose memory waits for their last users. */
+        val retiringBuffers: Long get() = counts.retiringBuffers.toSignedOrMax()
+
+        /** Cross-stream waits the scheduler inserted. */
+        val insertedWaits: Long get() = counts.insertedWaits.toSignedOrMax()
+
+        /** Ops admitted. */
+        val admittedOps: Long get() = counts.admittedOps.toSignedOrMax()
+
+        /** Backend events (CUevent, hipEvent, …) alive. */
+        val liveEvents: Long get() = counts.liveEvents.toSignedOrMax()
+
+        /** Device allocations alive. */
+        val liveAllocations: Long get() = counts.liveAllocations.toSignedOrMax()
+
+        /** Host-to-device copies made so far. */
+        val hostToDeviceCopies: Long get() = counts.hostToDeviceCopies.toSignedOrMax()
+
+        /** Device-to-host copies made so far. */
+        val deviceToHostCopies: Long get() = counts.deviceToHostCopies.toSignedOrMax()
+
+        /** Conflicting overlapping accesses seen by the CPU backend's race detector. */
+        val raceViolations: Long get() = counts.raceViolations.toSignedOrMax()
+
+        override fun toString(): String = counts.toString()
+    }
+}
+
+/** A `u32` from Java's `long`, refused in the caller's terms when it does not fit. */
+private fun Long.toU32(what: String): UInt {
+    if (this < 0 || this > UInt.MAX_VALUE.toLong()) {
+        throw WeirException.InvalidArgument("invalid argument: $what $this is not in 0..${UInt.MAX_VALUE}")
+    }
+    return toUInt()
+}
+
+private fun ULong.toSignedOrMax(): Long = if (this > Long.MAX_VALUE.toULong()) Long.MAX_VALUE else toLong()
+
+/** A byte offset from Java's `long`; a negative one is refused. */
+internal fun Long.toByteOffset(): ULong {
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative byte offset $this")
+    return toULong()
+}
+
+/** A byte count from Java's `long`; a negative one is refused. */
+internal fun Long.toByteCount(): ULong {
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative byte count $this")
+    return toULong()
+}

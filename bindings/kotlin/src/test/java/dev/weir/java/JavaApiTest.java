@@ -1,0 +1,253 @@
+package dev.weir.java;
+
+import static org.junit.jupiter.api.Assertions.assertArrayEquals;
+import static org.junit.jupiter.api.Assertions.assertEquals;
+import static org.junit.jupiter.api.Assertions.assertFalse;
+import static org.junit.jupiter.api.Assertions.assertInstanceOf;
+import static org.junit.jupiter.api.Assertions.assertThrows;
+import static org.junit.jupiter.api.Assertions.assertTrue;
+import static org.junit.jupiter.api.Assertions.fail;
+
+import java.util.List;
+import java.util.concurrent.CompletableFuture;
+import java.util.concurrent.CompletionException;
+import java.util.concurrent.ExecutorService;
+import java.util.concurrent.Executors;
+import java.util.concurrent.TimeUnit;
+import org.junit.jupiter.api.Test;
+import org.junit.jupiter.params.ParameterizedTest;
+import org.junit.jupiter.params.provider.MethodSource;
+
+import dev.weir.*;
+// A single-type import: without it, `Runtime` would be ambiguous between
+// dev.weir.* and java.lang.Runtime (both on-demand imports).
+import dev.weir.Runtime;
+
+/**
+ * The Java surface, used from Java as an application would (outside the
+ * package): futures, blocking calls, typed exceptions, cancellation.
+ */
+class JavaApiTest {
+    private static final String BACKENDS = "dev.weir.Backends#names";
+    private static final long TIMEOUT_SECONDS = 20;
+
+    /** A test body on one runtime. */
+    private interface OnRuntime {
+        void run(Runtime runtime) throws Exception;
+    }
+
+    /** Runs {@code body} on a fresh runtime of {@code backend}, shut down and closed afterwards. */
+    private static void onRuntime(String backend, OnRuntime body) throws Exception {
+        try (Runtime runtime = Backends.open(backend)) {
+            body.run(runtime);
+            runtime.shutdown();
+        }
+    }
+
+    /** The future's value, failing the test instead of hanging it. */
+    private static <T> T within(CompletableFuture<T> future) {
+        return future.orTimeout(TIMEOUT_SECONDS, TimeUnit.SECONDS).join();
+    }
+
+    @Test
+    void opensARuntimeAndRunsAJobWithoutTouchingKotlinTypes() throws WeirException {
+        try (Runtime runtime = WeirJava.open(Backend.CPU)) {
+            assertEquals(Backend.CPU, runtime.info().getBackend());
+            assertTrue(WeirJava.maxBufferBytes(runtime.info()) > 0);
+            Stream s = runtime.defaultStream();
+            Stream t = runtime.newStream();
+            assertEquals(0, WeirJava.index(s));
+            assertEquals(1, WeirJava.index(t));
+            Buffer x = Weir.upload(s, new float[] {1f, 2f, 3f});
+            Buffer y = Weir.zeros(s, 12);
+            assertEquals(12, WeirJava.sizeBytes(y));
+            Buffer out = Weir.empty(t, 12);
+            CompletableFuture<Void> axpy =
+                    WeirFutures.execute(s, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(2f));
+            CompletableFuture<Void> add = WeirFutures.execute(t, BuiltinOp.ADD, Weir.reads(x), Weir.reads(y), Weir.writes(out));
+            within(CompletableFuture.allOf(axpy, add));
+            assertArrayEquals(new float[] {3f, 6f, 9f}, within(WeirFutures.readFloats(t, out)));
+            within(WeirFutures.sync(runtime));
+            runtime.shutdown();
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    void uploadExecuteAndSyncThroughFutures(String backend) throws Exception {
+        onRuntime(backend, runtime -> {
+            Stream stream = runtime.defaultStream();
+            Buffer buffer = Weir.zeros(stream, 4 * 64);
+            within(WeirFutures.execute(stream, BuiltinOp.FILL_U32, List.of(Weir.writes(buffer), WeirJava.unsignedScalar(7))));
+            int[] sevens = within(WeirFutures.readInts(stream, buffer));
+            assertEquals(64, sevens.length);
+            for (int value : sevens) assertEquals(7, value);
+            within(WeirFutures.write(stream, buffer, new int[] {1, 2}, 62));
+            within(WeirFutures.write(stream, buffer, new byte[] {9, 0, 0, 0}, 0L));
+            int[] written = within(WeirFutures.readInts(stream, buffer));
+            assertEquals(9, written[0]);
+            assertEquals(7, written[1]);
+            assertEquals(2, written[63]);
+            within(WeirFutures.memsetZero(stream, buffer));
+            assertArrayEquals(new byte[4 * 64], within(WeirFutures.read(stream, buffer)));
+            try (Fence fence = stream.fence()) {
+                within(WeirFutures.await(fence));
+                assertTrue(fence.isComplete());
+            }
+            within(WeirFutures.sync(stream));
+        });
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    void aFutureCompletesOnItsExecutorNeverOnAWeirThread(String backend) throws Exception {
+        ExecutorService executor = Executors.newSingleThreadExecutor(r -> new Thread(r, "java-test-executor"));
+        try {
+            onRuntime(backend, runtime -> {
+                Stream stream = runtime.newStream();
+                try (Blocker blocker = new Blocker(stream)) {
+                    CompletableFuture<Void> given = WeirFutures.sync(stream, null, executor);
+                    CompletableFuture<Void> common = WeirFutures.sync(stream);
+                    // Registered before completion: these run on the completing thread.
+                    CompletableFuture<String> givenThread = given.thenApply(v -> Thread.currentThread().getName());
+                    CompletableFuture<String> commonThread = common.thenApply(v -> Thread.currentThread().getName());
+                    assertFalse(given.isDone(), "a held stream cannot be synced yet");
+                    blocker.release();
+                    // (Under -ea, kotlinx.coroutines' debug mode appends the coroutine's name.)
+                    String givenName = within(givenThread);
+                    assertTrue(givenName.startsWith("java-test-executor"), "completed on " + givenName);
+                    String commonName = within(commonThread);
+                    assertTrue(commonName.startsWith("ForkJoinPool.commonPool"), "completed on " + commonName);
+                    assertFalse(commonName.startsWith(WakerThreads.THREAD_NAME));
+                }
+            });
+        } finally {
+            executor.shutdownNow();
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    void blockingVariantsReturnOnceDone(String backend) throws Exception {
+        onRuntime(backend, runtime -> {
+            Stream stream = runtime.defaultStream();
+            Buffer x = Weir.upload(stream, new float[] {1f, 2f, 3f, 4f});
+            Buffer y = Weir.upload(stream, new float[] {10f, 20f, 30f, 40f});
+            WeirBlocking.execute(stream, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(3f));
+            assertArrayEquals(new float[] {13f, 26f, 39f, 52f}, WeirBlocking.readFloats(stream, y));
+            WeirBlocking.write(stream, y, new float[] {-1f}, 3);
+            assertArrayEquals(new float[] {13f, 26f, 39f, -1f}, WeirBlocking.readFloats(stream, y));
+            // Bytes 4..8 of y: 26f, little-endian.
+            byte[] second = WeirBlocking.read(stream, y, 4, 4);
+            assertEquals(26f, Float.intBitsToFloat(
+                    (second[0] & 0xff) | (second[1] & 0xff) << 8 | (second[2] & 0xff) << 16 | (second[3] & 0xff) << 24));
+            Buffer grid = Weir.zeros(stream, 16);
+            WeirBlocking.execute(
+                    stream, Weir.kernel(BuiltinOp.FILL_U32), WeirJava.linearGrid(4), List.of(Weir.writes(grid), WeirJava.unsignedScalar(3)));
+            assertArrayEquals(new int[] {3, 3, 3, 3}, WeirBlocking.readInts(stream, grid));
+            WeirBlocking.memsetZero(stream, grid);
+            assertArrayEquals(new int[4], WeirBlocking.readInts(stream, grid));
+            Weir.execute(stream, BuiltinOp.DELAY, WeirJava.unsignedScalar(20_000));
+            try (Fence fence = stream.fence()) {
+                WeirBlocking.sync(runtime);
+                assertTrue(fence.isComplete(), "the runtime's sync returned before the stream's work was done");
+            }
+        });
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    void typedExceptionsAreCaughtInJavaAndTheRuntimeStaysUsable(String backend) throws Exception {
+        onRuntime(backend, runtime -> {
+            Stream stream = runtime.defaultStream();
+            try {
+                Weir.zeros(stream, -1);
+                fail("a negative size was accepted");
+            } catch (WeirException.InvalidArgument e) {
+                assertTrue(e.getMessage().contains("negative"), e.getMessage());
+            } catch (WeirException e) {
+                fail("expected InvalidArgument, got " + e);
+            }
+            try {
+                WeirJava.unsignedScalar(-1);
+                fail("a negative u32 was accepted");
+            } catch (WeirException e) {
+                assertInstanceOf(WeirException.InvalidArgument.class, e);
+            }
+            try {
+                Buffer small = Weir.zeros(stream, 8);
+                WeirBlocking.read(stream, small, 4, 8);
+                fail("a read past the end was accepted");
+            } catch (WeirException.OutOfRange e) {
+                assertTrue(e.getMessage().length() > 0);
+            } catch (WeirException e) {
+                fail("expected OutOfRange, got " + e);
+            }
+            Buffer small = Weir.zeros(stream, 8);
+            // A future of bad input fails with the typed exception; nothing was changed.
+            CompletionException failed = assertThrows(
+                    CompletionException.class, () -> within(WeirFutures.write(stream, small, new float[] {1f, 2f}, 1)));
+            assertInstanceOf(WeirException.OutOfRange.class, failed.getCause());
+            assertTrue(failed.getCause().getMessage().contains("element offset 1"), failed.getCause().getMessage());
+            assertArrayEquals(new float[2], within(WeirFutures.readFloats(stream, small)));
+            CompletionException negative = assertThrows(
+                    CompletionException.class, () -> within(WeirFutures.write(stream, small, new byte[4], -4L)));
+            assertInstanceOf(WeirException.InvalidArgument.class, negative.getCause());
+            within(WeirFutures.write(stream, small, new float[] {5f, 6f}));
+            assertArrayEquals(new float[] {5f, 6f}, WeirBlocking.readFloats(stream, small));
+        });
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    void cancellingFuturesLeavesNoLiveWaiterAndTheWorkStillRuns(String backend) throws Exception {
+        onRuntime(backend, runtime -> {
+            Stream stream = runtime.defaultStream();
+            try (Blocker blocker = new Blocker(stream)) {
+                Buffer buffer = Weir.zeros(stream, 16);
+                Fence fence = stream.fence();
+                Arg five = WeirJava.unsignedScalar(5);
+                List<java.util.function.Supplier<CompletableFuture<?>>> waits = List.of(
+                        () -> WeirFutures.sync(stream),
+                        () -> WeirFutures.execute(stream, BuiltinOp.FILL_U32, Weir.writes(buffer), five),
+                        () -> WeirFutures.memsetZero(stream, buffer),
+                        () -> WeirFutures.read(stream, buffer),
+                        () -> WeirFutures.await(fence));
+                List<CompletableFuture<?>> futures = new java.util.ArrayList<>();
+                for (var wait : waits) {
+                    futures.add(wait.get());
+                    long expected = futures.size();
+                    BackendsKt.eventually(5_000, expected + " registered waiters",
+                            () -> WeirJava.diagnostics(runtime).getLiveWaiters() == expected);
+                }
+                for (CompletableFuture<?> future : futures) assertTrue(future.cancel(false));
+                for (CompletableFuture<?> future : futures) assertTrue(future.isCancelled());
+                BackendsKt.eventually(5_000, "no live waiter", () -> WeirJava.diagnostics(runtime).getLiveWaiters() == 0);
+                fence.close();
+                assertEquals(0, WeirJava.diagnostics(runtime).getLiveFences());
+                blocker.release();
+                WeirBlocking.sync(stream);
+                // Only the waits were cancelled: the last op admitted, the zeroing, ran.
+                assertArrayEquals(new int[4], WeirBlocking.readInts(stream, buffer));
+            }
+        });
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    void aCancelTokenFailsTheFutureWithCancelled(String backend) throws Exception {
+        onRuntime(backend, runtime -> {
+            Stream stream = runtime.defaultStream();
+            try (Blocker blocker = new Blocker(stream); CancelToken token = new CancelToken()) {
+                CompletableFuture<Void> wait = WeirFutures.sync(stream, token);
+                BackendsKt.eventually(5_000, "a registered waiter", () -> WeirJava.diagnostics(runtime).getLiveWaiters() == 1);
+                token.cancel();
+                CompletionException failed = assertThrows(CompletionException.class, () -> within(wait));
+                assertInstanceOf(WeirException.Cancelled.class, failed.getCause());
+                assertEquals(0, WeirJava.diagnostics(runtime).getLiveWaiters());
+                blocker.release();
+                WeirBlocking.sync(stream);
+            }
+        });
+    }
+}

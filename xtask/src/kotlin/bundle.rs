@@ -1,0 +1,144 @@
+//! `cargo xtask bundle --kotlin`: the Kotlin and Java JUnit suites, built
+//! here, for a machine with a GPU and no JDK.
+//!
+//! The bundle is `kotlin.tar.gz` and `run-kotlin.sh`: a `jlink`ed Java
+//! runtime, the package jar (a release library with the test hooks and the
+//! CUDA and wgpu backends), the test classes, their dependency jars and
+//! JUnit's console launcher. Copy the folder over, then `sh run-kotlin.sh`
+//! there; set `LD_LIBRARY_PATH` to where the CUDA libraries (and a Vulkan
+//! loader) are, and `WEIR_REQUIRE_BACKENDS` to make a missing backend fail.
+
+use std::path::Path;
+use std::process::Command;
+
+use super::{lay_out, maven, project, versions};
+use crate::bindings::{self, Natives, Profile};
+use crate::util::{root, run, Result};
+
+/// The most the bundle may weigh: what one carry to the GPU machine takes.
+const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// JUnit's console launcher, of the JUnit platform the suites' `junit.version` goes with.
+const CONSOLE_LAUNCHER: &str = "org.junit.platform:junit-platform-console-standalone";
+
+/// The dependency plugin, named in full (Maven's default binding is old).
+const DEPENDENCY_PLUGIN: &str = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1";
+
+pub fn bundle(args: &[String]) -> Result {
+    let out = args
+        .windows(2)
+        .find(|w| w[0] == "--out")
+        .map_or_else(|| root().join(".device/bundle-kotlin"), |w| root().join(&w[1]));
+    let staging = out.join("kotlin");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot empty {}: {e}", out.display()))?;
+    }
+    let lib = staging.join("lib");
+    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+
+    // Release keeps the library small; the suites need the hooks.
+    lay_out(&bindings::build_native(Profile::Release, Natives::GpuTests)?)?;
+    run(maven().args(["-DskipTests", "package"]))?;
+    let version = versions::project_version()?;
+    let jar = project().join(format!("target/weir-{version}.jar"));
+    std::fs::copy(&jar, lib.join(format!("weir-{version}.jar")))
+        .map_err(|e| format!("cannot copy {}: {e}", jar.display()))?;
+    run(Command::new("jar")
+        .arg("--create")
+        .arg("--file")
+        .arg(lib.join("weir-tests.jar"))
+        .arg("-C")
+        .arg(project().join("target/test-classes"))
+        .arg("."))?;
+    // The suites' dependencies; JUnit itself comes with the console launcher.
+    run(maven().args([
+        &format!("{DEPENDENCY_PLUGIN}:copy-dependencies"),
+        "-DincludeScope=test",
+        "-DexcludeGroupIds=org.junit.jupiter,org.junit.platform,org.opentest4j,org.apiguardian",
+        &format!("-DoutputDirectory={}", lib.display()),
+    ]))?;
+    let platform = junit_platform_version(&versions::pom_property("junit.version")?)?;
+    run(maven().args([
+        &format!("{DEPENDENCY_PLUGIN}:copy"),
+        &format!("-Dartifact={CONSOLE_LAUNCHER}:{platform}"),
+        &format!("-DoutputDirectory={}", lib.display()),
+    ]))?;
+
+    let modules = java_modules(&lib)?;
+    run(Command::new("jlink")
+        .args(["--add-modules", &modules])
+        .args(["--strip-debug", "--no-man-pages", "--no-header-files", "--compress=2", "--output"])
+        .arg(staging.join("runtime")))?;
+
+    let packed = out.join("kotlin.tar.gz");
+    run(Command::new("tar").arg("-czf").arg(&packed).arg("-C").arg(&out).arg("kotlin"))?;
+    std::fs::remove_dir_all(&staging).map_err(|e| format!("cannot remove {}: {e}", staging.display()))?;
+    let script = out.join("run-kotlin.sh");
+    std::fs::write(&script, RUN).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    let size = size_of(&packed)? + size_of(&script)?;
+    eprintln!("xtask: Kotlin bundle in {} ({:.1} MiB)", out.display(), size as f64 / (1024.0 * 1024.0));
+    if size > MAX_BUNDLE_BYTES {
+        return Err(format!("the Kotlin bundle is {size} bytes, over {MAX_BUNDLE_BYTES}"));
+    }
+    Ok(())
+}
+
+/// The JUnit platform version of a JUnit Jupiter version (5.x.y goes with 1.x.y).
+fn junit_platform_version(jupiter: &str) -> Result<String> {
+    match jupiter.split_once('.') {
+        Some(("5", rest)) => Ok(format!("1.{rest}")),
+        _ => Err(format!("junit.version {jupiter}: which JUnit platform goes with it?")),
+    }
+}
+
+/// The Java modules the jars in `lib` use (jdeps), `jdk.unsupported`, which
+/// JNA and kotlinx.coroutines reach reflectively, and `jdk.zipfs`, with which
+/// JUnit scans the test jar.
+fn java_modules(lib: &Path) -> Result<String> {
+    let jars: Vec<_> = std::fs::read_dir(lib)
+        .map_err(|e| format!("cannot list {}: {e}", lib.display()))?
+        .filter_map(|entry| entry.ok().map(|entry| entry.path()))
+        .filter(|path| path.extension().is_some_and(|ext| ext == "jar"))
+        .collect();
+    let output = Command::new("jdeps")
+        .args(["--print-module-deps", "--ignore-missing-deps", "--multi-release", "17"])
+        .args(&jars)
+        .output()
+        .map_err(|e| format!("cannot run jdeps: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("jdeps failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    // Warnings come first, on stdout too; the list is the last line.
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let found = stdout.lines().map(str::trim).rfind(|line| !line.is_empty()).unwrap_or("java.base").to_owned();
+    eprintln!("xtask: the suites use the Java modules {found}");
+    Ok(format!("{found},jdk.unsupported,jdk.zipfs"))
+}
+
+fn size_of(path: &Path) -> Result<u64> {
+    Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
+}
+
+/// Unpacks the bundle, then runs the suites as `mvn verify` does: everything
+/// but `HeapTest`, then `HeapTest` in a JVM of its own at `-Xmx128m`. Extra
+/// arguments go to both launcher runs (a `--select-method`, `--details=flat`).
+const RUN: &str = r#"#!/bin/sh
+# Made by `cargo xtask bundle --kotlin`. Runs the Kotlin and Java JUnit suites
+# with the bundled Java runtime on every backend in WEIR_TEST_BACKENDS
+# (default here: cpu,wgpu,cuda); WEIR_REQUIRE_BACKENDS=cuda,wgpu makes a
+# backend that cannot open a failure instead of a skip.
+set -u
+cd "$(dirname "$0")"
+[ -d kotlin ] || tar -xzf kotlin.tar.gz
+export WEIR_TEST_BACKENDS="${WEIR_TEST_BACKENDS:-cpu,wgpu,cuda}"
+java=kotlin/runtime/bin/java
+launcher="org.junit.platform.console.ConsoleLauncher execute --disable-banner --fail-if-no-tests --details=summary --details-theme=ascii"
+status=0
+echo "== suites (backends: $WEIR_TEST_BACKENDS; required: ${WEIR_REQUIRE_BACKENDS:-none})"
+"$java" -ea -cp 'kotlin/lib/*' $launcher --scan-class-path kotlin/lib/weir-tests.jar \
+    --exclude-classname '^dev\.weir\.HeapTest$' --reports-dir reports/suites "$@" || status=1
+echo "== bounded heap (-Xmx128m)"
+"$java" -ea -Xmx128m -cp 'kotlin/lib/*' $launcher --select-class dev.weir.HeapTest \
+    --reports-dir reports/heap "$@" || status=1
+exit $status
+"#;
