@@ -11,6 +11,7 @@
 //! Files are rewritten only when their contents change, so SwiftPM rebuilds
 //! only what changed. Swift runs on PATH, else in a cached chroot (`toolchain.rs`).
 
+mod patch;
 mod toolchain;
 
 use std::fs;
@@ -37,7 +38,11 @@ fn prepare(profile: Profile) -> Result {
     bindings::generate("swift", &library, &generated)?;
     let package = package();
     update(&generated.join("WeirFFI.h"), &package.join("Sources/WeirFFI/generated/WeirFFI.h"))?;
-    update(&generated.join("Weir.swift"), &package.join("Sources/Weir/Generated/Weir.swift"))?;
+    let swift = generated.join("Weir.swift");
+    let text = fs::read_to_string(&swift).map_err(|e| format!("cannot read {}: {e}", swift.display()))?;
+    let text = patch::lower_camel_error_cases(&text).map_err(|e| format!("{}: {e}", swift.display()))?;
+    fs::write(&swift, text).map_err(|e| format!("cannot write {}: {e}", swift.display()))?;
+    update(&swift, &package.join("Sources/Weir/Generated/Weir.swift"))?;
     update(&library, &native_dir().join(bindings::library_file()))
 }
 
