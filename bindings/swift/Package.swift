@@ -2,9 +2,12 @@
 //
 // Weir for Swift: the UniFFI bindings of weir-ffi plus a small idiomatic layer.
 //
+// This is the development package (demo, tests), built by xtask only:
 // Sources/WeirFFI/generated/ and Sources/Weir/Generated/ are written by
 // `cargo xtask test --swift` (UniFFI library mode) and are not in git; the
-// native library is linked from `.native/` with flags xtask passes. See README.md.
+// test-support native library is linked from `.native/debug` or
+// `.native/release` with flags xtask passes. Apps depend on the installed
+// package instead (`cargo xtask install --swift`, install/Package.swift). See README.md.
 
 import PackageDescription
 

@@ -19,6 +19,9 @@ commands:
                   check of the completion cell), Kotlin, Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
+  install --swift --to DIR [--features LIST]
+                  the Swift package for apps: DIR/Weir, a release weir-ffi without test hooks
+                  and its bindings; depend on it with .package(path: \"DIR/Weir\")
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
   soak [--ops N] [--threads T] [--backend NAME]
@@ -51,6 +54,7 @@ fn main() -> ExitCode {
             _ => rust::demo(&args[1..]),
         },
         Some("bindings") => bindings::command(&args[1..]),
+        Some("install") => swift::install(&args[1..]),
         Some("soak") => rust::soak(&args[1..]),
         Some("bundle") => bundle::bundle(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
