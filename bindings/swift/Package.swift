@@ -17,6 +17,7 @@ let package = Package(
     products: [
         .library(name: "Weir", targets: ["Weir"]),
         .executable(name: "weir-demo", targets: ["WeirDemo"]),
+        .executable(name: "weir-bench", targets: ["WeirBench"]),
     ],
     targets: [
         // The C header UniFFI generates, and `link "weir_ffi"`.
@@ -24,6 +25,8 @@ let package = Package(
         // Generated bindings + the idiomatic layer (cancellation, typed buffers).
         .target(name: "Weir", dependencies: ["WeirFFI"]),
         .executableTarget(name: "WeirDemo", dependencies: ["Weir"]),
+        // `cargo xtask bench --swift`: the Swift call overhead beside Rust's.
+        .executableTarget(name: "WeirBench", dependencies: ["Weir"]),
         .testTarget(name: "WeirTests", dependencies: ["Weir"]),
     ],
     swiftLanguageModes: [.v6]

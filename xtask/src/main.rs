@@ -31,9 +31,9 @@ commands:
   bundle [--out DIR]
                   the Rust suites and benchmarks as stripped binaries with a run.sh, for a
                   machine with a GPU and no Rust (default DIR: .device/bundle)
-  bench [--rust|--kotlin] [--backend NAME]
+  bench [--rust|--kotlin|--swift] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
-                  Rust on every backend, then the Kotlin call overhead (cpu by default)
+                  Rust on every backend, then the Kotlin and Swift call overhead (cpu by default)
 
 environment:
   WEIR_REQUIRE_BACKENDS=cpu,wgpu   fail (instead of skip) when a listed backend is unavailable";
@@ -60,7 +60,10 @@ fn main() -> ExitCode {
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),
-            _ => rust::bench(&args[1..]).and_then(|()| kotlin::bench(&args[1..])),
+            Some("--swift") => swift::bench(&args[2..]),
+            _ => {
+                rust::bench(&args[1..]).and_then(|()| kotlin::bench(&args[1..])).and_then(|()| swift::bench(&args[1..]))
+            }
         },
         _ => {
             eprintln!("{USAGE}");

@@ -141,3 +141,36 @@ pub fn demo(args: &[String]) -> Result {
     )?;
     Ok(())
 }
+
+/// `cargo xtask bench --swift [--backend NAME]`: the Swift cost of a trivial
+/// call (`index()`) and of an async round trip (`sync()` on an idle stream,
+/// `executeAsync` of a no-op), with and without the cancellation token the
+/// plain calls set up, beside the same weir-ffi calls made from Rust in the
+/// same run (`rust/ffi/examples/round_trip.rs`). Both use release builds with
+/// `test-support` (the no-op is the delay op).
+pub fn bench(args: &[String]) -> Result {
+    let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
+    let output = crate::util::cargo()
+        .current_dir(root())
+        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"])
+        .args(["--example", "round_trip", "--", "--backend", backend])
+        .output()
+        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let baselines = String::from_utf8_lossy(&output.stdout);
+    prepare(Profile::Release)?;
+    let toolchain = Toolchain::find()?;
+    let product_and_args: Vec<String> = ["weir-bench", "--backend", backend]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(baselines.split_whitespace().map(str::to_owned))
+        .collect();
+    toolchain.swift(
+        &package(),
+        &arguments(Profile::Release, &["run", "-c", "release"], &product_and_args),
+        &environment(),
+    )?;
+    Ok(())
+}

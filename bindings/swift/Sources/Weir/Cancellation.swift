@@ -50,6 +50,12 @@ extension Stream {
     /// stream answers at once. Cancelling the Task ends the wait with
     /// `CancellationError`.
     public func sync() async throws {
+        // An idle stream (all work done, no failure to report) answers without
+        // a token or a Rust future: UniFFI's async round trip costs tens of
+        // times Rust's answer. Cancellation is checked first, as the Rust wait
+        // checks its token before the stream.
+        if Task.isCancelled { throw CancellationError() }
+        if isSynced() { return }
         try await cancellable { try await self.sync(cancel: $0) }
     }
 
