@@ -2,9 +2,12 @@
 //
 // Weir for Swift: the UniFFI bindings of weir-ffi plus a small idiomatic layer.
 //
+// This is the development package (demo, tests), built by xtask only:
 // Sources/WeirFFI/generated/ and Sources/Weir/Generated/ are written by
 // `cargo xtask test --swift` (UniFFI library mode) and are not in git; the
-// native library is linked from `.native/` with flags xtask passes. See README.md.
+// test-support native library is linked from `.native/debug` or
+// `.native/release` with flags xtask passes. Apps depend on the installed
+// package instead (`cargo xtask install --swift`, install/Package.swift). See README.md.
 
 import PackageDescription
 
@@ -14,6 +17,7 @@ let package = Package(
     products: [
         .library(name: "Weir", targets: ["Weir"]),
         .executable(name: "weir-demo", targets: ["WeirDemo"]),
+        .executable(name: "weir-bench", targets: ["WeirBench"]),
     ],
     targets: [
         // The C header UniFFI generates, and `link "weir_ffi"`.
@@ -21,6 +25,8 @@ let package = Package(
         // Generated bindings + the idiomatic layer (cancellation, typed buffers).
         .target(name: "Weir", dependencies: ["WeirFFI"]),
         .executableTarget(name: "WeirDemo", dependencies: ["Weir"]),
+        // `cargo xtask bench --swift`: the Swift call overhead beside Rust's.
+        .executableTarget(name: "WeirBench", dependencies: ["Weir"]),
         .testTarget(name: "WeirTests", dependencies: ["Weir"]),
     ],
     swiftLanguageModes: [.v6]

@@ -21,6 +21,9 @@ commands:
                   project), Swift
   demo [--kotlin|--swift] [--backend NAME]
                   the main job: a multi-stream pipeline, timed fence by fence
+  install --swift --to DIR [--features LIST]
+                  the Swift package for apps: DIR/Weir, a release weir-ffi without test hooks
+                  and its bindings; depend on it with .package(path: \"DIR/Weir\")
   bindings kotlin|swift [--release] [--out DIR]
                   build the native library and generate one language's bindings
   install --kotlin
@@ -38,9 +41,9 @@ commands:
                   the Kotlin and Java JUnit suites with a jlinked Java runtime and a
                   run-kotlin.sh, for a machine with a GPU and no JDK (default DIR:
                   .device/bundle-kotlin)
-  bench [--rust|--kotlin] [--backend NAME]
+  bench [--rust|--kotlin|--swift] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
-                  Rust on every backend, then the Kotlin call overhead (cpu by default)
+                  Rust on every backend, then the Kotlin and Swift call overhead (cpu by default)
 
 environment:
   WEIR_REQUIRE_BACKENDS=cpu,wgpu   fail (instead of skip) when a listed backend is unavailable";
@@ -67,7 +70,8 @@ fn main() -> ExitCode {
         Some("bindings") => bindings::command(&args[1..]),
         Some("install") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::install(),
-            _ => Err("usage: cargo xtask install --kotlin".to_owned()),
+            Some("--swift") => swift::install(&args[1..]),
+            _ => Err("usage: cargo xtask install --kotlin | --swift --to DIR".to_owned()),
         },
         Some("soak") => rust::soak(&args[1..]),
         Some("bundle") => match args.get(1).map(String::as_str) {
@@ -77,7 +81,10 @@ fn main() -> ExitCode {
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),
-            _ => rust::bench(&args[1..]).and_then(|()| kotlin::bench(&args[1..])),
+            Some("--swift") => swift::bench(&args[2..]),
+            _ => {
+                rust::bench(&args[1..]).and_then(|()| kotlin::bench(&args[1..])).and_then(|()| swift::bench(&args[1..]))
+            }
         },
         _ => {
             eprintln!("{USAGE}");

@@ -1,16 +1,26 @@
 //! The Swift package: natives, bindings, SwiftPM build and tests, the Swift demo.
 //!
-//! `bindings/swift` is a SwiftPM package. Before SwiftPM runs, xtask builds
-//! `weir-ffi`, generates its Swift bindings (UniFFI library mode, shared with
-//! Kotlin in `bindings.rs`) and lays them out, untracked by git:
+//! `bindings/swift` is the development package (tests, demo) over a
+//! `test-support` build of `weir-ffi`. Before SwiftPM runs, xtask builds it,
+//! generates its Swift bindings (UniFFI library mode, shared with Kotlin in
+//! `bindings.rs`) and lays them out, untracked by git:
 //!
 //! - `Sources/WeirFFI/generated/WeirFFI.h`: the C header (the module map beside it is in git);
-//! - `Sources/Weir/Generated/Weir.swift`: the generated Swift;
-//! - `.native/libweir_ffi.so`: the shared library, linked with `-L` and found through an rpath.
+//! - `Sources/Weir/Generated/Weir.swift`: the generated Swift, patched (`patch.rs`);
+//! - `.native/debug/` (tests) or `.native/release/` (demo, benchmarks): the
+//!   shared library of that profile, linked with `-L` and found through an rpath,
+//!   so a command never links the other profile's library.
+//!
+//! What users depend on is the installed package (`install.rs`): a release
+//! library without test hooks. `examples/swift-consumer` is built and run
+//! against it by `cargo xtask test --swift` (`consumer.rs`).
 //!
 //! Files are rewritten only when their contents change, so SwiftPM rebuilds
 //! only what changed. Swift runs on PATH, else in a cached chroot (`toolchain.rs`).
 
+mod consumer;
+mod install;
+mod patch;
 mod toolchain;
 
 use std::fs;
@@ -20,25 +30,40 @@ use crate::bindings::{self, Profile};
 use crate::util::{root, Result};
 use toolchain::Toolchain;
 
+pub use install::command as install;
+
 /// The SwiftPM package.
 fn package() -> PathBuf {
     root().join("bindings/swift")
 }
 
-/// Where the native library is linked from.
-fn native_dir() -> PathBuf {
-    package().join(".native")
+/// Where the development package links the native library of `profile` from.
+fn native_dir(profile: Profile) -> PathBuf {
+    package().join(".native").join(match profile {
+        Profile::Debug => "debug",
+        Profile::Release => "release",
+    })
 }
 
-/// Builds the native library, generates the bindings and lays both out in the package.
+/// Generates the Swift bindings of `library` into `out` and applies the build step.
+fn generate(library: &Path, out: &Path) -> Result {
+    bindings::generate("swift", library, out)?;
+    let swift = out.join("Weir.swift");
+    let text = fs::read_to_string(&swift).map_err(|e| format!("cannot read {}: {e}", swift.display()))?;
+    let text = patch::lower_camel_error_cases(&text).map_err(|e| format!("{}: {e}", swift.display()))?;
+    fs::write(&swift, text).map_err(|e| format!("cannot write {}: {e}", swift.display()))
+}
+
+/// Builds the test-support native library of `profile`, generates the
+/// bindings and lays both out in the development package.
 fn prepare(profile: Profile) -> Result {
     let library = bindings::native(profile)?;
     let generated = root().join("target/bindings/swift");
-    bindings::generate("swift", &library, &generated)?;
+    generate(&library, &generated)?;
     let package = package();
     update(&generated.join("WeirFFI.h"), &package.join("Sources/WeirFFI/generated/WeirFFI.h"))?;
     update(&generated.join("Weir.swift"), &package.join("Sources/Weir/Generated/Weir.swift"))?;
-    update(&library, &native_dir().join(bindings::library_file()))
+    update(&library, &native_dir(profile).join(bindings::library_file()))
 }
 
 /// Copies `from` to `to` unless `to` already has the same contents.
@@ -56,8 +81,8 @@ fn update(from: &Path, to: &Path) -> Result {
 /// Compiler and linker flags for every SwiftPM command (the same flags each
 /// time, or SwiftPM rebuilds): Swift 6 mode is set in Package.swift; complete
 /// concurrency checking, warnings as errors, and the native library.
-fn flags() -> Vec<String> {
-    let native = native_dir().display().to_string();
+fn flags(profile: Profile) -> Vec<String> {
+    let native = native_dir(profile).display().to_string();
     let swiftc = ["-strict-concurrency=complete", "-warnings-as-errors"];
     let linker = ["-L", &native, "-rpath", &native];
     let swiftc = swiftc.into_iter().flat_map(|flag| ["-Xswiftc", flag]);
@@ -65,9 +90,9 @@ fn flags() -> Vec<String> {
     swiftc.chain(linker).map(str::to_owned).collect()
 }
 
-/// `swift WORDS… FLAGS… REST…`'s arguments.
-fn arguments(words: &[&str], rest: &[String]) -> Vec<String> {
-    words.iter().map(|word| word.to_string()).chain(flags()).chain(rest.iter().cloned()).collect()
+/// `swift WORDS… FLAGS… REST…`'s arguments, linking the library of `profile`.
+fn arguments(profile: Profile, words: &[&str], rest: &[String]) -> Vec<String> {
+    words.iter().map(|word| word.to_string()).chain(flags(profile)).chain(rest.iter().cloned()).collect()
 }
 
 /// `WEIR_*` settings (WEIR_REQUIRE_BACKENDS, …) passed on to Swift.
@@ -86,21 +111,22 @@ fn no_warnings(output: &str) -> Result {
 }
 
 /// `swift build` (library, demo, tests) with the checks, then `swift test`,
-/// against the debug library (the build `cargo test` and Kotlin already made).
+/// against the debug test-support library (the build `cargo test` and Kotlin
+/// already made); then the consumer example against an installed package.
 pub fn test() -> Result {
     prepare(Profile::Debug)?;
     let toolchain = Toolchain::find()?;
     let package = package();
     let env = environment();
     let started = std::time::Instant::now();
-    let build = arguments(&["build", "--build-tests"], &[]);
+    let build = arguments(Profile::Debug, &["build", "--build-tests"], &[]);
     no_warnings(&toolchain.swift(&package, &build, &env)?)?;
     eprintln!("swift: built without warnings in {:.1?}", started.elapsed());
     // Serial: the timing checks (prompt cancellation) must not compete with
     // the 10 000-Task test for the two-thread cooperative pool.
-    toolchain.swift(&package, &arguments(&["test", "--skip-build", "--no-parallel"], &[]), &env)?;
+    toolchain.swift(&package, &arguments(Profile::Debug, &["test", "--skip-build", "--no-parallel"], &[]), &env)?;
     eprintln!("swift: build and tests took {:.1?}", started.elapsed());
-    Ok(())
+    consumer::build_and_run(&toolchain)
 }
 
 /// The Swift demo (`Sources/WeirDemo`): the multi-stream pipeline, from Swift Tasks.
@@ -108,6 +134,43 @@ pub fn demo(args: &[String]) -> Result {
     prepare(Profile::Release)?;
     let toolchain = Toolchain::find()?;
     let product_and_args = [&["weir-demo".to_owned()][..], args].concat();
-    toolchain.swift(&package(), &arguments(&["run", "-c", "release"], &product_and_args), &environment())?;
+    toolchain.swift(
+        &package(),
+        &arguments(Profile::Release, &["run", "-c", "release"], &product_and_args),
+        &environment(),
+    )?;
+    Ok(())
+}
+
+/// `cargo xtask bench --swift [--backend NAME]`: the Swift cost of a trivial
+/// call (`index()`) and of an async round trip (`sync()` on an idle stream,
+/// `executeAsync` of a no-op), with and without the cancellation token the
+/// plain calls set up, beside the same weir-ffi calls made from Rust in the
+/// same run (`rust/ffi/examples/round_trip.rs`). Both use release builds with
+/// `test-support` (the no-op is the delay op).
+pub fn bench(args: &[String]) -> Result {
+    let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
+    let output = crate::util::cargo()
+        .current_dir(root())
+        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"])
+        .args(["--example", "round_trip", "--", "--backend", backend])
+        .output()
+        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
+    if !output.status.success() {
+        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
+    }
+    let baselines = String::from_utf8_lossy(&output.stdout);
+    prepare(Profile::Release)?;
+    let toolchain = Toolchain::find()?;
+    let product_and_args: Vec<String> = ["weir-bench", "--backend", backend]
+        .into_iter()
+        .map(str::to_owned)
+        .chain(baselines.split_whitespace().map(str::to_owned))
+        .collect();
+    toolchain.swift(
+        &package(),
+        &arguments(Profile::Release, &["run", "-c", "release"], &product_and_args),
+        &environment(),
+    )?;
     Ok(())
 }

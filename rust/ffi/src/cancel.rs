@@ -124,7 +124,7 @@ mod tests {
         token.cancel();
         assert!(flag.0.load(Ordering::SeqCst), "cancel must wake the waiter");
         match Pin::new(&mut wait).poll(&mut cx) {
-            Poll::Ready(Err(WeirError::Cancelled(message))) => assert!(message.contains("cancel")),
+            Poll::Ready(Err(WeirError::Cancelled { description: message })) => assert!(message.contains("cancel")),
             other => panic!("expected Cancelled, got {other:?}"),
         }
         assert!(wait.inner.is_none(), "the inner wait is dropped");
@@ -148,6 +148,6 @@ mod tests {
         let waker = Waker::from(Arc::new(Flag(AtomicBool::new(false))));
         let mut cx = Context::from_waker(&waker);
         let mut wait = cancellable(std::future::ready(Ok(())), Some(token));
-        assert!(matches!(Pin::new(&mut wait).poll(&mut cx), Poll::Ready(Err(WeirError::Cancelled(_)))));
+        assert!(matches!(Pin::new(&mut wait).poll(&mut cx), Poll::Ready(Err(WeirError::Cancelled { .. }))));
     }
 }

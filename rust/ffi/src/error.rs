@@ -1,74 +1,93 @@
-//! The one error enum of the FFI: a typed variant per core error.
+//! The one error enum of the FFI: a typed variant per core error, with the
+//! core error's fields (backend kind, stream index, sizes) as typed fields.
+
+use crate::records::BackendKind;
 
 /// Everything that can go wrong in Weir. Kotlin: `WeirException.*`; Swift: `WeirError`.
 ///
-/// Each variant's message is the full description of what went wrong.
+/// Every variant carries `description`, the full text of what went wrong (the
+/// core error's message), after the typed fields that say where.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, uniffi::Error)]
-#[uniffi(flat_error)]
 pub enum WeirError {
     /// The backend cannot be used here: no driver, library or device.
-    #[error("{0}")]
-    Unavailable(String),
+    #[error("{description}")]
+    Unavailable { backend: BackendKind, description: String },
     /// The backend does not support what was asked (for example a kernel without a source for it).
-    #[error("{0}")]
-    Unsupported(String),
+    #[error("{description}")]
+    Unsupported { backend: BackendKind, description: String },
     /// An argument is malformed: wrong size, wrong type, aliasing, …
-    #[error("{0}")]
-    InvalidArgument(String),
-    /// A byte range does not fit in its buffer.
-    #[error("{0}")]
-    OutOfRange(String),
+    #[error("{description}")]
+    InvalidArgument { description: String },
+    /// A range does not fit in its buffer (in the caller's units: bytes, or
+    /// elements for the typed helpers of Kotlin and Swift).
+    #[error("{description}")]
+    OutOfRange { description: String },
     /// A buffer or stream of one runtime was handed to another runtime.
-    #[error("{0}")]
-    ForeignHandle(String),
+    #[error("{description}")]
+    ForeignHandle { description: String },
     /// The runtime was shut down.
-    #[error("{0}")]
-    Closed(String),
-    /// The device could not provide the memory.
-    #[error("{0}")]
-    OutOfMemory(String),
-    /// An op failed, or read a version a failed op wrote. What it writes fails
-    /// its readers too; its stream goes on with the work that does not depend on it.
-    #[error("{0}")]
-    OpFailed(String),
-    /// A backend call failed.
-    #[error("{0}")]
-    Backend(String),
+    #[error("{description}")]
+    Closed { description: String },
+    /// The device (`host` false) or, for the CPU backend, the host could not
+    /// provide `bytes` bytes.
+    #[error("{description}")]
+    OutOfMemory { bytes: u64, host: bool, description: String },
+    /// An op on stream `stream` (its index) failed, or read a version a failed
+    /// op wrote. What it writes fails its readers too; its stream goes on
+    /// with the work that does not depend on it.
+    #[error("{description}")]
+    OpFailed { stream: u32, description: String },
+    /// A backend call failed (`Auto`: a core error this FFI does not know).
+    #[error("{description}")]
+    Backend { backend: BackendKind, description: String },
     /// The device is lost for this runtime (a fault that poisons its context,
     /// such as an illegal address or a trap in a kernel): every later call
-    /// fails with this; shut the runtime down and open a new one.
-    #[error("{0}")]
-    DeviceLost(String),
+    /// fails with this; shut the runtime down (on CUDA, restart the process).
+    #[error("{description}")]
+    DeviceLost { backend: BackendKind, description: String },
+    /// Weir broke one of its own invariants: a bug to report, not bad input
+    /// (the core's `Error::Internal`; `internal` is a Swift keyword).
+    #[error("{description}")]
+    Bug { description: String },
     /// The wait was cancelled (through a `CancelToken`) before the work completed.
-    #[error("{0}")]
-    Cancelled(String),
+    #[error("{description}")]
+    Cancelled { description: String },
 }
 
 impl From<weir_core::Error> for WeirError {
     fn from(error: weir_core::Error) -> Self {
         use weir_core::Error as E;
-        let message = error.to_string();
+        let description = error.to_string();
         match error {
-            E::Unavailable { .. } => WeirError::Unavailable(message),
-            E::Unsupported { .. } => WeirError::Unsupported(message),
-            E::InvalidArgument(_) => WeirError::InvalidArgument(message),
-            E::OutOfRange { .. } => WeirError::OutOfRange(message),
-            E::ForeignHandle(_) => WeirError::ForeignHandle(message),
-            E::Closed => WeirError::Closed(message),
-            E::OutOfMemory { .. } => WeirError::OutOfMemory(message),
-            E::OpFailed { .. } => WeirError::OpFailed(message),
-            E::Backend { .. } => WeirError::Backend(message),
-            E::DeviceLost { .. } => WeirError::DeviceLost(message),
-            E::Cancelled => WeirError::Cancelled(message),
-            // A core error added without its FFI case still reaches the host, as a backend error.
-            _ => WeirError::Backend(message),
+            E::Unavailable { backend, .. } => WeirError::Unavailable { backend: backend.into(), description },
+            E::Unsupported { backend, .. } => WeirError::Unsupported { backend: backend.into(), description },
+            E::InvalidArgument(_) => WeirError::InvalidArgument { description },
+            E::OutOfRange { .. } => WeirError::OutOfRange { description },
+            E::ForeignHandle(_) => WeirError::ForeignHandle { description },
+            E::Closed => WeirError::Closed { description },
+            E::OutOfMemory { bytes, host } => WeirError::OutOfMemory { bytes, host, description },
+            E::OpFailed { stream, .. } => WeirError::OpFailed { stream, description },
+            E::Backend { backend, .. } => WeirError::Backend { backend: backend.into(), description },
+            E::Cancelled => WeirError::Cancelled { description },
+            // Internal errors, and a core error added without its FFI case,
+            // still reach the host, as a backend error of no one backend.
+            _ => WeirError::Backend { backend: BackendKind::Auto, description },
+    /// The device is lost for this runtime (a fault that poisons its context,
+    /// such as an illegal address or a trap in a kernel): every later call
+    /// fails with this; shut the runtime down (on CUDA, restart the process).
+    #[error("{description}")]
+    DeviceLost { backend: BackendKind, description: String },
+    /// Weir broke one of its own invariants: a bug to report, not bad input
+    /// (the core's `Error::Internal`; `internal` is a Swift keyword).
+    #[error("{description}")]
+    Bug { description: String },
         }
     }
 }
 
 impl WeirError {
     pub(crate) fn invalid(message: impl Into<String>) -> Self {
-        WeirError::InvalidArgument(format!("invalid argument: {}", message.into()))
+        WeirError::InvalidArgument { description: format!("invalid argument: {}", message.into()) }
     }
 }
 
@@ -105,6 +124,7 @@ pub fn debug_error_probe(variant: String) -> Result<()> {
                 code: 700,
             }),
         },
+        "Bug" => E::Internal("probe invariant broken".to_owned()),
         "Cancelled" => E::Cancelled,
         other => return Err(WeirError::invalid(format!("no error variant named {other:?}"))),
     };

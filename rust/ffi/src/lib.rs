@@ -38,7 +38,7 @@ pub use error::debug_error_probe;
 pub use error::WeirError;
 pub use fence::Fence;
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
-pub use records::{grid_linear, Access, Arg, Backend, DeviceInfo, Diagnostics, Grid};
+pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, Grid};
 pub use runtime::Runtime;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;

@@ -47,6 +47,38 @@ impl From<weir_core::BackendKind> for Backend {
     }
 }
 
+/// Which backend an error comes from: the core's `BackendKind`, as errors carry it.
+///
+/// A type of its own rather than [`Backend`], because Kotlin nests the error
+/// variants in `WeirException`, where `Backend` names the variant
+/// `WeirException.Backend` and would hide the enum.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum BackendKind {
+    /// No one backend: an internal error (a bug in Weir to report).
+    Auto,
+    /// The CPU backend.
+    Cpu,
+    /// wgpu (Vulkan, Metal, DX12).
+    Wgpu,
+    /// NVIDIA CUDA.
+    Cuda,
+    /// AMD HIP.
+    Hip,
+}
+
+impl From<weir_core::BackendKind> for BackendKind {
+    fn from(kind: weir_core::BackendKind) -> Self {
+        use weir_core::BackendKind as K;
+        match kind {
+            K::Auto => BackendKind::Auto,
+            K::Cpu => BackendKind::Cpu,
+            K::Wgpu => BackendKind::Wgpu,
+            K::Cuda => BackendKind::Cuda,
+            K::Hip => BackendKind::Hip,
+        }
+    }
+}
+
 /// How an op touches a buffer. The scheduler orders ops from this and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
 pub enum Access {

@@ -69,7 +69,7 @@ fn cancel_token_ends_a_gated_wait_and_leaves_no_waiter() {
     token.cancel();
     let outcome = waiter.join().unwrap();
     assert!(cancelled_at.elapsed() < Duration::from_secs(1));
-    assert!(matches!(outcome, Err(WeirError::Cancelled(_))), "{outcome:?}");
+    assert!(matches!(outcome, Err(WeirError::Cancelled { .. })), "{outcome:?}");
     let diagnostics = runtime.diagnostics();
     assert_eq!((diagnostics.live_waiters, diagnostics.live_fences), (0, 0));
     hold.release();
@@ -96,23 +96,26 @@ fn errors_arrive_as_their_typed_variant() {
     let stream = runtime.default_stream();
     let small = stream.zeros(4).unwrap();
     match block_on(stream.write(small.clone(), vec![0; 8], 0, None)) {
-        Err(WeirError::OutOfRange(message)) => {
+        Err(WeirError::OutOfRange { description: message }) => {
             assert!(message.contains("8 bytes at offset 0 do not fit in a buffer of 4 bytes"), "{message}")
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
     let custom = Kernel::custom("gpu_only".into(), None, None, None);
     match stream.execute(custom, grid(), vec![]) {
-        Err(WeirError::Unsupported(message)) => assert!(message.contains("gpu_only"), "{message}"),
+        Err(WeirError::Unsupported { backend, description }) => {
+            assert_eq!(backend, weir_ffi::BackendKind::Cpu);
+            assert!(description.contains("gpu_only"), "{description}")
+        }
         other => panic!("expected Unsupported, got {other:?}"),
     }
     let bad_grid = Grid { groups_x: 0, ..grid() };
     assert!(matches!(
         stream.execute(Kernel::builtin(BuiltinOp::Delay), bad_grid, vec![Arg::U32 { value: 0 }]),
-        Err(WeirError::InvalidArgument(_))
+        Err(WeirError::InvalidArgument { .. })
     ));
     let other = Runtime::open(Backend::Cpu).unwrap();
-    assert!(matches!(block_on(other.default_stream().memset_zero(small, None)), Err(WeirError::ForeignHandle(_))));
+    assert!(matches!(block_on(other.default_stream().memset_zero(small, None)), Err(WeirError::ForeignHandle { .. })));
 }
 
 #[test]
@@ -125,7 +128,7 @@ fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
     runtime.shutdown().unwrap();
     assert!(fence.is_complete(), "shutdown waits for work in flight");
     runtime.shutdown().unwrap();
-    assert!(matches!(block_on(stream.sync(None)), Err(WeirError::Closed(_))));
-    assert!(matches!(block_on(stream.read(buffer, None)), Err(WeirError::Closed(_))));
+    assert!(matches!(block_on(stream.sync(None)), Err(WeirError::Closed { .. })));
+    assert!(matches!(block_on(stream.read(buffer, None)), Err(WeirError::Closed { .. })));
     let _ = Arc::strong_count(&runtime);
 }

@@ -69,6 +69,9 @@ impl Toolchain {
             Toolchain::Host => {
                 let mut command = Command::new("swift");
                 command.args(args).current_dir(dir).envs(env.iter().map(|(k, v)| (k, v)));
+                // `cargo run` puts target/*/ on the library path, ahead of every
+                // rpath: binaries must find the library their rpath names.
+                command.env_remove("LD_LIBRARY_PATH");
                 command
             }
             Toolchain::Chroot(chroot) => {

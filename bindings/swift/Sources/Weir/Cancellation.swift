@@ -3,7 +3,7 @@
 // UniFFI 0.32 does not forward `Task.cancel()` to Rust futures: a cancelled
 // Task would keep awaiting until the device finishes. Every async export of
 // weir-ffi therefore takes an optional `CancelToken` as its last argument;
-// cancelling the token ends that wait with `WeirError.Cancelled` and drops the
+// cancelling the token ends that wait with `WeirError.cancelled` and drops the
 // Rust wait at once (its waker leaves the completion: nothing stays behind).
 //
 // The overloads below are what a plain call resolves to (Swift prefers the
@@ -29,11 +29,11 @@ func cancellable<T: Sendable>(_ wait: (CancelToken) async throws -> T) async thr
         } onCancel: {
             token.cancel()
         }
-    } catch WeirError.Cancelled(let message) {
+    } catch WeirError.cancelled(let description) {
         // The token is ours and fires only on Task cancellation, but stay
         // precise: report CancellationError only if the Task is cancelled.
         if Task.isCancelled { throw CancellationError() }
-        throw WeirError.Cancelled(message: message)
+        throw WeirError.cancelled(description: description)
     }
 }
 
@@ -50,6 +50,12 @@ extension Stream {
     /// stream answers at once. Cancelling the Task ends the wait with
     /// `CancellationError`.
     public func sync() async throws {
+        // An idle stream (all work done, no failure to report) answers without
+        // a token or a Rust future: UniFFI's async round trip costs tens of
+        // times Rust's answer. Cancellation is checked first, as the Rust wait
+        // checks its token before the stream.
+        if Task.isCancelled { throw CancellationError() }
+        if isSynced() { return }
         try await cancellable { try await self.sync(cancel: $0) }
     }
 

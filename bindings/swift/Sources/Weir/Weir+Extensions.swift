@@ -25,7 +25,7 @@ extension Data {
     func scalars<T: DeviceScalar>(of type: T.Type) throws(WeirError) -> [T] {
         let stride = MemoryLayout<T>.stride
         guard count % stride == 0 else {
-            throw .InvalidArgument(message: "\(count) bytes are not a whole number of \(T.self) (\(stride) bytes each)")
+            throw .invalidArgument(description: "\(count) bytes are not a whole number of \(T.self) (\(stride) bytes each)")
         }
         let elements = count / stride
         return [T](unsafeUninitializedCapacity: elements) { storage, initialized in
@@ -38,7 +38,7 @@ extension Data {
 func byteCount<T: DeviceScalar>(_ elements: Int, of type: T.Type) throws(WeirError) -> UInt64 {
     let (bytes, overflow) = elements.multipliedReportingOverflow(by: MemoryLayout<T>.stride)
     guard elements >= 0, !overflow else {
-        throw .InvalidArgument(message: "\(elements) elements of \(T.self) is not a buffer size")
+        throw .invalidArgument(description: "\(elements) elements of \(T.self) is not a buffer size")
     }
     return UInt64(bytes)
 }
@@ -49,12 +49,12 @@ func byteOffset<T: DeviceScalar>(
     ofElement index: Int, writing count: Int, into buffer: Buffer, of type: T.Type
 ) throws(WeirError) -> UInt64 {
     guard index >= 0 else {
-        throw .InvalidArgument(message: "negative element offset \(index) (elements of \(T.self))")
+        throw .invalidArgument(description: "negative element offset \(index) (elements of \(T.self))")
     }
     let elements = buffer.count(of: T.self)
     guard index <= elements, count <= elements - index else {
-        throw .OutOfRange(
-            message: "\(count) elements of \(T.self) at element offset \(index) do not fit in a buffer of \(elements) elements")
+        throw .outOfRange(
+            description: "\(count) elements of \(T.self) at element offset \(index) do not fit in a buffer of \(elements) elements")
     }
     return UInt64(index) * UInt64(MemoryLayout<T>.stride)
 }
@@ -190,14 +190,19 @@ extension Runtime {
 // MARK: - Errors
 
 extension WeirError: CustomStringConvertible {
-    /// What went wrong, in words (the Rust error's text).
+    /// What went wrong, in words: the Rust error's text (the `description`
+    /// every case carries after its typed fields).
     public var message: String {
         switch self {
-        case .Unavailable(let message), .Unsupported(let message), .InvalidArgument(let message),
-            .OutOfRange(let message), .ForeignHandle(let message), .Closed(let message),
-            .OutOfMemory(let message), .OpFailed(let message), .Backend(let message),
-            .Cancelled(let message):
-            return message
+        case .unavailable(_, let text), .unsupported(_, let text), .backend(_, let text):
+            return text
+        case .opFailed(_, let text):
+            return text
+        case .outOfMemory(_, _, let text):
+            return text
+        case .invalidArgument(let text), .outOfRange(let text), .foreignHandle(let text), .closed(let text),
+            .cancelled(let text):
+            return text
         }
     }
 

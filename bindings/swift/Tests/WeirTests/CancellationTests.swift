@@ -109,8 +109,8 @@ struct CancellationTests {
         token.cancel()
         let result = await task.result
         watchdog.cancel()
-        guard case .failure(WeirError.Cancelled(let message)) = result else {
-            Issue.record("expected WeirError.Cancelled, got \(result)")
+        guard case .failure(WeirError.cancelled(let message)) = result else {
+            Issue.record("expected WeirError.cancelled, got \(result)")
             return
         }
         #expect(message.contains("cancel"))

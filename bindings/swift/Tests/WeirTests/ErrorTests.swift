@@ -1,5 +1,7 @@
-// Errors: one typed enum, WeirError, each case with a message that says what
-// went wrong.
+// Errors: one typed enum, WeirError, with cases in lowerCamelCase as Swift
+// code expects (`catch WeirError.invalidArgument`); each case carries the Rust
+// error's typed fields (backend, stream index, sizes) and a description that
+// says what went wrong.
 
 import Foundation
 import Testing
@@ -10,17 +12,18 @@ import Weir
 func caseName(_ error: any Error) -> String {
     guard let error = error as? WeirError else { return "not a WeirError: \(type(of: error))" }
     switch error {
-    case .Unavailable: return "Unavailable"
-    case .Unsupported: return "Unsupported"
-    case .InvalidArgument: return "InvalidArgument"
-    case .OutOfRange: return "OutOfRange"
-    case .ForeignHandle: return "ForeignHandle"
-    case .Closed: return "Closed"
-    case .OutOfMemory: return "OutOfMemory"
-    case .OpFailed: return "OpFailed"
-    case .Backend: return "Backend"
-    case .DeviceLost: return "DeviceLost"
-    case .Cancelled: return "Cancelled"
+    case .unavailable: return "Unavailable"
+    case .unsupported: return "Unsupported"
+    case .invalidArgument: return "InvalidArgument"
+    case .outOfRange: return "OutOfRange"
+    case .foreignHandle: return "ForeignHandle"
+    case .closed: return "Closed"
+    case .outOfMemory: return "OutOfMemory"
+    case .opFailed: return "OpFailed"
+    case .backend: return "Backend"
+    case .deviceLost: return "DeviceLost"
+    case .bug: return "Bug"
+    case .cancelled: return "Cancelled"
     }
 }
 
@@ -65,6 +68,7 @@ struct ErrorTests {
             ("OpFailed", "probe op failed"),
             ("Backend", "probe call failed"),
             ("DeviceLost", "CUDA_ERROR_ILLEGAL_ADDRESS"),
+            ("Bug", "a bug in Weir"),
             ("Cancelled", "cancelled"),
         ]
         for (variant, text) in expected {
@@ -75,6 +79,72 @@ struct ErrorTests {
         }
     }
 
+    @Test("each case carries the Rust error's fields with their types")
+    func casesCarryTypedFields() async throws {
+        // The probe's core errors: Unavailable/Unsupported/Backend on the CPU,
+        // OpFailed on stream 3, OutOfMemory of 2^40 device bytes.
+        func probe(_ variant: String) -> WeirError? {
+            do {
+                try debugErrorProbe(variant: variant)
+            } catch let error as WeirError {
+                return error
+            } catch {
+                Issue.record("\(variant): not a WeirError: \(error)")
+            }
+            return nil
+        }
+        guard case .unavailable(let backend, _) = probe("Unavailable") else { Issue.record("Unavailable"); return }
+        #expect(backend == .cpu)
+        guard case .unsupported(let backend, _) = probe("Unsupported") else { Issue.record("Unsupported"); return }
+        #expect(backend == .cpu)
+        guard case .backend(let backend, let text) = probe("Backend") else { Issue.record("Backend"); return }
+        #expect(backend == .cpu && text.contains("probe call failed"))
+        guard case .opFailed(let stream, let text) = probe("OpFailed") else { Issue.record("OpFailed"); return }
+        #expect(stream == 3 && text.contains("probe op failed"))
+        guard case .outOfMemory(let bytes, let host, _) = probe("OutOfMemory") else { Issue.record("OutOfMemory"); return }
+        #expect(bytes == 1 << 40 && !host)
+    }
+
+    @Test("errors are caught by case, as Swift code expects", arguments: TestBackend.allCases)
+    func errorsAreCaughtByCase(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let (s, t) = (try runtime.newStream(), try runtime.newStream())
+        do {
+            _ = try s.zeros(count: -1, of: Float.self)
+            Issue.record("a negative count was accepted")
+        } catch WeirError.invalidArgument {
+            // The case a Swift caller names.
+        }
+        // A failed op names its stream by index; an op on another stream that
+        // reads what it wrote fails on that stream, naming the original.
+        let x = try s.upload([Float](repeating: 1, count: 4))
+        do {
+            try s.failWrite(buffer: x, message: "deliberate failure F")
+            Issue.record("failWrite did not fail")
+        } catch WeirError.opFailed(let stream, let text) {
+            #expect(stream == s.index(), "\(text)")
+        }
+        do {
+            _ = try await t.read(x, as: Float.self)
+            Issue.record("a read of a failed buffer returned data")
+        } catch WeirError.opFailed(let stream, let text) {
+            #expect(stream == t.index(), "the read is T's: \(text)")
+            #expect(text.contains("deliberate failure F") && text.contains("stream \(s.index())"), "\(text)")
+        }
+        // A copy on T of the failed buffer fails on T, naming the original.
+        let y = try t.zeros(count: 4, of: Float.self)
+        do {
+            try t.copy(x, to: y)
+            try await t.sync()
+            Issue.record("a copy of a failed buffer succeeded")
+        } catch WeirError.opFailed(let stream, let text) {
+            #expect(stream == t.index(), "the failed copy is T's: \(text)")
+            #expect(text.contains("deliberate failure F"))
+        }
+        // S's next fence reports its failure, by the same case.
+        await expectFailure(naming: "deliberate failure F") { try await s.sync() }
+    }
+
     @Test("a backend that cannot run here is Unavailable, naming it")
     func unavailableBackendsAreNamed() async throws {
         for backend in [Backend.cuda, .hip] {
@@ -83,8 +153,11 @@ struct ErrorTests {
             case .success(let runtime):
                 print("\(name) opened here (\(runtime.info().name)); nothing to check")
             case .failure(let error):
-                #expect(caseName(error) == "Unavailable", "\(error)")
-                #expect((error as? WeirError)?.message.contains(name) == true, "\(error)")
+                guard case WeirError.unavailable(let kind, let text) = error else {
+                    Issue.record("expected WeirError.unavailable, got \(error)")
+                    continue
+                }
+                #expect("\(kind)" == name && text.contains(name), "\(error)")  // BackendKind.cuda for Backend.cuda
             }
         }
     }
@@ -250,7 +323,7 @@ struct ErrorTests {
 
     @Test("WeirError reads well: message, description, localized description")
     func errorsDescribeThemselves() {
-        let error = WeirError.OutOfRange(message: "range 1..9 is out of bounds for a buffer of 4 bytes")
+        let error = WeirError.outOfRange(description: "range 1..9 is out of bounds for a buffer of 4 bytes")
         #expect(error.message == "range 1..9 is out of bounds for a buffer of 4 bytes")
         #expect("\(error)" == error.message)
         #expect(error.localizedDescription.contains("out of bounds"))

@@ -37,7 +37,7 @@ enum TestBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     func open(sourceLocation: SourceLocation = #_sourceLocation) throws -> Runtime? {
         do {
             return try Runtime.open(backend: backend)
-        } catch WeirError.Unavailable(let message) {
+        } catch WeirError.unavailable(_, let message) {
             let test = Test.current?.name ?? "test"
             if Self.required.contains(rawValue) {
                 Issue.record("\(rawValue) is required (WEIR_REQUIRE_BACKENDS) but unavailable: \(message)",
@@ -62,7 +62,7 @@ struct Gate: Sendable {
     init(_ stream: Weir.Stream, fallback: Duration = .seconds(2)) throws {
         do {
             hold = try stream.hold()
-        } catch WeirError.Unsupported {
+        } catch WeirError.unsupported {
             hold = nil
             try stream.delay(fallback)
         }

@@ -29,6 +29,7 @@ class ErrorTest {
             "OpFailed" to (WeirException.OpFailed::class to "probe op failed"),
             "Backend" to (WeirException.Backend::class to "probe call failed"),
             "DeviceLost" to (WeirException.DeviceLost::class to "CUDA_ERROR_ILLEGAL_ADDRESS"),
+            "Bug" to (WeirException.Bug::class to "a bug in Weir"),
             "Cancelled" to (WeirException.Cancelled::class to "cancelled"),
         )
         // The sealed hierarchy has exactly these subclasses: a new core variant must be added here.

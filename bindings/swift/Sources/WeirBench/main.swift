@@ -1,0 +1,141 @@
+// `cargo xtask bench --swift`: the Swift cost of a trivial Weir call and of its
+// async calls, beside the same weir-ffi calls made from Rust in the same run
+// (measured by rust/ffi/examples/round_trip.rs and passed in as arguments).
+//
+// Prints one JSON object per figure (the bench report's format), then a table.
+// Arguments: `--backend NAME` and, per figure, `--baseline NAME MICROS`.
+
+import Foundation
+import Weir
+
+struct Figure {
+    let backend: String
+    let name: String
+    let weir: Double
+    let baseline: Double?
+    let note: String
+
+    var ratio: Double? { baseline.flatMap { $0 > 0 ? weir / $0 : nil } }
+
+    var json: String {
+        let number = { (value: Double?, digits: Int) in value.map { String(format: "%.\(digits)f", $0) } ?? "null" }
+        let note = self.note.replacingOccurrences(of: "\"", with: "'")
+        return "{\"backend\":\"\(backend)\",\"bench\":\"\(name)\",\"unit\":\"us\",\"weir\":\(number(weir, 4)),"
+            + "\"baseline\":\(number(baseline, 4)),\"ratio\":\(number(ratio, 3)),\"note\":\"\(note)\"}"
+    }
+}
+
+/// Nanoseconds on a monotonic clock.
+@inline(__always) func now() -> UInt64 { DispatchTime.now().uptimeNanoseconds }
+
+/// Median microseconds per call of `call`, timed one call at a time after a warm-up.
+func medianMicros(_ iterations: Int, _ call: () throws -> Void) rethrows -> Double {
+    for _ in 0..<iterations / 10 { try call() }
+    var samples = [UInt64](repeating: 0, count: iterations)
+    for i in 0..<iterations {
+        let start = now()
+        try call()
+        samples[i] = now() - start
+    }
+    samples.sort()
+    return Double(samples[iterations / 2]) / 1e3
+}
+
+/// The same, for an awaited call, all in the calling Task.
+func medianMicros(_ iterations: Int, _ call: () async throws -> Void) async rethrows -> Double {
+    for _ in 0..<iterations / 10 { try await call() }
+    var samples = [UInt64](repeating: 0, count: iterations)
+    for i in 0..<iterations {
+        let start = now()
+        try await call()
+        samples[i] = now() - start
+    }
+    samples.sort()
+    return Double(samples[iterations / 2]) / 1e3
+}
+
+func value(after flag: String, in arguments: [String]) -> String? {
+    guard let index = arguments.firstIndex(of: flag), index + 1 < arguments.count else { return nil }
+    return arguments[index + 1]
+}
+
+func baselines(in arguments: [String]) -> [String: Double] {
+    var found: [String: Double] = [:]
+    var index = 0
+    while index + 2 < arguments.count {
+        if arguments[index] == "--baseline", let micros = Double(arguments[index + 2]) {
+            found[arguments[index + 1]] = micros
+            index += 3
+        } else {
+            index += 1
+        }
+    }
+    return found
+}
+
+let arguments = CommandLine.arguments
+let name = value(after: "--backend", in: arguments) ?? "cpu"
+let backends: [String: Backend] = ["auto": .auto, "cpu": .cpu, "wgpu": .wgpu, "cuda": .cuda, "hip": .hip]
+guard let backend = backends[name.lowercased()] else {
+    print("usage: weir-bench [--backend auto|cpu|wgpu|cuda|hip] [--baseline NAME MICROS]…")
+    exit(2)
+}
+let rust = baselines(in: arguments)
+
+/// Every figure, measured in one Task off the main actor: top-level code runs
+/// on the main actor, and each await from there of Weir's nonisolated calls
+/// would hop to the cooperative pool and back, timing two thread switches
+/// instead of the call.
+@Sendable func measure() async throws -> [Figure] {
+    let runtime = try Runtime.open(backend: backend)
+    let stream = runtime.defaultStream()
+    // The delay op with 0 µs: an op that does nothing, on every backend (a test
+    // hook, which the development package's library has).
+    let noop = Kernel.builtin(op: .delay)
+    let noopArgs: [Arg] = [.u32(value: 0)]
+    let note = "median per call in one Task; baseline: the same weir-ffi call from Rust"
+    var figures: [Figure] = []
+
+    let index = medianMicros(200_000) { _ = stream.index() }
+    figures.append(Figure(backend: name, name: "swift: index(), a trivial sync call", weir: index,
+                          baseline: rust["index"], note: "median per call; baseline: the same weir-ffi call from Rust"))
+    let token = medianMicros(100_000) { _ = CancelToken() }
+    figures.append(Figure(backend: name, name: "swift: CancelToken() made and released", weir: token, baseline: nil,
+                          note: "median per token; what each plain async call adds to set up Task cancellation"))
+    let sync = try await medianMicros(20_000) { try await stream.sync() }
+    figures.append(Figure(backend: name, name: "swift: sync(), idle stream", weir: sync, baseline: rust["sync_idle"],
+                          note: "\(note); Task cancellation forwarded (the plain call); target <= 1 us"))
+    let syncNoToken = try await medianMicros(20_000) { try await stream.sync(cancel: nil) }
+    figures.append(Figure(backend: name, name: "swift: sync(cancel: nil), idle stream", weir: syncNoToken,
+                          baseline: rust["sync_idle"], note: "\(note); no token: always the Rust future"))
+    let execute = try await medianMicros(10_000) {
+        try await stream.executeAsync(kernel: noop, grid: Grid(), args: noopArgs)
+    }
+    figures.append(Figure(backend: name, name: "swift: executeAsync(no-op kernel)", weir: execute,
+                          baseline: rust["execute_async_noop"],
+                          note: "\(note); Task cancellation forwarded (the plain call); target <= Rust + 3 us"))
+    let executeNoToken = try await medianMicros(10_000) {
+        try await stream.executeAsync(kernel: noop, grid: Grid(), args: noopArgs, cancel: nil)
+    }
+    figures.append(Figure(backend: name, name: "swift: executeAsync(no-op, cancel: nil)", weir: executeNoToken,
+                          baseline: rust["execute_async_noop"], note: "\(note); no cancellation token"))
+    try runtime.shutdown()
+    return figures
+}
+
+let figures = try await Task.detached(operation: measure).value
+let sync = figures.first { $0.name.hasPrefix("swift: sync(),") }?.weir ?? .nan
+let execute = figures.first { $0.name.hasPrefix("swift: executeAsync(no-op kernel)") }?.weir ?? .nan
+for figure in figures { print(figure.json) }
+print()
+func column(_ text: String, _ width: Int) -> String { text.padding(toLength: max(width, text.count), withPad: " ", startingAt: 0) }
+func right(_ text: String, _ width: Int) -> String { String(repeating: " ", count: max(0, width - text.count)) + text }
+print(column("backend", 8), column("benchmark", 44), right("weir", 14), right("baseline", 14), right("ratio", 8), " note")
+for figure in figures {
+    print(column(figure.backend, 8), column(figure.name, 44), right(String(format: "%.3f us", figure.weir), 14),
+          right(figure.baseline.map { String(format: "%.3f us", $0) } ?? "-", 14),
+          right(figure.ratio.map { String(format: "%.3f", $0) } ?? "-", 8), " \(figure.note)")
+}
+print()
+print(String(format: "%@: idle sync() %.3f us (target <= 1 us); executeAsync no-op %.3f us = Rust %+.3f us (target <= +3 us)",
+             name, sync, execute, execute - (rust["execute_async_noop"] ?? .nan)))
