@@ -133,7 +133,7 @@ impl Shape {
 /// A built-in pipeline; a built-in that does not compile is a bug of ours,
 /// reported as the backend's error.
 fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
-    gpu.pipelines.get(&gpu.device, source, "main", read_only, true).map_err(|error| match error {
+    gpu.pipelines.get(&gpu.device, source, "main", read_only, true, None).map_err(|error| match error {
         CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
         CompileError::NoThread(message) => Error::backend(BACKEND, message),
     })

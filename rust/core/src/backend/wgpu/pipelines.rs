@@ -14,6 +14,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::interface::{self, Arguments, ScalarType};
 use super::scope::{scoped, Failure};
 use crate::lock::lock;
 
@@ -30,6 +31,9 @@ struct Key {
     /// Per buffer binding: read-only?
     read_only: Vec<bool>,
     scalars: bool,
+    /// A custom kernel's scalar types: its source's bindings are checked
+    /// against its arguments ([`interface`]). `None` for built-ins.
+    checked: Option<Vec<ScalarType>>,
 }
 
 /// A compiled kernel and the layout of its bindings.
@@ -65,7 +69,8 @@ fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntr
 
 impl PipelineCache {
     /// The pipeline for `code`/`entry` with buffers bound as `read_only` says,
-    /// compiling it on first use.
+    /// compiling it on first use. With `checked` (a custom kernel's scalar
+    /// types), the source's bindings must be what these arguments bind.
     pub fn get(
         &self,
         device: &wgpu::Device,
@@ -73,8 +78,15 @@ impl PipelineCache {
         entry: &str,
         read_only: &[bool],
         scalars: bool,
+        checked: Option<&[ScalarType]>,
     ) -> Result<Arc<Pipeline>, CompileError> {
-        let key = Key { code: code.to_owned(), entry: entry.to_owned(), read_only: read_only.to_vec(), scalars };
+        let key = Key {
+            code: code.to_owned(),
+            entry: entry.to_owned(),
+            read_only: read_only.to_vec(),
+            scalars,
+            checked: checked.map(<[ScalarType]>::to_vec),
+        };
         if let Some(found) = lock(&self.entries).get(&key) {
             return found.clone().map_err(CompileError::Invalid);
         }
@@ -131,7 +143,7 @@ fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pi
     let compiler = std::thread::Builder::new()
         .name("weir-wgpu-compile".to_owned())
         .stack_size(COMPILE_STACK_BYTES)
-        .spawn(move || compile(&device, &key).map_err(|failure| failure.message()))
+        .spawn(move || compile(&device, &key))
         .map_err(|e| CompileError::NoThread(format!("cannot start a shader compile thread: {e}")))?;
     Ok(compiler.join().unwrap_or_else(|panic| Err(format!("the shader compiler panicked: {}", panic_text(&panic)))))
 }
@@ -146,7 +158,18 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
+/// Checks a custom kernel's bindings, then compiles. A source naga cannot
+/// parse is left to wgpu, whose message says why.
+fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
+    if let Some(scalars) = &key.checked {
+        if let Ok(module) = wgpu::naga::front::wgsl::parse_str(&key.code) {
+            interface::check(&module, &key.entry, &Arguments { buffers: key.read_only.len(), scalars })?;
+        }
+    }
+    build(device, key).map_err(|failure| failure.message())
+}
+
+fn build(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
     scoped(device, || {
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
             label: Some(&key.entry),
