@@ -185,3 +185,14 @@ fn check_scalars(
         _ => Err(format!("{at} is {}, but {wanted}: declare a struct of u32/i32/f32 fields", type_name(ty))),
     }
 }
+
+/// Turns the scalars' uniform of a module that passed [`check`] into
+/// immediate data: the same struct, set with each dispatch instead of bound.
+pub(crate) fn scalars_as_immediates(module: &mut naga::Module) {
+    for (_, global) in module.global_variables.iter_mut() {
+        if global.space == naga::AddressSpace::Uniform {
+            global.space = naga::AddressSpace::Immediate;
+            global.binding = None;
+        }
+    }
+}

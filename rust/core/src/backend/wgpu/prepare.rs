@@ -8,11 +8,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::builtin::{plan_elementwise, plan_patches, uniforms, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
+use super::builtin::{params, plan_elementwise, plan_patches, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
 use super::device::Gpu;
 use super::interface::ScalarType;
 use super::memory::{align4, staging_with};
-use super::pipelines::{CompileError, Pipeline, Uniforms};
+use super::pipelines::{CompileError, Params, Pipeline, Signature};
 use super::scope::{scoped, Failure, BACKEND};
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
@@ -33,7 +33,7 @@ pub(crate) enum Plan {
     },
     Custom {
         pipeline: Arc<Pipeline>,
-        uniforms: Option<Uniforms>,
+        params: Option<Params>,
     },
 }
 
@@ -188,15 +188,18 @@ fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, args: &[KernelArg<R>]) ->
             }
         }
     }
-    let pipeline = gpu
-        .pipelines
-        .get(&gpu.device, &source.code, &source.entry, &read_only, !scalars.is_empty(), Some(&types))
-        .map_err(|error| match error {
+    // Scalars go as immediate data where the device takes that many bytes.
+    let bytes = 4 * scalars.len() as u32;
+    let immediate_bytes = if !scalars.is_empty() && bytes <= gpu.immediate_bytes { bytes } else { 0 };
+    let signature =
+        Signature { read_only: &read_only, scalars: !scalars.is_empty(), checked: Some(&types), immediate_bytes };
+    let pipeline =
+        gpu.pipelines.get(&gpu.device, &source.code, &source.entry, signature).map_err(|error| match error {
             CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),
             CompileError::NoThread(message) => Error::backend(BACKEND, message),
         })?;
-    let uniforms = if scalars.is_empty() { None } else { Some(uniforms(gpu, &[&scalars])?) };
-    Ok(Plan::Custom { pipeline, uniforms })
+    let params = if scalars.is_empty() { None } else { Some(params(gpu, &pipeline, &[&scalars])?) };
+    Ok(Plan::Custom { pipeline, params })
 }
 
 /// The bulk range and the partial words of a write of bytes `start..end`.
