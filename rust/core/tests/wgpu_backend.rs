@@ -398,3 +398,121 @@ fn long_kernel_sources_are_compiled_or_refused_from_a_small_stack_never_abort() 
     }
     runtime.close().unwrap();
 }
+
+/// Launches `kernel` with `args` expecting a refusal before admission whose
+/// message names the kernel and contains every one of `says`; the stream
+/// goes on.
+fn refused_at_first_launch(runtime: &Runtime, kernel: &Kernel, args: &[Arg<'_>], says: &[&str]) {
+    let s = runtime.new_stream().unwrap();
+    let admitted = runtime.diagnostics().admitted_ops;
+    for _ in 0..2 {
+        // The second launch meets the cached refusal.
+        let error = s.execute(kernel, Grid::linear(4, 4), args).unwrap_err();
+        let Error::InvalidArgument(message) = &error else { panic!("not an argument error: {error:?}") };
+        assert!(message.contains(kernel.name()), "{message}");
+        for part in says {
+            assert!(message.contains(part), "{message:?} does not say {part:?}");
+        }
+    }
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted, "a refused op was admitted");
+    s.fence().unwrap().wait().unwrap();
+}
+
+const ONE_BUFFER: &str = "
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(4)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = 5u; }
+";
+
+#[test]
+fn a_kernel_binding_fewer_buffers_than_passed_is_refused() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let (a, b, c) = (s.zeros(16).unwrap(), s.zeros(16).unwrap(), s.zeros(16).unwrap());
+    let kernel = Kernel::custom("one_buffer").wgsl(ONE_BUFFER, "main").build();
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::write(&a), Arg::read(&b), Arg::read(&c)],
+        &["3 buffer arguments passed", "declares 1 storage buffer", "`out` at @group(0) @binding(0)"],
+    );
+    // The same kernel with the one buffer it binds runs.
+    s.execute(&kernel, Grid::linear(4, 4), &[Arg::write(&a)]).unwrap();
+    assert_eq!(s.read_as::<u32>(&a).unwrap(), vec![5; 4]);
+    runtime.close().unwrap();
+}
+
+const THREE_BUFFERS: &str = "
+@group(0) @binding(0) var<storage, read> a: array<u32>;
+@group(0) @binding(1) var<storage, read> b: array<u32>;
+@group(0) @binding(2) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(4)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = a[id.x] + b[id.x]; }
+";
+
+#[test]
+fn a_kernel_binding_more_buffers_than_passed_is_refused() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let (a, b, out) = (s.upload(&[1u32; 4]).unwrap(), s.upload(&[2u32; 4]).unwrap(), s.zeros(16).unwrap());
+    let kernel = Kernel::custom("three_buffers").wgsl(THREE_BUFFERS, "main").build();
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::read(&a), Arg::write(&out)],
+        &["2 buffer arguments passed", "declares 3 storage buffers", "`out` at @group(0) @binding(2)"],
+    );
+    s.execute(&kernel, Grid::linear(4, 4), &[Arg::read(&a), Arg::read(&b), Arg::write(&out)]).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![3; 4]);
+    runtime.close().unwrap();
+}
+
+#[test]
+fn scalars_that_do_not_fit_the_kernels_uniform_are_refused() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let x = s.upload(&[1.0f32; 64]).unwrap();
+    let y = s.zeros(256).unwrap();
+    let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
+    // Params is { n: u32, alpha: f32 }.
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::read(&x), Arg::read_write(&y), Arg::u32(64)],
+        &["`p` at @group(0) @binding(2)", "struct of 2 fields", "1 scalar passed (u32)"],
+    );
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::read(&x), Arg::read_write(&y), Arg::u32(64), Arg::u32(2)],
+        &["field `alpha` is f32", "scalar 1 is u32"],
+    );
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::read(&x), Arg::read_write(&y)],
+        &["`p` at @group(0) @binding(2) is a uniform", "no scalar arguments were passed"],
+    );
+    let unscaled = Kernel::custom("one_buffer").wgsl(ONE_BUFFER, "main").build();
+    refused_at_first_launch(
+        &runtime,
+        &unscaled,
+        &[Arg::write(&y), Arg::f32(1.0)],
+        &["1 scalar argument passed", "no uniform at @group(0) @binding(1)"],
+    );
+    // The right arguments run.
+    s.execute(&kernel, Grid::linear(64, 64), &[Arg::read(&x), Arg::read_write(&y), Arg::u32(64), Arg::f32(3.0)])
+        .unwrap();
+    assert_eq!(s.read_as::<f32>(&y).unwrap(), vec![3.0; 64]);
+    runtime.close().unwrap();
+}
+
+#[test]
+fn a_missing_entry_point_is_refused_naming_the_ones_there() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let out = s.zeros(16).unwrap();
+    let kernel = Kernel::custom("misnamed").wgsl(ONE_BUFFER, "mian").build();
+    refused_at_first_launch(&runtime, &kernel, &[Arg::write(&out)], &["no compute entry point `mian`", "it has: main"]);
+    runtime.close().unwrap();
+}

@@ -6,6 +6,17 @@
 //! - zero fill of 1 GiB: `memset_zero` vs raw `clear_buffer`, in GB/s;
 //! - fill kernel over 1 GiB: `fill_u32` vs a raw WGSL fill dispatch, in GB/s.
 //!
+//! - launches: 10 000 tiny dispatches, each with its own scalar, admitted
+//!   then fenced, in µs per launch (raw: one command buffer per dispatch, a
+//!   bind group made once, the scalars in a dynamic-offset uniform ring,
+//!   submitted 32 at a time);
+//! - tiny dispatch round trip: one tiny dispatch, then its fence resolved;
+//! - admission with many live buffers: µs per admitted op with 10, 1 000 and
+//!   100 000 buffers alive, beside raw recording and submitting the same op
+//!   with as many raw buffers alive;
+//! - queued ops: host memory held per op queued behind a held stream (no
+//!   raw side: raw wgpu has no queue of its own).
+//!
 //! Runs alternate Weir and raw, so both see the same device state.
 //!
 //! One figure has no raw side: the admission time of tiny ops on one stream
@@ -355,6 +366,291 @@ const TINY: &str = "
 fn main() { x[0] = x[0] + 1u; }
 ";
 
+/// The launch bench's kernel: adds its scalar to a counter.
+const ADD_SCALAR: &str = "
+struct Params { k: u32 }
+@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+@group(0) @binding(1) var<uniform> p: Params;
+@compute @workgroup_size(1)
+fn main() { x[0] = x[0] + p.k; }
+";
+
+/// Ops per raw submission, as Weir batches them.
+const RAW_BATCH: usize = 32;
+
+/// Raw dispatches of [`ADD_SCALAR`] over one buffer: the bind group made
+/// once, each launch's scalar at its slot of a uniform ring bound with a
+/// dynamic offset, one command buffer per launch, submitted in batches.
+struct RawLaunches {
+    pipeline: wgpu::ComputePipeline,
+    bind: wgpu::BindGroup,
+    ring: wgpu::Buffer,
+    stride: u64,
+    batch: Vec<wgpu::CommandBuffer>,
+    scalars: Vec<u8>,
+}
+
+impl RawLaunches {
+    fn new(raw: &Raw, target: &wgpu::Buffer) -> RawLaunches {
+        let device = &raw.device;
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+            label: None,
+            source: wgpu::ShaderSource::Wgsl(ADD_SCALAR.into()),
+        });
+        let entry = |binding, ty, has_dynamic_offset| wgpu::BindGroupLayoutEntry {
+            binding,
+            visibility: wgpu::ShaderStages::COMPUTE,
+            ty: wgpu::BindingType::Buffer { ty, has_dynamic_offset, min_binding_size: None },
+            count: None,
+        };
+        let layout = device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+            label: None,
+            entries: &[
+                entry(0, wgpu::BufferBindingType::Storage { read_only: false }, false),
+                entry(1, wgpu::BufferBindingType::Uniform, true),
+            ],
+        });
+        let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
+            label: None,
+            bind_group_layouts: &[Some(&layout)],
+            immediate_size: 0,
+        });
+        let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+            label: None,
+            layout: Some(&pipeline_layout),
+            module: &module,
+            entry_point: Some("main"),
+            compilation_options: Default::default(),
+            cache: None,
+        });
+        let stride = u64::from(device.limits().min_uniform_buffer_offset_alignment).max(16);
+        let ring = device.create_buffer(&wgpu::BufferDescriptor {
+            label: None,
+            size: stride * RAW_BATCH as u64,
+            usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        let bind = device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &layout,
+            entries: &[
+                wgpu::BindGroupEntry { binding: 0, resource: target.as_entire_binding() },
+                wgpu::BindGroupEntry {
+                    binding: 1,
+                    resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                        buffer: &ring,
+                        offset: 0,
+                        size: wgpu::BufferSize::new(16),
+                    }),
+                },
+            ],
+        });
+        RawLaunches { pipeline, bind, ring, stride, batch: Vec::new(), scalars: vec![0; (stride as usize) * RAW_BATCH] }
+    }
+
+    /// Records one launch adding `k`; submits when a batch is full.
+    fn launch(&mut self, raw: &Raw, k: u32) {
+        let slot = self.batch.len();
+        let at = slot * self.stride as usize;
+        self.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+        let mut encoder = raw.encoder();
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(&self.pipeline);
+            pass.set_bind_group(0, &self.bind, &[(slot as u64 * self.stride) as u32]);
+            pass.dispatch_workgroups(1, 1, 1);
+        }
+        self.batch.push(encoder.finish());
+        if self.batch.len() == RAW_BATCH {
+            self.submit(raw);
+        }
+    }
+
+    /// Submits the launches recorded so far (the ring's writes land first).
+    fn submit(&mut self, raw: &Raw) {
+        if !self.batch.is_empty() {
+            raw.queue.write_buffer(&self.ring, 0, &self.scalars[..self.batch.len() * self.stride as usize]);
+            raw.queue.submit(std::mem::take(&mut self.batch));
+        }
+    }
+
+    /// Submits what is recorded and waits for it.
+    fn finish(&mut self, raw: &Raw) {
+        self.submit(raw);
+        raw.submit_and_wait(None);
+    }
+}
+
+fn read_u32(raw: &Raw, buffer: &wgpu::Buffer) -> u32 {
+    let staging = raw.device.create_buffer(&wgpu::BufferDescriptor {
+        label: None,
+        size: 4,
+        usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    let mut encoder = raw.encoder();
+    encoder.copy_buffer_to_buffer(buffer, 0, &staging, 0, 4);
+    raw.submit_and_wait(Some(encoder.finish()));
+    let (sent, received) = std::sync::mpsc::channel();
+    staging.slice(..).map_async(wgpu::MapMode::Read, move |outcome| sent.send(outcome).unwrap());
+    raw.device.poll(wgpu::PollType::wait_indefinitely()).expect("poll");
+    received.recv().unwrap().expect("map");
+    let view = staging.slice(..).get_mapped_range().expect("mapped");
+    u32::from_le_bytes([view[0], view[1], view[2], view[3]])
+}
+
+/// 10 000 launches of a tiny kernel with a scalar each, admitted then
+/// fenced, beside the raw loop; then one tiny dispatch → fence resolved.
+fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, rounds: usize) {
+    let stream = runtime.new_stream().expect("stream");
+    let counter = stream.zeros(4).expect("zeros");
+    let raw_counter = raw.buffer(4);
+    let mut raw_launches = RawLaunches::new(raw, &raw_counter);
+    let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
+    let launch = |k: u32| stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(k)]);
+    // Warm up: compiles, first submissions.
+    for k in 0..64 {
+        launch(k).expect("launch");
+        raw_launches.launch(raw, k);
+    }
+    sync(&stream);
+    raw_launches.finish(raw);
+    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    let mut expected = (0..64).sum::<u32>();
+    for _ in 0..3 {
+        weir.push(timed(|| {
+            for k in 0..launches {
+                launch(k).expect("launch");
+            }
+            sync(&stream);
+        }));
+        baseline.push(timed(|| {
+            for k in 0..launches {
+                raw_launches.launch(raw, k);
+            }
+            raw_launches.finish(raw);
+        }));
+        expected = expected.wrapping_add((0..launches).fold(0u32, u32::wrapping_add));
+    }
+    assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![expected], "Weir's launches");
+    assert_eq!(read_u32(raw, &raw_counter), expected, "raw launches");
+    let per_launch = |d: Duration| micros(d) / f64::from(launches);
+    report.add(Figure::beside(
+        "wgpu",
+        &format!("{launches} tiny launches, us/launch"),
+        "us",
+        per_launch(median(&mut weir)),
+        per_launch(median(&mut baseline)),
+        false,
+        "median of 3, admission to fence resolved; raw = a command buffer per dispatch, one bind group, \
+         scalars in a dynamic-offset uniform ring, 32 per submit",
+    ));
+    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    for round in 0..rounds + rounds / 10 {
+        let w = timed(|| {
+            launch(1).expect("launch");
+            sync(&stream);
+        });
+        let b = timed(|| {
+            raw_launches.launch(raw, 1);
+            raw_launches.finish(raw);
+        });
+        if round >= rounds / 10 {
+            weir.push(w);
+            baseline.push(b);
+        }
+    }
+    report.add(Figure::beside(
+        "wgpu",
+        "tiny dispatch, then its fence resolved",
+        "us",
+        micros(median(&mut weir)),
+        micros(median(&mut baseline)),
+        false,
+        "median; raw = the launch loop's dispatch + submit + on_submitted_work_done",
+    ));
+}
+
+/// Admission time per op with `live` buffers alive, beside raw recording and
+/// submitting the same dispatch with as many raw buffers alive.
+fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw, counts: &[usize], ops: usize) {
+    let stream = runtime.new_stream().expect("stream");
+    let counter = stream.zeros(4).expect("zeros");
+    let raw_counter = raw.buffer(4);
+    let mut raw_launches = RawLaunches::new(raw, &raw_counter);
+    let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
+    let (mut alive, mut raw_alive) = (Vec::new(), Vec::new());
+    for &live in counts {
+        while alive.len() < live {
+            alive.push(stream.empty(4).expect("allocate"));
+            raw_alive.push(raw.buffer(4));
+        }
+        let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+        for op in 0..ops {
+            weir.push(timed(|| {
+                stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op")
+            }));
+            baseline.push(timed(|| raw_launches.launch(raw, 1)));
+            if op % RAW_BATCH == RAW_BATCH - 1 {
+                sync(&stream);
+                raw_launches.finish(raw);
+            }
+        }
+        sync(&stream);
+        raw_launches.finish(raw);
+        let mean = |samples: &[Duration]| micros(samples.iter().sum::<Duration>()) / samples.len() as f64;
+        report.add(Figure::beside(
+            "wgpu",
+            &format!("admission with {live} live buffers, us/op"),
+            "us",
+            mean(&weir),
+            mean(&baseline),
+            false,
+            &format!("mean over {ops} ops, fenced every {RAW_BATCH} (untimed); raw = record + submit per 32"),
+        ));
+    }
+}
+
+/// Host memory per op queued behind a held stream: resident set size before
+/// and after queueing `ops` tiny ops, reported per op.
+fn queued_op_memory(report: &mut Report, runtime: &Runtime, ops: usize) {
+    let Some(before) = resident_bytes() else {
+        eprintln!("wgpu: queued-op memory skipped (no /proc/self/statm)");
+        return;
+    };
+    let stream = runtime.new_stream().expect("stream");
+    let counter = stream.zeros(4).expect("zeros");
+    let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
+    stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op");
+    sync(&stream);
+    let before = resident_bytes().unwrap_or(before);
+    let hold = stream.hold().expect("hold");
+    for _ in 0..ops {
+        stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op");
+    }
+    let held = resident_bytes().unwrap_or(before);
+    hold.release();
+    sync(&stream);
+    assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![ops as u32 + 1]);
+    let per_op = held.saturating_sub(before) as f64 / ops as f64;
+    report.add(Figure {
+        backend: "wgpu".into(),
+        name: format!("host memory per op queued ({ops} behind a hold)"),
+        unit: "bytes",
+        weir: per_op,
+        baseline: None,
+        higher_is_better: false,
+        note: format!("resident set {} -> {} MB", before >> 20, held >> 20),
+    });
+}
+
+/// This process's resident set size (Linux).
+fn resident_bytes() -> Option<u64> {
+    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
+    Some(pages * 4096)
+}
+
 /// A kernel no cache has seen: `seed` makes the source new, and a few
 /// hundred dependent steps give the driver's compiler real work, as real
 /// kernels do.
@@ -479,8 +775,13 @@ pub fn run(report: &mut Report) {
     let bytes = std::env::var("WEIR_BENCH_FILL_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(GIB);
     let bytes = bytes.min(info.max_buffer_bytes);
     fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
+    queued_op_memory(report, &runtime, 5_000);
+    launches(report, &runtime, &raw, 10_000, if software { 500 } else { 2000 });
     fills(report, &runtime, &raw, bytes, if software { 9 } else { 40 });
     admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
+    // Last: wgpu-core sizes every command buffer's trackers to the most
+    // buffers the device ever had alive, so what runs after this is slower.
+    admission_with_live_buffers(report, &runtime, &raw, &[10, 1_000, 100_000], if software { 2_000 } else { 20_000 });
     drop(raw);
     runtime.close().expect("close");
 }

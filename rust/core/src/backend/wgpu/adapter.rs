@@ -25,6 +25,7 @@ pub(crate) struct Opened {
     pub queue: wgpu::Queue,
     pub adapter: wgpu::AdapterInfo,
     pub limits: wgpu::Limits,
+    pub features: wgpu::Features,
     /// A device-wide failure (device lost, an error outside any scope),
     /// shared by every runtime on the device.
     pub device_error: Arc<Mutex<Option<Error>>>,
@@ -118,9 +119,11 @@ fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter:
     };
     let info = adapter.get_info();
     let limits = adapter.limits();
+    // Immediate data carries kernel parameters without a buffer per op.
+    let features = adapter.features() & wgpu::Features::IMMEDIATES;
     let request = adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("weir"),
-        required_features: wgpu::Features::empty(),
+        required_features: features,
         required_limits: limits.clone(),
         experimental_features: wgpu::ExperimentalFeatures::disabled(),
         memory_hints: wgpu::MemoryHints::Performance,
@@ -139,5 +142,5 @@ fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter:
         let message = format!("{reason:?}: {message}");
         lock(&lost).get_or_insert(Error::DeviceLost { backend: BACKEND, message, status: None });
     });
-    Ok(Opened { device, queue, adapter: info, limits, device_error })
+    Ok(Opened { device, queue, adapter: info, limits, features, device_error })
 }

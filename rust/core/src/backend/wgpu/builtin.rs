@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use super::device::Gpu;
-use super::pipelines::{dispatch, Binding, CompileError, Pipeline, Uniforms};
+use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
 use super::scope::{Failure, BACKEND};
 use crate::error::Error;
 
@@ -49,7 +49,8 @@ impl Elementwise {
         }
     }
 
-    pub fn source(self) -> String {
+    /// The kernel's WGSL; its parameters are immediate data when `immediate`.
+    pub fn source(self, immediate: bool) -> String {
         let (bindings, body) = match self {
             Elementwise::Fill => ("var<storage, read_write> dst: array<u32>;", "dst[i] = p.a;"),
             Elementwise::Iota => ("var<storage, read_write> out: array<u32>;", "out[i] = p.a + p.base + i;"),
@@ -70,11 +71,11 @@ impl Elementwise {
                 "y[i] = bitcast<f32>(p.a) * x[i] + y[i];",
             ),
         };
-        let params = self.read_only().len();
+        let params = params_declaration(immediate, self.read_only().len());
         format!(
             "{HEADER}
 @group(0) @binding(0) {bindings}
-@group(0) @binding({params}) var<uniform> p: Params;
+{params}
 
 @compute @workgroup_size(256)
 fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{{INDEX}    {body}
@@ -84,18 +85,36 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) g
     }
 }
 
+/// How a built-in declares its parameter block `p`: immediate data, or a
+/// uniform at the binding after its `buffers` buffers.
+fn params_declaration(immediate: bool, buffers: usize) -> String {
+    if immediate {
+        "var<immediate> p: Params;".to_owned()
+    } else {
+        format!("@group(0) @binding({buffers}) var<uniform> p: Params;")
+    }
+}
+
 /// dst[index] = (dst[index] & keep) | bits: writes part of one word, for
 /// byte ranges that do not start or end on a word.
-const PATCH: &str = "
-struct Patch { index: u32, keep: u32, bits: u32, pad: u32 }
+fn patch_source(immediate: bool) -> String {
+    format!(
+        "
+struct Params {{ index: u32, keep: u32, bits: u32, pad: u32 }}
 @group(0) @binding(0) var<storage, read_write> dst: array<u32>;
-@group(0) @binding(1) var<uniform> p: Patch;
+{}
 
 @compute @workgroup_size(1)
-fn main() {
+fn main() {{
     dst[p.index] = (dst[p.index] & p.keep) | p.bits;
+}}
+",
+        params_declaration(immediate, 1)
+    )
 }
-";
+
+/// The bytes of a built-in's parameter block.
+const BUILTIN_PARAMS_BYTES: u32 = 16;
 
 /// Device limits that shape launches.
 #[derive(Debug, Clone, Copy)]
@@ -130,18 +149,25 @@ impl Shape {
     }
 }
 
+/// True when built-ins take their parameters as immediate data on this device.
+fn immediate(gpu: &Gpu) -> bool {
+    gpu.immediate_bytes >= BUILTIN_PARAMS_BYTES
+}
+
 /// A built-in pipeline; a built-in that does not compile is a bug of ours,
 /// reported as the backend's error.
 fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
-    gpu.pipelines.get(&gpu.device, source, "main", read_only, true).map_err(|error| match error {
+    let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
+    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes };
+    gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
         CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
         CompileError::NoThread(message) => Error::backend(BACKEND, message),
     })
 }
 
-/// Uniform blocks for a plan, or why the device could not make them.
-pub(crate) fn uniforms(gpu: &Gpu, blocks: &[&[u32]]) -> Result<Uniforms, Error> {
-    Uniforms::new(&gpu.device, gpu.shape.uniform_align, blocks).map_err(|failure| match failure {
+/// Parameter blocks for a plan of `pipeline`, or why the device could not make them.
+pub(crate) fn params(gpu: &Gpu, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Error> {
+    Params::new(&gpu.device, gpu.shape.uniform_align, pipeline, blocks).map_err(|failure| match failure {
         Failure::OutOfMemory => {
             Error::OutOfMemory { bytes: (blocks.len() as u64) * gpu.shape.uniform_align, host: false }
         }
@@ -167,14 +193,14 @@ struct Window {
 /// pipeline, its windows and one uniform block per window.
 pub(crate) struct ElementwisePlan {
     pipeline: Arc<Pipeline>,
-    uniforms: Uniforms,
+    params: Params,
     windows: Vec<Window>,
 }
 
 /// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in windows.
 pub(crate) fn plan_elementwise(gpu: &Gpu, op: Elementwise, bytes: u64, scalar: u32) -> Result<ElementwisePlan, Error> {
     let shape = gpu.shape;
-    let pipeline = builtin(gpu, &op.source(), op.read_only())?;
+    let pipeline = builtin(gpu, &op.source(immediate(gpu)), op.read_only())?;
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {
@@ -185,7 +211,7 @@ pub(crate) fn plan_elementwise(gpu: &Gpu, op: Elementwise, bytes: u64, scalar: u
         start += size;
     }
     let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
-    Ok(ElementwisePlan { pipeline, uniforms: uniforms(gpu, &blocks)?, windows })
+    Ok(ElementwisePlan { params: params(gpu, &pipeline, &blocks)?, pipeline, windows })
 }
 
 /// Records a planned element-wise launch over `operands`.
@@ -200,7 +226,7 @@ pub(crate) fn record_elementwise(
             .iter()
             .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
             .collect();
-        dispatch(device, encoder, &plan.pipeline, &bindings, Some((&plan.uniforms, index)), window.groups);
+        dispatch(device, encoder, &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
     }
 }
 
@@ -214,7 +240,7 @@ struct Patch {
 /// for each `(word, keep, bits)`, for byte ranges that do not start or end on a word.
 pub(crate) struct PatchPlan {
     pipeline: Arc<Pipeline>,
-    uniforms: Uniforms,
+    params: Params,
     patches: Vec<Patch>,
 }
 
@@ -225,7 +251,7 @@ pub(crate) type MaskedWord = (u64, u32, u32);
 /// Plans masked writes of `words`.
 pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
     let align = gpu.shape.align;
-    let pipeline = builtin(gpu, PATCH, &[false])?;
+    let pipeline = builtin(gpu, &patch_source(immediate(gpu)), &[false])?;
     let (mut patches, mut blocks) = (Vec::new(), Vec::new());
     for &(word, keep, bits) in words {
         let byte = word * 4;
@@ -234,7 +260,7 @@ pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan,
         blocks.push([((byte - offset) / 4) as u32, keep, bits, 0]);
     }
     let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
-    Ok(PatchPlan { pipeline, uniforms: uniforms(gpu, &blocks)?, patches })
+    Ok(PatchPlan { params: params(gpu, &pipeline, &blocks)?, pipeline, patches })
 }
 
 /// Records the planned masked writes `which` (indices into the plan) on `buffer`.
@@ -248,7 +274,7 @@ pub(crate) fn record_patches(
     for &index in which {
         if let Some(patch) = plan.patches.get(index) {
             let binding = Binding { buffer, offset: patch.offset, size: patch.size };
-            dispatch(device, encoder, &plan.pipeline, &[binding], Some((&plan.uniforms, index)), [1, 1, 1]);
+            dispatch(device, encoder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
         }
     }
 }

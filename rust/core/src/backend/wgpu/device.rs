@@ -15,6 +15,8 @@ pub(crate) struct Gpu {
     pub limits: wgpu::Limits,
     pub shape: Shape,
     pub pipelines: PipelineCache,
+    /// The most bytes of immediate data a dispatch may set (0: the device takes none).
+    pub immediate_bytes: u32,
     pub counters: Arc<WgpuCounters>,
     pub info: DeviceInfo,
     /// Shared by every runtime on the device (see `adapter::open`).
@@ -47,12 +49,15 @@ impl Gpu {
             max_buffer_bytes: opened.limits.max_buffer_size / 4 * 4,
             software: opened.adapter.device_type == wgpu::DeviceType::Cpu,
         };
+        let immediate_bytes =
+            if opened.features.contains(wgpu::Features::IMMEDIATES) { opened.limits.max_immediate_size } else { 0 };
         Ok(Gpu {
             shape: Shape::new(&opened.limits),
             device: opened.device,
             queue: opened.queue,
             limits: opened.limits,
             pipelines: PipelineCache::default(),
+            immediate_bytes,
             counters: Arc::new(WgpuCounters::default()),
             info,
             device_error: opened.device_error,

@@ -152,7 +152,7 @@ fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: Op<'_>, plan: 
         (Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. }, Plan::Elementwise(plan)) => {
             record_elementwise(device, encoder, &plan, &[operand(&x), operand(&y)])
         }
-        (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, uniforms }) => {
+        (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
             let bindings: Vec<Binding<'_>> = args
                 .iter()
                 .filter_map(|arg| match arg {
@@ -162,7 +162,7 @@ fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: Op<'_>, plan: 
                     KernelArg::Scalar(_) => None,
                 })
                 .collect();
-            dispatch(device, encoder, &pipeline, &bindings, uniforms.as_ref().map(|u| (u, 0)), grid.groups);
+            dispatch(device, encoder, &pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
         }
         // `fits` rules these out; a delay is not device work.
         _ => {}

@@ -18,8 +18,9 @@
 //!   ([`builtin`]); custom kernels are cached by source ([`pipelines`]);
 //!   reads map a staging buffer ([`readback`]).
 //! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
-//!   input, a WGSL source that does not compile among it, refuses the op
-//!   before admission; an op that fails to record fails and poisons its lane
+//!   input, a WGSL source that does not compile or whose bindings are not
+//!   what its arguments bind ([`interface`]) among it, refuses the op before
+//!   admission; an op that fails to record fails and poisons its lane
 //!   like a failed job on the CPU backend.
 //! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
@@ -27,6 +28,7 @@ mod adapter;
 mod builtin;
 mod device;
 mod encode;
+mod interface;
 mod lanes;
 mod memory;
 mod pipelines;

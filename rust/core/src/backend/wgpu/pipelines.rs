@@ -6,6 +6,9 @@
 //! read-only storage for `Read`, read-write storage otherwise; scalar
 //! arguments, if any, follow as one uniform buffer of consecutive 4-byte
 //! words at the next binding (declare a struct of `u32`/`i32`/`f32` fields).
+//! Where the device takes immediate data, that uniform is compiled as an
+//! immediate and the scalars are recorded with the dispatch ([`Params`]):
+//! no buffer per op.
 //!
 //! Pipelines and uniforms are made in `prepare`, outside the runtime's
 //! ordering boundary: a first-use compile (slow on every driver, very slow on
@@ -14,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::interface::{self, Arguments, ScalarType};
 use super::scope::{scoped, Failure};
 use crate::lock::lock;
 
@@ -30,12 +34,20 @@ struct Key {
     /// Per buffer binding: read-only?
     read_only: Vec<bool>,
     scalars: bool,
+    /// A custom kernel's scalar types: its source's bindings are checked
+    /// against its arguments ([`interface`]). `None` for built-ins.
+    checked: Option<Vec<ScalarType>>,
+    /// Bytes of immediate data the scalars are set as; 0: they are a uniform
+    /// buffer at the binding after the buffers.
+    immediate_bytes: u32,
 }
 
 /// A compiled kernel and the layout of its bindings.
 pub(crate) struct Pipeline {
     pipeline: wgpu::ComputePipeline,
     layout: wgpu::BindGroupLayout,
+    /// Bytes of immediate data each dispatch sets (0: scalars, if any, are a uniform buffer).
+    immediate_bytes: u32,
 }
 
 /// Why a pipeline could not be had.
@@ -46,6 +58,19 @@ pub(crate) enum CompileError {
     Invalid(String),
     /// No thread to compile on: nothing is wrong with the source.
     NoThread(String),
+}
+
+/// How a kernel's arguments bind (see the module doc).
+pub(crate) struct Signature<'a> {
+    /// Per buffer argument: read-only?
+    pub read_only: &'a [bool],
+    /// Whether it takes scalars.
+    pub scalars: bool,
+    /// A custom kernel's scalar types: its source's bindings must be what
+    /// these arguments bind. `None` for built-ins.
+    pub checked: Option<&'a [ScalarType]>,
+    /// Bytes of immediate data the scalars are set as; 0: a uniform buffer.
+    pub immediate_bytes: u32,
 }
 
 /// Pipelines by source; a source that failed to compile stays failed.
@@ -64,17 +89,23 @@ fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntr
 }
 
 impl PipelineCache {
-    /// The pipeline for `code`/`entry` with buffers bound as `read_only` says,
-    /// compiling it on first use.
+    /// The pipeline for `code`/`entry` bound as `signature` says, compiling
+    /// it on first use.
     pub fn get(
         &self,
         device: &wgpu::Device,
         code: &str,
         entry: &str,
-        read_only: &[bool],
-        scalars: bool,
+        signature: Signature<'_>,
     ) -> Result<Arc<Pipeline>, CompileError> {
-        let key = Key { code: code.to_owned(), entry: entry.to_owned(), read_only: read_only.to_vec(), scalars };
+        let key = Key {
+            code: code.to_owned(),
+            entry: entry.to_owned(),
+            read_only: signature.read_only.to_vec(),
+            scalars: signature.scalars,
+            checked: signature.checked.map(<[ScalarType]>::to_vec),
+            immediate_bytes: signature.immediate_bytes,
+        };
         if let Some(found) = lock(&self.entries).get(&key) {
             return found.clone().map_err(CompileError::Invalid);
         }
@@ -131,7 +162,7 @@ fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pi
     let compiler = std::thread::Builder::new()
         .name("weir-wgpu-compile".to_owned())
         .stack_size(COMPILE_STACK_BYTES)
-        .spawn(move || compile(&device, &key).map_err(|failure| failure.message()))
+        .spawn(move || compile(&device, &key))
         .map_err(|e| CompileError::NoThread(format!("cannot start a shader compile thread: {e}")))?;
     Ok(compiler.join().unwrap_or_else(|panic| Err(format!("the shader compiler panicked: {}", panic_text(&panic)))))
 }
@@ -146,19 +177,41 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
+/// Checks a custom kernel's bindings, then compiles. A source naga cannot
+/// parse is left to wgpu, whose message says why.
+///
+/// A custom kernel whose scalars go as immediate data has its uniform turned
+/// into an immediate in the parsed module, which is what wgpu compiles. Should
+/// that fail, the source as written is compiled for the message: it names
+/// lines and columns, which a parsed module cannot.
+fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
+    let Some(scalars) = &key.checked else {
+        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+    };
+    let as_written = Key { immediate_bytes: 0, ..key.clone() };
+    let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(&key.code) else {
+        return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+    };
+    interface::check(&module, &key.entry, &Arguments { buffers: key.read_only.len(), scalars })?;
+    if key.immediate_bytes == 0 {
+        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+    }
+    interface::scalars_as_immediates(&mut module);
+    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module))).or_else(|_| {
+        build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message())
+    })
+}
+
+fn build(device: &wgpu::Device, key: &Key, source: wgpu::ShaderSource<'_>) -> Result<Arc<Pipeline>, Failure> {
     scoped(device, || {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-            label: Some(&key.entry),
-            source: wgpu::ShaderSource::Wgsl(key.code.as_str().into()),
-        });
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(&key.entry), source });
         let mut entries: Vec<wgpu::BindGroupLayoutEntry> = key
             .read_only
             .iter()
             .enumerate()
             .map(|(binding, &read_only)| entry(binding as u32, wgpu::BufferBindingType::Storage { read_only }))
             .collect();
-        if key.scalars {
+        if key.scalars && key.immediate_bytes == 0 {
             entries.push(entry(key.read_only.len() as u32, wgpu::BufferBindingType::Uniform));
         }
         let layout = device
@@ -166,7 +219,7 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some(&key.entry),
             bind_group_layouts: &[Some(&layout)],
-            immediate_size: 0,
+            immediate_size: key.immediate_bytes,
         });
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
             label: Some(&key.entry),
@@ -176,8 +229,35 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, Failure> {
             compilation_options: Default::default(),
             cache: None,
         });
-        Arc::new(Pipeline { pipeline, layout })
+        Arc::new(Pipeline { pipeline, layout, immediate_bytes: key.immediate_bytes })
     })
+}
+
+/// The parameter blocks of one command's dispatches, one block per dispatch:
+/// immediate data recorded with each dispatch where the pipeline takes it (no
+/// device object at all), else a uniform buffer.
+pub(crate) enum Params {
+    Immediate { bytes: Vec<u8>, block: usize },
+    Uniform(Uniforms),
+}
+
+impl Params {
+    /// One block per entry of `blocks` for `pipeline`; `align` is the
+    /// device's uniform offset alignment.
+    pub fn new(device: &wgpu::Device, align: u64, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
+        if pipeline.immediate_bytes == 0 {
+            return Uniforms::new(device, align, blocks).map(Params::Uniform);
+        }
+        let block = pipeline.immediate_bytes as usize;
+        let mut bytes = vec![0u8; block * blocks.len()];
+        for (index, words) in blocks.iter().enumerate() {
+            for (word, value) in words.iter().enumerate().take(block / 4) {
+                let at = index * block + word * 4;
+                bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+            }
+        }
+        Ok(Params::Immediate { bytes, block })
+    }
 }
 
 /// The uniform blocks of one command's dispatches, one block per dispatch, in
@@ -237,13 +317,13 @@ pub(crate) struct Binding<'a> {
 }
 
 /// Records one dispatch of `pipeline` over `buffers` (and block `index` of
-/// `uniforms`, if the pipeline takes scalars) into `encoder`.
+/// `params`, if the pipeline takes scalars) into `encoder`.
 pub(crate) fn dispatch(
     device: &wgpu::Device,
     encoder: &mut wgpu::CommandEncoder,
     pipeline: &Pipeline,
     buffers: &[Binding<'_>],
-    uniforms: Option<(&Uniforms, usize)>,
+    params: Option<(&Params, usize)>,
     groups: [u32; 3],
 ) {
     let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
@@ -258,8 +338,13 @@ pub(crate) fn dispatch(
             }),
         })
         .collect();
-    if let Some((uniforms, index)) = uniforms {
-        entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniforms.binding(index) });
+    let mut immediates = None;
+    match params {
+        Some((Params::Uniform(uniforms), index)) => {
+            entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniforms.binding(index) })
+        }
+        Some((Params::Immediate { bytes, block }, index)) => immediates = bytes.get(index * block..(index + 1) * block),
+        None => {}
     }
     let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
         label: None,
@@ -269,5 +354,8 @@ pub(crate) fn dispatch(
     let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
+    if let Some(bytes) = immediates {
+        pass.set_immediates(0, bytes);
+    }
     pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
 }

@@ -8,10 +8,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::builtin::{plan_elementwise, plan_patches, uniforms, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
+use super::builtin::{params, plan_elementwise, plan_patches, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
 use super::device::Gpu;
+use super::interface::ScalarType;
 use super::memory::{align4, staging_with};
-use super::pipelines::{CompileError, Pipeline, Uniforms};
+use super::pipelines::{CompileError, Params, Pipeline, Signature};
 use super::scope::{scoped, Failure, BACKEND};
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
@@ -32,7 +33,7 @@ pub(crate) enum Plan {
     },
     Custom {
         pipeline: Arc<Pipeline>,
-        uniforms: Option<Uniforms>,
+        params: Option<Params>,
     },
 }
 
@@ -170,29 +171,35 @@ fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[Kernel
 }
 
 /// Compiles (first use) and stages the scalars of a custom kernel. A source
-/// that does not compile, or whose bindings disagree with the declared
-/// accesses, is the caller's error: it refuses the command with the
+/// that does not compile, whose bindings are not what its arguments bind
+/// ([`super::interface`]), or that disagrees with the declared accesses, is
+/// the caller's error: it refuses the command with the
 /// compiler's message, before anything is admitted.
 fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, args: &[KernelArg<R>]) -> Result<Plan, Error> {
     let source =
         kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
-    let mut read_only = Vec::new();
-    let mut scalars = Vec::new();
+    let (mut read_only, mut scalars, mut types) = (Vec::new(), Vec::new(), Vec::new());
     for arg in args {
         match arg {
             KernelArg::Buffer(_, access) => read_only.push(*access == Access::Read),
-            KernelArg::Scalar(scalar) => scalars.push(scalar.bits()),
+            KernelArg::Scalar(scalar) => {
+                scalars.push(scalar.bits());
+                types.push(ScalarType::of(*scalar));
+            }
         }
     }
-    let pipeline = gpu
-        .pipelines
-        .get(&gpu.device, &source.code, &source.entry, &read_only, !scalars.is_empty())
-        .map_err(|error| match error {
+    // Scalars go as immediate data where the device takes that many bytes.
+    let bytes = 4 * scalars.len() as u32;
+    let immediate_bytes = if !scalars.is_empty() && bytes <= gpu.immediate_bytes { bytes } else { 0 };
+    let signature =
+        Signature { read_only: &read_only, scalars: !scalars.is_empty(), checked: Some(&types), immediate_bytes };
+    let pipeline =
+        gpu.pipelines.get(&gpu.device, &source.code, &source.entry, signature).map_err(|error| match error {
             CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),
             CompileError::NoThread(message) => Error::backend(BACKEND, message),
         })?;
-    let uniforms = if scalars.is_empty() { None } else { Some(uniforms(gpu, &[&scalars])?) };
-    Ok(Plan::Custom { pipeline, uniforms })
+    let params = if scalars.is_empty() { None } else { Some(params(gpu, &pipeline, &[&scalars])?) };
+    Ok(Plan::Custom { pipeline, params })
 }
 
 /// The bulk range and the partial words of a write of bytes `start..end`.
