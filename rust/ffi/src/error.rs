@@ -68,19 +68,12 @@ impl From<weir_core::Error> for WeirError {
             E::OutOfMemory { bytes, host } => WeirError::OutOfMemory { bytes, host, description },
             E::OpFailed { stream, .. } => WeirError::OpFailed { stream, description },
             E::Backend { backend, .. } => WeirError::Backend { backend: backend.into(), description },
+            E::DeviceLost { backend, .. } => WeirError::DeviceLost { backend: backend.into(), description },
+            E::Internal(_) => WeirError::Bug { description },
             E::Cancelled => WeirError::Cancelled { description },
-            // Internal errors, and a core error added without its FFI case,
-            // still reach the host, as a backend error of no one backend.
+            // A core error added without its FFI case still reaches the host,
+            // as a backend error of no one backend.
             _ => WeirError::Backend { backend: BackendKind::Auto, description },
-    /// The device is lost for this runtime (a fault that poisons its context,
-    /// such as an illegal address or a trap in a kernel): every later call
-    /// fails with this; shut the runtime down (on CUDA, restart the process).
-    #[error("{description}")]
-    DeviceLost { backend: BackendKind, description: String },
-    /// Weir broke one of its own invariants: a bug to report, not bad input
-    /// (the core's `Error::Internal`; `internal` is a Swift keyword).
-    #[error("{description}")]
-    Bug { description: String },
         }
     }
 }
