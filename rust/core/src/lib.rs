@@ -70,6 +70,7 @@ mod device;
 mod diagnostics;
 mod error;
 mod fence;
+mod graph;
 mod kernel;
 mod lock;
 mod ops;
@@ -94,6 +95,7 @@ pub use device::{BackendKind, DeviceInfo, KernelLanguage};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
 pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
+pub use graph::Graph;
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };

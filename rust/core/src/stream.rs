@@ -11,6 +11,7 @@ use crate::buffer::Buffer;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::fence::{Fence, PendingRead};
+use crate::graph::Graph;
 use crate::kernel::{Builtin, Grid, Kernel};
 use crate::ops::{self, Arg};
 use crate::scheduler::{BufferKey, Engine, Init};
@@ -27,11 +28,22 @@ pub struct Stream(Arc<StreamHandle>);
 struct StreamHandle {
     engine: Arc<dyn Engine>,
     index: usize,
+    /// Set on the stream a [`Stream::batch`] or [`Stream::record`] closure
+    /// gets: its ops are collected here instead of admitted. It holds the
+    /// real stream, which it does not retire.
+    recording: Option<Recording>,
+}
+
+struct Recording {
+    _stream: Stream,
+    commands: std::sync::Mutex<Vec<Command<BufferKey>>>,
 }
 
 impl Drop for StreamHandle {
     fn drop(&mut self) {
-        self.engine.retire_stream(self.index);
+        if self.recording.is_none() {
+            self.engine.retire_stream(self.index);
+        }
     }
 }
 
@@ -43,7 +55,73 @@ impl std::fmt::Debug for Stream {
 
 impl Stream {
     pub(crate) fn new(engine: Arc<dyn Engine>, index: usize) -> Self {
-        Stream(Arc::new(StreamHandle { engine, index }))
+        Stream(Arc::new(StreamHandle { engine, index, recording: None }))
+    }
+
+    /// The ops `record` makes on the stream it is given, collected, not admitted.
+    fn collect(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Vec<Command<BufferKey>>> {
+        if self.0.recording.is_some() {
+            return Err(Error::invalid("batches and recordings do not nest"));
+        }
+        let recording = Recording { _stream: self.clone(), commands: Default::default() };
+        let recorder = Stream(Arc::new(StreamHandle {
+            engine: self.0.engine.clone(),
+            index: self.0.index,
+            recording: Some(recording),
+        }));
+        record(&recorder)?;
+        let commands = match &recorder.0.recording {
+            Some(recording) => std::mem::take(&mut *crate::lock::lock(&recording.commands)),
+            None => Vec::new(),
+        };
+        Ok(commands)
+    }
+
+    /// Admits every op `record` makes on the stream it is given, in order,
+    /// in one crossing of the ordering boundary: each op as if admitted
+    /// alone (its own versions, its own failure), but no other op of any
+    /// stream comes between them, and the lock is taken once. Everything is
+    /// prepared before anything is admitted, so an op refused there (bad
+    /// input) admits none; otherwise the first error comes back once all
+    /// are admitted. The given stream collects: it may not create buffers,
+    /// read, fence or wait.
+    pub fn batch(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
+        let commands = self.collect(record)?;
+        if commands.is_empty() {
+            return Ok(());
+        }
+        self.engine().submit_batch(self.0.index, commands)
+    }
+
+    /// Records the ops `record` makes on the stream it is given, to replay
+    /// as one op ([`Stream::replay`]) any number of times, on any stream of
+    /// this runtime. The buffers named stay alive while the graph does.
+    pub fn record(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Graph> {
+        let commands = self.collect(record)?;
+        if commands.is_empty() {
+            return Err(Error::invalid("nothing was recorded"));
+        }
+        Graph::new(self.engine().clone(), commands)
+    }
+
+    /// Admits `graph` as one op on this stream: it waits for what any of its
+    /// ops depends on, its ops run back to back, and it publishes one version
+    /// of every buffer they write, so the ordering rules hold as for one op
+    /// whose reads and writes are the union of theirs. A failure fails the
+    /// whole replay: every buffer it writes gets the failed version.
+    pub fn replay(&self, graph: &Graph) -> Result<()> {
+        self.admitting()?;
+        let commands = graph.commands_in(self.engine())?;
+        self.engine().replay(self.0.index, commands)
+    }
+
+    /// An error on a stream that only collects ops (inside [`Stream::batch`]
+    /// or [`Stream::record`]), for the calls that need the real stream.
+    fn admitting(&self) -> Result<()> {
+        match self.0.recording {
+            Some(_) => Err(Error::invalid("inside a batch or a recording, the stream only collects ops")),
+            None => Ok(()),
+        }
     }
 
     /// The stream's index in its runtime (0 is the default stream).
@@ -56,6 +134,7 @@ impl Stream {
     }
 
     fn create(&self, len: u64, init: Init) -> Result<Buffer> {
+        self.admitting()?;
         let key = self.engine().create(self.0.index, len, init)?;
         Ok(Buffer::new(self.engine().clone(), key, len))
     }
@@ -78,7 +157,13 @@ impl Stream {
     }
 
     fn submit(&self, command: Command<BufferKey>) -> Result<()> {
-        self.engine().submit(self.0.index, command)
+        match &self.0.recording {
+            Some(recording) => {
+                crate::lock::lock(&recording.commands).push(command);
+                Ok(())
+            }
+            None => self.engine().submit(self.0.index, command),
+        }
     }
 
     /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
@@ -171,6 +256,9 @@ impl Stream {
 
     /// Admits a read of `len` bytes of `buffer` from `offset`; await or wait the result.
     pub fn enqueue_read_at(&self, buffer: &Buffer, offset: u64, len: u64) -> Result<PendingRead> {
+        // A read inside a batch could only be waited for after it, and a
+        // replay has nobody to hand bytes to: read after either.
+        self.admitting()?;
         let src = buffer.span_in(self.engine(), offset, len)?;
         if len == 0 {
             return Err(Error::invalid("nothing to read"));
@@ -217,6 +305,7 @@ impl Stream {
 
     /// A fence on all work admitted on this stream so far.
     pub fn fence(&self) -> Result<Fence> {
+        self.admitting()?;
         Ok(Fence::new(self.engine().fence(Some(self.0.index))?, self.engine().clone(), Some(self.0.index)))
     }
 
@@ -227,7 +316,7 @@ impl Stream {
     /// a closed runtime), and always on CUDA and HIP. For bindings, which can
     /// then skip the machinery of an async call.
     pub fn is_synced(&self) -> bool {
-        self.engine().is_synced(self.0.index)
+        self.admitting().is_ok() && self.engine().is_synced(self.0.index)
     }
 
     /// Waits, without blocking a thread, for all work admitted on this stream so far.
@@ -246,6 +335,7 @@ impl Stream {
         buffers: &[&Buffer],
         mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
+        self.admitting()?;
         let keys = buffers.iter().map(|buffer| buffer.key_in(self.engine())).collect::<Result<Vec<BufferKey>>>()?;
         ops::reject_aliasing(keys.iter().map(|&key| (key, crate::Access::Write)))?;
         self.engine().external_write(self.0.index, &keys, &mut write)
@@ -255,6 +345,7 @@ impl Stream {
     /// kernel would (test support: a failure every backend can show).
     #[cfg(feature = "test-support")]
     pub fn fail_write(&self, buffer: &Buffer, message: &str) -> Result<()> {
+        self.admitting()?;
         self.engine().fail_write(self.0.index, buffer.key_in(self.engine())?, message)
     }
 
@@ -262,6 +353,7 @@ impl Stream {
     /// or dropped. Test support; the CPU and wgpu backends have it.
     #[cfg(feature = "test-support")]
     pub fn hold(&self) -> Result<Hold> {
+        self.admitting()?;
         Ok(Hold(self.engine().hold(self.0.index)?))
     }
 }

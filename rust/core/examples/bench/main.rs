@@ -24,8 +24,9 @@ fn main() {
     }
     #[cfg(feature = "wgpu")]
     if wants("wgpu") {
-        wgpu::run(&mut report);
+        // First: wgpu's cost follows the most buffers ever alive, which its own bench raises last.
         scaling::run(&mut report, weir_core::BackendKind::Wgpu);
+        wgpu::run(&mut report);
     }
     #[cfg(feature = "cuda")]
     if wants("cuda") {

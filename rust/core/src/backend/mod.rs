@@ -145,6 +145,29 @@ impl<R> Command<R> {
         self.spans().into_iter().map(|(span, access)| (span.buffer, access)).collect()
     }
 
+    /// A copy of the command to run again (a recorded graph's replay); `None`
+    /// for a download, whose result goes to one reader only.
+    pub fn replayable(&self) -> Option<Command<R>>
+    where
+        R: Copy,
+    {
+        Some(match self {
+            Command::Zero { dst } => Command::Zero { dst: *dst },
+            Command::Fill { dst, word } => Command::Fill { dst: *dst, word: *word },
+            Command::Copy { src, dst } => Command::Copy { src: *src, dst: *dst },
+            Command::Upload { dst, data } => Command::Upload { dst: *dst, data: data.clone() },
+            Command::Download { .. } => return None,
+            Command::Binary { op, a, b, out } => Command::Binary { op: *op, a: *a, b: *b, out: *out },
+            Command::Scale { x, out, alpha } => Command::Scale { x: *x, out: *out, alpha: *alpha },
+            Command::Axpy { x, y, alpha } => Command::Axpy { x: *x, y: *y, alpha: *alpha },
+            Command::Iota { out, start } => Command::Iota { out: *out, start: *start },
+            Command::Delay { duration } => Command::Delay { duration: *duration },
+            Command::Custom { kernel, grid, args } => {
+                Command::Custom { kernel: kernel.clone(), grid: *grid, args: args.clone() }
+            }
+        })
+    }
+
     /// The same command with every buffer name mapped through `f`.
     pub fn map<T>(self, mut f: impl FnMut(R) -> T) -> Command<T> {
         match self.try_map(|r| Ok::<T, std::convert::Infallible>(f(r))) {

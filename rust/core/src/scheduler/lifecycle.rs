@@ -86,6 +86,12 @@ impl<B: Backend> Scheduler<B> {
     /// Frees `key`'s memory once every stream that used it is done with it.
     pub(super) fn release_buffer(&self, key: BufferKey) {
         let mut state = lock(&self.state);
+        let Some(entry) = state.buffers.get_mut(&key) else { return };
+        if entry.pins > 0 {
+            // A recorded graph names it: it goes when the last such graph does.
+            entry.released = true;
+            return;
+        }
         let Some(entry) = state.buffers.get(&key) else { return };
         if entry.history.streams().any(|stream| state.is_busy(stream)) {
             // An external write on a stream it needs is in flight (perhaps the

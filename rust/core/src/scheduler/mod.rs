@@ -68,6 +68,15 @@ pub(crate) trait Engine: Send + Sync {
     fn create(&self, stream: usize, len: u64, init: Init) -> Result<BufferKey>;
     fn release(&self, buffer: BufferKey);
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()>;
+    /// Admits `commands` on `stream` in order, each its own op, in one
+    /// critical section; see [`crate::Stream::batch`].
+    fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
+    /// Admits `commands` on `stream` as one op whose reads and writes are
+    /// the union of theirs; see [`crate::Stream::replay`].
+    fn replay(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
+    /// Keeps the buffers of `keys` past their last handle until unpinned.
+    fn pin(&self, keys: &[BufferKey]) -> Result<()>;
+    fn unpin(&self, keys: &[BufferKey]);
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
     /// True if a fence on `stream` now would complete at once with `Ok`;
     /// takes no failure (see [`Backend::is_settled`]).
@@ -150,6 +159,10 @@ struct BufferEntry<M> {
     memory: Arc<M>,
     len: u64,
     history: History,
+    /// Recorded graphs that name the buffer: it stays while any does.
+    pins: u32,
+    /// Its last handle went while pinned: released once unpinned.
+    released: bool,
 }
 
 struct State<B: Backend> {
@@ -409,6 +422,74 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
+    /// Admits prepared `commands` on `stream` as one op (a graph's replay):
+    /// ordered after everything any of them depends on, enqueued back to
+    /// back, and published once with the union of their accesses. A buffer
+    /// the replay reads counts as its input unless an earlier command of it
+    /// overwrote the whole buffer first.
+    fn admit_as_one(
+        &self,
+        state: &mut State<B>,
+        stream: usize,
+        commands: Vec<Command<BufferKey>>,
+        prepared: Vec<B::Prepared>,
+    ) -> Result<()> {
+        let mut accesses: Vec<(BufferKey, Access)> = Vec::new();
+        let mut inputs: Vec<(Span<BufferKey>, Access)> = Vec::new();
+        let mut overwritten: Vec<BufferKey> = Vec::new();
+        for command in &commands {
+            for (span, access) in command.spans() {
+                let whole = span.offset == 0 && span.len == state.entry(span.buffer)?.len;
+                if (access.reads() || !whole) && !overwritten.contains(&span.buffer) {
+                    inputs.push((span, Access::Read));
+                }
+                if access.writes() {
+                    inputs.push((span, Access::Write));
+                    if whole {
+                        overwritten.push(span.buffer);
+                    }
+                }
+                accesses.push((span.buffer, access));
+            }
+        }
+        self.wait_for_dependencies(state, stream, &accesses)?;
+        let (io, failed_input) = Self::op_io(state, &inputs, stream)?;
+        if let Some(error) = failed_input {
+            return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
+        }
+        let mapped = commands
+            .into_iter()
+            .map(|command| command.try_map(|key| state.entry(key).map(|entry| &*entry.memory)))
+            .collect::<Result<Vec<_>>>()?;
+        let raw = state.slot(stream)?.raw(stream)?;
+        let mut failure = None;
+        for (index, (command, prepared)) in mapped.into_iter().zip(prepared).enumerate() {
+            let sub_io = OpIo { inputs: io.inputs.clone(), outcome: io.outcome.clone() };
+            // SAFETY: as in `admit`: the memories stay alive in `state.buffers`
+            // (a graph pins them) until a signal after this op completed, and
+            // every conflicting user was ordered before the replay above.
+            match unsafe { self.backend.enqueue(raw, command, prepared, sub_io) } {
+                Ok(()) => {}
+                // Nothing of the replay is enqueued yet: a plain refusal.
+                Err(EnqueueError::Rejected(error)) if index == 0 => return Err(error),
+                Err(EnqueueError::Rejected(error) | EnqueueError::Failed(error)) => {
+                    failure = Some(error);
+                    break;
+                }
+            }
+        }
+        if let Some(error) = failure {
+            let error = match error {
+                Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
+                other => Error::OpFailed { stream: stream as u32, message: format!("replay: {other}") },
+            };
+            return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
+        }
+        state.streams[stream].position += 1;
+        self.publish(state, stream, &accesses, io.outcome.as_ref());
+        Ok(())
+    }
+
     /// Publishes an op that did not run as written, with `error` in every
     /// version it writes, and counts it for its stream's next fence.
     fn publish_failed(
@@ -571,7 +652,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             Some(Fault::KeyVersionsAtAllocation) => History::written_at((stream, slot.position)),
             None => History::default(),
         };
-        state.buffers.insert(key, BufferEntry { memory, len, history });
+        state.buffers.insert(key, BufferEntry { memory, len, history, pins: 0, released: false });
         if let (Some(command), Some(prepared)) = (initialise, prepared) {
             if let Err(error) = self.admit(&mut state, stream, command.map(|()| key), prepared) {
                 let entry = state.buffers.remove(&key);
@@ -592,6 +673,60 @@ impl<B: Backend> Engine for Scheduler<B> {
         // Only while an external write is in flight does admission look at what a command needs.
         let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
         self.admit(&mut state, stream, command, prepared)
+    }
+
+    fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {
+        // All prepared first: a refusal there admits none of them.
+        let prepared = commands.iter().map(|command| self.backend.prepare(command)).collect::<Result<Vec<_>>>()?;
+        let mut state =
+            self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))?;
+        // Each op as if admitted alone: a failed or refused one does not stop
+        // the others; the first error comes back once all are admitted.
+        let mut first_error = None;
+        for (command, prepared) in commands.into_iter().zip(prepared) {
+            if let Err(error) = self.admit(&mut state, stream, command, prepared) {
+                first_error.get_or_insert(error);
+            }
+        }
+        first_error.map_or(Ok(()), Err)
+    }
+
+    fn replay(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {
+        let prepared = commands.iter().map(|command| self.backend.prepare(command)).collect::<Result<Vec<_>>>()?;
+        let mut state =
+            self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))?;
+        self.admit_as_one(&mut state, stream, commands, prepared)
+    }
+
+    fn pin(&self, keys: &[BufferKey]) -> Result<()> {
+        let mut state = self.open_state()?;
+        if keys.iter().any(|key| !state.buffers.contains_key(key)) {
+            return Err(Error::internal("a buffer with a live handle has no entry"));
+        }
+        for key in keys {
+            if let Some(entry) = state.buffers.get_mut(key) {
+                entry.pins += 1;
+            }
+        }
+        Ok(())
+    }
+
+    fn unpin(&self, keys: &[BufferKey]) {
+        let mut due = Vec::new();
+        {
+            let mut state = lock(&self.state);
+            for key in keys {
+                if let Some(entry) = state.buffers.get_mut(key) {
+                    entry.pins = entry.pins.saturating_sub(1);
+                    if entry.pins == 0 && entry.released {
+                        due.push(*key);
+                    }
+                }
+            }
+        }
+        for key in due {
+            self.release_buffer(key);
+        }
     }
 
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>> {

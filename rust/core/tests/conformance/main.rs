@@ -46,6 +46,7 @@ mod bad_input;
 mod common;
 mod errors;
 mod fences;
+mod graphs;
 mod lifecycle;
 mod ordering;
 mod reentrancy;

@@ -21,12 +21,16 @@ enum Producer {
     Kernel,
     MemsetZero,
     ExternalWrite,
+    /// A fill admitted in a batch.
+    Batch,
+    /// A recorded graph's replay that fills.
+    Replay,
 }
 
 impl Producer {
     fn expected(self) -> Vec<u32> {
         match self {
-            Producer::Kernel => vec![7; WORDS],
+            Producer::Kernel | Producer::Batch | Producer::Replay => vec![7; WORDS],
             Producer::MemsetZero => vec![0; WORDS],
             Producer::ExternalWrite => vec![0x0707_0707; WORDS],
         }
@@ -51,6 +55,8 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
                 Producer::MemsetZero => s.upload(&vec![0xFFFF_FFFFu32; WORDS]).unwrap(),
                 _ => s.empty((WORDS * 4) as u64).unwrap(),
             };
+            // Recording admits nothing: only the replay below writes.
+            let graph = s.record(|r| r.fill_u32(&out, 7)).unwrap();
             a_to_b.send(None).unwrap();
             a_from_b.recv().unwrap();
             let held = hold(s);
@@ -58,6 +64,8 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
                 Producer::Kernel => s.fill_u32(&out, 7).unwrap(),
                 Producer::MemsetZero => s.memset_zero(&out).unwrap(),
                 Producer::ExternalWrite => s.external_write(&[&out], |raw| raw_fill(raw, 7)).unwrap(),
+                Producer::Batch => s.batch(|b| b.fill_u32(&out, 7)).unwrap(),
+                Producer::Replay => s.replay(&graph).unwrap(),
             }
             a_to_b.send(Some((out, held))).unwrap();
         });
@@ -100,6 +108,14 @@ conformance! {
     fn seed_race_reader_waits_for_external_write(runtime: &Runtime) {
         check(runtime, Producer::ExternalWrite);
     }
+
+    fn seed_race_reader_waits_for_a_batch(runtime: &Runtime) {
+        check(runtime, Producer::Batch);
+    }
+
+    fn seed_race_reader_waits_for_a_replay(runtime: &Runtime) {
+        check(runtime, Producer::Replay);
+    }
 }
 
 /// The same scenario against a scheduler with the seed's bug (versions keyed
@@ -114,7 +130,9 @@ fn seed_race_is_caught_when_versions_key_on_allocation() {
             runtime.close().unwrap();
             continue;
         }
-        for producer in [Producer::Kernel, Producer::MemsetZero, Producer::ExternalWrite] {
+        for producer in
+            [Producer::Kernel, Producer::MemsetZero, Producer::ExternalWrite, Producer::Batch, Producer::Replay]
+        {
             let seen = run_scenario(&runtime, producer);
             assert_ne!(seen, producer.expected(), "{}: {producer:?}: the faulty scheduler went unnoticed", kind.name());
         }

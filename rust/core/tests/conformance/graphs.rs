@@ -1,0 +1,149 @@
+//! Batches (many ops, one crossing of the ordering boundary) and recorded
+//! graphs (ops recorded once, each replay admitted as one op).
+
+use weir_core::{Error, Runtime};
+
+use crate::common::settled_diagnostics;
+
+fn floats(runtime: &Runtime, buffer: &weir_core::Buffer) -> Vec<f32> {
+    runtime.new_stream().unwrap().read_as::<f32>(buffer).unwrap()
+}
+
+conformance! {
+    fn a_batch_admits_its_ops_in_order_as_one_by_one_would(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let (x, y) = (s.zeros(16).unwrap(), s.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap());
+        let before = runtime.diagnostics().admitted_ops;
+        s.batch(|b| {
+            b.fill_f32(&x, 2.0)?;
+            b.axpy(3.0, &x, &y)?;
+            b.scale(&y, 0.5, &x)
+        })
+        .unwrap();
+        assert_eq!(runtime.diagnostics().admitted_ops - before, 3, "each op of the batch is its own op");
+        assert_eq!(floats(runtime, &y), vec![7.0, 8.0, 9.0, 10.0]);
+        assert_eq!(floats(runtime, &x), vec![3.5, 4.0, 4.5, 5.0]);
+    }
+
+    fn a_batch_whose_recording_fails_admits_nothing(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let x = s.upload(&[1.0f32; 4]).unwrap();
+        let small = s.zeros(8).unwrap();
+        let before = runtime.diagnostics().admitted_ops;
+        let refused = s.batch(|b| {
+            b.fill_f32(&x, 9.0)?;
+            b.copy(&x, &small) // sizes differ: refused as it is recorded
+        });
+        assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{refused:?}");
+        assert_eq!(runtime.diagnostics().admitted_ops, before);
+        assert_eq!(floats(runtime, &x), vec![1.0; 4], "the fill before the refused op did not run");
+    }
+
+    fn inside_a_batch_the_stream_only_collects_ops(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let x = s.zeros(16).unwrap();
+        let outcome = s.batch(|b| {
+            for refused in [b.zeros(4).map(drop), b.fence().map(drop), b.read(&x).map(drop), b.record(|_| Ok(())).map(drop)] {
+                assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{refused:?}");
+            }
+            assert!(!b.is_synced());
+            b.fill_u32(&x, 5)
+        });
+        outcome.unwrap();
+        assert_eq!(runtime.default_stream().read_as::<u32>(&x).unwrap(), vec![5; 4]);
+    }
+
+    fn replays_run_the_recorded_ops_each_time_as_one_op(runtime: &Runtime) {
+        let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+        let x = s.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
+        let y = s.zeros(16).unwrap();
+        // y = 2x + y, then x = x + y: each replay feeds the next.
+        let graph = s.record(|r| {
+            r.axpy(2.0, &x, &y)?;
+            r.add(&x, &y, &x)
+        });
+        assert!(graph.is_err(), "an op reading and writing one buffer is refused as it is recorded");
+        let z = s.zeros(16).unwrap();
+        let graph = s
+            .record(|r| {
+                r.axpy(2.0, &x, &y)?;
+                r.add(&x, &y, &z)
+            })
+            .unwrap();
+        assert_eq!(graph.len(), 2);
+        assert_eq!(floats(runtime, &y), vec![0.0; 4], "recording runs nothing");
+        let (mut model_y, model_x) = (vec![0.0f32; 4], [1.0f32, 2.0, 3.0, 4.0]);
+        let before = runtime.diagnostics().admitted_ops;
+        for round in 0..3 {
+            // Replays alternate streams: each is ordered after the one before.
+            let stream = if round % 2 == 0 { &s } else { &t };
+            stream.replay(&graph).unwrap();
+            for i in 0..4 {
+                model_y[i] += 2.0 * model_x[i];
+            }
+        }
+        assert_eq!(runtime.diagnostics().admitted_ops - before, 3, "one op per replay");
+        let model_z: Vec<f32> = (0..4).map(|i| model_x[i] + model_y[i]).collect();
+        assert_eq!(floats(runtime, &y), model_y);
+        assert_eq!(floats(runtime, &z), model_z);
+    }
+
+    fn a_graph_keeps_its_buffers_and_rebinds_to_others(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let baseline = settled_diagnostics(runtime).live_buffers;
+        let x = s.upload(&[1.0f32; 4]).unwrap();
+        let y = s.zeros(16).unwrap();
+        let graph = s.record(|r| r.scale(&x, 3.0, &y)).unwrap();
+        drop(x);
+        // The graph still names x: the replay reads it.
+        s.replay(&graph).unwrap();
+        assert_eq!(floats(runtime, &y), vec![3.0; 4]);
+        s.fill_f32(&y, 0.0).unwrap();
+        let b = s.zeros(16).unwrap();
+        let rebound = graph.rebind(&[(&y, &b)]).unwrap();
+        s.replay(&rebound).unwrap();
+        assert_eq!(floats(runtime, &b), vec![3.0; 4], "the rebound graph writes b from the recorded input");
+        assert_eq!(floats(runtime, &y), vec![0.0; 4], "and leaves y alone");
+        let small = s.zeros(8).unwrap();
+        assert!(matches!(graph.rebind(&[(&y, &small)]), Err(Error::InvalidArgument(_))), "sizes must match");
+        let (a, c) = (s.upload(&[1.0f32; 4]).unwrap(), s.zeros(16).unwrap());
+        let copy = s.record(|r| r.scale(&a, 2.0, &c)).unwrap();
+        assert!(matches!(copy.rebind(&[(&c, &a)]), Err(Error::InvalidArgument(_))), "rebinding made an op alias");
+        drop((graph, rebound, copy, y, a, b, c, small));
+        assert_eq!(settled_diagnostics(runtime).live_buffers, baseline, "the graphs' buffers went with them");
+    }
+
+    fn a_replay_that_reads_a_failed_version_fails_whole_and_an_overwrite_heals(runtime: &Runtime) {
+        let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+        let x = s.upload(&[1.0f32; 4]).unwrap();
+        let (y, z) = (s.zeros(16).unwrap(), s.zeros(16).unwrap());
+        let graph = s
+            .record(|r| {
+                r.scale(&x, 2.0, &y)?;
+                r.fill_f32(&z, 1.0)
+            })
+            .unwrap();
+        // The graph's first op overwrites x whole before anything reads it:
+        // a failed x is no input to this one.
+        let healing = s
+            .record(|r| {
+                r.fill_f32(&x, 4.0)?;
+                r.scale(&x, 2.0, &y)
+            })
+            .unwrap();
+        assert!(matches!(s.fail_write(&x, "x broke"), Err(Error::OpFailed { .. })));
+        let replayed = t.replay(&graph);
+        assert!(matches!(&replayed, Err(Error::OpFailed { message, .. }) if message.contains("x broke")), "{replayed:?}");
+        for written in [&y, &z] {
+            match t.read(written) {
+                Err(Error::OpFailed { message, .. }) => assert!(message.contains("x broke"), "{message}"),
+                other => panic!("a buffer the failed replay writes must fail its readers, got {other:?}"),
+            }
+        }
+        t.replay(&healing).unwrap();
+        assert_eq!(floats(runtime, &y), vec![8.0; 4]);
+        t.replay(&graph).unwrap();
+        assert_eq!(floats(runtime, &z), vec![1.0; 4]);
+        assert_eq!(floats(runtime, &y), vec![8.0; 4]);
+    }
+}
