@@ -1,5 +1,6 @@
 //! Recorded op graphs: a sequence of ops recorded once and replayed as one op.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::backend::Command;
@@ -16,6 +17,9 @@ use crate::scheduler::{BufferKey, Engine};
 /// other buffers of the same sizes.
 pub struct Graph {
     engine: Arc<dyn Engine>,
+    /// Unique per recording (a rebound graph is a new one): what a backend
+    /// keys a captured replay on.
+    id: u64,
     commands: Vec<Command<BufferKey>>,
     /// Every buffer the commands name, once each; pinned while the graph lives.
     keys: Vec<BufferKey>,
@@ -33,7 +37,9 @@ impl Graph {
         keys.sort_unstable();
         keys.dedup();
         engine.pin(&keys)?;
-        Ok(Graph { engine, commands, keys })
+        static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+        let id = NEXT_ID.fetch_add(1, Ordering::Relaxed);
+        Ok(Graph { engine, id, commands, keys })
     }
 
     /// How many ops a replay runs.
@@ -44,6 +50,10 @@ impl Graph {
     /// Always false: a graph records at least one op.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    pub(crate) fn id(&self) -> u64 {
+        self.id
     }
 
     /// The commands of one replay on `engine`.
@@ -91,6 +101,7 @@ impl Graph {
 
 impl Drop for Graph {
     fn drop(&mut self) {
+        self.engine.forget_graph(self.id);
         self.engine.unpin(&self.keys);
     }
 }

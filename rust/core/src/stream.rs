@@ -112,7 +112,7 @@ impl Stream {
     pub fn replay(&self, graph: &Graph) -> Result<()> {
         self.admitting()?;
         let commands = graph.commands_in(self.engine())?;
-        self.engine().replay(self.0.index, commands)
+        self.engine().replay(self.0.index, graph.id(), commands)
     }
 
     /// An error on a stream that only collects ops (inside [`Stream::batch`]

@@ -428,6 +428,31 @@ pub trait Backend: Send + Sync + Sized + 'static {
         prepared: Self::Prepared,
         io: OpIo,
     ) -> Result<(), EnqueueError>;
+    /// Enqueues the commands of one replay of a recorded graph (`id` names
+    /// the recording; its buffers and arguments never change), back to
+    /// back. The default enqueues them one by one, each with `io`; a backend
+    /// with a faster way (CUDA graphs) overrides it, capturing a recording
+    /// on its first replay.
+    ///
+    /// # Safety
+    /// As for [`Backend::enqueue`], for every command.
+    unsafe fn enqueue_replay(
+        &self,
+        stream: &Self::Stream,
+        _id: u64,
+        commands: Vec<(Command<&Self::Memory>, Self::Prepared)>,
+        io: &OpIo,
+    ) -> Result<(), EnqueueError> {
+        // SAFETY: this function's contract.
+        unsafe { enqueue_in_order(self, stream, commands, io) }
+    }
+    /// False once the replays of `id` need no prepared commands (the
+    /// backend captured the recording whole); the default always prepares.
+    fn prepares_replay(&self, _id: u64) -> bool {
+        true
+    }
+    /// The recording `id` is gone: drop what the backend kept for it.
+    fn forget_replay(&self, _id: u64) {}
     /// Records an event covering all work enqueued on `stream` so far.
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Makes later work on `stream` wait for `event`.
@@ -475,6 +500,31 @@ pub trait Backend: Send + Sync + Sized + 'static {
     }
     /// The backend's counters now.
     fn counters(&self) -> BackendCounters;
+}
+
+/// Enqueues `commands` on `stream` one by one, each with a copy of `io`:
+/// the replay of a backend without a faster way. A rejection of the first
+/// command is a rejection (nothing was enqueued); any later one fails the
+/// replay, whose earlier commands are already in the stream.
+///
+/// # Safety
+/// As for [`Backend::enqueue`], for every command.
+pub(crate) unsafe fn enqueue_in_order<B: Backend>(
+    backend: &B,
+    stream: &B::Stream,
+    commands: Vec<(Command<&B::Memory>, B::Prepared)>,
+    io: &OpIo,
+) -> Result<(), EnqueueError> {
+    for (index, (command, prepared)) in commands.into_iter().enumerate() {
+        let sub_io = OpIo { inputs: io.inputs.clone(), outcome: io.outcome.clone() };
+        // SAFETY: this function's contract.
+        match unsafe { backend.enqueue(stream, command, prepared, sub_io) } {
+            Ok(()) => {}
+            Err(EnqueueError::Rejected(error)) if index > 0 => return Err(EnqueueError::Failed(error)),
+            Err(error) => return Err(error),
+        }
+    }
+    Ok(())
 }
 
 /// Test support: drives a backend directly, as the benchmarks' raw baselines do.

@@ -73,7 +73,9 @@ pub(crate) trait Engine: Send + Sync {
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
     /// Admits `commands` on `stream` as one op whose reads and writes are
     /// the union of theirs; see [`crate::Stream::replay`].
-    fn replay(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
+    fn replay(&self, stream: usize, id: u64, commands: Vec<Command<BufferKey>>) -> Result<()>;
+    /// The recording `id` will not be replayed again.
+    fn forget_graph(&self, id: u64);
     /// Keeps the buffers of `keys` past their last handle until unpinned.
     fn pin(&self, keys: &[BufferKey]) -> Result<()>;
     fn unpin(&self, keys: &[BufferKey]);
@@ -431,8 +433,9 @@ impl<B: Backend> Scheduler<B> {
         &self,
         state: &mut State<B>,
         stream: usize,
+        id: u64,
         commands: Vec<Command<BufferKey>>,
-        prepared: Vec<B::Prepared>,
+        prepared: Option<Vec<B::Prepared>>,
     ) -> Result<()> {
         let mut accesses: Vec<(BufferKey, Access)> = Vec::new();
         let mut inputs: Vec<(Span<BufferKey>, Access)> = Vec::new();
@@ -461,23 +464,22 @@ impl<B: Backend> Scheduler<B> {
             .into_iter()
             .map(|command| command.try_map(|key| state.entry(key).map(|entry| &*entry.memory)))
             .collect::<Result<Vec<_>>>()?;
+        // Without prepared commands (the backend captured this recording
+        // whole), the backend gets none.
+        let pairs = match prepared {
+            Some(prepared) => mapped.into_iter().zip(prepared).collect(),
+            None => Vec::new(),
+        };
         let raw = state.slot(stream)?.raw(stream)?;
-        let mut failure = None;
-        for (index, (command, prepared)) in mapped.into_iter().zip(prepared).enumerate() {
-            let sub_io = OpIo { inputs: io.inputs.clone(), outcome: io.outcome.clone() };
-            // SAFETY: as in `admit`: the memories stay alive in `state.buffers`
-            // (a graph pins them) until a signal after this op completed, and
-            // every conflicting user was ordered before the replay above.
-            match unsafe { self.backend.enqueue(raw, command, prepared, sub_io) } {
-                Ok(()) => {}
-                // Nothing of the replay is enqueued yet: a plain refusal.
-                Err(EnqueueError::Rejected(error)) if index == 0 => return Err(error),
-                Err(EnqueueError::Rejected(error) | EnqueueError::Failed(error)) => {
-                    failure = Some(error);
-                    break;
-                }
-            }
-        }
+        // SAFETY: as in `admit`: the memories stay alive in `state.buffers`
+        // (a graph pins them) until a signal after this op completed, and
+        // every conflicting user was ordered before the replay above.
+        let failure = match unsafe { self.backend.enqueue_replay(raw, id, pairs, &io) } {
+            Ok(()) => None,
+            // Nothing of the replay was enqueued: a plain refusal.
+            Err(EnqueueError::Rejected(error)) => return Err(error),
+            Err(EnqueueError::Failed(error)) => Some(error),
+        };
         if let Some(error) = failure {
             let error = match error {
                 Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
@@ -691,11 +693,18 @@ impl<B: Backend> Engine for Scheduler<B> {
         first_error.map_or(Ok(()), Err)
     }
 
-    fn replay(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {
-        let prepared = commands.iter().map(|command| self.backend.prepare(command)).collect::<Result<Vec<_>>>()?;
+    fn replay(&self, stream: usize, id: u64, commands: Vec<Command<BufferKey>>) -> Result<()> {
+        let prepared = match self.backend.prepares_replay(id) {
+            true => Some(commands.iter().map(|command| self.backend.prepare(command)).collect::<Result<Vec<_>>>()?),
+            false => None,
+        };
         let mut state =
             self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))?;
-        self.admit_as_one(&mut state, stream, commands, prepared)
+        self.admit_as_one(&mut state, stream, id, commands, prepared)
+    }
+
+    fn forget_graph(&self, id: u64) {
+        self.backend.forget_replay(id);
     }
 
     fn pin(&self, keys: &[BufferKey]) -> Result<()> {
