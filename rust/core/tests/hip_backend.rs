@@ -3,7 +3,7 @@
 #![cfg(feature = "hip")]
 
 use weir_core::backend::gpu::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
-use weir_core::backend::hip::{compile_builtins_for, compile_for};
+use weir_core::backend::hip::{check_arguments_for, compile_builtins_for, compile_for, param_sizes_in};
 use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
 
 fn required() -> bool {
@@ -79,5 +79,84 @@ fn a_broken_hip_kernel_is_refused_by_prepare_with_the_compilers_message() {
             }
         }
         Err(other) => panic!("opening hip must succeed or be Unavailable, got {other}"),
+    }
+}
+
+/// A pointer and a 32-bit scalar: the layout the arguments `(buffer, u32)` need.
+const PUT: &str = r#"extern "C" __global__ void put(unsigned int* out, unsigned int v) { out[0] = v; }"#;
+/// A pointer and a 64-bit scalar: no 32-bit scalar argument fits it.
+const WIDE: &str = r#"extern "C" __global__ void wide(unsigned int* out, unsigned long long n) { out[0] = n; }"#;
+
+#[test]
+fn a_hiprtc_code_object_declares_a_pointer_and_a_u32_as_8_and_4_bytes() {
+    for arch in ["gfx90a", "gfx1030"] {
+        let image = compile_for(arch, PUT).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert_eq!(param_sizes_in(&image, "put").unwrap(), [8, 4], "{arch}");
+        let image = compile_for(arch, WIDE).unwrap_or_else(|e| panic!("{arch}: {e}"));
+        assert_eq!(param_sizes_in(&image, "wide").unwrap(), [8, 8], "{arch}");
+    }
+}
+
+/// `outcome` is a refusal as an invalid argument whose message contains `expected`.
+fn assert_refused(outcome: Result<(), Error>, expected: &str) {
+    match outcome {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains(expected), "{message}"),
+        other => panic!("expected an invalid argument containing {expected:?}, got {other:?}"),
+    }
+}
+
+#[test]
+fn arguments_that_do_not_match_a_hip_kernels_parameters_are_refused() {
+    // Buffers from the CPU backend: the check reads only the arguments' kinds.
+    let cpu = Runtime::open(BackendKind::Cpu).unwrap();
+    let out = cpu.default_stream().zeros(4).unwrap();
+    let put = Kernel::custom("put").hip(PUT, "put").build();
+    check_arguments_for("gfx90a", &put, &[Arg::write(&out), Arg::u32(1)]).unwrap();
+    let cases: [(&[Arg<'_>], &str); 3] = [
+        (&[Arg::write(&out)], "but its 1 arguments need (8) bytes"),
+        (&[Arg::write(&out), Arg::u32(1), Arg::f32(2.0)], "but its 3 arguments need (8, 4, 4) bytes"),
+        (&[Arg::u32(1), Arg::write(&out)], "but its 2 arguments need (4, 8) bytes"),
+    ];
+    for (args, need) in cases {
+        assert_refused(
+            check_arguments_for("gfx90a", &put, args),
+            &format!("kernel put takes 2 parameters of (8, 4) bytes, {need}"),
+        );
+    }
+    // A scalar the declared layout does not fit.
+    let wide = Kernel::custom("wide").hip(WIDE, "wide").build();
+    assert_refused(
+        check_arguments_for("gfx90a", &wide, &[Arg::write(&out), Arg::u32(1)]),
+        "kernel wide takes 2 parameters of (8, 8) bytes, but its 2 arguments need (8, 4) bytes",
+    );
+    if let Ok(runtime) = Runtime::open(BackendKind::Hip) {
+        // With a device, `prepare` refuses them before admission.
+        let s = runtime.default_stream();
+        let out = s.zeros(4).unwrap();
+        let admitted = runtime.diagnostics().admitted_ops;
+        assert_refused(
+            s.execute(&put, Grid::linear(1, 1), &[Arg::u32(1), Arg::write(&out)]),
+            "kernel put takes 2 parameters of (8, 4) bytes, but its 2 arguments need (4, 8) bytes",
+        );
+        assert_eq!(runtime.diagnostics().admitted_ops, admitted);
+        s.execute(&put, Grid::linear(1, 1), &[Arg::write(&out), Arg::u32(7)]).unwrap();
+        assert_eq!(s.read_as::<u32>(&out).unwrap()[0], 7);
+    }
+}
+
+#[test]
+fn a_missing_hip_entry_point_is_an_invalid_argument_naming_it() {
+    let cpu = Runtime::open(BackendKind::Cpu).unwrap();
+    let out = cpu.default_stream().zeros(4).unwrap();
+    let absent = Kernel::custom("absent").hip(PUT, "weir_absent_entry").build();
+    let args = [Arg::write(&out), Arg::u32(1)];
+    assert_refused(check_arguments_for("gfx90a", &absent, &args), "no kernel named \"weir_absent_entry\"");
+    if let Ok(runtime) = Runtime::open(BackendKind::Hip) {
+        let s = runtime.default_stream();
+        let out = s.zeros(4).unwrap();
+        assert_refused(
+            s.execute(&absent, Grid::linear(1, 1), &[Arg::write(&out), Arg::u32(1)]),
+            "no kernel named \"weir_absent_entry\"",
+        );
     }
 }

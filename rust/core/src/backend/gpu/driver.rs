@@ -162,6 +162,12 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     unsafe fn param_sizes(&self, _function: Self::Function) -> Result<Option<Vec<usize>>> {
         Ok(None)
     }
+    /// The byte size of each parameter of kernel `entry`, in order, as the
+    /// compiled `image` declares it, for a driver that cannot ask the loaded
+    /// function ([`Driver::param_sizes`] is `None`) but can read its images.
+    fn image_param_sizes(&self, _image: &[u8], _entry: &str) -> Option<Vec<usize>> {
+        None
+    }
     /// Enqueues a kernel launch on its stream.
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()>;
 

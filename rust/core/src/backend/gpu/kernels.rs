@@ -162,7 +162,11 @@ impl<D: Driver> Kernels<D> {
         // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
         let raw = unsafe { driver.function(module.module, &name)? };
         // SAFETY: `raw` was just loaded by this driver.
-        let param_sizes = unsafe { driver.param_sizes(raw)? }.map(Arc::from);
+        let param_sizes = match unsafe { driver.param_sizes(raw)? } {
+            Some(sizes) => Some(sizes),
+            None => driver.image_param_sizes(&image, entry),
+        };
+        let param_sizes = param_sizes.map(Arc::from);
         let function = Function { raw, param_sizes };
         module.functions.insert(entry.to_owned(), function.clone());
         Ok(function)

@@ -226,7 +226,7 @@ impl<D: Driver> GpuBackend<D> {
     /// Refuses arguments that do not match the kernel's parameters, which
     /// the device would otherwise read as garbage: one parameter per
     /// argument, a pointer (8 bytes) for each buffer, 4 bytes for each scalar.
-    fn check_params<R>(kernel: &CustomKernel, sizes: &[usize], args: &[KernelArg<R>]) -> Result<()> {
+    pub(crate) fn check_params<R>(kernel: &CustomKernel, sizes: &[usize], args: &[KernelArg<R>]) -> Result<()> {
         let size = |arg: &KernelArg<R>| if matches!(arg, KernelArg::Buffer(..)) { 8 } else { 4 };
         if sizes.len() == args.len() && sizes.iter().zip(args).all(|(&declared, arg)| declared == size(arg)) {
             return Ok(());

@@ -70,6 +70,8 @@ struct Shared {
     loss: Arc<Loss>,
     /// What `param_sizes` answers for every function.
     param_sizes: Mutex<Option<Vec<usize>>>,
+    /// What `image_param_sizes` answers for an entry its image (the source) names.
+    image_param_sizes: Mutex<Option<Vec<usize>>>,
     /// Driver calls made after the context was lost (`bind` aside).
     calls_after_loss: AtomicUsize,
     /// Sources containing "slow" compile only once this opens; told when one starts.
@@ -299,6 +301,11 @@ impl Driver for Fake {
         Ok(lock(&self.0.param_sizes).clone())
     }
 
+    fn image_param_sizes(&self, image: &[u8], entry: &str) -> Option<Vec<usize>> {
+        let named = String::from_utf8_lossy(image).contains(entry);
+        lock(&self.0.image_param_sizes).clone().filter(|_| named)
+    }
+
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()> {
         self.0.check("launch")?;
         // SAFETY: each pointer is to one 8-byte parameter slot (`Params`).
@@ -493,6 +500,32 @@ fn arguments_that_do_not_match_the_kernels_parameters_are_refused_by_prepare() {
             other => panic!("expected the arguments refused, got {other:?}"),
         }
     }
+    assert!(shared.device_calls().is_empty(), "nothing was launched");
+}
+
+#[test]
+fn parameter_sizes_come_from_the_image_where_the_function_cannot_tell() {
+    let (backend, shared) = backend(Wake::Waiter);
+    *lock(&shared.image_param_sizes) = Some(vec![8, 4]);
+    let memory = backend.allocate(64).unwrap();
+    let launch = |kernel: &Arc<CustomKernel>, args: Vec<KernelArg<&GpuMemory<Fake>>>| {
+        backend.prepare(&Command::Custom { kernel: kernel.clone(), grid: Grid::linear(1, 1), args }).map(drop)
+    };
+    let buffer = || KernelArg::Buffer(span(&memory, 0, 64), Access::Write);
+    let scalar = || KernelArg::Scalar(ScalarArg::U32(1));
+    let put = custom("put", "extern \"C\" __global__ void put(unsigned* out, unsigned v) {}");
+    launch(&put, vec![buffer(), scalar()]).unwrap();
+    match launch(&put, vec![scalar(), buffer()]) {
+        Err(Error::InvalidArgument(message)) => assert!(
+            message.contains("kernel put takes 2 parameters of (8, 4) bytes, but its 2 arguments need (4, 8) bytes"),
+            "{message}"
+        ),
+        other => panic!("expected the arguments refused, got {other:?}"),
+    }
+    // Where the loaded function tells its parameters, that answer is the one checked.
+    *lock(&shared.param_sizes) = Some(vec![8, 4, 4]);
+    let three = custom("three", "extern \"C\" __global__ void three(unsigned* out, unsigned a, unsigned b) {}");
+    launch(&three, vec![buffer(), scalar(), scalar()]).unwrap();
     assert!(shared.device_calls().is_empty(), "nothing was launched");
 }
 

@@ -8,7 +8,7 @@ use std::time::Duration;
 use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::ffi::{self, Status as HipStatus};
-use super::hiprtc;
+use super::{hiprtc, metadata};
 use crate::backend::gpu::{
     callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
 };
@@ -262,6 +262,14 @@ impl Driver for Hip {
             ffi::ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
             other => check("hipModuleGetFunction", other).map(|()| Handle(function)),
         }
+    }
+
+    fn image_param_sizes(&self, image: &[u8], entry: &str) -> Option<Vec<usize>> {
+        // HIP cannot ask a loaded function for its parameters, but hiprtc's
+        // code object declares them. An image this reader cannot follow (a
+        // later code object format) loses only the check, as on a CUDA driver
+        // without `cuFuncGetParamInfo`.
+        metadata::param_sizes(image, entry)
     }
 
     unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {

@@ -9,11 +9,17 @@
 mod driver;
 mod ffi;
 mod hiprtc;
+mod metadata;
+#[cfg(feature = "test-support")]
+mod toolchain;
+
+#[cfg(feature = "test-support")]
+pub use toolchain::{check_arguments_for, compile_builtins_for, compile_for, param_sizes_in};
 
 /// The hip-sys crate whose handle types external writes receive.
 pub use hip_sys;
 
-use crate::backend::gpu::{GpuBackend, BUILTIN_SOURCE};
+use crate::backend::gpu::GpuBackend;
 use crate::error::Result;
 
 /// HIP on device 0.
@@ -24,17 +30,4 @@ impl GpuBackend<driver::Hip> {
     pub(crate) fn open() -> Result<Self> {
         driver::Hip::open().and_then(GpuBackend::new)
     }
-}
-
-/// Compiles the built-in kernels for an AMD GPU architecture (`gfx90a`, …)
-/// without a device; returns the code object. For tests of the toolchain.
-#[doc(hidden)]
-pub fn compile_builtins_for(arch: &str) -> Result<Vec<u8>> {
-    compile_for(arch, BUILTIN_SOURCE)
-}
-
-/// Compiles HIP C `source` for an AMD GPU architecture without a device.
-#[doc(hidden)]
-pub fn compile_for(arch: &str, source: &str) -> Result<Vec<u8>> {
-    hiprtc::compile(source, Some(arch))
 }
