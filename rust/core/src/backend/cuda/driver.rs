@@ -5,13 +5,15 @@ use std::ptr::null_mut;
 use std::sync::Arc;
 use std::time::Duration;
 
-use cudarc::driver::sys::{self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstream_flags};
+use cudarc::driver::sys::{
+    self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstreamCaptureMode, CUstream_flags,
+};
 
 use super::nvrtc;
 use crate::backend::gpu::{
-    callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
+    callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, GraphExec, Handle, Launch, Loss, Wake,
 };
-use crate::backend::RawAccess;
+use crate::backend::{EnqueueError, RawAccess};
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 
@@ -19,7 +21,7 @@ const NAME: BackendKind = BackendKind::Cuda;
 
 /// Every driver symbol this backend calls, checked before the first call:
 /// cudarc panics on a missing one.
-const SYMBOLS: [&str; 36] = [
+const SYMBOLS: [&str; 42] = [
     "cuInit",
     "cuDriverGetVersion",
     "cuDeviceGetCount",
@@ -55,6 +57,12 @@ const SYMBOLS: [&str; 36] = [
     "cuModuleUnload",
     "cuModuleGetFunction",
     "cuLaunchKernel",
+    "cuStreamBeginCapture_v2",
+    "cuStreamEndCapture",
+    "cuGraphInstantiateWithFlags",
+    "cuGraphDestroy",
+    "cuGraphLaunch",
+    "cuGraphExecDestroy",
     "cuFuncSetAttribute",
 ];
 
@@ -403,6 +411,48 @@ impl Driver for Cuda {
                 other => return check("cuFuncGetParamInfo", other).map(|()| None),
             }
         }
+    }
+
+    const GRAPHS: bool = true;
+
+    unsafe fn capture(
+        &self,
+        stream: Self::Stream,
+        enqueue: &mut dyn FnMut() -> Result<(), EnqueueError>,
+    ) -> Option<Result<GraphExec, EnqueueError>> {
+        let failed = |call: &str, result: CUresult| check(call, result).map_err(EnqueueError::Failed);
+        // SAFETY: `stream` is live and used for nothing but this capture;
+        // thread-local mode, so other threads' driver calls do not disturb it.
+        // The graph is destroyed once instantiated (the instance is self-contained).
+        Some(unsafe {
+            let begin =
+                sys::cuStreamBeginCapture_v2(stream.0, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
+            failed("cuStreamBeginCapture", begin).and_then(|()| {
+                let enqueued = enqueue();
+                let mut graph = null_mut();
+                let ended = failed("cuStreamEndCapture", sys::cuStreamEndCapture(stream.0, &mut graph));
+                let captured = enqueued.and(ended).and_then(|()| {
+                    let mut exec = null_mut();
+                    failed("cuGraphInstantiate", sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0))
+                        .map(|()| Handle(exec.cast()))
+                });
+                if !graph.is_null() {
+                    let _ = sys::cuGraphDestroy(graph);
+                }
+                captured
+            })
+        })
+    }
+
+    unsafe fn graph_launch(&self, exec: GraphExec, stream: Self::Stream) -> Result<()> {
+        // SAFETY: an instance `capture` made, not destroyed; a live stream.
+        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(exec.0.cast(), stream.0) })
+    }
+
+    unsafe fn graph_destroy(&self, exec: GraphExec) {
+        // SAFETY: an instance `capture` made, destroyed once; CUDA frees it
+        // once launches in flight are done.
+        let _ = unsafe { sys::cuGraphExecDestroy(exec.0.cast()) };
     }
 
     unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {

@@ -73,6 +73,9 @@ pub struct DeviceBuffer {
     pub len: u64,
 }
 
+/// An instantiated graph (`CUgraphExec`), opaque to the shared layer.
+pub(crate) type GraphExec = Handle<*mut c_void>;
+
 /// What the device reports back to a completion callback.
 pub(crate) type Status = Result<()>;
 
@@ -168,6 +171,24 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn image_param_sizes(&self, _image: &[u8], _entry: &str) -> Option<Vec<usize>> {
         None
     }
+    /// Whether [`Driver::capture`] makes graphs.
+    const GRAPHS: bool = false;
+    /// Captures the work `enqueue` puts on `stream` (a stream used for
+    /// nothing else) as an instantiated graph, launchable as one unit with
+    /// [`Driver::graph_launch`]; `None` where the driver has no graphs.
+    unsafe fn capture(
+        &self,
+        _stream: Self::Stream,
+        _enqueue: &mut dyn FnMut() -> Result<(), crate::backend::EnqueueError>,
+    ) -> Option<Result<GraphExec, crate::backend::EnqueueError>> {
+        None
+    }
+    /// Launches a graph [`Driver::capture`] made, on `stream`.
+    unsafe fn graph_launch(&self, _exec: GraphExec, _stream: Self::Stream) -> Result<()> {
+        Err(Error::unsupported(Self::KIND, "graphs"))
+    }
+    /// Destroys a graph [`Driver::capture`] made; launches in flight finish first.
+    unsafe fn graph_destroy(&self, _exec: GraphExec) {}
     /// Enqueues a kernel launch on its stream.
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()>;
 

@@ -47,7 +47,8 @@ use crate::lock::lock;
 use device::{Device, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
-    callback_run, handle_calls, pass_callback, status_error, Callback, Driver, EventUse, Handle, Launch, Loss, Status,
+    callback_run, handle_calls, pass_callback, status_error, Callback, Driver, EventUse, GraphExec, Handle, Launch,
+    Loss, Status,
 };
 use kernels::{Builtins, Entry, Function, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
@@ -112,6 +113,18 @@ fn rejected(message: &str) -> EnqueueError {
     EnqueueError::Rejected(Error::invalid(message))
 }
 
+impl<D: Driver> Drop for GpuBackend<D> {
+    fn drop(&mut self) {
+        let graphs: Vec<GraphExec> = lock(&self.graphs).drain().map(|(_, exec)| exec).collect();
+        if !graphs.is_empty() && self.driver().bind().is_ok() {
+            for exec in graphs {
+                // SAFETY: captured by this driver, drained so destroyed once.
+                unsafe { self.driver().graph_destroy(exec) };
+            }
+        }
+    }
+}
+
 /// A custom kernel's function, beside a weak handle that tells whether the
 /// kernel it was loaded for is still the one at its address.
 type KnownKernel<D> = (Weak<CustomKernel>, Function<D>);
@@ -122,6 +135,10 @@ pub(crate) struct GpuBackend<D: Driver> {
     builtins: Builtins<D::Function>,
     /// Custom kernels' functions, by kernel (see `custom_function`).
     by_kernel: Mutex<HashMap<usize, KnownKernel<D>>>,
+    /// Captured replays, by recording.
+    graphs: Mutex<HashMap<u64, GraphExec>>,
+    /// Where replays are captured; made at the first capture.
+    capture_stream: Mutex<Option<GpuStream<D>>>,
     wake: Wake,
     next_stream: AtomicU32,
 }
@@ -140,7 +157,15 @@ impl<D: Driver> GpuBackend<D> {
         device.driver.bind()?;
         let builtins =
             Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry).map(|f| f.raw))?;
-        Ok(GpuBackend { device, builtins, by_kernel: Mutex::default(), wake, next_stream: AtomicU32::new(0) })
+        Ok(GpuBackend {
+            device,
+            builtins,
+            by_kernel: Mutex::default(),
+            graphs: Mutex::default(),
+            capture_stream: Mutex::default(),
+            wake,
+            next_stream: AtomicU32::new(0),
+        })
     }
 
     fn driver(&self) -> &D {
@@ -387,6 +412,39 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
+    /// Captures `commands` on the capture stream as one graph; `None` where
+    /// the driver has no graphs or nothing was given.
+    ///
+    /// # Safety
+    /// As for [`Backend::enqueue`], for every command; the graph keeps the
+    /// addresses and arguments, so the recording may never change.
+    unsafe fn capture(
+        &self,
+        commands: Vec<(Command<&GpuMemory<D>>, Prepared<D>)>,
+    ) -> Result<Option<GraphExec>, EnqueueError> {
+        if commands.is_empty() {
+            return Ok(None);
+        }
+        self.bind()?;
+        let mut capture_stream = lock(&self.capture_stream);
+        if capture_stream.is_none() {
+            // No waiter of its own: nothing ever waits on it.
+            *capture_stream =
+                Some(GpuStream::new(&self.device, u32::MAX, Wake::Callback).map_err(EnqueueError::Failed)?);
+        }
+        let Some(on) = capture_stream.as_ref() else { return Ok(None) };
+        let mut commands = Some(commands);
+        let mut enqueue = || {
+            for (command, prepared) in commands.take().into_iter().flatten() {
+                // SAFETY: this function's contract.
+                unsafe { self.enqueue_prepared(on, command, prepared) }?;
+            }
+            Ok(())
+        };
+        // SAFETY: the capture stream is used for captures only, under its lock.
+        unsafe { self.driver().capture(on.raw, &mut enqueue) }.transpose()
+    }
+
     /// `result`, remembering a lost device it reports.
     fn noting_loss<T>(&self, result: Result<T>) -> Result<T> {
         if let Err(error) = &result {
@@ -520,6 +578,53 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn lost(&self) -> Option<Error> {
         self.driver().loss().get().cloned()
+    }
+
+    unsafe fn enqueue_replay(
+        &self,
+        stream: &GpuStream<D>,
+        id: u64,
+        commands: Vec<(Command<&GpuMemory<D>>, Prepared<D>)>,
+        io: &OpIo,
+    ) -> Result<(), EnqueueError> {
+        let cached = lock(&self.graphs).get(&id).copied();
+        let exec = match cached {
+            Some(exec) => exec,
+            // Without graphs, or with host copies (through staging buffers
+            // lent per copy, which a graph cannot hold): command by command.
+            _ if !D::GRAPHS || commands.iter().any(|(command, _)| matches!(command, Command::Upload { .. })) => {
+                // SAFETY: this function's contract.
+                return unsafe { crate::backend::enqueue_in_order(self, stream, commands, io) };
+            }
+            // SAFETY: this function's contract, for the capture's commands.
+            None => match unsafe { self.capture(commands) }? {
+                Some(exec) => {
+                    lock(&self.graphs).insert(id, exec);
+                    exec
+                }
+                None => return Err(EnqueueError::Rejected(Error::internal("a replay was prepared for no commands"))),
+            },
+        };
+        self.bind()?;
+        // SAFETY: `exec` was captured by this driver and is destroyed only
+        // when its recording is forgotten, which no replay outlives.
+        let launched = unsafe { self.driver().graph_launch(exec, stream.raw) };
+        self.noting_loss(launched).map_err(EnqueueError::Failed)
+    }
+
+    fn prepares_replay(&self, id: u64) -> bool {
+        !lock(&self.graphs).contains_key(&id)
+    }
+
+    fn forget_replay(&self, id: u64) {
+        let forgotten = lock(&self.graphs).remove(&id);
+        if let Some(exec) = forgotten {
+            if self.driver().bind().is_ok() {
+                // SAFETY: captured by this driver, removed from the cache so
+                // destroyed once; launches in flight finish first.
+                unsafe { self.driver().graph_destroy(exec) };
+            }
+        }
     }
 
     unsafe fn external_write(
