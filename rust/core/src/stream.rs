@@ -313,7 +313,7 @@ impl Stream {
     /// failure waits to be reported, so [`Stream::sync`] would return `Ok` at
     /// once. Never blocks and reports nothing: a failure stays for the next
     /// fence. `false` whenever in doubt (work in flight, a failure to report,
-    /// a closed runtime), and always on CUDA and HIP. For bindings, which can
+    /// a closed runtime), and always on HIP (CUDA asks the stream). For bindings, which can
     /// then skip the machinery of an async call.
     pub fn is_synced(&self) -> bool {
         self.admitting().is_ok() && self.engine().is_synced(self.0.index)

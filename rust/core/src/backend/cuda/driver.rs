@@ -297,6 +297,14 @@ impl Driver for Cuda {
         stream_destroy: cuStreamDestroy_v2, event_destroy: cuEventDestroy_v2, module_unload: cuModuleUnload,
     }
 
+    unsafe fn stream_query(&self, stream: Self::Stream) -> Option<Result<bool>> {
+        // SAFETY: a live stream (trait contract).
+        Some(match unsafe { sys::cuStreamQuery(stream.0) } {
+            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
+            other => check("cuStreamQuery", other).map(|()| true),
+        })
+    }
+
     unsafe fn event_query(&self, event: Self::Event) -> Option<Result<bool>> {
         // SAFETY: a live event (trait contract).
         Some(match unsafe { sys::cuEventQuery(event.0) } {

@@ -129,6 +129,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()>;
     /// Blocks until the event's work is done; reports the device's error if any.
     unsafe fn event_synchronize(&self, event: Self::Event) -> Status;
+    /// True once all work enqueued on `stream` is done, without waiting;
+    /// `None` where the driver cannot tell cheaply.
+    unsafe fn stream_query(&self, _stream: Self::Stream) -> Option<Result<bool>> {
+        None
+    }
     /// True once the event's work is done, without waiting; the device's
     /// error if any. `None` where the driver has no such query (the waiter
     /// then only blocks).

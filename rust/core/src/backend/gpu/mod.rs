@@ -428,9 +428,7 @@ impl<D: Driver> GpuBackend<D> {
         self.bind()?;
         let mut capture_stream = lock(&self.capture_stream);
         if capture_stream.is_none() {
-            // No waiter of its own: nothing ever waits on it.
-            *capture_stream =
-                Some(GpuStream::new(&self.device, u32::MAX, Wake::Callback).map_err(EnqueueError::Failed)?);
+            *capture_stream = Some(GpuStream::internal(&self.device).map_err(EnqueueError::Failed)?);
         }
         let Some(on) = capture_stream.as_ref() else { return Ok(None) };
         let mut commands = Some(commands);
@@ -578,6 +576,10 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn lost(&self) -> Option<Error> {
         self.driver().loss().get().cloned()
+    }
+
+    fn is_settled(&self, stream: &GpuStream<D>) -> bool {
+        self.driver().bind().is_ok() && stream.is_settled()
     }
 
     unsafe fn enqueue_replay(

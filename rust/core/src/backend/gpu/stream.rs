@@ -129,17 +129,35 @@ pub(crate) struct GpuStream<D: Driver> {
     pub(crate) index: u32,
     failure: Arc<Mutex<Option<Error>>>,
     waiter: Option<Waiter<D>>,
+    /// False for the backend's own capture stream, which no user made: the
+    /// live count is of the streams of runtimes.
+    counted: bool,
 }
 
 impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let raw = device.driver.stream_create()?;
         device.counters.live_streams.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let mut stream = GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None };
+        let mut stream =
+            GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None, counted: true };
         if wake == Wake::Waiter {
             stream.waiter = Some(stream.spawn_waiter()?);
         }
         Ok(stream)
+    }
+
+    /// A stream the backend keeps for itself (graph captures): no waiter,
+    /// not counted among the runtime's streams.
+    pub(crate) fn internal(device: &Arc<Device<D>>) -> Result<Self> {
+        let raw = device.driver.stream_create()?;
+        Ok(GpuStream {
+            device: device.clone(),
+            raw,
+            index: u32::MAX,
+            failure: Arc::default(),
+            waiter: None,
+            counted: false,
+        })
     }
 
     fn spawn_waiter(&self) -> Result<Waiter<D>> {
@@ -203,6 +221,16 @@ impl<D: Driver> GpuStream<D> {
         }
     }
 
+    /// True when all work enqueued so far is done and no failure was seen:
+    /// a fence now would report nothing. `false` where the driver cannot tell.
+    pub(crate) fn is_settled(&self) -> bool {
+        if lock(&self.failure).is_some() || self.device.driver.loss().get().is_some() {
+            return false;
+        }
+        // SAFETY: `raw` is this stream, alive while `self` is.
+        matches!(unsafe { self.device.driver.stream_query(self.raw) }, Some(Ok(true)))
+    }
+
     /// Wraps `callback` so a device error poisons the stream and later
     /// callbacks see it; a lost device loses the whole driver.
     fn poisoning(&self, callback: Callback) -> Callback {
@@ -256,6 +284,8 @@ impl<D: Driver> Drop for GpuStream<D> {
             // SAFETY: made by this driver in `new`, synchronised above, destroyed once.
             unsafe { self.device.driver.stream_destroy(self.raw) };
         }
-        self.device.counters.live_streams.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        if self.counted {
+            self.device.counters.live_streams.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
+        }
     }
 }
