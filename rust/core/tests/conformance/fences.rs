@@ -248,3 +248,42 @@ conformance! {
         drop(out);
     }
 }
+
+conformance! {
+    fn ten_thousand_fences_of_a_held_stream_register_their_waiters_and_all_wake(runtime: &Runtime) {
+        const FENCES: usize = 10_000;
+        let s = runtime.new_stream().unwrap();
+        let held = hold(&s);
+        let start = std::time::Instant::now();
+        let fences: Vec<_> = (0..FENCES).map(|_| s.fence().unwrap()).collect();
+        let waker = Arc::new(CountingWaker(AtomicUsize::new(0)));
+        let mut waits: Vec<_> = fences.iter().map(|fence| Box::pin(fence.wait_async())).collect();
+        let counting = Waker::from(waker.clone());
+        let mut cx = Context::from_waker(&counting);
+        let mut pending = 0;
+        for wait in waits.iter_mut() {
+            if wait.as_mut().poll(&mut cx).is_pending() {
+                pending += 1;
+            }
+        }
+        let registered = runtime.diagnostics().live_waiters;
+        let made = start.elapsed();
+        // A delay (where the backend has no gate) must outlast the fences' making.
+        assert!(held.is_gate() || made < HOLD_DELAY / 2, "{FENCES} fences took {made:?}");
+        assert_eq!(pending, FENCES, "a fence completed while the stream was held");
+        assert_eq!(registered, FENCES as u64, "every pending wait registered its waker");
+        held.release();
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while waker.0.load(Ordering::SeqCst) < FENCES && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert_eq!(waker.0.load(Ordering::SeqCst), FENCES, "each registered waker was woken once");
+        for wait in waits.iter_mut() {
+            assert!(matches!(wait.as_mut().poll(&mut cx), Poll::Ready(Ok(()))));
+        }
+        drop(waits);
+        drop(fences);
+        assert_eq!(runtime.diagnostics().live_waiters, 0);
+        eprintln!("  {FENCES} fences made and polled in {made:?}");
+    }
+}
