@@ -1,98 +1,286 @@
 //! `cargo xtask demo`: Weir's main job, on the CPU backend unless
 //! `--backend NAME` says otherwise.
 //!
-//! A three-stage pipeline over three streams: a loader stream brings chunks
-//! in, a compute stream transforms each chunk as soon as its load is done
-//! (the scheduler inserts exactly the waits the data needs), and a reduce
-//! stream accumulates the results. Every chunk's fence is awaited
-//! concurrently, and the demo prints when each one resolved.
+//! A chunked pipeline over three streams: host data is uploaded on one, a
+//! kernel transforms each chunk on another, and the results are read back on
+//! a third, with `--in-flight K` chunks' device buffers reused in a ring. No
+//! wait is placed by hand: reusing a slot is a write after the previous
+//! chunk's read of it, so the scheduler orders the upload of chunk i + K
+//! after the compute of chunk i, and that compute's output after the read of
+//! chunk i - K, and nothing more. The demo prints each chunk's timeline and
+//! the throughput beside each stage alone and beside the same work on one
+//! stream.
+//!
+//! Options: `--chunks N` (default 16), `--chunk-mib M` (default 1; 16 on a
+//! GPU), `--in-flight K` (default 4).
 
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use futures::future::join_all;
-use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, Buffer, Grid, Kernel, PendingRead, Runtime, Stream};
 
-const CHUNKS: usize = 8;
-const WORDS: usize = 1 << 16;
-/// How long each chunk's "I/O" takes.
-const LOAD_LATENCY: Duration = Duration::from_millis(5);
-
-/// A kernel that only takes time, standing in for I/O: a host sleep on the
-/// CPU backend, a spin on the global timer in CUDA. Other backends skip it.
-fn simulated_io() -> Kernel {
-    const SPIN: &str = "extern \"C\" __global__ void simulated_io(unsigned int nanos) {
-        unsigned long long start, now;
-        asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(start));
-        do { asm volatile(\"mov.u64 %0, %%globaltimer;\" : \"=l\"(now)); } while (now - start < nanos);
-    }";
-    Kernel::custom("simulated_io")
-        .cpu(|_| {
-            std::thread::sleep(LOAD_LATENCY);
+/// `y = x`, then `y = y / 2 + 1/2` `iters` times: work that scales with `iters`.
+fn transform_kernel() -> Kernel {
+    const CUDA: &str = r#"extern "C" __global__ void transform(const float* x, float* y, unsigned n, unsigned iters) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+            float v = x[i];
+            for (unsigned k = 0; k < iters; ++k) v = v * 0.5f + 0.5f;
+            y[i] = v;
+        }
+    }"#;
+    const WGSL: &str = r#"
+        @group(0) @binding(0) var<storage, read> x: array<f32>;
+        @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+        struct Params { n: u32, iters: u32 }
+        @group(0) @binding(2) var<uniform> params: Params;
+        @compute @workgroup_size(256)
+        fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+            for (var i = id.x; i < params.n; i += groups.x * 256u) {
+                var v = x[i];
+                for (var k = 0u; k < params.iters; k += 1u) { v = v * 0.5 + 0.5; }
+                y[i] = v;
+            }
+        }"#;
+    Kernel::custom("transform")
+        .cpu(|args| {
+            let iters = args.scalar(1)?.bits();
+            let x = args.f32s(0)?.to_vec();
+            for (out, &v) in args.f32s_mut(1)?.iter_mut().zip(&x) {
+                *out = (0..iters).fold(v, |v, _| v * 0.5 + 0.5);
+            }
             Ok(())
         })
-        .cuda(SPIN, "simulated_io")
+        .cuda(CUDA, "transform")
+        .hip(CUDA, "transform")
+        .wgsl(WGSL, "main")
         .build()
 }
 
-fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let args: Vec<String> = std::env::args().collect();
-    let backend = args
-        .windows(2)
-        .find(|w| w[0] == "--backend")
-        .and_then(|w| BackendKind::from_name(&w[1]))
-        .unwrap_or(BackendKind::Cpu);
-    let runtime = Runtime::open(backend)?;
-    println!("weir demo on {} ({})", runtime.info().backend.name(), runtime.info().name);
+fn expected(v: f32, iters: u32) -> f32 {
+    (0..iters).fold(v, |v, _| v * 0.5 + 0.5)
+}
 
-    let (load, compute, reduce) = (runtime.new_stream()?, runtime.new_stream()?, runtime.new_stream()?);
-    let total = reduce.zeros((WORDS * 4) as u64)?;
-    let io = simulated_io();
-    let start = Instant::now();
-    let mut fences = Vec::new();
-    for chunk in 0..CHUNKS {
-        // Load: chunk i holds the value i everywhere, after a little I/O-like latency.
-        let input = load.empty((WORDS * 4) as u64)?;
-        match load.execute(&io, Grid::linear(1, 1), &[Arg::u32(LOAD_LATENCY.as_nanos() as u32)]) {
-            Err(Error::Unsupported { .. }) => {}
-            other => other?,
-        }
-        load.fill_f32(&input, chunk as f32)?;
-        // Compute: y = 2·x + 1, waiting only for this chunk's load.
-        let ones = compute.empty((WORDS * 4) as u64)?;
-        compute.fill_f32(&ones, 1.0)?;
-        compute.axpy(2.0, &input, &ones)?;
-        // Reduce: total += y.
-        reduce.axpy(1.0, &ones, &total)?;
-        fences.push((chunk, compute.fence()?));
+struct Options {
+    backend: BackendKind,
+    chunks: usize,
+    chunk_floats: usize,
+    in_flight: usize,
+}
+
+fn options() -> Result<Options, String> {
+    let args: Vec<String> = std::env::args().collect();
+    let value = |name: &str| args.windows(2).find(|w| w[0] == name).map(|w| w[1].clone());
+    let number = |name: &str, default: usize| -> Result<usize, String> {
+        value(name).map_or(Ok(default), |v| v.parse().map_err(|_| format!("{name} takes a number, not {v:?}")))
+    };
+    let backend = match value("--backend") {
+        Some(name) => BackendKind::from_name(&name).ok_or_else(|| format!("no backend named {name:?}"))?,
+        None => BackendKind::Cpu,
+    };
+    let gpu = !matches!(backend, BackendKind::Cpu);
+    let mib = number("--chunk-mib", if gpu { 16 } else { 1 })?;
+    Ok(Options {
+        backend,
+        chunks: number("--chunks", 16)?.max(1),
+        chunk_floats: (mib.max(1) << 20) / 4,
+        in_flight: number("--in-flight", 4)?.max(1),
+    })
+}
+
+/// The device buffers of one in-flight chunk.
+struct Slot {
+    input: Buffer,
+    output: Buffer,
+}
+
+/// Where each stage of one chunk ended, from the start of its run.
+#[derive(Clone, Copy, Default)]
+struct Ends {
+    upload: Duration,
+    compute: Duration,
+    download: Duration,
+}
+
+struct Pipeline<'a> {
+    runtime: &'a Runtime,
+    kernel: Kernel,
+    host: Vec<Vec<f32>>,
+    slots: Vec<Slot>,
+    iters: u32,
+}
+
+impl Pipeline<'_> {
+    fn grid(&self) -> Grid {
+        let n = self.host[0].len() as u32;
+        Grid::new([n.div_ceil(256).min(4096), 1, 1], [256, 1, 1])
     }
-    let admitted = start.elapsed();
+
+    fn compute(&self, stream: &Stream, slot: &Slot) -> weir_core::Result<()> {
+        let n = self.host[0].len() as u32;
+        stream.execute(
+            &self.kernel,
+            self.grid(),
+            &[Arg::read(&slot.input), Arg::write(&slot.output), Arg::u32(n), Arg::u32(self.iters)],
+        )
+    }
+
+    fn bytes(&self) -> f64 {
+        (self.host.len() * self.host[0].len() * 4) as f64
+    }
+
+    /// Runs every chunk on the streams given (the same stream three times for
+    /// the one-stream run), awaiting every stage's fence as it resolves.
+    fn run(&self, upload: &Stream, compute: &Stream, download: &Stream) -> weir_core::Result<(Duration, Vec<Ends>)> {
+        self.runtime.fence()?.wait()?;
+        let start = Instant::now();
+        let mut stages = Vec::new();
+        let mut reads: Vec<PendingRead> = Vec::with_capacity(self.host.len());
+        for (i, data) in self.host.iter().enumerate() {
+            let slot = &self.slots[i % self.slots.len()];
+            upload.write(&slot.input, 0, data)?;
+            let uploaded = upload.fence()?;
+            self.compute(compute, slot)?;
+            let computed = compute.fence()?;
+            reads.push(download.enqueue_read(&slot.output)?);
+            stages.push((uploaded, computed));
+        }
+        let finished = block_on(join_all(stages.iter().zip(reads).map(|((uploaded, computed), read)| async move {
+            let upload = async { uploaded.wait_async().await.map(|()| start.elapsed()) };
+            let compute = async { computed.wait_async().await.map(|()| start.elapsed()) };
+            let download = async { read.await.map(|bytes| (start.elapsed(), bytes)) };
+            let (upload, compute, download) = futures::join!(upload, compute, download);
+            let (download, bytes) = download?;
+            Ok::<_, weir_core::Error>((Ends { upload: upload?, compute: compute?, download }, bytes))
+        })));
+        let mut timeline = Vec::with_capacity(finished.len());
+        for (i, outcome) in finished.into_iter().enumerate() {
+            let (end, bytes) = outcome?;
+            let got: &[f32] = bytemuck::cast_slice(&bytes);
+            let want = expected(self.host[i][0], self.iters);
+            if got.len() != self.host[i].len() || got.iter().any(|&v| (v - want).abs() > 1e-5 * want.abs().max(1.0)) {
+                return Err(weir_core::Error::InvalidArgument(format!("chunk {i}: read {} for {want}", got[0])));
+            }
+            timeline.push(end);
+        }
+        Ok((start.elapsed(), timeline))
+    }
+
+    /// Each stage alone over every chunk: (upload, compute, download).
+    fn stages_alone(&self, stream: &Stream) -> weir_core::Result<[Duration; 3]> {
+        let timed = |work: &dyn Fn() -> weir_core::Result<()>| -> weir_core::Result<Duration> {
+            self.runtime.fence()?.wait()?;
+            let start = Instant::now();
+            work()?;
+            stream.fence()?.wait()?;
+            Ok(start.elapsed())
+        };
+        let slot_of = |i: usize| &self.slots[i % self.slots.len()];
+        let upload =
+            timed(&|| self.host.iter().enumerate().try_for_each(|(i, data)| stream.write(&slot_of(i).input, 0, data)))?;
+        let compute = timed(&|| (0..self.host.len()).try_for_each(|i| self.compute(stream, slot_of(i))))?;
+        let download = timed(&|| {
+            let reads =
+                (0..self.host.len()).map(|i| stream.enqueue_read(&slot_of(i).output)).collect::<Result<Vec<_>, _>>()?;
+            reads.into_iter().try_for_each(|read| read.wait().map(drop))
+        })?;
+        Ok([upload, compute, download])
+    }
+}
+
+fn gbps(bytes: f64, time: Duration) -> f64 {
+    bytes / time.as_secs_f64() / 1e9
+}
+
+fn millis(time: Duration) -> f64 {
+    time.as_secs_f64() * 1e3
+}
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = options()?;
+    let runtime = Runtime::open(options.backend)?;
     println!(
-        "admitted {} ops in {:.2} ms; the scheduler inserted {} cross-stream waits",
-        runtime.diagnostics().admitted_ops,
-        admitted.as_secs_f64() * 1e3,
-        runtime.diagnostics().inserted_waits
+        "weir demo on {} ({}): {} chunks of {} MiB, {} in flight",
+        runtime.info().backend.name(),
+        runtime.info().name,
+        options.chunks,
+        options.chunk_floats * 4 >> 20,
+        options.in_flight
+    );
+    let s = runtime.default_stream();
+    let host: Vec<Vec<f32>> = (0..options.chunks).map(|i| vec![i as f32; options.chunk_floats]).collect();
+    let slots = (0..options.in_flight.min(options.chunks))
+        .map(|_| {
+            let bytes = (options.chunk_floats * 4) as u64;
+            Ok(Slot { input: s.zeros(bytes)?, output: s.zeros(bytes)? })
+        })
+        .collect::<weir_core::Result<Vec<_>>>()?;
+    let mut pipeline = Pipeline { runtime: &runtime, kernel: transform_kernel(), host, slots, iters: 1 };
+
+    // Balance the stages: the smallest power of two of iterations whose
+    // compute takes as long as the slower copy.
+    let mut alone = pipeline.stages_alone(&s)?;
+    let copies = alone[0].max(alone[2]);
+    while alone[1] < copies && pipeline.iters < 1 << 14 {
+        pipeline.iters *= 2;
+        alone = pipeline.stages_alone(&s)?;
+    }
+    let bytes = pipeline.bytes();
+    let slowest = alone.iter().copied().max().unwrap_or_default();
+    println!(
+        "stages alone on one stream: upload {:.2} GB/s, compute ({} iterations) {:.2} GB/s, download {:.2} GB/s",
+        gbps(bytes, alone[0]),
+        pipeline.iters,
+        gbps(bytes, alone[1]),
+        gbps(bytes, alone[2])
     );
 
-    let resolved = block_on(join_all(
-        fences.iter().map(|(chunk, fence)| async move { fence.wait_async().await.map(|()| (*chunk, start.elapsed())) }),
-    ));
-    for outcome in resolved {
-        let (chunk, at) = outcome?;
-        println!("  chunk {chunk}: compute fence resolved after {:7.2} ms", at.as_secs_f64() * 1e3);
-    }
-    let synced = Instant::now();
-    block_on(reduce.sync())?;
-    println!("  reduce stream synced {:.2} ms later", synced.elapsed().as_secs_f64() * 1e3);
+    let (upload, compute, download) = (runtime.new_stream()?, runtime.new_stream()?, runtime.new_stream()?);
+    let waits_before = runtime.diagnostics().inserted_waits;
+    let (pipelined, timeline) = pipeline.run(&upload, &compute, &download)?;
+    let waits = runtime.diagnostics().inserted_waits - waits_before;
+    let (one_stream, _) = pipeline.run(&s, &s, &s)?;
 
-    let expected: f32 = (0..CHUNKS).map(|i| 2.0 * i as f32 + 1.0).sum();
-    let got = reduce.read_as::<f32>(&total)?;
-    let correct = got.iter().all(|&v| v == expected);
-    println!("total = {} everywhere: {}", expected, if correct { "correct" } else { "WRONG" });
-    runtime.close()?;
-    if correct {
-        Ok(())
-    } else {
-        Err("the pipeline computed a wrong total".into())
+    println!(
+        "timeline of the pipelined run (ms from its start; a stage starts once its input and its stream are free):"
+    );
+    println!("{:>6} {:>18} {:>18} {:>18}", "chunk", "upload", "compute", "download");
+    let k = pipeline.slots.len();
+    for (i, end) in timeline.iter().enumerate() {
+        let before = |stage: fn(&Ends) -> Duration| if i > 0 { stage(&timeline[i - 1]) } else { Duration::ZERO };
+        let slot_free = |stage: fn(&Ends) -> Duration| if i >= k { stage(&timeline[i - k]) } else { Duration::ZERO };
+        let upload_start = before(|e| e.upload).max(slot_free(|e| e.compute));
+        let compute_start = before(|e| e.compute).max(end.upload).max(slot_free(|e| e.download));
+        let download_start = before(|e| e.download).max(end.compute);
+        let span = |from: Duration, to: Duration| format!("{:7.2} - {:7.2}", millis(from), millis(to.max(from)));
+        println!(
+            "{i:>6} {:>18} {:>18} {:>18}",
+            span(upload_start, end.upload),
+            span(compute_start, end.compute),
+            span(download_start, end.download)
+        );
     }
+    let backend = runtime.info().backend.name();
+    let figures = [
+        ("pipeline, 3 streams", gbps(bytes, pipelined), None),
+        ("slowest stage alone", gbps(bytes, slowest), None),
+        ("one stream", gbps(bytes, one_stream), None),
+        ("pipeline / slowest stage", pipelined.as_secs_f64().recip() / slowest.as_secs_f64().recip(), Some(0.85)),
+        ("pipeline / one stream", one_stream.as_secs_f64() / pipelined.as_secs_f64(), Some(2.0)),
+    ];
+    for (name, value, target) in figures {
+        let target = target.map_or("null".to_owned(), |t| format!("{t}"));
+        println!("{{\"backend\":\"{backend}\",\"demo\":\"{name}\",\"value\":{value:.3},\"target\":{target}}}");
+    }
+    println!(
+        "pipelined {:.2} GB/s ({:.2}x the slowest stage alone, {:.2}x one stream); {} cross-stream waits inserted for {} chunks",
+        gbps(bytes, pipelined),
+        slowest.as_secs_f64() / pipelined.as_secs_f64(),
+        one_stream.as_secs_f64() / pipelined.as_secs_f64(),
+        waits,
+        options.chunks
+    );
+    println!("every chunk read back correct");
+    runtime.close()?;
+    Ok(())
 }
