@@ -86,7 +86,7 @@ fn lay_out(library: &Path) -> Result {
 /// 4. An idle stream's `sync()` returns at once. Every UniFFI async call
 ///    creates a Rust future, lowers its arguments into `RustBuffer`s, polls
 ///    (Rust calls back into the JVM even when the future is ready), completes
-///    and frees it. `Stream.sync()` without a token first asks `isSynced()`
+///    and frees it. `WeirStream.sync()` without a token first asks `isSynced()`
 ///    (all work done, no failure to report; it takes nothing) and, if so,
 ///    returns without suspending, cancellation checked as a suspension would.
 fn patch_generated() -> Result {
@@ -122,8 +122,8 @@ fn patch_generated() -> Result {
         (
             "idle sync",
             One,
-            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_stream_sync(",
-            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_stream_sync(",
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
         ),
     ];
     let file = generated_sources().join("dev/weir/weir.kt");
@@ -190,7 +190,7 @@ pub fn demo(args: &[String]) -> Result {
 
 /// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
 /// trivial call (`index()`) and of a suspend round trip (`sync()` on an idle
-/// stream, `executeAsync` with a no-op kernel) beside the same weir-ffi calls
+/// stream, `executeAndWait` with a no-op kernel) beside the same weir-ffi calls
 /// made from Rust in the same run, then
 /// the same with JNA's default thread policy for the waking thread, for comparison.
 pub fn bench(args: &[String]) -> Result {

@@ -144,7 +144,7 @@ pub fn demo(args: &[String]) -> Result {
 
 /// `cargo xtask bench --swift [--backend NAME]`: the Swift cost of a trivial
 /// call (`index()`) and of an async round trip (`sync()` on an idle stream,
-/// `executeAsync` of a no-op), with and without the cancellation token the
+/// `executeAndWait` of a no-op), with and without the cancellation token the
 /// plain calls set up, beside the same weir-ffi calls made from Rust in the
 /// same run (`rust/ffi/examples/round_trip.rs`). Both use release builds with
 /// `test-support` (the no-op is the delay op).

@@ -8,7 +8,7 @@
 use std::time::Instant;
 
 use futures::executor::block_on;
-use weir_ffi::{Arg, Backend, BuiltinOp, Grid, Kernel, Runtime};
+use weir_ffi::{Arg, Backend, BuiltinOp, Grid, Kernel, WeirRuntime};
 
 fn median_micros(iterations: usize, mut call: impl FnMut()) -> f64 {
     for _ in 0..iterations / 10 {
@@ -35,7 +35,7 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         "auto" => Backend::Auto,
         _ => Backend::Cpu,
     };
-    let runtime = Runtime::open(backend)?;
+    let runtime = WeirRuntime::open(backend)?;
     let stream = runtime.default_stream();
     let kernel = Kernel::builtin(BuiltinOp::Delay);
     let index = median_micros(200_000, || {
@@ -45,8 +45,10 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         let _ = block_on(stream.sync(None));
     });
     let execute = median_micros(10_000, || {
-        let _ = block_on(stream.execute_async(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
+        let _ = block_on(stream.execute_and_wait(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
     });
-    println!("--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_async_noop {execute:.4}");
+    println!(
+        "--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_and_wait_noop {execute:.4}"
+    );
     runtime.shutdown()
 }

@@ -59,7 +59,7 @@ pub struct KernelSource {
     pub entry: String,
 }
 
-/// A kernel to launch with `Stream.execute`: a built-in op, or a custom kernel
+/// A kernel to launch with `WeirStream.execute`: a built-in op, or a custom kernel
 /// with a source per backend. Launching a kernel on a backend it has no source
 /// for fails with `Unsupported` (custom CPU kernels are Rust closures, so they
 /// exist only in Rust).

@@ -3,7 +3,7 @@
 //! The UniFFI surface of Weir, for Kotlin and Swift. Conversion only: every
 //! behaviour lives in `weir-core`.
 //!
-//! - **Objects** ([`Runtime`], [`Stream`], [`Buffer`], [`Fence`], [`Kernel`],
+//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Kernel`],
 //!   [`CancelToken`], and `Hold` with `test-support`) each wrap one core
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
@@ -39,9 +39,9 @@ pub use error::WeirError;
 pub use fence::Fence;
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, Grid};
-pub use runtime::Runtime;
+pub use runtime::WeirRuntime;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
-pub use stream::Stream;
+pub use stream::WeirStream;
 
 uniffi::setup_scaffolding!("weir");

@@ -6,29 +6,32 @@ use crate::cancel::{cancellable, CancelToken};
 use crate::error::Result;
 use crate::fence::Fence;
 use crate::records::{Backend, DeviceInfo, Diagnostics};
-use crate::stream::Stream;
+use crate::stream::WeirStream;
 
 /// One device on one backend.
 ///
 /// Lifetime: every handle made from a runtime (stream, buffer, fence) keeps it
-/// alive, so a garbage-collected or released `Runtime` object ends nothing
+/// alive, so a garbage-collected or released `WeirRuntime` object ends nothing
 /// while its streams are in use. `shutdown()` is the explicit end: it waits
 /// for all work in flight, then releases the device; later calls fail with
 /// `Closed`, and every caller returns once that is done. When the last handle
 /// goes without a shutdown, the work admitted so far completes and the device
 /// is released in the background: no cleaner or `deinit` thread waits for it.
+///
+/// Named `WeirRuntime` so that it hides no platform type (Java's
+/// `java.lang.Runtime`, imported everywhere); the core calls it `Runtime`.
 #[derive(Debug, uniffi::Object)]
-pub struct Runtime {
+pub struct WeirRuntime {
     inner: weir_core::Runtime,
 }
 
 #[uniffi::export]
-impl Runtime {
+impl WeirRuntime {
     /// Opens the device of `backend`. A backend that cannot run here fails with
     /// `Unavailable`, naming what is missing.
     #[uniffi::constructor]
     pub fn open(backend: Backend) -> Result<Arc<Self>> {
-        Ok(Arc::new(Runtime { inner: weir_core::Runtime::open(backend.into())? }))
+        Ok(Arc::new(WeirRuntime { inner: weir_core::Runtime::open(backend.into())? }))
     }
 
     /// The device this runtime drives.
@@ -37,13 +40,13 @@ impl Runtime {
     }
 
     /// The stream every runtime starts with.
-    pub fn default_stream(&self) -> Arc<Stream> {
-        Arc::new(Stream::new(self.inner.default_stream()))
+    pub fn default_stream(&self) -> Arc<WeirStream> {
+        Arc::new(WeirStream::new(self.inner.default_stream()))
     }
 
     /// A new stream.
-    pub fn new_stream(&self) -> Result<Arc<Stream>> {
-        Ok(Arc::new(Stream::new(self.inner.new_stream()?)))
+    pub fn new_stream(&self) -> Result<Arc<WeirStream>> {
+        Ok(Arc::new(WeirStream::new(self.inner.new_stream()?)))
     }
 
     /// A fence on all work admitted on every stream so far.

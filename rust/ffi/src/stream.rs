@@ -12,16 +12,25 @@ use crate::records::{Arg, Grid};
 /// An ordered queue of device work. Any thread may submit to any stream; ops
 /// on different streams are ordered exactly as their buffers need.
 ///
-/// Async calls admit their op at once and then suspend until it is done; the
-/// optional `cancel` token ends the wait (never the work) with `Cancelled`.
+/// Named `WeirStream` so that it hides no platform type (Swift's
+/// `Foundation.Stream`); the core calls it `Stream`.
+///
+/// One naming rule for every call: a plain verb (`execute`, `memset_zero`,
+/// `write`) enqueues and returns once the op is admitted, not once it is
+/// done; the same verb with `_and_wait` (Kotlin `…AndWait`, a suspend
+/// function; Swift, an async one) enqueues, then waits without blocking a
+/// thread until this stream has run it. A read returns data, so it always
+/// waits: `read` without blocking a thread, `read_blocking` blocking it.
+/// The optional `cancel` token of a waiting call ends the wait (never the
+/// work) with `Cancelled`.
 #[derive(Debug, uniffi::Object)]
-pub struct Stream {
+pub struct WeirStream {
     inner: weir_core::Stream,
 }
 
-impl Stream {
+impl WeirStream {
     pub(crate) fn new(inner: weir_core::Stream) -> Self {
-        Stream { inner }
+        WeirStream { inner }
     }
 
     fn admit(&self, kernel: &Kernel, grid: Grid, args: &[Arg]) -> Result<()> {
@@ -34,10 +43,18 @@ impl Stream {
     fn completion(&self) -> Result<weir_core::CompletionWait> {
         Ok(self.inner.fence()?.wait_async())
     }
+
+    /// Admits a read of `length` bytes of `buffer` from `offset` (no length:
+    /// to the end of the buffer).
+    fn admit_read(&self, buffer: &Buffer, offset: u64, length: Option<u64>) -> Result<weir_core::PendingRead> {
+        let buffer = buffer.core();
+        let length = length.unwrap_or_else(|| buffer.len().saturating_sub(offset));
+        Ok(self.inner.enqueue_read_at(buffer, offset, length)?)
+    }
 }
 
 #[uniffi::export]
-impl Stream {
+impl WeirStream {
     /// The stream's index in its runtime (0 is the default stream).
     pub fn index(&self) -> u32 {
         u32::try_from(self.inner.index()).unwrap_or(u32::MAX)
@@ -66,7 +83,7 @@ impl Stream {
 
     /// Enqueues `kernel` over `args`, then suspends until this stream has run it.
     #[uniffi::method(default(cancel = None))]
-    pub async fn execute_async(
+    pub async fn execute_and_wait(
         &self,
         kernel: Arc<Kernel>,
         grid: Grid,
@@ -77,17 +94,30 @@ impl Stream {
         cancellable(self.completion()?, cancel).await
     }
 
-    /// Zeroes every byte of `buffer` on the device (scheduler-managed: ordered
-    /// after its readers and writers on every stream), then suspends until done.
+    /// Enqueues zeroing every byte of `buffer` on the device (ordered after its
+    /// readers and writers on every stream). Returns once admitted, not once done.
+    pub fn memset_zero(&self, buffer: Arc<Buffer>) -> Result<()> {
+        Ok(self.inner.memset_zero(buffer.core())?)
+    }
+
+    /// Enqueues zeroing every byte of `buffer`, then suspends until this stream has done it.
     #[uniffi::method(default(cancel = None))]
-    pub async fn memset_zero(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<()> {
+    pub async fn memset_zero_and_wait(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         self.inner.memset_zero(buffer.core())?;
         cancellable(self.completion()?, cancel).await
     }
 
-    /// Copies `data` into `buffer` at byte `offset`, then suspends until done.
+    /// Enqueues a copy of `data` into `buffer` at byte `offset`. Returns once
+    /// admitted (the data is copied by then), not once done.
+    #[uniffi::method(default(offset = 0))]
+    pub fn write(&self, buffer: Arc<Buffer>, data: Vec<u8>, offset: u64) -> Result<()> {
+        Ok(self.inner.write(buffer.core(), offset, &data)?)
+    }
+
+    /// Enqueues a copy of `data` into `buffer` at byte `offset`, then suspends
+    /// until this stream has done it.
     #[uniffi::method(default(offset = 0, cancel = None))]
-    pub async fn write(
+    pub async fn write_and_wait(
         &self,
         buffer: Arc<Buffer>,
         data: Vec<u8>,
@@ -98,17 +128,25 @@ impl Stream {
         cancellable(self.completion()?, cancel).await
     }
 
-    /// Reads the whole of `buffer` once its latest write (on any stream) is
-    /// done, without blocking a thread.
-    #[uniffi::method(default(cancel = None))]
-    pub async fn read(&self, buffer: Arc<Buffer>, cancel: Option<Arc<CancelToken>>) -> Result<Vec<u8>> {
-        let pending = self.inner.enqueue_read(buffer.core())?;
+    /// Reads `length` bytes of `buffer` from byte `offset` (by default the
+    /// whole buffer) once its latest write (on any stream) is done, without
+    /// blocking a thread.
+    #[uniffi::method(default(offset = 0, length = None, cancel = None))]
+    pub async fn read(
+        &self,
+        buffer: Arc<Buffer>,
+        offset: u64,
+        length: Option<u64>,
+        cancel: Option<Arc<CancelToken>>,
+    ) -> Result<Vec<u8>> {
+        let pending = self.admit_read(&buffer, offset, length)?;
         cancellable(pending, cancel).await
     }
 
-    /// Reads `len` bytes of `buffer` from `offset`, blocking the calling thread.
-    pub fn read_blocking(&self, buffer: Arc<Buffer>, offset: u64, len: u64) -> Result<Vec<u8>> {
-        Ok(self.inner.enqueue_read_at(buffer.core(), offset, len)?.wait()?)
+    /// What [`WeirStream::read`] reads, blocking the calling thread until then.
+    #[uniffi::method(default(offset = 0, length = None))]
+    pub fn read_blocking(&self, buffer: Arc<Buffer>, offset: u64, length: Option<u64>) -> Result<Vec<u8>> {
+        Ok(self.admit_read(&buffer, offset, length)?.wait()?)
     }
 
     /// A fence on all work admitted on this stream so far.
@@ -119,7 +157,7 @@ impl Stream {
     /// Suspends until all work admitted on this stream so far is done. On the
     /// CPU and wgpu backends an idle stream answers at once, without a wake-up;
     /// CUDA and HIP always go through their completion thread. (The Kotlin
-    /// binding asks [`Stream::is_synced`] first and, when it says yes and no
+    /// binding asks [`WeirStream::is_synced`] first and, when it says yes and no
     /// token is given, returns without creating a Rust future at all.)
     #[uniffi::method(default(cancel = None))]
     pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
@@ -137,7 +175,7 @@ impl Stream {
 
 #[cfg(feature = "test-support")]
 #[uniffi::export]
-impl Stream {
+impl WeirStream {
     /// Admits an op that writes `buffer` and fails with `message`, as a failed
     /// kernel would: its readers on every stream fail with it. Test support.
     pub fn fail_write(&self, buffer: Arc<Buffer>, message: String) -> Result<()> {

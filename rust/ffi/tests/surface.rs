@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use futures::FutureExt;
-use weir_ffi::{Access, Arg, Backend, BuiltinOp, CancelToken, Grid, Kernel, Runtime, WeirError};
+use weir_ffi::{Access, Arg, Backend, BuiltinOp, CancelToken, Grid, Kernel, WeirError, WeirRuntime};
 
 fn grid() -> Grid {
     weir_ffi::grid_linear(1, 1)
@@ -31,32 +31,81 @@ fn eventually(mut probe: impl FnMut() -> bool) -> bool {
     false
 }
 
+fn axpy(x: &Arc<weir_ffi::Buffer>, y: &Arc<weir_ffi::Buffer>, alpha: f32) -> Vec<Arg> {
+    vec![
+        Arg::Buffer { buffer: x.clone(), access: Access::Read },
+        Arg::Buffer { buffer: y.clone(), access: Access::ReadWrite },
+        Arg::F32 { value: alpha },
+    ]
+}
+
 #[test]
-fn execute_async_write_read_and_memset_zero_give_exact_results() {
-    let runtime = Runtime::open(Backend::Cpu).unwrap();
+fn plain_verbs_return_once_admitted_before_the_work_is_done() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let x = stream.upload(bytes(&[1.0, 2.0, 3.0])).unwrap();
     let y = stream.zeros(12).unwrap();
-    block_on(stream.write(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0, None)).unwrap();
-    block_on(stream.execute_async(
-        Kernel::builtin(BuiltinOp::Axpy),
-        grid(),
-        vec![
-            Arg::Buffer { buffer: x.clone(), access: Access::Read },
-            Arg::Buffer { buffer: y.clone(), access: Access::ReadWrite },
-            Arg::F32 { value: 2.0 },
-        ],
-        None,
-    ))
-    .unwrap();
-    assert_eq!(floats(&block_on(stream.read(y.clone(), None)).unwrap()), [12.0, 24.0, 36.0]);
-    block_on(stream.memset_zero(y.clone(), None)).unwrap();
-    assert_eq!(floats(&block_on(stream.read(y, None)).unwrap()), [0.0, 0.0, 0.0]);
+    let hold = stream.hold().unwrap();
+    stream.write(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0).unwrap();
+    stream.execute(Kernel::builtin(BuiltinOp::Axpy), grid(), axpy(&x, &y, 2.0)).unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    let fence = stream.fence().unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    assert!(!fence.is_complete(), "the enqueued ops ran past the hold");
+    hold.release();
+    fence.wait_blocking().unwrap();
+    assert_eq!(floats(&stream.read_blocking(y, 0, None).unwrap()), [12.0, 24.0, 36.0]);
+    assert_eq!(floats(&stream.read_blocking(x, 0, None).unwrap()), [0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn and_wait_forms_wait_until_the_stream_has_run_the_op() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0])).unwrap();
+    let y = stream.zeros(12).unwrap();
+    let hold = stream.hold().unwrap();
+    let mut write = Box::pin(stream.write_and_wait(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0, None));
+    assert!((&mut write).now_or_never().is_none(), "write_and_wait finished behind a hold");
+    hold.release();
+    block_on(write).unwrap();
+    assert!(stream.is_synced());
+
+    let hold = stream.hold().unwrap();
+    let mut execute =
+        Box::pin(stream.execute_and_wait(Kernel::builtin(BuiltinOp::Axpy), grid(), axpy(&x, &y, 2.0), None));
+    assert!((&mut execute).now_or_never().is_none(), "execute_and_wait finished behind a hold");
+    hold.release();
+    block_on(execute).unwrap();
+    assert_eq!(floats(&block_on(stream.read(y.clone(), 0, None, None)).unwrap()), [12.0, 24.0, 36.0]);
+
+    let hold = stream.hold().unwrap();
+    let mut zero = Box::pin(stream.memset_zero_and_wait(y.clone(), None));
+    assert!((&mut zero).now_or_never().is_none(), "memset_zero_and_wait finished behind a hold");
+    hold.release();
+    block_on(zero).unwrap();
+    assert_eq!(floats(&stream.read_blocking(y, 0, None).unwrap()), [0.0, 0.0, 0.0]);
+}
+
+#[test]
+fn read_and_read_blocking_take_the_same_range() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let buffer = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 0, None, None)).unwrap()), [1.0, 2.0, 3.0, 4.0]);
+    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 4, Some(8), None)).unwrap()), [2.0, 3.0]);
+    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 8, None, None)).unwrap()), [3.0, 4.0]);
+    assert_eq!(floats(&stream.read_blocking(buffer.clone(), 4, Some(8)).unwrap()), [2.0, 3.0]);
+    assert_eq!(floats(&stream.read_blocking(buffer.clone(), 12, None).unwrap()), [4.0]);
+    assert!(matches!(stream.read_blocking(buffer.clone(), 8, Some(12)), Err(WeirError::OutOfRange { .. })));
+    assert!(matches!(block_on(stream.read(buffer.clone(), 20, None, None)), Err(WeirError::OutOfRange { .. })));
+    // Refused reads changed nothing: the buffer reads as before.
+    assert_eq!(floats(&stream.read_blocking(buffer, 0, None).unwrap()), [1.0, 2.0, 3.0, 4.0]);
 }
 
 #[test]
 fn cancel_token_ends_a_gated_wait_and_leaves_no_waiter() {
-    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let hold = stream.hold().unwrap();
     let token = CancelToken::new();
@@ -78,7 +127,7 @@ fn cancel_token_ends_a_gated_wait_and_leaves_no_waiter() {
 
 #[test]
 fn a_dropped_wait_leaves_no_waiter_or_fence() {
-    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let hold = stream.hold().unwrap();
     let mut wait = Box::pin(stream.sync(None));
@@ -92,10 +141,10 @@ fn a_dropped_wait_leaves_no_waiter_or_fence() {
 
 #[test]
 fn errors_arrive_as_their_typed_variant() {
-    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let small = stream.zeros(4).unwrap();
-    match block_on(stream.write(small.clone(), vec![0; 8], 0, None)) {
+    match stream.write(small.clone(), vec![0; 8], 0) {
         Err(WeirError::OutOfRange { description: message }) => {
             assert!(message.contains("8 bytes at offset 0 do not fit in a buffer of 4 bytes"), "{message}")
         }
@@ -114,13 +163,13 @@ fn errors_arrive_as_their_typed_variant() {
         stream.execute(Kernel::builtin(BuiltinOp::Delay), bad_grid, vec![Arg::U32 { value: 0 }]),
         Err(WeirError::InvalidArgument { .. })
     ));
-    let other = Runtime::open(Backend::Cpu).unwrap();
-    assert!(matches!(block_on(other.default_stream().memset_zero(small, None)), Err(WeirError::ForeignHandle { .. })));
+    let other = WeirRuntime::open(Backend::Cpu).unwrap();
+    assert!(matches!(other.default_stream().memset_zero(small), Err(WeirError::ForeignHandle { .. })));
 }
 
 #[test]
 fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
-    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let buffer = stream.zeros(4).unwrap();
     stream.execute(Kernel::builtin(BuiltinOp::Delay), grid(), vec![Arg::U32 { value: 20_000 }]).unwrap();
@@ -129,6 +178,6 @@ fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
     assert!(fence.is_complete(), "shutdown waits for work in flight");
     runtime.shutdown().unwrap();
     assert!(matches!(block_on(stream.sync(None)), Err(WeirError::Closed { .. })));
-    assert!(matches!(block_on(stream.read(buffer, None)), Err(WeirError::Closed { .. })));
+    assert!(matches!(block_on(stream.read(buffer, 0, None, None)), Err(WeirError::Closed { .. })));
     let _ = Arc::strong_count(&runtime);
 }

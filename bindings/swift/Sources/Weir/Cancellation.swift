@@ -37,7 +37,7 @@ func cancellable<T: Sendable>(_ wait: (CancelToken) async throws -> T) async thr
     }
 }
 
-extension Runtime {
+extension WeirRuntime {
     /// Suspends until all work admitted on every stream so far is done.
     /// Cancelling the Task ends the wait with `CancellationError`.
     public func sync() async throws {
@@ -45,7 +45,7 @@ extension Runtime {
     }
 }
 
-extension Stream {
+extension WeirStream {
     /// Suspends until all work admitted on this stream so far is done; an idle
     /// stream answers at once. Cancelling the Task ends the wait with
     /// `CancellationError`.
@@ -61,30 +61,32 @@ extension Stream {
 
     /// Enqueues `kernel` over `args`, then suspends until this stream has run it.
     /// Cancelling the Task ends the wait (not the kernel) with `CancellationError`.
-    public func executeAsync(kernel: Kernel, grid: Grid, args: [Arg]) async throws {
+    public func executeAndWait(kernel: Kernel, grid: Grid, args: [Arg]) async throws {
         try await cancellable {
-            try await self.executeAsync(kernel: kernel, grid: grid, args: args, cancel: $0)
+            try await self.executeAndWait(kernel: kernel, grid: grid, args: args, cancel: $0)
         }
     }
 
-    /// Zeroes every byte of `buffer` on the device, ordered after its readers
-    /// and writers on every stream, then suspends until done.
+    /// Enqueues zeroing every byte of `buffer` on the device, ordered after its
+    /// readers and writers on every stream, then suspends until this stream has done it.
     /// Cancelling the Task ends the wait (not the memset) with `CancellationError`.
-    public func memsetZero(buffer: Buffer) async throws {
-        try await cancellable { try await self.memsetZero(buffer: buffer, cancel: $0) }
+    public func memsetZeroAndWait(buffer: Buffer) async throws {
+        try await cancellable { try await self.memsetZeroAndWait(buffer: buffer, cancel: $0) }
     }
 
-    /// Reads the whole of `buffer` once its latest write (on any stream) is done.
+    /// Reads `length` bytes of `buffer` from byte `offset` (by default the
+    /// whole buffer) once its latest write (on any stream) is done.
     /// Cancelling the Task ends the wait with `CancellationError`.
-    public func read(buffer: Buffer) async throws -> Data {
-        try await cancellable { try await self.read(buffer: buffer, cancel: $0) }
+    public func read(buffer: Buffer, offset: UInt64 = 0, length: UInt64? = nil) async throws -> Data {
+        try await cancellable { try await self.read(buffer: buffer, offset: offset, length: length, cancel: $0) }
     }
 
-    /// Copies `data` into `buffer` at byte `offset`, then suspends until done.
+    /// Enqueues a copy of `data` into `buffer` at byte `offset`, then suspends
+    /// until this stream has done it.
     /// Cancelling the Task ends the wait (not the copy) with `CancellationError`.
-    public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) async throws {
+    public func writeAndWait(buffer: Buffer, data: Data, offset: UInt64 = 0) async throws {
         try await cancellable {
-            try await self.write(buffer: buffer, data: data, offset: offset, cancel: $0)
+            try await self.writeAndWait(buffer: buffer, data: data, offset: offset, cancel: $0)
         }
     }
 }

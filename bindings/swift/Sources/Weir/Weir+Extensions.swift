@@ -68,7 +68,7 @@ extension Buffer {
 
 // MARK: - Typed buffers
 
-extension Stream {
+extension WeirStream {
     /// A buffer holding `values`, uploaded on this stream.
     public func upload<T: DeviceScalar>(_ values: [T]) throws -> Buffer {
         try upload(data: Data(scalars: values))
@@ -91,12 +91,20 @@ extension Stream {
         try await read(buffer: buffer).scalars(of: T.self)
     }
 
-    /// Writes `values` into `buffer` from element `index` on, then suspends
-    /// until done; a bad `index` is reported in elements, as given.
-    /// Cancelling the Task ends the wait with `CancellationError`.
-    public func write<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) async throws {
+    /// Enqueues writing `values` into `buffer` from element `index` on; returns
+    /// once admitted (the values are copied by then), not once done. A bad
+    /// `index` is reported in elements, as given.
+    public func write<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) throws {
         let offset = try byteOffset(ofElement: index, writing: values.count, into: buffer, of: T.self)
-        try await write(buffer: buffer, data: Data(scalars: values), offset: offset)
+        try write(buffer: buffer, data: Data(scalars: values), offset: offset)
+    }
+
+    /// Writes `values` into `buffer` from element `index` on as `write` does,
+    /// then suspends until this stream has done it.
+    /// Cancelling the Task ends the wait with `CancellationError`.
+    public func writeAndWait<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) async throws {
+        let offset = try byteOffset(ofElement: index, writing: values.count, into: buffer, of: T.self)
+        try await writeAndWait(buffer: buffer, data: Data(scalars: values), offset: offset)
     }
 }
 
@@ -125,8 +133,9 @@ extension Arg {
 }
 
 /// The built-in ops, enqueued on the stream (they return once admitted, not
-/// once done: await `sync()`, a fence or a read for that). The same on every backend.
-extension Stream {
+/// once done: await `sync()`, a fence or a read for that, or launch the
+/// kernel with `executeAndWait`). The same on every backend.
+extension WeirStream {
     private func builtin(_ op: BuiltinOp, _ args: [Arg]) throws {
         try execute(kernel: Builtins.kernel(op), grid: Grid(), args: args)
     }
@@ -177,12 +186,12 @@ extension Stream {
     }
 }
 
-// MARK: - Runtime
+// MARK: - WeirRuntime
 
-extension Runtime {
+extension WeirRuntime {
     /// Opens the best available backend: CUDA, then HIP, then a hardware wgpu
     /// adapter, then the CPU.
-    public static func open() throws -> Runtime {
+    public static func open() throws -> WeirRuntime {
         try open(backend: .auto)
     }
 }
@@ -194,14 +203,14 @@ extension WeirError: CustomStringConvertible {
     /// every case carries after its typed fields).
     public var message: String {
         switch self {
-        case .unavailable(_, let text), .unsupported(_, let text), .backend(_, let text):
+        case .unavailable(_, let text), .unsupported(_, let text), .backend(_, let text), .deviceLost(_, let text):
             return text
         case .opFailed(_, let text):
             return text
         case .outOfMemory(_, _, let text):
             return text
         case .invalidArgument(let text), .outOfRange(let text), .foreignHandle(let text), .closed(let text),
-            .cancelled(let text):
+            .bug(let text), .cancelled(let text):
             return text
         }
     }

@@ -87,7 +87,7 @@ let rust = baselines(in: arguments)
 /// would hop to the cooperative pool and back, timing two thread switches
 /// instead of the call.
 @Sendable func measure() async throws -> [Figure] {
-    let runtime = try Runtime.open(backend: backend)
+    let runtime = try WeirRuntime.open(backend: backend)
     let stream = runtime.defaultStream()
     // The delay op with 0 µs: an op that does nothing, on every backend (a test
     // hook, which the development package's library has).
@@ -109,23 +109,23 @@ let rust = baselines(in: arguments)
     figures.append(Figure(backend: name, name: "swift: sync(cancel: nil), idle stream", weir: syncNoToken,
                           baseline: rust["sync_idle"], note: "\(note); no token: always the Rust future"))
     let execute = try await medianMicros(10_000) {
-        try await stream.executeAsync(kernel: noop, grid: Grid(), args: noopArgs)
+        try await stream.executeAndWait(kernel: noop, grid: Grid(), args: noopArgs)
     }
-    figures.append(Figure(backend: name, name: "swift: executeAsync(no-op kernel)", weir: execute,
-                          baseline: rust["execute_async_noop"],
+    figures.append(Figure(backend: name, name: "swift: executeAndWait(no-op kernel)", weir: execute,
+                          baseline: rust["execute_and_wait_noop"],
                           note: "\(note); Task cancellation forwarded (the plain call); target <= Rust + 3 us"))
     let executeNoToken = try await medianMicros(10_000) {
-        try await stream.executeAsync(kernel: noop, grid: Grid(), args: noopArgs, cancel: nil)
+        try await stream.executeAndWait(kernel: noop, grid: Grid(), args: noopArgs, cancel: nil)
     }
-    figures.append(Figure(backend: name, name: "swift: executeAsync(no-op, cancel: nil)", weir: executeNoToken,
-                          baseline: rust["execute_async_noop"], note: "\(note); no cancellation token"))
+    figures.append(Figure(backend: name, name: "swift: executeAndWait(no-op, cancel: nil)", weir: executeNoToken,
+                          baseline: rust["execute_and_wait_noop"], note: "\(note); no cancellation token"))
     try runtime.shutdown()
     return figures
 }
 
 let figures = try await Task.detached(operation: measure).value
 let sync = figures.first { $0.name.hasPrefix("swift: sync(),") }?.weir ?? .nan
-let execute = figures.first { $0.name.hasPrefix("swift: executeAsync(no-op kernel)") }?.weir ?? .nan
+let execute = figures.first { $0.name.hasPrefix("swift: executeAndWait(no-op kernel)") }?.weir ?? .nan
 for figure in figures { print(figure.json) }
 print()
 func column(_ text: String, _ width: Int) -> String { text.padding(toLength: max(width, text.count), withPad: " ", startingAt: 0) }
@@ -137,5 +137,5 @@ for figure in figures {
           right(figure.ratio.map { String(format: "%.3f", $0) } ?? "-", 8), " \(figure.note)")
 }
 print()
-print(String(format: "%@: idle sync() %.3f us (target <= 1 us); executeAsync no-op %.3f us = Rust %+.3f us (target <= +3 us)",
-             name, sync, execute, execute - (rust["execute_async_noop"] ?? .nan)))
+print(String(format: "%@: idle sync() %.3f us (target <= 1 us); executeAndWait no-op %.3f us = Rust %+.3f us (target <= +3 us)",
+             name, sync, execute, execute - (rust["execute_and_wait_noop"] ?? .nan)))

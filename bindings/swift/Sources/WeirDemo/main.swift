@@ -37,7 +37,7 @@ func runDemo() async throws -> Bool {
         print("usage: weir-demo [--backend auto|cpu|wgpu|cuda|hip]")
         return false
     }
-    let runtime = try Runtime.open(backend: backend)
+    let runtime = try WeirRuntime.open(backend: backend)
     print("weir demo (Swift) on \(runtime.info().backend) (\(runtime.info().name))")
 
     let (load, compute, reduce) = (try runtime.newStream(), try runtime.newStream(), try runtime.newStream())

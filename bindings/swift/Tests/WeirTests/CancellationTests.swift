@@ -7,21 +7,21 @@ import Weir
 
 /// Every async call of the surface, as a wait on a held stream.
 enum AsyncCall: String, CaseIterable, Sendable, CustomTestStringConvertible {
-    case streamSync, runtimeSync, fenceAwait, read, write, executeAsync, memsetZero
+    case streamSync, runtimeSync, fenceAwait, read, writeAndWait, executeAndWait, memsetZeroAndWait
     var testDescription: String { rawValue }
 
-    func start(runtime: Runtime, stream: Weir.Stream, buffer: Buffer) -> Task<Void, any Error> {
+    func start(runtime: WeirRuntime, stream: WeirStream, buffer: Buffer) -> Task<Void, any Error> {
         Task {
             switch self {
             case .streamSync: try await stream.sync()
             case .runtimeSync: try await runtime.sync()
             case .fenceAwait: try await stream.fence().await()
             case .read: _ = try await stream.read(buffer: buffer)
-            case .write: try await stream.write([Float(1)], to: buffer)
-            case .executeAsync:
-                try await stream.executeAsync(
+            case .writeAndWait: try await stream.writeAndWait([Float(1)], to: buffer)
+            case .executeAndWait:
+                try await stream.executeAndWait(
                     kernel: Kernel.builtin(op: .fillF32), grid: Grid(), args: [.write(buffer), .f32(value: 2)])
-            case .memsetZero: try await stream.memsetZero(buffer: buffer)
+            case .memsetZeroAndWait: try await stream.memsetZeroAndWait(buffer: buffer)
             }
         }
     }
@@ -84,7 +84,7 @@ struct CancellationTests {
         let buffer = try stream.zeros(count: 1000, of: UInt32.self)
         let gate = try Gate(stream, fallback: .milliseconds(500))
         let task = Task {
-            try await stream.executeAsync(
+            try await stream.executeAndWait(
                 kernel: Kernel.builtin(op: .iota), grid: Grid(), args: [.write(buffer), .u32(value: 5)])
         }
         _ = await eventually { runtime.diagnostics().liveWaiters >= 1 }

@@ -1,4 +1,4 @@
-// Awaiting completions: sync, executeAsync, memsetZero, read/write, fences.
+// Awaiting completions: sync, the enqueue and AndWait forms, read/write, fences.
 
 import Foundation
 import Testing
@@ -35,7 +35,7 @@ struct CompletionTests {
         #expect(try await stream.read(buffer, as: Float.self) == [Float](repeating: 7.5, count: 1024))
     }
 
-    @Test("Runtime.sync() covers every stream", arguments: TestBackend.allCases)
+    @Test("WeirRuntime.sync() covers every stream", arguments: TestBackend.allCases)
     func runtimeSyncCoversEveryStream(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }
         let (a, b) = (runtime.defaultStream(), try runtime.newStream())
@@ -50,8 +50,8 @@ struct CompletionTests {
         #expect(fa.isComplete() && fb.isComplete())
     }
 
-    @Test("executeAsync returns once the kernel has run, with its exact result", arguments: TestBackend.allCases)
-    func executeAsyncRunsTheKernel(backend: TestBackend) async throws {
+    @Test("executeAndWait returns once the kernel has run, with its exact result", arguments: TestBackend.allCases)
+    func executeAndWaitRunsTheKernel(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }
         let stream = runtime.defaultStream()
         let n: UInt32 = 10_000
@@ -60,21 +60,53 @@ struct CompletionTests {
         let returned = Flag()
         let started = ContinuousClock.now
         let running = Task {
-            try await stream.executeAsync(
+            try await stream.executeAndWait(
                 kernel: Kernel.builtin(op: .iota), grid: gridLinear(items: n, block: 64),
                 args: [.write(out), .u32(value: 100)])
             returned.set()
         }
         if gate.isHeld {
             try await Task.sleep(for: .milliseconds(50))
-            #expect(!returned.isSet, "executeAsync returned while its kernel was held")
+            #expect(!returned.isSet, "executeAndWait returned while its kernel was held")
             gate.release()
         }
         try await running.value
         if !gate.isHeld {
-            #expect(seconds(since: started) >= 0.25, "executeAsync returned before the delay ahead of it ran")
+            #expect(seconds(since: started) >= 0.25, "executeAndWait returned before the delay ahead of it ran")
         }
         #expect(try await stream.read(out, as: UInt32.self) == Array(100..<(100 + n)))
+    }
+
+    @Test("plain verbs return once admitted, their AndWait forms once the stream has run them",
+          arguments: TestBackend.allCases)
+    func plainVerbsEnqueueAndWaitFormsWait(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let stream = try runtime.newStream()
+        let values = try stream.upload([1, 2, 3, 4] as [UInt32])
+        let copy = try stream.zeros(count: 4, of: UInt32.self)
+        let gate = try Gate(stream, fallback: .milliseconds(300))
+        try stream.write([7] as [UInt32], to: values, at: 1)
+        try stream.execute(kernel: Kernel.builtin(op: .copy), grid: Grid(), args: [.read(values), .write(copy)])
+        try stream.memsetZero(buffer: values)
+        let fence = try stream.fence()
+        #expect(!fence.isComplete(), "an enqueued op ran past a held stream")
+        let returned = Flag()
+        let waiting = Task {
+            try await stream.writeAndWait([5] as [UInt32], to: copy, at: 3)
+            try await stream.executeAndWait(kernel: Kernel.builtin(op: .fillU32), grid: Grid(),
+                                            args: [.write(values), .u32(value: 9)])
+            try await stream.memsetZeroAndWait(buffer: values)
+            returned.set()
+        }
+        if gate.isHeld {
+            try await Task.sleep(for: .milliseconds(50))
+            #expect(!returned.isSet, "an AndWait call returned while its stream was held")
+            gate.release()
+        }
+        try await waiting.value
+        #expect(fence.isComplete(), "an AndWait call returned before the work ahead of it")
+        #expect(try await stream.read(copy, as: UInt32.self) == [1, 7, 3, 5])
+        #expect(try await stream.read(values, as: UInt32.self) == [0, 0, 0, 0])
     }
 
     @Test("memsetZero clears a dirty buffer, after its write on another stream", arguments: TestBackend.allCases)
@@ -87,7 +119,7 @@ struct CompletionTests {
         // A second write on `a`, held back: the memset on `b` must come after it.
         let gate = try Gate(a)
         try a.fill(dirty, with: Float(-1))
-        let zeroing = Task { try await b.memsetZero(buffer: dirty) }
+        let zeroing = Task { try await b.memsetZeroAndWait(buffer: dirty) }
         gate.release()
         try await zeroing.value
         #expect(try await b.read(dirty, as: Float.self) == [Float](repeating: 0, count: 4096))
@@ -100,22 +132,24 @@ struct CompletionTests {
         let stream = try runtime.newStream()
 
         let floats = try stream.zeros(count: 8, of: Float.self)
-        try await stream.write([1.5, -2.25, 3e-7] as [Float], to: floats, at: 2)
+        try stream.write([1.5, -2.25, 3e-7] as [Float], to: floats, at: 2)
         #expect(try await stream.read(floats, as: Float.self) == [0, 0, 1.5, -2.25, 3e-7, 0, 0, 0])
 
         let words = try stream.upload([UInt32.max, 0, 42] as [UInt32])
-        try await stream.write([7] as [UInt32], to: words, at: 1)
+        try stream.write([7] as [UInt32], to: words, at: 1)
         #expect(try await stream.read(words, as: UInt32.self) == [UInt32.max, 7, 42])
 
         let signed = try stream.empty(count: 3, of: Int32.self)
-        try await stream.write([Int32.min, -1, Int32.max], to: signed)
+        try stream.write([Int32.min, -1, Int32.max], to: signed)
         #expect(try await stream.read(signed, as: Int32.self) == [Int32.min, -1, Int32.max])
         #expect(signed.count(of: Int32.self) == 3)
 
         // Raw bytes, through the generated API.
         let raw = try stream.upload(data: Data([1, 2, 3, 4]))
-        try await stream.write(buffer: raw, data: Data([9, 9]), offset: 1)
+        try stream.write(buffer: raw, data: Data([9, 9]), offset: 1)
         #expect(try await stream.read(buffer: raw) == Data([1, 9, 9, 4]))
+        #expect(try await stream.read(buffer: raw, offset: 1, length: 2) == Data([9, 9]))
+        #expect(try stream.readBlocking(buffer: raw, offset: 2) == Data([9, 4]))
     }
 
     @Test("one fence is awaited by many Tasks and waited by threads", arguments: TestBackend.allCases)

@@ -76,7 +76,7 @@ struct CrossStreamTests {
         let out = try t.empty(count: n, of: Float.self)
         // Admission order is program order: the write of y on s, then its read on t.
         try s.axpy(2, x, y)
-        async let second: Void = t.executeAsync(
+        async let second: Void = t.executeAndWait(
             kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(x), .read(y), .write(out)])
         async let first: Void = s.sync()
         _ = try await (first, second)

@@ -149,7 +149,7 @@ struct ErrorTests {
     func unavailableBackendsAreNamed() async throws {
         for backend in [Backend.cuda, .hip] {
             let name = "\(backend)"
-            switch await outcome({ try Runtime.open(backend: backend) }) {
+            switch await outcome({ try WeirRuntime.open(backend: backend) }) {
             case .success(let runtime):
                 print("\(name) opened here (\(runtime.info().name)); nothing to check")
             case .failure(let error):
@@ -170,13 +170,13 @@ struct ErrorTests {
         let buffer = try stream.zeros(bytes: 4096)
 
         await expectWeirError("OutOfRange", mentioning: ["8 bytes at offset 4092", "4096"]) {
-            try await stream.write(buffer: buffer, data: Data(count: 8), offset: 4092)
+            try stream.write(buffer: buffer, data: Data(count: 8), offset: 4092)
         }
         await expectWeirError("InvalidArgument", mentioning: ["byte"]) {
             try stream.zeros(bytes: 0)
         }
         await expectWeirError("InvalidArgument", mentioning: ["nothing to write"]) {
-            try await stream.write(buffer: buffer, data: Data())
+            try stream.write(buffer: buffer, data: Data())
         }
         await expectWeirError("InvalidArgument", mentioning: ["fill_f32"]) {
             try stream.execute(kernel: Kernel.builtin(op: .fillF32), grid: Grid(), args: [.write(buffer)])
@@ -191,22 +191,22 @@ struct ErrorTests {
         }
         // The range as asked, not a saturated end.
         await expectWeirError("OutOfRange", mentioning: ["1 bytes at offset \(UInt64.max)", "do not fit"]) {
-            try await stream.write(buffer: buffer, data: Data(count: 1), offset: UInt64.max)
+            try stream.write(buffer: buffer, data: Data(count: 1), offset: UInt64.max)
         }
         await expectWeirError("OutOfRange", mentioning: ["2 bytes at offset \(UInt64.max)", "do not fit"]) {
-            try stream.readBlocking(buffer: buffer, offset: UInt64.max, len: 2)
+            try stream.readBlocking(buffer: buffer, offset: UInt64.max, length: 2)
         }
         let (small, out) = (try stream.zeros(bytes: 8), try stream.zeros(bytes: 4096))
         await expectWeirError("InvalidArgument", mentioning: ["add", "equal size"]) {
-            try await stream.executeAsync(
+            try await stream.executeAndWait(
                 kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(small), .write(out)])
         }
         await expectWeirError("InvalidArgument", mentioning: ["twice"]) {
-            try await stream.executeAsync(
+            try await stream.executeAndWait(
                 kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(buffer), .write(buffer)])
         }
         await expectWeirError("InvalidArgument", mentioning: ["axpy"]) {
-            try await stream.executeAsync(kernel: Kernel.builtin(op: .axpy), grid: Grid(), args: [.read(buffer)])
+            try await stream.executeAndWait(kernel: Kernel.builtin(op: .axpy), grid: Grid(), args: [.read(buffer)])
         }
         await expectWeirError("InvalidArgument", mentioning: []) {
             try stream.empty(count: -1, of: Float.self)
@@ -218,7 +218,7 @@ struct ErrorTests {
         }
         // And all the while the runtime kept working, on every stream.
         let other = try runtime.newStream()
-        try await other.write([Float(4), 5], to: buffer)
+        try other.write([Float(4), 5], to: buffer)
         #expect(try await stream.read(buffer, as: Float.self).prefix(2) == [4, 5])
     }
 
@@ -228,26 +228,26 @@ struct ErrorTests {
         let stream = runtime.defaultStream()
         let buffer = try stream.zeros(count: 4, of: Float.self)
         for write: () async throws -> Void in [
-            { try await stream.write([Float(1)], to: buffer, at: -1) },
-            { try await stream.write([UInt32(1)], to: buffer, at: -1) },
+            { try stream.write([Float(1)], to: buffer, at: -1) },
+            { try stream.write([UInt32(1)], to: buffer, at: -1) },
         ] {
             await expectWeirError("InvalidArgument", mentioning: ["element offset -1"], write)
             let message = await weirMessage(write)
             #expect(!message.contains("-4"), "a byte offset: \(message)")
         }
         for write: () async throws -> Void in [
-            { try await stream.write([Float(1), 2], to: buffer, at: 3) },
-            { try await stream.write([UInt32(1), 2], to: buffer, at: 3) },
+            { try stream.write([Float(1), 2], to: buffer, at: 3) },
+            { try stream.write([UInt32(1), 2], to: buffer, at: 3) },
         ] {
             await expectWeirError("OutOfRange", mentioning: ["2 elements", "element offset 3", "buffer of 4"], write)
             let message = await weirMessage(write)
             #expect(!message.contains("12") && !message.contains("16"), "byte units: \(message)")
         }
         await expectWeirError("OutOfRange", mentioning: ["element offset \(Int.max)"]) {
-            try await stream.write([Float(1)], to: buffer, at: Int.max)
+            try stream.write([Float(1)], to: buffer, at: Int.max)
         }
         // In range, the same helper writes where it says.
-        try await stream.write([UInt32(7)], to: buffer, at: 3)
+        try stream.write([UInt32(7)], to: buffer, at: 3)
         #expect(try await stream.read(buffer, as: UInt32.self) == [0, 0, 0, 7])
     }
 

@@ -36,7 +36,7 @@ struct FailureTests {
         try await s.sync()
         await expectFailure(naming: "deliberate failure A") { try s.failWrite(buffer: x, message: "deliberate failure A") }
         await expectFailure(naming: "deliberate failure A") { try await t.read(x, as: UInt32.self) }
-        await expectFailure(naming: "deliberate failure A") { try t.readBlocking(buffer: x, offset: 0, len: 16) }
+        await expectFailure(naming: "deliberate failure A") { try t.readBlocking(buffer: x, offset: 0, length: 16) }
         // And on the failing stream itself.
         await expectFailure(naming: "deliberate failure A") { try await s.read(x, as: UInt32.self) }
     }
@@ -115,18 +115,18 @@ struct FailureTests {
         let partial = try await failed("deliberate failure I")
         try t.fill(filled, with: UInt32(5))
         #expect(try await s.read(filled, as: UInt32.self) == [UInt32](repeating: 5, count: n), "a fill heals")
-        try await t.memsetZero(buffer: zeroed)
+        try t.memsetZero(buffer: zeroed)
         #expect(try await s.read(zeroed, as: UInt32.self) == [UInt32](repeating: 0, count: n), "a memsetZero heals")
-        try await t.write((0..<n).map { UInt32(3 * $0) }, to: rewritten)
+        try t.write((0..<n).map { UInt32(3 * $0) }, to: rewritten)
         #expect(try await s.read(rewritten, as: UInt32.self) == (0..<n).map { UInt32(3 * $0) },
                 "a whole-buffer write heals")
         // Writing part of it leaves the rest as the failed op left it (on U,
         // which then has a failure of its own to report).
-        let partly = await outcome { try await u.write([UInt32](repeating: 8, count: 4), to: partial, at: 4) }
+        let partly = await outcome { try await u.writeAndWait([UInt32](repeating: 8, count: 4), to: partial, at: 4) }
         expectNothingOrFailure(naming: "deliberate failure I", partly.error)
         await expectFailure(naming: "deliberate failure I") { try await s.read(partial, as: UInt32.self) }
         // A whole write after it does heal.
-        try await t.write([UInt32](repeating: 6, count: n), to: partial)
+        try t.write([UInt32](repeating: 6, count: n), to: partial)
         #expect(try await s.read(partial, as: UInt32.self) == [UInt32](repeating: 6, count: n))
     }
 }

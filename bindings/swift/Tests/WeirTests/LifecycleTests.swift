@@ -1,5 +1,5 @@
 // A runtime's life: shutdown() with work in flight, from two threads, twice,
-// and using it after; releasing the Runtime reference, which ends nothing
+// and using it after; releasing the WeirRuntime reference, which ends nothing
 // (every stream, buffer and fence keeps the runtime alive) and never blocks.
 
 import Foundation
@@ -34,7 +34,7 @@ struct LifecycleTests {
         try await waiting.value
     }
 
-    @Test("releasing the last Runtime reference ends nothing: it returns at once, its stream keeps working",
+    @Test("releasing the last WeirRuntime reference ends nothing: it returns at once, its stream keeps working",
           arguments: TestBackend.allCases)
     func releasingTheRuntimeKeepsItsStreams(backend: TestBackend) async throws {
         var runtime = try backend.open()  // the only reference
@@ -44,7 +44,7 @@ struct LifecycleTests {
         let fence = try stream.fence()
         let released = ContinuousClock.now
         runtime = nil  // the Swift handle goes; the streams keep the runtime alive
-        #expect(seconds(since: released) < 0.1, "releasing the Runtime waited for the queued work")
+        #expect(seconds(since: released) < 0.1, "releasing the WeirRuntime waited for the queued work")
         #expect(!fence.isComplete(), "the queued work cannot be done yet")
         try await fence.await()
         for round in 1...3 {
@@ -53,7 +53,7 @@ struct LifecycleTests {
             try other.axpy(1, ones, buffer)  // buffer += 1
             try await other.sync()
         }
-        try await stream.write([Float(9), 8, 7, 6], to: buffer)
+        try stream.write([Float(9), 8, 7, 6], to: buffer)
         #expect(try await stream.read(buffer, as: Float.self) == [9, 8, 7, 6])
     }
 
@@ -111,7 +111,7 @@ struct LifecycleTests {
         await expectWeirError("Closed", mentioning: ["closed"]) { try stream.fence() }
         await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.sync() }
         await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.read(buffer: buffer) }
-        await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.memsetZero(buffer: buffer) }
+        await expectWeirError("Closed", mentioning: ["closed"]) { try stream.memsetZero(buffer: buffer) }
         await expectWeirError("Closed", mentioning: ["closed"]) { try stream.fill(buffer, with: Float(0)) }
         #expect(runtime.info().backend == backend.backend, "info stays readable after shutdown")
     }

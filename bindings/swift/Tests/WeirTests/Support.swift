@@ -34,9 +34,9 @@ enum TestBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
 
     /// A runtime on this backend, or nil (reported as a skip, or as a failure
     /// if the backend is required) when it cannot run here.
-    func open(sourceLocation: SourceLocation = #_sourceLocation) throws -> Runtime? {
+    func open(sourceLocation: SourceLocation = #_sourceLocation) throws -> WeirRuntime? {
         do {
-            return try Runtime.open(backend: backend)
+            return try WeirRuntime.open(backend: backend)
         } catch WeirError.unavailable(_, let message) {
             let test = Test.current?.name ?? "test"
             if Self.required.contains(rawValue) {
@@ -59,7 +59,7 @@ struct Gate: Sendable {
     var isHeld: Bool { hold != nil }
 
     /// Holds `stream` from here on; without gates, delays it by `fallback`.
-    init(_ stream: Weir.Stream, fallback: Duration = .seconds(2)) throws {
+    init(_ stream: WeirStream, fallback: Duration = .seconds(2)) throws {
         do {
             hold = try stream.hold()
         } catch WeirError.unsupported {
@@ -71,7 +71,7 @@ struct Gate: Sendable {
     func release() { hold?.release() }
 }
 
-extension Weir.Stream {
+extension WeirStream {
     /// Holds the stream for `duration`: the device-side delay op, a test hook
     /// (weir-ffi's `test-support` feature, which xtask builds the suites'
     /// library with), so it lives with the tests.

@@ -41,11 +41,11 @@ struct WakeTests {
             // Blocking waits on the waking thread are woken by the completion itself.
             try t.delay(.milliseconds(10))
             try t.fence().waitBlocking()
-            #expect(try s.readBlocking(buffer: z, offset: 0, len: z.sizeBytes()).count == n * 4)
+            #expect(try s.readBlocking(buffer: z).count == n * 4)
             // A new stream, writes, reads and a runtime-wide sync, all from here.
             let u = try runtime.newStream()
             let w = try u.upload([Float](repeating: 1, count: n))
-            try await s.write([Float](repeating: 5, count: n), to: y)
+            try await s.writeAndWait([Float](repeating: 5, count: n), to: y)
             try u.axpy(1, y, w)  // w = 1 + 5
             #expect(try await u.read(w, as: Float.self) == [Float](repeating: 6, count: n))
             try u.delay(.milliseconds(10))

@@ -3,7 +3,7 @@
 import Foundation
 import Weir
 
-let runtime = try Runtime.open(backend: .cpu)
+let runtime = try WeirRuntime.open(backend: .cpu)
 let (s, t) = (runtime.defaultStream(), try runtime.newStream())
 let x = try s.upload([Float(1), 2, 3, 4])
 let y = try s.upload([Float(10), 20, 30, 40])

@@ -2,10 +2,10 @@ package example
 
 import dev.weir.Backend
 import dev.weir.BuiltinOp
-import dev.weir.Runtime
+import dev.weir.WeirRuntime
 import dev.weir.empty
 import dev.weir.execute
-import dev.weir.executeAsync
+import dev.weir.executeAndWait
 import dev.weir.readFloats
 import dev.weir.reads
 import dev.weir.readsWrites
@@ -23,14 +23,14 @@ import kotlinx.coroutines.runBlocking
  */
 fun main() {
     check(BuiltinOp.entries.none { it.name == "DELAY" }) { "the installed artifact carries the test hooks" }
-    Runtime.open(Backend.CPU).use { runtime ->
+    WeirRuntime.open(Backend.CPU).use { runtime ->
         val (s, t) = runtime.defaultStream() to runtime.newStream()
         val sum = runBlocking {
             val x = s.upload(floatArrayOf(1f, 2f, 3f))
             val y = s.zeros(12)
             s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2f)) // enqueued, not awaited
             val out = t.empty(12)
-            t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) // t waits for s's write of y
+            t.executeAndWait(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) // t waits for s's write of y
             t.readFloats(out)
         }
         check(sum.contentEquals(floatArrayOf(3f, 6f, 9f))) { "expected [3, 6, 9], got ${sum.toList()}" }

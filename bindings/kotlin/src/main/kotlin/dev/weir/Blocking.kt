@@ -1,34 +1,33 @@
 package dev.weir
 
-import kotlinx.coroutines.runBlocking
-
 /**
- * Blocking variants of every suspend call, for Java (and any JVM code
- * without coroutines): each admits its op, then blocks the calling thread
- * until it is done, and throws the [WeirException] the suspend call would.
+ * Blocking variants of every waiting call, for Java (and any JVM code
+ * without coroutines), under the names of the suspend calls: each admits its
+ * op, then blocks the calling thread until it is done, and throws the
+ * [WeirException] the suspend call would.
  *
- * Waits on a stream or a fence block in Rust (as [Fence.waitBlocking] does:
- * a wait that would wait for itself is `InvalidArgument`, never a hang).
- * [memsetZero] and [write] run their suspend call in `runBlocking`, so,
- * like any `runBlocking`, they must not be called from a coroutine resumed on
- * Weir's waking thread (`Dispatchers.Unconfined`): that thread would wait for
- * its own wake-up. Futures are in [WeirFutures].
+ * Every wait blocks in Rust, none in `runBlocking` (as [Fence.waitBlocking]
+ * does: a wait that would wait for itself is `InvalidArgument`, never a
+ * hang). The calls that only enqueue
+ * ([WeirStream.execute], [WeirStream.memsetZero], `Weir.write`, and
+ * [WeirJava.write] for bytes at a `long` offset) need no variant. Futures are
+ * in [WeirFutures].
  */
 object WeirBlocking {
     /** Blocks until all work admitted on [stream] so far is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun sync(stream: Stream) = stream.fence().use { it.waitBlocking() }
+    fun sync(stream: WeirStream) = stream.fence().use { it.waitBlocking() }
 
     /** Blocks until all work admitted on every stream of [runtime] so far is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun sync(runtime: Runtime) = runtime.fence().use { it.waitBlocking() }
+    fun sync(runtime: WeirRuntime) = runtime.fence().use { it.waitBlocking() }
 
     /** Enqueues [kernel] over [args] on [grid], then blocks until [stream] has run it. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun execute(stream: Stream, kernel: Kernel, grid: Grid, args: List<Arg>) {
+    fun executeAndWait(stream: WeirStream, kernel: Kernel, grid: Grid, args: List<Arg>) {
         stream.execute(kernel, grid, args)
         sync(stream)
     }
@@ -36,57 +35,64 @@ object WeirBlocking {
     /** Enqueues the built-in [op] over [args], then blocks until [stream] has run it. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun execute(stream: Stream, op: BuiltinOp, vararg args: Arg) {
+    fun executeAndWait(stream: WeirStream, op: BuiltinOp, vararg args: Arg) {
         stream.execute(op, *args)
         sync(stream)
     }
 
-    /** Zeroes every byte of [buffer] on the device, then blocks until done. */
+    /** Enqueues zeroing every byte of [buffer] on the device, then blocks until [stream] has done it. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun memsetZero(stream: Stream, buffer: Buffer) = runBlocking { stream.memsetZero(buffer) }
-
-    /** Copies [data] into [buffer] at byte [offset], then blocks until done. */
-    @JvmStatic
-    @JvmOverloads
-    @Throws(WeirException::class)
-    fun write(stream: Stream, buffer: Buffer, data: ByteArray, offset: Long = 0) {
-        val at = offset.toByteOffset()
-        runBlocking { stream.write(buffer, data, at) }
+    fun memsetZeroAndWait(stream: WeirStream, buffer: Buffer) {
+        stream.memsetZero(buffer)
+        sync(stream)
     }
 
-    /** Writes [data] into [buffer] at element [offset], then blocks until done. */
+    /** Enqueues a copy of [data] into [buffer] at byte [offset], then blocks until [stream] has done it. */
     @JvmStatic
     @JvmOverloads
     @Throws(WeirException::class)
-    fun write(stream: Stream, buffer: Buffer, data: FloatArray, offset: Int = 0) =
-        runBlocking { stream.write(buffer, data, offset) }
+    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: ByteArray, offset: Long = 0) {
+        stream.write(buffer, data, offset.toByteOffset())
+        sync(stream)
+    }
 
-    /** Writes [data] into [buffer] at element [offset], then blocks until done. */
+    /** Enqueues writing [data] into [buffer] at element [offset], then blocks until [stream] has done it. */
     @JvmStatic
     @JvmOverloads
     @Throws(WeirException::class)
-    fun write(stream: Stream, buffer: Buffer, data: IntArray, offset: Int = 0) =
-        runBlocking { stream.write(buffer, data, offset) }
+    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: FloatArray, offset: Int = 0) {
+        stream.write(buffer, data, offset)
+        sync(stream)
+    }
 
-    /** The whole of [buffer], once its latest write (on any stream) is done. */
+    /** Enqueues writing [data] into [buffer] at element [offset], then blocks until [stream] has done it. */
+    @JvmStatic
+    @JvmOverloads
+    @Throws(WeirException::class)
+    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: IntArray, offset: Int = 0) {
+        stream.write(buffer, data, offset)
+        sync(stream)
+    }
+
+    /** The whole of [buffer], once its latest write (on any stream) is done ([WeirStream.readBlocking]). */
     @JvmStatic
     @Throws(WeirException::class)
-    fun read(stream: Stream, buffer: Buffer): ByteArray = stream.readBlocking(buffer, 0u, buffer.sizeBytes())
+    fun read(stream: WeirStream, buffer: Buffer): ByteArray = stream.readBlocking(buffer)
 
     /** [length] bytes of [buffer] from byte [offset], once its latest write (on any stream) is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun read(stream: Stream, buffer: Buffer, offset: Long, length: Long): ByteArray =
+    fun read(stream: WeirStream, buffer: Buffer, offset: Long, length: Long): ByteArray =
         stream.readBlocking(buffer, offset.toByteOffset(), length.toByteCount())
 
     /** [buffer] as `f32`s, once its latest write (on any stream) is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun readFloats(stream: Stream, buffer: Buffer): FloatArray = read(stream, buffer).toFloatArray()
+    fun readFloats(stream: WeirStream, buffer: Buffer): FloatArray = read(stream, buffer).toFloatArray()
 
     /** [buffer] as 32-bit integers, once its latest write (on any stream) is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun readInts(stream: Stream, buffer: Buffer): IntArray = read(stream, buffer).toIntArray()
+    fun readInts(stream: WeirStream, buffer: Buffer): IntArray = read(stream, buffer).toIntArray()
 }

@@ -13,7 +13,9 @@ import java.util.concurrent.ForkJoinPool
 
 /**
  * `CompletableFuture` variants of every suspend call, for Java (and any JVM
- * code without coroutines).
+ * code without coroutines), under the suspend calls' names. The calls that
+ * only enqueue ([WeirStream.execute], [WeirStream.memsetZero], `Weir.write`,
+ * [WeirJava.write]) return once admitted and need no variant.
  *
  * Each call admits its op on the calling thread before it returns, exactly as
  * the suspend call does (so calls made one after another are admitted in that
@@ -60,16 +62,16 @@ object WeirFutures {
         return calls.future(dispatcher, CoroutineStart.UNDISPATCHED) { call() }
     }
 
-    /** Completes once all work admitted on [stream] so far is done ([Stream.sync]). */
+    /** Completes once all work admitted on [stream] so far is done ([WeirStream.sync]). */
     @JvmStatic
     @JvmOverloads
-    fun sync(stream: Stream, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
+    fun sync(stream: WeirStream, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
         launch(executor) { stream.sync(cancel); null }
 
-    /** Completes once all work admitted on every stream of [runtime] so far is done ([Runtime.sync]). */
+    /** Completes once all work admitted on every stream of [runtime] so far is done ([WeirRuntime.sync]). */
     @JvmStatic
     @JvmOverloads
-    fun sync(runtime: Runtime, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
+    fun sync(runtime: WeirRuntime, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
         launch(executor) { runtime.sync(cancel); null }
 
     /** Completes once the work [fence] covers is done ([Fence.await]). */
@@ -78,95 +80,108 @@ object WeirFutures {
     fun await(fence: Fence, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
         launch(executor) { fence.await(cancel); null }
 
-    /** Enqueues [kernel] over [args] on [grid]; completes once [stream] has run it ([Stream.executeAsync]). */
+    /** Enqueues [kernel] over [args] on [grid]; completes once [stream] has run it ([WeirStream.executeAndWait]). */
     @JvmStatic
     @JvmOverloads
-    fun execute(
-        stream: Stream,
+    fun executeAndWait(
+        stream: WeirStream,
         kernel: Kernel,
         grid: Grid,
         args: List<Arg>,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.executeAsync(kernel, grid, args, cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.executeAndWait(kernel, grid, args, cancel); null }
 
     /** Enqueues the built-in [op] over [args]; completes once [stream] has run it. */
     @JvmStatic
     @JvmOverloads
-    fun execute(
-        stream: Stream,
+    fun executeAndWait(
+        stream: WeirStream,
         op: BuiltinOp,
         args: List<Arg>,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.executeAsync(op, *args.toTypedArray(), cancel = cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.executeAndWait(op, *args.toTypedArray(), cancel = cancel); null }
 
     /** Enqueues the built-in [op] over [args]; completes, on the default executor, once [stream] has run it. */
     @JvmStatic
-    fun execute(stream: Stream, op: BuiltinOp, vararg args: Arg): CompletableFuture<Void?> =
-        execute(stream, op, args.asList())
+    fun executeAndWait(stream: WeirStream, op: BuiltinOp, vararg args: Arg): CompletableFuture<Void?> =
+        executeAndWait(stream, op, args.asList())
 
-    /** Zeroes every byte of [buffer] on the device; completes once done ([Stream.memsetZero]). */
+    /** Enqueues zeroing every byte of [buffer]; completes once [stream] has done it ([WeirStream.memsetZeroAndWait]). */
     @JvmStatic
     @JvmOverloads
-    fun memsetZero(
-        stream: Stream,
+    fun memsetZeroAndWait(
+        stream: WeirStream,
         buffer: Buffer,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.memsetZero(buffer, cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.memsetZeroAndWait(buffer, cancel); null }
 
-    /** Copies [data] into [buffer] at byte [offset]; completes once done ([Stream.write]). */
+    /** Enqueues a copy of [data] into [buffer] at byte [offset]; completes once [stream] has done it ([WeirStream.writeAndWait]). */
     @JvmStatic
     @JvmOverloads
-    fun write(
-        stream: Stream,
+    fun writeAndWait(
+        stream: WeirStream,
         buffer: Buffer,
         data: ByteArray,
         offset: Long = 0,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.write(buffer, data, offset.toByteOffset(), cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset.toByteOffset(), cancel); null }
 
-    /** Writes [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
+    /** Enqueues writing [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
     @JvmStatic
     @JvmOverloads
-    fun write(
-        stream: Stream,
+    fun writeAndWait(
+        stream: WeirStream,
         buffer: Buffer,
         data: FloatArray,
         offset: Int = 0,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.write(buffer, data, offset, cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset, cancel); null }
 
-    /** Writes [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
+    /** Enqueues writing [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
     @JvmStatic
     @JvmOverloads
-    fun write(
-        stream: Stream,
+    fun writeAndWait(
+        stream: WeirStream,
         buffer: Buffer,
         data: IntArray,
         offset: Int = 0,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.write(buffer, data, offset, cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset, cancel); null }
 
-    /** The bytes of [buffer] once its latest write (on any stream) is done ([Stream.read]). */
+    /** The bytes of [buffer] once its latest write (on any stream) is done ([WeirStream.read]). */
     @JvmStatic
     @JvmOverloads
     fun read(
-        stream: Stream,
+        stream: WeirStream,
         buffer: Buffer,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<ByteArray> = launch(executor) { stream.read(buffer, cancel) }
+    ): CompletableFuture<ByteArray> = launch(executor) { stream.read(buffer, cancel = cancel) }
+
+    /** [length] bytes of [buffer] from byte [offset] once its latest write (on any stream) is done ([WeirStream.read]). */
+    @JvmStatic
+    @JvmOverloads
+    fun read(
+        stream: WeirStream,
+        buffer: Buffer,
+        offset: Long,
+        length: Long,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<ByteArray> =
+        launch(executor) { stream.read(buffer, offset.toByteOffset(), length.toByteCount(), cancel) }
 
     /** [buffer] as `f32`s once its latest write (on any stream) is done ([readFloats]). */
     @JvmStatic
     @JvmOverloads
     fun readFloats(
-        stream: Stream,
+        stream: WeirStream,
         buffer: Buffer,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
@@ -176,7 +191,7 @@ object WeirFutures {
     @JvmStatic
     @JvmOverloads
     fun readInts(
-        stream: Stream,
+        stream: WeirStream,
         buffer: Buffer,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,

@@ -5,29 +5,40 @@ package dev.weir
  *
  * Kotlin's unsigned types are value classes: a method that takes or returns
  * one gets a mangled JVM name (`zeros-VKZWuLQ`), so Java sees neither
- * `Stream.index()`, `Buffer.sizeBytes()`, the fields of [Grid],
+ * `WeirStream.index()`, `WeirStream.write(buffer, bytes, offset)`,
+ * `Buffer.sizeBytes()`, the fields of [Grid],
  * [Diagnostics] and [DeviceInfo], nor `Arg.U32`. Constructors of the
- * generated classes are on their companions (`Runtime.Companion.open`).
+ * generated classes are on their companions (`WeirRuntime.Companion.open`).
  * These take and return `int`/`long`, refuse a negative or too large value
  * with [WeirException.InvalidArgument], and are static. The rest of the
  * Kotlin helpers (`Weir.zeros(stream, bytes)`, `Weir.upload(stream, floats)`,
- * `Weir.reads(buffer)`, `Weir.scalar(2f)`, `Weir.execute(stream, op, args…)`)
- * are static methods of the `Weir` class already; suspend calls have
- * [WeirFutures] and [WeirBlocking].
+ * `Weir.write(stream, buffer, floats)`, `Weir.reads(buffer)`, `Weir.scalar(2f)`,
+ * `Weir.execute(stream, op, args…)`) are static methods of the `Weir` class
+ * already; suspend calls have [WeirFutures] and [WeirBlocking].
  *
- * In Java, `import dev.weir.Runtime;` (a single-type import) makes `Runtime`
- * this runtime rather than `java.lang.Runtime`.
+ * The runtime is `WeirRuntime` so that `import dev.weir.*;` hides nothing of
+ * `java.lang` (`java.lang.Runtime`).
  */
 object WeirJava {
     /** Opens [backend] (by default the best available: CUDA, then HIP, then a hardware wgpu adapter, then the CPU). */
     @JvmStatic
     @JvmOverloads
     @Throws(WeirException::class)
-    fun open(backend: Backend = Backend.AUTO): Runtime = Runtime.open(backend)
+    fun open(backend: Backend = Backend.AUTO): WeirRuntime = WeirRuntime.open(backend)
 
     /** The stream's index in its runtime (0 is the default stream). */
     @JvmStatic
-    fun index(stream: Stream): Long = stream.index().toLong()
+    fun index(stream: WeirStream): Long = stream.index().toLong()
+
+    /**
+     * Enqueues a copy of [data] into [buffer] at byte [offset] ([WeirStream.write]);
+     * returns once admitted, not once done.
+     */
+    @JvmStatic
+    @JvmOverloads
+    @Throws(WeirException::class)
+    fun write(stream: WeirStream, buffer: Buffer, data: ByteArray, offset: Long = 0) =
+        stream.write(buffer, data, offset.toByteOffset())
 
     /** The size of [buffer] in bytes. */
     @JvmStatic
@@ -73,7 +84,7 @@ object WeirJava {
 
     /** [runtime]'s live objects and scheduler counts, as `long`s. */
     @JvmStatic
-    fun diagnostics(runtime: Runtime): Counts = Counts(runtime.diagnostics())
+    fun diagnostics(runtime: WeirRuntime): Counts = Counts(runtime.diagnostics())
 
     /** Device memory in bytes where the backend knows it, else -1. */
     @JvmStatic

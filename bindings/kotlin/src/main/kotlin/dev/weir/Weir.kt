@@ -2,9 +2,12 @@
  * The idiomatic layer over the generated UniFFI bindings of Weir.
  *
  * The generated API (this same package, `dev.weir`) is the whole surface:
- * [Runtime], [Stream], [Buffer], [Fence], [Kernel], [CancelToken], the
+ * [WeirRuntime], [WeirStream], [Buffer], [Fence], [Kernel], [CancelToken], the
  * [WeirException] hierarchy. Every handle is [AutoCloseable], so `use {}`
- * releases it. This file adds what is awkward there: typed array uploads and
+ * releases it. One naming rule throughout: a plain verb (`execute`,
+ * `memsetZero`, `write`) enqueues and returns once the op is admitted; the
+ * same verb with `AndWait` suspends until the stream has run it; `read`
+ * suspends until the bytes are there, `readBlocking` blocks for them. This file adds what is awkward there: typed array uploads and
  * reads, `Long` sizes instead of `ULong`, kernel arguments from buffers, and
  * built-in ops by name. Java sees these as static methods of the class
  * `Weir` (`Weir.zeros(stream, 12)`); [WeirJava], [WeirFutures] and
@@ -20,49 +23,63 @@ import java.util.concurrent.ConcurrentHashMap
 
 /** Opens the best available backend: CUDA, then HIP, then a hardware wgpu adapter, then the CPU. */
 @Throws(WeirException::class)
-fun Runtime.Companion.open(): Runtime = Runtime.open(Backend.AUTO)
+fun WeirRuntime.Companion.open(): WeirRuntime = WeirRuntime.open(Backend.AUTO)
 
 /** A zero-filled buffer of [bytes] bytes (zeroed on the device, no host data). */
 @Throws(WeirException::class)
-fun Stream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
+fun WeirStream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
 
 /** A buffer of [bytes] bytes with unspecified contents. */
 @Throws(WeirException::class)
-fun Stream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
+fun WeirStream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
 
 /** A buffer holding [data] (little-endian `f32`s, as devices store them). */
 @Throws(WeirException::class)
-fun Stream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
+fun WeirStream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
 
 /** A buffer holding [data] (little-endian 32-bit integers). */
 @Throws(WeirException::class)
-fun Stream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
+fun WeirStream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
 
 /**
- * Writes [data] into [buffer] at element [offset], then suspends until done.
- * A bad [offset] is reported in elements, as given.
+ * Enqueues writing [data] into [buffer] at element [offset]; returns once
+ * admitted (the data is copied by then), not once done. A bad [offset] is
+ * reported in elements, as given.
  */
+@JvmOverloads
 @Throws(WeirException::class)
-suspend fun Stream.write(buffer: Buffer, data: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
-    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"), cancel)
+fun WeirStream.write(buffer: Buffer, data: FloatArray, offset: Int = 0) =
+    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"))
 
 /**
- * Writes [data] into [buffer] at element [offset], then suspends until done.
- * A bad [offset] is reported in elements, as given.
+ * Enqueues writing [data] into [buffer] at element [offset]; returns once
+ * admitted (the data is copied by then), not once done. A bad [offset] is
+ * reported in elements, as given.
  */
+@JvmOverloads
 @Throws(WeirException::class)
-suspend fun Stream.write(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
-    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
+fun WeirStream.write(buffer: Buffer, data: IntArray, offset: Int = 0) =
+    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"))
+
+/** Writes [data] into [buffer] at element [offset] as [write] does, then suspends until this stream has done it. */
+@Throws(WeirException::class)
+suspend fun WeirStream.writeAndWait(buffer: Buffer, data: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
+    writeAndWait(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"), cancel)
+
+/** Writes [data] into [buffer] at element [offset] as [write] does, then suspends until this stream has done it. */
+@Throws(WeirException::class)
+suspend fun WeirStream.writeAndWait(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
+    writeAndWait(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
 
 /** Reads [buffer] as `f32`s once its latest write (on any stream) is done. */
 @Throws(WeirException::class)
-suspend fun Stream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
-    read(buffer, cancel).toFloatArray()
+suspend fun WeirStream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
+    read(buffer, cancel = cancel).toFloatArray()
 
 /** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done. */
 @Throws(WeirException::class)
-suspend fun Stream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
-    read(buffer, cancel).toIntArray()
+suspend fun WeirStream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
+    read(buffer, cancel = cancel).toIntArray()
 
 /** Size of the buffer in bytes, as a `Long`. */
 val Buffer.byteSize: Long get() = sizeBytes().toLong()
@@ -96,12 +113,12 @@ private val single = Grid()
 
 /** Enqueues the built-in [op] over [args]; returns once admitted, not once done. */
 @Throws(WeirException::class)
-fun Stream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.toList())
+fun WeirStream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.toList())
 
 /** Enqueues the built-in [op] over [args], then suspends until this stream has run it. */
 @Throws(WeirException::class)
-suspend fun Stream.executeAsync(op: BuiltinOp, vararg args: Arg, cancel: CancelToken? = null) =
-    executeAsync(op.kernel(), single, args.toList(), cancel)
+suspend fun WeirStream.executeAndWait(op: BuiltinOp, vararg args: Arg, cancel: CancelToken? = null) =
+    executeAndWait(op.kernel(), single, args.toList(), cancel)
 
 /** Enough groups of [block] threads along x to cover [items] items. */
 @JvmOverloads

@@ -32,15 +32,15 @@ object Backends {
 
     /** Opens [name], or skips (fails, if required) the calling test when it cannot open. */
     @JvmStatic
-    fun open(name: String): Runtime {
+    fun open(name: String): WeirRuntime {
         val backend = Backend.entries.firstOrNull { it.name.equals(name, ignoreCase = true) }
             ?: fail("unknown backend $name in WEIR_TEST_BACKENDS")
         return try {
-            Runtime.open(backend)
+            WeirRuntime.open(backend)
         } catch (e: WeirException.Unavailable) {
-            if (name in required) fail<Runtime>("backend $name is required (WEIR_REQUIRE_BACKENDS) but: ${e.message}")
+            if (name in required) fail<WeirRuntime>("backend $name is required (WEIR_REQUIRE_BACKENDS) but: ${e.message}")
             if (reported.add(name)) System.err.println("weir: skipping backend $name: ${e.message}")
-            Assumptions.abort<Runtime>("backend $name unavailable: ${e.message}")
+            Assumptions.abort<WeirRuntime>("backend $name unavailable: ${e.message}")
         }
     }
 }
@@ -50,7 +50,7 @@ object Backends {
  * `BuiltinOp.DELAY` is a test hook (weir-ffi's `test-support` feature, which
  * xtask builds the suites' library with), so this lives with the tests.
  */
-fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
+fun WeirStream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
 
 /**
  * Runs [body] on a fresh runtime of [backend], shut down and closed once it
@@ -58,7 +58,7 @@ fun Stream.enqueueDelay(micros: UInt) = execute(BuiltinOp.DELAY, scalar(micros))
  * on). When [body] fails, the handle is left to the cleaner: a shutdown could
  * wait forever behind a hung test.
  */
-inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T {
+inline fun <T> onRuntime(backend: String, body: (WeirRuntime) -> T): T {
     val rt = Backends.open(backend)
     val result = body(rt)
     rt.shutdown()
@@ -70,7 +70,7 @@ inline fun <T> onRuntime(backend: String, body: (Runtime) -> T): T {
  * Keeps a stream busy until released: a gate where the backend has one (CPU),
  * otherwise a long device-side delay (released by waiting it out).
  */
-class Blocker(private val stream: Stream) : AutoCloseable {
+class Blocker(private val stream: WeirStream) : AutoCloseable {
     private val hold: Hold? = try {
         stream.hold()
     } catch (_: WeirException.Unsupported) {

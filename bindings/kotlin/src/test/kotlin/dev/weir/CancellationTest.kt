@@ -23,8 +23,9 @@ class CancellationTest {
                     val buffer = stream.zeros(16)
                     val waits: List<suspend () -> Unit> = listOf(
                         { stream.sync() },
-                        { stream.executeAsync(BuiltinOp.FILL_U32, buffer.writes(), scalar(5u)) },
-                        { stream.memsetZero(buffer) },
+                        { stream.executeAndWait(BuiltinOp.FILL_U32, buffer.writes(), scalar(5u)) },
+                        { stream.writeAndWait(buffer, intArrayOf(9)) },
+                        { stream.memsetZeroAndWait(buffer) },
                         { stream.read(buffer) },
                         { stream.fence().use { it.await() } },
                     )

@@ -68,7 +68,7 @@ class ErrorTest {
     @Test
     fun `an unavailable backend is Unavailable, naming it`() {
         // No AMD device anywhere this suite runs, and HIP is not compiled in by default.
-        val error = assertThrows<WeirException.Unavailable> { Runtime.open(Backend.HIP) }
+        val error = assertThrows<WeirException.Unavailable> { WeirRuntime.open(Backend.HIP) }
         assertTrue(error.message!!.contains("hip"), error.message)
     }
 
@@ -90,22 +90,22 @@ class ErrorTest {
                 assertThrows<WeirException.OutOfRange> { stream.readBlocking(small, ULong.MAX_VALUE, 2u) }
                 assertThrows<WeirException.InvalidArgument> { stream.write(small, ByteArray(0)) }
                 // Kernel arguments.
-                assertThrows<WeirException.InvalidArgument> { stream.executeAsync(BuiltinOp.AXPY, buffer.reads()) }
+                assertThrows<WeirException.InvalidArgument> { stream.executeAndWait(BuiltinOp.AXPY, buffer.reads()) }
                 assertThrows<WeirException.InvalidArgument> {
-                    stream.executeAsync(BuiltinOp.FILL_F32, buffer.writes(), scalar(1u))
+                    stream.executeAndWait(BuiltinOp.FILL_F32, buffer.writes(), scalar(1u))
                 }
                 assertThrows<WeirException.InvalidArgument> {
-                    stream.executeAsync(BuiltinOp.ADD, buffer.reads(), buffer.reads(), buffer.writes())
+                    stream.executeAndWait(BuiltinOp.ADD, buffer.reads(), buffer.reads(), buffer.writes())
                 }
                 assertThrows<WeirException.InvalidArgument> {
-                    stream.executeAsync(BuiltinOp.ADD, buffer.reads(), small.reads(), buffer.writes())
+                    stream.executeAndWait(BuiltinOp.ADD, buffer.reads(), small.reads(), buffer.writes())
                 }
                 Kernel.custom("no_source_here").use { kernel ->
                     val error = assertThrows<WeirException.Unsupported> { stream.execute(kernel, Grid(), listOf()) }
                     assertTrue(error.message!!.contains("no_source_here"), error.message)
                 }
                 // Handles of another runtime.
-                Runtime.open(Backend.CPU).use { foreign ->
+                WeirRuntime.open(Backend.CPU).use { foreign ->
                     val alien = foreign.defaultStream().zeros(4)
                     val error = assertThrows<WeirException.ForeignHandle> { stream.memsetZero(alien) }
                     assertTrue(error.message!!.contains("another runtime"), error.message)

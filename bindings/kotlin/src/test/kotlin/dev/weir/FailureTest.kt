@@ -13,7 +13,7 @@ import org.junit.jupiter.params.provider.MethodSource
  * reader on every stream and what they write in turn; its own stream reports
  * it to one fence and goes on; a full overwrite heals the buffer.
  *
- * `Stream.failWrite` (a `test-support` hook) is the failure: an op that
+ * `WeirStream.failWrite` (a `test-support` hook) is the failure: an op that
  * writes the buffer and fails with the given message, on every backend.
  */
 class FailureTest {
@@ -121,7 +121,7 @@ class FailureTest {
                 assertArrayEquals(IntArray(n) { 3 * it }, s.readInts(rewritten), "a whole-buffer write heals")
                 // Writing part of it leaves the rest as the failed op left it (on U, which then
                 // has a failure of its own to report).
-                val partly = runCatching { u.write(partial, IntArray(4) { 8 }, offset = 4) }.exceptionOrNull()
+                val partly = runCatching { u.writeAndWait(partial, IntArray(4) { 8 }, offset = 4) }.exceptionOrNull()
                 if (partly != null) assertNamesTheFailure(partly, "deliberate failure I")
                 assertNamesTheFailure(assertThrows<WeirException.OpFailed> { s.readInts(partial) }, "deliberate failure I")
                 // A whole write after it does heal.

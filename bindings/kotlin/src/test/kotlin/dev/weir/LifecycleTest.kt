@@ -18,7 +18,7 @@ import kotlin.concurrent.thread
 /**
  * A runtime's life: `shutdown()` (from any number of threads) waits for work
  * in flight, then everything it made answers `Closed`; doing it again does
- * nothing. Closing or collecting the `Runtime` handle ends nothing: its
+ * nothing. Closing or collecting the `WeirRuntime` handle ends nothing: its
  * streams, buffers and fences keep it alive, and when the last of them goes
  * the work completes in the background, holding up no cleaner.
  */
@@ -58,7 +58,7 @@ class LifecycleTest {
             assertThrows<WeirException.Closed> { stream.read(buffer) }
             assertThrows<WeirException.Closed> { stream.write(buffer, ByteArray(4)) }
             assertThrows<WeirException.Closed> { stream.memsetZero(buffer) }
-            assertThrows<WeirException.Closed> { stream.executeAsync(BuiltinOp.MEMSET_ZERO, buffer.writes()) }
+            assertThrows<WeirException.Closed> { stream.executeAndWait(BuiltinOp.MEMSET_ZERO, buffer.writes()) }
         }
         val error = assertThrows<WeirException.Closed> { stream.zeros(4) }
         assertTrue(error.message!!.contains("closed"), error.message)
@@ -81,7 +81,7 @@ class LifecycleTest {
             fence.await()
             val buffer = stream.upload(floatArrayOf(1f, 2f, 3f))
             val doubled = stream.empty(12)
-            stream.executeAsync(BuiltinOp.SCALE, buffer.reads(), doubled.writes(), scalar(2f))
+            stream.executeAndWait(BuiltinOp.SCALE, buffer.reads(), doubled.writes(), scalar(2f))
             assertArrayEquals(floatArrayOf(2f, 4f, 6f), stream.readFloats(doubled))
             buffer.close()
             doubled.close()
@@ -98,13 +98,13 @@ class LifecycleTest {
     fun `a stream and a buffer keep working after every reference to their runtime was collected`(backend: String) {
         val (streams, buffer, runtime) = streamsWithoutTheirRuntime(backend)
         val (s, t) = streams
-        collectGarbageUntil(what = "the Runtime object to be collected") { runtime.get() == null }
+        collectGarbageUntil(what = "the WeirRuntime object to be collected") { runtime.get() == null }
         runBlocking {
             for (round in 1..5) {
-                collectGarbage(rounds = 3) // the cleaner has freed the Runtime's handle by now
+                collectGarbage(rounds = 3) // the cleaner has freed the WeirRuntime's handle by now
                 assertArrayEquals(FloatArray(4) { it + round.toFloat() }, s.readFloats(buffer), "round $round")
                 val ones = t.upload(FloatArray(4) { 1f })
-                t.executeAsync(BuiltinOp.AXPY, ones.reads(), buffer.readsWrites(), scalar(1f)) // buffer += 1
+                t.executeAndWait(BuiltinOp.AXPY, ones.reads(), buffer.readsWrites(), scalar(1f)) // buffer += 1
                 t.sync()
                 s.fence().use { it.await() }
                 ones.close()
@@ -190,7 +190,7 @@ private const val BUSY_DELAY_MICROS: UInt = 1_000_000u
  * weak reference to the runtime object (a separate frame, so no local slot
  * keeps the runtime reachable).
  */
-private fun streamsWithoutTheirRuntime(backend: String): Triple<Pair<Stream, Stream>, Buffer, WeakReference<Runtime>> {
+private fun streamsWithoutTheirRuntime(backend: String): Triple<Pair<WeirStream, WeirStream>, Buffer, WeakReference<WeirRuntime>> {
     val rt = Backends.open(backend)
     val s = rt.defaultStream()
     val t = rt.newStream()

@@ -20,7 +20,7 @@ import java.util.concurrent.Executors
 
 const val BACKENDS = "dev.weir.Backends#names"
 
-/** Streams: every suspend op gives exact results once it returns. */
+/** Streams: every op gives exact results once awaited; plain verbs enqueue, `AndWait` forms wait. */
 class StreamTest {
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
@@ -68,19 +68,54 @@ class StreamTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
-    fun `executeAsync runs a built-in op and returns with its exact result`(backend: String): Unit = onRuntime(backend) { rt ->
+    fun `executeAndWait runs a built-in op and returns with its exact result`(backend: String): Unit = onRuntime(backend) { rt ->
         val stream = rt.defaultStream()
         runBlocking {
             val n = 4096
             val x = stream.upload(FloatArray(n) { it.toFloat() })
             val y = stream.upload(FloatArray(n) { 1.0f })
-            stream.executeAsync(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(0.5f))
+            stream.executeAndWait(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(0.5f))
             assertArrayEquals(FloatArray(n) { 0.5f * it + 1.0f }, stream.readFloats(y))
             val out = stream.empty(n * 4L)
-            stream.executeAsync(BuiltinOp.IOTA, out.writes(), scalar(7u))
+            stream.executeAndWait(BuiltinOp.IOTA, out.writes(), scalar(7u))
             assertArrayEquals(IntArray(n) { it + 7 }, stream.readInts(out))
         }
     }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `plain verbs return once admitted, their AndWait forms once the stream has run them`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val stream = rt.defaultStream()
+            runBlocking {
+                val buffer = stream.upload(intArrayOf(1, 2, 3, 4))
+                val copy = stream.zeros(16)
+                val bytes = stream.zeros(4)
+                Blocker(stream).use { blocker ->
+                    stream.write(buffer, intArrayOf(7), offset = 1)
+                    stream.write(bytes, byteArrayOf(5, 0, 0, 0))
+                    stream.execute(BuiltinOp.COPY, buffer.reads(), copy.writes())
+                    stream.memsetZero(buffer)
+                    stream.fence().use { fence ->
+                        assertFalse(fence.isComplete(), "an enqueued op ran past a held stream")
+                        val waits = listOf<suspend () -> Unit>(
+                            { stream.writeAndWait(bytes, byteArrayOf(6, 0, 0, 0)) },
+                            { stream.executeAndWait(BuiltinOp.FILL_I32, copy.writes(), scalar(-3)) },
+                            { stream.memsetZeroAndWait(bytes) },
+                        // Each admitted in turn, up to its first suspension.
+                        ).map { wait -> async(start = CoroutineStart.UNDISPATCHED) { wait() } }
+                        delay(20)
+                        assertTrue(waits.none { it.isCompleted }, "an AndWait call returned while its stream was held")
+                        blocker.release()
+                        waits.awaitAll()
+                        assertTrue(fence.isComplete(), "an AndWait call returned before the work ahead of it")
+                    }
+                }
+                assertArrayEquals(IntArray(4), stream.readInts(buffer))
+                assertArrayEquals(IntArray(4) { -3 }, stream.readInts(copy))
+                assertArrayEquals(ByteArray(4), stream.read(bytes))
+            }
+        }
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
@@ -109,6 +144,7 @@ class StreamTest {
             assertEquals(-2.25f, floats[5])
             assertArrayEquals(bytes.copyOfRange(0, 16), stream.read(buffer).copyOfRange(0, 16))
             assertArrayEquals(bytes.copyOfRange(24, 28), stream.readBlocking(buffer, 24u, 4u))
+            assertArrayEquals(bytes.copyOfRange(24, 28), stream.read(buffer, 24u, 4u))
         }
     }
 
@@ -131,7 +167,7 @@ class StreamTest {
                         val expected = FloatArray(n) { it + round * 0.5f }
                         Blocker(a).use { blocker ->
                             val before = rt.diagnostics().admittedOps
-                            val writer = launch(writerThread) { a.write(buffer, expected) }
+                            val writer = launch(writerThread) { a.writeAndWait(buffer, expected) }
                             eventually(what = "the write to be admitted") { rt.diagnostics().admittedOps > before }
                             val reader = async(readerThread) { b.readFloats(buffer) }
                             delay(20)
@@ -160,7 +196,7 @@ class StreamTest {
             val out = t.empty(n * 4L)
             // Admission order is program order: the write of y on s, then its read on t.
             s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2.0f))
-            val second = async { t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) }
+            val second = async { t.executeAndWait(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) }
             val first = async { s.sync() }
             listOf(first, second).awaitAll()
             assertArrayEquals(FloatArray(n) { 3.0f * it }, t.readFloats(out))

@@ -43,19 +43,19 @@ class WakeTest {
             // Another stream: waits for s's writes, suspends and resumes again.
             val z = t.empty(n * 4L)
             t.enqueueDelay(10_000u)
-            t.executeAsync(BuiltinOp.ADD, x.reads(), y.reads(), z.writes()) // z = 3x
+            t.executeAndWait(BuiltinOp.ADD, x.reads(), y.reads(), z.writes()) // z = 3x
             seen += nativeThreadName()
             assertArrayEquals(FloatArray(n) { 3f * it }, t.readFloats(z))
             // Blocking waits on the waking thread are woken by the completion itself.
             t.enqueueDelay(10_000u)
             t.fence().use { it.waitBlocking() }
-            val bytes = s.readBlocking(z, 0uL, z.sizeBytes())
+            val bytes = s.readBlocking(z)
             assertEquals(n * 4, bytes.size)
             // A new stream, writes, reads and a runtime-wide sync, all from here.
             val u = rt.newStream()
             val w = u.upload(FloatArray(n) { 1f })
-            s.write(y, FloatArray(n) { 5f })
-            u.executeAsync(BuiltinOp.AXPY, y.reads(), w.readsWrites(), scalar(1f)) // w = 1 + 5
+            s.writeAndWait(y, FloatArray(n) { 5f })
+            u.executeAndWait(BuiltinOp.AXPY, y.reads(), w.readsWrites(), scalar(1f)) // w = 1 + 5
             assertArrayEquals(FloatArray(n) { 6f }, u.readFloats(w))
             u.enqueueDelay(10_000u)
             rt.sync()
@@ -72,7 +72,7 @@ class WakeTest {
      * then retires a new stream with 200 ms of work still queued; returns a
      * fence on that work.
      */
-    private suspend fun resumeOnWakeBesideARetiredStream(rt: Runtime, s: Stream): Fence {
+    private suspend fun resumeOnWakeBesideARetiredStream(rt: WeirRuntime, s: WeirStream): Fence {
         s.enqueueDelay(10_000u)
         s.sync() // resumed on weir-wake
         val u = rt.newStream()

@@ -18,10 +18,8 @@ import org.junit.jupiter.api.Test;
 import org.junit.jupiter.params.ParameterizedTest;
 import org.junit.jupiter.params.provider.MethodSource;
 
+// On-demand, as an application would: no Weir name hides one of java.lang.
 import dev.weir.*;
-// A single-type import: without it, `Runtime` would be ambiguous between
-// dev.weir.* and java.lang.Runtime (both on-demand imports).
-import dev.weir.Runtime;
 
 /**
  * The Java surface, used from Java as an application would (outside the
@@ -33,12 +31,12 @@ class JavaApiTest {
 
     /** A test body on one runtime. */
     private interface OnRuntime {
-        void run(Runtime runtime) throws Exception;
+        void run(WeirRuntime runtime) throws Exception;
     }
 
     /** Runs {@code body} on a fresh runtime of {@code backend}, shut down and closed afterwards. */
     private static void onRuntime(String backend, OnRuntime body) throws Exception {
-        try (Runtime runtime = Backends.open(backend)) {
+        try (WeirRuntime runtime = Backends.open(backend)) {
             body.run(runtime);
             runtime.shutdown();
         }
@@ -51,11 +49,11 @@ class JavaApiTest {
 
     @Test
     void opensARuntimeAndRunsAJobWithoutTouchingKotlinTypes() throws WeirException {
-        try (Runtime runtime = WeirJava.open(Backend.CPU)) {
+        try (WeirRuntime runtime = WeirJava.open(Backend.CPU)) {
             assertEquals(Backend.CPU, runtime.info().getBackend());
             assertTrue(WeirJava.maxBufferBytes(runtime.info()) > 0);
-            Stream s = runtime.defaultStream();
-            Stream t = runtime.newStream();
+            WeirStream s = runtime.defaultStream();
+            WeirStream t = runtime.newStream();
             assertEquals(0, WeirJava.index(s));
             assertEquals(1, WeirJava.index(t));
             Buffer x = Weir.upload(s, new float[] {1f, 2f, 3f});
@@ -63,8 +61,8 @@ class JavaApiTest {
             assertEquals(12, WeirJava.sizeBytes(y));
             Buffer out = Weir.empty(t, 12);
             CompletableFuture<Void> axpy =
-                    WeirFutures.execute(s, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(2f));
-            CompletableFuture<Void> add = WeirFutures.execute(t, BuiltinOp.ADD, Weir.reads(x), Weir.reads(y), Weir.writes(out));
+                    WeirFutures.executeAndWait(s, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(2f));
+            CompletableFuture<Void> add = WeirFutures.executeAndWait(t, BuiltinOp.ADD, Weir.reads(x), Weir.reads(y), Weir.writes(out));
             within(CompletableFuture.allOf(axpy, add));
             assertArrayEquals(new float[] {3f, 6f, 9f}, within(WeirFutures.readFloats(t, out)));
             within(WeirFutures.sync(runtime));
@@ -76,19 +74,19 @@ class JavaApiTest {
     @MethodSource(BACKENDS)
     void uploadExecuteAndSyncThroughFutures(String backend) throws Exception {
         onRuntime(backend, runtime -> {
-            Stream stream = runtime.defaultStream();
+            WeirStream stream = runtime.defaultStream();
             Buffer buffer = Weir.zeros(stream, 4 * 64);
-            within(WeirFutures.execute(stream, BuiltinOp.FILL_U32, List.of(Weir.writes(buffer), WeirJava.unsignedScalar(7))));
+            within(WeirFutures.executeAndWait(stream, BuiltinOp.FILL_U32, List.of(Weir.writes(buffer), WeirJava.unsignedScalar(7))));
             int[] sevens = within(WeirFutures.readInts(stream, buffer));
             assertEquals(64, sevens.length);
             for (int value : sevens) assertEquals(7, value);
-            within(WeirFutures.write(stream, buffer, new int[] {1, 2}, 62));
-            within(WeirFutures.write(stream, buffer, new byte[] {9, 0, 0, 0}, 0L));
+            within(WeirFutures.writeAndWait(stream, buffer, new int[] {1, 2}, 62));
+            within(WeirFutures.writeAndWait(stream, buffer, new byte[] {9, 0, 0, 0}, 0L));
             int[] written = within(WeirFutures.readInts(stream, buffer));
             assertEquals(9, written[0]);
             assertEquals(7, written[1]);
             assertEquals(2, written[63]);
-            within(WeirFutures.memsetZero(stream, buffer));
+            within(WeirFutures.memsetZeroAndWait(stream, buffer));
             assertArrayEquals(new byte[4 * 64], within(WeirFutures.read(stream, buffer)));
             try (Fence fence = stream.fence()) {
                 within(WeirFutures.await(fence));
@@ -104,7 +102,7 @@ class JavaApiTest {
         ExecutorService executor = Executors.newSingleThreadExecutor(r -> new Thread(r, "java-test-executor"));
         try {
             onRuntime(backend, runtime -> {
-                Stream stream = runtime.newStream();
+                WeirStream stream = runtime.newStream();
                 try (Blocker blocker = new Blocker(stream)) {
                     CompletableFuture<Void> given = WeirFutures.sync(stream, null, executor);
                     CompletableFuture<Void> common = WeirFutures.sync(stream);
@@ -130,22 +128,22 @@ class JavaApiTest {
     @MethodSource(BACKENDS)
     void blockingVariantsReturnOnceDone(String backend) throws Exception {
         onRuntime(backend, runtime -> {
-            Stream stream = runtime.defaultStream();
+            WeirStream stream = runtime.defaultStream();
             Buffer x = Weir.upload(stream, new float[] {1f, 2f, 3f, 4f});
             Buffer y = Weir.upload(stream, new float[] {10f, 20f, 30f, 40f});
-            WeirBlocking.execute(stream, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(3f));
+            WeirBlocking.executeAndWait(stream, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(3f));
             assertArrayEquals(new float[] {13f, 26f, 39f, 52f}, WeirBlocking.readFloats(stream, y));
-            WeirBlocking.write(stream, y, new float[] {-1f}, 3);
+            WeirBlocking.writeAndWait(stream, y, new float[] {-1f}, 3);
             assertArrayEquals(new float[] {13f, 26f, 39f, -1f}, WeirBlocking.readFloats(stream, y));
             // Bytes 4..8 of y: 26f, little-endian.
             byte[] second = WeirBlocking.read(stream, y, 4, 4);
             assertEquals(26f, Float.intBitsToFloat(
                     (second[0] & 0xff) | (second[1] & 0xff) << 8 | (second[2] & 0xff) << 16 | (second[3] & 0xff) << 24));
             Buffer grid = Weir.zeros(stream, 16);
-            WeirBlocking.execute(
+            WeirBlocking.executeAndWait(
                     stream, Weir.kernel(BuiltinOp.FILL_U32), WeirJava.linearGrid(4), List.of(Weir.writes(grid), WeirJava.unsignedScalar(3)));
             assertArrayEquals(new int[] {3, 3, 3, 3}, WeirBlocking.readInts(stream, grid));
-            WeirBlocking.memsetZero(stream, grid);
+            WeirBlocking.memsetZeroAndWait(stream, grid);
             assertArrayEquals(new int[4], WeirBlocking.readInts(stream, grid));
             Weir.execute(stream, BuiltinOp.DELAY, WeirJava.unsignedScalar(20_000));
             try (Fence fence = stream.fence()) {
@@ -157,9 +155,37 @@ class JavaApiTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
+    void plainVerbsEnqueueFromJavaAndReturnBeforeTheWorkIsDone(String backend) throws Exception {
+        onRuntime(backend, runtime -> {
+            WeirStream stream = runtime.defaultStream();
+            Buffer floats = Weir.zeros(stream, 16);
+            Buffer bytes = Weir.zeros(stream, 8);
+            Buffer cleared = Weir.upload(stream, new int[] {1, 2});
+            Buffer doubled = Weir.zeros(stream, 16);
+            try (Blocker blocker = new Blocker(stream)) {
+                Weir.write(stream, floats, new float[] {1.5f, 2.5f}, 2);
+                WeirJava.write(stream, bytes, new byte[] {7, 0, 0, 0}, 4L);
+                stream.memsetZero(cleared);
+                Weir.execute(stream, BuiltinOp.SCALE, Weir.reads(floats), Weir.writes(doubled), Weir.scalar(2f));
+                try (Fence fence = stream.fence()) {
+                    assertFalse(fence.isComplete(), "an enqueued op ran past a held stream");
+                    blocker.release();
+                    WeirBlocking.sync(stream);
+                    assertTrue(fence.isComplete());
+                }
+            }
+            assertArrayEquals(new float[] {0f, 0f, 1.5f, 2.5f}, WeirBlocking.readFloats(stream, floats));
+            assertArrayEquals(new float[] {0f, 0f, 3f, 5f}, WeirBlocking.readFloats(stream, doubled));
+            assertArrayEquals(new byte[] {7, 0, 0, 0}, within(WeirFutures.read(stream, bytes, 4, 4)));
+            assertArrayEquals(new int[2], WeirBlocking.readInts(stream, cleared));
+        });
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
     void typedExceptionsAreCaughtInJavaAndTheRuntimeStaysUsable(String backend) throws Exception {
         onRuntime(backend, runtime -> {
-            Stream stream = runtime.defaultStream();
+            WeirStream stream = runtime.defaultStream();
             try {
                 Weir.zeros(stream, -1);
                 fail("a negative size was accepted");
@@ -186,14 +212,14 @@ class JavaApiTest {
             Buffer small = Weir.zeros(stream, 8);
             // A future of bad input fails with the typed exception; nothing was changed.
             CompletionException failed = assertThrows(
-                    CompletionException.class, () -> within(WeirFutures.write(stream, small, new float[] {1f, 2f}, 1)));
+                    CompletionException.class, () -> within(WeirFutures.writeAndWait(stream, small, new float[] {1f, 2f}, 1)));
             assertInstanceOf(WeirException.OutOfRange.class, failed.getCause());
             assertTrue(failed.getCause().getMessage().contains("element offset 1"), failed.getCause().getMessage());
             assertArrayEquals(new float[2], within(WeirFutures.readFloats(stream, small)));
             CompletionException negative = assertThrows(
-                    CompletionException.class, () -> within(WeirFutures.write(stream, small, new byte[4], -4L)));
+                    CompletionException.class, () -> within(WeirFutures.writeAndWait(stream, small, new byte[4], -4L)));
             assertInstanceOf(WeirException.InvalidArgument.class, negative.getCause());
-            within(WeirFutures.write(stream, small, new float[] {5f, 6f}));
+            within(WeirFutures.writeAndWait(stream, small, new float[] {5f, 6f}));
             assertArrayEquals(new float[] {5f, 6f}, WeirBlocking.readFloats(stream, small));
         });
     }
@@ -202,15 +228,15 @@ class JavaApiTest {
     @MethodSource(BACKENDS)
     void cancellingFuturesLeavesNoLiveWaiterAndTheWorkStillRuns(String backend) throws Exception {
         onRuntime(backend, runtime -> {
-            Stream stream = runtime.defaultStream();
+            WeirStream stream = runtime.defaultStream();
             try (Blocker blocker = new Blocker(stream)) {
                 Buffer buffer = Weir.zeros(stream, 16);
                 Fence fence = stream.fence();
                 Arg five = WeirJava.unsignedScalar(5);
                 List<java.util.function.Supplier<CompletableFuture<?>>> waits = List.of(
                         () -> WeirFutures.sync(stream),
-                        () -> WeirFutures.execute(stream, BuiltinOp.FILL_U32, Weir.writes(buffer), five),
-                        () -> WeirFutures.memsetZero(stream, buffer),
+                        () -> WeirFutures.executeAndWait(stream, BuiltinOp.FILL_U32, Weir.writes(buffer), five),
+                        () -> WeirFutures.memsetZeroAndWait(stream, buffer),
                         () -> WeirFutures.read(stream, buffer),
                         () -> WeirFutures.await(fence));
                 List<CompletableFuture<?>> futures = new java.util.ArrayList<>();
@@ -237,7 +263,7 @@ class JavaApiTest {
     @MethodSource(BACKENDS)
     void aCancelTokenFailsTheFutureWithCancelled(String backend) throws Exception {
         onRuntime(backend, runtime -> {
-            Stream stream = runtime.defaultStream();
+            WeirStream stream = runtime.defaultStream();
             try (Blocker blocker = new Blocker(stream); CancelToken token = new CancelToken()) {
                 CompletableFuture<Void> wait = WeirFutures.sync(stream, token);
                 BackendsKt.eventually(5_000, "a registered waiter", () -> WeirJava.diagnostics(runtime).getLiveWaiters() == 1);

@@ -9,9 +9,9 @@ package dev.weir.bench
 
 import dev.weir.Backend
 import dev.weir.BuiltinOp
-import dev.weir.Runtime
+import dev.weir.WeirRuntime
 import dev.weir.WakerThreads
-import dev.weir.executeAsync
+import dev.weir.executeAndWait
 import dev.weir.scalar
 import kotlinx.coroutines.runBlocking
 
@@ -42,7 +42,7 @@ fun main(args: Array<String>) {
     val backend = Backend.entries.first { it.name.equals(name, ignoreCase = true) }
     val wakers = if (WakerThreads.keepAttached) "the waking thread kept attached" else "the waking thread detached per wake (JNA default)"
     val figures = mutableListOf<Figure>()
-    Runtime.open(backend).use { runtime ->
+    WeirRuntime.open(backend).use { runtime ->
         val stream = runtime.defaultStream()
         val noop = BuiltinOp.DELAY
         val index = medianMicros(200_000) { stream.index() }
@@ -52,8 +52,8 @@ fun main(args: Array<String>) {
             val sync = medianMicros(20_000) { stream.sync() }
             figures += Figure(name, "kotlin: suspend sync(), idle stream", sync, baselines["sync_idle"],
                 "median round trip in one coroutine; baseline: the same weir-ffi call from Rust; $wakers")
-            val execute = medianMicros(10_000) { stream.executeAsync(noop, scalar(0u)) }
-            figures += Figure(name, "kotlin: suspend executeAsync(no-op kernel)", execute, baselines["execute_async_noop"],
+            val execute = medianMicros(10_000) { stream.executeAndWait(noop, scalar(0u)) }
+            figures += Figure(name, "kotlin: suspend executeAndWait(no-op kernel)", execute, baselines["execute_and_wait_noop"],
                 "median round trip in one coroutine; baseline: the same weir-ffi call from Rust; $wakers")
         }
     }

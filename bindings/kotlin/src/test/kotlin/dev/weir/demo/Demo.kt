@@ -11,8 +11,8 @@ package dev.weir.demo
 
 import dev.weir.Backend
 import dev.weir.BuiltinOp
-import dev.weir.Runtime
-import dev.weir.executeAsync
+import dev.weir.WeirRuntime
+import dev.weir.executeAndWait
 import dev.weir.readFloats
 import dev.weir.reads
 import dev.weir.readsWrites
@@ -33,7 +33,7 @@ fun main(args: Array<String>) {
     val name = args.toList().windowed(2).firstOrNull { it[0] == "--backend" }?.get(1) ?: "auto"
     val backend = Backend.entries.firstOrNull { it.name.equals(name, ignoreCase = true) }
         ?: run { System.err.println("unknown backend $name"); exitProcess(2) }
-    Runtime.open(backend).use { runtime ->
+    WeirRuntime.open(backend).use { runtime ->
         val info = runtime.info()
         println("weir kotlin demo on ${info.backend.name.lowercase()} (${info.name})")
         val producer = runtime.defaultStream()
@@ -48,12 +48,12 @@ fun main(args: Array<String>) {
                 val factor = batch.toFloat()
                 // Both streams at once: scale on the producer, clear on the consumer.
                 listOf(
-                    async { producer.executeAsync(BuiltinOp.SCALE, input.reads(), staging.writes(), scalar(factor)) },
-                    async { consumer.memsetZero(accumulator) },
+                    async { producer.executeAndWait(BuiltinOp.SCALE, input.reads(), staging.writes(), scalar(factor)) },
+                    async { consumer.memsetZeroAndWait(accumulator) },
                 ).awaitAll()
                 val staged = millis(start)
                 // The consumer reads what the producer wrote: Weir inserts exactly that wait.
-                consumer.executeAsync(BuiltinOp.AXPY, staging.reads(), accumulator.readsWrites(), scalar(1.0f))
+                consumer.executeAndWait(BuiltinOp.AXPY, staging.reads(), accumulator.readsWrites(), scalar(1.0f))
                 // Both streams' fences, awaited concurrently.
                 val fences = listOf(producer.fence(), consumer.fence())
                 fences.map { fence -> async { fence.await() } }.awaitAll()
