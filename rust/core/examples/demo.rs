@@ -16,9 +16,9 @@
 
 use std::time::{Duration, Instant};
 
-use futures::executor::block_on;
-use futures::future::join_all;
-use weir_core::{Arg, BackendKind, Buffer, Grid, Kernel, PendingRead, Runtime, Stream};
+use std::sync::mpsc::{channel, Receiver};
+
+use weir_core::{Arg, BackendKind, Buffer, Fence, Grid, Kernel, PendingRead, Runtime, Stream};
 
 /// `y = x`, then `y = y / 2 + 1/2` `iters` times: work that scales with `iters`.
 fn transform_kernel() -> Kernel {
@@ -130,40 +130,49 @@ impl Pipeline<'_> {
     }
 
     /// Runs every chunk on the streams given (the same stream three times for
-    /// the one-stream run), awaiting every stage's fence as it resolves.
+    /// the one-stream run). One thread per stage waits for that stage's
+    /// fences in order, so each end is taken as it happens.
     fn run(&self, upload: &Stream, compute: &Stream, download: &Stream) -> weir_core::Result<(Duration, Vec<Ends>)> {
         self.runtime.fence()?.wait()?;
         let start = Instant::now();
-        let mut stages = Vec::new();
-        let mut reads: Vec<PendingRead> = Vec::with_capacity(self.host.len());
-        for (i, data) in self.host.iter().enumerate() {
-            let slot = &self.slots[i % self.slots.len()];
-            upload.write(&slot.input, 0, data)?;
-            let uploaded = upload.fence()?;
-            self.compute(compute, slot)?;
-            let computed = compute.fence()?;
-            reads.push(download.enqueue_read(&slot.output)?);
-            stages.push((uploaded, computed));
-        }
-        let finished = block_on(join_all(stages.iter().zip(reads).map(|((uploaded, computed), read)| async move {
-            let upload = async { uploaded.wait_async().await.map(|()| start.elapsed()) };
-            let compute = async { computed.wait_async().await.map(|()| start.elapsed()) };
-            let download = async { read.await.map(|bytes| (start.elapsed(), bytes)) };
-            let (upload, compute, download) = futures::join!(upload, compute, download);
-            let (download, bytes) = download?;
-            Ok::<_, weir_core::Error>((Ends { upload: upload?, compute: compute?, download }, bytes))
-        })));
-        let mut timeline = Vec::with_capacity(finished.len());
-        for (i, outcome) in finished.into_iter().enumerate() {
-            let (end, bytes) = outcome?;
+        let (uploads, computes, downloads) = (channel::<Fence>(), channel::<Fence>(), channel::<PendingRead>());
+        let ends_of = |fences: Receiver<Fence>| {
+            move || {
+                fences.into_iter().map(|fence| fence.wait().map(|()| start.elapsed())).collect::<Result<Vec<_>, _>>()
+            }
+        };
+        let (uploaded, computed, read) = std::thread::scope(|scope| -> weir_core::Result<_> {
+            let uploaded = scope.spawn(ends_of(uploads.1));
+            let computed = scope.spawn(ends_of(computes.1));
+            let read = scope.spawn(move || {
+                downloads
+                    .1
+                    .into_iter()
+                    .map(|read| read.wait().map(|bytes| (start.elapsed(), bytes)))
+                    .collect::<Result<Vec<_>, _>>()
+            });
+            for (i, data) in self.host.iter().enumerate() {
+                let slot = &self.slots[i % self.slots.len()];
+                upload.write(&slot.input, 0, data)?;
+                let _ = uploads.0.send(upload.fence()?);
+                self.compute(compute, slot)?;
+                let _ = computes.0.send(compute.fence()?);
+                let _ = downloads.0.send(download.enqueue_read(&slot.output)?);
+            }
+            drop((uploads.0, computes.0, downloads.0));
+            Ok((joined(uploaded)??, joined(computed)??, joined(read)??))
+        })?;
+        let elapsed = read.iter().map(|(end, _)| *end).max().unwrap_or_default();
+        let mut timeline = Vec::with_capacity(read.len());
+        for (i, (download, bytes)) in read.into_iter().enumerate() {
             let got: &[f32] = bytemuck::cast_slice(&bytes);
             let want = expected(self.host[i][0], self.iters);
             if got.len() != self.host[i].len() || got.iter().any(|&v| (v - want).abs() > 1e-5 * want.abs().max(1.0)) {
                 return Err(weir_core::Error::InvalidArgument(format!("chunk {i}: read {} for {want}", got[0])));
             }
-            timeline.push(end);
+            timeline.push(Ends { upload: uploaded[i], compute: computed[i], download });
         }
-        Ok((start.elapsed(), timeline))
+        Ok((elapsed, timeline))
     }
 
     /// Each stage alone over every chunk: (upload, compute, download).
@@ -186,6 +195,10 @@ impl Pipeline<'_> {
         })?;
         Ok([upload, compute, download])
     }
+}
+
+fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> weir_core::Result<T> {
+    handle.join().map_err(|_| weir_core::Error::InvalidArgument("a timing thread panicked".into()))
 }
 
 fn gbps(bytes: f64, time: Duration) -> f64 {
