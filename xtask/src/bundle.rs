@@ -12,7 +12,7 @@ use std::process::Command;
 
 use crate::util::{cargo, root, run, target_dir, Result};
 
-const TESTS: [&str; 4] = ["conformance", "cuda_backend", "cuda_device_lost", "wgpu_backend"];
+const TESTS: [&str; 5] = ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "wgpu_backend"];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 
 pub fn bundle(args: &[String]) -> Result {
@@ -77,7 +77,7 @@ set -u
 cd "$(dirname "$0")"
 for packed in *.gz; do gunzip -f "$packed" && chmod +x "${packed%.gz}"; done
 status=0
-for test in conformance cuda_backend cuda_device_lost wgpu_backend; do
+for test in conformance cuda_backend cuda_device_lost device_group wgpu_backend; do
     echo "== $test"
     ./"$test" "$@" > "$test.log" 2>&1 || status=1
     # Failures, skips and the totals; the whole output stays in $test.log.

@@ -47,6 +47,11 @@ impl Buffer {
         false
     }
 
+    /// The runtime this buffer belongs to, and its key there.
+    pub(crate) fn owner(&self) -> (&Arc<dyn Engine>, BufferKey) {
+        (&self.0.engine, self.0.key)
+    }
+
     pub(crate) fn key_in(&self, engine: &Arc<dyn Engine>) -> Result<BufferKey> {
         if Runtime::same_engine(&self.0.engine, engine) {
             Ok(self.0.key)

@@ -71,6 +71,7 @@ mod diagnostics;
 mod error;
 mod fence;
 mod graph;
+mod group;
 mod kernel;
 mod lock;
 mod ops;
@@ -96,6 +97,7 @@ pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
 pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
 pub use graph::Graph;
+pub use group::DeviceGroup;
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };

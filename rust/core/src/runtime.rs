@@ -29,6 +29,15 @@ fn engine<B: Backend>(backend: B, fault: Option<Fault>) -> Result<Arc<dyn Engine
 }
 
 fn open_engine(kind: BackendKind, fault: Option<Fault>) -> Result<Arc<dyn Engine>> {
+    open_device_engine(kind, 0, fault)
+}
+
+/// Device `index` of `kind`: a CUDA ordinal; any index on the CPU (each
+/// opening is a device of its own); only 0 on wgpu and HIP.
+fn open_device_engine(kind: BackendKind, index: usize, fault: Option<Fault>) -> Result<Arc<dyn Engine>> {
+    if index > 0 && !matches!(kind, BackendKind::Cpu | BackendKind::Cuda) {
+        return Err(Error::unsupported(kind, format!("device {index}: only the first device of this backend opens")));
+    }
     match kind {
         BackendKind::Auto => {
             for kind in [BackendKind::Cuda, BackendKind::Hip, BackendKind::Wgpu] {
@@ -44,7 +53,7 @@ fn open_engine(kind: BackendKind, fault: Option<Fault>) -> Result<Arc<dyn Engine
         #[cfg(feature = "wgpu")]
         BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open()?, fault),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open()?, fault),
+        BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open(index)?, fault),
         #[cfg(feature = "hip")]
         BackendKind::Hip => engine(crate::backend::hip::HipBackend::open()?, fault),
         #[allow(unreachable_patterns)]
@@ -56,6 +65,13 @@ impl Runtime {
     /// Opens the device of `kind`. A backend that cannot run here is [`Error::Unavailable`].
     pub fn open(kind: BackendKind) -> Result<Runtime> {
         Ok(Runtime { engine: open_engine(kind, None)? })
+    }
+
+    /// Opens device `index` of `kind` (see [`DeviceGroup`](crate::DeviceGroup)
+    /// for several at once): a CUDA device ordinal; on the CPU every opening
+    /// is a device of its own, whatever the index; wgpu and HIP open device 0 only.
+    pub fn open_device(kind: BackendKind, index: usize) -> Result<Runtime> {
+        Ok(Runtime { engine: open_device_engine(kind, index, None)? })
     }
 
     /// Opens a runtime whose scheduler has a deliberate bug. Only for tests

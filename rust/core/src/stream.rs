@@ -14,6 +14,7 @@ use crate::fence::{Fence, PendingRead};
 use crate::graph::Graph;
 use crate::kernel::{Builtin, Grid, Kernel};
 use crate::ops::{self, Arg};
+use crate::runtime::Runtime;
 use crate::scheduler::{BufferKey, Engine, Init};
 
 /// An ordered queue of device work. Any thread may submit to any stream;
@@ -102,6 +103,24 @@ impl Stream {
             return Err(Error::invalid("nothing was recorded"));
         }
         Graph::new(self.engine().clone(), commands)
+    }
+
+    /// Copies all of `src`, a buffer of another runtime of the same backend
+    /// (another device of a [`DeviceGroup`](crate::DeviceGroup)), into `dst`,
+    /// a buffer of this stream's runtime of the same size, as one op on this
+    /// stream. The copy waits for `src`'s latest write on its device and for
+    /// every user of `dst` here, and publishes a version of `dst`; on `src`'s
+    /// device it counts as a read, so a later write of `src` there waits for
+    /// the copy. CPU and CUDA; wgpu has no memory that two devices share
+    /// (`Unsupported`: read the buffer, then write it on the other device).
+    pub fn copy_from_peer(&self, src: &Buffer, dst: &Buffer) -> Result<()> {
+        let (from, src_key) = src.owner();
+        if Runtime::same_engine(from, self.engine()) {
+            return self.copy(src, dst);
+        }
+        self.admitting()?;
+        let dst = dst.key_in(self.engine())?;
+        self.engine().copy_from_peer(self.0.index, &**from, src_key, dst)
     }
 
     /// Admits `graph` as one op on this stream: it waits for what any of its

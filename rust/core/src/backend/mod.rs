@@ -399,6 +399,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// lose the device): the scheduler then hands it no [`OpIo`] and makes
     /// an op's outcome only when the op fails.
     const FAILS_AS_IT_RUNS: bool = true;
+    /// True when one instance's stream can copy from another instance's
+    /// memory and wait for its events (the devices of a group): host memory
+    /// on the CPU, device pointers and events across contexts on CUDA.
+    const PEER_COPIES: bool = false;
     /// Allocates `bytes` of device memory with unspecified contents.
     fn allocate(&self, bytes: u64) -> Result<Self::Memory>;
     /// Creates a stream.

@@ -238,6 +238,7 @@ impl<B: Backend> State<B> {
             deferred_releases: Vec::new(),
             retiring: Vec::new(),
             free_slots: Vec::new(),
+            link: None,
         }
     }
 }

@@ -12,6 +12,7 @@
 
 mod clock;
 mod lifecycle;
+mod peer;
 mod versions;
 
 use std::collections::HashMap;
@@ -79,6 +80,11 @@ pub(crate) trait Engine: Send + Sync {
     /// Keeps the buffers of `keys` past their last handle until unpinned.
     fn pin(&self, keys: &[BufferKey]) -> Result<()>;
     fn unpin(&self, keys: &[BufferKey]);
+    /// The scheduler itself, for the ops that span two runtimes of one backend.
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// Copies all of `src`, a buffer of `from`, into `dst` on `stream`,
+    /// ordered by the versions of both; see [`crate::Stream::copy_from_peer`].
+    fn copy_from_peer(&self, stream: usize, from: &dyn Engine, src: BufferKey, dst: BufferKey) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
     /// True if a fence on `stream` now would complete at once with `Ok`;
     /// takes no failure (see [`Backend::is_settled`]).
@@ -182,6 +188,9 @@ struct State<B: Backend> {
     /// Slots of retired streams whose work is done, for new streams: clocks
     /// and slot lists then grow with the streams alive, not ever made.
     free_slots: Vec<usize>,
+    /// The stream that carries this runtime's side of its outgoing peer
+    /// copies (see `peer`), once there was one.
+    link: Option<usize>,
 }
 
 impl<B: Backend> State<B> {
@@ -260,6 +269,7 @@ impl<B: Backend> Scheduler<B> {
                 deferred_releases: Vec::new(),
                 retiring: Vec::new(),
                 free_slots: Vec::new(),
+                link: None,
             }),
             unbusy: Condvar::new(),
         })
@@ -705,6 +715,17 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn forget_graph(&self, id: u64) {
         self.backend.forget_replay(id);
+    }
+
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn copy_from_peer(&self, stream: usize, from: &dyn Engine, src: BufferKey, dst: BufferKey) -> Result<()> {
+        match from.as_any().downcast_ref::<Scheduler<B>>() {
+            Some(from) => Scheduler::copy_from_peer(self, stream, from, src, dst),
+            None => Err(Error::unsupported(self.backend.kind(), "a copy from a runtime of another backend")),
+        }
     }
 
     fn pin(&self, keys: &[BufferKey]) -> Result<()> {

@@ -119,6 +119,10 @@ impl Backend for CpuBackend {
         KernelLanguage::Rust
     }
 
+    // Memory is host memory, and an event is a count on a stream's progress:
+    // any CPU runtime's stream can copy from and wait on any other's.
+    const PEER_COPIES: bool = true;
+
     fn allocate(&self, bytes: u64) -> Result<CpuMemory> {
         CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes, host: true })
     }

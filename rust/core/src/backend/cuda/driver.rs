@@ -105,7 +105,7 @@ fn poisons_context(error: CUresult) -> bool {
     )
 }
 
-/// The CUDA driver, bound to device 0's primary context.
+/// The CUDA driver, bound to one device's primary context.
 pub(crate) struct Cuda {
     device: sys::CUdevice,
     context: Handle<sys::CUcontext>,
@@ -121,7 +121,7 @@ pub(crate) struct Cuda {
 
 impl Cuda {
     /// Opens device 0, or says why it cannot.
-    pub fn open() -> Result<Cuda> {
+    pub fn open(ordinal: usize) -> Result<Cuda> {
         // SAFETY: only tries to load the library; no symbol is called.
         if !unsafe { sys::is_culib_present() } {
             return Err(Error::unavailable(NAME, "the CUDA driver library (libcuda.so) was not found"));
@@ -155,8 +155,14 @@ impl Cuda {
             if count < 1 {
                 return Err(Error::unavailable(NAME, "no CUDA device"));
             }
+            let ordinal = match i32::try_from(ordinal) {
+                Ok(ordinal) if ordinal < count => ordinal,
+                _ => {
+                    return Err(Error::unavailable(NAME, format!("no CUDA device {ordinal}: the machine has {count}")))
+                }
+            };
             let mut device = 0;
-            unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, 0))?;
+            unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
             let attribute = |attribute: CUdevice_attribute| -> Result<i32> {
                 let mut value = 0;
                 unavailable("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut value, attribute, device))?;
@@ -422,6 +428,10 @@ impl Driver for Cuda {
     }
 
     const GRAPHS: bool = true;
+    // Events of one context can be waited on in another; device pointers are
+    // unified, so a device-to-device copy reaches another device's memory
+    // (through peer access where the devices allow it).
+    const PEER_COPIES: bool = true;
 
     unsafe fn capture(
         &self,

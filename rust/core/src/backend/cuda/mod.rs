@@ -20,15 +20,15 @@ use crate::backend::gpu::GpuBackend;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
 
-/// CUDA on device 0.
+/// CUDA on one device.
 pub(crate) type CudaBackend = GpuBackend<driver::Cuda>;
 
 impl GpuBackend<driver::Cuda> {
-    /// Opens device 0; no library, driver or device is `Unavailable`, never a panic.
-    pub(crate) fn open() -> Result<Self> {
+    /// Opens device `ordinal`; no library, driver or device is `Unavailable`, never a panic.
+    pub(crate) fn open(ordinal: usize) -> Result<Self> {
         // The checks in `Cuda::open` make cudarc's loader panic-free; this
         // catches anything they missed.
-        std::panic::catch_unwind(driver::Cuda::open)
+        std::panic::catch_unwind(|| driver::Cuda::open(ordinal))
             .unwrap_or_else(|_| {
                 Err(Error::unavailable(BackendKind::Cuda, "the CUDA driver library could not be loaded"))
             })

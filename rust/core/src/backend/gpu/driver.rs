@@ -176,6 +176,9 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn image_param_sizes(&self, _image: &[u8], _entry: &str) -> Option<Vec<usize>> {
         None
     }
+    /// Whether a stream of one device's driver may copy from another's
+    /// memory and wait for its events (see `Backend::PEER_COPIES`).
+    const PEER_COPIES: bool = false;
     /// Whether [`Driver::capture`] makes graphs.
     const GRAPHS: bool = false;
     /// Captures the work `enqueue` puts on `stream` (a stream used for

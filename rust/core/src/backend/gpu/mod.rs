@@ -480,6 +480,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     // Launches and copies fail when enqueued; a fault on the device loses it.
     const FAILS_AS_IT_RUNS: bool = false;
+    const PEER_COPIES: bool = D::PEER_COPIES;
 
     fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
         self.noting_loss(self.driver().bind().and_then(|()| GpuMemory::new(&self.device, bytes)))
