@@ -4,7 +4,8 @@
 
 use weir_core::backend::gpu::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
 use weir_core::backend::hip::{check_arguments_for, compile_builtins_for, compile_for, param_sizes_in};
-use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
+use weir_core::backend::{KernelArg, Span};
+use weir_core::{Access, Arg, BackendKind, Error, Grid, Kernel, Runtime, ScalarArg};
 
 fn required() -> bool {
     std::env::var("WEIR_REQUIRE_BACKENDS").map(|list| list.split(',').any(|name| name.trim() == "hip")).unwrap_or(false)
@@ -107,26 +108,26 @@ fn assert_refused(outcome: Result<(), Error>, expected: &str) {
 
 #[test]
 fn arguments_that_do_not_match_a_hip_kernels_parameters_are_refused() {
-    // Buffers from the CPU backend: the check reads only the arguments' kinds.
-    let cpu = Runtime::open(BackendKind::Cpu).unwrap();
-    let out = cpu.default_stream().zeros(4).unwrap();
+    // The check reads only the arguments' kinds: a buffer, or a scalar.
+    let out = || KernelArg::Buffer(Span { buffer: (), offset: 0, len: 4 }, Access::Write);
+    let u32 = || KernelArg::Scalar(ScalarArg::U32(1));
     let put = Kernel::custom("put").hip(PUT, "put").build();
-    check_arguments_for("gfx90a", &put, &[Arg::write(&out), Arg::u32(1)]).unwrap();
-    let cases: [(&[Arg<'_>], &str); 3] = [
-        (&[Arg::write(&out)], "but its 1 arguments need (8) bytes"),
-        (&[Arg::write(&out), Arg::u32(1), Arg::f32(2.0)], "but its 3 arguments need (8, 4, 4) bytes"),
-        (&[Arg::u32(1), Arg::write(&out)], "but its 2 arguments need (4, 8) bytes"),
+    check_arguments_for("gfx90a", &put, &[out(), u32()]).unwrap();
+    let cases = [
+        (vec![out()], "but its 1 arguments need (8) bytes"),
+        (vec![out(), u32(), KernelArg::Scalar(ScalarArg::F32(2.0))], "but its 3 arguments need (8, 4, 4) bytes"),
+        (vec![u32(), out()], "but its 2 arguments need (4, 8) bytes"),
     ];
     for (args, need) in cases {
         assert_refused(
-            check_arguments_for("gfx90a", &put, args),
+            check_arguments_for("gfx90a", &put, &args),
             &format!("kernel put takes 2 parameters of (8, 4) bytes, {need}"),
         );
     }
     // A scalar the declared layout does not fit.
     let wide = Kernel::custom("wide").hip(WIDE, "wide").build();
     assert_refused(
-        check_arguments_for("gfx90a", &wide, &[Arg::write(&out), Arg::u32(1)]),
+        check_arguments_for("gfx90a", &wide, &[out(), u32()]),
         "kernel wide takes 2 parameters of (8, 8) bytes, but its 2 arguments need (8, 4) bytes",
     );
     if let Ok(runtime) = Runtime::open(BackendKind::Hip) {
@@ -146,10 +147,11 @@ fn arguments_that_do_not_match_a_hip_kernels_parameters_are_refused() {
 
 #[test]
 fn a_missing_hip_entry_point_is_an_invalid_argument_naming_it() {
-    let cpu = Runtime::open(BackendKind::Cpu).unwrap();
-    let out = cpu.default_stream().zeros(4).unwrap();
     let absent = Kernel::custom("absent").hip(PUT, "weir_absent_entry").build();
-    let args = [Arg::write(&out), Arg::u32(1)];
+    let args = [
+        KernelArg::Buffer(Span { buffer: (), offset: 0, len: 4 }, Access::Write),
+        KernelArg::Scalar(ScalarArg::U32(1)),
+    ];
     assert_refused(check_arguments_for("gfx90a", &absent, &args), "no kernel named \"weir_absent_entry\"");
     if let Ok(runtime) = Runtime::open(BackendKind::Hip) {
         let s = runtime.default_stream();

@@ -158,10 +158,7 @@ fn whole<R>(buffer: R, len: u64) -> Span<R> {
 
 /// Both runtimes' states, open, taken in one order (by address) so that two
 /// copies in opposite directions never wait for each other.
-fn lock_both<'a, B: Backend>(
-    mine: &'a Scheduler<B>,
-    theirs: &'a Scheduler<B>,
-) -> Result<(Guard<'a, B>, Guard<'a, B>)> {
+fn lock_both<'a, B: Backend>(mine: &'a Scheduler<B>, theirs: &'a Scheduler<B>) -> Result<(Guard<'a, B>, Guard<'a, B>)> {
     if (mine as *const Scheduler<B> as usize) < (theirs as *const Scheduler<B> as usize) {
         let first = mine.open_state()?;
         Ok((first, theirs.open_state()?))

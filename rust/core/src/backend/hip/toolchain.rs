@@ -3,10 +3,10 @@
 
 use super::{hiprtc, metadata};
 use crate::backend::gpu::BUILTIN_SOURCE;
-use crate::backend::{KernelArg, Span};
+use crate::backend::KernelArg;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
-use crate::{Arg, Kernel};
+use crate::kernel::Kernel;
 
 /// Compiles the built-in kernels for an AMD GPU architecture (`gfx90a`, …)
 /// without a device; returns the code object. For tests of the toolchain.
@@ -35,11 +35,12 @@ pub fn param_sizes_in(image: &[u8], entry: &str) -> Result<Vec<usize>> {
         .ok_or_else(|| Error::invalid(format!("no kernel named {entry:?} in its source")))
 }
 
-/// Checks `args` against the parameters of `kernel`'s HIP source compiled
-/// for `arch`, without a device: the sizes its code object declares, compared
-/// by the check a launch's `prepare` makes.
+/// Checks `args` (buffers and scalars, as a launch passes them; the spans'
+/// buffers are not looked at) against the parameters of `kernel`'s HIP
+/// source compiled for `arch`, without a device: the sizes its code object
+/// declares, compared by the check a launch's `prepare` makes.
 #[doc(hidden)]
-pub fn check_arguments_for(arch: &str, kernel: &Kernel, args: &[Arg<'_>]) -> Result<()> {
+pub fn check_arguments_for(arch: &str, kernel: &Kernel, args: &[KernelArg<()>]) -> Result<()> {
     let custom =
         kernel.as_custom().ok_or_else(|| Error::invalid(format!("{} is not a custom kernel", kernel.name())))?;
     let source = custom
@@ -47,12 +48,5 @@ pub fn check_arguments_for(arch: &str, kernel: &Kernel, args: &[Arg<'_>]) -> Res
         .as_ref()
         .ok_or_else(|| Error::unsupported(BackendKind::Hip, format!("kernel {} has no HIP C source", custom.name)))?;
     let sizes = param_sizes_in(&compile_for(arch, &source.code)?, &source.entry)?;
-    let args: Vec<KernelArg<()>> = args
-        .iter()
-        .map(|arg| match *arg {
-            Arg::Buffer(buffer, access) => KernelArg::Buffer(Span { buffer: (), offset: 0, len: buffer.len() }, access),
-            Arg::Scalar(scalar) => KernelArg::Scalar(scalar),
-        })
-        .collect();
-    super::HipBackend::check_params(custom, &sizes, &args)
+    super::HipBackend::check_params(custom, &sizes, args)
 }
