@@ -217,7 +217,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         runtime.info().backend.name(),
         runtime.info().name,
         options.chunks,
-        options.chunk_floats * 4 >> 20,
+        (options.chunk_floats * 4) >> 20,
         options.in_flight
     );
     let s = runtime.default_stream();
