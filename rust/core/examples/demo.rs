@@ -151,13 +151,23 @@ impl Pipeline<'_> {
                     .map(|read| read.wait().map(|bytes| (start.elapsed(), bytes)))
                     .collect::<Result<Vec<_>, _>>()
             });
+            // At most one chunk per slot in flight on the host side too: the
+            // next upload into a slot is admitted once that slot's previous
+            // chunk was read back, so staging memory stays bounded.
+            let mut read_back: std::collections::VecDeque<Fence> = Default::default();
             for (i, data) in self.host.iter().enumerate() {
+                if read_back.len() == self.slots.len() {
+                    if let Some(fence) = read_back.pop_front() {
+                        fence.wait()?;
+                    }
+                }
                 let slot = &self.slots[i % self.slots.len()];
                 upload.write(&slot.input, 0, data)?;
                 let _ = uploads.0.send(upload.fence()?);
                 self.compute(compute, slot)?;
                 let _ = computes.0.send(compute.fence()?);
                 let _ = downloads.0.send(download.enqueue_read(&slot.output)?);
+                read_back.push_back(download.fence()?);
             }
             drop((uploads.0, computes.0, downloads.0));
             Ok((joined(uploaded)??, joined(computed)??, joined(read)??))
