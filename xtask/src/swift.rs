@@ -131,12 +131,16 @@ pub fn test() -> Result {
 
 /// The Swift demo (`Sources/WeirDemo`): the multi-stream pipeline, from Swift Tasks.
 pub fn demo(args: &[String]) -> Result {
+    run_release(&[&["weir-demo".to_owned()][..], args].concat())
+}
+
+/// Builds the package in release and runs `product_and_args[0]` with the rest.
+fn run_release(product_and_args: &[String]) -> Result {
     prepare(Profile::Release)?;
     let toolchain = Toolchain::find()?;
-    let product_and_args = [&["weir-demo".to_owned()][..], args].concat();
     toolchain.swift(
         &package(),
-        &arguments(Profile::Release, &["run", "-c", "release"], &product_and_args),
+        &arguments(Profile::Release, &["run", "-c", "release"], product_and_args),
         &environment(),
     )?;
     Ok(())
@@ -160,17 +164,10 @@ pub fn bench(args: &[String]) -> Result {
         return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
     }
     let baselines = String::from_utf8_lossy(&output.stdout);
-    prepare(Profile::Release)?;
-    let toolchain = Toolchain::find()?;
     let product_and_args: Vec<String> = ["weir-bench", "--backend", backend]
         .into_iter()
         .map(str::to_owned)
         .chain(baselines.split_whitespace().map(str::to_owned))
         .collect();
-    toolchain.swift(
-        &package(),
-        &arguments(Profile::Release, &["run", "-c", "release"], &product_and_args),
-        &environment(),
-    )?;
-    Ok(())
+    run_release(&product_and_args)
 }
