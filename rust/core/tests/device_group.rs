@@ -156,6 +156,14 @@ fn bad_peer_copies(group: &DeviceGroup) {
     s.fill_u32(&broken, 5).unwrap();
     t.copy_from_peer(&broken, &big).unwrap();
     assert_eq!(t.read_as::<u32>(&big).unwrap(), vec![5; 4], "a healthy version heals the copy");
+    // From inside an external write on device 0, a copy would wait for that write.
+    let mut inside = None;
+    s.external_write(&[&small], |_| {
+        inside = Some(t.copy_from_peer(&broken, &big));
+        Ok(())
+    })
+    .unwrap();
+    assert!(matches!(inside, Some(Err(Error::InvalidArgument(_)))), "{inside:?}");
 }
 
 /// Random ops over three devices against a sequential model.
