@@ -37,7 +37,9 @@ struct StreamHandle {
 
 struct Recording {
     _stream: Stream,
-    commands: std::sync::Mutex<Vec<Command<BufferKey>>>,
+    /// `None` once the batch or recording is over: a clone of the collecting
+    /// stream kept past it refuses ops rather than drop them unseen.
+    commands: std::sync::Mutex<Option<Vec<Command<BufferKey>>>>,
 }
 
 impl Drop for StreamHandle {
@@ -64,18 +66,18 @@ impl Stream {
         if self.0.recording.is_some() {
             return Err(Error::invalid("batches and recordings do not nest"));
         }
-        let recording = Recording { _stream: self.clone(), commands: Default::default() };
+        let recording = Recording { _stream: self.clone(), commands: std::sync::Mutex::new(Some(Vec::new())) };
         let recorder = Stream(Arc::new(StreamHandle {
             engine: self.0.engine.clone(),
             index: self.0.index,
             recording: Some(recording),
         }));
-        record(&recorder)?;
+        let recorded = record(&recorder);
         let commands = match &recorder.0.recording {
-            Some(recording) => std::mem::take(&mut *crate::lock::lock(&recording.commands)),
-            None => Vec::new(),
+            Some(recording) => crate::lock::lock(&recording.commands).take(),
+            None => None,
         };
-        Ok(commands)
+        recorded.map(|()| commands.unwrap_or_default())
     }
 
     /// Admits every op `record` makes on the stream it is given, in order,
@@ -177,10 +179,13 @@ impl Stream {
 
     fn submit(&self, command: Command<BufferKey>) -> Result<()> {
         match &self.0.recording {
-            Some(recording) => {
-                crate::lock::lock(&recording.commands).push(command);
-                Ok(())
-            }
+            Some(recording) => match &mut *crate::lock::lock(&recording.commands) {
+                Some(commands) => {
+                    commands.push(command);
+                    Ok(())
+                }
+                None => Err(Error::invalid("this stream collected ops for a batch or recording that is over")),
+            },
             None => self.engine().submit(self.0.index, command),
         }
     }

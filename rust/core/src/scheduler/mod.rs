@@ -457,12 +457,15 @@ impl<B: Backend> Scheduler<B> {
         let mut overwritten: Vec<BufferKey> = Vec::new();
         for command in &commands {
             for (span, access) in command.spans() {
-                let whole = span.offset == 0 && span.len == state.entry(span.buffer)?.len;
+                let len = state.entry(span.buffer)?.len;
+                let whole = span.offset == 0 && span.len == len;
+                // What a partial write leaves in place is read, as by `admit`.
                 if (access.reads() || !whole) && !overwritten.contains(&span.buffer) {
                     inputs.push((span, Access::Read));
                 }
                 if access.writes() {
-                    inputs.push((span, Access::Write));
+                    // The input side of a partial write is above: this only says the replay writes.
+                    inputs.push((Span { buffer: span.buffer, offset: 0, len }, Access::Write));
                     if whole {
                         overwritten.push(span.buffer);
                     }

@@ -50,6 +50,15 @@ conformance! {
             b.fill_u32(&x, 5)
         });
         outcome.unwrap();
+        // A collecting stream kept past its batch refuses ops instead of losing them.
+        let mut kept = None;
+        s.batch(|b| {
+            kept = Some(b.clone());
+            Ok(())
+        })
+        .unwrap();
+        let late = kept.map(|b| b.fill_u32(&x, 6));
+        assert!(matches!(late, Some(Err(Error::InvalidArgument(_)))), "{late:?}");
         assert_eq!(runtime.default_stream().read_as::<u32>(&x).unwrap(), vec![5; 4]);
     }
 
