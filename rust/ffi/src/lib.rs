@@ -8,6 +8,8 @@
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
 //!   [`DeviceInfo`], [`Diagnostics`]) are plain data, converted field by field.
+//! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
+//!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
 //! - **One error enum**, [`WeirError`]: a typed variant per core error, whose
 //!   message is the core error's text.
 //! - **Async exports are runtime-agnostic.** They await core futures, which are
@@ -22,6 +24,7 @@
 //!   Cancelling ends a *wait*, never the work: an admitted op still runs.
 //! - **Nothing panics across the FFI**: bad input is a [`WeirError`].
 
+mod batch;
 mod buffer;
 mod cancel;
 mod error;

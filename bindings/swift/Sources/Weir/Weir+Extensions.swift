@@ -103,7 +103,7 @@ extension Stream {
 // MARK: - Built-in ops
 
 /// One kernel object per built-in op, made once.
-private enum Builtins {
+enum Builtins {
     static let kernels: [BuiltinOp: Kernel] = Dictionary(
         uniqueKeysWithValues: [
             BuiltinOp.memsetZero, .fillU32, .fillI32, .fillF32, .copy, .add, .mul, .scale, .axpy, .iota,
@@ -194,14 +194,14 @@ extension WeirError: CustomStringConvertible {
     /// every case carries after its typed fields).
     public var message: String {
         switch self {
-        case .unavailable(_, let text), .unsupported(_, let text), .backend(_, let text):
+        case .unavailable(_, let text), .unsupported(_, let text), .backend(_, let text), .deviceLost(_, let text):
             return text
         case .opFailed(_, let text):
             return text
         case .outOfMemory(_, _, let text):
             return text
         case .invalidArgument(let text), .outOfRange(let text), .foreignHandle(let text), .closed(let text),
-            .cancelled(let text):
+            .cancelled(let text), .bug(let text):
             return text
         }
     }

@@ -119,8 +119,39 @@ let rust = baselines(in: arguments)
     }
     figures.append(Figure(backend: name, name: "swift: executeAsync(no-op, cancel: nil)", weir: executeNoToken,
                           baseline: rust["execute_async_noop"], note: "\(note); no cancellation token"))
+    figures += try await admissions(stream)
     try runtime.shutdown()
     return figures
+}
+
+/// Ops per batch in the batch figure.
+let batchSize = 1_000
+
+/// Admission of one small op (a fill of 1 KiB) and of a batch of `batchSize`
+/// such fills, per op; the stream is synced, untimed, between batches.
+@Sendable func admissions(_ stream: Weir.Stream) async throws -> [Figure] {
+    let a = try stream.zeros(bytes: 1024)
+    let fill = medianMicros(20_000) { try? stream.fill(a, with: UInt32(7)) }
+    try await stream.sync()
+    var samples: [UInt64] = []
+    for _ in 0..<220 {
+        let start = now()
+        try stream.batch { b in
+            for i in 0..<batchSize { b.fill(a, with: UInt32(i)) }
+        }
+        samples.append(now() - start)
+        try await stream.sync()
+    }
+    let perOp = Double(samples.dropFirst(20).sorted()[100]) / 1e3 / Double(batchSize)
+    let rustBatch = rust["batch_1000_per_op"].map { String(format: "%.4f", $0) } ?? "-"
+    return [
+        Figure(backend: name, name: "swift: admit one op, 1 buffer argument", weir: fill, baseline: rust["admit_1_buffer"],
+               note: "median per fill of 1 KiB; baseline: the same weir-ffi call from Rust"),
+        Figure(backend: name, name: "swift: batch of \(batchSize) fills, per op", weir: perOp,
+               baseline: rust["admit_1_buffer"],
+               note: "median batch (built and admitted) / \(batchSize); baseline: one op admitted alone from Rust "
+                   + "(a Rust batch: \(rustBatch) us per op); target <= 1.5x"),
+    ]
 }
 
 let figures = try await Task.detached(operation: measure).value

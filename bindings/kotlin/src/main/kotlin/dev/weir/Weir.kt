@@ -92,7 +92,7 @@ private val builtins = ConcurrentHashMap<BuiltinOp, Kernel>()
 fun BuiltinOp.kernel(): Kernel = builtins.computeIfAbsent(this) { Kernel.builtin(it) }
 
 /** A one-group grid: what built-in ops are given (they size themselves from their buffers). */
-private val single = Grid()
+internal val single = Grid()
 
 /** Enqueues the built-in [op] over [args]; returns once admitted, not once done. */
 @Throws(WeirException::class)

@@ -11,8 +11,13 @@ import dev.weir.Backend
 import dev.weir.BuiltinOp
 import dev.weir.Runtime
 import dev.weir.WakerThreads
+import dev.weir.batch
+import dev.weir.execute
 import dev.weir.executeAsync
+import dev.weir.reads
 import dev.weir.scalar
+import dev.weir.writes
+import dev.weir.zeros
 import kotlinx.coroutines.runBlocking
 
 private class Figure(val backend: String, val name: String, val weir: Double, val baseline: Double?, val note: String) {
@@ -35,6 +40,38 @@ private inline fun medianMicros(iterations: Int, call: () -> Unit): Double {
     return samples[iterations / 2] / 1e3
 }
 
+/** Ops per batch in the batch figure. */
+private const val BATCH = 1_000
+
+/**
+ * Admission of one small op (a fill of 1 KiB: one buffer argument; an add: three, the most a
+ * built-in op takes) and of a batch of [BATCH] fills, per op; the stream is synced, untimed,
+ * between batches.
+ */
+private suspend fun admissions(stream: dev.weir.Stream, baselines: Map<String, Double>, name: String, figures: MutableList<Figure>) {
+    val (a, b, c) = List(3) { stream.zeros(1024L) }
+    val fill = medianMicros(20_000) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
+    stream.sync()
+    figures += Figure(name, "kotlin: admit one op, 1 buffer argument", fill, baselines["admit_1_buffer"],
+        "median per execute (fill of 1 KiB); baseline: the same weir-ffi call from Rust; target <= 2 us")
+    val add = medianMicros(20_000) { stream.execute(BuiltinOp.ADD, a.reads(), b.reads(), c.writes()) }
+    stream.sync()
+    figures += Figure(name, "kotlin: admit one op, 3 buffer arguments", add, baselines["admit_3_buffers"],
+        "median per execute (add; no built-in op takes 4 buffers); baseline: the same weir-ffi call from Rust; target <= 2 us")
+    val samples = LongArray(220)
+    for (round in samples.indices) {
+        val start = System.nanoTime()
+        stream.batch { for (i in 0 until BATCH) execute(BuiltinOp.FILL_U32, a.writes(), scalar(i.toUInt())) }
+        samples[round] = System.nanoTime() - start
+        stream.sync()
+    }
+    val perOp = samples.copyOfRange(20, samples.size).sorted()[100] / 1e3 / BATCH
+    figures += Figure(name, "kotlin: batch of $BATCH fills, per op", perOp, baselines["admit_1_buffer"],
+        "median batch (built and admitted) / $BATCH; baseline: one op admitted alone from Rust " +
+            "(a Rust batch: ${baselines["batch_1000_per_op"]} us per op); target <= 1.5x")
+    listOf(a, b, c).forEach { it.close() }
+}
+
 fun main(args: Array<String>) {
     val list = args.toList()
     val name = list.windowed(2).firstOrNull { it[0] == "--backend" }?.get(1) ?: "cpu"
@@ -55,6 +92,7 @@ fun main(args: Array<String>) {
             val execute = medianMicros(10_000) { stream.executeAsync(noop, scalar(0u)) }
             figures += Figure(name, "kotlin: suspend executeAsync(no-op kernel)", execute, baselines["execute_async_noop"],
                 "median round trip in one coroutine; baseline: the same weir-ffi call from Rust; $wakers")
+            admissions(stream, baselines, name, figures)
         }
     }
     figures.forEach { println(it.json()) }
