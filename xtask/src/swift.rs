@@ -145,21 +145,13 @@ pub fn demo(args: &[String]) -> Result {
 /// `cargo xtask bench --swift [--backend NAME]`: the Swift cost of a trivial
 /// call (`index()`) and of an async round trip (`sync()` on an idle stream,
 /// `executeAsync` of a no-op), with and without the cancellation token the
-/// plain calls set up, beside the same weir-ffi calls made from Rust in the
-/// same run (`rust/ffi/examples/round_trip.rs`). Both use release builds with
-/// `test-support` (the no-op is the delay op).
+/// plain calls set up, of admitting one op and a batch of 1 000, and the GB/s
+/// and memory of 256 MiB uploads and reads, beside the same weir-ffi calls
+/// made from Rust in the same run (`bindings::rust_baselines`). Both use
+/// release builds with `test-support` (the no-op is the delay op).
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
-    let output = crate::util::cargo()
-        .current_dir(root())
-        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"])
-        .args(["--example", "round_trip", "--", "--backend", backend])
-        .output()
-        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
-    }
-    let baselines = String::from_utf8_lossy(&output.stdout);
+    let baselines = bindings::rust_baselines(backend)?;
     prepare(Profile::Release)?;
     let toolchain = Toolchain::find()?;
     let product_and_args: Vec<String> = ["weir-bench", "--backend", backend]

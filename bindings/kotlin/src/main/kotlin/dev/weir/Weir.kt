@@ -30,13 +30,20 @@ fun Stream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
 @Throws(WeirException::class)
 fun Stream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
 
-/** A buffer holding [data] (little-endian `f32`s, as devices store them). */
+/**
+ * A buffer holding [data] (little-endian `f32`s, as devices store them),
+ * copied to Rust through staging chunks of 2 MiB, never as a second whole array.
+ */
 @Throws(WeirException::class)
-fun Stream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
+fun Stream.upload(data: FloatArray): Buffer = uploadStaged(data.size * 4L) { chunk, at, bytes ->
+    chunk.asFloatBuffer().put(data, (at / 4).toInt(), bytes / 4)
+}
 
-/** A buffer holding [data] (little-endian 32-bit integers). */
+/** A buffer holding [data] (little-endian 32-bit integers), copied through staging chunks of 2 MiB. */
 @Throws(WeirException::class)
-fun Stream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
+fun Stream.upload(data: IntArray): Buffer = uploadStaged(data.size * 4L) { chunk, at, bytes ->
+    chunk.asIntBuffer().put(data, (at / 4).toInt(), bytes / 4)
+}
 
 /**
  * Writes [data] into [buffer] at element [offset], then suspends until done.
@@ -54,15 +61,18 @@ suspend fun Stream.write(buffer: Buffer, data: FloatArray, offset: Int = 0, canc
 suspend fun Stream.write(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
     write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
 
-/** Reads [buffer] as `f32`s once its latest write (on any stream) is done. */
+/**
+ * Reads [buffer] as `f32`s once its latest write (on any stream) is done,
+ * copied once out of Rust into the new array ([readInto] reuses one).
+ */
 @Throws(WeirException::class)
 suspend fun Stream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
-    read(buffer, cancel).toFloatArray()
+    FloatArray(buffer.wholeElements("f32")).also { readInto(buffer, it, cancel = cancel) }
 
-/** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done. */
+/** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done, copied once out of Rust. */
 @Throws(WeirException::class)
 suspend fun Stream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
-    read(buffer, cancel).toIntArray()
+    IntArray(buffer.wholeElements("i32")).also { readInto(buffer, it, cancel = cancel) }
 
 /** Size of the buffer in bytes, as a `Long`. */
 val Buffer.byteSize: Long get() = sizeBytes().toLong()
@@ -126,6 +136,16 @@ private fun Buffer.elementOffset(offset: Int, count: Int, element: String): ULon
         )
     }
     return offset.toULong() * 4u
+}
+
+/** How many 4-byte elements the buffer holds; refused unless whole and within an array's reach. */
+private fun Buffer.wholeElements(element: String): Int {
+    val size = sizeBytes()
+    if (size % 4u != 0uL) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole ${element}s")
+    if (size / 4u > Int.MAX_VALUE.toULong()) {
+        throw WeirException.InvalidArgument("invalid argument: ${size / 4u} ${element}s do not fit in one JVM array")
+    }
+    return (size / 4u).toInt()
 }
 
 private fun FloatArray.toLittleEndianBytes(): ByteArray {
