@@ -18,6 +18,7 @@
 //! Files are rewritten only when their contents change, so SwiftPM rebuilds
 //! only what changed. Swift runs on PATH, else in a cached chroot (`toolchain.rs`).
 
+mod bundle;
 mod consumer;
 mod install;
 mod patch;
@@ -30,6 +31,7 @@ use crate::bindings::{self, Profile};
 use crate::util::{root, Result};
 use toolchain::Toolchain;
 
+pub use bundle::bundle;
 pub use install::command as install;
 
 /// The SwiftPM package.
@@ -57,13 +59,18 @@ fn generate(library: &Path, out: &Path) -> Result {
 /// Builds the test-support native library of `profile`, generates the
 /// bindings and lays both out in the development package.
 fn prepare(profile: Profile) -> Result {
-    let library = bindings::native(profile)?;
+    lay_out(profile, &bindings::native(profile)?)
+}
+
+/// Generates the bindings of `library` and lays both out in the development
+/// package as the library of `profile`.
+fn lay_out(profile: Profile, library: &Path) -> Result {
     let generated = root().join("target/bindings/swift");
-    generate(&library, &generated)?;
+    generate(library, &generated)?;
     let package = package();
     update(&generated.join("WeirFFI.h"), &package.join("Sources/WeirFFI/generated/WeirFFI.h"))?;
     update(&generated.join("Weir.swift"), &package.join("Sources/Weir/Generated/Weir.swift"))?;
-    update(&library, &native_dir(profile).join(bindings::library_file()))
+    update(library, &native_dir(profile).join(bindings::library_file()))
 }
 
 /// Copies `from` to `to` unless `to` already has the same contents.
