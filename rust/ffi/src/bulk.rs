@@ -7,7 +7,8 @@
 //! `Data` in Swift), and reads hand back the core's bytes in a [`HostBytes`]
 //! the caller copies out of once, into an array of its own.
 
-use std::sync::Arc;
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
 
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
@@ -17,9 +18,45 @@ use crate::stream::Stream;
 /// Bytes read from a device, held in Rust until this handle goes: the
 /// bindings copy them straight into the caller's array (Kotlin through JNA,
 /// Swift from the pointer) and close it.
+///
+/// Large ones are freed on a thread of their own (`weir-ffi-free`), not
+/// on the thread that closes the handle: unmapping hundreds of MiB takes
+/// milliseconds the caller, whose data is already in its array, need not
+/// wait for. At most one waits for that thread; beyond it they are freed at once.
 #[derive(Debug, uniffi::Object)]
 pub struct HostBytes {
     bytes: Vec<u8>,
+}
+
+/// From this size on, [`HostBytes`] are freed on the release thread.
+const RELEASE_OFF_THREAD_BYTES: usize = 8 << 20;
+
+impl Drop for HostBytes {
+    fn drop(&mut self) {
+        if self.bytes.len() < RELEASE_OFF_THREAD_BYTES {
+            return;
+        }
+        let Some(release) = release_thread() else { return };
+        let bytes = std::mem::take(&mut self.bytes);
+        // Full (one already waits) or gone: freed here after all.
+        if let Err(TrySendError::Full(bytes) | TrySendError::Disconnected(bytes)) = release.try_send(bytes) {
+            drop(bytes);
+        }
+    }
+}
+
+/// The release thread's queue, started on first use; `None` if it cannot start.
+fn release_thread() -> Option<&'static SyncSender<Vec<u8>>> {
+    static RELEASE: OnceLock<Option<SyncSender<Vec<u8>>>> = OnceLock::new();
+    RELEASE
+        .get_or_init(|| {
+            let (sender, receiver) = sync_channel::<Vec<u8>>(1);
+            let spawned = std::thread::Builder::new()
+                .name("weir-ffi-free".to_owned())
+                .spawn(move || receiver.into_iter().for_each(drop));
+            spawned.ok().map(|_| sender)
+        })
+        .as_ref()
 }
 
 #[uniffi::export]

@@ -195,3 +195,27 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     }
     runtime.shutdown().unwrap();
 }
+
+#[test]
+fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_thread() {
+    let runtime = Runtime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let data: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let buffer = stream.upload_borrowed(&data).unwrap();
+    let host = block_on(stream.read_host(buffer.clone(), 8, 1 << 20, None)).unwrap();
+    assert_eq!(host.len(), 1 << 20);
+    // SAFETY: `host` is alive, and its bytes are `len()` initialised bytes at `address()`.
+    let read = unsafe { std::slice::from_raw_parts(host.address() as usize as *const u8, host.len() as usize) };
+    assert_eq!(read, &data[8..8 + (1 << 20)]);
+    drop(host);
+    let whole = block_on(stream.read_host(buffer.clone(), 0, data.len() as u64, None)).unwrap();
+    drop(whole);
+    let release_thread_runs = || {
+        std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten().any(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|name| name.trim() == "weir-ffi-free")
+        })
+    };
+    assert!(eventually(release_thread_runs), "16 MiB of HostBytes were not handed to the release thread");
+    assert!(matches!(block_on(stream.read_host(buffer, 0, 0, None)), Err(WeirError::InvalidArgument { .. })));
+    runtime.shutdown().unwrap();
+}

@@ -18,6 +18,10 @@ public final class Batch {
     public private(set) var count = 0
     private var bufferSlots: [ObjectIdentifier: UInt32] = [:]
     private var kernelSlots: [ObjectIdentifier: UInt32] = [:]
+    private var lastBuffer: ObjectIdentifier?
+    private var lastBufferSlot: UInt32 = 0
+    private var lastBuiltin: BuiltinOp?
+    private var lastBuiltinSlot: UInt32 = 0
 
     /// The grid built-in ops take, sent as the encoding's default.
     private static let defaultGrid = Grid()
@@ -26,32 +30,13 @@ public final class Batch {
 
     /// Adds `kernel` over `args` on `grid`, as `Stream.execute` would enqueue it.
     public func execute(kernel: Kernel, grid: Grid, args: [Arg]) {
-        encoded.append(Tag.execute)
-        put(slot(of: kernel))
-        if grid == Batch.defaultGrid {
-            encoded.append(Tag.defaultGrid)
-        } else {
-            encoded.append(Tag.givenGrid)
-            for field in [grid.groupsX, grid.groupsY, grid.groupsZ, grid.blockX, grid.blockY, grid.blockZ, grid.sharedBytes] {
-                put(field)
-            }
-        }
-        put(UInt32(args.count))
+        beginExecute(slot(of: kernel), grid: grid, arguments: args.count)
         for arg in args {
             switch arg {
-            case .buffer(let buffer, let access):
-                encoded.append(Tag.buffer)
-                put(slot(of: buffer))
-                encoded.append(Tag.access(access))
-            case .u32(let value):
-                encoded.append(Tag.u32)
-                put(value)
-            case .i32(let value):
-                encoded.append(Tag.i32)
-                put(UInt32(bitPattern: value))
-            case .f32(let value):
-                encoded.append(Tag.f32)
-                put(value.bitPattern)
+            case .buffer(let buffer, let access): putBuffer(buffer, access)
+            case .u32(let value): putScalar(Tag.u32, value)
+            case .i32(let value): putScalar(Tag.i32, UInt32(bitPattern: value))
+            case .f32(let value): putScalar(Tag.f32, value.bitPattern)
             }
         }
         count += 1
@@ -81,40 +66,101 @@ public final class Batch {
         count += 1
     }
 
-    private func builtin(_ op: BuiltinOp, _ args: [Arg]) {
-        execute(kernel: Builtins.kernel(op), grid: Grid(), args: args)
-    }
+    // The built-in ops encode their arguments directly: no `[Arg]` per op.
 
     /// Every element of `buffer` becomes `value`.
-    public func fill(_ buffer: Buffer, with value: Float) { builtin(.fillF32, [.write(buffer), .f32(value: value)]) }
+    public func fill(_ buffer: Buffer, with value: Float) { fill(.fillF32, buffer, Tag.f32, value.bitPattern) }
 
     /// Every element of `buffer` becomes `value`.
-    public func fill(_ buffer: Buffer, with value: UInt32) { builtin(.fillU32, [.write(buffer), .u32(value: value)]) }
+    public func fill(_ buffer: Buffer, with value: UInt32) { fill(.fillU32, buffer, Tag.u32, value) }
 
     /// Every element of `buffer` becomes `value`.
-    public func fill(_ buffer: Buffer, with value: Int32) { builtin(.fillI32, [.write(buffer), .i32(value: value)]) }
+    public func fill(_ buffer: Buffer, with value: Int32) { fill(.fillI32, buffer, Tag.i32, UInt32(bitPattern: value)) }
 
     /// Copies `source` into `destination` (equal sizes).
-    public func copy(_ source: Buffer, to destination: Buffer) { builtin(.copy, [.read(source), .write(destination)]) }
+    public func copy(_ source: Buffer, to destination: Buffer) {
+        builtin(.copy, arguments: 2)
+        putBuffer(source, .read)
+        putBuffer(destination, .write)
+        count += 1
+    }
 
     /// `out = a + b`, element-wise over `Float`s.
-    public func add(_ a: Buffer, _ b: Buffer, into out: Buffer) { builtin(.add, [.read(a), .read(b), .write(out)]) }
+    public func add(_ a: Buffer, _ b: Buffer, into out: Buffer) { binary(.add, a, b, out) }
 
     /// `out = a · b`, element-wise over `Float`s.
-    public func mul(_ a: Buffer, _ b: Buffer, into out: Buffer) { builtin(.mul, [.read(a), .read(b), .write(out)]) }
+    public func mul(_ a: Buffer, _ b: Buffer, into out: Buffer) { binary(.mul, a, b, out) }
 
     /// `out = alpha · x` over `Float`s.
     public func scale(_ x: Buffer, by alpha: Float, into out: Buffer) {
-        builtin(.scale, [.read(x), .write(out), .f32(value: alpha)])
+        builtin(.scale, arguments: 3)
+        putBuffer(x, .read)
+        putBuffer(out, .write)
+        putScalar(Tag.f32, alpha.bitPattern)
+        count += 1
     }
 
     /// `y = alpha · x + y` over `Float`s.
     public func axpy(_ alpha: Float, _ x: Buffer, _ y: Buffer) {
-        builtin(.axpy, [.read(x), .readWrite(y), .f32(value: alpha)])
+        builtin(.axpy, arguments: 3)
+        putBuffer(x, .read)
+        putBuffer(y, .readWrite)
+        putScalar(Tag.f32, alpha.bitPattern)
+        count += 1
     }
 
     /// `out[i] = start + i` over `UInt32`s.
-    public func iota(_ out: Buffer, from start: UInt32 = 0) { builtin(.iota, [.write(out), .u32(value: start)]) }
+    public func iota(_ out: Buffer, from start: UInt32 = 0) { fill(.iota, out, Tag.u32, start) }
+
+    /// `op(dst: write, scalar)`: the fills and iota.
+    private func fill(_ op: BuiltinOp, _ buffer: Buffer, _ tag: UInt8, _ bits: UInt32) {
+        builtin(op, arguments: 2)
+        putBuffer(buffer, .write)
+        putScalar(tag, bits)
+        count += 1
+    }
+
+    private func binary(_ op: BuiltinOp, _ a: Buffer, _ b: Buffer, _ out: Buffer) {
+        builtin(op, arguments: 3)
+        putBuffer(a, .read)
+        putBuffer(b, .read)
+        putBuffer(out, .write)
+        count += 1
+    }
+
+    private func builtin(_ op: BuiltinOp, arguments: Int) {
+        if op != lastBuiltin {
+            lastBuiltinSlot = slot(of: Builtins.kernel(op))
+            lastBuiltin = op
+        }
+        beginExecute(lastBuiltinSlot, grid: nil, arguments: arguments)
+    }
+
+    /// The op's tag, kernel slot, grid (nil: the default) and argument count.
+    private func beginExecute(_ kernel: UInt32, grid: Grid?, arguments: Int) {
+        encoded.append(Tag.execute)
+        put(kernel)
+        if let grid, grid != Batch.defaultGrid {
+            encoded.append(Tag.givenGrid)
+            for field in [grid.groupsX, grid.groupsY, grid.groupsZ, grid.blockX, grid.blockY, grid.blockZ, grid.sharedBytes] {
+                put(field)
+            }
+        } else {
+            encoded.append(Tag.defaultGrid)
+        }
+        put(UInt32(arguments))
+    }
+
+    private func putBuffer(_ buffer: Buffer, _ access: Access) {
+        encoded.append(Tag.buffer)
+        put(slot(of: buffer))
+        encoded.append(Tag.access(access))
+    }
+
+    private func putScalar(_ tag: UInt8, _ bits: UInt32) {
+        encoded.append(tag)
+        put(bits)
+    }
 
     private func put(_ value: UInt32) {
         withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
@@ -124,12 +170,21 @@ public final class Batch {
         withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
     }
 
-    // The arrays hold every object with a slot, so its identifier stays unique.
+    // The arrays hold every object with a slot, so its identifier stays
+    // unique. Ops in a row often name the same buffer: the last one found
+    // skips the dictionary.
     private func slot(of buffer: Buffer) -> UInt32 {
-        if let slot = bufferSlots[ObjectIdentifier(buffer)] { return slot }
-        let slot = UInt32(buffers.count)
-        buffers.append(buffer)
-        bufferSlots[ObjectIdentifier(buffer)] = slot
+        let id = ObjectIdentifier(buffer)
+        if id == lastBuffer { return lastBufferSlot }
+        let slot: UInt32
+        if let found = bufferSlots[id] {
+            slot = found
+        } else {
+            slot = UInt32(buffers.count)
+            buffers.append(buffer)
+            bufferSlots[id] = slot
+        }
+        (lastBuffer, lastBufferSlot) = (id, slot)
         return slot
     }
 
