@@ -123,3 +123,25 @@ pub fn command(args: &[String]) -> Result {
     eprintln!("{language} bindings of {} in {}", library.display(), out.display());
     Ok(())
 }
+
+/// The Rust side of the Kotlin and Swift benchmarks, measured now on
+/// `backend`: the very weir-ffi calls the bindings make, from Rust
+/// (`rust/ffi/examples/round_trip.rs`: per-call costs; `bulk.rs`: 256 MiB
+/// uploads and reads), as `--baseline NAME VALUE` arguments for the
+/// benchmarks. Release builds with `test-support` (the no-op is the delay op).
+pub fn rust_baselines(backend: &str) -> Result<String> {
+    let mut baselines = Vec::new();
+    for example in ["round_trip", "bulk"] {
+        let output = cargo()
+            .current_dir(root())
+            .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"])
+            .args(["--example", example, "--", "--backend", backend])
+            .output()
+            .map_err(|e| format!("cannot run the Rust baseline {example}: {e}"))?;
+        if !output.status.success() {
+            return Err(format!("the Rust baseline {example} failed: {}", String::from_utf8_lossy(&output.stderr)));
+        }
+        baselines.push(String::from_utf8_lossy(&output.stdout).trim().to_owned());
+    }
+    Ok(baselines.join(" "))
+}

@@ -189,34 +189,15 @@ pub fn demo(args: &[String]) -> Result {
 }
 
 /// `cargo xtask bench --kotlin [--backend NAME]`: the Kotlin overhead of a
-/// trivial call (`index()`) and of a suspend round trip (`sync()` on an idle
-/// stream, `executeAndWait` with a no-op kernel) beside the same weir-ffi calls
-/// made from Rust in the same run, then
-/// the same with JNA's default thread policy for the waking thread, for comparison.
+/// trivial call (`index()`), of a suspend round trip (`sync()` on an idle
+/// stream, `executeAndWait` with a no-op kernel), of admitting one op and a
+/// batch of 1 000, and the GB/s and memory of 256 MiB uploads and reads,
+/// beside the same weir-ffi calls made from Rust in the same run; then the
+/// call figures again with JNA's default thread policy for the waking
+/// thread, for comparison.
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
-    let output = crate::util::cargo()
-        .current_dir(root())
-        .args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "weir-ffi",
-            "--features",
-            "test-support",
-            "--example",
-            "round_trip",
-            "--",
-            "--backend",
-            backend,
-        ])
-        .output()
-        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
-    }
-    let baselines = String::from_utf8_lossy(&output.stdout).trim().to_owned();
+    let baselines = bindings::rust_baselines(backend)?;
     prepare(Profile::Release)?;
     run(maven().args(["-q", "-DskipTests", "package"]))?;
     for detach in ["false", "true"] {
@@ -226,6 +207,8 @@ pub fn bench(args: &[String]) -> Result {
             "-Dexec.mainClass=dev.weir.bench.BenchKt",
             "-Dexec.classpathScope=test",
             &format!("-Dweir.wakers.detach={detach}"),
+            // The bulk figures do not depend on the waking thread: once is enough.
+            &format!("-Dweir.bench.bulk={detach_is_default}", detach_is_default = detach == "false"),
             &format!("-Dexec.args=--backend {backend} {baselines}"),
         ]))?;
     }

@@ -76,6 +76,7 @@ fn main() -> ExitCode {
         Some("soak") => rust::soak(&args[1..]),
         Some("bundle") => match args.get(1).map(String::as_str) {
             Some("--kotlin") => kotlin::bundle(&args[2..]),
+            Some("--swift") => swift::bundle(&args[2..]),
             _ => bundle::bundle(&args[1..]),
         },
         Some("bench") => match args.get(1).map(String::as_str) {

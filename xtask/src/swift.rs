@@ -18,6 +18,7 @@
 //! Files are rewritten only when their contents change, so SwiftPM rebuilds
 //! only what changed. Swift runs on PATH, else in a cached chroot (`toolchain.rs`).
 
+mod bundle;
 mod consumer;
 mod install;
 mod patch;
@@ -30,6 +31,7 @@ use crate::bindings::{self, Profile};
 use crate::util::{root, Result};
 use toolchain::Toolchain;
 
+pub use bundle::bundle;
 pub use install::command as install;
 
 /// The SwiftPM package.
@@ -57,13 +59,18 @@ fn generate(library: &Path, out: &Path) -> Result {
 /// Builds the test-support native library of `profile`, generates the
 /// bindings and lays both out in the development package.
 fn prepare(profile: Profile) -> Result {
-    let library = bindings::native(profile)?;
+    lay_out(profile, &bindings::native(profile)?)
+}
+
+/// Generates the bindings of `library` and lays both out in the development
+/// package as the library of `profile`.
+fn lay_out(profile: Profile, library: &Path) -> Result {
     let generated = root().join("target/bindings/swift");
-    generate(&library, &generated)?;
+    generate(library, &generated)?;
     let package = package();
     update(&generated.join("WeirFFI.h"), &package.join("Sources/WeirFFI/generated/WeirFFI.h"))?;
     update(&generated.join("Weir.swift"), &package.join("Sources/Weir/Generated/Weir.swift"))?;
-    update(&library, &native_dir(profile).join(bindings::library_file()))
+    update(library, &native_dir(profile).join(bindings::library_file()))
 }
 
 /// Copies `from` to `to` unless `to` already has the same contents.
@@ -149,21 +156,13 @@ fn run_release(product_and_args: &[String]) -> Result {
 /// `cargo xtask bench --swift [--backend NAME]`: the Swift cost of a trivial
 /// call (`index()`) and of an async round trip (`sync()` on an idle stream,
 /// `executeAndWait` of a no-op), with and without the cancellation token the
-/// plain calls set up, beside the same weir-ffi calls made from Rust in the
-/// same run (`rust/ffi/examples/round_trip.rs`). Both use release builds with
-/// `test-support` (the no-op is the delay op).
+/// plain calls set up, of admitting one op and a batch of 1 000, and the GB/s
+/// and memory of 256 MiB uploads and reads, beside the same weir-ffi calls
+/// made from Rust in the same run (`bindings::rust_baselines`). Both use
+/// release builds with `test-support` (the no-op is the delay op).
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
-    let output = crate::util::cargo()
-        .current_dir(root())
-        .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"])
-        .args(["--example", "round_trip", "--", "--backend", backend])
-        .output()
-        .map_err(|e| format!("cannot run the Rust baseline: {e}"))?;
-    if !output.status.success() {
-        return Err(format!("the Rust baseline failed: {}", String::from_utf8_lossy(&output.stderr)));
-    }
-    let baselines = String::from_utf8_lossy(&output.stdout);
+    let baselines = bindings::rust_baselines(backend)?;
     let product_and_args: Vec<String> = ["weir-bench", "--backend", backend]
         .into_iter()
         .map(str::to_owned)

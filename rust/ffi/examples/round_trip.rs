@@ -8,7 +8,10 @@
 use std::time::Instant;
 
 use futures::executor::block_on;
-use weir_ffi::{Arg, Backend, BuiltinOp, Grid, Kernel, WeirRuntime};
+use weir_ffi::{Access, Arg, Backend, BuiltinOp, Grid, Kernel, WeirRuntime};
+
+/// Ops in the batch figures.
+const BATCH: u32 = 1000;
 
 fn median_micros(iterations: usize, mut call: impl FnMut()) -> f64 {
     for _ in 0..iterations / 10 {
@@ -47,8 +50,51 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     let execute = median_micros(10_000, || {
         let _ = block_on(stream.execute_and_wait(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
     });
+    // Admission of one small op (a fill of 1 KiB: one buffer; an add: three).
+    let (a, b, c) = (stream.zeros(1024)?, stream.zeros(1024)?, stream.zeros(1024)?);
+    let fill = Kernel::builtin(BuiltinOp::FillU32);
+    let add = Kernel::builtin(BuiltinOp::Add);
+    let buffer = |buffer: &std::sync::Arc<weir_ffi::Buffer>, access| Arg::Buffer { buffer: buffer.clone(), access };
+    let admit_1 = median_micros(20_000, || {
+        let args = vec![buffer(&a, Access::Write), Arg::U32 { value: 7 }];
+        let _ = stream.execute(fill.clone(), Grid::default(), args);
+    });
+    let _ = block_on(stream.sync(None));
+    let admit_3 = median_micros(20_000, || {
+        let args = vec![buffer(&a, Access::Read), buffer(&b, Access::Read), buffer(&c, Access::Write)];
+        let _ = stream.execute(add.clone(), Grid::default(), args);
+    });
+    let _ = block_on(stream.sync(None));
+    // A batch of 1 000 such fills, per op, as the bindings hand it over
+    // (building the ops and admitting them; the stream is synced between
+    // batches, untimed, so no batch queues behind the last).
+    let encode = || {
+        // Each op in the batch encoding: execute kernel 0, default grid,
+        // two arguments: buffer 0 written, u32 i.
+        let mut ops = Vec::with_capacity(BATCH as usize * 21);
+        for i in 0..BATCH {
+            ops.extend([0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 1, 1]);
+            ops.extend(i.to_le_bytes());
+        }
+        ops
+    };
+    stream.submit_batch(vec![a.clone()], vec![fill.clone()], encode())?;
+    let mut samples: Vec<u128> = (0..220)
+        .map(|_| {
+            let start = Instant::now();
+            let _ = stream.submit_batch(vec![a.clone()], vec![fill.clone()], encode());
+            let elapsed = start.elapsed().as_nanos();
+            let _ = block_on(stream.sync(None));
+            elapsed
+        })
+        .skip(20)
+        .collect();
+    samples.sort_unstable();
+    let batch_per_op = samples[samples.len() / 2] as f64 / 1e3 / f64::from(BATCH);
     println!(
-        "--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_and_wait_noop {execute:.4}"
+        "--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_and_wait_noop {execute:.4} \
+         --baseline admit_1_buffer {admit_1:.4} --baseline admit_3_buffers {admit_3:.4} \
+         --baseline batch_1000_per_op {batch_per_op:.4}"
     );
     runtime.shutdown()
 }

@@ -8,6 +8,10 @@
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
 //!   [`DeviceInfo`], [`Diagnostics`]) are plain data, converted field by field.
+//! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
+//!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
+//! - **Bulk data** (`bulk.rs`) borrows the caller's memory for uploads and
+//!   hands reads back in a [`HostBytes`], with no `RustBuffer` in between.
 //! - **One error enum**, [`WeirError`]: a typed variant per core error, whose
 //!   message is the core error's text.
 //! - **Async exports are runtime-agnostic.** They await core futures, which are
@@ -22,7 +26,9 @@
 //!   Cancelling ends a *wait*, never the work: an admitted op still runs.
 //! - **Nothing panics across the FFI**: bad input is a [`WeirError`].
 
+mod batch;
 mod buffer;
+mod bulk;
 mod cancel;
 mod error;
 mod fence;
@@ -32,6 +38,7 @@ mod runtime;
 mod stream;
 
 pub use buffer::Buffer;
+pub use bulk::HostBytes;
 pub use cancel::CancelToken;
 #[cfg(feature = "test-support")]
 pub use error::debug_error_probe;

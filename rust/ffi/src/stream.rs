@@ -33,6 +33,10 @@ impl WeirStream {
         WeirStream { inner }
     }
 
+    pub(crate) fn core(&self) -> &weir_core::Stream {
+        &self.inner
+    }
+
     fn admit(&self, kernel: &Kernel, grid: Grid, args: &[Arg]) -> Result<()> {
         let grid = grid.to_core()?;
         let args: Vec<weir_core::Arg<'_>> = args.iter().map(Arg::to_core).collect();

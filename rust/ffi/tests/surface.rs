@@ -181,3 +181,90 @@ fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
     assert!(matches!(block_on(stream.read(buffer, 0, None, None)), Err(WeirError::Closed { .. })));
     let _ = Arc::strong_count(&runtime);
 }
+
+/// The batch encoding of `WeirStream::submit_batch`, as the bindings write it.
+#[derive(Default)]
+struct Ops(Vec<u8>);
+
+impl Ops {
+    /// A built-in op (default grid) with buffer arguments `(slot, access)` and a trailing f32.
+    fn execute(mut self, kernel: u32, buffers: &[(u32, u8)], scalar: f32) -> Self {
+        self.0.push(0);
+        self.0.extend(kernel.to_le_bytes());
+        self.0.push(0);
+        self.0.extend((buffers.len() as u32 + 1).to_le_bytes());
+        for &(slot, access) in buffers {
+            self.0.push(0);
+            self.0.extend(slot.to_le_bytes());
+            self.0.push(access);
+        }
+        self.0.push(3);
+        self.0.extend(scalar.to_bits().to_le_bytes());
+        self
+    }
+
+    fn write(mut self, slot: u32, offset: u64, data: &[u8]) -> Self {
+        self.0.push(1);
+        self.0.extend(slot.to_le_bytes());
+        self.0.extend(offset.to_le_bytes());
+        self.0.extend((data.len() as u64).to_le_bytes());
+        self.0.extend(data);
+        self
+    }
+}
+
+#[test]
+fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let x = stream.zeros(16).unwrap();
+    let y = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let kernels = vec![Kernel::builtin(BuiltinOp::FillF32), Kernel::builtin(BuiltinOp::Axpy)];
+    let (read, write, read_write) = (0, 1, 2);
+    let ops = Ops::default().execute(0, &[(0, write)], 2.0).execute(1, &[(0, read), (1, read_write)], 3.0);
+    let ops = ops.write(1, 12, &bytes(&[100.0]));
+    let before = runtime.diagnostics().admitted_ops;
+    stream.submit_batch(vec![x.clone(), y.clone()], kernels.clone(), ops.0.clone()).unwrap();
+    assert_eq!(runtime.diagnostics().admitted_ops - before, 3, "each op of the batch is its own op");
+    assert_eq!(floats(&stream.read_blocking(y.clone(), 0, Some(16)).unwrap()), [7.0, 8.0, 9.0, 100.0]);
+
+    let buffers = vec![x.clone(), y.clone()];
+    let bad_slot = Ops(ops.0.clone()).write(2, 0, &bytes(&[1.0]));
+    let mut truncated = ops.0.clone();
+    truncated.pop();
+    let bad_tag = Ops(ops.0.clone()).execute(9, &[], 0.0);
+    for (bad, expected) in [(bad_slot.0, "buffer slot 2"), (truncated, "ends before"), (bad_tag.0, "kernel slot 9")] {
+        let before = runtime.diagnostics().admitted_ops;
+        let refused = stream.submit_batch(buffers.clone(), kernels.clone(), bad);
+        assert!(
+            matches!(&refused, Err(WeirError::InvalidArgument { description }) if description.contains(expected)),
+            "{refused:?}"
+        );
+        assert_eq!(runtime.diagnostics().admitted_ops, before, "a refused batch admitted ops");
+    }
+    runtime.shutdown().unwrap();
+}
+
+#[test]
+fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_thread() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let data: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
+    let buffer = stream.upload_borrowed(&data).unwrap();
+    let host = block_on(stream.read_host(buffer.clone(), 8, 1 << 20, None)).unwrap();
+    assert_eq!(host.len(), 1 << 20);
+    // SAFETY: `host` is alive, and its bytes are `len()` initialised bytes at `address()`.
+    let read = unsafe { std::slice::from_raw_parts(host.address() as usize as *const u8, host.len() as usize) };
+    assert_eq!(read, &data[8..8 + (1 << 20)]);
+    drop(host);
+    let whole = block_on(stream.read_host(buffer.clone(), 0, data.len() as u64, None)).unwrap();
+    drop(whole);
+    let release_thread_runs = || {
+        std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten().any(|task| {
+            std::fs::read_to_string(task.path().join("comm")).is_ok_and(|name| name.trim() == "weir-ffi-free")
+        })
+    };
+    assert!(eventually(release_thread_runs), "16 MiB of HostBytes were not handed to the release thread");
+    assert!(matches!(block_on(stream.read_host(buffer, 0, 0, None)), Err(WeirError::InvalidArgument { .. })));
+    runtime.shutdown().unwrap();
+}

@@ -86,6 +86,38 @@ impl Toolchain {
     }
 }
 
+impl Toolchain {
+    /// Runs `program args…` where `swift` runs (on the host, or in the chroot
+    /// with the workspace mounted), without echoing; returns its stdout.
+    pub fn run_quietly(&self, program: &str, args: &[String]) -> Result<String> {
+        let mut command = match self {
+            Toolchain::Host => Command::new(program),
+            Toolchain::Chroot(chroot) => {
+                let mut command = in_chroot(chroot, &[root()], &[]);
+                command.arg(program);
+                command
+            }
+        };
+        command.args(args);
+        let output = command.output().map_err(|e| format!("cannot run {command:?}: {e}"))?;
+        if !output.status.success() {
+            return Err(format!("{command:?} failed: {}", String::from_utf8_lossy(&output.stderr)));
+        }
+        Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+    }
+
+    /// Where a file at `path` as the toolchain sees it lies on this machine.
+    pub fn host_path(&self, path: &Path) -> PathBuf {
+        match self {
+            Toolchain::Host => path.to_owned(),
+            Toolchain::Chroot(chroot) if !path.starts_with(root()) => {
+                chroot.join(path.strip_prefix("/").unwrap_or(path))
+            }
+            Toolchain::Chroot(_) => path.to_owned(),
+        }
+    }
+}
+
 /// Mounts /proc, /dev and each bind (at its own path) in `$root`, then runs
 /// `chroot $root COMMAND…`. Arguments: ROOT BIND… -- COMMAND….
 const MOUNT_AND_CHROOT: &str = r#"set -e

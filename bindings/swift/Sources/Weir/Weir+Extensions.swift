@@ -20,19 +20,6 @@ extension Data {
     init<T: DeviceScalar>(scalars values: [T]) {
         self = values.withUnsafeBytes { Data($0) }
     }
-
-    /// These bytes as elements of `T`; fails if they are not a whole number of them.
-    func scalars<T: DeviceScalar>(of type: T.Type) throws(WeirError) -> [T] {
-        let stride = MemoryLayout<T>.stride
-        guard count % stride == 0 else {
-            throw .invalidArgument(description: "\(count) bytes are not a whole number of \(T.self) (\(stride) bytes each)")
-        }
-        let elements = count / stride
-        return [T](unsafeUninitializedCapacity: elements) { storage, initialized in
-            // Copies bytewise: the Data's storage need not be aligned for T.
-            initialized = copyBytes(to: storage) / stride
-        }
-    }
 }
 
 func byteCount<T: DeviceScalar>(_ elements: Int, of type: T.Type) throws(WeirError) -> UInt64 {
@@ -70,8 +57,10 @@ extension Buffer {
 
 extension WeirStream {
     /// A buffer holding `values`, uploaded on this stream.
+    /// The array is lent to Rust for the call, which copies it once, as an
+    /// upload from Rust does: no `Data` or `RustBuffer` copy in between.
     public func upload<T: DeviceScalar>(_ values: [T]) throws -> Buffer {
-        try upload(data: Data(scalars: values))
+        try values.withUnsafeBytes { try upload(bytes: $0) }
     }
 
     /// A zero-filled buffer of `count` elements of `T`: allocated, zeroed on
@@ -87,8 +76,19 @@ extension WeirStream {
 
     /// Reads `buffer` as elements of `T`, once its latest write (on any stream)
     /// is done. Cancelling the Task ends the wait with `CancellationError`.
+    /// The bytes are copied once out of Rust, into the new array.
     public func read<T: DeviceScalar>(_ buffer: Buffer, as type: T.Type) async throws -> [T] {
-        try await read(buffer: buffer).scalars(of: T.self)
+        let bytes = buffer.sizeBytes()
+        let stride = MemoryLayout<T>.stride
+        guard bytes % UInt64(stride) == 0, let count = Int(exactly: bytes / UInt64(stride)) else {
+            throw WeirError.invalidArgument(description: "\(bytes) bytes are not a whole number of \(T.self) (\(stride) bytes each)")
+        }
+        guard count > 0 else { return [] }
+        let host = try await cancellable { try await self.readHost(buffer: buffer, offset: 0, len: bytes, cancel: $0) }
+        return [T](unsafeUninitializedCapacity: count) { storage, initialized in
+            host.copy(into: UnsafeMutableRawBufferPointer(storage))
+            initialized = count
+        }
     }
 
     /// Enqueues writing `values` into `buffer` from element `index` on; returns
@@ -111,7 +111,7 @@ extension WeirStream {
 // MARK: - Built-in ops
 
 /// One kernel object per built-in op, made once.
-private enum Builtins {
+enum Builtins {
     static let kernels: [BuiltinOp: Kernel] = Dictionary(
         uniqueKeysWithValues: [
             BuiltinOp.memsetZero, .fillU32, .fillI32, .fillF32, .copy, .add, .mul, .scale, .axpy, .iota,

@@ -14,13 +14,14 @@ struct Figure {
     let weir: Double
     let baseline: Double?
     let note: String
+    var unit = "us"
 
     var ratio: Double? { baseline.flatMap { $0 > 0 ? weir / $0 : nil } }
 
     var json: String {
         let number = { (value: Double?, digits: Int) in value.map { String(format: "%.\(digits)f", $0) } ?? "null" }
         let note = self.note.replacingOccurrences(of: "\"", with: "'")
-        return "{\"backend\":\"\(backend)\",\"bench\":\"\(name)\",\"unit\":\"us\",\"weir\":\(number(weir, 4)),"
+        return "{\"backend\":\"\(backend)\",\"bench\":\"\(name)\",\"unit\":\"\(unit)\",\"weir\":\(number(weir, 4)),"
             + "\"baseline\":\(number(baseline, 4)),\"ratio\":\(number(ratio, 3)),\"note\":\"\(note)\"}"
     }
 }
@@ -119,8 +120,119 @@ let rust = baselines(in: arguments)
     }
     figures.append(Figure(backend: name, name: "swift: executeAndWait(no-op, cancel: nil)", weir: executeNoToken,
                           baseline: rust["execute_and_wait_noop"], note: "\(note); no cancellation token"))
+    figures += try await admissions(stream)
+    figures += try await bulk(stream)
     try runtime.shutdown()
     return figures
+}
+
+/// Ops per batch in the batch figure.
+let batchSize = 1_000
+
+/// Admission of one small op (a fill of 1 KiB) and of a batch of `batchSize`
+/// such fills, per op; the stream is synced, untimed, between batches.
+@Sendable func admissions(_ stream: Weir.WeirStream) async throws -> [Figure] {
+    let a = try stream.zeros(bytes: 1024)
+    let fill = medianMicros(20_000) { try? stream.fill(a, with: UInt32(7)) }
+    try await stream.sync()
+    var samples: [UInt64] = []
+    for _ in 0..<220 {
+        let start = now()
+        try stream.batch { b in
+            for i in 0..<batchSize { b.fill(a, with: UInt32(i)) }
+        }
+        samples.append(now() - start)
+        try await stream.sync()
+    }
+    let perOp = Double(samples.dropFirst(20).sorted()[100]) / 1e3 / Double(batchSize)
+    let rustBatch = rust["batch_1000_per_op"].map { String(format: "%.4f", $0) } ?? "-"
+    return [
+        Figure(backend: name, name: "swift: admit one op, 1 buffer argument", weir: fill, baseline: rust["admit_1_buffer"],
+               note: "median per fill of 1 KiB; baseline: the same weir-ffi call from Rust"),
+        Figure(backend: name, name: "swift: batch of \(batchSize) fills, per op", weir: perOp,
+               baseline: rust["admit_1_buffer"],
+               note: "median batch (built and admitted) / \(batchSize); baseline: one op admitted alone from Rust "
+                   + "(a Rust batch: \(rustBatch) us per op); target <= 1.5x"),
+    ]
+}
+
+/// Bytes per bulk call.
+let bulkBytes = 256 << 20
+
+/// This process's resident bytes, from /proc/self/statm (0 where there is none).
+@Sendable func residentBytes() -> Int {
+    let statm = (try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8)) ?? ""
+    return (statm.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0) * 4096
+}
+
+/// Samples the resident size every millisecond on a thread of its own, keeping the highest.
+final class PeakResident: @unchecked Sendable {
+    private let lock = NSLock()
+    private var peak = residentBytes()
+    private var running = true
+
+    init() {
+        Thread.detachNewThread { [self] in
+            while lock.withLock({ running }) {
+                let now = residentBytes()
+                lock.withLock { peak = max(peak, now) }
+                Thread.sleep(forTimeInterval: 0.001)
+            }
+        }
+    }
+
+    func stop() { lock.withLock { running = false } }
+
+    /// Seconds `call` took and the resident growth (MiB) it peaked at.
+    func measure(_ call: () async throws -> Void) async rethrows -> (seconds: Double, growth: Double) {
+        let before = residentBytes()
+        lock.withLock { self.peak = before }
+        let start = now()
+        try await call()
+        let seconds = Double(now() - start) / 1e9
+        let after = residentBytes()
+        let highest = lock.withLock { max(self.peak, after) }
+        return (seconds, Double(highest - before) / 1_048_576)
+    }
+}
+
+/// Upload and read of 256 MiB from a `[Float]` (lent to Rust) and into a
+/// caller's `[Float]`; best of three rounds, beside the same calls from Rust
+/// (`rust/ffi/examples/bulk.rs`). Growth: the peak growth of resident memory
+/// during the call (source and destination exist before; on the CPU backend
+/// an upload's growth includes the new buffer itself).
+@Sendable func bulk(_ stream: Weir.WeirStream) async throws -> [Figure] {
+    let floats = (0..<bulkBytes / 4).map { Float($0 % 251) }
+    var back = [Float](repeating: 0, count: floats.count)
+    let sampler = PeakResident()
+    defer { sampler.stop() }
+    var upload = (gbps: 0.0, growth: 0.0)
+    var read = (gbps: 0.0, growth: 0.0)
+    let gbps = { (seconds: Double) in Double(bulkBytes) / seconds / 1e9 }
+    for _ in 0..<3 {
+        var buffer: Buffer?
+        let up = try await sampler.measure {
+            buffer = try stream.upload(floats)
+            try await stream.sync()
+        }
+        upload = (max(upload.gbps, gbps(up.seconds)), max(upload.growth, up.growth))
+        guard let buffer else { break }
+        let down = try await sampler.measure { try await stream.read(buffer, into: &back) }
+        read = (max(read.gbps, gbps(down.seconds)), max(read.growth, down.growth))
+        guard back == floats else { throw WeirError.bug(description: "the read gave other floats than uploaded") }
+    }
+    let note = "best of 3, sync included; baseline: Rust through the same weir-ffi calls; target ratio >= 0.8"
+    let memory = "peak resident growth during the call (Rust beside it); target: at most \(bulkBytes >> 20) MiB beyond the new buffer"
+    return [
+        Figure(backend: name, name: "swift: upload 256 MiB from a [Float]", weir: upload.gbps,
+               baseline: rust["upload_256mib_gbps"], note: note, unit: "GB/s"),
+        Figure(backend: name, name: "swift: upload 256 MiB from a [Float], memory", weir: upload.growth,
+               baseline: rust["upload_256mib_growth_mib"], note: memory, unit: "MiB"),
+        Figure(backend: name, name: "swift: read 256 MiB into a [Float]", weir: read.gbps,
+               baseline: rust["read_256mib_gbps"], note: note, unit: "GB/s"),
+        Figure(backend: name, name: "swift: read 256 MiB into a [Float], memory", weir: read.growth,
+               baseline: rust["read_256mib_growth_mib"], note: memory, unit: "MiB"),
+    ]
 }
 
 let figures = try await Task.detached(operation: measure).value
@@ -132,8 +244,8 @@ func column(_ text: String, _ width: Int) -> String { text.padding(toLength: max
 func right(_ text: String, _ width: Int) -> String { String(repeating: " ", count: max(0, width - text.count)) + text }
 print(column("backend", 8), column("benchmark", 44), right("weir", 14), right("baseline", 14), right("ratio", 8), " note")
 for figure in figures {
-    print(column(figure.backend, 8), column(figure.name, 44), right(String(format: "%.3f us", figure.weir), 14),
-          right(figure.baseline.map { String(format: "%.3f us", $0) } ?? "-", 14),
+    print(column(figure.backend, 8), column(figure.name, 44), right(String(format: "%.3f \(figure.unit)", figure.weir), 14),
+          right(figure.baseline.map { String(format: "%.3f \(figure.unit)", $0) } ?? "-", 14),
           right(figure.ratio.map { String(format: "%.3f", $0) } ?? "-", 8), " \(figure.note)")
 }
 print()

@@ -1,6 +1,7 @@
 // Shared test support: the backend matrix, gates, timing.
 //
-// Every behavioural test runs once per backend in `TestBackend`. A backend
+// Every behavioural test runs once per backend in `TestBackend.allCases`
+// (WEIR_TEST_BACKENDS, default cpu,wgpu). A backend
 // that cannot open here is reported as skipped, by name, with the reason;
 // listed in WEIR_REQUIRE_BACKENDS (e.g. `cpu,wgpu`), it fails the test instead.
 //
@@ -14,12 +15,25 @@ import Weir
 enum TestBackend: String, CaseIterable, Sendable, CustomTestStringConvertible {
     case cpu
     case wgpu
+    case cuda
 
     var backend: Backend {
         switch self {
         case .cpu: .cpu
         case .wgpu: .wgpu
+        case .cuda: .cuda
         }
+    }
+
+    /// The backends the suite runs on, what every test's `arguments:` names:
+    /// those WEIR_TEST_BACKENDS lists (e.g. `cpu,wgpu,cuda`; unknown names are
+    /// ignored), by default cpu and wgpu, as the Kotlin suite does. (The GPU
+    /// bundle's `run-swift.sh` sets it to all three.)
+    static var allCases: [TestBackend] {
+        let listed = (ProcessInfo.processInfo.environment["WEIR_TEST_BACKENDS"] ?? "cpu,wgpu")
+            .split(separator: ",")
+            .compactMap { TestBackend(rawValue: $0.trimmingCharacters(in: .whitespaces).lowercased()) }
+        return listed.isEmpty ? [.cpu, .wgpu] : listed
     }
 
     var testDescription: String { rawValue }

@@ -33,13 +33,20 @@ fun WeirStream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
 @Throws(WeirException::class)
 fun WeirStream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
 
-/** A buffer holding [data] (little-endian `f32`s, as devices store them). */
+/**
+ * A buffer holding [data] (little-endian `f32`s, as devices store them),
+ * copied to Rust through staging chunks of 2 MiB, never as a second whole array.
+ */
 @Throws(WeirException::class)
-fun WeirStream.upload(data: FloatArray): Buffer = upload(data.toLittleEndianBytes())
+fun WeirStream.upload(data: FloatArray): Buffer = uploadStaged(data.size * 4L) { chunk, at, bytes ->
+    chunk.asFloatBuffer().put(data, (at / 4).toInt(), bytes / 4)
+}
 
-/** A buffer holding [data] (little-endian 32-bit integers). */
+/** A buffer holding [data] (little-endian 32-bit integers), copied through staging chunks of 2 MiB. */
 @Throws(WeirException::class)
-fun WeirStream.upload(data: IntArray): Buffer = upload(data.toLittleEndianBytes())
+fun WeirStream.upload(data: IntArray): Buffer = uploadStaged(data.size * 4L) { chunk, at, bytes ->
+    chunk.asIntBuffer().put(data, (at / 4).toInt(), bytes / 4)
+}
 
 /**
  * Enqueues writing [data] into [buffer] at element [offset]; returns once
@@ -71,15 +78,18 @@ suspend fun WeirStream.writeAndWait(buffer: Buffer, data: FloatArray, offset: In
 suspend fun WeirStream.writeAndWait(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
     writeAndWait(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
 
-/** Reads [buffer] as `f32`s once its latest write (on any stream) is done. */
+/**
+ * Reads [buffer] as `f32`s once its latest write (on any stream) is done,
+ * copied once out of Rust into the new array ([readInto] reuses one).
+ */
 @Throws(WeirException::class)
 suspend fun WeirStream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
-    read(buffer, cancel = cancel).toFloatArray()
+    FloatArray(buffer.wholeElements("f32")).also { readInto(buffer, it, cancel = cancel) }
 
-/** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done. */
+/** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done, copied once out of Rust. */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
-    read(buffer, cancel = cancel).toIntArray()
+    IntArray(buffer.wholeElements("i32")).also { readInto(buffer, it, cancel = cancel) }
 
 /** Size of the buffer in bytes, as a `Long`. */
 val Buffer.byteSize: Long get() = sizeBytes().toLong()
@@ -109,7 +119,7 @@ private val builtins = ConcurrentHashMap<BuiltinOp, Kernel>()
 fun BuiltinOp.kernel(): Kernel = builtins.computeIfAbsent(this) { Kernel.builtin(it) }
 
 /** A one-group grid: what built-in ops are given (they size themselves from their buffers). */
-private val single = Grid()
+internal val single = Grid()
 
 /** Enqueues the built-in [op] over [args]; returns once admitted, not once done. */
 @Throws(WeirException::class)
@@ -143,6 +153,16 @@ private fun Buffer.elementOffset(offset: Int, count: Int, element: String): ULon
         )
     }
     return offset.toULong() * 4u
+}
+
+/** How many 4-byte elements the buffer holds; refused unless whole and within an array's reach. */
+private fun Buffer.wholeElements(element: String): Int {
+    val size = sizeBytes()
+    if (size % 4u != 0uL) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole ${element}s")
+    if (size / 4u > Int.MAX_VALUE.toULong()) {
+        throw WeirException.InvalidArgument("invalid argument: ${size / 4u} ${element}s do not fit in one JVM array")
+    }
+    return (size / 4u).toInt()
 }
 
 private fun FloatArray.toLittleEndianBytes(): ByteArray {

@@ -11,13 +11,27 @@ import dev.weir.Backend
 import dev.weir.BuiltinOp
 import dev.weir.WeirRuntime
 import dev.weir.WakerThreads
+import dev.weir.batch
+import dev.weir.execute
 import dev.weir.executeAndWait
+import dev.weir.readInto
+import dev.weir.reads
 import dev.weir.scalar
+import dev.weir.upload
+import dev.weir.writes
+import dev.weir.zeros
 import kotlinx.coroutines.runBlocking
 
-private class Figure(val backend: String, val name: String, val weir: Double, val baseline: Double?, val note: String) {
+private class Figure(
+    val backend: String,
+    val name: String,
+    val weir: Double,
+    val baseline: Double?,
+    val note: String,
+    val unit: String = "us",
+) {
     val ratio: Double? get() = baseline?.takeIf { it > 0 }?.let { weir / it }
-    fun json(): String = "{\"backend\":\"$backend\",\"bench\":\"$name\",\"unit\":\"us\",\"weir\":${"%.4f".format(weir)}," +
+    fun json(): String = "{\"backend\":\"$backend\",\"bench\":\"$name\",\"unit\":\"$unit\",\"weir\":${"%.4f".format(weir)}," +
         "\"baseline\":${baseline?.let { "%.4f".format(it) } ?: "null"},\"ratio\":${ratio?.let { "%.3f".format(it) } ?: "null"}," +
         "\"note\":\"${note.replace('"', '\'')}\"}"
 }
@@ -33,6 +47,125 @@ private inline fun medianMicros(iterations: Int, call: () -> Unit): Double {
     }
     samples.sort()
     return samples[iterations / 2] / 1e3
+}
+
+/** Ops per batch in the batch figure. */
+private const val BATCH = 1_000
+
+/**
+ * Admission of one small op (a fill of 1 KiB: one buffer argument; an add: three, the most a
+ * built-in op takes) and of a batch of [BATCH] fills, per op; the stream is synced, untimed,
+ * between batches.
+ */
+private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<String, Double>, name: String, figures: MutableList<Figure>) {
+    val (a, b, c) = List(3) { stream.zeros(1024L) }
+    val fill = medianMicros(20_000) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
+    stream.sync()
+    figures += Figure(name, "kotlin: admit one op, 1 buffer argument", fill, baselines["admit_1_buffer"],
+        "median per execute (fill of 1 KiB); baseline: the same weir-ffi call from Rust; target <= 2 us")
+    val add = medianMicros(20_000) { stream.execute(BuiltinOp.ADD, a.reads(), b.reads(), c.writes()) }
+    stream.sync()
+    figures += Figure(name, "kotlin: admit one op, 3 buffer arguments", add, baselines["admit_3_buffers"],
+        "median per execute (add; no built-in op takes 4 buffers); baseline: the same weir-ffi call from Rust; target <= 2 us")
+    // A long warm-up: the JIT compiles the batch builder fully only after
+    // some hundreds of batches (building one op takes 0.6 us before, 0.04 after).
+    val warmUp = 1_000
+    val samples = LongArray(warmUp + 200)
+    for (round in samples.indices) {
+        val start = System.nanoTime()
+        stream.batch { for (i in 0 until BATCH) execute(BuiltinOp.FILL_U32, a.writes(), scalar(i.toUInt())) }
+        samples[round] = System.nanoTime() - start
+        stream.sync()
+    }
+    val perOp = samples.copyOfRange(warmUp, samples.size).sorted()[100] / 1e3 / BATCH
+    figures += Figure(name, "kotlin: batch of $BATCH fills, per op", perOp, baselines["admit_1_buffer"],
+        "median batch (built and admitted) / $BATCH, after $warmUp batches; baseline: one op admitted alone from Rust " +
+            "(a Rust batch: ${baselines["batch_1000_per_op"]} us per op); target <= 1.5x")
+    listOf(a, b, c).forEach { it.close() }
+}
+
+/** Bytes per bulk call. */
+private const val BULK_BYTES = 256 shl 20
+
+/** This process's resident bytes, from /proc/self/statm (0 where there is none). */
+private fun residentBytes(): Long =
+    runCatching { java.io.File("/proc/self/statm").readText().split(' ')[1].toLong() * 4096 }.getOrDefault(0L)
+
+/** Samples the resident size every millisecond, keeping the highest. */
+private class PeakResident : AutoCloseable {
+    val peak = java.util.concurrent.atomic.AtomicLong(residentBytes())
+    @Volatile private var running = true
+    private val sampler = Thread {
+        while (running) {
+            peak.accumulateAndGet(residentBytes(), ::maxOf)
+            Thread.sleep(1)
+        }
+    }.apply { isDaemon = true; start() }
+
+    override fun close() {
+        running = false
+        sampler.join()
+    }
+}
+
+/** Seconds [call] took and the resident growth (MiB) it peaked at. */
+private inline fun PeakResident.measure(call: () -> Unit): Pair<Double, Double> {
+    val before = residentBytes()
+    peak.set(before)
+    val start = System.nanoTime()
+    call()
+    val seconds = (System.nanoTime() - start) / 1e9
+    peak.accumulateAndGet(residentBytes(), ::maxOf)
+    return seconds to (peak.get() - before) / 1048576.0
+}
+
+/**
+ * Upload and read of 256 MiB, from a `FloatArray` (through staging chunks) and from a direct
+ * `ByteBuffer` (lent to Rust), reads into caller-provided ones; best of three rounds, beside
+ * the same calls from Rust (`rust/ffi/examples/bulk.rs`). Growth: the peak growth of resident
+ * memory during the call (the source and destination exist before; on the CPU backend an
+ * upload's growth includes the new buffer itself).
+ */
+private suspend fun bulk(stream: dev.weir.WeirStream, baselines: Map<String, Double>, name: String, figures: MutableList<Figure>) {
+    val floats = FloatArray(BULK_BYTES / 4) { (it % 251).toFloat() }
+    val back = FloatArray(floats.size)
+    val direct = java.nio.ByteBuffer.allocateDirect(BULK_BYTES).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+    direct.asFloatBuffer().put(floats)
+    val directBack = java.nio.ByteBuffer.allocateDirect(BULK_BYTES)
+    val best = HashMap<String, Pair<Double, Double>>()
+    fun keep(key: String, seconds: Double, growth: Double) {
+        val gbps = BULK_BYTES / seconds / 1e9
+        val (bestGbps, bestGrowth) = best[key] ?: (0.0 to 0.0)
+        best[key] = maxOf(bestGbps, gbps) to maxOf(bestGrowth, growth)
+    }
+    PeakResident().use { sampler ->
+        repeat(3) {
+            var buffer: dev.weir.Buffer? = null
+            sampler.measure { buffer = stream.upload(floats); stream.sync() }.let { (s, g) -> keep("upload floats", s, g) }
+            sampler.measure { stream.readInto(buffer!!, back) }.let { (s, g) -> keep("read floats", s, g) }
+            check(back.contentEquals(floats)) { "the read gave other floats than uploaded" }
+            buffer!!.close()
+            sampler.measure { buffer = stream.upload(direct); stream.sync() }.let { (s, g) -> keep("upload direct", s, g) }
+            directBack.clear()
+            sampler.measure { stream.readInto(buffer!!, directBack) }.let { (s, g) -> keep("read direct", s, g) }
+            check(directBack.flip() == direct.duplicate().clear()) { "the read gave other bytes than uploaded" }
+            buffer!!.close()
+        }
+    }
+    val mib = BULK_BYTES shr 20
+    for ((key, label, baseline) in listOf(
+        Triple("upload floats", "upload 256 MiB from a FloatArray", "upload_256mib"),
+        Triple("read floats", "read 256 MiB into a FloatArray", "read_256mib"),
+        Triple("upload direct", "upload 256 MiB from a direct ByteBuffer", "upload_256mib"),
+        Triple("read direct", "read 256 MiB into a direct ByteBuffer", "read_256mib"),
+    )) {
+        val (gbps, growth) = best.getValue(key)
+        figures += Figure(name, "kotlin: $label", gbps, baselines["${baseline}_gbps"],
+            "best of 3, sync included; baseline: Rust through the same weir-ffi calls; target ratio >= 0.8", unit = "GB/s")
+        figures += Figure(name, "kotlin: $label, memory", growth, baselines["${baseline}_growth_mib"],
+            "peak resident growth during the call (Rust beside it); target: at most $mib MiB beyond the new buffer",
+            unit = "MiB")
+    }
 }
 
 fun main(args: Array<String>) {
@@ -55,13 +188,15 @@ fun main(args: Array<String>) {
             val execute = medianMicros(10_000) { stream.executeAndWait(noop, scalar(0u)) }
             figures += Figure(name, "kotlin: suspend executeAndWait(no-op kernel)", execute, baselines["execute_and_wait_noop"],
                 "median round trip in one coroutine; baseline: the same weir-ffi call from Rust; $wakers")
+            admissions(stream, baselines, name, figures)
+            if (System.getProperty("weir.bench.bulk") != "false") bulk(stream, baselines, name, figures)
         }
     }
     figures.forEach { println(it.json()) }
     println()
     println("%-8s %-44s %14s %14s %8s  %s".format("backend", "benchmark", "weir", "baseline", "ratio", "note"))
     for (f in figures) {
-        println("%-8s %-44s %14s %14s %8s  %s".format(f.backend, f.name, "%.3f us".format(f.weir),
-            f.baseline?.let { "%.3f us".format(it) } ?: "-", f.ratio?.let { "%.3f".format(it) } ?: "-", f.note))
+        println("%-8s %-44s %14s %14s %8s  %s".format(f.backend, f.name, "%.3f ${f.unit}".format(f.weir),
+            f.baseline?.let { "%.3f ${f.unit}".format(it) } ?: "-", f.ratio?.let { "%.3f".format(it) } ?: "-", f.note))
     }
 }

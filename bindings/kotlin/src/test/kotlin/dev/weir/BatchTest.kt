@@ -1,0 +1,129 @@
+package dev.weir
+
+import kotlinx.coroutines.asCoroutineDispatcher
+import kotlinx.coroutines.async
+import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
+import kotlinx.coroutines.runBlocking
+import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
+import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.assertThrows
+import org.junit.jupiter.params.ParameterizedTest
+import org.junit.jupiter.params.provider.MethodSource
+import java.util.concurrent.Executors
+
+/** `WeirStream.batch`: many ops admitted in one call, each its own op. */
+class BatchTest {
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a batch runs its ops in order, each its own op`(backend: String): Unit = onRuntime(backend) { rt ->
+        val s = rt.defaultStream()
+        runBlocking {
+            val x = s.zeros(16)
+            val y = s.upload(floatArrayOf(1f, 2f, 3f, 4f))
+            val before = rt.diagnostics().admittedOps
+            s.batch {
+                execute(BuiltinOp.FILL_F32, x.writes(), scalar(2f))
+                execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(3f)) // y = 3x + y
+                execute(BuiltinOp.SCALE, y.reads(), x.writes(), scalar(0.5f)) // x = y / 2
+                write(y, floatBytes(100f), offset = 12) // after the axpy and the scale
+            }
+            assertEquals(4uL, rt.diagnostics().admittedOps - before, "each op of the batch is its own op")
+            assertArrayEquals(floatArrayOf(7f, 8f, 9f, 100f), s.readFloats(y))
+            assertArrayEquals(floatArrayOf(3.5f, 4f, 4.5f, 5f), s.readFloats(x))
+            val beforeEmpty = rt.diagnostics().admittedOps
+            s.batch {} // empty: admits nothing, no error
+            assertEquals(beforeEmpty, rt.diagnostics().admittedOps)
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a batch with a refused op admits none of its ops and leaves the stream usable`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val s = rt.defaultStream()
+            runBlocking {
+                val x = s.upload(floatArrayOf(1f, 1f, 1f, 1f))
+                val small = s.zeros(8)
+                val before = rt.diagnostics().admittedOps
+                assertThrows<WeirException.InvalidArgument> {
+                    s.batch {
+                        execute(BuiltinOp.FILL_F32, x.writes(), scalar(9f))
+                        execute(BuiltinOp.COPY, x.reads(), small.writes()) // sizes differ
+                    }
+                }
+                assertThrows<WeirException.OutOfRange> {
+                    s.batch {
+                        execute(BuiltinOp.FILL_F32, x.writes(), scalar(9f))
+                        write(small, ByteArray(4), offset = 8) // past the end
+                    }
+                }
+                assertEquals(before, rt.diagnostics().admittedOps, "a refused batch admitted ops")
+                assertArrayEquals(floatArrayOf(1f, 1f, 1f, 1f), s.readFloats(x), "the fill before the refused op ran")
+                s.batch { execute(BuiltinOp.FILL_F32, x.writes(), scalar(5f)) }
+                assertArrayEquals(floatArrayOf(5f, 5f, 5f, 5f), s.readFloats(x))
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a closed buffer in a batch is refused before anything crosses`(backend: String): Unit = onRuntime(backend) { rt ->
+        val s = rt.defaultStream()
+        val x = s.zeros(16)
+        val closed = s.zeros(16).also { it.close() }
+        val before = rt.diagnostics().admittedOps
+        assertThrows<IllegalStateException> {
+            s.batch {
+                execute(BuiltinOp.FILL_U32, x.writes(), scalar(1u))
+                execute(BuiltinOp.FILL_U32, closed.writes(), scalar(1u))
+            }
+        }
+        assertEquals(before, rt.diagnostics().admittedOps)
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a read on another stream waits for a batch's write, from two threads`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            // The seed race around a batch: the batch is admitted on A while A is
+            // held; the read is admitted on B from another thread and must wait for
+            // the batch's last write of the buffer, not for its allocation.
+            val a = rt.defaultStream()
+            val b = rt.newStream()
+            val writerThread = Executors.newSingleThreadExecutor().asCoroutineDispatcher()
+            val readerThread = Executors.newSingleThreadExecutor().asCoroutineDispatcher()
+            try {
+                runBlocking {
+                    repeat(3) { round ->
+                        val n = 1 shl 12
+                        val buffer = a.empty(n * 4L)
+                        val unrelated = a.upload(IntArray(16) { 1 })
+                        b.execute(BuiltinOp.COPY, unrelated.reads(), b.empty(64).writes()) // B has seen A
+                        Blocker(a).use { blocker ->
+                            val before = rt.diagnostics().admittedOps
+                            val writer = launch(writerThread) {
+                                a.batch {
+                                    execute(BuiltinOp.FILL_F32, buffer.writes(), scalar(-1f))
+                                    execute(BuiltinOp.FILL_F32, buffer.writes(), scalar(round + 0.5f))
+                                }
+                            }
+                            eventually(what = "the batch to be admitted") { rt.diagnostics().admittedOps >= before + 2u }
+                            val reader = async(readerThread) { b.readFloats(buffer) }
+                            delay(20)
+                            assertFalse(reader.isCompleted, "the read finished while the batch was held")
+                            blocker.release()
+                            assertArrayEquals(FloatArray(n) { round + 0.5f }, reader.await(), "round $round read stale data")
+                            writer.join()
+                        }
+                    }
+                }
+            } finally {
+                writerThread.close()
+                readerThread.close()
+            }
+        }
+}
+
+private fun floatBytes(value: Float): ByteArray =
+    java.nio.ByteBuffer.allocate(4).order(java.nio.ByteOrder.LITTLE_ENDIAN).putFloat(value).array()

@@ -1,0 +1,232 @@
+// Batches: many ops admitted in one call, each its own op.
+
+import Foundation
+
+/// The ops of one `WeirStream.batch`, collected in the order they are made and
+/// admitted together when the closure returns.
+///
+/// Its calls mirror the stream's (`execute`, the built-in ops, `write`), but
+/// they only collect: nothing is checked or admitted until the closure
+/// returns. Each buffer and kernel crosses into Rust once per batch, however
+/// many ops use it.
+public final class Batch {
+    fileprivate var buffers: [Buffer] = []
+    fileprivate var kernels: [Kernel] = []
+    /// The ops in the encoding `WeirStream.submitBatch` reads (weir-ffi's `batch.rs`).
+    fileprivate var encoded: [UInt8] = []
+    /// How many ops were added.
+    public private(set) var count = 0
+    private var bufferSlots: [ObjectIdentifier: UInt32] = [:]
+    private var kernelSlots: [ObjectIdentifier: UInt32] = [:]
+    private var lastBuffer: ObjectIdentifier?
+    private var lastBufferSlot: UInt32 = 0
+    private var lastBuiltin: BuiltinOp?
+    private var lastBuiltinSlot: UInt32 = 0
+
+    /// The grid built-in ops take, sent as the encoding's default.
+    private static let defaultGrid = Grid()
+
+    fileprivate init() {}
+
+    /// Adds `kernel` over `args` on `grid`, as `WeirStream.execute` would enqueue it.
+    public func execute(kernel: Kernel, grid: Grid, args: [Arg]) {
+        beginExecute(slot(of: kernel), grid: grid, arguments: args.count)
+        for arg in args {
+            switch arg {
+            case .buffer(let buffer, let access): putBuffer(buffer, access)
+            case .u32(let value): putScalar(Tag.u32, value)
+            case .i32(let value): putScalar(Tag.i32, UInt32(bitPattern: value))
+            case .f32(let value): putScalar(Tag.f32, value.bitPattern)
+            }
+        }
+        count += 1
+    }
+
+    /// Adds a copy of `data` into `buffer` at byte `offset`.
+    public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) {
+        encoded.append(Tag.write)
+        put(slot(of: buffer))
+        put(offset)
+        put(UInt64(data.count))
+        encoded.append(contentsOf: data)
+        count += 1
+    }
+
+    /// Adds a copy of `values` into `buffer` from element `index` on; a bad
+    /// `index` is reported in elements, as given, when it is added.
+    public func write<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) throws {
+        let offset = try byteOffset(ofElement: index, writing: values.count, into: buffer, of: T.self)
+        encoded.append(Tag.write)
+        put(slot(of: buffer))
+        put(offset)
+        values.withUnsafeBytes { bytes in
+            put(UInt64(bytes.count))
+            encoded.append(contentsOf: bytes)
+        }
+        count += 1
+    }
+
+    // The built-in ops encode their arguments directly: no `[Arg]` per op.
+
+    /// Every element of `buffer` becomes `value`.
+    public func fill(_ buffer: Buffer, with value: Float) { fill(.fillF32, buffer, Tag.f32, value.bitPattern) }
+
+    /// Every element of `buffer` becomes `value`.
+    public func fill(_ buffer: Buffer, with value: UInt32) { fill(.fillU32, buffer, Tag.u32, value) }
+
+    /// Every element of `buffer` becomes `value`.
+    public func fill(_ buffer: Buffer, with value: Int32) { fill(.fillI32, buffer, Tag.i32, UInt32(bitPattern: value)) }
+
+    /// Copies `source` into `destination` (equal sizes).
+    public func copy(_ source: Buffer, to destination: Buffer) {
+        builtin(.copy, arguments: 2)
+        putBuffer(source, .read)
+        putBuffer(destination, .write)
+        count += 1
+    }
+
+    /// `out = a + b`, element-wise over `Float`s.
+    public func add(_ a: Buffer, _ b: Buffer, into out: Buffer) { binary(.add, a, b, out) }
+
+    /// `out = a · b`, element-wise over `Float`s.
+    public func mul(_ a: Buffer, _ b: Buffer, into out: Buffer) { binary(.mul, a, b, out) }
+
+    /// `out = alpha · x` over `Float`s.
+    public func scale(_ x: Buffer, by alpha: Float, into out: Buffer) {
+        builtin(.scale, arguments: 3)
+        putBuffer(x, .read)
+        putBuffer(out, .write)
+        putScalar(Tag.f32, alpha.bitPattern)
+        count += 1
+    }
+
+    /// `y = alpha · x + y` over `Float`s.
+    public func axpy(_ alpha: Float, _ x: Buffer, _ y: Buffer) {
+        builtin(.axpy, arguments: 3)
+        putBuffer(x, .read)
+        putBuffer(y, .readWrite)
+        putScalar(Tag.f32, alpha.bitPattern)
+        count += 1
+    }
+
+    /// `out[i] = start + i` over `UInt32`s.
+    public func iota(_ out: Buffer, from start: UInt32 = 0) { fill(.iota, out, Tag.u32, start) }
+
+    /// `op(dst: write, scalar)`: the fills and iota.
+    private func fill(_ op: BuiltinOp, _ buffer: Buffer, _ tag: UInt8, _ bits: UInt32) {
+        builtin(op, arguments: 2)
+        putBuffer(buffer, .write)
+        putScalar(tag, bits)
+        count += 1
+    }
+
+    private func binary(_ op: BuiltinOp, _ a: Buffer, _ b: Buffer, _ out: Buffer) {
+        builtin(op, arguments: 3)
+        putBuffer(a, .read)
+        putBuffer(b, .read)
+        putBuffer(out, .write)
+        count += 1
+    }
+
+    private func builtin(_ op: BuiltinOp, arguments: Int) {
+        if op != lastBuiltin {
+            lastBuiltinSlot = slot(of: Builtins.kernel(op))
+            lastBuiltin = op
+        }
+        beginExecute(lastBuiltinSlot, grid: nil, arguments: arguments)
+    }
+
+    /// The op's tag, kernel slot, grid (nil: the default) and argument count.
+    private func beginExecute(_ kernel: UInt32, grid: Grid?, arguments: Int) {
+        encoded.append(Tag.execute)
+        put(kernel)
+        if let grid, grid != Batch.defaultGrid {
+            encoded.append(Tag.givenGrid)
+            for field in [grid.groupsX, grid.groupsY, grid.groupsZ, grid.blockX, grid.blockY, grid.blockZ, grid.sharedBytes] {
+                put(field)
+            }
+        } else {
+            encoded.append(Tag.defaultGrid)
+        }
+        put(UInt32(arguments))
+    }
+
+    private func putBuffer(_ buffer: Buffer, _ access: Access) {
+        encoded.append(Tag.buffer)
+        put(slot(of: buffer))
+        encoded.append(Tag.access(access))
+    }
+
+    private func putScalar(_ tag: UInt8, _ bits: UInt32) {
+        encoded.append(tag)
+        put(bits)
+    }
+
+    private func put(_ value: UInt32) {
+        withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
+    }
+
+    private func put(_ value: UInt64) {
+        withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
+    }
+
+    // The arrays hold every object with a slot, so its identifier stays
+    // unique. Ops in a row often name the same buffer: the last one found
+    // skips the dictionary.
+    private func slot(of buffer: Buffer) -> UInt32 {
+        let id = ObjectIdentifier(buffer)
+        if id == lastBuffer { return lastBufferSlot }
+        let slot: UInt32
+        if let found = bufferSlots[id] {
+            slot = found
+        } else {
+            slot = UInt32(buffers.count)
+            buffers.append(buffer)
+            bufferSlots[id] = slot
+        }
+        (lastBuffer, lastBufferSlot) = (id, slot)
+        return slot
+    }
+
+    private func slot(of kernel: Kernel) -> UInt32 {
+        if let slot = kernelSlots[ObjectIdentifier(kernel)] { return slot }
+        let slot = UInt32(kernels.count)
+        kernels.append(kernel)
+        kernelSlots[ObjectIdentifier(kernel)] = slot
+        return slot
+    }
+}
+
+/// The tags of the batch encoding.
+private enum Tag {
+    static let execute: UInt8 = 0
+    static let write: UInt8 = 1
+    static let defaultGrid: UInt8 = 0
+    static let givenGrid: UInt8 = 1
+    static let buffer: UInt8 = 0
+    static let u32: UInt8 = 1
+    static let i32: UInt8 = 2
+    static let f32: UInt8 = 3
+
+    static func access(_ access: Access) -> UInt8 {
+        switch access {
+        case .read: 0
+        case .write: 1
+        case .readWrite: 2
+        }
+    }
+}
+
+extension WeirStream {
+    /// Admits every op `build` adds, in order, in one call: each its own op
+    /// (its own versions, its own failure), with no op of any stream between
+    /// them. Everything is checked before anything is admitted, so one
+    /// refused op admits none. Returns once admitted, not once done. An empty
+    /// batch admits nothing.
+    public func batch(_ build: (Batch) throws -> Void) throws {
+        let batch = Batch()
+        try build(batch)
+        guard batch.count > 0 else { return }
+        try submitBatch(buffers: batch.buffers, kernels: batch.kernels, ops: Data(batch.encoded))
+    }
+}

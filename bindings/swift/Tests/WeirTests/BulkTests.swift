@@ -1,0 +1,90 @@
+// Bulk data: uploads lent to Rust for the call, reads into the caller's memory.
+
+import Foundation
+import Testing
+import Weir
+
+@Suite("Bulk data")
+struct BulkTests {
+    /// A few MiB, not a round number of anything.
+    static let floats: [Float] = (0..<((5 << 20) / 4 + 3)).map { Float($0) * 0.5 - 7 }
+
+    @Test("arrays upload without a copy and read back into the caller's array", arguments: TestBackend.allCases)
+    func arraysRoundTrip(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let s = runtime.defaultStream()
+        let floats = BulkTests.floats
+        let buffer = try s.upload(floats)
+        #expect(buffer.sizeBytes() == UInt64(floats.count * 4))
+        #expect(try await s.read(buffer, as: Float.self) == floats)
+        var back = [Float](repeating: 0, count: floats.count)
+        try await s.read(buffer, into: &back)
+        #expect(back == floats)
+        var tail = [Float](repeating: 0, count: 1000)
+        try await s.read(buffer, into: &tail, at: floats.count - 1000)
+        #expect(tail == Array(floats.suffix(1000)))
+        try runtime.shutdown()
+    }
+
+    @Test("raw bytes upload, write and read through the caller's pointers", arguments: TestBackend.allCases)
+    func rawBytesRoundTrip(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let s = runtime.defaultStream()
+        let bytes = (0..<4096).map { UInt8(truncatingIfNeeded: $0 * 7) }
+        let buffer = try bytes.withUnsafeBytes { try s.upload(bytes: $0) }
+        try [UInt8](repeating: 0xAB, count: 8).withUnsafeBytes { try s.write(bytes: $0, to: buffer, offset: 16) }
+        var expected = bytes
+        expected.replaceSubrange(16..<24, with: [UInt8](repeating: 0xAB, count: 8))
+        let destination = UnsafeMutableRawBufferPointer.allocate(byteCount: 4096, alignment: 16)
+        defer { destination.deallocate() }
+        try await s.read(buffer, into: destination)
+        #expect(Array(destination) == expected)
+        try await s.read(buffer, into: UnsafeMutableRawBufferPointer(rebasing: destination[0..<8]), offset: 12)
+        #expect(Array(destination[0..<8]) == Array(expected[12..<20]))
+        try runtime.shutdown()
+    }
+
+    @Test("bad ranges are refused in the caller's units and change nothing", arguments: TestBackend.allCases)
+    func badRangesAreRefused(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let s = runtime.defaultStream()
+        let buffer = try s.upload([Float](repeating: 1, count: 4))
+        var three = [Float](repeating: 0, count: 3)
+        let tooLong = await outcome { try await s.read(buffer, into: &three, at: 2) }
+        guard case .failure(WeirError.outOfRange(let description)) = tooLong else {
+            Issue.record("a read past the end gave \(tooLong)")
+            return
+        }
+        #expect(description.contains("element offset 2"), "\(description)")
+        let destination = UnsafeMutableRawBufferPointer.allocate(byteCount: 8, alignment: 8)
+        defer { destination.deallocate() }
+        await #expect(throws: WeirError.self) { try await s.read(buffer, into: destination, offset: 12) }
+        #expect(throws: WeirError.self) {
+            try [UInt8](repeating: 0, count: 8).withUnsafeBytes { try s.write(bytes: $0, to: buffer, offset: 12) }
+        }
+        #expect(try await s.read(buffer, as: Float.self) == [1, 1, 1, 1])
+        try runtime.shutdown()
+    }
+
+    @Test("a read into an array on another stream waits for the latest write", arguments: TestBackend.allCases)
+    func readIntoWaitsForTheLatestWrite(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let (a, b) = (runtime.defaultStream(), try runtime.newStream())
+        let count = BulkTests.floats.count
+        let buffer = try a.upload(BulkTests.floats)
+        let gate = try Gate(a)
+        try a.fill(buffer, with: Float(3))
+        let read = Task {
+            var back = [Float](repeating: 0, count: count)
+            try await b.read(buffer, into: &back)
+            return back
+        }
+        if gate.isHeld {
+            try await Task.sleep(for: .milliseconds(20))
+            #expect(!(try b.fence().isComplete()), "the read must wait for the held write")
+        }
+        gate.release()
+        #expect(try await read.value == [Float](repeating: 3, count: count))
+        try runtime.shutdown()
+    }
+}

@@ -1,0 +1,171 @@
+//! Batches: many ops admitted in one crossing of the ordering boundary, and
+//! in one crossing of the FFI.
+//!
+//! The ops come packed in bytes, which the Kotlin and Swift layers write
+//! (`WeirStream.batch`) and this module decodes: a list of typed records would
+//! cost the foreign side an object, a boxed size and a reflective write per
+//! field of every op, several times what admitting the op costs in Rust.
+//! Ops name their buffers and kernels by slot, an index into the lists the
+//! batch carries, so each handle crosses once per batch however many ops
+//! use it (lowering a handle is a call of its own).
+//!
+//! # Encoding
+//!
+//! Little-endian; `u32` slots index `buffers` and `kernels`. Each op is a tag
+//! byte and its fields:
+//!
+//! - `0` execute: kernel slot `u32`; grid tag `u8` (`0`: the default grid,
+//!   `1`: seven `u32`s, the fields of `Grid` in order); argument count `u32`;
+//!   then per argument a tag `u8` and its value: `0` buffer (slot `u32`,
+//!   access `u8`: `0` read, `1` write, `2` read-write), `1` `u32`, `2` `i32`,
+//!   `3` `f32` (its bits).
+//! - `1` write: buffer slot `u32`, byte offset `u64`, length `u64`, the bytes.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::buffer::Buffer;
+use crate::error::{Result, WeirError};
+use crate::kernel::Kernel;
+use crate::records::{Access, Grid};
+use crate::stream::WeirStream;
+
+/// A batch op with its slots looked up; `args` is a range of the batch's flat argument list.
+enum Decoded<'a> {
+    Execute { kernel: &'a weir_core::Kernel, grid: weir_core::Grid, args: Range<usize> },
+    Write { buffer: &'a weir_core::Buffer, offset: u64, data: &'a [u8] },
+}
+
+/// Reads the encoding, failing with where it stops making sense.
+struct Reader<'a> {
+    bytes: &'a [u8],
+    at: usize,
+    op: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn error(&self, what: impl std::fmt::Display) -> WeirError {
+        WeirError::invalid(format!("batch op {} (byte {}): {what}", self.op, self.at))
+    }
+
+    fn take(&mut self, len: usize) -> Result<&'a [u8]> {
+        let end = self.at.checked_add(len).filter(|&end| end <= self.bytes.len());
+        let end = end.ok_or_else(|| self.error(format!("the encoding ends before {len} more bytes")))?;
+        let taken = &self.bytes[self.at..end];
+        self.at = end;
+        Ok(taken)
+    }
+
+    fn u8(&mut self) -> Result<u8> {
+        Ok(self.take(1)?[0])
+    }
+
+    fn u32(&mut self) -> Result<u32> {
+        let mut word = [0; 4];
+        word.copy_from_slice(self.take(4)?);
+        Ok(u32::from_le_bytes(word))
+    }
+
+    fn u64(&mut self) -> Result<u64> {
+        let mut word = [0; 8];
+        word.copy_from_slice(self.take(8)?);
+        Ok(u64::from_le_bytes(word))
+    }
+
+    fn slot<'s, T>(&self, list: &'s [Arc<T>], slot: u32, what: &str) -> Result<&'s T> {
+        let found = usize::try_from(slot).ok().and_then(|index| list.get(index));
+        found
+            .map(Arc::as_ref)
+            .ok_or_else(|| self.error(format!("{what} slot {slot}, but the batch has {}", list.len())))
+    }
+
+    fn grid(&mut self) -> Result<Grid> {
+        match self.u8()? {
+            0 => Ok(Grid::default()),
+            1 => Ok(Grid {
+                groups_x: self.u32()?,
+                groups_y: self.u32()?,
+                groups_z: self.u32()?,
+                block_x: self.u32()?,
+                block_y: self.u32()?,
+                block_z: self.u32()?,
+                shared_bytes: self.u32()?,
+            }),
+            tag => Err(self.error(format!("unknown grid tag {tag}"))),
+        }
+    }
+
+    fn access(&mut self) -> Result<Access> {
+        match self.u8()? {
+            0 => Ok(Access::Read),
+            1 => Ok(Access::Write),
+            2 => Ok(Access::ReadWrite),
+            tag => Err(self.error(format!("unknown access {tag}"))),
+        }
+    }
+}
+
+#[uniffi::export]
+impl WeirStream {
+    /// Admits the ops encoded in `ops` (see the module documentation; the
+    /// Kotlin and Swift `WeirStream.batch` write it) in order, in one crossing of
+    /// the ordering boundary: each op as if admitted alone (its own versions,
+    /// its own failure), but no op of any stream comes between them.
+    /// Everything is decoded and checked before anything is admitted, so a
+    /// refused op (a bad slot, grid or argument) admits none. Returns once
+    /// admitted, not once done.
+    pub fn submit_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: Vec<u8>) -> Result<()> {
+        let mut reader = Reader { bytes: &ops, at: 0, op: 0 };
+        let mut args = Vec::new();
+        let mut decoded = Vec::new();
+        while reader.at < ops.len() {
+            decoded.push(match reader.u8()? {
+                0 => {
+                    let kernel = reader.u32()?;
+                    let kernel = reader.slot(&kernels, kernel, "kernel")?.core();
+                    let grid = reader.grid()?.to_core()?;
+                    let count = reader.u32()?;
+                    let start = args.len();
+                    for _ in 0..count {
+                        args.push(match reader.u8()? {
+                            0 => {
+                                let slot = reader.u32()?;
+                                let buffer = reader.slot(&buffers, slot, "buffer")?.core();
+                                weir_core::Arg::Buffer(buffer, reader.access()?.into())
+                            }
+                            1 => weir_core::Arg::u32(reader.u32()?),
+                            2 => weir_core::Arg::i32(reader.u32()? as i32),
+                            3 => weir_core::Arg::f32(f32::from_bits(reader.u32()?)),
+                            tag => return Err(reader.error(format!("unknown argument tag {tag}"))),
+                        });
+                    }
+                    Decoded::Execute { kernel, grid, args: start..args.len() }
+                }
+                1 => {
+                    let slot = reader.u32()?;
+                    let buffer = reader.slot(&buffers, slot, "buffer")?.core();
+                    let offset = reader.u64()?;
+                    let len = reader.u64()?;
+                    let len = usize::try_from(len).map_err(|_| reader.error(format!("{len} bytes to write")))?;
+                    Decoded::Write { buffer, offset, data: reader.take(len)? }
+                }
+                tag => return Err(reader.error(format!("unknown op tag {tag}"))),
+            });
+            reader.op += 1;
+        }
+        if decoded.is_empty() {
+            return Ok(());
+        }
+        Ok(self.core().batch(|batch| {
+            for op in &decoded {
+                match op {
+                    Decoded::Execute { kernel, grid, args: range } => {
+                        batch.execute(kernel, *grid, &args[range.clone()])?
+                    }
+                    Decoded::Write { buffer, offset, data } => batch.write(buffer, *offset, data)?,
+                }
+            }
+            Ok(())
+        })?)
+    }
+}

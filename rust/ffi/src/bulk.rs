@@ -1,0 +1,110 @@
+//! Bulk data without a `RustBuffer` in between.
+//!
+//! A `Vec<u8>` argument or result crosses the FFI as a `RustBuffer`: the
+//! foreign side copies its array into one (and, for a result, out of one),
+//! on top of the copy the core makes. Here uploads borrow the caller's
+//! memory for the call (UniFFI's `&[u8]`: a direct `ByteBuffer` in Kotlin,
+//! `Data` in Swift), and reads hand back the core's bytes in a [`HostBytes`]
+//! the caller copies out of once, into an array of its own.
+
+use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+use std::sync::{Arc, OnceLock};
+
+use crate::buffer::Buffer;
+use crate::cancel::{cancellable, CancelToken};
+use crate::error::Result;
+use crate::stream::WeirStream;
+
+/// Bytes read from a device, held in Rust until this handle goes: the
+/// bindings copy them straight into the caller's array (Kotlin through JNA,
+/// Swift from the pointer) and close it.
+///
+/// Large ones are freed on a thread of their own (`weir-ffi-free`), not
+/// on the thread that closes the handle: unmapping hundreds of MiB takes
+/// milliseconds the caller, whose data is already in its array, need not
+/// wait for. At most one waits for that thread; beyond it they are freed at once.
+#[derive(Debug, uniffi::Object)]
+pub struct HostBytes {
+    bytes: Vec<u8>,
+}
+
+/// From this size on, [`HostBytes`] are freed on the release thread.
+const RELEASE_OFF_THREAD_BYTES: usize = 8 << 20;
+
+impl Drop for HostBytes {
+    fn drop(&mut self) {
+        if self.bytes.len() < RELEASE_OFF_THREAD_BYTES {
+            return;
+        }
+        let Some(release) = release_thread() else { return };
+        let bytes = std::mem::take(&mut self.bytes);
+        // Full (one already waits) or gone: freed here after all.
+        if let Err(TrySendError::Full(bytes) | TrySendError::Disconnected(bytes)) = release.try_send(bytes) {
+            drop(bytes);
+        }
+    }
+}
+
+/// The release thread's queue, started on first use; `None` if it cannot start.
+fn release_thread() -> Option<&'static SyncSender<Vec<u8>>> {
+    static RELEASE: OnceLock<Option<SyncSender<Vec<u8>>>> = OnceLock::new();
+    RELEASE
+        .get_or_init(|| {
+            let (sender, receiver) = sync_channel::<Vec<u8>>(1);
+            let spawned = std::thread::Builder::new()
+                .name("weir-ffi-free".to_owned())
+                .spawn(move || receiver.into_iter().for_each(drop));
+            spawned.ok().map(|_| sender)
+        })
+        .as_ref()
+}
+
+#[uniffi::export]
+impl HostBytes {
+    /// The address of the first byte; valid while this handle is alive
+    /// (every byte up to [`HostBytes::len`] is initialised and never moves).
+    pub fn address(&self) -> u64 {
+        self.bytes.as_ptr() as usize as u64
+    }
+
+    /// How many bytes there are.
+    pub fn len(&self) -> u64 {
+        self.bytes.len() as u64
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+}
+
+#[uniffi::export]
+impl WeirStream {
+    /// A buffer holding `data`, borrowed for the call (Kotlin: the remaining
+    /// bytes of a direct `ByteBuffer`; Swift: `Data`): the core copies it
+    /// once, as `upload` from Rust does, before this returns.
+    pub fn upload_borrowed(&self, data: &[u8]) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.core().upload(data)?)))
+    }
+
+    /// Enqueues a copy of `data`, borrowed for the call, into `buffer` at
+    /// byte `offset`; returns once admitted (the bytes are copied by then),
+    /// not once done.
+    pub fn write_borrowed(&self, buffer: Arc<Buffer>, offset: u64, data: &[u8]) -> Result<()> {
+        Ok(self.core().write(buffer.core(), offset, data)?)
+    }
+
+    /// Reads `len` bytes of `buffer` from `offset` once its latest write (on
+    /// any stream) is done, without blocking a thread, into bytes held in Rust.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn read_host(
+        &self,
+        buffer: Arc<Buffer>,
+        offset: u64,
+        len: u64,
+        cancel: Option<Arc<CancelToken>>,
+    ) -> Result<Arc<HostBytes>> {
+        let pending = self.core().enqueue_read_at(buffer.core(), offset, len)?;
+        Ok(Arc::new(HostBytes { bytes: cancellable(pending, cancel).await? }))
+    }
+}

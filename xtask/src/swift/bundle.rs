@@ -1,0 +1,135 @@
+//! `cargo xtask bundle --swift`: the Swift test suite, built here, for a
+//! machine with a GPU and no Swift.
+//!
+//! The bundle is `swift.tar.gz` and `run-swift.sh`: the suite's test binary
+//! (release, against a release library with the test hooks and the CUDA and
+//! wgpu backends, which it carries) and every shared library the binary
+//! loads, taken from the toolchain that built it (the Swift runtime,
+//! Foundation, swift-testing, the C++ runtime, and glibc with its loader, so
+//! the host's own C library, however old, plays no part). `run-swift.sh`
+//! starts the binary through the bundled loader. Copy the folder over, then
+//! `sh run-swift.sh` there; set `LD_LIBRARY_PATH` to where the CUDA libraries
+//! (and a Vulkan loader) are, and `WEIR_REQUIRE_BACKENDS` to make a missing
+//! backend fail.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use super::toolchain::Toolchain;
+use super::{arguments, environment, lay_out, no_warnings, package};
+use crate::bindings::{self, Natives, Profile};
+use crate::util::{root, run, Result};
+
+/// The most the bundle may weigh: what one carry to the GPU machine takes.
+const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The test binary SwiftPM links for the package's tests.
+const TEST_BINARY: &str = "WeirPackageTests.xctest";
+
+/// The name the bundled dynamic loader goes by in `lib/`.
+const LOADER: &str = "ld-linux.so";
+
+pub fn bundle(args: &[String]) -> Result {
+    let out = args
+        .windows(2)
+        .find(|w| w[0] == "--out")
+        .map_or_else(|| root().join(".device/bundle-swift"), |w| root().join(&w[1]));
+    let staging = out.join("swift");
+    if out.exists() {
+        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot empty {}: {e}", out.display()))?;
+    }
+    let lib = staging.join("lib");
+    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+
+    // Release keeps the library and the binary small; the suite needs the hooks.
+    let library = bindings::build_native(Profile::Release, Natives::GpuTests)?;
+    lay_out(Profile::Release, &library)?;
+    let toolchain = Toolchain::find()?;
+    let build = arguments(Profile::Release, &["build", "-c", "release", "--build-tests"], &[]);
+    no_warnings(&toolchain.swift(&package(), &build, &environment())?)?;
+    let binary = package().join(".build/release").join(TEST_BINARY);
+    copy(&binary, &staging.join(TEST_BINARY))?;
+    copy(&library, &lib.join(bindings::library_file()))?;
+    for (name, path) in runtime_libraries(&toolchain, &binary)? {
+        copy(&toolchain.host_path(&path), &lib.join(name))?;
+    }
+    // Debug sections are most of an unstripped binary's weight; the code stays as built.
+    let mut strip = Command::new("strip");
+    strip.arg("--strip-debug").arg(staging.join(TEST_BINARY));
+    for entry in std::fs::read_dir(&lib).map_err(|e| format!("cannot list {}: {e}", lib.display()))? {
+        strip.arg(entry.map_err(|e| format!("cannot list {}: {e}", lib.display()))?.path());
+    }
+    run(&mut strip)?;
+
+    let packed = out.join("swift.tar.gz");
+    run(Command::new("tar").arg("-czf").arg(&packed).arg("-C").arg(&out).arg("swift"))?;
+    std::fs::remove_dir_all(&staging).map_err(|e| format!("cannot remove {}: {e}", staging.display()))?;
+    let script = out.join("run-swift.sh");
+    std::fs::write(&script, RUN).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
+    let size = size_of(&packed)? + size_of(&script)?;
+    eprintln!("xtask: Swift bundle in {} ({:.1} MiB)", out.display(), size as f64 / (1024.0 * 1024.0));
+    if size > MAX_BUNDLE_BYTES {
+        return Err(format!("the Swift bundle is {size} bytes, over {MAX_BUNDLE_BYTES}"));
+    }
+    Ok(())
+}
+
+/// The shared libraries `binary` loads (its dependencies, all the way down,
+/// as `ldd` resolves them where the toolchain runs), each with the name it
+/// goes by in `lib/`: its soname, the dynamic loader [`LOADER`]. The Weir
+/// library is not among them: the bundle carries its own build.
+fn runtime_libraries(toolchain: &Toolchain, binary: &Path) -> Result<Vec<(String, PathBuf)>> {
+    let listing = toolchain.run_quietly("ldd", &[binary.display().to_string()])?;
+    let mut libraries = Vec::new();
+    let mut loader = false;
+    for line in listing.lines().map(str::trim) {
+        // `libname.so => /path/libname.so (0x…)`, or the loader as `/lib64/ld-linux-x86-64.so.2 (0x…)`.
+        let (name, path) = match line.split_once(" => ") {
+            Some((name, rest)) => (name.to_owned(), rest.split(" (").next().unwrap_or_default()),
+            None if line.starts_with('/') => {
+                loader = true;
+                (LOADER.to_owned(), line.split(" (").next().unwrap_or_default())
+            }
+            None => continue, // the vDSO, which the kernel provides
+        };
+        if path == "not found" || path.is_empty() {
+            return Err(format!("{} needs {name}, which ldd cannot find:\n{listing}", binary.display()));
+        }
+        if name != bindings::library_file() {
+            libraries.push((name, PathBuf::from(path)));
+        }
+    }
+    if !loader {
+        return Err(format!("ldd named no dynamic loader for {}:\n{listing}", binary.display()));
+    }
+    Ok(libraries)
+}
+
+fn copy(from: &Path, to: &Path) -> Result {
+    std::fs::copy(from, to).map(drop).map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))
+}
+
+fn size_of(path: &Path) -> Result<u64> {
+    Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
+}
+
+/// Unpacks the bundle, then runs the swift-testing suite through the bundled
+/// loader, with `lib/` (then `LD_LIBRARY_PATH`, for the GPU drivers) as the
+/// library path, one test at a time as `cargo xtask test --swift` does (the
+/// prompt-cancellation checks must not share the pool with the 10 000-Task
+/// test). Extra arguments go to the test binary (`--filter BatchTests`).
+const RUN: &str = r#"#!/bin/sh
+# Made by `cargo xtask bundle --swift`. Runs the Swift test suite with the
+# bundled Swift runtime on every backend in WEIR_TEST_BACKENDS (default here:
+# cpu,wgpu,cuda); WEIR_REQUIRE_BACKENDS=cuda,wgpu makes a backend that cannot
+# open a failure instead of a skip. LD_LIBRARY_PATH: where libcuda/libnvrtc
+# and the Vulkan loader are, if not in the system's library path.
+set -u
+cd "$(dirname "$0")"
+[ -d swift ] || tar -xzf swift.tar.gz
+export WEIR_TEST_BACKENDS="${WEIR_TEST_BACKENDS:-cpu,wgpu,cuda}"
+lib="$PWD/swift/lib"
+echo "== Swift suite (backends: $WEIR_TEST_BACKENDS; required: ${WEIR_REQUIRE_BACKENDS:-none})"
+exec "$lib/ld-linux.so" --library-path "$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+    swift/WeirPackageTests.xctest --testing-library swift-testing --no-parallel "$@"
+"#;
