@@ -181,10 +181,12 @@ struct ErrorTests {
         await expectWeirError("InvalidArgument", mentioning: ["fill_f32"]) {
             try stream.execute(kernel: Kernel.builtin(op: .fillF32), grid: Grid(), args: [.write(buffer)])
         }
-        let cudaOnly = Kernel.custom(
-            name: "only_cuda", cuda: KernelSource(code: "extern \"C\" __global__ void k() {}", entry: "k"))
-        await expectWeirError("Unsupported", mentioning: ["only_cuda", backend.rawValue]) {
-            try stream.execute(kernel: cudaOnly, grid: Grid(), args: [])
+        // A kernel with only a source of another backend's language.
+        let (name, foreign) = backend == .cuda
+            ? ("only_wgsl", Kernel.custom(name: "only_wgsl", wgsl: KernelSource(code: "@compute @workgroup_size(1) fn k() {}", entry: "k")))
+            : ("only_cuda", Kernel.custom(name: "only_cuda", cuda: KernelSource(code: "extern \"C\" __global__ void k() {}", entry: "k")))
+        await expectWeirError("Unsupported", mentioning: [name, backend.rawValue]) {
+            try stream.execute(kernel: foreign, grid: Grid(), args: [])
         }
         await expectWeirError("InvalidArgument", mentioning: ["limit"]) {
             try stream.zeros(bytes: UInt64.max)

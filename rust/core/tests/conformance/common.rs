@@ -40,6 +40,8 @@ pub fn open(kind: BackendKind) -> Option<Runtime> {
 /// cases' driver calls for as long as their hold lasts. They run alone there.
 const TIMED_ON_A_SHARED_CONTEXT: &[&str] = &[
     "a_panicking_waker_leaves_the_runtime_working",
+    "is_synced_says_yes_only_when_sync_would_succeed_at_once_and_takes_no_failure",
+    "ten_thousand_fences_of_a_held_stream_register_their_waiters_and_all_wake",
     "a_stream_fence_covers_every_read_admitted_before_it",
     "concurrent_close_callers_all_wait_for_the_work",
     "dropping_a_buffer_in_use_by_held_work_is_safe",
