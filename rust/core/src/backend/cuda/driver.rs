@@ -272,6 +272,10 @@ impl Driver for Cuda {
         }
     }
 
+    fn context_key(&self) -> Option<u64> {
+        Some(self.context.0 as u64)
+    }
+
     fn loss(&self) -> &Arc<Loss> {
         &self.loss
     }

@@ -141,7 +141,7 @@ impl<D: Driver> EventPool<D> {
 pub(crate) struct Device<D: Driver> {
     pub info: DeviceInfo,
     pub counters: Counters,
-    pub kernels: Kernels<D>,
+    pub kernels: Arc<Kernels<D>>,
     pub events: EventPool<D>,
     free_staging: FreeList,
     /// Every staging buffer ever allocated, lent or not: freed with the device.
@@ -158,7 +158,7 @@ impl<D: Driver> Device<D> {
         Arc::new(Device {
             info: driver.info(),
             counters: Counters::default(),
-            kernels: Kernels::default(),
+            kernels: Kernels::of_context(&driver),
             events: EventPool { stream_order: Mutex::new(Vec::new()), host_wait: Mutex::new(Vec::new()) },
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
@@ -227,7 +227,6 @@ impl<D: Driver> Drop for Device<D> {
         if self.driver.bind().is_err() {
             return;
         }
-        self.kernels.unload(&self.driver);
         for event in self.events.drain() {
             // SAFETY: made by this driver, idle (pooled), destroyed once (drained).
             unsafe { self.driver.event_destroy(event) };

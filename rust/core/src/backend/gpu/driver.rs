@@ -114,6 +114,12 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn info(&self) -> DeviceInfo;
     /// Identifies the device's instruction set (cache key for compiled kernels).
     fn arch(&self) -> String;
+    /// Names the driver context, where several drivers of the process can
+    /// share it (CUDA's primary context of a device): they share its loaded
+    /// modules. `None`: share nothing.
+    fn context_key(&self) -> Option<u64> {
+        None
+    }
     /// Makes the device current on the calling thread; fails with the loss
     /// once the context is lost (see [`Loss`]).
     fn bind(&self) -> Result<()>;

@@ -124,18 +124,44 @@ impl<D: Driver> Clone for Function<D> {
     }
 }
 
-/// The modules one backend loaded, by source; unloaded with the device.
+/// The modules loaded in one driver context, by source, shared by every
+/// runtime of the process on that context (CUDA's primary context of a
+/// device): a module load can synchronise the whole context, so a runtime
+/// opened beside another's long-running work must not load its built-ins
+/// again. Unloaded when the last runtime on the context lets go.
 pub(crate) struct Kernels<D: Driver> {
     loaded: Mutex<HashMap<String, Loaded<D>>>,
+    /// A driver on the context, to unload with (it keeps the context retained).
+    driver: Arc<D>,
 }
 
-impl<D: Driver> Default for Kernels<D> {
-    fn default() -> Self {
-        Kernels { loaded: Mutex::new(HashMap::new()) }
-    }
-}
+/// Every context's kernels, by driver type and context, while a runtime holds them.
+type Registry = Mutex<Vec<(std::any::TypeId, u64, std::sync::Weak<dyn std::any::Any + Send + Sync>)>>;
+static SHARED: Registry = Mutex::new(Vec::new());
 
 impl<D: Driver> Kernels<D> {
+    /// The kernels of `driver`'s context: those another runtime on it
+    /// already loaded, or new ones (always new where the driver names no
+    /// context to share).
+    pub fn of_context(driver: &Arc<D>) -> Arc<Kernels<D>> {
+        let fresh = || Arc::new(Kernels { loaded: Mutex::new(HashMap::new()), driver: driver.clone() });
+        let Some(context) = driver.context_key() else { return fresh() };
+        let kind = std::any::TypeId::of::<D>();
+        let mut shared = lock(&SHARED);
+        shared.retain(|(_, _, kernels)| kernels.strong_count() > 0);
+        let found = shared
+            .iter()
+            .filter(|(of, key, _)| *of == kind && *key == context)
+            .find_map(|(_, _, kernels)| kernels.upgrade()?.downcast::<Kernels<D>>().ok());
+        if let Some(kernels) = found {
+            return kernels;
+        }
+        let kernels = fresh();
+        let any: Arc<dyn std::any::Any + Send + Sync> = kernels.clone();
+        shared.push((kind, context, Arc::downgrade(&any)));
+        kernels
+    }
+
     /// The function `entry` of `source`, compiling and loading on first use.
     ///
     /// Called from `prepare`, before the ordering boundary, from any thread:
@@ -181,12 +207,19 @@ impl<D: Driver> Kernels<D> {
         let image = Arc::new(driver.compile(source)?);
         Ok(lock(images()).entry(key).or_insert(image).clone())
     }
+}
 
-    pub fn unload(&self, driver: &D) {
+impl<D: Driver> Drop for Kernels<D> {
+    fn drop(&mut self) {
+        // Unbound, the context is lost and its modules went with it.
+        if self.driver.bind().is_err() {
+            return;
+        }
         for (_, loaded) in lock(&self.loaded).drain() {
-            // SAFETY: loaded by this driver, unloaded once (drained), and no
-            // launch is in flight: the streams synchronised before the device went.
-            unsafe { driver.module_unload(loaded.module) };
+            // SAFETY: loaded in this context (by any of its drivers), unloaded
+            // once (drained), and no launch is in flight: the last runtime on
+            // the context let go, its streams synchronised before it did.
+            unsafe { self.driver.module_unload(loaded.module) };
         }
     }
 }

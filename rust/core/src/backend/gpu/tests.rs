@@ -77,6 +77,8 @@ struct Shared {
     /// Sources containing "slow" compile only once this opens; told when one starts.
     slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
     free_waits: bool,
+    /// The context this fake says it is on, for sharing loaded modules.
+    context: Option<u64>,
     host: Mutex<HashMap<usize, usize>>,
     modules: Mutex<HashMap<u64, String>>,
     next: AtomicU64,
@@ -156,6 +158,10 @@ impl Driver for Fake {
     fn arch(&self) -> String {
         // Compiled images are cached per process by architecture: one per fake.
         format!("fake{}", self.0.id)
+    }
+
+    fn context_key(&self) -> Option<u64> {
+        self.0.context
     }
 
     fn bind(&self) -> Result<()> {
@@ -478,6 +484,34 @@ fn built_ins_get_their_addresses_and_counts_at_enqueue() {
         }
         calls => panic!("unexpected calls {calls:?}"),
     }
+}
+
+#[test]
+fn runtimes_on_one_context_share_its_loaded_modules() {
+    // A context no other test names.
+    let context = Some(NEXT_FAKE.fetch_add(1, Ordering::SeqCst) << 32);
+    let on_context = || {
+        let shared = Arc::new(Shared { id: NEXT_FAKE.fetch_add(1, Ordering::SeqCst), context, ..Shared::default() });
+        match GpuBackend::with_wake(Fake(shared.clone()), Wake::Waiter) {
+            Ok(backend) => (backend, shared),
+            Err(error) => panic!("the fake backend opens: {error}"),
+        }
+    };
+    let (first, first_fake) = on_context();
+    assert_eq!(lock(&first_fake.modules).len(), 1, "the first runtime loads the built-ins");
+    let (second, second_fake) = on_context();
+    assert!(lock(&second_fake.modules).is_empty(), "the second finds them loaded on the context");
+    let stream = second.create_stream().unwrap();
+    let memory = second.allocate(64).unwrap();
+    submit(&second, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }).unwrap();
+    assert!(matches!(second_fake.device_calls().as_slice(), [Call::Launch { .. }]));
+    drop(first);
+    // The modules outlive the first runtime: the second still launches.
+    submit(&second, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 2 }).unwrap();
+    fence(&second, &stream).unwrap();
+    let (unshared, unshared_fake) = backend(Wake::Waiter);
+    assert_eq!(lock(&unshared_fake.modules).len(), 1, "a driver that names no context shares nothing");
+    drop((unshared, memory, stream, second));
 }
 
 #[test]
