@@ -10,12 +10,13 @@
 //! an upload's growth includes the new buffer itself). `--backend NAME`
 //! picks the backend (cpu).
 
+mod support;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
-use weir_ffi::{Backend, WeirRuntime};
 
 /// Bytes moved per call.
 const BYTES: usize = 256 << 20;
@@ -72,16 +73,7 @@ impl Drop for PeakResident {
 }
 
 fn main() -> Result<(), weir_ffi::WeirError> {
-    let args: Vec<String> = std::env::args().collect();
-    let name = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
-    let backend = match name {
-        "wgpu" => Backend::Wgpu,
-        "cuda" => Backend::Cuda,
-        "hip" => Backend::Hip,
-        "auto" => Backend::Auto,
-        _ => Backend::Cpu,
-    };
-    let runtime = WeirRuntime::open(backend)?;
+    let runtime = support::open_from_args()?;
     let stream = runtime.default_stream();
     let data: Vec<u8> = (0..BYTES).map(|i| (i % 251) as u8).collect();
     let sampler = PeakResident::start();

@@ -5,10 +5,12 @@
 //! Prints `--baseline NAME MICROS` pairs, median microseconds per call, ready to
 //! hand to the Kotlin benchmark. `--backend NAME` picks the backend (cpu).
 
+mod support;
+
 use std::time::Instant;
 
 use futures::executor::block_on;
-use weir_ffi::{Access, Arg, Backend, BuiltinOp, Grid, Kernel, WeirRuntime};
+use weir_ffi::{Access, Arg, BuiltinOp, Grid, Kernel};
 
 /// Ops in the batch figures.
 const BATCH: u32 = 1000;
@@ -29,16 +31,7 @@ fn median_micros(iterations: usize, mut call: impl FnMut()) -> f64 {
 }
 
 fn main() -> Result<(), weir_ffi::WeirError> {
-    let args: Vec<String> = std::env::args().collect();
-    let name = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
-    let backend = match name {
-        "wgpu" => Backend::Wgpu,
-        "cuda" => Backend::Cuda,
-        "hip" => Backend::Hip,
-        "auto" => Backend::Auto,
-        _ => Backend::Cpu,
-    };
-    let runtime = WeirRuntime::open(backend)?;
+    let runtime = support::open_from_args()?;
     let stream = runtime.default_stream();
     let kernel = Kernel::builtin(BuiltinOp::Delay);
     let index = median_micros(200_000, || {
