@@ -5,9 +5,13 @@
 //!
 //! The scheduling contract, per runtime:
 //! - **One ordering boundary.** Each op is admitted under the runtime's lock
-//!   (never a lock across runtimes, never held while waiting for the device or
-//!   while foreign code runs). What is slow — compiling, pipeline lookup,
-//!   staging host data — is prepared before the lock is taken.
+//!   (never held while waiting for the device or while foreign code runs;
+//!   only a [`Stream::copy_from_peer`] between the devices of a
+//!   [`DeviceGroup`] takes two runtimes' locks, always in one order). What is
+//!   slow — compiling, pipeline lookup, staging host data — is prepared
+//!   before the lock is taken. [`Stream::batch`] admits many ops in one
+//!   crossing; a [`Graph`] ([`Stream::record`], [`Stream::replay`]) is
+//!   admitted as one op whose reads and writes are the union of its ops'.
 //! - **Declared access.** Every op declares each buffer it touches as
 //!   [`Access::Read`], [`Access::Write`] or [`Access::ReadWrite`].
 //! - **Dependencies.** A read depends on the buffer's latest write; a write on
