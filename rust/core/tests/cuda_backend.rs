@@ -503,7 +503,7 @@ fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
 
 /// A kernel NVRTC and ptxas take a while over: a long loop, fully unrolled.
 /// Each `salt` is a source new to the compiled-kernel cache, and the process
-/// id makes it new to any compile cache outside the process too (on the H200
+/// id makes it new to any compile cache outside the process too (on a data-centre GPU
 /// a second process compiled the same source in 14 ms instead of 842 ms).
 fn heavy_kernel(salt: u32) -> Kernel {
     let source = format!(

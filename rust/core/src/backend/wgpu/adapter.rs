@@ -85,7 +85,7 @@ fn instance(backends: wgpu::Backends) -> wgpu::Instance {
 /// The device of the adapter chosen for these backends and name filter:
 /// opened once per process and shared by every runtime on it, as a CUDA
 /// primary context is. NVIDIA's Vulkan driver deadlocked when one thread
-/// created or enumerated devices while another destroyed one (seen on an H200
+/// created or enumerated devices while another destroyed one (seen on a data-centre GPU
 /// with tests opening and closing runtimes in parallel); a device that lives
 /// as long as the process is never destroyed concurrently with anything.
 pub(crate) fn open() -> Result<Opened> {
