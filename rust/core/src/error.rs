@@ -86,6 +86,19 @@ impl Error {
         Error::OpFailed { stream, message: format!("it reads a version written by a failed op ({cause})") }
     }
 
+    /// `self` as the failure of an op on `stream` (`what` names the op in the
+    /// message, where given). An op's failure and a lost device stay as
+    /// they are: they already say what failed.
+    pub(crate) fn into_op_failure(self, stream: u32, what: Option<&str>) -> Self {
+        match self {
+            Error::OpFailed { .. } | Error::DeviceLost { .. } => self,
+            other => {
+                let message = what.map_or_else(|| other.to_string(), |what| format!("{what}: {other}"));
+                Error::OpFailed { stream, message }
+            }
+        }
+    }
+
     /// `self`, as the first of `count` failures a fence reports.
     pub(crate) fn first_of(self, count: u64) -> Self {
         match self {

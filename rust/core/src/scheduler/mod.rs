@@ -327,6 +327,30 @@ impl<B: Backend> Scheduler<B> {
         Ok(state)
     }
 
+    /// Every command prepared, or the first refusal.
+    fn prepare_all(&self, commands: &[Command<BufferKey>]) -> Result<Vec<B::Prepared>> {
+        commands.iter().map(|command| self.backend.prepare(command)).collect()
+    }
+
+    /// The state, open, once no stream any of `commands` on `stream` needs
+    /// is busy with an external write (see [`Scheduler::open_state_when`]).
+    fn open_state_for_all(&self, stream: usize, commands: &[Command<BufferKey>]) -> Result<MutexGuard<'_, State<B>>> {
+        self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))
+    }
+
+    /// An event after all work admitted so far on `slot`'s stream, if any of
+    /// it may still run: none for a retired stream whose work is done, or a
+    /// free slot.
+    fn event_after(&self, slot: &StreamSlot<B>) -> Result<Option<B::Event>> {
+        match (&slot.raw, &slot.retired) {
+            (Some(raw), _) => self.backend.record_event(raw).map(Some),
+            (None, Some(retired)) if !retired.done.is_complete() => {
+                retired.with_stream(|raw| self.backend.record_event(raw)).transpose()
+            }
+            _ => Ok(None),
+        }
+    }
+
     /// Makes `target` wait for every foreign dependency it has not yet seen.
     fn order_after(&self, streams: &mut [StreamSlot<B>], target: usize, deps: &Dependencies) -> Result<()> {
         for (source, position) in deps.foreign(target) {
@@ -335,18 +359,8 @@ impl<B: Backend> Scheduler<B> {
             }
             let (source_slot, target_slot) = pick_two(streams, source, target);
             let target_raw = target_slot.raw(target)?;
-            match (&source_slot.raw, &source_slot.retired) {
-                (Some(source_raw), _) => {
-                    let event = self.backend.record_event(source_raw)?;
-                    self.backend.wait_event(target_raw, &event)?;
-                }
-                (None, Some(retired)) if !retired.done.is_complete() => {
-                    if let Some(event) = retired.with_stream(|raw| self.backend.record_event(raw)) {
-                        self.backend.wait_event(target_raw, &event?)?;
-                    }
-                }
-                // Retired and done, or a free slot: nothing left to wait for.
-                (None, _) => {}
+            if let Some(event) = self.event_after(source_slot)? {
+                self.backend.wait_event(target_raw, &event)?;
             }
             target_slot.seen.observe(source, source_slot.position, &source_slot.seen);
             self.inserted_waits.fetch_add(1, Ordering::Relaxed);
@@ -430,10 +444,7 @@ impl<B: Backend> Scheduler<B> {
             }
             Err(EnqueueError::Rejected(error)) => Err(error),
             Err(EnqueueError::Failed(error)) => {
-                let error = match error {
-                    Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
-                    other => Error::OpFailed { stream: stream as u32, message: other.to_string() },
-                };
+                let error = error.into_op_failure(stream as u32, None);
                 Err(self.publish_failed(state, stream, &accesses, outcome, error))
             }
         }
@@ -499,10 +510,7 @@ impl<B: Backend> Scheduler<B> {
             Err(EnqueueError::Failed(error)) => Some(error),
         };
         if let Some(error) = failure {
-            let error = match error {
-                Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
-                other => Error::OpFailed { stream: stream as u32, message: format!("replay: {other}") },
-            };
+            let error = error.into_op_failure(stream as u32, Some("replay"));
             return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
         }
         state.streams[stream].position += 1;
@@ -697,9 +705,8 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {
         // All prepared first: a refusal there admits none of them.
-        let prepared = commands.iter().map(|command| self.backend.prepare(command)).collect::<Result<Vec<_>>>()?;
-        let mut state =
-            self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))?;
+        let prepared = self.prepare_all(&commands)?;
+        let mut state = self.open_state_for_all(stream, &commands)?;
         // Each op as if admitted alone: a failed or refused one does not stop
         // the others; the first error comes back once all are admitted.
         let mut first_error = None;
@@ -713,11 +720,10 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn replay(&self, stream: usize, id: u64, commands: Vec<Command<BufferKey>>) -> Result<()> {
         let prepared = match self.backend.prepares_replay(id) {
-            true => Some(commands.iter().map(|command| self.backend.prepare(command)).collect::<Result<Vec<_>>>()?),
+            true => Some(self.prepare_all(&commands)?),
             false => None,
         };
-        let mut state =
-            self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))?;
+        let mut state = self.open_state_for_all(stream, &commands)?;
         self.admit_as_one(&mut state, stream, id, commands, prepared)
     }
 
@@ -843,10 +849,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         if let Err(error) = &written {
             // The buffers were published as written here: their readers must
             // get this failure, not the bytes the write did not make.
-            let error = match error {
-                Error::OpFailed { .. } => error.clone(),
-                other => Error::OpFailed { stream: stream as u32, message: format!("external write: {other}") },
-            };
+            let error = error.clone().into_op_failure(stream as u32, Some("external write"));
             outcome.fail(error.clone());
             lock(&self.state).streams[stream].unreported.record(&error);
         }

@@ -17,18 +17,6 @@ use super::{Access, Backend, BufferKey, Command, EnqueueError, Error, Result, Sc
 use crate::backend::OpIo;
 
 impl<B: Backend> Scheduler<B> {
-    /// An event after all work admitted so far on `stream`, if any may still run.
-    fn event_after(&self, state: &State<B>, stream: usize) -> Result<Option<B::Event>> {
-        let slot = state.slot(stream)?;
-        match (&slot.raw, &slot.retired) {
-            (Some(raw), _) => self.backend.record_event(raw).map(Some),
-            (None, Some(retired)) if !retired.done.is_complete() => {
-                retired.with_stream(|raw| self.backend.record_event(raw)).transpose()
-            }
-            _ => Ok(None),
-        }
-    }
-
     /// The stream that carries this runtime's side of its outgoing peer
     /// copies, made at the first one.
     fn link_stream(&self) -> Result<usize> {
@@ -121,7 +109,7 @@ impl<B: Backend> Scheduler<B> {
             if position <= theirs.streams[source].done_up_to {
                 continue;
             }
-            if let Some(event) = from.event_after(theirs, source)? {
+            if let Some(event) = from.event_after(theirs.slot(source)?)? {
                 self.backend.wait_event(&target, &event)?;
                 self.inserted_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }

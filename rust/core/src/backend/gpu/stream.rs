@@ -136,10 +136,7 @@ pub(crate) struct GpuStream<D: Driver> {
 
 impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
-        let raw = device.driver.stream_create()?;
-        device.counters.live_streams.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-        let mut stream =
-            GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None, counted: true };
+        let mut stream = Self::made(device, index, true)?;
         if wake == Wake::Waiter {
             stream.waiter = Some(stream.spawn_waiter()?);
         }
@@ -149,15 +146,15 @@ impl<D: Driver> GpuStream<D> {
     /// A stream the backend keeps for itself (graph captures): no waiter,
     /// not counted among the runtime's streams.
     pub(crate) fn internal(device: &Arc<Device<D>>) -> Result<Self> {
+        Self::made(device, u32::MAX, false)
+    }
+
+    fn made(device: &Arc<Device<D>>, index: u32, counted: bool) -> Result<Self> {
         let raw = device.driver.stream_create()?;
-        Ok(GpuStream {
-            device: device.clone(),
-            raw,
-            index: u32::MAX,
-            failure: Arc::default(),
-            waiter: None,
-            counted: false,
-        })
+        if counted {
+            device.counters.live_streams.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        }
+        Ok(GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None, counted })
     }
 
     fn spawn_waiter(&self) -> Result<Waiter<D>> {
@@ -242,10 +239,7 @@ impl<D: Driver> GpuStream<D> {
             let status = match status {
                 Err(error) => {
                     loss.record(&error);
-                    let error = match error {
-                        Error::OpFailed { .. } | Error::DeviceLost { .. } => error,
-                        other => Error::OpFailed { stream: index, message: other.to_string() },
-                    };
+                    let error = error.into_op_failure(index, None);
                     Err(lock(&failure).get_or_insert(error).clone())
                 }
                 Ok(()) => match &*lock(&failure) {
