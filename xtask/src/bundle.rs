@@ -12,6 +12,56 @@ use std::process::Command;
 
 use crate::util::{cargo, root, run, target_dir, Result};
 
+/// The most a bundle may weigh: what one carry to the GPU machine takes.
+const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
+
+/// The folders of a language's bundle while it is made: `out` (emptied),
+/// and the staging folder `out/NAME` with its `lib/`, packed by [`Staged::pack`].
+pub struct Staged {
+    pub out: PathBuf,
+    pub staging: PathBuf,
+    pub lib: PathBuf,
+    name: &'static str,
+}
+
+impl Staged {
+    /// `--out DIR` from `args`, else `.device/bundle-NAME`, emptied.
+    pub fn new(args: &[String], name: &'static str) -> Result<Staged> {
+        let out = args
+            .windows(2)
+            .find(|w| w[0] == "--out")
+            .map_or_else(|| root().join(format!(".device/bundle-{name}")), |w| root().join(&w[1]));
+        if out.exists() {
+            std::fs::remove_dir_all(&out).map_err(|e| format!("cannot empty {}: {e}", out.display()))?;
+        }
+        let staging = out.join(name);
+        let lib = staging.join("lib");
+        std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+        Ok(Staged { out, staging, lib, name })
+    }
+
+    /// Packs the staging folder into `NAME.tar.gz` beside `run-NAME.sh`
+    /// (`script`), and fails if the two weigh more than one carry.
+    pub fn pack(self, script: &str) -> Result {
+        let Staged { out, staging, name, .. } = self;
+        let packed = out.join(format!("{name}.tar.gz"));
+        run(Command::new("tar").arg("-czf").arg(&packed).arg("-C").arg(&out).arg(name))?;
+        std::fs::remove_dir_all(&staging).map_err(|e| format!("cannot remove {}: {e}", staging.display()))?;
+        let run_script = out.join(format!("run-{name}.sh"));
+        std::fs::write(&run_script, script).map_err(|e| format!("cannot write {}: {e}", run_script.display()))?;
+        let size = size_of(&packed)? + size_of(&run_script)?;
+        eprintln!("xtask: {name} bundle in {} ({:.1} MiB)", out.display(), size as f64 / (1024.0 * 1024.0));
+        if size > MAX_BUNDLE_BYTES {
+            return Err(format!("the {name} bundle is {size} bytes, over {MAX_BUNDLE_BYTES}"));
+        }
+        Ok(())
+    }
+}
+
+fn size_of(path: &Path) -> Result<u64> {
+    Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
+}
+
 const TESTS: [&str; 5] = ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "wgpu_backend"];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 

@@ -13,10 +13,8 @@ use std::process::Command;
 
 use super::{lay_out, maven, project, versions};
 use crate::bindings::{self, Natives, Profile};
-use crate::util::{root, run, Result};
-
-/// The most the bundle may weigh: what one carry to the GPU machine takes.
-const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
+use crate::bundle::Staged;
+use crate::util::{run, Result};
 
 /// JUnit's console launcher, of the JUnit platform the suites' `junit.version` goes with.
 const CONSOLE_LAUNCHER: &str = "org.junit.platform:junit-platform-console-standalone";
@@ -25,16 +23,8 @@ const CONSOLE_LAUNCHER: &str = "org.junit.platform:junit-platform-console-standa
 const DEPENDENCY_PLUGIN: &str = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1";
 
 pub fn bundle(args: &[String]) -> Result {
-    let out = args
-        .windows(2)
-        .find(|w| w[0] == "--out")
-        .map_or_else(|| root().join(".device/bundle-kotlin"), |w| root().join(&w[1]));
-    let staging = out.join("kotlin");
-    if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot empty {}: {e}", out.display()))?;
-    }
-    let lib = staging.join("lib");
-    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+    let staged = Staged::new(args, "kotlin")?;
+    let (staging, lib) = (&staged.staging, &staged.lib);
 
     // Release keeps the library small; the suites need the hooks.
     lay_out(&bindings::build_native(Profile::Release, Natives::GpuTests)?)?;
@@ -64,23 +54,13 @@ pub fn bundle(args: &[String]) -> Result {
         &format!("-DoutputDirectory={}", lib.display()),
     ]))?;
 
-    let modules = java_modules(&lib)?;
+    let modules = java_modules(lib)?;
     run(Command::new("jlink")
         .args(["--add-modules", &modules])
         .args(["--strip-debug", "--no-man-pages", "--no-header-files", "--compress=2", "--output"])
         .arg(staging.join("runtime")))?;
 
-    let packed = out.join("kotlin.tar.gz");
-    run(Command::new("tar").arg("-czf").arg(&packed).arg("-C").arg(&out).arg("kotlin"))?;
-    std::fs::remove_dir_all(&staging).map_err(|e| format!("cannot remove {}: {e}", staging.display()))?;
-    let script = out.join("run-kotlin.sh");
-    std::fs::write(&script, RUN).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
-    let size = size_of(&packed)? + size_of(&script)?;
-    eprintln!("xtask: Kotlin bundle in {} ({:.1} MiB)", out.display(), size as f64 / (1024.0 * 1024.0));
-    if size > MAX_BUNDLE_BYTES {
-        return Err(format!("the Kotlin bundle is {size} bytes, over {MAX_BUNDLE_BYTES}"));
-    }
-    Ok(())
+    staged.pack(RUN)
 }
 
 /// The JUnit platform version of a JUnit Jupiter version (5.x.y goes with 1.x.y).
@@ -113,10 +93,6 @@ fn java_modules(lib: &Path) -> Result<String> {
     let found = stdout.lines().map(str::trim).rfind(|line| !line.is_empty()).unwrap_or("java.base").to_owned();
     eprintln!("xtask: the suites use the Java modules {found}");
     Ok(format!("{found},jdk.unsupported,jdk.zipfs"))
-}
-
-fn size_of(path: &Path) -> Result<u64> {
-    Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
 /// Unpacks the bundle, then runs the suites as `mvn verify` does: everything

@@ -18,10 +18,8 @@ use std::process::Command;
 use super::toolchain::Toolchain;
 use super::{arguments, environment, lay_out, no_warnings, package};
 use crate::bindings::{self, Natives, Profile};
-use crate::util::{root, run, Result};
-
-/// The most the bundle may weigh: what one carry to the GPU machine takes.
-const MAX_BUNDLE_BYTES: u64 = 64 * 1024 * 1024;
+use crate::bundle::Staged;
+use crate::util::{run, Result};
 
 /// The test binary SwiftPM links for the package's tests.
 const TEST_BINARY: &str = "WeirPackageTests.xctest";
@@ -30,16 +28,8 @@ const TEST_BINARY: &str = "WeirPackageTests.xctest";
 const LOADER: &str = "ld-linux.so";
 
 pub fn bundle(args: &[String]) -> Result {
-    let out = args
-        .windows(2)
-        .find(|w| w[0] == "--out")
-        .map_or_else(|| root().join(".device/bundle-swift"), |w| root().join(&w[1]));
-    let staging = out.join("swift");
-    if out.exists() {
-        std::fs::remove_dir_all(&out).map_err(|e| format!("cannot empty {}: {e}", out.display()))?;
-    }
-    let lib = staging.join("lib");
-    std::fs::create_dir_all(&lib).map_err(|e| format!("cannot create {}: {e}", lib.display()))?;
+    let staged = Staged::new(args, "swift")?;
+    let (staging, lib) = (&staged.staging, &staged.lib);
 
     // Release keeps the library and the binary small; the suite needs the hooks.
     let library = bindings::build_native(Profile::Release, Natives::GpuTests)?;
@@ -56,22 +46,12 @@ pub fn bundle(args: &[String]) -> Result {
     // Debug sections are most of an unstripped binary's weight; the code stays as built.
     let mut strip = Command::new("strip");
     strip.arg("--strip-debug").arg(staging.join(TEST_BINARY));
-    for entry in std::fs::read_dir(&lib).map_err(|e| format!("cannot list {}: {e}", lib.display()))? {
+    for entry in std::fs::read_dir(lib).map_err(|e| format!("cannot list {}: {e}", lib.display()))? {
         strip.arg(entry.map_err(|e| format!("cannot list {}: {e}", lib.display()))?.path());
     }
     run(&mut strip)?;
 
-    let packed = out.join("swift.tar.gz");
-    run(Command::new("tar").arg("-czf").arg(&packed).arg("-C").arg(&out).arg("swift"))?;
-    std::fs::remove_dir_all(&staging).map_err(|e| format!("cannot remove {}: {e}", staging.display()))?;
-    let script = out.join("run-swift.sh");
-    std::fs::write(&script, RUN).map_err(|e| format!("cannot write {}: {e}", script.display()))?;
-    let size = size_of(&packed)? + size_of(&script)?;
-    eprintln!("xtask: Swift bundle in {} ({:.1} MiB)", out.display(), size as f64 / (1024.0 * 1024.0));
-    if size > MAX_BUNDLE_BYTES {
-        return Err(format!("the Swift bundle is {size} bytes, over {MAX_BUNDLE_BYTES}"));
-    }
-    Ok(())
+    staged.pack(RUN)
 }
 
 /// The shared libraries `binary` loads (its dependencies, all the way down,
@@ -107,10 +87,6 @@ fn runtime_libraries(toolchain: &Toolchain, binary: &Path) -> Result<Vec<(String
 
 fn copy(from: &Path, to: &Path) -> Result {
     std::fs::copy(from, to).map(drop).map_err(|e| format!("cannot copy {} to {}: {e}", from.display(), to.display()))
-}
-
-fn size_of(path: &Path) -> Result<u64> {
-    Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
 /// Unpacks the bundle, then runs the swift-testing suite through the bundled
