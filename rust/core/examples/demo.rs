@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use std::sync::mpsc::{channel, Receiver};
 
-use weir_core::{Arg, BackendKind, Buffer, Fence, Grid, Kernel, PendingRead, Runtime, Stream};
+use weir_core::{Arg, BackendKind, Buffer, ElementType, Fence, Grid, Kernel, PendingRead, Runtime, Stream};
 
 /// `y = x`, then `y = y / 2 + 1/2` `iters` times: work that scales with `iters`.
 fn transform_kernel() -> Kernel {
@@ -235,7 +235,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let slots = (0..options.in_flight.min(options.chunks))
         .map(|_| {
             let bytes = (options.chunk_floats * 4) as u64;
-            Ok(Slot { input: s.zeros(bytes)?, output: s.zeros(bytes)? })
+            Ok(Slot { input: s.zeros(ElementType::Bytes, bytes)?, output: s.zeros(ElementType::Bytes, bytes)? })
         })
         .collect::<weir_core::Result<Vec<_>>>()?;
     let mut pipeline = Pipeline { runtime: &runtime, kernel: transform_kernel(), host, slots, iters: 1 };

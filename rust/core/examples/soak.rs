@@ -22,7 +22,7 @@ use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
-use weir_core::{BackendKind, Buffer, CancelToken, Diagnostics, Runtime, Stream};
+use weir_core::{BackendKind, Buffer, CancelToken, Diagnostics, ElementType, Runtime, Stream};
 
 type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
@@ -122,7 +122,7 @@ struct Worker {
 impl Worker {
     fn buffer(&mut self, stream: &Stream) -> Result<Buffer> {
         if self.buffers.is_empty() {
-            self.buffers.push(stream.zeros((WORDS * 4) as u64)?);
+            self.buffers.push(stream.zeros(ElementType::Bytes, (WORDS * 4) as u64)?);
         }
         Ok(self.buffers[self.rng.below(self.buffers.len())].clone())
     }
@@ -147,9 +147,9 @@ impl Worker {
             2..=11 => {
                 let buffer = match self.rng.below(3) {
                     0 => stream.upload(&[1.0f32; WORDS])?,
-                    1 => stream.zeros((WORDS * 4) as u64)?,
+                    1 => stream.zeros(ElementType::Bytes, (WORDS * 4) as u64)?,
                     _ => {
-                        let buffer = stream.empty((WORDS * 4) as u64)?;
+                        let buffer = stream.empty(ElementType::Bytes, (WORDS * 4) as u64)?;
                         stream.fill_f32(&buffer, 2.0)?;
                         buffer
                     }
@@ -161,7 +161,7 @@ impl Worker {
             }
             // A large buffer, used once and dropped while its op may run.
             12 => {
-                let big = stream.empty(1 << 20)?;
+                let big = stream.empty(ElementType::Bytes, 1 << 20)?;
                 stream.memset_zero(&big)?;
             }
             // Kernels.
@@ -401,7 +401,7 @@ fn main() -> Result {
     // threads) before the start sample.
     {
         let stream = runtime.default_stream();
-        let buffer = stream.zeros(4)?;
+        let buffer = stream.zeros(ElementType::Bytes, 4)?;
         let fence = stream.fence()?;
         let (_, waker) = Counter::waker();
         let _ = poll_once(&mut fence.wait_async(), &waker);

@@ -6,6 +6,7 @@
 use thiserror::Error;
 
 use crate::device::BackendKind;
+use crate::element::ElementType;
 
 /// Everything that can go wrong in Weir.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -23,9 +24,10 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// A byte range does not fit in its buffer: `size` bytes at `offset`, as asked.
-    #[error("{size} bytes at offset {offset} do not fit in a buffer of {len} bytes")]
-    OutOfRange { offset: u64, size: u64, len: u64 },
+    /// A range does not fit in its buffer: `size` elements at `offset`, as
+    /// asked, in a buffer of `len` elements, all counted in `element`s.
+    #[error("{size} {unit} at offset {offset} do not fit in a buffer of {len} {unit}", unit = element.unit())]
+    OutOfRange { offset: u64, size: u64, len: u64, element: ElementType },
 
     /// A buffer or stream of one runtime was handed to another runtime.
     #[error("{0} belongs to another runtime")]

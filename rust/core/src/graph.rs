@@ -72,14 +72,18 @@ impl Graph {
     pub fn rebind(&self, pairs: &[(&Buffer, &Buffer)]) -> Result<Graph> {
         let mut map = Vec::with_capacity(pairs.len());
         for (from, to) in pairs {
-            if from.len() != to.len() {
+            if from.size_bytes() != to.size_bytes() {
                 return Err(Error::invalid(format!(
                     "a graph rebinds a buffer of {} bytes to one of {} bytes: sizes must match",
-                    from.len(),
-                    to.len()
+                    from.size_bytes(),
+                    to.size_bytes()
                 )));
             }
-            map.push((from.key_in(&self.engine)?, to.key_in(&self.engine)?));
+            let (from, to) = (
+                from.whole_allocation_in(&self.engine, "rebinding a graph")?,
+                to.whole_allocation_in(&self.engine, "rebinding a graph")?,
+            );
+            map.push((from, to));
         }
         let swap = |key: BufferKey| map.iter().find(|(from, _)| *from == key).map_or(key, |(_, to)| *to);
         let commands = self

@@ -51,13 +51,13 @@
 //!   [`Error::DeviceLost`] and its driver status; close it and open a new one.
 //!
 //! ```
-//! use weir_core::{BackendKind, Runtime};
+//! use weir_core::{BackendKind, ElementType, Runtime};
 //! let runtime = Runtime::open(BackendKind::Cpu)?;
 //! let (s, t) = (runtime.default_stream(), runtime.new_stream()?);
 //! let x = s.upload(&[1.0f32, 2.0, 3.0])?;
-//! let y = s.zeros(12)?;
+//! let y = s.zeros(ElementType::F32, 3)?;
 //! s.axpy(2.0, &x, &y)?;                          // y = 2x + y, on s
-//! let out = t.empty(12)?;
+//! let out = t.empty(ElementType::F32, 3)?;
 //! t.add(&x, &y, &out)?;                          // on t: waits for s's write of y
 //! assert_eq!(t.read_as::<f32>(&out)?, vec![3.0, 6.0, 9.0]);
 //! # Ok::<(), weir_core::Error>(())
@@ -72,6 +72,7 @@ mod cancel;
 mod completion;
 mod device;
 mod diagnostics;
+mod element;
 mod error;
 mod fence;
 mod graph;
@@ -98,6 +99,7 @@ pub use cancel::CancelToken;
 pub use completion::Completion;
 pub use device::{BackendKind, DeviceInfo, KernelLanguage};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
+pub use element::{Element, ElementType};
 pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
 pub use graph::Graph;

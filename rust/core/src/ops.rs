@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::buffer::Buffer;
 use crate::device::KernelLanguage;
+use crate::element::ElementType;
 use crate::error::{Error, Result};
 use crate::kernel::{Access, Builtin, CustomKernel, KernelDef, ScalarArg};
 use crate::scheduler::{BufferKey, Engine};
@@ -37,26 +38,30 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// Arguments bound to one runtime: whole-buffer spans and scalars.
+/// Arguments bound to one runtime: the spans of buffers (or views) and scalars.
 struct Bound {
     op: &'static str,
     args: Vec<KernelArg<BufferKey>>,
+    /// The element type of each argument that is a buffer.
+    elements: Vec<Option<ElementType>>,
 }
 
 impl Bound {
     fn new(engine: &Arc<dyn Engine>, op: &'static str, args: &[Arg<'_>]) -> Result<Bound> {
         let mut bound = Vec::with_capacity(args.len());
+        let mut elements = Vec::with_capacity(args.len());
         for arg in args {
             bound.push(match *arg {
                 Arg::Buffer(buffer, access) => KernelArg::Buffer(buffer.whole_in(engine)?, access),
                 Arg::Scalar(scalar) => KernelArg::Scalar(scalar),
             });
+            elements.push(match *arg {
+                Arg::Buffer(buffer, _) => Some(buffer.element_type()),
+                Arg::Scalar(_) => None,
+            });
         }
-        reject_aliasing(bound.iter().filter_map(|arg| match arg {
-            KernelArg::Buffer(span, access) => Some((span.buffer, *access)),
-            KernelArg::Scalar(_) => None,
-        }))?;
-        Ok(Bound { op, args: bound })
+        reject_overlap(&bound)?;
+        Ok(Bound { op, args: bound, elements })
     }
 
     fn expect_count(&self, count: usize) -> Result<()> {
@@ -79,6 +84,34 @@ impl Bound {
             ))),
             _ => Err(Error::invalid(format!("{} argument {index} must be a buffer", self.op))),
         }
+    }
+
+    /// Buffer argument `index`, which must hold `element`s (or raw bytes, a
+    /// whole number of them).
+    fn typed(&self, index: usize, needs: Access, element: ElementType) -> Result<Span<BufferKey>> {
+        let span = self.buffer(index, needs)?;
+        match self.elements.get(index).copied().flatten() {
+            Some(held) if !held.serves(element) => {
+                Err(Error::invalid(format!("{} argument {index} is a buffer of {held}: it takes {element}", self.op)))
+            }
+            _ => self.words(index, needs),
+        }
+        .map(|_| span)
+    }
+
+    /// The element types of buffer arguments `indices`, refused unless one
+    /// type (raw bytes go with any).
+    fn same_element(&self, indices: &[usize]) -> Result<()> {
+        let typed: Vec<ElementType> = indices
+            .iter()
+            .filter_map(|&index| self.elements.get(index).copied().flatten())
+            .filter(|&element| element != ElementType::Bytes)
+            .collect();
+        if typed.windows(2).any(|pair| pair[0] != pair[1]) {
+            let names: Vec<&str> = typed.iter().map(|element| element.name()).collect();
+            return Err(Error::invalid(format!("{} needs buffers of one element type, got {names:?}", self.op)));
+        }
+        Ok(())
     }
 
     fn words(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
@@ -108,6 +141,30 @@ impl Bound {
     }
 }
 
+/// Memory an op writes may not be among its arguments twice: kernels see
+/// disjoint memory. Disjoint views of one buffer are fine.
+fn reject_overlap(args: &[KernelArg<BufferKey>]) -> Result<()> {
+    let spans: Vec<(&Span<BufferKey>, Access)> = args
+        .iter()
+        .filter_map(|arg| match arg {
+            KernelArg::Buffer(span, access) => Some((span, *access)),
+            KernelArg::Scalar(_) => None,
+        })
+        .collect();
+    for (index, (span, access)) in spans.iter().enumerate() {
+        let clash = spans[index + 1..].iter().any(|(other, other_access)| {
+            other.buffer == span.buffer
+                && other.offset < span.offset + span.len
+                && span.offset < other.offset + other.len
+                && (access.writes() || other_access.writes())
+        });
+        if clash {
+            return Err(Error::invalid("memory an op writes cannot appear twice among its arguments"));
+        }
+    }
+    Ok(())
+}
+
 /// A buffer an op writes may not appear in it twice: kernels see disjoint memory.
 pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)> + Clone) -> Result<()> {
     // Ops take a handful of buffers: a quadratic scan beats allocating a set.
@@ -126,9 +183,9 @@ pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)>
 /// The command for a built-in op, its arguments checked.
 pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -> Result<Command<BufferKey>> {
     let b = Bound::new(engine, op.name(), args)?;
-    let typed_fill = |want: fn(ScalarArg) -> bool| -> Result<Command<BufferKey>> {
+    let typed_fill = |element: ElementType, want: fn(ScalarArg) -> bool| -> Result<Command<BufferKey>> {
         b.expect_count(2)?;
-        let dst = b.words(0, Access::Write)?;
+        let dst = b.typed(0, Access::Write, element)?;
         let value = b.scalar(1)?;
         if !want(value) {
             return Err(Error::invalid(format!("{} needs a {} value, got {value:?}", b.op, &b.op[5..])));
@@ -140,37 +197,40 @@ pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -
             b.expect_count(1)?;
             Ok(Command::Zero { dst: b.buffer(0, Access::Write)? })
         }
-        Builtin::FillU32 => typed_fill(|v| matches!(v, ScalarArg::U32(_))),
-        Builtin::FillI32 => typed_fill(|v| matches!(v, ScalarArg::I32(_))),
-        Builtin::FillF32 => typed_fill(|v| matches!(v, ScalarArg::F32(_))),
+        Builtin::FillU32 => typed_fill(ElementType::U32, |v| matches!(v, ScalarArg::U32(_))),
+        Builtin::FillI32 => typed_fill(ElementType::I32, |v| matches!(v, ScalarArg::I32(_))),
+        Builtin::FillF32 => typed_fill(ElementType::F32, |v| matches!(v, ScalarArg::F32(_))),
         Builtin::Copy => {
             b.expect_count(2)?;
             let (src, dst) = (b.buffer(0, Access::Read)?, b.buffer(1, Access::Write)?);
+            b.same_element(&[0, 1])?;
             b.same_len(&[src, dst])?;
             Ok(Command::Copy { src, dst })
         }
         Builtin::Add | Builtin::Mul => {
             b.expect_count(3)?;
-            let (a, bb, out) = (b.words(0, Access::Read)?, b.words(1, Access::Read)?, b.words(2, Access::Write)?);
+            let f32s = |index, access| b.typed(index, access, ElementType::F32);
+            let (a, bb, out) = (f32s(0, Access::Read)?, f32s(1, Access::Read)?, f32s(2, Access::Write)?);
             b.same_len(&[a, bb, out])?;
             let op = if op == Builtin::Add { BinaryOp::Add } else { BinaryOp::Mul };
             Ok(Command::Binary { op, a, b: bb, out })
         }
         Builtin::Scale => {
             b.expect_count(3)?;
-            let (x, out) = (b.words(0, Access::Read)?, b.words(1, Access::Write)?);
+            let (x, out) = (b.typed(0, Access::Read, ElementType::F32)?, b.typed(1, Access::Write, ElementType::F32)?);
             b.same_len(&[x, out])?;
             Ok(Command::Scale { x, out, alpha: f32_scalar(&b, 2)? })
         }
         Builtin::Axpy => {
             b.expect_count(3)?;
-            let (x, y) = (b.words(0, Access::Read)?, b.words(1, Access::ReadWrite)?);
+            let (x, y) =
+                (b.typed(0, Access::Read, ElementType::F32)?, b.typed(1, Access::ReadWrite, ElementType::F32)?);
             b.same_len(&[x, y])?;
             Ok(Command::Axpy { x, y, alpha: f32_scalar(&b, 2)? })
         }
         Builtin::Iota => {
             b.expect_count(2)?;
-            let out = b.words(0, Access::Write)?;
+            let out = b.typed(0, Access::Write, ElementType::U32)?;
             match b.scalar(1)? {
                 ScalarArg::U32(start) => Ok(Command::Iota { out, start }),
                 other => Err(Error::invalid(format!("iota needs a u32 start, got {other:?}"))),

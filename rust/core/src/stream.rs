@@ -2,13 +2,12 @@
 
 use std::sync::Arc;
 
-use bytemuck::Pod;
-
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{Command, HostSink, RawAccess};
 use crate::buffer::Buffer;
 use crate::completion::Completion;
+use crate::element::{Element, ElementType};
 use crate::error::{Error, Result};
 use crate::fence::{Fence, PendingRead};
 use crate::graph::Graph;
@@ -121,7 +120,17 @@ impl Stream {
             return self.copy(src, dst);
         }
         self.admitting()?;
-        let dst = dst.key_in(self.engine())?;
+        if src.is_view() {
+            return Err(Error::invalid("a copy from a peer takes whole buffers, not views"));
+        }
+        if !src.element_type().serves(dst.element_type()) && !dst.element_type().serves(src.element_type()) {
+            return Err(Error::invalid(format!(
+                "a copy from a peer needs buffers of one element type, got {} and {}",
+                src.element_type(),
+                dst.element_type()
+            )));
+        }
+        let dst = dst.whole_allocation_in(self.engine(), "a copy from a peer")?;
         self.engine().copy_from_peer(self.0.index, &**from, src_key, dst)
     }
 
@@ -154,27 +163,38 @@ impl Stream {
         &self.0.engine
     }
 
-    fn create(&self, len: u64, init: Init) -> Result<Buffer> {
+    fn create(&self, element: ElementType, count: u64, init: Init) -> Result<Buffer> {
         self.admitting()?;
-        let key = self.engine().create(self.0.index, len, init)?;
-        Ok(Buffer::new(self.engine().clone(), key, len))
+        let bytes = count
+            .checked_mul(element.size_bytes())
+            .ok_or_else(|| Error::invalid(format!("{count} {} are more bytes than a u64 counts", element.unit())))?;
+        let key = self.engine().create(self.0.index, bytes, init)?;
+        Ok(Buffer::new(self.engine().clone(), key, element, bytes))
     }
 
-    /// A buffer of `bytes` with unspecified contents, no definition yet.
-    pub fn empty(&self, bytes: u64) -> Result<Buffer> {
-        self.create(bytes, Init::Empty)
+    /// A buffer of `count` elements of `element` with unspecified contents,
+    /// no definition yet.
+    pub fn empty(&self, element: ElementType, count: u64) -> Result<Buffer> {
+        self.create(element, count, Init::Empty)
     }
 
-    /// A zero-filled buffer: allocated, zeroed on the device and published in
-    /// one admission; no host buffer and no host-to-device copy.
-    pub fn zeros(&self, bytes: u64) -> Result<Buffer> {
-        self.create(bytes, Init::Zero)
+    /// A buffer of `count` zeroed elements of `element`: allocated, zeroed on
+    /// the device and published in one admission; no host buffer and no
+    /// host-to-device copy.
+    pub fn zeros(&self, element: ElementType, count: u64) -> Result<Buffer> {
+        self.create(element, count, Init::Zero)
     }
 
-    /// A buffer holding `data`.
-    pub fn upload<T: Pod>(&self, data: &[T]) -> Result<Buffer> {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        self.create(bytes.len() as u64, Init::Data(bytes.to_vec()))
+    /// A buffer of `T` holding `data`.
+    pub fn upload<T: Element>(&self, data: &[T]) -> Result<Buffer> {
+        self.upload_as(T::TYPE, bytemuck::cast_slice(data))
+    }
+
+    /// A buffer of `element`s holding `bytes` (the bindings' upload): a whole
+    /// number of elements, little-endian as devices store them.
+    pub fn upload_as(&self, element: ElementType, bytes: &[u8]) -> Result<Buffer> {
+        let count = whole_elements(element, bytes.len())?;
+        self.create(element, count, Init::Data(bytes.to_vec()))
     }
 
     fn submit(&self, command: Command<BufferKey>) -> Result<()> {
@@ -262,23 +282,35 @@ impl Stream {
         self.builtin(Builtin::Delay, &[Arg::u32(micros)])
     }
 
-    /// Enqueues a copy of `data` into `buffer` at byte `offset`.
-    pub fn write<T: Pod>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
-        let bytes: &[u8] = bytemuck::cast_slice(data);
-        let dst = buffer.span_in(self.engine(), offset, bytes.len() as u64)?;
+    /// Enqueues a copy of `data` into `buffer` at element `offset`. `T` is
+    /// the buffer's element type, or anything for a raw-bytes buffer.
+    pub fn write<T: Element>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
+        if !buffer.element_type().serves(T::TYPE) {
+            return Err(wrong_element("a write", buffer, T::TYPE));
+        }
+        self.write_bytes(buffer, offset, bytemuck::cast_slice(data))
+    }
+
+    /// Enqueues a copy of `bytes`, a whole number of the buffer's elements,
+    /// into `buffer` at element `offset` (the bindings' write, whose arrays
+    /// have been checked against the buffer's type).
+    pub fn write_bytes(&self, buffer: &Buffer, offset: u64, bytes: &[u8]) -> Result<()> {
+        let count = whole_elements(buffer.element_type(), bytes.len())?;
+        let dst = buffer.span_in(self.engine(), offset, count)?;
         if bytes.is_empty() {
             return Err(Error::invalid("nothing to write"));
         }
         self.submit(Command::Upload { dst, data: bytes.to_vec() })
     }
 
-    /// Writes `data` into `buffer` at `offset`, then waits for this stream to finish it.
-    pub async fn write_async<T: Pod>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
+    /// Writes `data` into `buffer` at element `offset`, then waits for this stream to finish it.
+    pub async fn write_async<T: Element>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
         self.write(buffer, offset, data)?;
         self.fence()?.await
     }
 
-    /// Admits a read of `len` bytes of `buffer` from `offset`; await or wait the result.
+    /// Admits a read of the bytes of `len` elements of `buffer` from element
+    /// `offset`; await or wait the result.
     pub fn enqueue_read_at(&self, buffer: &Buffer, offset: u64, len: u64) -> Result<PendingRead> {
         // A read inside a batch could only be waited for after it, and a
         // replay has nobody to hand bytes to: read after either.
@@ -307,23 +339,14 @@ impl Stream {
         self.enqueue_read(buffer)?.wait()
     }
 
-    /// Reads `buffer` as elements of `T`.
-    pub fn read_as<T: Pod>(&self, buffer: &Buffer) -> Result<Vec<T>> {
-        let size = std::mem::size_of::<T>();
-        if size == 0 {
-            return Err(Error::invalid(format!(
-                "{} has no size: there is nothing to read",
-                std::any::type_name::<T>()
-            )));
+    /// Reads `buffer` as elements of `T`: its element type, or anything that
+    /// its bytes hold a whole number of for a raw-bytes buffer.
+    pub fn read_as<T: Element>(&self, buffer: &Buffer) -> Result<Vec<T>> {
+        if !buffer.element_type().serves(T::TYPE) {
+            return Err(wrong_element("a read", buffer, T::TYPE));
         }
+        whole_elements(T::TYPE, usize::try_from(buffer.size_bytes()).unwrap_or(usize::MAX))?;
         let bytes = self.read(buffer)?;
-        if bytes.len() % size != 0 {
-            return Err(Error::invalid(format!(
-                "{} bytes are not a whole number of {}",
-                bytes.len(),
-                std::any::type_name::<T>()
-            )));
-        }
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
@@ -360,7 +383,10 @@ impl Stream {
         mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         self.admitting()?;
-        let keys = buffers.iter().map(|buffer| buffer.key_in(self.engine())).collect::<Result<Vec<BufferKey>>>()?;
+        let keys = buffers
+            .iter()
+            .map(|buffer| buffer.whole_allocation_in(self.engine(), "a foreign write"))
+            .collect::<Result<Vec<BufferKey>>>()?;
         ops::reject_aliasing(keys.iter().map(|&key| (key, crate::Access::Write)))?;
         self.engine().external_write(self.0.index, &keys, &mut write)
     }
@@ -398,4 +424,18 @@ impl Drop for Hold {
     fn drop(&mut self) {
         self.0.open();
     }
+}
+
+/// How many `element`s `bytes` hold, refusing a part of one.
+fn whole_elements(element: ElementType, bytes: usize) -> Result<u64> {
+    let bytes = bytes as u64;
+    if bytes % element.size_bytes() != 0 {
+        return Err(Error::invalid(format!("{bytes} bytes are not a whole number of {}", element.unit())));
+    }
+    Ok(bytes / element.size_bytes())
+}
+
+/// The refusal of `what` with elements of `wanted` on `buffer`.
+fn wrong_element(what: &str, buffer: &Buffer, wanted: ElementType) -> Error {
+    Error::invalid(format!("{what} of {wanted} on a buffer of {}", buffer.element_type()))
 }

@@ -11,7 +11,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use weir_core::backend::cuda::cudarc::driver::sys as cu;
-use weir_core::{Arg, BackendKind, Error, Fault, Grid, Kernel, RawAccess, Runtime, Stream};
+use weir_core::{Arg, BackendKind, ElementType, Error, Fault, Grid, Kernel, RawAccess, Runtime, Stream};
 
 /// Long enough that a reader not ordered after the producer reads first.
 const HOLD: Duration = Duration::from_millis(300);
@@ -122,8 +122,8 @@ fn zeros_are_exact_zero_on_the_same_and_another_stream_without_host_data() {
     let _ = s.read(&s.upload(&[1u8; 64]).unwrap()).unwrap();
     let before = runtime.diagnostics().backend;
     let len = 3 * 1024 * 1024 + 3; // not a multiple of 4: the byte memset path too
-    let a = s.zeros(len).unwrap();
-    let b = s.zeros(1 << 20).unwrap();
+    let a = s.zeros(ElementType::Bytes, len).unwrap();
+    let b = s.zeros(ElementType::Bytes, 1 << 20).unwrap();
     let after = runtime.diagnostics().backend;
     assert_eq!(after.host_to_device_copies, before.host_to_device_copies);
     assert_eq!(after.host_staging_buffers, before.host_staging_buffers);
@@ -144,7 +144,7 @@ fn builtins_compute_what_the_cpu_computes() {
     let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5).collect();
     let y: Vec<f32> = (0..n).map(|i| 3.0 - i as f32).collect();
     let (bx, by) = (s.upload(&x).unwrap(), s.upload(&y).unwrap());
-    let out = s.empty(4 * n as u64).unwrap();
+    let out = s.empty(ElementType::Bytes, 4 * n as u64).unwrap();
     s.add(&bx, &by, &out).unwrap();
     let sum: Vec<f32> = s.read_as(&out).unwrap();
     assert!(sum.iter().zip(x.iter().zip(&y)).all(|(o, (a, b))| *o == a + b));
@@ -163,7 +163,7 @@ fn builtins_compute_what_the_cpu_computes() {
     s.fill_f32(&out, -1.5).unwrap();
     let filled: Vec<f32> = s.read_as(&out).unwrap();
     assert!(filled.iter().all(|v| *v == -1.5));
-    let copy = s.empty(4 * n as u64).unwrap();
+    let copy = s.empty(ElementType::Bytes, 4 * n as u64).unwrap();
     s.copy(&bx, &copy).unwrap();
     assert_eq!(s.read_as::<f32>(&copy).unwrap(), x);
     assert_no_live_events(&runtime);
@@ -246,7 +246,7 @@ fn race(runtime: &Runtime, producer: Producer) -> Vec<u32> {
     let words = 1 << 16;
     // Compiling and loading a kernel, and growing the page-locked staging
     // pool, synchronise the whole device: do both before anything is held.
-    let scratch = s.empty(4 * words as u64).unwrap();
+    let scratch = s.empty(ElementType::Bytes, 4 * words as u64).unwrap();
     Producer::Kernel.produce(&s, &scratch);
     let _ = t.read(&scratch).unwrap();
     let out = s.upload(&vec![0xFFFF_FFFFu32; words]).unwrap();
@@ -256,7 +256,7 @@ fn race(runtime: &Runtime, producer: Producer) -> Vec<u32> {
         let (steps, t, out) = (steps.clone(), t.clone(), out.clone());
         thread::spawn(move || {
             // B: t sees s past `out`'s allocation and first write.
-            let copy = t.empty(unrelated.len()).unwrap();
+            let copy = t.empty(ElementType::Bytes, unrelated.len()).unwrap();
             t.copy(&unrelated, &copy).unwrap();
             steps.wait();
             steps.wait();
@@ -348,17 +348,17 @@ fn dropping_a_fence_and_buffers_while_the_device_runs_leaks_nothing() {
     };
     let s = runtime.default_stream();
     let t = runtime.new_stream().unwrap();
-    let a = s.zeros(1 << 20).unwrap();
+    let a = s.zeros(ElementType::Bytes, 1 << 20).unwrap();
     s.delay(HOLD / 3).unwrap();
-    let b = t.empty(1 << 20).unwrap();
+    let b = t.empty(ElementType::Bytes, 1 << 20).unwrap();
     t.copy(&a, &b).unwrap();
     drop(t.fence().unwrap());
     drop((a, b));
     assert_no_live_events(&runtime);
-    let fresh = s.zeros(16).unwrap(); // frees what finished
+    let fresh = s.zeros(ElementType::Bytes, 16).unwrap(); // frees what finished
     drop(fresh);
     runtime.fence().unwrap().wait().unwrap();
-    let _sweep = s.zeros(16).unwrap();
+    let _sweep = s.zeros(ElementType::Bytes, 16).unwrap();
     let diagnostics = runtime.diagnostics();
     assert_eq!(diagnostics.retiring_buffers, 0);
     assert_eq!(diagnostics.backend.live_allocations, 1);
@@ -371,7 +371,7 @@ fn cross_stream_pipeline_inserts_exactly_the_needed_waits() {
     };
     let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
     let x = s.upload(&vec![1.0f32; 4096]).unwrap();
-    let y = t.empty(4 * 4096).unwrap();
+    let y = t.empty(ElementType::Bytes, 4 * 4096).unwrap();
     let before = runtime.diagnostics().inserted_waits;
     for round in 0..10 {
         s.fill_f32(&x, round as f32).unwrap(); // s writes x (after t's read of the last round)
@@ -410,7 +410,7 @@ fn custom_kernel_uses_its_grid_and_dynamic_shared_memory() {
     let block = 128u32;
     let input: Vec<u32> = (0..groups * block).collect();
     let inb = s.upload(&input).unwrap();
-    let out = s.empty(4 * u64::from(groups)).unwrap();
+    let out = s.empty(ElementType::Bytes, 4 * u64::from(groups)).unwrap();
     let grid = Grid::new([groups, 1, 1], [block, 1, 1]).with_shared_bytes(4 * block);
     s.execute(&kernel, grid, &[Arg::read(&inb), Arg::write(&out)]).unwrap();
     let sums: Vec<u32> = s.read_as(&out).unwrap();
@@ -433,7 +433,7 @@ fn async_completions_resolve_without_an_async_runtime() {
         return;
     };
     let s = runtime.default_stream();
-    let buffer = s.zeros(4096).unwrap();
+    let buffer = s.zeros(ElementType::Bytes, 4096).unwrap();
     futures::executor::block_on(async {
         s.memset_zero(&buffer).unwrap();
         s.sync().await.unwrap();
@@ -460,8 +460,8 @@ fn a_broken_kernel_is_refused_before_admission_with_nvrtcs_log() {
         return;
     };
     let s = runtime.default_stream();
-    let out = s.zeros(4).unwrap();
-    let other = s.zeros(4).unwrap();
+    let out = s.zeros(ElementType::Bytes, 4).unwrap();
+    let other = s.zeros(ElementType::Bytes, 4).unwrap();
     let admitted = runtime.diagnostics().admitted_ops;
     let broken = Kernel::custom("broken")
         .cuda(r#"extern "C" __global__ void broken(unsigned int* out) { out[0] = weir_undeclared_name; }"#, "broken")
@@ -524,8 +524,8 @@ fn a_slow_compile_on_one_thread_holds_up_no_admission_on_another() {
         return;
     };
     let s = runtime.default_stream();
-    let data = s.zeros(4 * 32).unwrap();
-    let buffer = s.zeros(4096).unwrap();
+    let data = s.zeros(ElementType::Bytes, 4 * 32).unwrap();
+    let buffer = s.zeros(ElementType::Bytes, 4096).unwrap();
     let warp = Grid::new([1, 1, 1], [32, 1, 1]);
     // What one compile and module load of such a kernel takes here.
     let start = Instant::now();
@@ -574,12 +574,12 @@ fn retired_streams_and_released_memory_go_once_their_work_is_done() {
     s.fence().unwrap().wait().unwrap();
     let before = runtime.diagnostics();
     let held = runtime.new_stream().unwrap();
-    let buffer = held.zeros(1 << 20).unwrap();
+    let buffer = held.zeros(ElementType::Bytes, 1 << 20).unwrap();
     held.delay(HOLD).unwrap();
     held.memset_zero(&buffer).unwrap();
     for _ in 0..8 {
         let t = runtime.new_stream().unwrap();
-        let scratch = t.zeros(4096).unwrap();
+        let scratch = t.zeros(ElementType::Bytes, 4096).unwrap();
         t.memset_zero(&scratch).unwrap();
         // `t` and `scratch` go here, their work perhaps still running.
     }

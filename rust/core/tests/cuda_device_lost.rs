@@ -14,7 +14,7 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::Duration;
 
-use weir_core::{Arg, BackendKind, Error, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, ElementType, Error, Grid, Kernel, Runtime};
 
 /// Longer than any call takes on a healthy device: past it, a call hung.
 const HUNG: Duration = Duration::from_secs(30);
@@ -63,7 +63,7 @@ fn a_trapping_kernel_loses_the_runtime_and_every_later_call_says_so() {
     let trap = Kernel::custom("trap")
         .cuda(r#"extern "C" __global__ void trap(float* out) { out[0] = 1.0f; __trap(); }"#, "trap")
         .build();
-    let out = s.zeros(16).unwrap();
+    let out = s.zeros(ElementType::Bytes, 16).unwrap();
     // The launch itself is accepted: the fault happens on the device.
     s.execute(&trap, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap();
     let fence = s.fence().unwrap();

@@ -9,7 +9,7 @@
 use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
-use weir_core::{BackendKind, DeviceGroup, Error, Hold, PendingRead, Runtime, Stream};
+use weir_core::{BackendKind, DeviceGroup, ElementType, Error, Hold, PendingRead, Runtime, Stream};
 
 fn required(kind: BackendKind) -> bool {
     std::env::var("WEIR_REQUIRE_BACKENDS")
@@ -86,8 +86,8 @@ fn seed_race_across_devices(group: &DeviceGroup) {
     let (a, b) = (group.device(0).unwrap(), group.device(1).unwrap());
     let (s, t) = (a.new_stream().unwrap(), b.new_stream().unwrap());
     let unrelated = s.upload(&[1u32; 16]).unwrap();
-    let out = s.empty(4096).unwrap();
-    let (pre, seen) = (t.zeros(64).unwrap(), t.zeros(4096).unwrap());
+    let out = s.empty(ElementType::Bytes, 4096).unwrap();
+    let (pre, seen) = (t.zeros(ElementType::Bytes, 64).unwrap(), t.zeros(ElementType::Bytes, 4096).unwrap());
     // T synchronises with S past `out`'s allocation.
     t.copy_from_peer(&unrelated, &pre).unwrap();
     block_on(t.sync()).unwrap();
@@ -110,7 +110,7 @@ fn write_after_read_across_devices(group: &DeviceGroup) {
     let (a, b) = (group.device(0).unwrap(), group.device(1).unwrap());
     let (s, t) = (a.new_stream().unwrap(), b.new_stream().unwrap());
     let src = s.upload(&[3u32; 256]).unwrap();
-    let dst = t.zeros(1024).unwrap();
+    let dst = t.zeros(ElementType::Bytes, 1024).unwrap();
     block_on(group.sync()).unwrap();
     let held = hold(&t);
     t.copy_from_peer(&src, &dst).unwrap();
@@ -135,14 +135,14 @@ fn write_after_read_across_devices(group: &DeviceGroup) {
 fn bad_peer_copies(group: &DeviceGroup) {
     let (a, b) = (group.device(0).unwrap(), group.device(1).unwrap());
     let (s, t) = (a.default_stream(), b.default_stream());
-    let (small, big) = (s.zeros(8).unwrap(), t.zeros(16).unwrap());
+    let (small, big) = (s.zeros(ElementType::Bytes, 8).unwrap(), t.zeros(ElementType::Bytes, 16).unwrap());
     assert!(matches!(t.copy_from_peer(&small, &big), Err(Error::InvalidArgument(_))));
     let other = Runtime::open(if a.info().backend == BackendKind::Cpu { BackendKind::Wgpu } else { BackendKind::Cpu });
     if let Ok(other) = other {
-        let foreign = other.default_stream().zeros(16).unwrap();
+        let foreign = other.default_stream().zeros(ElementType::Bytes, 16).unwrap();
         assert!(matches!(t.copy_from_peer(&foreign, &big), Err(Error::Unsupported { .. })));
     }
-    let broken = s.zeros(16).unwrap();
+    let broken = s.zeros(ElementType::Bytes, 16).unwrap();
     assert!(matches!(s.fail_write(&broken, "broken on device 0"), Err(Error::OpFailed { .. })));
     let copied = t.copy_from_peer(&broken, &big);
     assert!(
@@ -175,7 +175,9 @@ fn random_ops_over_devices_match_a_sequential_model(group: &DeviceGroup) {
     let streams: Vec<Vec<Stream>> = devices.iter().map(|d| (0..2).map(|_| d.new_stream().unwrap()).collect()).collect();
     let buffers: Vec<Vec<weir_core::Buffer>> = devices
         .iter()
-        .map(|d| (0..BUFFERS).map(|_| d.default_stream().zeros((WORDS * 4) as u64).unwrap()).collect())
+        .map(|d| {
+            (0..BUFFERS).map(|_| d.default_stream().zeros(ElementType::Bytes, (WORDS * 4) as u64).unwrap()).collect()
+        })
         .collect();
     let mut model = vec![vec![vec![0.0f32; WORDS]; BUFFERS]; devices.len()];
     let mut seed = 0x5EED_0014u64;

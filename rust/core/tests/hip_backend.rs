@@ -5,7 +5,7 @@
 use weir_core::backend::gpu::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
 use weir_core::backend::hip::{check_arguments_for, compile_builtins_for, compile_for, param_sizes_in};
 use weir_core::backend::{KernelArg, Span};
-use weir_core::{Access, Arg, BackendKind, Error, Grid, Kernel, Runtime, ScalarArg};
+use weir_core::{Access, Arg, BackendKind, ElementType, Error, Grid, Kernel, Runtime, ScalarArg};
 
 fn required() -> bool {
     std::env::var("WEIR_REQUIRE_BACKENDS").map(|list| list.split(',').any(|name| name.trim() == "hip")).unwrap_or(false)
@@ -57,7 +57,7 @@ fn a_broken_hip_kernel_is_refused_by_prepare_with_the_compilers_message() {
         Ok(runtime) => {
             // With a device: refused before admission, and the stream goes on.
             let s = runtime.default_stream();
-            let out = s.zeros(4).unwrap();
+            let out = s.zeros(ElementType::Bytes, 4).unwrap();
             let admitted = runtime.diagnostics().admitted_ops;
             let kernel = Kernel::custom("broken").hip(BROKEN, "broken").build();
             match s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap_err() {
@@ -133,7 +133,7 @@ fn arguments_that_do_not_match_a_hip_kernels_parameters_are_refused() {
     if let Ok(runtime) = Runtime::open(BackendKind::Hip) {
         // With a device, `prepare` refuses them before admission.
         let s = runtime.default_stream();
-        let out = s.zeros(4).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4).unwrap();
         let admitted = runtime.diagnostics().admitted_ops;
         assert_refused(
             s.execute(&put, Grid::linear(1, 1), &[Arg::u32(1), Arg::write(&out)]),
@@ -155,7 +155,7 @@ fn a_missing_hip_entry_point_is_an_invalid_argument_naming_it() {
     assert_refused(check_arguments_for("gfx90a", &absent, &args), "no kernel named \"weir_absent_entry\"");
     if let Ok(runtime) = Runtime::open(BackendKind::Hip) {
         let s = runtime.default_stream();
-        let out = s.zeros(4).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4).unwrap();
         assert_refused(
             s.execute(&absent, Grid::linear(1, 1), &[Arg::write(&out), Arg::u32(1)]),
             "no kernel named \"weir_absent_entry\"",

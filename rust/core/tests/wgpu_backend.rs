@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use weir_core::{Arg, BackendKind, Error, Grid, Kernel, RawAccess, Runtime};
+use weir_core::{Arg, BackendKind, ElementType, Error, Grid, Kernel, RawAccess, Runtime};
 
 fn open() -> Option<Runtime> {
     match Runtime::open(BackendKind::Wgpu) {
@@ -75,7 +75,7 @@ fn kernel_writing_a_buffer_declared_read_is_refused_before_admission() {
     let Some(runtime) = open() else { return };
     let s = runtime.new_stream().unwrap();
     let x = s.upload(&[1.0f32; 64]).unwrap();
-    let y = s.zeros(256).unwrap();
+    let y = s.zeros(ElementType::Bytes, 256).unwrap();
     s.fence().unwrap().wait().unwrap();
     let admitted = runtime.diagnostics().admitted_ops;
     let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
@@ -95,7 +95,7 @@ fn kernel_writing_a_buffer_declared_read_is_refused_before_admission() {
 fn wgsl_that_does_not_compile_is_refused_with_the_compiler_message() {
     let Some(runtime) = open() else { return };
     let s = runtime.new_stream().unwrap();
-    let out = s.zeros(16).unwrap();
+    let out = s.zeros(ElementType::Bytes, 16).unwrap();
     let admitted = runtime.diagnostics().admitted_ops;
     let kernel = Kernel::custom("broken")
         .wgsl("@compute @workgroup_size(1)\nfn main() { deliberate failure }\n", "main")
@@ -171,7 +171,7 @@ fn main() { out[0] = vec4<u32>(1u); }
 fn an_op_that_fails_to_record_is_reported_failed_and_its_stream_goes_on() {
     let Some(runtime) = open() else { return };
     let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
-    let small = s.zeros(4).unwrap();
+    let small = s.zeros(ElementType::Bytes, 4).unwrap();
     s.fence().unwrap().wait().unwrap();
     let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
     let error = s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap_err();
@@ -191,7 +191,7 @@ fn an_op_that_fails_to_record_is_reported_failed_and_its_stream_goes_on() {
 fn too_many_work_groups_is_an_argument_error() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
-    let (x, y) = (s.zeros(4).unwrap(), s.zeros(4).unwrap());
+    let (x, y) = (s.zeros(ElementType::Bytes, 4).unwrap(), s.zeros(ElementType::Bytes, 4).unwrap());
     let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
     let grid = Grid::new([u32::MAX, 1, 1], [64, 1, 1]);
     let args = [Arg::read(&x), Arg::read_write(&y), Arg::u32(1), Arg::f32(1.0)];
@@ -209,7 +209,7 @@ fn a_delay_holds_only_its_own_stream() {
     let start = Instant::now();
     s.delay(Duration::from_millis(300)).unwrap();
     let held = s.fence().unwrap();
-    let out = t.zeros(16).unwrap();
+    let out = t.zeros(ElementType::Bytes, 16).unwrap();
     t.fill_u32(&out, 9).unwrap();
     assert_eq!(t.read_as::<u32>(&out).unwrap(), vec![9; 4]);
     assert!(!held.is_complete(), "the delayed stream finished early");
@@ -222,7 +222,7 @@ fn a_delay_holds_only_its_own_stream() {
 fn buffers_beyond_the_device_limit_are_refused_clearly() {
     let Some(runtime) = open() else { return };
     let too_big = runtime.info().max_buffer_bytes + 4;
-    let error = runtime.default_stream().empty(too_big).unwrap_err();
+    let error = runtime.default_stream().empty(ElementType::Bytes, too_big).unwrap_err();
     assert!(error.to_string().contains("buffer limit"), "{error}");
     runtime.close().unwrap();
 }
@@ -256,7 +256,7 @@ fn a_stream_fence_covers_the_reads_admitted_before_it() {
             let (runtime, stop) = (&runtime, &stop);
             scope.spawn(move || {
                 let t = runtime.new_stream().unwrap();
-                let buffer = t.zeros(64).unwrap();
+                let buffer = t.zeros(ElementType::Bytes, 64).unwrap();
                 while !stop.load(Ordering::Relaxed) {
                     t.fill_u32(&buffer, value).unwrap();
                     t.fence().unwrap().wait().unwrap();
@@ -317,8 +317,8 @@ fn a_panicking_wgpu_callback_does_not_stop_the_poll_thread() {
     let Some(runtime) = open() else { return };
     within(Duration::from_secs(30), "work beside panicking wgpu callbacks", move || {
         let s = runtime.new_stream().unwrap();
-        let target = s.zeros(16).unwrap();
-        let busy = s.zeros(64 << 20).unwrap();
+        let target = s.zeros(ElementType::Bytes, 16).unwrap();
+        let busy = s.zeros(ElementType::Bytes, 64 << 20).unwrap();
         // Callbacks registered through raw access run wherever wgpu fires
         // them: in a submission Weir makes, or in the poll thread's
         // `device.poll` when they wait for work still running (here, a large
@@ -363,7 +363,7 @@ fn retired_streams_leave_no_live_lanes() {
     drop(probe);
     for round in 0..1000u32 {
         let t = runtime.new_stream().unwrap();
-        let buffer = t.zeros(16).unwrap();
+        let buffer = t.zeros(ElementType::Bytes, 16).unwrap();
         t.fill_u32(&buffer, round).unwrap();
         assert_eq!(t.read_as::<u32>(&buffer).unwrap(), vec![round; 4]);
     }
@@ -383,7 +383,7 @@ fn long_sum_kernel(terms: usize) -> String {
 fn long_kernel_sources_are_compiled_or_refused_from_a_small_stack_never_abort() {
     let Some(runtime) = open() else { return };
     let s = runtime.new_stream().unwrap();
-    let out = s.zeros(4).unwrap();
+    let out = s.zeros(ElementType::Bytes, 4).unwrap();
     for terms in [2_000, 10_000, 100_000] {
         let kernel = Kernel::custom("long").wgsl(long_sum_kernel(terms), "main").build();
         let outcome = execute_with_stack(512 << 10, &s, &kernel, &out);
@@ -428,7 +428,11 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = 5u; }
 fn a_kernel_binding_fewer_buffers_than_passed_is_refused() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
-    let (a, b, c) = (s.zeros(16).unwrap(), s.zeros(16).unwrap(), s.zeros(16).unwrap());
+    let (a, b, c) = (
+        s.zeros(ElementType::Bytes, 16).unwrap(),
+        s.zeros(ElementType::Bytes, 16).unwrap(),
+        s.zeros(ElementType::Bytes, 16).unwrap(),
+    );
     let kernel = Kernel::custom("one_buffer").wgsl(ONE_BUFFER, "main").build();
     refused_at_first_launch(
         &runtime,
@@ -454,7 +458,8 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = a[id.x] + b[
 fn a_kernel_binding_more_buffers_than_passed_is_refused() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
-    let (a, b, out) = (s.upload(&[1u32; 4]).unwrap(), s.upload(&[2u32; 4]).unwrap(), s.zeros(16).unwrap());
+    let (a, b, out) =
+        (s.upload(&[1u32; 4]).unwrap(), s.upload(&[2u32; 4]).unwrap(), s.zeros(ElementType::Bytes, 16).unwrap());
     let kernel = Kernel::custom("three_buffers").wgsl(THREE_BUFFERS, "main").build();
     refused_at_first_launch(
         &runtime,
@@ -472,7 +477,7 @@ fn scalars_that_do_not_fit_the_kernels_uniform_are_refused() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
     let x = s.upload(&[1.0f32; 64]).unwrap();
-    let y = s.zeros(256).unwrap();
+    let y = s.zeros(ElementType::Bytes, 256).unwrap();
     let kernel = Kernel::custom("saxpy").wgsl(SAXPY, "saxpy").build();
     // Params is { n: u32, alpha: f32 }.
     refused_at_first_launch(
@@ -511,7 +516,7 @@ fn scalars_that_do_not_fit_the_kernels_uniform_are_refused() {
 fn a_missing_entry_point_is_refused_naming_the_ones_there() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
-    let out = s.zeros(16).unwrap();
+    let out = s.zeros(ElementType::Bytes, 16).unwrap();
     let kernel = Kernel::custom("misnamed").wgsl(ONE_BUFFER, "mian").build();
     refused_at_first_launch(&runtime, &kernel, &[Arg::write(&out)], &["no compute entry point `mian`", "it has: main"]);
     runtime.close().unwrap();

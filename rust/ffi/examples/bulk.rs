@@ -81,7 +81,7 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     let (mut upload, mut upload_growth, mut read, mut read_growth) = (0.0f64, 0.0f64, 0.0f64, 0.0f64);
     for _ in 0..3 {
         let (buffer, seconds, growth) = sampler.measure(|| {
-            let buffer = stream.upload_borrowed(&data)?;
+            let buffer = stream.upload_borrowed(&data, weir_ffi::ElementType::Bytes)?;
             block_on(stream.sync(None))?;
             Ok::<_, weir_ffi::WeirError>(buffer)
         });

@@ -10,7 +10,7 @@ mod support;
 use std::time::Instant;
 
 use futures::executor::block_on;
-use weir_ffi::{Access, Arg, BuiltinOp, Grid, Kernel};
+use weir_ffi::{Access, Arg, BuiltinOp, ElementType, Grid, Kernel};
 
 /// Ops in the batch figures.
 const BATCH: u32 = 1000;
@@ -44,7 +44,11 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         let _ = block_on(stream.execute_and_wait(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
     });
     // Admission of one small op (a fill of 1 KiB: one buffer; an add: three).
-    let (a, b, c) = (stream.zeros(1024)?, stream.zeros(1024)?, stream.zeros(1024)?);
+    let (a, b, c) = (
+        stream.zeros(1024, ElementType::Bytes)?,
+        stream.zeros(1024, ElementType::Bytes)?,
+        stream.zeros(1024, ElementType::Bytes)?,
+    );
     let fill = Kernel::builtin(BuiltinOp::FillU32);
     let add = Kernel::builtin(BuiltinOp::Add);
     let buffer = |buffer: &std::sync::Arc<weir_ffi::Buffer>, access| Arg::Buffer { buffer: buffer.clone(), access };

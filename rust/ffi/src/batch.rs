@@ -19,7 +19,8 @@
 //!   then per argument a tag `u8` and its value: `0` buffer (slot `u32`,
 //!   access `u8`: `0` read, `1` write, `2` read-write), `1` `u32`, `2` `i32`,
 //!   `3` `f32` (its bits).
-//! - `1` write: buffer slot `u32`, byte offset `u64`, length `u64`, the bytes.
+//! - `1` write: buffer slot `u32`, element offset `u64`, length in bytes `u64`
+//!   (a whole number of the buffer's elements), the bytes.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -162,7 +163,7 @@ impl WeirStream {
                     Decoded::Execute { kernel, grid, args: range } => {
                         batch.execute(kernel, *grid, &args[range.clone()])?
                     }
-                    Decoded::Write { buffer, offset, data } => batch.write(buffer, *offset, data)?,
+                    Decoded::Write { buffer, offset, data } => batch.write_bytes(buffer, *offset, data)?,
                 }
             }
             Ok(())

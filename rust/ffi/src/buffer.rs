@@ -1,7 +1,15 @@
 //! The buffer handle.
 
-/// A range of device memory whose versions the scheduler tracks. Released when
-/// the last handle goes (in Kotlin: `close()`/`use {}`), after the ops that use it finish.
+use std::sync::Arc;
+
+use crate::error::Result;
+use crate::records::ElementType;
+
+/// Typed device memory whose versions the scheduler tracks: a whole buffer,
+/// or a view of a range of one ([`Buffer::view`]), which every op takes as it
+/// takes a buffer. Counts and offsets are in its elements. Released when the
+/// last handle to the memory goes (in Kotlin: `close()`/`use {}`), after the
+/// ops that use it finish.
 #[derive(Debug, uniffi::Object)]
 pub struct Buffer {
     inner: weir_core::Buffer,
@@ -19,8 +27,30 @@ impl Buffer {
 
 #[uniffi::export]
 impl Buffer {
-    /// Size in bytes.
-    pub fn size_bytes(&self) -> u64 {
+    /// What the buffer holds.
+    pub fn element_type(&self) -> ElementType {
+        self.inner.element_type().into()
+    }
+
+    /// Number of elements (of a view: in its range).
+    pub fn element_count(&self) -> u64 {
         self.inner.len()
+    }
+
+    /// Size in bytes (of a view: of its range).
+    pub fn size_bytes(&self) -> u64 {
+        self.inner.size_bytes()
+    }
+
+    /// The element of the whole buffer this one starts at: 0 unless a view.
+    pub fn first_element(&self) -> u64 {
+        self.inner.first()
+    }
+
+    /// The `count` elements from element `first` of this buffer (or view), as
+    /// a buffer of its own sharing the memory. A write to it publishes a new
+    /// version of the whole buffer, so every stream orders after it.
+    pub fn view(&self, first: u64, count: u64) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.view(first, count)?)))
     }
 }

@@ -13,6 +13,7 @@ use std::sync::{Arc, OnceLock};
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
 use crate::error::Result;
+use crate::records::ElementType;
 use crate::stream::WeirStream;
 
 /// Bytes read from a device, held in Rust until this handle goes: the
@@ -80,22 +81,23 @@ impl HostBytes {
 
 #[uniffi::export]
 impl WeirStream {
-    /// A buffer holding `data`, borrowed for the call (Kotlin: the remaining
-    /// bytes of a direct `ByteBuffer`; Swift: `Data`): the core copies it
-    /// once, as `upload` from Rust does, before this returns.
-    pub fn upload_borrowed(&self, data: &[u8]) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.core().upload(data)?)))
+    /// A buffer of `element`s holding `data`, borrowed for the call (Kotlin:
+    /// the remaining bytes of a direct `ByteBuffer`; Swift: `Data`): the core
+    /// copies it once, as `upload` from Rust does, before this returns.
+    pub fn upload_borrowed(&self, data: &[u8], element: ElementType) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.core().upload_as(element.into(), data)?)))
     }
 
-    /// Enqueues a copy of `data`, borrowed for the call, into `buffer` at
-    /// byte `offset`; returns once admitted (the bytes are copied by then),
-    /// not once done.
+    /// Enqueues a copy of `data`, borrowed for the call (a whole number of
+    /// the buffer's elements), into `buffer` at element `offset`; returns once
+    /// admitted (the bytes are copied by then), not once done.
     pub fn write_borrowed(&self, buffer: Arc<Buffer>, offset: u64, data: &[u8]) -> Result<()> {
-        Ok(self.core().write(buffer.core(), offset, data)?)
+        Ok(self.core().write_bytes(buffer.core(), offset, data)?)
     }
 
-    /// Reads `len` bytes of `buffer` from `offset` once its latest write (on
-    /// any stream) is done, without blocking a thread, into bytes held in Rust.
+    /// Reads `len` elements of `buffer` from element `offset` once its latest
+    /// write (on any stream) is done, without blocking a thread, into bytes
+    /// held in Rust.
     #[uniffi::method(default(cancel = None))]
     pub async fn read_host(
         &self,

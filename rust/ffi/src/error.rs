@@ -18,8 +18,7 @@ pub enum WeirError {
     /// An argument is malformed: wrong size, wrong type, aliasing, …
     #[error("{description}")]
     InvalidArgument { description: String },
-    /// A range does not fit in its buffer (in the caller's units: bytes, or
-    /// elements for the typed helpers of Kotlin and Swift).
+    /// A range does not fit in its buffer (counted in the buffer's elements).
     #[error("{description}")]
     OutOfRange { description: String },
     /// A buffer or stream of one runtime was handed to another runtime.
@@ -100,7 +99,7 @@ pub fn debug_error_probe(variant: String) -> Result<()> {
         "Unavailable" => E::unavailable(weir_core::BackendKind::Cpu, "no probe device"),
         "Unsupported" => E::unsupported(weir_core::BackendKind::Cpu, "probing"),
         "InvalidArgument" => E::InvalidArgument("probe argument".to_owned()),
-        "OutOfRange" => E::OutOfRange { offset: 8, size: 8, len: 12 },
+        "OutOfRange" => E::OutOfRange { offset: 8, size: 8, len: 12, element: weir_core::ElementType::Bytes },
         "ForeignHandle" => E::ForeignHandle("buffer"),
         "Closed" => E::Closed,
         "OutOfMemory" => E::OutOfMemory { bytes: 1 << 40, host: false },

@@ -45,7 +45,7 @@ pub use error::debug_error_probe;
 pub use error::WeirError;
 pub use fence::Fence;
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
-pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, Grid};
+pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid};
 pub use runtime::WeirRuntime;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;

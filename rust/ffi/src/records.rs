@@ -79,6 +79,42 @@ impl From<weir_core::BackendKind> for BackendKind {
     }
 }
 
+/// What a buffer holds. Its sizes, offsets and counts are in these elements;
+/// a `Bytes` buffer counts single bytes and takes any data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum ElementType {
+    /// Raw bytes, with no claim about what they hold.
+    Bytes,
+    /// 32-bit floats.
+    F32,
+    /// Signed 32-bit integers.
+    I32,
+    /// Unsigned 32-bit integers.
+    U32,
+}
+
+impl From<ElementType> for weir_core::ElementType {
+    fn from(element: ElementType) -> Self {
+        match element {
+            ElementType::Bytes => weir_core::ElementType::Bytes,
+            ElementType::F32 => weir_core::ElementType::F32,
+            ElementType::I32 => weir_core::ElementType::I32,
+            ElementType::U32 => weir_core::ElementType::U32,
+        }
+    }
+}
+
+impl From<weir_core::ElementType> for ElementType {
+    fn from(element: weir_core::ElementType) -> Self {
+        match element {
+            weir_core::ElementType::Bytes => ElementType::Bytes,
+            weir_core::ElementType::F32 => ElementType::F32,
+            weir_core::ElementType::I32 => ElementType::I32,
+            weir_core::ElementType::U32 => ElementType::U32,
+        }
+    }
+}
+
 /// How an op touches a buffer. The scheduler orders ops from this and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
 pub enum Access {

@@ -7,7 +7,7 @@ use crate::cancel::{cancellable, CancelToken};
 use crate::error::{Result, WeirError};
 use crate::fence::Fence;
 use crate::kernel::Kernel;
-use crate::records::{Arg, Grid};
+use crate::records::{Arg, ElementType, Grid};
 
 /// An ordered queue of device work. Any thread may submit to any stream; ops
 /// on different streams are ordered exactly as their buffers need.
@@ -48,8 +48,8 @@ impl WeirStream {
         Ok(self.inner.fence()?.wait_async())
     }
 
-    /// Admits a read of `length` bytes of `buffer` from `offset` (no length:
-    /// to the end of the buffer).
+    /// Admits a read of `length` elements of `buffer` from element `offset`
+    /// (no length: to the end of the buffer).
     fn admit_read(&self, buffer: &Buffer, offset: u64, length: Option<u64>) -> Result<weir_core::PendingRead> {
         let buffer = buffer.core();
         let length = length.unwrap_or_else(|| buffer.len().saturating_sub(offset));
@@ -64,20 +64,21 @@ impl WeirStream {
         u32::try_from(self.inner.index()).unwrap_or(u32::MAX)
     }
 
-    /// A zero-filled buffer of `bytes`: allocated, zeroed on the device and
-    /// published in one admission, with no host data.
-    pub fn zeros(&self, bytes: u64) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.inner.zeros(bytes)?)))
+    /// A buffer of `count` zeroed `element`s: allocated, zeroed on the device
+    /// and published in one admission, with no host data.
+    pub fn zeros(&self, count: u64, element: ElementType) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.zeros(element.into(), count)?)))
     }
 
-    /// A buffer of `bytes` with unspecified contents.
-    pub fn empty(&self, bytes: u64) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.inner.empty(bytes)?)))
+    /// A buffer of `count` `element`s with unspecified contents.
+    pub fn empty(&self, count: u64, element: ElementType) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.empty(element.into(), count)?)))
     }
 
-    /// A buffer holding `data`, uploaded on this stream.
-    pub fn upload(&self, data: Vec<u8>) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.inner.upload(&data)?)))
+    /// A buffer of `element`s holding `data` (little-endian, a whole number of
+    /// elements), uploaded on this stream.
+    pub fn upload(&self, data: Vec<u8>, element: ElementType) -> Result<Arc<Buffer>> {
+        Ok(Arc::new(Buffer::new(self.inner.upload_as(element.into(), &data)?)))
     }
 
     /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
@@ -111,15 +112,16 @@ impl WeirStream {
         cancellable(self.completion()?, cancel).await
     }
 
-    /// Enqueues a copy of `data` into `buffer` at byte `offset`. Returns once
-    /// admitted (the data is copied by then), not once done.
+    /// Enqueues a copy of `data` (a whole number of the buffer's elements,
+    /// little-endian) into `buffer` at element `offset`. Returns once admitted
+    /// (the data is copied by then), not once done.
     #[uniffi::method(default(offset = 0))]
     pub fn write(&self, buffer: Arc<Buffer>, data: Vec<u8>, offset: u64) -> Result<()> {
-        Ok(self.inner.write(buffer.core(), offset, &data)?)
+        Ok(self.inner.write_bytes(buffer.core(), offset, &data)?)
     }
 
-    /// Enqueues a copy of `data` into `buffer` at byte `offset`, then suspends
-    /// until this stream has done it.
+    /// Enqueues a copy of `data` into `buffer` at element `offset`, as
+    /// [`WeirStream::write`] does, then suspends until this stream has done it.
     #[uniffi::method(default(offset = 0, cancel = None))]
     pub async fn write_and_wait(
         &self,
@@ -128,13 +130,13 @@ impl WeirStream {
         offset: u64,
         cancel: Option<Arc<CancelToken>>,
     ) -> Result<()> {
-        self.inner.write(buffer.core(), offset, &data)?;
+        self.inner.write_bytes(buffer.core(), offset, &data)?;
         cancellable(self.completion()?, cancel).await
     }
 
-    /// Reads `length` bytes of `buffer` from byte `offset` (by default the
-    /// whole buffer) once its latest write (on any stream) is done, without
-    /// blocking a thread.
+    /// Reads the bytes of `length` elements of `buffer` from element `offset`
+    /// (by default the whole buffer) once its latest write (on any stream) is
+    /// done, without blocking a thread.
     #[uniffi::method(default(offset = 0, length = None, cancel = None))]
     pub async fn read(
         &self,

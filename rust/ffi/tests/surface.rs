@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use futures::FutureExt;
-use weir_ffi::{Access, Arg, Backend, BuiltinOp, CancelToken, Grid, Kernel, WeirError, WeirRuntime};
+use weir_ffi::{Access, Arg, Backend, BuiltinOp, CancelToken, ElementType, Grid, Kernel, WeirError, WeirRuntime};
 
 fn grid() -> Grid {
     weir_ffi::grid_linear(1, 1)
@@ -43,8 +43,8 @@ fn axpy(x: &Arc<weir_ffi::Buffer>, y: &Arc<weir_ffi::Buffer>, alpha: f32) -> Vec
 fn plain_verbs_return_once_admitted_before_the_work_is_done() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
-    let x = stream.upload(bytes(&[1.0, 2.0, 3.0])).unwrap();
-    let y = stream.zeros(12).unwrap();
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0]), ElementType::F32).unwrap();
+    let y = stream.zeros(3, ElementType::F32).unwrap();
     let hold = stream.hold().unwrap();
     stream.write(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0).unwrap();
     stream.execute(Kernel::builtin(BuiltinOp::Axpy), grid(), axpy(&x, &y, 2.0)).unwrap();
@@ -62,8 +62,8 @@ fn plain_verbs_return_once_admitted_before_the_work_is_done() {
 fn and_wait_forms_wait_until_the_stream_has_run_the_op() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
-    let x = stream.upload(bytes(&[1.0, 2.0, 3.0])).unwrap();
-    let y = stream.zeros(12).unwrap();
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0]), ElementType::F32).unwrap();
+    let y = stream.zeros(3, ElementType::F32).unwrap();
     let hold = stream.hold().unwrap();
     let mut write = Box::pin(stream.write_and_wait(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0, None));
     assert!((&mut write).now_or_never().is_none(), "write_and_wait finished behind a hold");
@@ -91,14 +91,15 @@ fn and_wait_forms_wait_until_the_stream_has_run_the_op() {
 fn read_and_read_blocking_take_the_same_range() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
-    let buffer = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let buffer = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
     assert_eq!(floats(&block_on(stream.read(buffer.clone(), 0, None, None)).unwrap()), [1.0, 2.0, 3.0, 4.0]);
-    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 4, Some(8), None)).unwrap()), [2.0, 3.0]);
-    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 8, None, None)).unwrap()), [3.0, 4.0]);
-    assert_eq!(floats(&stream.read_blocking(buffer.clone(), 4, Some(8)).unwrap()), [2.0, 3.0]);
-    assert_eq!(floats(&stream.read_blocking(buffer.clone(), 12, None).unwrap()), [4.0]);
-    assert!(matches!(stream.read_blocking(buffer.clone(), 8, Some(12)), Err(WeirError::OutOfRange { .. })));
-    assert!(matches!(block_on(stream.read(buffer.clone(), 20, None, None)), Err(WeirError::OutOfRange { .. })));
+    // Offsets and lengths count the buffer's elements.
+    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 1, Some(2), None)).unwrap()), [2.0, 3.0]);
+    assert_eq!(floats(&block_on(stream.read(buffer.clone(), 2, None, None)).unwrap()), [3.0, 4.0]);
+    assert_eq!(floats(&stream.read_blocking(buffer.clone(), 1, Some(2)).unwrap()), [2.0, 3.0]);
+    assert_eq!(floats(&stream.read_blocking(buffer.clone(), 3, None).unwrap()), [4.0]);
+    assert!(matches!(stream.read_blocking(buffer.clone(), 2, Some(3)), Err(WeirError::OutOfRange { .. })));
+    assert!(matches!(block_on(stream.read(buffer.clone(), 5, None, None)), Err(WeirError::OutOfRange { .. })));
     // Refused reads changed nothing: the buffer reads as before.
     assert_eq!(floats(&stream.read_blocking(buffer, 0, None).unwrap()), [1.0, 2.0, 3.0, 4.0]);
 }
@@ -143,10 +144,13 @@ fn a_dropped_wait_leaves_no_waiter_or_fence() {
 fn errors_arrive_as_their_typed_variant() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
-    let small = stream.zeros(4).unwrap();
+    let small = stream.zeros(1, ElementType::F32).unwrap();
     match stream.write(small.clone(), vec![0; 8], 0) {
         Err(WeirError::OutOfRange { description: message }) => {
-            assert!(message.contains("8 bytes at offset 0 do not fit in a buffer of 4 bytes"), "{message}")
+            assert!(
+                message.contains("2 f32 elements at offset 0 do not fit in a buffer of 1 f32 elements"),
+                "{message}"
+            )
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
@@ -171,7 +175,7 @@ fn errors_arrive_as_their_typed_variant() {
 fn shutdown_waits_for_work_then_refuses_use_and_is_idempotent() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
-    let buffer = stream.zeros(4).unwrap();
+    let buffer = stream.zeros(4, ElementType::Bytes).unwrap();
     stream.execute(Kernel::builtin(BuiltinOp::Delay), grid(), vec![Arg::U32 { value: 20_000 }]).unwrap();
     let fence = stream.fence().unwrap();
     runtime.shutdown().unwrap();
@@ -217,16 +221,16 @@ impl Ops {
 fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
-    let x = stream.zeros(16).unwrap();
-    let y = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0])).unwrap();
+    let x = stream.zeros(4, ElementType::F32).unwrap();
+    let y = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
     let kernels = vec![Kernel::builtin(BuiltinOp::FillF32), Kernel::builtin(BuiltinOp::Axpy)];
     let (read, write, read_write) = (0, 1, 2);
     let ops = Ops::default().execute(0, &[(0, write)], 2.0).execute(1, &[(0, read), (1, read_write)], 3.0);
-    let ops = ops.write(1, 12, &bytes(&[100.0]));
+    let ops = ops.write(1, 3, &bytes(&[100.0]));
     let before = runtime.diagnostics().admitted_ops;
     stream.submit_batch(vec![x.clone(), y.clone()], kernels.clone(), ops.0.clone()).unwrap();
     assert_eq!(runtime.diagnostics().admitted_ops - before, 3, "each op of the batch is its own op");
-    assert_eq!(floats(&stream.read_blocking(y.clone(), 0, Some(16)).unwrap()), [7.0, 8.0, 9.0, 100.0]);
+    assert_eq!(floats(&stream.read_blocking(y.clone(), 0, Some(4)).unwrap()), [7.0, 8.0, 9.0, 100.0]);
 
     let buffers = vec![x.clone(), y.clone()];
     let bad_slot = Ops(ops.0.clone()).write(2, 0, &bytes(&[1.0]));
@@ -250,7 +254,7 @@ fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_threa
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let data: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
-    let buffer = stream.upload_borrowed(&data).unwrap();
+    let buffer = stream.upload_borrowed(&data, ElementType::Bytes).unwrap();
     let host = block_on(stream.read_host(buffer.clone(), 8, 1 << 20, None)).unwrap();
     assert_eq!(host.len(), 1 << 20);
     // SAFETY: `host` is alive, and its bytes are `len()` initialised bytes at `address()`.

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 use futures::executor::block_on;
 use weir_core::backend::cpu::{CpuBackend, CpuMemory};
 use weir_core::backend::{direct, Backend, Command, SignalKind, Span};
-use weir_core::{Arg, BackendKind, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
 
 use crate::report::{median, micros, Figure, Report};
 
@@ -21,7 +21,7 @@ fn span(memory: &CpuMemory, len: u64) -> Span<&CpuMemory> {
 fn admission(report: &mut Report, buffers: usize) {
     let runtime = Runtime::open(BackendKind::Cpu).expect("cpu");
     let stream = runtime.default_stream();
-    let owned: Vec<_> = (0..buffers).map(|_| stream.zeros(64).expect("zeros")).collect();
+    let owned: Vec<_> = (0..buffers).map(|_| stream.zeros(ElementType::Bytes, 64).expect("zeros")).collect();
     let noop = Kernel::custom("noop").cpu(|_| Ok(())).build();
     let args: Vec<Arg> = owned.iter().map(Arg::read_write).collect();
     let start = Instant::now();
@@ -110,7 +110,10 @@ fn fence_wake_up(report: &mut Report) {
 fn pipeline(report: &mut Report) {
     let runtime = Runtime::open(BackendKind::Cpu).expect("cpu");
     let (producer, consumer) = (runtime.new_stream().expect("stream"), runtime.new_stream().expect("stream"));
-    let (chunk, out) = (producer.zeros(4096).expect("zeros"), consumer.zeros(4096).expect("zeros"));
+    let (chunk, out) = (
+        producer.zeros(ElementType::Bytes, 4096).expect("zeros"),
+        consumer.zeros(ElementType::Bytes, 4096).expect("zeros"),
+    );
     let start = Instant::now();
     for step in 0..PIPELINE_STEPS {
         producer.fill_u32(&chunk, step as u32).expect("fill");

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use weir_core::backend::cuda::cudarc::driver::sys as cu;
 use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
-use weir_core::{Arg, BackendKind, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
 
 use crate::report::{cpu_time, median, micros, Figure, Report};
 
@@ -157,7 +157,7 @@ fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     // Enough that the closing fence's wake-up (tens of us) is noise beside the fills.
     const REPS: u32 = 100;
     let s = runtime.default_stream();
-    let buffer = s.empty(BYTES as u64).unwrap();
+    let buffer = s.empty(ElementType::Bytes, BYTES as u64).unwrap();
     let gbps = |elapsed: Duration| f64::from(REPS) * BYTES as f64 / elapsed.as_secs_f64() / 1e9;
     let weir = || {
         s.memset_zero(&buffer).unwrap();
@@ -326,7 +326,7 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     let s = runtime.default_stream();
     let bump = Kernel::custom("bump").cuda(BUMP, "bump").build();
     let grid = Grid::new([1, 1, 1], [32, 1, 1]);
-    let counter = s.zeros(128).unwrap();
+    let counter = s.zeros(ElementType::Bytes, 128).unwrap();
     s.execute(&bump, grid, &[Arg::read_write(&counter)]).unwrap();
     s.fence().unwrap().wait().unwrap();
     let function = raw.function(BUMP, "bump");
@@ -370,7 +370,7 @@ fn graph_replay(report: &mut Report, runtime: &Runtime) {
     let s = runtime.default_stream();
     let bump = Kernel::custom("bump").cuda(BUMP, "bump").build();
     let grid = Grid::new([1, 1, 1], [32, 1, 1]);
-    let counter = s.zeros(128).unwrap();
+    let counter = s.zeros(ElementType::Bytes, 128).unwrap();
     let graph = s
         .record(|r| {
             for _ in 0..OPS {
@@ -412,8 +412,8 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     const ROUNDS: u32 = 1000;
     const FLOATS: usize = 1 << 18;
     let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
-    let x = s.zeros(4 * FLOATS as u64).unwrap();
-    let y = t.zeros(4 * FLOATS as u64).unwrap();
+    let x = s.zeros(ElementType::Bytes, 4 * FLOATS as u64).unwrap();
+    let y = t.zeros(ElementType::Bytes, 4 * FLOATS as u64).unwrap();
     runtime.fence().unwrap().wait().unwrap();
     let waits_before = runtime.diagnostics().inserted_waits;
     let start = Instant::now();

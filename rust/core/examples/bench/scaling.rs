@@ -4,7 +4,7 @@
 
 use std::time::Instant;
 
-use weir_core::{BackendKind, Runtime};
+use weir_core::{BackendKind, ElementType, Runtime};
 
 use crate::report::{micros, Figure, Report};
 
@@ -29,14 +29,14 @@ pub fn run(report: &mut Report, kind: BackendKind) {
     };
     let name = kind.name();
     let s = runtime.default_stream();
-    let target = s.zeros(256).unwrap();
+    let target = s.zeros(ElementType::Bytes, 256).unwrap();
 
     // wgpu's bench measures this beside raw wgpu with the same live buffers
     // (its cost follows the most buffers ever alive, so that runs last there).
     let live_counts: &[usize] = if kind == BackendKind::Wgpu { &[] } else { &[10, 1_000, 100_000] };
     let mut smallest = None;
     for &live in live_counts {
-        let others: Vec<_> = (0..live).map(|_| s.empty(4).unwrap()).collect();
+        let others: Vec<_> = (0..live).map(|_| s.empty(ElementType::Bytes, 4).unwrap()).collect();
         let cost = per_op(&runtime, |i| s.fill_u32(&target, i).unwrap());
         drop(others);
         let base = *smallest.get_or_insert(cost);
@@ -55,7 +55,7 @@ pub fn run(report: &mut Report, kind: BackendKind) {
     for streams in [1usize, 8, 64, 256] {
         let all: Vec<_> =
             (0..streams).map(|i| if i == 0 { s.clone() } else { runtime.new_stream().unwrap() }).collect();
-        let (a, b) = (s.zeros(256).unwrap(), s.zeros(256).unwrap());
+        let (a, b) = (s.zeros(ElementType::Bytes, 256).unwrap(), s.zeros(ElementType::Bytes, 256).unwrap());
         let waits = runtime.diagnostics().inserted_waits;
         // Op i on stream i % streams reads what op i - 1 wrote: every op
         // after the first waits for the stream before it.

@@ -34,7 +34,7 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use weir_core::backend::wgpu::wgpu;
-use weir_core::{Arg, BackendKind, Buffer, Grid, Kernel, Runtime, Stream};
+use weir_core::{Arg, BackendKind, Buffer, ElementType, Grid, Kernel, Runtime, Stream};
 
 use crate::report::{median, micros, Figure, Report};
 
@@ -257,7 +257,7 @@ fn sync(stream: &Stream) {
 
 fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: usize) {
     let stream = runtime.default_stream();
-    let tiny = stream.zeros(4).expect("zeros");
+    let tiny = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_tiny = raw.buffer(4);
     let (mut weir, mut baseline) = (Vec::new(), Vec::new());
     for round in 0..rounds + rounds / 10 {
@@ -328,7 +328,7 @@ fn bandwidth(bytes: u64, name: &str, weir: &mut [Duration], raw: &mut [Duration]
 
 fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: usize) {
     let stream = runtime.default_stream();
-    let buffer: Buffer = stream.empty(bytes).expect("allocate");
+    let buffer: Buffer = stream.empty(ElementType::Bytes, bytes).expect("allocate");
     let raw_buffer = raw.buffer(bytes);
     let raw_fill = RawFill::new(raw, &raw_buffer, 7);
     // Warm up: first touch of the memory, pipeline compiles.
@@ -503,7 +503,7 @@ fn read_u32(raw: &Raw, buffer: &wgpu::Buffer) -> u32 {
 /// fenced, beside the raw loop; then one tiny dispatch → fence resolved.
 fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, rounds: usize) {
     let stream = runtime.new_stream().expect("stream");
-    let counter = stream.zeros(4).expect("zeros");
+    let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_counter = raw.buffer(4);
     let mut raw_launches = RawLaunches::new(raw, &raw_counter);
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
@@ -575,14 +575,14 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
 /// submitting the same dispatch with as many raw buffers alive.
 fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw, counts: &[usize], ops: usize) {
     let stream = runtime.new_stream().expect("stream");
-    let counter = stream.zeros(4).expect("zeros");
+    let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_counter = raw.buffer(4);
     let mut raw_launches = RawLaunches::new(raw, &raw_counter);
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
     let (mut alive, mut raw_alive) = (Vec::new(), Vec::new());
     for &live in counts {
         while alive.len() < live {
-            alive.push(stream.empty(4).expect("allocate"));
+            alive.push(stream.empty(ElementType::Bytes, 4).expect("allocate"));
             raw_alive.push(raw.buffer(4));
         }
         let (mut weir, mut baseline) = (Vec::new(), Vec::new());
@@ -619,7 +619,7 @@ fn queued_op_memory(report: &mut Report, runtime: &Runtime, ops: usize) {
         return;
     };
     let stream = runtime.new_stream().expect("stream");
-    let counter = stream.zeros(4).expect("zeros");
+    let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
     stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op");
     sync(&stream);
@@ -700,7 +700,7 @@ fn percentile(samples: &mut [Duration], per_cent: usize) -> Duration {
 
 fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: usize) {
     let stream = runtime.new_stream().expect("stream");
-    let buffer = stream.zeros(4).expect("zeros");
+    let buffer = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let tiny = Kernel::custom("tiny").wgsl(TINY, "main").build();
     // Warm up: the tiny kernel's own compile is not what is measured.
     let _ = admissions(&stream, &tiny, &buffer, |done| done < 256);
@@ -709,7 +709,7 @@ fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: us
     let mut busy = std::thread::scope(|scope| {
         let compiler = scope.spawn(|| {
             let other = runtime.new_stream().expect("stream");
-            let target = other.zeros(256).expect("zeros");
+            let target = other.zeros(ElementType::Bytes, 256).expect("zeros");
             let times: Vec<Duration> = (0..compiles)
                 .map(|seed| {
                     timed(|| {

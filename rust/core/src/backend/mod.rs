@@ -411,7 +411,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// memory (compiling, pipeline lookup, staging host data, uniform data).
     /// Called before the ordering boundary is taken, from any thread; an error
     /// refuses the command (nothing is admitted).
-    fn prepare<R>(&self, command: &Command<R>) -> Result<Self::Prepared>;
+    fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Self::Prepared>;
     /// Enqueues a prepared command: only the ordered driver calls. Must not
     /// wait for the device.
     ///
@@ -540,6 +540,14 @@ pub mod direct {
     use crate::completion::Completion;
     use crate::diagnostics::LiveCounters;
 
+    struct ByAddress<'a, M>(&'a M);
+
+    impl<M> PartialEq for ByAddress<'_, M> {
+        fn eq(&self, other: &Self) -> bool {
+            std::ptr::eq(self.0, other.0)
+        }
+    }
+
     /// A completion of `parts` signals, to hand to [`Backend::signal`].
     pub fn completion(parts: usize) -> Arc<Completion> {
         Completion::new(parts, Arc::new(LiveCounters::default()))
@@ -554,7 +562,11 @@ pub mod direct {
         stream: &B::Stream,
         command: Command<&B::Memory>,
     ) -> Result<(), EnqueueError> {
+        // Prepared commands compare their buffers: memory is the same buffer
+        // where it is the same object.
+        let command = command.map(ByAddress);
         let prepared = backend.prepare(&command).map_err(EnqueueError::Rejected)?;
+        let command = command.map(|memory| memory.0);
         // SAFETY: the caller upholds `enqueue`'s contract.
         unsafe { backend.enqueue(stream, command, prepared, super::OpIo::default()) }
     }

@@ -2,7 +2,7 @@
 //! it writes, every later reader of them (on any stream) fails with it, its
 //! stream reports it to one fence and goes on, and a full overwrite heals.
 
-use weir_core::{Arg, Error, Grid, Kernel, Runtime, Stream};
+use weir_core::{Arg, ElementType, Error, Grid, Kernel, Runtime, Stream};
 
 use crate::common::words;
 
@@ -61,7 +61,7 @@ conformance! {
         let read = t.read(&target);
         assert!(matches!(&read, Err(error) if is_the_failure(error)), "T read {read:?}");
         // And it travels on: S -> T -> U.
-        let mid = t.empty(1024).unwrap();
+        let mid = t.empty(ElementType::Bytes, 1024).unwrap();
         let _ = t.copy(&target, &mid);
         let chained = u.read(&mid);
         assert!(matches!(&chained, Err(error) if is_the_failure(error)), "U read {chained:?}");
@@ -101,7 +101,7 @@ conformance! {
 fn panicking_cpu_kernel_is_an_error_not_a_crash() {
     let runtime = weir_core::Runtime::open(weir_core::BackendKind::Cpu).unwrap();
     let s = runtime.new_stream().unwrap();
-    let out = s.zeros(16).unwrap();
+    let out = s.zeros(ElementType::Bytes, 16).unwrap();
     let kernel = Kernel::custom("panics").cpu(|_| panic!("kernel bug")).build();
     s.execute(&kernel, Grid::linear(4, 4), &[Arg::write(&out)]).unwrap();
     let error = s.fence().unwrap().wait().unwrap_err();

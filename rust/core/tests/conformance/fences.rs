@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use futures::future::join_all;
-use weir_core::BackendKind;
+use weir_core::{BackendKind, ElementType};
 
 use crate::common::{hold, wait_for_waiters, HOLD_DELAY};
 
@@ -26,7 +26,7 @@ conformance! {
         let s = runtime.default_stream();
         let start = std::time::Instant::now();
         let held = hold(&s);
-        let out = s.empty(1 << 16).unwrap();
+        let out = s.empty(ElementType::Bytes, 1 << 16).unwrap();
         s.fill_u32(&out, 3).unwrap();
         let fence = s.fence().unwrap();
         let gated = held.is_gate();
@@ -50,7 +50,7 @@ conformance! {
     fn fence_is_waited_many_times_from_threads_and_tasks(runtime: &Runtime) {
         let s = runtime.default_stream();
         let held = hold(&s);
-        let out = s.zeros(4096).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4096).unwrap();
         s.fill_f32(&out, 1.5).unwrap();
         let fence = s.fence().unwrap();
         std::thread::scope(|scope| {
@@ -157,9 +157,9 @@ conformance! {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let allocations = runtime.diagnostics().backend.live_allocations;
         let held = hold(&s);
-        let used = s.empty(1 << 20).unwrap();
+        let used = s.empty(ElementType::Bytes, 1 << 20).unwrap();
         s.fill_u32(&used, 1).unwrap();
-        let copy = t.empty(1 << 20).unwrap();
+        let copy = t.empty(ElementType::Bytes, 1 << 20).unwrap();
         t.copy(&used, &copy).unwrap();
         drop(used);
         if held.is_gate() {
@@ -199,7 +199,7 @@ conformance! {
 conformance! {
     fn fence_on_an_idle_stream_is_complete_at_once(runtime: &Runtime) {
         let s = runtime.new_stream().unwrap();
-        let out = s.zeros(4096).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4096).unwrap();
         s.fill_u32(&out, 1).unwrap();
         s.fence().unwrap().wait().unwrap();
         if matches!(runtime.info().backend, BackendKind::Cuda | BackendKind::Hip) {
@@ -230,7 +230,7 @@ conformance! {
         assert_eq!(synced_soon(&s), settles, "a new, idle stream");
         // Work in flight.
         let held = hold(&s);
-        let out = s.zeros(64).unwrap();
+        let out = s.zeros(ElementType::Bytes, 64).unwrap();
         // A gate holds until released; a delay (CUDA) for a second and more.
         assert!(!s.is_synced(), "synced with held work queued");
         held.release();

@@ -1,7 +1,7 @@
 //! Batches (many ops, one crossing of the ordering boundary) and recorded
 //! graphs (ops recorded once, each replay admitted as one op).
 
-use weir_core::{Error, Runtime};
+use weir_core::{ElementType, Error, Runtime};
 
 use crate::common::settled_diagnostics;
 
@@ -12,7 +12,7 @@ fn floats(runtime: &Runtime, buffer: &weir_core::Buffer) -> Vec<f32> {
 conformance! {
     fn a_batch_admits_its_ops_in_order_as_one_by_one_would(runtime: &Runtime) {
         let s = runtime.default_stream();
-        let (x, y) = (s.zeros(16).unwrap(), s.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap());
+        let (x, y) = (s.zeros(ElementType::Bytes, 16).unwrap(), s.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap());
         let before = runtime.diagnostics().admitted_ops;
         s.batch(|b| {
             b.fill_f32(&x, 2.0)?;
@@ -28,7 +28,7 @@ conformance! {
     fn a_batch_whose_recording_fails_admits_nothing(runtime: &Runtime) {
         let s = runtime.default_stream();
         let x = s.upload(&[1.0f32; 4]).unwrap();
-        let small = s.zeros(8).unwrap();
+        let small = s.zeros(ElementType::Bytes, 8).unwrap();
         let before = runtime.diagnostics().admitted_ops;
         let refused = s.batch(|b| {
             b.fill_f32(&x, 9.0)?;
@@ -41,9 +41,9 @@ conformance! {
 
     fn inside_a_batch_the_stream_only_collects_ops(runtime: &Runtime) {
         let s = runtime.default_stream();
-        let x = s.zeros(16).unwrap();
+        let x = s.zeros(ElementType::Bytes, 16).unwrap();
         let outcome = s.batch(|b| {
-            for refused in [b.zeros(4).map(drop), b.fence().map(drop), b.read(&x).map(drop), b.record(|_| Ok(())).map(drop)] {
+            for refused in [b.zeros(ElementType::Bytes, 4).map(drop), b.fence().map(drop), b.read(&x).map(drop), b.record(|_| Ok(())).map(drop)] {
                 assert!(matches!(refused, Err(Error::InvalidArgument(_))), "{refused:?}");
             }
             assert!(!b.is_synced());
@@ -65,14 +65,14 @@ conformance! {
     fn replays_run_the_recorded_ops_each_time_as_one_op(runtime: &Runtime) {
         let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
         let x = s.upload(&[1.0f32, 2.0, 3.0, 4.0]).unwrap();
-        let y = s.zeros(16).unwrap();
+        let y = s.zeros(ElementType::Bytes, 16).unwrap();
         // y = 2x + y, then x = x + y: each replay feeds the next.
         let graph = s.record(|r| {
             r.axpy(2.0, &x, &y)?;
             r.add(&x, &y, &x)
         });
         assert!(graph.is_err(), "an op reading and writing one buffer is refused as it is recorded");
-        let z = s.zeros(16).unwrap();
+        let z = s.zeros(ElementType::Bytes, 16).unwrap();
         let graph = s
             .record(|r| {
                 r.axpy(2.0, &x, &y)?;
@@ -101,21 +101,21 @@ conformance! {
         let s = runtime.default_stream();
         let baseline = settled_diagnostics(runtime).live_buffers;
         let x = s.upload(&[1.0f32; 4]).unwrap();
-        let y = s.zeros(16).unwrap();
+        let y = s.zeros(ElementType::Bytes, 16).unwrap();
         let graph = s.record(|r| r.scale(&x, 3.0, &y)).unwrap();
         drop(x);
         // The graph still names x: the replay reads it.
         s.replay(&graph).unwrap();
         assert_eq!(floats(runtime, &y), vec![3.0; 4]);
         s.fill_f32(&y, 0.0).unwrap();
-        let b = s.zeros(16).unwrap();
+        let b = s.zeros(ElementType::Bytes, 16).unwrap();
         let rebound = graph.rebind(&[(&y, &b)]).unwrap();
         s.replay(&rebound).unwrap();
         assert_eq!(floats(runtime, &b), vec![3.0; 4], "the rebound graph writes b from the recorded input");
         assert_eq!(floats(runtime, &y), vec![0.0; 4], "and leaves y alone");
-        let small = s.zeros(8).unwrap();
+        let small = s.zeros(ElementType::Bytes, 8).unwrap();
         assert!(matches!(graph.rebind(&[(&y, &small)]), Err(Error::InvalidArgument(_))), "sizes must match");
-        let (a, c) = (s.upload(&[1.0f32; 4]).unwrap(), s.zeros(16).unwrap());
+        let (a, c) = (s.upload(&[1.0f32; 4]).unwrap(), s.zeros(ElementType::Bytes, 16).unwrap());
         let copy = s.record(|r| r.scale(&a, 2.0, &c)).unwrap();
         assert!(matches!(copy.rebind(&[(&c, &a)]), Err(Error::InvalidArgument(_))), "rebinding made an op alias");
         drop((graph, rebound, copy, y, a, b, c, small));
@@ -125,7 +125,7 @@ conformance! {
     fn a_replay_that_reads_a_failed_version_fails_whole_and_an_overwrite_heals(runtime: &Runtime) {
         let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
         let x = s.upload(&[1.0f32; 4]).unwrap();
-        let (y, z) = (s.zeros(16).unwrap(), s.zeros(16).unwrap());
+        let (y, z) = (s.zeros(ElementType::Bytes, 16).unwrap(), s.zeros(ElementType::Bytes, 16).unwrap());
         let graph = s
             .record(|r| {
                 r.scale(&x, 2.0, &y)?;

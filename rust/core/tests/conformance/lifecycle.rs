@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use weir_core::{Error, Runtime};
+use weir_core::{ElementType, Error, Runtime};
 
 use crate::common::{hold, settled_diagnostics, wait_for_waiters, words};
 
@@ -13,7 +13,7 @@ conformance! {
         // A runtime of its own, so the harness can still check the shared one.
         let own = Runtime::open(runtime.info().backend).unwrap();
         let s = own.default_stream();
-        let out = s.zeros(4096).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4096).unwrap();
         s.delay(Duration::from_millis(100)).unwrap();
         s.fill_u32(&out, 5).unwrap();
         let fence = s.fence().unwrap();
@@ -31,7 +31,7 @@ conformance! {
         let shared = runtime.default_stream().upload(&[1u32; 64]).unwrap();
         for round in 0..1000u32 {
             let s = runtime.new_stream().unwrap();
-            let out = s.empty(256).unwrap();
+            let out = s.empty(ElementType::Bytes, 256).unwrap();
             s.copy(&shared, &out).unwrap();
             s.fill_u32(&out, round).unwrap();
             if round % 100 == 0 {
@@ -54,7 +54,7 @@ conformance! {
         let s = runtime.new_stream().unwrap();
         let start = runtime.diagnostics();
         let held = hold(&s);
-        let big = s.zeros(1 << 30).unwrap();
+        let big = s.zeros(ElementType::Bytes, 1 << 30).unwrap();
         s.fill_u32(&big, 3).unwrap();
         let fence = s.fence().unwrap();
         drop(big);
@@ -87,7 +87,7 @@ conformance! {
             let own = Runtime::open(kind).unwrap();
             let s = own.new_stream().unwrap();
             let held = hold(&s);
-            let out = s.zeros(1024).unwrap();
+            let out = s.zeros(ElementType::Bytes, 1024).unwrap();
             s.fill_u32(&out, round).unwrap();
             let read = s.enqueue_read(&out).unwrap();
             let fence = s.fence().unwrap();
@@ -102,7 +102,7 @@ conformance! {
         let own = Runtime::open(runtime.info().backend).unwrap();
         let s = own.new_stream().unwrap();
         let held = hold(&s);
-        let out = s.zeros(1 << 20).unwrap();
+        let out = s.zeros(ElementType::Bytes, 1 << 20).unwrap();
         s.fill_u32(&out, 8).unwrap();
         let fence = s.fence().unwrap();
         let barrier = std::sync::Barrier::new(3);
@@ -133,14 +133,14 @@ conformance! {
                 }
             }
         });
-        assert!(matches!(s.zeros(4), Err(Error::Closed)));
+        assert!(matches!(s.zeros(ElementType::Bytes, 4), Err(Error::Closed)));
     }
 
     fn dropping_the_last_handle_never_waits_for_device_work(runtime: &Runtime) {
         let own = Runtime::open(runtime.info().backend).unwrap();
         let s = own.new_stream().unwrap();
         let held = hold(&s);
-        let out = s.zeros(1 << 20).unwrap();
+        let out = s.zeros(ElementType::Bytes, 1 << 20).unwrap();
         s.fill_u32(&out, 8).unwrap();
         let started = Instant::now();
         drop((own, s, out));

@@ -1,6 +1,6 @@
 //! Dependencies and minimal waits, with exact counts.
 
-use weir_core::Runtime;
+use weir_core::{ElementType, Runtime};
 
 use crate::common::hold;
 
@@ -12,7 +12,7 @@ conformance! {
     fn writer_waits_for_readers_on_two_other_streams(runtime: &Runtime) {
         let (w, r1, r2) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let data = w.upload(&[5u32; 4096]).unwrap();
-        let (out1, out2) = (r1.empty(4 * 4096).unwrap(), r2.empty(4 * 4096).unwrap());
+        let (out1, out2) = (r1.empty(ElementType::Bytes, 4 * 4096).unwrap(), r2.empty(ElementType::Bytes, 4 * 4096).unwrap());
         let held1 = hold(&r1);
         r1.copy(&data, &out1).unwrap();
         let held2 = hold(&r2);
@@ -40,8 +40,8 @@ conformance! {
     fn same_stream_ops_insert_no_waits(runtime: &Runtime) {
         let s = runtime.default_stream();
         let a = s.upload(&[1.0f32; 64]).unwrap();
-        let b = s.zeros(256).unwrap();
-        let c = s.empty(256).unwrap();
+        let b = s.zeros(ElementType::Bytes, 256).unwrap();
+        let c = s.empty(ElementType::Bytes, 256).unwrap();
         for _ in 0..10 {
             s.axpy(2.0, &a, &b).unwrap();
             s.add(&a, &b, &c).unwrap();
@@ -69,13 +69,13 @@ conformance! {
             op();
             assert_eq!(waits(runtime) - before, expected, "{what}");
         };
-        let (ta, tb, tc) = (t.empty(1024).unwrap(), t.empty(1024).unwrap(), t.empty(1024).unwrap());
+        let (ta, tb, tc) = (t.empty(ElementType::Bytes, 1024).unwrap(), t.empty(ElementType::Bytes, 1024).unwrap(), t.empty(ElementType::Bytes, 1024).unwrap());
         step(1, "T reads a: one wait on S", &|| t.copy(&a, &ta).unwrap());
         step(0, "T reads b, written before T's wait: none", &|| t.copy(&b, &tb).unwrap());
         step(1, "S overwrites a, read on T: one wait on T", &|| s.fill_f32(&a, 3.0).unwrap());
         let c = s.upload(&[4.0f32; 256]).unwrap();
         step(1, "T reads c, written after T's wait: one wait on S", &|| t.add(&ta, &c, &tc).unwrap());
-        let (ud, ue) = (u.empty(1024).unwrap(), u.empty(1024).unwrap());
+        let (ud, ue) = (u.empty(ElementType::Bytes, 1024).unwrap(), u.empty(ElementType::Bytes, 1024).unwrap());
         step(1, "U reads T's output: one wait on T", &|| u.copy(&tc, &ud).unwrap());
         step(0, "U reads c: T had seen it, so U has", &|| u.copy(&c, &ue).unwrap());
         step(0, "U reads its own output: same stream", &|| u.copy(&ud, &ue).unwrap());

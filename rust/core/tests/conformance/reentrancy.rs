@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use weir_core::{CompletionWait, Error, Fence, Runtime};
+use weir_core::{CompletionWait, ElementType, Error, Fence, Runtime};
 
 use crate::common::{hold, raw_fill, words};
 
@@ -60,7 +60,7 @@ fn on_completion(fence: &Fence, on_wake: impl FnOnce() + Send + 'static) -> Comp
 fn use_everything(runtime: &Runtime, woke: &weir_core::Stream, results: &Sender<Result<(), String>>) {
     let outcome = (|| -> weir_core::Result<()> {
         woke.fence()?.wait()?;
-        let here = woke.zeros(64)?;
+        let here = woke.zeros(ElementType::Bytes, 64)?;
         woke.fill_u32(&here, 11)?;
         assert_eq!(words(&woke.read(&here)?), vec![11; 16]);
         let other = runtime.new_stream()?;
@@ -79,7 +79,7 @@ conformance! {
         let outcome = within_deadline(move || {
             let s = runtime.new_stream().unwrap();
             let held = hold(&s);
-            let buffer = s.zeros(16).unwrap();
+            let buffer = s.zeros(ElementType::Bytes, 16).unwrap();
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let (woken_runtime, woken_stream) = (runtime.clone(), s.clone());
@@ -154,18 +154,18 @@ conformance! {
         let runtime = runtime.clone();
         within_deadline(move || {
             let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
-            let target = s.empty(64).unwrap();
+            let target = s.empty(ElementType::Bytes, 64).unwrap();
             let unrelated = t.upload(&[3u32; 16]).unwrap();
             let mut inside = Vec::new();
             s.external_write(&[&target], |raw| {
                 // Another stream's work does not need this one: it runs.
-                let copy = t.zeros(64)?;
+                let copy = t.zeros(ElementType::Bytes, 64)?;
                 t.copy(&unrelated, &copy)?;
                 inside.push(("another stream", t.read(&copy).map(|bytes| words(&bytes) == vec![3; 16])));
                 inside.push(("a new stream", runtime.new_stream().map(|_| true)));
                 // What needs this write's own stream would wait for this closure.
                 inside.push(("own stream fence", s.fence().map(|_| true)));
-                inside.push(("own stream op", s.zeros(4).map(|_| true)));
+                inside.push(("own stream op", s.zeros(ElementType::Bytes, 4).map(|_| true)));
                 inside.push(("read of the target", t.read(&target).map(|_| true)));
                 inside.push(("runtime fence", runtime.fence().map(|_| true)));
                 raw_fill(raw, 9)
@@ -220,7 +220,7 @@ conformance! {
                 .map(|other| {
                     let stop = stop.clone();
                     std::thread::spawn(move || {
-                        let scratch = other.zeros(1024).unwrap();
+                        let scratch = other.zeros(ElementType::Bytes, 1024).unwrap();
                         while !stop.load(std::sync::atomic::Ordering::Relaxed) {
                             other.fill_u32(&scratch, 1).unwrap();
                             drop(other.enqueue_read(&scratch).unwrap());
@@ -266,7 +266,7 @@ fn a_cpu_kernel_that_waits_for_its_own_stream_is_refused() {
                 Ok(())
             })
             .build();
-        let out = s.zeros(4).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4).unwrap();
         s.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(&out)]).unwrap();
         let (own, close) = received.recv_timeout(DEADLINE).unwrap();
         assert!(matches!(own, Err(Error::InvalidArgument(_))), "{own:?}");
@@ -294,7 +294,7 @@ fn a_cpu_kernel_may_drop_the_last_handle_of_its_runtime() {
                 Ok(())
             })
             .build();
-        let out = s.zeros(4).unwrap();
+        let out = s.zeros(ElementType::Bytes, 4).unwrap();
         s.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(&out)]).unwrap();
         drop((s, out, kernel));
         let took = received.recv_timeout(DEADLINE).expect("the kernel never ran");

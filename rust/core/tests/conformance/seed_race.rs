@@ -10,7 +10,7 @@
 use std::sync::mpsc::channel;
 use std::time::{Duration, Instant};
 
-use weir_core::{BackendKind, Buffer, Fault, Runtime};
+use weir_core::{BackendKind, Buffer, ElementType, Fault, Runtime};
 
 use crate::common::{hold, raw_fill, words, Held};
 
@@ -42,7 +42,7 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
     let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
     // A first op on S, so that the unrelated buffer is defined past S's start
     // (in the seed, cursors are positions and position 0 needs no wait).
-    let _warm_up = s.zeros(4).unwrap();
+    let _warm_up = s.zeros(ElementType::Bytes, 4).unwrap();
     let unrelated = s.upload(&[1u32; 16]).unwrap();
 
     let (a_to_b, b_from_a) = channel::<Option<(Buffer, Held)>>();
@@ -53,7 +53,7 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
             let out = match producer {
                 // memset_zero must overwrite something that is not zero.
                 Producer::MemsetZero => s.upload(&vec![0xFFFF_FFFFu32; WORDS]).unwrap(),
-                _ => s.empty((WORDS * 4) as u64).unwrap(),
+                _ => s.empty(ElementType::Bytes, (WORDS * 4) as u64).unwrap(),
             };
             // Recording admits nothing: only the replay below writes.
             let graph = s.record(|r| r.fill_u32(&out, 7)).unwrap();
@@ -71,7 +71,7 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
         });
         let b = scope.spawn(move || {
             assert!(b_from_a.recv().unwrap().is_none());
-            let copy = t.empty(64).unwrap();
+            let copy = t.empty(ElementType::Bytes, 64).unwrap();
             t.copy(unrelated, &copy).unwrap();
             b_to_a.send(()).unwrap();
             let (out, held) = b_from_a.recv().unwrap().unwrap();

@@ -146,7 +146,7 @@ fn random_op(
             // A write of part of the buffer keeps the rest: it reads what it leaves in place.
             let whole = len == WORDS;
             let inputs: &[usize] = if whole { &[] } else { &[i] };
-            m.check_admitted(inputs, stream.write(&buffers[i], (start * 4) as u64, &data));
+            m.check_admitted(inputs, stream.write(&buffers[i], start as u64, &data));
             m.apply(i, inputs, |w| {
                 let mut words = w.first().map_or_else(|| vec![0.0; WORDS], |old| (*old).clone());
                 words[start..start + len].copy_from_slice(&data);

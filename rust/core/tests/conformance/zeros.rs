@@ -1,5 +1,7 @@
 //! `zeros` and `memset_zero`: exact zero, on the device, without host data.
 
+use weir_core::ElementType;
+
 use crate::common::hold;
 
 const ODD_SIZE: u64 = (1 << 20) + 4;
@@ -8,7 +10,7 @@ conformance! {
     fn zeros_are_exact_zero_on_the_same_stream_without_host_copies(runtime: &Runtime) {
         let s = runtime.default_stream();
         let uploads = runtime.diagnostics().backend.host_to_device_copies;
-        let z = s.zeros(ODD_SIZE).unwrap();
+        let z = s.zeros(ElementType::Bytes, ODD_SIZE).unwrap();
         assert_eq!(runtime.diagnostics().backend.host_to_device_copies, uploads, "zeros made a host-to-device copy");
         let bytes = s.read(&z).unwrap();
         assert_eq!(bytes.len() as u64, ODD_SIZE);
@@ -21,7 +23,7 @@ conformance! {
         let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let held = hold(&s);
         let uploads = runtime.diagnostics().backend.host_to_device_copies;
-        let z = s.zeros(ODD_SIZE).unwrap();
+        let z = s.zeros(ElementType::Bytes, ODD_SIZE).unwrap();
         assert_eq!(runtime.diagnostics().backend.host_to_device_copies, uploads, "zeros made a host-to-device copy");
         let pending = t.enqueue_read(&z).unwrap();
         held.release();
@@ -35,7 +37,7 @@ fn empty_buffers_are_not_zeroed() {
     // so a `zeros` that forgot to zero would be caught.
     let runtime = weir_core::Runtime::open(weir_core::BackendKind::Cpu).unwrap();
     let s = runtime.default_stream();
-    let e = s.empty(64).unwrap();
+    let e = s.empty(ElementType::Bytes, 64).unwrap();
     assert!(s.read(&e).unwrap().iter().any(|&b| b != 0));
 }
 

@@ -131,7 +131,7 @@ impl Backend for CpuBackend {
         CpuStream::spawn(self.next_stream.fetch_add(1, Ordering::Relaxed), &self.counters)
     }
 
-    fn prepare<R>(&self, _command: &Command<R>) -> Result<()> {
+    fn prepare<R: PartialEq>(&self, _command: &Command<R>) -> Result<()> {
         // Host work needs no preparation: the worker runs the command as given.
         Ok(())
     }

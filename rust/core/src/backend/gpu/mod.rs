@@ -180,6 +180,7 @@ impl<D: Driver> GpuBackend<D> {
                 offset: span.offset,
                 size: span.len,
                 len: span.buffer.len,
+                element: crate::ElementType::Bytes,
             })),
         }
     }
@@ -492,7 +493,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.noting_loss(GpuStream::new(&self.device, index, self.wake))
     }
 
-    fn prepare<R>(&self, command: &Command<R>) -> Result<Prepared<D>> {
+    fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Prepared<D>> {
         let words = |span: &Span<R>| span.len / 4;
         let pointer = Param::Pointer(0);
         Ok(match command {

@@ -625,7 +625,12 @@ fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
     let rejected = |outcome: Result<(), EnqueueError>| matches!(outcome, Err(EnqueueError::Rejected(_)));
     assert!(matches!(
         submit(&backend, &stream, Command::Zero { dst: span(&memory, 8, 16) }),
-        Err(EnqueueError::Rejected(Error::OutOfRange { offset: 8, size: 16, len: 16 }))
+        Err(EnqueueError::Rejected(Error::OutOfRange {
+            offset: 8,
+            size: 16,
+            len: 16,
+            element: crate::ElementType::Bytes
+        }))
     ));
     assert!(rejected(submit(&backend, &stream, Command::Fill { dst: span(&memory, 12, 8), word: 1 })));
     assert!(rejected(submit(&backend, &stream, Command::Copy { src: span(&memory, 0, 4), dst: span(&memory, 8, 8) })));

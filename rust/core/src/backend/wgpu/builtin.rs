@@ -197,10 +197,22 @@ pub(crate) struct ElementwisePlan {
     windows: Vec<Window>,
 }
 
-/// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in windows.
-pub(crate) fn plan_elementwise(gpu: &Gpu, op: Elementwise, bytes: u64, scalar: u32) -> Result<ElementwisePlan, Error> {
+/// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in
+/// windows; with every binding writable when `shared` (operands in one buffer).
+pub(crate) fn plan_elementwise(
+    gpu: &Gpu,
+    op: Elementwise,
+    bytes: u64,
+    scalar: u32,
+    shared: bool,
+) -> Result<ElementwisePlan, Error> {
     let shape = gpu.shape;
-    let pipeline = builtin(gpu, &op.source(immediate(gpu)), op.read_only())?;
+    let pipeline = if shared {
+        let source = op.source(immediate(gpu)).replace("var<storage, read>", "var<storage, read_write>");
+        builtin(gpu, &source, &[false; 3][..op.read_only().len()])?
+    } else {
+        builtin(gpu, &op.source(immediate(gpu)), op.read_only())?
+    };
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {

@@ -154,7 +154,7 @@ impl Backend for WgpuBackend {
         Ok(WgpuStream { lane, number, shared: Arc::downgrade(&self.shared) })
     }
 
-    fn prepare<R>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
+    fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
         prepare::prepare(self.gpu(), command)
     }
 

@@ -71,9 +71,13 @@ fn refused(failure: Failure, bytes: u64) -> Error {
 }
 
 /// Makes what `command` needs before its buffers are known.
-pub(crate) fn prepare<R>(gpu: &Gpu, command: &Command<R>) -> Result<WgpuPrepared, Error> {
+pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<WgpuPrepared, Error> {
     check(gpu, command)?;
-    let elementwise = |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar).map(Plan::Elementwise);
+    // Views of one buffer in one dispatch: wgpu refuses a buffer bound both
+    // read-only and writable there, so every binding is writable.
+    let shared = shares_a_buffer(command);
+    let elementwise =
+        |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar, shared).map(Plan::Elementwise);
     let plan = match command {
         Command::Delay { .. } | Command::Copy { .. } => Plan::Nothing,
         Command::Zero { dst } => Plan::Write(plan_write(gpu, dst, None)?),
@@ -112,6 +116,15 @@ pub(crate) fn prepare<R>(gpu: &Gpu, command: &Command<R>) -> Result<WgpuPrepared
         Command::Custom { kernel, args, .. } => prepare_custom(gpu, kernel, args)?,
     };
     Ok(WgpuPrepared(plan))
+}
+
+/// True when an element-wise op reads a range of the buffer it writes.
+fn shares_a_buffer<R: PartialEq>(command: &Command<R>) -> bool {
+    match command {
+        Command::Binary { a, b, out, .. } => a.buffer == out.buffer || b.buffer == out.buffer,
+        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => x.buffer == y.buffer,
+        _ => false,
+    }
 }
 
 /// Checks what wgpu would otherwise reject by panicking or by failing the
