@@ -113,6 +113,15 @@ impl Buffer {
         Ok((self.start + first * element.size_bytes(), count * element.size_bytes()))
     }
 
+    /// Refuses data of `element` for this buffer with [`Error::InvalidArgument`]
+    /// naming both types, unless they are the same or the buffer holds raw bytes.
+    pub fn expect_element(&self, element: ElementType, what: &str) -> Result<()> {
+        if self.handle.element.serves(element) {
+            return Ok(());
+        }
+        Err(Error::invalid(format!("{what} of {element} on a buffer of {}", self.handle.element)))
+    }
+
     /// The runtime this buffer belongs to, and its key there.
     pub(crate) fn owner(&self) -> (&Arc<dyn Engine>, BufferKey) {
         (&self.handle.engine, self.handle.key)

@@ -285,15 +285,14 @@ impl Stream {
     /// Enqueues a copy of `data` into `buffer` at element `offset`. `T` is
     /// the buffer's element type, or anything for a raw-bytes buffer.
     pub fn write<T: Element>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
-        if !buffer.element_type().serves(T::TYPE) {
-            return Err(wrong_element("a write", buffer, T::TYPE));
-        }
+        buffer.expect_element(T::TYPE, "a write")?;
         self.write_bytes(buffer, offset, bytemuck::cast_slice(data))
     }
 
     /// Enqueues a copy of `bytes`, a whole number of the buffer's elements,
-    /// into `buffer` at element `offset` (the bindings' write, whose arrays
-    /// have been checked against the buffer's type).
+    /// into `buffer` at element `offset`: raw bytes, into a buffer of any
+    /// type (the bindings check their typed arrays with
+    /// [`Buffer::expect_element`] first).
     pub fn write_bytes(&self, buffer: &Buffer, offset: u64, bytes: &[u8]) -> Result<()> {
         let count = whole_elements(buffer.element_type(), bytes.len())?;
         let dst = buffer.span_in(self.engine(), offset, count)?;
@@ -342,9 +341,7 @@ impl Stream {
     /// Reads `buffer` as elements of `T`: its element type, or anything that
     /// its bytes hold a whole number of for a raw-bytes buffer.
     pub fn read_as<T: Element>(&self, buffer: &Buffer) -> Result<Vec<T>> {
-        if !buffer.element_type().serves(T::TYPE) {
-            return Err(wrong_element("a read", buffer, T::TYPE));
-        }
+        buffer.expect_element(T::TYPE, "a read")?;
         whole_elements(T::TYPE, usize::try_from(buffer.size_bytes()).unwrap_or(usize::MAX))?;
         let bytes = self.read(buffer)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
@@ -433,9 +430,4 @@ fn whole_elements(element: ElementType, bytes: usize) -> Result<u64> {
         return Err(Error::invalid(format!("{bytes} bytes are not a whole number of {}", element.unit())));
     }
     Ok(bytes / element.size_bytes())
-}
-
-/// The refusal of `what` with elements of `wanted` on `buffer`.
-fn wrong_element(what: &str, buffer: &Buffer, wanted: ElementType) -> Error {
-    Error::invalid(format!("{what} of {wanted} on a buffer of {}", buffer.element_type()))
 }

@@ -23,6 +23,19 @@ impl Buffer {
     pub(crate) fn core(&self) -> &weir_core::Buffer {
         &self.inner
     }
+
+    /// Refuses `data`, an array of `data` elements, for this buffer: the
+    /// buffer holds that type or raw bytes, or `data` is raw bytes. Java and
+    /// Kotlin have no unsigned arrays, so `i32` data goes with `u32` buffers
+    /// as their bits.
+    pub(crate) fn expect_data(&self, data: ElementType, what: &str) -> Result<()> {
+        let held = self.inner.element_type();
+        let as_bits = data == ElementType::I32 && held == weir_core::ElementType::U32;
+        if data == ElementType::Bytes || as_bits {
+            return Ok(());
+        }
+        Ok(self.inner.expect_element(data.into(), what)?)
+    }
 }
 
 #[uniffi::export]

@@ -91,21 +91,25 @@ impl WeirStream {
     /// Enqueues a copy of `data`, borrowed for the call (a whole number of
     /// the buffer's elements), into `buffer` at element `offset`; returns once
     /// admitted (the bytes are copied by then), not once done.
-    pub fn write_borrowed(&self, buffer: Arc<Buffer>, offset: u64, data: &[u8]) -> Result<()> {
+    pub fn write_borrowed(&self, buffer: Arc<Buffer>, offset: u64, data: &[u8], element: ElementType) -> Result<()> {
+        buffer.expect_data(element, "a write")?;
         Ok(self.core().write_bytes(buffer.core(), offset, data)?)
     }
 
-    /// Reads `len` elements of `buffer` from element `offset` once its latest
-    /// write (on any stream) is done, without blocking a thread, into bytes
-    /// held in Rust.
+    /// Reads `len` elements of `buffer` from element `offset`, for an array
+    /// of `element`s (refused if the buffer holds another type), once its
+    /// latest write (on any stream) is done, without blocking a thread, into
+    /// bytes held in Rust.
     #[uniffi::method(default(cancel = None))]
     pub async fn read_host(
         &self,
         buffer: Arc<Buffer>,
         offset: u64,
         len: u64,
+        element: ElementType,
         cancel: Option<Arc<CancelToken>>,
     ) -> Result<Arc<HostBytes>> {
+        buffer.expect_data(element, "a read")?;
         let pending = self.core().enqueue_read_at(buffer.core(), offset, len)?;
         Ok(Arc::new(HostBytes { bytes: cancellable(pending, cancel).await? }))
     }

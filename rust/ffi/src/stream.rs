@@ -112,24 +112,27 @@ impl WeirStream {
         cancellable(self.completion()?, cancel).await
     }
 
-    /// Enqueues a copy of `data` (a whole number of the buffer's elements,
-    /// little-endian) into `buffer` at element `offset`. Returns once admitted
-    /// (the data is copied by then), not once done.
-    #[uniffi::method(default(offset = 0))]
-    pub fn write(&self, buffer: Arc<Buffer>, data: Vec<u8>, offset: u64) -> Result<()> {
+    /// Enqueues a copy of `data` (`element`s, little-endian: a whole number
+    /// of the buffer's elements) into `buffer` at element `offset`. Data of
+    /// another type than the buffer's is refused; raw `Bytes` go anywhere.
+    /// Returns once admitted (the data is copied by then), not once done.
+    pub fn write(&self, buffer: Arc<Buffer>, data: Vec<u8>, element: ElementType, offset: u64) -> Result<()> {
+        buffer.expect_data(element, "a write")?;
         Ok(self.inner.write_bytes(buffer.core(), offset, &data)?)
     }
 
     /// Enqueues a copy of `data` into `buffer` at element `offset`, as
     /// [`WeirStream::write`] does, then suspends until this stream has done it.
-    #[uniffi::method(default(offset = 0, cancel = None))]
+    #[uniffi::method(default(cancel = None))]
     pub async fn write_and_wait(
         &self,
         buffer: Arc<Buffer>,
         data: Vec<u8>,
+        element: ElementType,
         offset: u64,
         cancel: Option<Arc<CancelToken>>,
     ) -> Result<()> {
+        buffer.expect_data(element, "a write")?;
         self.inner.write_bytes(buffer.core(), offset, &data)?;
         cancellable(self.completion()?, cancel).await
     }

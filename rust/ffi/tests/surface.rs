@@ -46,7 +46,7 @@ fn plain_verbs_return_once_admitted_before_the_work_is_done() {
     let x = stream.upload(bytes(&[1.0, 2.0, 3.0]), ElementType::F32).unwrap();
     let y = stream.zeros(3, ElementType::F32).unwrap();
     let hold = stream.hold().unwrap();
-    stream.write(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0).unwrap();
+    stream.write(y.clone(), bytes(&[10.0, 20.0, 30.0]), ElementType::F32, 0).unwrap();
     stream.execute(Kernel::builtin(BuiltinOp::Axpy), grid(), axpy(&x, &y, 2.0)).unwrap();
     stream.memset_zero(x.clone()).unwrap();
     let fence = stream.fence().unwrap();
@@ -65,7 +65,7 @@ fn and_wait_forms_wait_until_the_stream_has_run_the_op() {
     let x = stream.upload(bytes(&[1.0, 2.0, 3.0]), ElementType::F32).unwrap();
     let y = stream.zeros(3, ElementType::F32).unwrap();
     let hold = stream.hold().unwrap();
-    let mut write = Box::pin(stream.write_and_wait(y.clone(), bytes(&[10.0, 20.0, 30.0]), 0, None));
+    let mut write = Box::pin(stream.write_and_wait(y.clone(), bytes(&[10.0, 20.0, 30.0]), ElementType::F32, 0, None));
     assert!((&mut write).now_or_never().is_none(), "write_and_wait finished behind a hold");
     hold.release();
     block_on(write).unwrap();
@@ -145,7 +145,7 @@ fn errors_arrive_as_their_typed_variant() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let small = stream.zeros(1, ElementType::F32).unwrap();
-    match stream.write(small.clone(), vec![0; 8], 0) {
+    match stream.write(small.clone(), vec![0; 8], ElementType::Bytes, 0) {
         Err(WeirError::OutOfRange { description: message }) => {
             assert!(
                 message.contains("2 f32 elements at offset 0 do not fit in a buffer of 1 f32 elements"),
@@ -255,13 +255,13 @@ fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_threa
     let stream = runtime.default_stream();
     let data: Vec<u8> = (0..16 << 20).map(|i: u32| (i % 251) as u8).collect();
     let buffer = stream.upload_borrowed(&data, ElementType::Bytes).unwrap();
-    let host = block_on(stream.read_host(buffer.clone(), 8, 1 << 20, None)).unwrap();
+    let host = block_on(stream.read_host(buffer.clone(), 8, 1 << 20, ElementType::Bytes, None)).unwrap();
     assert_eq!(host.len(), 1 << 20);
     // SAFETY: `host` is alive, and its bytes are `len()` initialised bytes at `address()`.
     let read = unsafe { std::slice::from_raw_parts(host.address() as usize as *const u8, host.len() as usize) };
     assert_eq!(read, &data[8..8 + (1 << 20)]);
     drop(host);
-    let whole = block_on(stream.read_host(buffer.clone(), 0, data.len() as u64, None)).unwrap();
+    let whole = block_on(stream.read_host(buffer.clone(), 0, data.len() as u64, ElementType::Bytes, None)).unwrap();
     drop(whole);
     let release_thread_runs = || {
         std::fs::read_dir("/proc/self/task").into_iter().flatten().flatten().any(|task| {
@@ -269,6 +269,38 @@ fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_threa
         })
     };
     assert!(eventually(release_thread_runs), "16 MiB of HostBytes were not handed to the release thread");
-    assert!(matches!(block_on(stream.read_host(buffer, 0, 0, None)), Err(WeirError::InvalidArgument { .. })));
+    assert!(matches!(
+        block_on(stream.read_host(buffer, 0, 0, ElementType::Bytes, None)),
+        Err(WeirError::InvalidArgument { .. })
+    ));
+    runtime.shutdown().unwrap();
+}
+
+#[test]
+fn typed_data_must_match_the_buffer_and_ints_go_with_u32_buffers() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let f = stream.zeros(4, ElementType::F32).unwrap();
+    let u = stream.zeros(2, ElementType::U32).unwrap();
+    assert_eq!((f.element_type(), f.element_count(), f.size_bytes()), (ElementType::F32, 4, 16));
+    let ints: Vec<u8> = [-1i32, 7].iter().flat_map(|v| v.to_le_bytes()).collect();
+    let refused = stream.write(f.clone(), ints.clone(), ElementType::I32, 0);
+    assert!(
+        matches!(&refused, Err(WeirError::InvalidArgument { description }) if description.contains("i32") && description.contains("f32")),
+        "{refused:?}"
+    );
+    assert!(matches!(
+        block_on(stream.read_host(f.clone(), 0, 4, ElementType::I32, None)),
+        Err(WeirError::InvalidArgument { .. })
+    ));
+    // i32 arrays carry u32 bits (the JVM has no unsigned arrays); raw bytes go anywhere.
+    stream.write(u.clone(), ints, ElementType::I32, 0).unwrap();
+    assert_eq!(stream.read_blocking(u.clone(), 1, None).unwrap(), 7u32.to_le_bytes());
+    stream.write(f.clone(), bytes(&[2.5]), ElementType::Bytes, 3).unwrap();
+    // A view is a buffer of its range: counts and reads are the view's.
+    let tail = f.view(2, 2).unwrap();
+    assert_eq!((tail.element_count(), tail.first_element()), (2, 2));
+    assert_eq!(floats(&stream.read_blocking(tail.clone(), 0, None).unwrap()), [0.0, 2.5]);
+    assert!(matches!(f.view(3, 2), Err(WeirError::OutOfRange { .. })));
     runtime.shutdown().unwrap();
 }
