@@ -2,6 +2,7 @@ package example
 
 import dev.weir.Backend
 import dev.weir.BuiltinOp
+import dev.weir.ElementType
 import dev.weir.WeirRuntime
 import dev.weir.empty
 import dev.weir.execute
@@ -27,9 +28,9 @@ fun main() {
         val (s, t) = runtime.defaultStream() to runtime.newStream()
         val sum = runBlocking {
             val x = s.upload(floatArrayOf(1f, 2f, 3f))
-            val y = s.zeros(12)
+            val y = s.zeros(3, ElementType.F32) // counts are in elements
             s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2f)) // enqueued, not awaited
-            val out = t.empty(12)
+            val out = t.empty(3, ElementType.F32)
             t.executeAndWait(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) // t waits for s's write of y
             t.readFloats(out)
         }

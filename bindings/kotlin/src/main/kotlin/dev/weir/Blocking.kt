@@ -48,20 +48,11 @@ object WeirBlocking {
         sync(stream)
     }
 
-    /** Enqueues a copy of [data] into [buffer] at byte [offset], then blocks until [stream] has done it. */
+    /** Enqueues a copy of raw [data] into [buffer] at element [offset], then blocks until [stream] has done it. */
     @JvmStatic
     @JvmOverloads
     @Throws(WeirException::class)
     fun writeAndWait(stream: WeirStream, buffer: Buffer, data: ByteArray, offset: Long = 0) {
-        stream.write(buffer, data, offset.toByteOffset())
-        sync(stream)
-    }
-
-    /** Enqueues writing [data] into [buffer] at element [offset], then blocks until [stream] has done it. */
-    @JvmStatic
-    @JvmOverloads
-    @Throws(WeirException::class)
-    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: FloatArray, offset: Int = 0) {
         stream.write(buffer, data, offset)
         sync(stream)
     }
@@ -70,7 +61,16 @@ object WeirBlocking {
     @JvmStatic
     @JvmOverloads
     @Throws(WeirException::class)
-    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: IntArray, offset: Int = 0) {
+    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: FloatArray, offset: Long = 0) {
+        stream.write(buffer, data, offset)
+        sync(stream)
+    }
+
+    /** Enqueues writing [data] into [buffer] at element [offset], then blocks until [stream] has done it. */
+    @JvmStatic
+    @JvmOverloads
+    @Throws(WeirException::class)
+    fun writeAndWait(stream: WeirStream, buffer: Buffer, data: IntArray, offset: Long = 0) {
         stream.write(buffer, data, offset)
         sync(stream)
     }
@@ -80,19 +80,25 @@ object WeirBlocking {
     @Throws(WeirException::class)
     fun read(stream: WeirStream, buffer: Buffer): ByteArray = stream.readBlocking(buffer)
 
-    /** [length] bytes of [buffer] from byte [offset], once its latest write (on any stream) is done. */
+    /** The bytes of [length] elements of [buffer] from element [offset], once its latest write (on any stream) is done. */
     @JvmStatic
     @Throws(WeirException::class)
     fun read(stream: WeirStream, buffer: Buffer, offset: Long, length: Long): ByteArray =
-        stream.readBlocking(buffer, offset.toByteOffset(), length.toByteCount())
+        stream.readBlocking(buffer, offset.toOffset(), length.toCount())
 
-    /** [buffer] as `f32`s, once its latest write (on any stream) is done. */
+    /** An `f32` buffer (or raw bytes) as `f32`s, once its latest write (on any stream) is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun readFloats(stream: WeirStream, buffer: Buffer): FloatArray = read(stream, buffer).toFloatArray()
+    fun readFloats(stream: WeirStream, buffer: Buffer): FloatArray {
+        buffer.requireHolds(ElementType.F32, "a read")
+        return read(stream, buffer).toFloatArray()
+    }
 
-    /** [buffer] as 32-bit integers, once its latest write (on any stream) is done. */
+    /** An `i32` or `u32` buffer (or raw bytes) as 32-bit integers, once its latest write (on any stream) is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun readInts(stream: WeirStream, buffer: Buffer): IntArray = read(stream, buffer).toIntArray()
+    fun readInts(stream: WeirStream, buffer: Buffer): IntArray {
+        buffer.requireHolds(ElementType.I32, "a read")
+        return read(stream, buffer).toIntArray()
+    }
 }

@@ -24,93 +24,107 @@ internal val chunks = ConcurrentLinkedQueue<ByteBuffer>()
 internal const val KEPT_CHUNKS = 4
 
 /**
- * A buffer holding the remaining bytes of [data]; its position does not move.
- * A direct buffer is lent to Rust for the call, which copies it once, as an
+ * A buffer of [element]s (by default raw bytes) holding the remaining bytes
+ * of [data], a whole number of elements; its position does not move. A
+ * direct buffer is lent to Rust for the call, which copies it once, as an
  * upload from Rust does; a heap buffer goes through staging chunks as arrays do.
  */
+@JvmOverloads
 @Throws(WeirException::class)
-fun WeirStream.upload(data: ByteBuffer): Buffer {
-    if (data.isDirect) return uploadBorrowed(data.slice())
+fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES): Buffer {
+    if (data.isDirect) return uploadBorrowed(data.slice(), element)
     val source = data.slice()
-    return uploadStaged(source.remaining().toLong()) { chunk, at, bytes ->
-        chunk.put(source.slice(at.toInt(), bytes))
+    val width = element.width
+    if (source.remaining() % width != 0) {
+        throw WeirException.InvalidArgument("invalid argument: ${source.remaining()} bytes are not a whole number of ${element.rustName} elements")
+    }
+    return uploadStaged(source.remaining() / width, element) { chunk, at, count ->
+        chunk.put(source.slice(at * width, count * width))
     }
 }
 
 /**
  * Reads [destination]`.size` `f32`s of [buffer] from element [offset] into
  * [destination], once its latest write (on any stream) is done: one copy out
- * of Rust, no array allocated.
+ * of Rust, no array allocated. [buffer] holds `f32`s, or raw bytes, whose
+ * [offset] then counts bytes.
  */
 @Throws(WeirException::class)
-suspend fun WeirStream.readInto(buffer: Buffer, destination: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
-    readHostInto(buffer, offset, destination.size, "f32", cancel) { source -> source.read(0, destination, 0, destination.size) }
+suspend fun WeirStream.readInto(buffer: Buffer, destination: FloatArray, offset: Long = 0, cancel: CancelToken? = null) =
+    readHostInto(buffer, offset, destination.size * 4L, ElementType.F32, cancel) { source ->
+        source.read(0, destination, 0, destination.size)
+    }
 
-/** Reads [destination]`.size` 32-bit integers of [buffer] from element [offset] into [destination]. */
+/** Reads [destination]`.size` 32-bit integers of [buffer] (`i32`s, `u32`s or raw bytes) from element [offset] into [destination]. */
 @Throws(WeirException::class)
-suspend fun WeirStream.readInto(buffer: Buffer, destination: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
-    readHostInto(buffer, offset, destination.size, "32-bit integer", cancel) { source ->
+suspend fun WeirStream.readInto(buffer: Buffer, destination: IntArray, offset: Long = 0, cancel: CancelToken? = null) =
+    readHostInto(buffer, offset, destination.size * 4L, ElementType.I32, cancel) { source ->
         source.read(0, destination, 0, destination.size)
     }
 
 /**
- * Reads [destination]`.remaining()` bytes of [buffer] from byte [offset] into
- * [destination] (direct or not), advancing its position, as NIO reads do.
+ * Reads [destination]`.remaining()` bytes of [buffer] (of any type; a whole
+ * number of its elements) from element [offset] into [destination] (direct
+ * or not), advancing its position, as NIO reads do.
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInto(buffer: Buffer, destination: ByteBuffer, offset: Long = 0, cancel: CancelToken? = null) {
-    if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative byte offset $offset")
     val bytes = destination.remaining()
-    if (bytes == 0) return
-    readHost(buffer, offset.toULong(), bytes.toULong(), cancel).use { host ->
-        destination.put(Pointer(host.address().toLong()).getByteBuffer(0, bytes.toLong()))
+    readHostInto(buffer, offset, bytes.toLong(), ElementType.BYTES, cancel) { source ->
+        destination.put(source.getByteBuffer(0, bytes.toLong()))
     }
-}
-
-/** Reads [count] 4-byte elements from element [offset] and hands [copy] a pointer to them, valid during the call. */
-private suspend inline fun WeirStream.readHostInto(
-    buffer: Buffer,
-    offset: Int,
-    count: Int,
-    element: String,
-    cancel: CancelToken?,
-    copy: (Pointer) -> Unit,
-) {
-    if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $offset")
-    val elements = buffer.sizeBytes() / 4u
-    if (offset.toULong() + count.toULong() > elements) {
-        throw WeirException.OutOfRange(
-            "$count ${element}s at element offset $offset do not fit in a buffer of $elements ${element}s",
-        )
-    }
-    if (count == 0) return
-    // The handle keeps the bytes alive, and where they are, until `use` closes it.
-    readHost(buffer, offset.toULong() * 4u, count.toULong() * 4u, cancel).use { host -> copy(Pointer(host.address().toLong())) }
 }
 
 /**
- * A buffer of [bytes] bytes filled by [fill] (a chunk, its byte offset in
- * the buffer, its length) one staging chunk at a time, each lent to Rust,
- * which copies it. One chunk is one upload; more make an empty buffer and a
- * write per chunk, admitted before the buffer is returned, so nobody else can
- * see it half written.
+ * Reads [bytes] bytes of [buffer] from its element [offset], for an array of
+ * [element]s, and hands [copy] a pointer to them, valid during the call.
  */
-internal inline fun WeirStream.uploadStaged(bytes: Long, fill: (ByteBuffer, Long, Int) -> Unit): Buffer {
+private suspend inline fun WeirStream.readHostInto(
+    buffer: Buffer,
+    offset: Long,
+    bytes: Long,
+    element: ElementType,
+    cancel: CancelToken?,
+    copy: (Pointer) -> Unit,
+) {
+    val start = offset.toOffset()
+    if (bytes == 0L) return
+    val width = buffer.elementType().width
+    if (bytes % width != 0L) {
+        throw WeirException.InvalidArgument("invalid argument: $bytes bytes are not a whole number of the buffer's elements")
+    }
+    // The handle keeps the bytes alive, and where they are, until `use` closes it.
+    readHost(buffer, start, (bytes / width).toULong(), element, cancel).use { host -> copy(Pointer(host.address().toLong())) }
+}
+
+/** Bytes per element. */
+internal val ElementType.width: Int get() = if (this == ElementType.BYTES) 1 else 4
+
+/**
+ * A buffer of [count] [element]s filled by [fill] (a chunk, the first element
+ * it holds, how many) one staging chunk at a time, each lent to Rust, which
+ * copies it. One chunk is one upload; more make an empty buffer and a write
+ * per chunk, admitted before the buffer is returned, so nobody else can see
+ * it half written.
+ */
+internal inline fun WeirStream.uploadStaged(count: Int, element: ElementType, fill: (ByteBuffer, Int, Int) -> Unit): Buffer {
     val chunk = chunks.poll() ?: ByteBuffer.allocateDirect(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN)
+    val width = element.width
+    val perChunk = CHUNK_BYTES / width
     try {
-        if (bytes <= CHUNK_BYTES) {
+        if (count <= perChunk) {
             chunk.clear()
-            fill(chunk, 0, bytes.toInt())
-            return uploadBorrowed(chunk.slice(0, bytes.toInt()))
+            fill(chunk, 0, count)
+            return uploadBorrowed(chunk.slice(0, count * width), element)
         }
-        val buffer = empty(bytes)
+        val buffer = empty(count.toULong(), element)
         try {
-            var at = 0L
-            while (at < bytes) {
-                val length = minOf(CHUNK_BYTES.toLong(), bytes - at).toInt()
+            var at = 0
+            while (at < count) {
+                val length = minOf(perChunk, count - at)
                 chunk.clear()
                 fill(chunk, at, length)
-                writeBorrowed(buffer, at.toULong(), chunk.slice(0, length))
+                writeBorrowed(buffer, at.toULong(), chunk.slice(0, length * width), element)
                 at += length
             }
         } catch (failure: Throwable) {

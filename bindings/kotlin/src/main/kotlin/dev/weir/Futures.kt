@@ -118,7 +118,7 @@ object WeirFutures {
         executor: Executor = defaultExecutor,
     ): CompletableFuture<Void?> = launch(executor) { stream.memsetZeroAndWait(buffer, cancel); null }
 
-    /** Enqueues a copy of [data] into [buffer] at byte [offset]; completes once [stream] has done it ([WeirStream.writeAndWait]). */
+    /** Enqueues a copy of raw [data] into [buffer] at element [offset]; completes once [stream] has done it ([WeirStream.writeAndWait]). */
     @JvmStatic
     @JvmOverloads
     fun writeAndWait(
@@ -128,7 +128,7 @@ object WeirFutures {
         offset: Long = 0,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
-    ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset.toByteOffset(), cancel); null }
+    ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset, cancel); null }
 
     /** Enqueues writing [data] into [buffer] at element [offset] (reported in elements when bad); completes once done. */
     @JvmStatic
@@ -137,7 +137,7 @@ object WeirFutures {
         stream: WeirStream,
         buffer: Buffer,
         data: FloatArray,
-        offset: Int = 0,
+        offset: Long = 0,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
     ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset, cancel); null }
@@ -149,7 +149,7 @@ object WeirFutures {
         stream: WeirStream,
         buffer: Buffer,
         data: IntArray,
-        offset: Int = 0,
+        offset: Long = 0,
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
     ): CompletableFuture<Void?> = launch(executor) { stream.writeAndWait(buffer, data, offset, cancel); null }
@@ -164,7 +164,7 @@ object WeirFutures {
         executor: Executor = defaultExecutor,
     ): CompletableFuture<ByteArray> = launch(executor) { stream.read(buffer, cancel = cancel) }
 
-    /** [length] bytes of [buffer] from byte [offset] once its latest write (on any stream) is done ([WeirStream.read]). */
+    /** The bytes of [length] elements of [buffer] from element [offset] once its latest write (on any stream) is done ([WeirStream.read]). */
     @JvmStatic
     @JvmOverloads
     fun read(
@@ -175,7 +175,7 @@ object WeirFutures {
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
     ): CompletableFuture<ByteArray> =
-        launch(executor) { stream.read(buffer, offset.toByteOffset(), length.toByteCount(), cancel) }
+        launch(executor) { stream.read(buffer, offset.toOffset(), length.toCount(), cancel) }
 
     /** [buffer] as `f32`s once its latest write (on any stream) is done ([readFloats]). */
     @JvmStatic

@@ -30,19 +30,13 @@ object WeirJava {
     @JvmStatic
     fun index(stream: WeirStream): Long = stream.index().toLong()
 
-    /**
-     * Enqueues a copy of [data] into [buffer] at byte [offset] ([WeirStream.write]);
-     * returns once admitted, not once done.
-     */
-    @JvmStatic
-    @JvmOverloads
-    @Throws(WeirException::class)
-    fun write(stream: WeirStream, buffer: Buffer, data: ByteArray, offset: Long = 0) =
-        stream.write(buffer, data, offset.toByteOffset())
-
     /** The size of [buffer] in bytes. */
     @JvmStatic
     fun sizeBytes(buffer: Buffer): Long = buffer.byteSize
+
+    /** The number of elements of [buffer]. */
+    @JvmStatic
+    fun size(buffer: Buffer): Long = buffer.size
 
     /** A `u32` scalar argument; [value] must be in `0..4294967295`. */
     @JvmStatic
@@ -143,14 +137,14 @@ private fun Long.toU32(what: String): UInt {
 
 private fun ULong.toSignedOrMax(): Long = if (this > Long.MAX_VALUE.toULong()) Long.MAX_VALUE else toLong()
 
-/** A byte offset from Java's `long`; a negative one is refused. */
-internal fun Long.toByteOffset(): ULong {
-    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative byte offset $this")
+/** An element offset from a `Long`; a negative one is refused. */
+internal fun Long.toOffset(): ULong {
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $this")
     return toULong()
 }
 
-/** A byte count from Java's `long`; a negative one is refused. */
-internal fun Long.toByteCount(): ULong {
-    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative byte count $this")
+/** An element count from a `Long`; a negative one is refused. */
+internal fun Long.toCount(): ULong {
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative element count $this")
     return toULong()
 }

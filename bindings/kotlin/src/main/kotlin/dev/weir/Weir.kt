@@ -25,71 +25,88 @@ import java.util.concurrent.ConcurrentHashMap
 @Throws(WeirException::class)
 fun WeirRuntime.Companion.open(): WeirRuntime = WeirRuntime.open(Backend.AUTO)
 
-/** A zero-filled buffer of [bytes] bytes (zeroed on the device, no host data). */
+/** A buffer of [count] zeroed [element]s (zeroed on the device, no host data). */
 @Throws(WeirException::class)
-fun WeirStream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
+fun WeirStream.zeros(count: Long, element: ElementType): Buffer = zeros(count.toCount(), element)
 
-/** A buffer of [bytes] bytes with unspecified contents. */
+/** A buffer of [count] [element]s with unspecified contents. */
 @Throws(WeirException::class)
-fun WeirStream.empty(bytes: Long): Buffer = empty(bytes.toULongChecked())
+fun WeirStream.empty(count: Long, element: ElementType): Buffer = empty(count.toCount(), element)
 
 /**
- * A buffer holding [data] (little-endian `f32`s, as devices store them),
+ * An `f32` buffer holding [data] (little-endian, as devices store them),
  * copied to Rust through staging chunks of 2 MiB, never as a second whole array.
  */
 @Throws(WeirException::class)
-fun WeirStream.upload(data: FloatArray): Buffer = uploadStaged(data.size * 4L) { chunk, at, bytes ->
-    chunk.asFloatBuffer().put(data, (at / 4).toInt(), bytes / 4)
+fun WeirStream.upload(data: FloatArray): Buffer = uploadStaged(data.size, ElementType.F32) { chunk, at, count ->
+    chunk.asFloatBuffer().put(data, at, count)
 }
 
-/** A buffer holding [data] (little-endian 32-bit integers), copied through staging chunks of 2 MiB. */
+/** An `i32` buffer holding [data], copied through staging chunks of 2 MiB. */
 @Throws(WeirException::class)
-fun WeirStream.upload(data: IntArray): Buffer = uploadStaged(data.size * 4L) { chunk, at, bytes ->
-    chunk.asIntBuffer().put(data, (at / 4).toInt(), bytes / 4)
+fun WeirStream.upload(data: IntArray): Buffer = uploadStaged(data.size, ElementType.I32) { chunk, at, count ->
+    chunk.asIntBuffer().put(data, at, count)
 }
 
 /**
- * Enqueues writing [data] into [buffer] at element [offset]; returns once
- * admitted (the data is copied by then), not once done. A bad [offset] is
- * reported in elements, as given.
+ * Enqueues writing [data] into [buffer] (of `f32`s, or raw bytes) at element
+ * [offset]; returns once admitted (the data is copied by then), not once done.
  */
 @JvmOverloads
 @Throws(WeirException::class)
-fun WeirStream.write(buffer: Buffer, data: FloatArray, offset: Int = 0) =
-    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"))
+fun WeirStream.write(buffer: Buffer, data: FloatArray, offset: Long = 0) =
+    write(buffer, data.toLittleEndianBytes(), ElementType.F32, offset.toOffset())
 
 /**
- * Enqueues writing [data] into [buffer] at element [offset]; returns once
- * admitted (the data is copied by then), not once done. A bad [offset] is
- * reported in elements, as given.
+ * Enqueues writing [data] into [buffer] (of `i32`s, `u32`s as their bits, or
+ * raw bytes) at element [offset]; returns once admitted, not once done.
  */
 @JvmOverloads
 @Throws(WeirException::class)
-fun WeirStream.write(buffer: Buffer, data: IntArray, offset: Int = 0) =
-    write(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"))
+fun WeirStream.write(buffer: Buffer, data: IntArray, offset: Long = 0) =
+    write(buffer, data.toLittleEndianBytes(), ElementType.I32, offset.toOffset())
+
+/** Enqueues writing raw [data] into [buffer] at element [offset] (a whole number of its elements). */
+@JvmOverloads
+@Throws(WeirException::class)
+fun WeirStream.write(buffer: Buffer, data: ByteArray, offset: Long = 0) =
+    write(buffer, data, ElementType.BYTES, offset.toOffset())
 
 /** Writes [data] into [buffer] at element [offset] as [write] does, then suspends until this stream has done it. */
 @Throws(WeirException::class)
-suspend fun WeirStream.writeAndWait(buffer: Buffer, data: FloatArray, offset: Int = 0, cancel: CancelToken? = null) =
-    writeAndWait(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "f32"), cancel)
+suspend fun WeirStream.writeAndWait(buffer: Buffer, data: FloatArray, offset: Long = 0, cancel: CancelToken? = null) =
+    writeAndWait(buffer, data.toLittleEndianBytes(), ElementType.F32, offset.toOffset(), cancel)
 
 /** Writes [data] into [buffer] at element [offset] as [write] does, then suspends until this stream has done it. */
 @Throws(WeirException::class)
-suspend fun WeirStream.writeAndWait(buffer: Buffer, data: IntArray, offset: Int = 0, cancel: CancelToken? = null) =
-    writeAndWait(buffer, data.toLittleEndianBytes(), buffer.elementOffset(offset, data.size, "32-bit integer"), cancel)
+suspend fun WeirStream.writeAndWait(buffer: Buffer, data: IntArray, offset: Long = 0, cancel: CancelToken? = null) =
+    writeAndWait(buffer, data.toLittleEndianBytes(), ElementType.I32, offset.toOffset(), cancel)
+
+/** Writes raw [data] into [buffer] at element [offset] as [write] does, then suspends until this stream has done it. */
+@Throws(WeirException::class)
+suspend fun WeirStream.writeAndWait(buffer: Buffer, data: ByteArray, offset: Long = 0, cancel: CancelToken? = null) =
+    writeAndWait(buffer, data, ElementType.BYTES, offset.toOffset(), cancel)
 
 /**
- * Reads [buffer] as `f32`s once its latest write (on any stream) is done,
- * copied once out of Rust into the new array ([readInto] reuses one).
+ * Reads an `f32` buffer (or raw bytes as `f32`s) once its latest write (on
+ * any stream) is done, copied once out of Rust into the new array ([readInto]
+ * reuses one). A buffer of another type is refused with `InvalidArgument`.
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.readFloats(buffer: Buffer, cancel: CancelToken? = null): FloatArray =
-    FloatArray(buffer.wholeElements("f32")).also { readInto(buffer, it, cancel = cancel) }
+    FloatArray(buffer.wholeWords("f32")).also { readInto(buffer, it, cancel = cancel) }
 
-/** Reads [buffer] as 32-bit integers once its latest write (on any stream) is done, copied once out of Rust. */
+/** Reads an `i32` or `u32` buffer (or raw bytes) as 32-bit integers once its latest write is done. */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInts(buffer: Buffer, cancel: CancelToken? = null): IntArray =
-    IntArray(buffer.wholeElements("i32")).also { readInto(buffer, it, cancel = cancel) }
+    IntArray(buffer.wholeWords("i32")).also { readInto(buffer, it, cancel = cancel) }
+
+/** The [count] elements from element [first] of this buffer, as a buffer of its own sharing the memory. */
+@Throws(WeirException::class)
+fun Buffer.view(first: Long, count: Long): Buffer = view(first.toOffset(), count.toCount())
+
+/** Number of elements, as a `Long`. */
+val Buffer.size: Long get() = elementCount().toLong()
 
 /** Size of the buffer in bytes, as a `Long`. */
 val Buffer.byteSize: Long get() = sizeBytes().toLong()
@@ -135,28 +152,21 @@ suspend fun WeirStream.executeAndWait(op: BuiltinOp, vararg args: Arg, cancel: C
 fun Grid.Companion.linear(items: Int, block: Int = 64): Grid =
     gridLinear(items.coerceAtLeast(0).toUInt(), block.coerceAtLeast(1).toUInt())
 
-private fun Long.toULongChecked(): ULong {
-    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative size $this")
-    return toULong()
-}
-
 /**
- * The byte offset of element [offset] of 4-byte elements, for writing [count]
- * of them; refused in the caller's units (elements), not in bytes.
+ * Refuses [what] of [element]s on this buffer with `InvalidArgument`, as Rust
+ * does: the buffer holds that type or raw bytes (`i32` goes with `u32` as bits).
  */
-private fun Buffer.elementOffset(offset: Int, count: Int, element: String): ULong {
-    if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $offset")
-    val elements = sizeBytes() / 4u
-    if (offset.toULong() + count.toULong() > elements) {
-        throw WeirException.OutOfRange(
-            "$count ${element}s at element offset $offset do not fit in a buffer of $elements ${element}s",
-        )
-    }
-    return offset.toULong() * 4u
+internal fun Buffer.requireHolds(element: ElementType, what: String) {
+    val held = elementType()
+    val fits = held == element || held == ElementType.BYTES || (element == ElementType.I32 && held == ElementType.U32)
+    if (!fits) throw WeirException.InvalidArgument("invalid argument: $what of ${element.rustName} on a buffer of ${held.rustName}")
 }
 
-/** How many 4-byte elements the buffer holds; refused unless whole and within an array's reach. */
-private fun Buffer.wholeElements(element: String): Int {
+/** The type as Rust spells it, as in Rust's messages. */
+internal val ElementType.rustName: String get() = if (this == ElementType.BYTES) "u8" else name.lowercase()
+
+/** How many 4-byte words the buffer's bytes are; refused unless whole and within an array's reach. */
+internal fun Buffer.wholeWords(element: String): Int {
     val size = sizeBytes()
     if (size % 4u != 0uL) throw WeirException.InvalidArgument("invalid argument: $size bytes are not whole ${element}s")
     if (size / 4u > Int.MAX_VALUE.toULong()) {

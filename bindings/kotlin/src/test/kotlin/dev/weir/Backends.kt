@@ -78,6 +78,9 @@ class Blocker(private val stream: WeirStream) : AutoCloseable {
         null
     }
 
+    /** True when the stream waits for [release] (a gate), not for a delay to run out. */
+    val isGate: Boolean get() = hold != null
+
     /** Lets the stream go on (a delay simply runs out). */
     fun release() {
         hold?.release()

@@ -20,14 +20,14 @@ class BatchTest {
     fun `a batch runs its ops in order, each its own op`(backend: String): Unit = onRuntime(backend) { rt ->
         val s = rt.defaultStream()
         runBlocking {
-            val x = s.zeros(16)
+            val x = s.zeros(16, ElementType.BYTES)
             val y = s.upload(floatArrayOf(1f, 2f, 3f, 4f))
             val before = rt.diagnostics().admittedOps
             s.batch {
                 execute(BuiltinOp.FILL_F32, x.writes(), scalar(2f))
                 execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(3f)) // y = 3x + y
                 execute(BuiltinOp.SCALE, y.reads(), x.writes(), scalar(0.5f)) // x = y / 2
-                write(y, floatBytes(100f), offset = 12) // after the axpy and the scale
+                write(y, floatBytes(100f), offset = 3) // after the axpy and the scale
             }
             assertEquals(4uL, rt.diagnostics().admittedOps - before, "each op of the batch is its own op")
             assertArrayEquals(floatArrayOf(7f, 8f, 9f, 100f), s.readFloats(y))
@@ -45,7 +45,7 @@ class BatchTest {
             val s = rt.defaultStream()
             runBlocking {
                 val x = s.upload(floatArrayOf(1f, 1f, 1f, 1f))
-                val small = s.zeros(8)
+                val small = s.zeros(8, ElementType.BYTES)
                 val before = rt.diagnostics().admittedOps
                 assertThrows<WeirException.InvalidArgument> {
                     s.batch {
@@ -70,8 +70,8 @@ class BatchTest {
     @MethodSource(BACKENDS)
     fun `a closed buffer in a batch is refused before anything crosses`(backend: String): Unit = onRuntime(backend) { rt ->
         val s = rt.defaultStream()
-        val x = s.zeros(16)
-        val closed = s.zeros(16).also { it.close() }
+        val x = s.zeros(16, ElementType.BYTES)
+        val closed = s.zeros(16, ElementType.BYTES).also { it.close() }
         val before = rt.diagnostics().admittedOps
         assertThrows<IllegalStateException> {
             s.batch {
@@ -97,9 +97,9 @@ class BatchTest {
                 runBlocking {
                     repeat(3) { round ->
                         val n = 1 shl 12
-                        val buffer = a.empty(n * 4L)
+                        val buffer = a.empty(n * 4L, ElementType.BYTES)
                         val unrelated = a.upload(IntArray(16) { 1 })
-                        b.execute(BuiltinOp.COPY, unrelated.reads(), b.empty(64).writes()) // B has seen A
+                        b.execute(BuiltinOp.COPY, unrelated.reads(), b.empty(64, ElementType.BYTES).writes()) // B has seen A
                         Blocker(a).use { blocker ->
                             val before = rt.diagnostics().admittedOps
                             val writer = launch(writerThread) {

@@ -27,7 +27,7 @@ class BulkTest {
                     assertEquals(floats.size * 4L, buffer.byteSize)
                     assertArrayEquals(floats, s.readFloats(buffer))
                     val part = FloatArray(1000)
-                    s.readInto(buffer, part, offset = floats.size - 1000)
+                    s.readInto(buffer, part, offset = floats.size - 1000L)
                     assertArrayEquals(floats.copyOfRange(floats.size - 1000, floats.size), part)
                 }
                 val ints = IntArray(floats.size) { it * 31 - 5 }
@@ -73,7 +73,7 @@ class BulkTest {
         runBlocking {
             s.upload(FloatArray(4) { 1f }).use { buffer ->
                 val tooLong = assertThrows<WeirException.OutOfRange> { s.readInto(buffer, FloatArray(3), offset = 2) }
-                assertEquals(true, tooLong.message!!.contains("element offset 2"), tooLong.message)
+                assertEquals(true, tooLong.message!!.contains("f32 elements at offset 2"), tooLong.message)
                 assertThrows<WeirException.InvalidArgument> { s.readInto(buffer, IntArray(1), offset = -1) }
                 assertThrows<WeirException.OutOfRange> { s.readInto(buffer, ByteBuffer.allocate(8), offset = 12) }
                 assertArrayEquals(FloatArray(4) { 1f }, s.readFloats(buffer))

@@ -20,7 +20,7 @@ class CancellationTest {
             val stream = rt.defaultStream()
             runBlocking {
                 Blocker(stream).use { blocker ->
-                    val buffer = stream.zeros(16)
+                    val buffer = stream.zeros(16, ElementType.BYTES)
                     val waits: List<suspend () -> Unit> = listOf(
                         { stream.sync() },
                         { stream.executeAndWait(BuiltinOp.FILL_U32, buffer.writes(), scalar(5u)) },

@@ -80,13 +80,13 @@ class ErrorTest {
             val other = rt.newStream()
             runBlocking {
                 val buffer = stream.upload(floatArrayOf(1f, 2f, 3f))
-                val small = stream.zeros(4)
+                val small = stream.zeros(4, ElementType.BYTES)
                 // Sizes and ranges.
-                assertThrows<WeirException.InvalidArgument> { stream.zeros(0) }
-                assertThrows<WeirException.InvalidArgument> { stream.zeros(-1L) }
-                assertThrows<WeirException.InvalidArgument> { stream.zeros(ULong.MAX_VALUE) }
+                assertThrows<WeirException.InvalidArgument> { stream.zeros(0, ElementType.BYTES) }
+                assertThrows<WeirException.InvalidArgument> { stream.zeros(-1L, ElementType.BYTES) }
+                assertThrows<WeirException.InvalidArgument> { stream.zeros(ULong.MAX_VALUE, ElementType.BYTES) }
                 assertThrows<WeirException.OutOfRange> { stream.write(small, ByteArray(8)) }
-                assertThrows<WeirException.OutOfRange> { stream.write(small, ByteArray(1), ULong.MAX_VALUE) }
+                assertThrows<WeirException.OutOfRange> { stream.write(small, ByteArray(1), ElementType.BYTES, ULong.MAX_VALUE) }
                 assertThrows<WeirException.OutOfRange> { stream.readBlocking(small, ULong.MAX_VALUE, 2u) }
                 assertThrows<WeirException.InvalidArgument> { stream.write(small, ByteArray(0)) }
                 // Kernel arguments.
@@ -106,12 +106,12 @@ class ErrorTest {
                 }
                 // Handles of another runtime.
                 WeirRuntime.open(Backend.CPU).use { foreign ->
-                    val alien = foreign.defaultStream().zeros(4)
+                    val alien = foreign.defaultStream().zeros(4, ElementType.BYTES)
                     val error = assertThrows<WeirException.ForeignHandle> { stream.memsetZero(alien) }
                     assertTrue(error.message!!.contains("another runtime"), error.message)
                 }
                 // A handle already released is refused by the bindings, not a crash.
-                val released = stream.zeros(4)
+                val released = stream.zeros(4, ElementType.BYTES)
                 released.close()
                 assertThrows<IllegalStateException> { runBlocking { stream.read(released) } }
                 // And all the while the runtime kept working, on both streams.
@@ -126,10 +126,11 @@ class ErrorTest {
         onRuntime(backend) { rt ->
             val stream = rt.defaultStream()
             runBlocking {
-                val buffer = stream.zeros(16) // 4 elements
+                val buffer = stream.zeros(4, ElementType.F32)
+                val ints = stream.zeros(4, ElementType.I32)
                 for (write in listOf<suspend () -> Unit>(
                     { stream.write(buffer, floatArrayOf(1f), offset = -1) },
-                    { stream.write(buffer, intArrayOf(1), offset = -1) },
+                    { stream.write(ints, intArrayOf(1), offset = -1) },
                 )) {
                     val error = assertThrows<WeirException.InvalidArgument> { write() }
                     assertTrue(error.message!!.contains("-1"), error.message)
@@ -137,7 +138,7 @@ class ErrorTest {
                 }
                 for (write in listOf<suspend () -> Unit>(
                     { stream.write(buffer, floatArrayOf(1f, 2f), offset = 3) },
-                    { stream.write(buffer, intArrayOf(1, 2), offset = 3) },
+                    { stream.write(ints, intArrayOf(1, 2), offset = 3) },
                 )) {
                     val error = assertThrows<WeirException.OutOfRange> { write() }
                     val message = error.message!!
@@ -145,8 +146,8 @@ class ErrorTest {
                     assertFalse(message.contains("12") || message.contains("16"), "byte units: $message")
                 }
                 // In range, the same helpers write where they say.
-                stream.write(buffer, intArrayOf(7), offset = 3)
-                assertArrayEquals(intArrayOf(0, 0, 0, 7), stream.readInts(buffer))
+                stream.write(ints, intArrayOf(7), offset = 3)
+                assertArrayEquals(intArrayOf(0, 0, 0, 7), stream.readInts(ints))
             }
         }
 
@@ -176,7 +177,7 @@ class ErrorTest {
         Assumptions.assumeTrue(backend == "wgpu", "custom WGSL kernels run on the wgpu backend only")
         onRuntime(backend) { rt ->
             val stream = rt.newStream()
-            val out = stream.zeros(4)
+            val out = stream.zeros(4, ElementType.BYTES)
             val code = "@group(0) @binding(0) var<storage, read_write> a: array<u32>;\n" +
                 "@compute @workgroup_size(1)\n" +
                 "fn main() { a[0] = ${List(terms) { "1u" }.joinToString(" + ")}; }\n"

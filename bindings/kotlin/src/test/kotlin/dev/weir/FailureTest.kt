@@ -43,15 +43,15 @@ class FailureTest {
         onRuntime(backend) { rt ->
             val (s, t, u) = Triple(rt.newStream(), rt.newStream(), rt.newStream())
             runBlocking {
-                val x = s.upload(IntArray(256) { 1 })
-                val y = t.upload(IntArray(256) { 2 })
+                val x = s.upload(FloatArray(256) { 1f })
+                val y = t.upload(FloatArray(256) { 2f })
                 val z = t.upload(FloatArray(256) { 3f })
                 t.sync()
                 assertThrows<WeirException.OpFailed> { s.failWrite(x, "deliberate failure B") }
                 // T copies X into Y: refused at admission, or admitted and failing; either way Y fails.
                 val copy = runCatching { t.execute(BuiltinOp.COPY, x.reads(), y.writes()) }.exceptionOrNull()
                 if (copy != null) assertNamesTheFailure(copy, "deliberate failure B")
-                val read = assertThrows<WeirException.OpFailed> { u.readInts(y) }
+                val read = assertThrows<WeirException.OpFailed> { u.readFloats(y) }
                 assertNamesTheFailure(read, "deliberate failure B")
                 // One more link, through a read-write op on U: Y fails Z too.
                 runCatching { u.execute(BuiltinOp.AXPY, y.reads(), z.readsWrites(), scalar(1f)) }
@@ -70,19 +70,19 @@ class FailureTest {
             runBlocking {
                 val x = s.upload(IntArray(64) { 1 })
                 val shared = s.upload(IntArray(256) { 4 })
-                val written = s.zeros(256 * 4L)
+                val written = s.zeros(256 * 4L, ElementType.BYTES)
                 s.sync()
                 assertThrows<WeirException.OpFailed> { s.failWrite(x, "deliberate failure C") }
                 // Work admitted on S after the failure runs, for every stream to see.
                 val fresh = s.upload(IntArray(256) { 7 + it })
-                s.execute(BuiltinOp.FILL_U32, shared.writes(), scalar(9u))
+                s.execute(BuiltinOp.FILL_I32, shared.writes(), scalar(9))
                 s.execute(BuiltinOp.IOTA, written.writes(), scalar(100u))
                 assertArrayEquals(IntArray(256) { 7 + it }, t.readInts(fresh), "an upload on S after its failure")
                 assertArrayEquals(IntArray(256) { 9 }, t.readInts(shared), "a fill on S after its failure")
                 assertArrayEquals(IntArray(256) { 100 + it }, t.readInts(written), "a kernel on S after its failure")
                 // S's next sync reports the failure, once.
                 assertNamesTheFailure(assertThrows<WeirException.OpFailed> { s.sync() }, "deliberate failure C")
-                s.execute(BuiltinOp.FILL_U32, shared.writes(), scalar(11u))
+                s.execute(BuiltinOp.FILL_I32, shared.writes(), scalar(11))
                 s.sync()
                 assertArrayEquals(IntArray(256) { 11 }, t.readInts(shared))
                 s.sync()
@@ -113,7 +113,7 @@ class FailureTest {
                 val zeroed = failed("deliberate failure G")
                 val rewritten = failed("deliberate failure H")
                 val partial = failed("deliberate failure I")
-                t.execute(BuiltinOp.FILL_U32, filled.writes(), scalar(5u))
+                t.execute(BuiltinOp.FILL_I32, filled.writes(), scalar(5))
                 assertArrayEquals(IntArray(n) { 5 }, s.readInts(filled), "a fill heals")
                 t.memsetZero(zeroed)
                 assertArrayEquals(IntArray(n), s.readInts(zeroed), "a memsetZero heals")

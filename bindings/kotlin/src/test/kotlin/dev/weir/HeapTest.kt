@@ -26,7 +26,7 @@ class HeapTest {
         val maxHeap = java.lang.Runtime.getRuntime().maxMemory()
         assertTrue(maxHeap <= HEAP_LIMIT, "this test needs a JVM at -Xmx128m (the bounded-heap execution), not ${maxHeap shr 20} MiB")
         val heap = ManagementFactory.getMemoryMXBean()
-        rt.defaultStream().zeros(64).use { buffer ->
+        rt.defaultStream().zeros(64, ElementType.BYTES).use { buffer ->
             collectGarbage(rounds = 3)
             val baseline = heap.heapMemoryUsage.used
             var peak = baseline

@@ -46,11 +46,11 @@ class LifecycleTest {
     fun `use after shutdown fails with Closed everywhere`(backend: String) {
         val rt = Backends.open(backend)
         val stream = rt.defaultStream()
-        val buffer = stream.zeros(16)
+        val buffer = stream.zeros(16, ElementType.BYTES)
         rt.shutdown()
         assertThrows<WeirException.Closed> { rt.newStream() }
         assertThrows<WeirException.Closed> { rt.fence() }
-        assertThrows<WeirException.Closed> { stream.zeros(4) }
+        assertThrows<WeirException.Closed> { stream.zeros(4, ElementType.BYTES) }
         assertThrows<WeirException.Closed> { stream.fence() }
         runBlocking {
             assertThrows<WeirException.Closed> { stream.sync() }
@@ -60,7 +60,7 @@ class LifecycleTest {
             assertThrows<WeirException.Closed> { stream.memsetZero(buffer) }
             assertThrows<WeirException.Closed> { stream.executeAndWait(BuiltinOp.MEMSET_ZERO, buffer.writes()) }
         }
-        val error = assertThrows<WeirException.Closed> { stream.zeros(4) }
+        val error = assertThrows<WeirException.Closed> { stream.zeros(4, ElementType.BYTES) }
         assertTrue(error.message!!.contains("closed"), error.message)
         rt.close()
     }
@@ -80,7 +80,7 @@ class LifecycleTest {
         runBlocking {
             fence.await()
             val buffer = stream.upload(floatArrayOf(1f, 2f, 3f))
-            val doubled = stream.empty(12)
+            val doubled = stream.empty(12, ElementType.BYTES)
             stream.executeAndWait(BuiltinOp.SCALE, buffer.reads(), doubled.writes(), scalar(2f))
             assertArrayEquals(floatArrayOf(2f, 4f, 6f), stream.readFloats(doubled))
             buffer.close()
@@ -128,7 +128,7 @@ class LifecycleTest {
             collectGarbage(rounds = 3)
             val stream = other.defaultStream()
             val before = other.diagnostics()
-            val buffers = MutableList(200) { stream.zeros(4096) }
+            val buffers = MutableList(200) { stream.zeros(4096, ElementType.BYTES) }
             assertEquals(before.liveBuffers + 200u, other.diagnostics().liveBuffers)
             buffers.clear() // now unreachable: only the cleaner can free them
             collectGarbageUntil(timeoutMs = workMillis / 2, what = "the other runtime's buffers to be freed") {
@@ -205,7 +205,7 @@ private fun streamsWithoutTheirRuntime(backend: String): Triple<Pair<WeirStream,
 private fun abandonBusyRuntime(backend: String): Pair<List<WeakReference<Any>>, Long> {
     val rt = Backends.open(backend)
     val stream = rt.newStream()
-    val buffer = stream.zeros(4096)
+    val buffer = stream.zeros(4096, ElementType.BYTES)
     val started = System.nanoTime()
     repeat(BUSY_DELAYS) { stream.enqueueDelay(BUSY_DELAY_MICROS) }
     stream.execute(BuiltinOp.FILL_U32, buffer.writes(), scalar(1u))

@@ -47,7 +47,7 @@ class StreamTest {
                 eventually(what = "the idle stream to say it is synced") { stream.isSynced() }
                 repeat(1_000) { stream.sync() } // the fast path: no Rust future
                 // A failure waiting to be reported: isSynced() takes nothing, the next sync reports it.
-                val target = stream.zeros(16)
+                val target = stream.zeros(16, ElementType.BYTES)
                 assertThrows<WeirException> { stream.failWrite(target, "a deliberate failure") }
                 repeat(3) { assertFalse(stream.isSynced(), "synced with a failure to report") }
                 val failure = assertThrows<WeirException> { stream.sync() }
@@ -76,7 +76,7 @@ class StreamTest {
             val y = stream.upload(FloatArray(n) { 1.0f })
             stream.executeAndWait(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(0.5f))
             assertArrayEquals(FloatArray(n) { 0.5f * it + 1.0f }, stream.readFloats(y))
-            val out = stream.empty(n * 4L)
+            val out = stream.empty(n * 4L, ElementType.BYTES)
             stream.executeAndWait(BuiltinOp.IOTA, out.writes(), scalar(7u))
             assertArrayEquals(IntArray(n) { it + 7 }, stream.readInts(out))
         }
@@ -89,8 +89,8 @@ class StreamTest {
             val stream = rt.defaultStream()
             runBlocking {
                 val buffer = stream.upload(intArrayOf(1, 2, 3, 4))
-                val copy = stream.zeros(16)
-                val bytes = stream.zeros(4)
+                val copy = stream.zeros(16, ElementType.BYTES)
+                val bytes = stream.zeros(4, ElementType.BYTES)
                 Blocker(stream).use { blocker ->
                     stream.write(buffer, intArrayOf(7), offset = 1)
                     stream.write(bytes, byteArrayOf(5, 0, 0, 0))
@@ -134,11 +134,11 @@ class StreamTest {
     fun `write then read round-trips bytes exactly, at an offset too`(backend: String): Unit = onRuntime(backend) { rt ->
         val stream = rt.defaultStream()
         runBlocking {
-            val buffer = stream.zeros(64)
+            val buffer = stream.zeros(64, ElementType.BYTES)
             val bytes = ByteArray(64) { (it * 7 - 100).toByte() }
             stream.write(buffer, bytes)
             assertArrayEquals(bytes, stream.read(buffer))
-            stream.write(buffer, floatArrayOf(1.5f, -2.25f), offset = 4)
+            stream.write(buffer, floatArrayOf(1.5f, -2.25f), offset = 16) // a raw buffer counts bytes
             val floats = stream.readFloats(buffer)
             assertEquals(1.5f, floats[4])
             assertEquals(-2.25f, floats[5])
@@ -163,7 +163,7 @@ class StreamTest {
                 runBlocking {
                     repeat(3) { round ->
                         val n = 1 shl 14
-                        val buffer = a.zeros(n * 4L)
+                        val buffer = a.zeros(n * 4L, ElementType.BYTES)
                         val expected = FloatArray(n) { it + round * 0.5f }
                         Blocker(a).use { blocker ->
                             val before = rt.diagnostics().admittedOps
@@ -192,8 +192,8 @@ class StreamTest {
         runBlocking(Dispatchers.Default) {
             val n = 2048
             val x = s.upload(FloatArray(n) { it.toFloat() })
-            val y = s.zeros(n * 4L)
-            val out = t.empty(n * 4L)
+            val y = s.zeros(n * 4L, ElementType.BYTES)
+            val out = t.empty(n * 4L, ElementType.BYTES)
             // Admission order is program order: the write of y on s, then its read on t.
             s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2.0f))
             val second = async { t.executeAndWait(BuiltinOp.ADD, x.reads(), y.reads(), out.writes()) }

@@ -32,7 +32,7 @@ class WakeTest {
             seen += nativeThreadName()
             // From here on, every call runs on that thread, inside its wake-up.
             val fence = s.fence()
-            val y = s.zeros(n * 4L)
+            val y = s.zeros(n * 4L, ElementType.BYTES)
             s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(2f)) // y = 2x
             s.enqueueDelay(10_000u)
             fence.await()
@@ -41,7 +41,7 @@ class WakeTest {
             seen += nativeThreadName()
             assertArrayEquals(FloatArray(n) { 2f * it }, s.readFloats(y))
             // Another stream: waits for s's writes, suspends and resumes again.
-            val z = t.empty(n * 4L)
+            val z = t.empty(n * 4L, ElementType.BYTES)
             t.enqueueDelay(10_000u)
             t.executeAndWait(BuiltinOp.ADD, x.reads(), y.reads(), z.writes()) // z = 3x
             seen += nativeThreadName()

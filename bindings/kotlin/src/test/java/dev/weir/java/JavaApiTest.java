@@ -57,9 +57,10 @@ class JavaApiTest {
             assertEquals(0, WeirJava.index(s));
             assertEquals(1, WeirJava.index(t));
             Buffer x = Weir.upload(s, new float[] {1f, 2f, 3f});
-            Buffer y = Weir.zeros(s, 12);
+            Buffer y = Weir.zeros(s, 3, ElementType.F32);
+            assertEquals(3, WeirJava.size(y));
             assertEquals(12, WeirJava.sizeBytes(y));
-            Buffer out = Weir.empty(t, 12);
+            Buffer out = Weir.empty(t, 3, ElementType.F32);
             CompletableFuture<Void> axpy =
                     WeirFutures.executeAndWait(s, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(2f));
             CompletableFuture<Void> add = WeirFutures.executeAndWait(t, BuiltinOp.ADD, Weir.reads(x), Weir.reads(y), Weir.writes(out));
@@ -75,13 +76,13 @@ class JavaApiTest {
     void uploadExecuteAndSyncThroughFutures(String backend) throws Exception {
         onRuntime(backend, runtime -> {
             WeirStream stream = runtime.defaultStream();
-            Buffer buffer = Weir.zeros(stream, 4 * 64);
+            Buffer buffer = Weir.zeros(stream, 64, ElementType.U32);
             within(WeirFutures.executeAndWait(stream, BuiltinOp.FILL_U32, List.of(Weir.writes(buffer), WeirJava.unsignedScalar(7))));
             int[] sevens = within(WeirFutures.readInts(stream, buffer));
             assertEquals(64, sevens.length);
             for (int value : sevens) assertEquals(7, value);
-            within(WeirFutures.writeAndWait(stream, buffer, new int[] {1, 2}, 62));
-            within(WeirFutures.writeAndWait(stream, buffer, new byte[] {9, 0, 0, 0}, 0L));
+            within(WeirFutures.writeAndWait(stream, buffer, new int[] {1, 2}, 62L));
+            within(WeirFutures.writeAndWait(stream, buffer, new byte[] {9, 0, 0, 0}, 0L)); // raw bytes go anywhere
             int[] written = within(WeirFutures.readInts(stream, buffer));
             assertEquals(9, written[0]);
             assertEquals(7, written[1]);
@@ -133,13 +134,13 @@ class JavaApiTest {
             Buffer y = Weir.upload(stream, new float[] {10f, 20f, 30f, 40f});
             WeirBlocking.executeAndWait(stream, BuiltinOp.AXPY, Weir.reads(x), Weir.readsWrites(y), Weir.scalar(3f));
             assertArrayEquals(new float[] {13f, 26f, 39f, 52f}, WeirBlocking.readFloats(stream, y));
-            WeirBlocking.writeAndWait(stream, y, new float[] {-1f}, 3);
+            WeirBlocking.writeAndWait(stream, y, new float[] {-1f}, 3L);
             assertArrayEquals(new float[] {13f, 26f, 39f, -1f}, WeirBlocking.readFloats(stream, y));
-            // Bytes 4..8 of y: 26f, little-endian.
-            byte[] second = WeirBlocking.read(stream, y, 4, 4);
+            // Element 1 of y: 26f, little-endian.
+            byte[] second = WeirBlocking.read(stream, y, 1, 1);
             assertEquals(26f, Float.intBitsToFloat(
                     (second[0] & 0xff) | (second[1] & 0xff) << 8 | (second[2] & 0xff) << 16 | (second[3] & 0xff) << 24));
-            Buffer grid = Weir.zeros(stream, 16);
+            Buffer grid = Weir.zeros(stream, 4, ElementType.U32);
             WeirBlocking.executeAndWait(
                     stream, Weir.kernel(BuiltinOp.FILL_U32), WeirJava.linearGrid(4), List.of(Weir.writes(grid), WeirJava.unsignedScalar(3)));
             assertArrayEquals(new int[] {3, 3, 3, 3}, WeirBlocking.readInts(stream, grid));
@@ -158,13 +159,13 @@ class JavaApiTest {
     void plainVerbsEnqueueFromJavaAndReturnBeforeTheWorkIsDone(String backend) throws Exception {
         onRuntime(backend, runtime -> {
             WeirStream stream = runtime.defaultStream();
-            Buffer floats = Weir.zeros(stream, 16);
-            Buffer bytes = Weir.zeros(stream, 8);
+            Buffer floats = Weir.zeros(stream, 4, ElementType.F32);
+            Buffer bytes = Weir.zeros(stream, 8, ElementType.BYTES);
             Buffer cleared = Weir.upload(stream, new int[] {1, 2});
-            Buffer doubled = Weir.zeros(stream, 16);
+            Buffer doubled = Weir.zeros(stream, 4, ElementType.F32);
             try (Blocker blocker = new Blocker(stream)) {
-                Weir.write(stream, floats, new float[] {1.5f, 2.5f}, 2);
-                WeirJava.write(stream, bytes, new byte[] {7, 0, 0, 0}, 4L);
+                Weir.write(stream, floats, new float[] {1.5f, 2.5f}, 2L);
+                Weir.write(stream, bytes, new byte[] {7, 0, 0, 0}, 4L);
                 stream.memsetZero(cleared);
                 Weir.execute(stream, BuiltinOp.SCALE, Weir.reads(floats), Weir.writes(doubled), Weir.scalar(2f));
                 try (Fence fence = stream.fence()) {
@@ -187,7 +188,7 @@ class JavaApiTest {
         onRuntime(backend, runtime -> {
             WeirStream stream = runtime.defaultStream();
             try {
-                Weir.zeros(stream, -1);
+                Weir.zeros(stream, -1, ElementType.F32);
                 fail("a negative size was accepted");
             } catch (WeirException.InvalidArgument e) {
                 assertTrue(e.getMessage().contains("negative"), e.getMessage());
@@ -201,7 +202,7 @@ class JavaApiTest {
                 assertInstanceOf(WeirException.InvalidArgument.class, e);
             }
             try {
-                Buffer small = Weir.zeros(stream, 8);
+                Buffer small = Weir.zeros(stream, 8, ElementType.BYTES);
                 WeirBlocking.read(stream, small, 4, 8);
                 fail("a read past the end was accepted");
             } catch (WeirException.OutOfRange e) {
@@ -209,12 +210,12 @@ class JavaApiTest {
             } catch (WeirException e) {
                 fail("expected OutOfRange, got " + e);
             }
-            Buffer small = Weir.zeros(stream, 8);
+            Buffer small = Weir.zeros(stream, 2, ElementType.F32);
             // A future of bad input fails with the typed exception; nothing was changed.
             CompletionException failed = assertThrows(
-                    CompletionException.class, () -> within(WeirFutures.writeAndWait(stream, small, new float[] {1f, 2f}, 1)));
+                    CompletionException.class, () -> within(WeirFutures.writeAndWait(stream, small, new float[] {1f, 2f}, 1L)));
             assertInstanceOf(WeirException.OutOfRange.class, failed.getCause());
-            assertTrue(failed.getCause().getMessage().contains("element offset 1"), failed.getCause().getMessage());
+            assertTrue(failed.getCause().getMessage().contains("f32 elements at offset 1"), failed.getCause().getMessage());
             assertArrayEquals(new float[2], within(WeirFutures.readFloats(stream, small)));
             CompletionException negative = assertThrows(
                     CompletionException.class, () -> within(WeirFutures.writeAndWait(stream, small, new byte[4], -4L)));
@@ -230,7 +231,7 @@ class JavaApiTest {
         onRuntime(backend, runtime -> {
             WeirStream stream = runtime.defaultStream();
             try (Blocker blocker = new Blocker(stream)) {
-                Buffer buffer = Weir.zeros(stream, 16);
+                Buffer buffer = Weir.zeros(stream, 4, ElementType.U32);
                 Fence fence = stream.fence();
                 Arg five = WeirJava.unsignedScalar(5);
                 List<java.util.function.Supplier<CompletableFuture<?>>> waits = List.of(

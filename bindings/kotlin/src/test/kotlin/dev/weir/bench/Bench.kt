@@ -7,6 +7,7 @@
  */
 package dev.weir.bench
 
+import dev.weir.ElementType
 import dev.weir.Backend
 import dev.weir.BuiltinOp
 import dev.weir.WeirRuntime
@@ -58,7 +59,7 @@ private const val BATCH = 1_000
  * between batches.
  */
 private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<String, Double>, name: String, figures: MutableList<Figure>) {
-    val (a, b, c) = List(3) { stream.zeros(1024L) }
+    val (a, b, c) = List(3) { stream.zeros(1024L, ElementType.BYTES) }
     val fill = medianMicros(20_000) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 1 buffer argument", fill, baselines["admit_1_buffer"],

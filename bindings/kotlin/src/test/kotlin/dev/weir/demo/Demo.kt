@@ -9,6 +9,7 @@
  */
 package dev.weir.demo
 
+import dev.weir.ElementType
 import dev.weir.Backend
 import dev.weir.BuiltinOp
 import dev.weir.WeirRuntime
@@ -40,8 +41,8 @@ fun main(args: Array<String>) {
         val consumer = runtime.newStream()
         val n = 1 shl 20
         val input = producer.upload(FloatArray(n) { (it % 1000).toFloat() })
-        val staging = producer.empty(n * 4L)
-        val accumulator = consumer.zeros(n * 4L)
+        val staging = producer.empty(n.toLong(), ElementType.F32)
+        val accumulator = consumer.zeros(n.toLong(), ElementType.F32)
         runBlocking(Dispatchers.Default) {
             for (batch in 1..4) {
                 val start = System.nanoTime()
