@@ -25,8 +25,11 @@ impl Access {
 }
 
 /// Launch shape of a custom kernel: work groups (CUDA/HIP blocks, WGSL
-/// workgroups), the block size for CUDA/HIP (WGSL declares its own), and
-/// dynamic shared memory in bytes for CUDA/HIP.
+/// workgroups), the threads of one group (the block), and dynamic shared
+/// memory in bytes for CUDA/HIP. The block is the grid's on every backend: a
+/// CPU closure reads it from [`CpuKernelArgs::grid`], and a WGSL kernel takes
+/// it through `override` constants in its `@workgroup_size` (one written as
+/// numbers must be this block, or the launch is refused).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Grid {
     pub groups: [u32; 3],
@@ -288,12 +291,16 @@ impl CustomKernelBuilder {
         self.0.cpu = Some(Arc::new(body));
         self
     }
-    /// WGSL source and entry point; buffers bind in argument order at group 0.
+    /// WGSL source and entry point: buffers bind in argument order at group 0,
+    /// bindings `0..n`, then the scalars as one uniform struct at binding `n`,
+    /// one 4-byte field per scalar in order; `@workgroup_size` takes the
+    /// grid's block through `override` constants (see [`Grid`]).
     pub fn wgsl(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
         self.0.wgsl = Some(KernelSource { code: code.into(), entry: entry.into() });
         self
     }
-    /// CUDA C source and `extern "C"` entry point.
+    /// CUDA C source and `extern "C"` entry point: its parameters are the
+    /// arguments in order (buffers as pointers), launched with the grid's block.
     pub fn cuda(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
         self.0.cuda = Some(KernelSource { code: code.into(), entry: entry.into() });
         self

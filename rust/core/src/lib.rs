@@ -63,6 +63,24 @@
 //! # Ok::<(), weir_core::Error>(())
 //! ```
 
+//!
+//! # Custom kernels, written once per backend
+//!
+//! A custom kernel has a source per backend ([`Kernel::custom`]): a Rust
+//! closure for the CPU, WGSL for wgpu, CUDA C, HIP C. One launch runs on
+//! every backend with the same [`Grid`] and the same arguments when the
+//! sources keep two rules:
+//! - **Arguments: buffers first, in order, then scalars, in order.** CUDA and
+//!   HIP take them as parameters in that order; WGSL binds the buffers at
+//!   group 0, bindings `0..n`, and the scalars as one uniform struct at
+//!   binding `n` with one 4-byte field per scalar (checked against the source
+//!   before anything runs); a CPU closure reads `f32s(i)`/`scalar(j)`.
+//! - **The block is the grid's.** CUDA and HIP launch `grid.block`; a CPU
+//!   closure reads `args.grid`; WGSL declares its size with `override`
+//!   constants, which Weir sets from the grid:
+//!   `override block_x: u32 = 64; @compute @workgroup_size(block_x)`. A WGSL
+//!   size written as a number must equal the block, or the launch is refused
+//!   with [`Error::InvalidArgument`] saying so.
 #[cfg(feature = "test-support")]
 pub mod backend;
 #[cfg(not(feature = "test-support"))]

@@ -161,8 +161,9 @@ impl Arg {
     }
 }
 
-/// Launch shape of a custom kernel: work groups, the block size for CUDA/HIP
-/// (WGSL declares its own), dynamic shared memory for CUDA/HIP. Built-in ops
+/// Launch shape of a custom kernel: work groups, the threads of one group
+/// (the block, on every backend: WGSL takes it through `override` constants in
+/// `@workgroup_size`), dynamic shared memory for CUDA/HIP. Built-in ops
 /// ignore it. Every field defaults to a single group of one thread.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
 pub struct Grid {

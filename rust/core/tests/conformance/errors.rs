@@ -16,7 +16,8 @@ fn failing_kernel() -> Kernel {
         // Compiles, but needs 16 KiB where it is given less: recording it fails.
         .wgsl(
             "@group(0) @binding(0) var<storage, read_write> out: array<vec4<u32>, 1024>;\n\
-             @compute @workgroup_size(1)\nfn main() { out[0] = vec4<u32>(1u); }\n",
+             override block_x: u32 = 1;\n\
+             @compute @workgroup_size(block_x)\nfn main() { out[0] = vec4<u32>(1u); }\n",
             "main",
         )
         // Launched with more threads per block than it allows: a launch failure.

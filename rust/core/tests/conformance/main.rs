@@ -49,6 +49,7 @@ mod fences;
 mod graphs;
 mod lifecycle;
 mod ordering;
+mod portable;
 mod reentrancy;
 mod seed_race;
 mod stress;

@@ -158,7 +158,7 @@ fn immediate(gpu: &Gpu) -> bool {
 /// reported as the backend's error.
 fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
     let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
-    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes };
+    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None };
     gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
         CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
         CompileError::NoThread(message) => Error::backend(BACKEND, message),

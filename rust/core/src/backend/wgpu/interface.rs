@@ -186,6 +186,50 @@ fn check_scalars(
     }
 }
 
+/// The pipeline constants that make `entry`'s `@workgroup_size` the grid's
+/// `block`: every `override` it is declared with takes the block's size in
+/// its dimension. A size written as a number must already be the block's:
+/// otherwise the kernel would run with another block than the grid says,
+/// as CUDA and HIP never do.
+pub(crate) fn block_constants(
+    module: &naga::Module,
+    entry: &str,
+    block: [u32; 3],
+) -> Result<Vec<(String, f64)>, String> {
+    let Some(point) = module.entry_points.iter().find(|point| point.name == entry) else {
+        return Err(format!("the source has no entry point `{entry}`"));
+    };
+    let overrides = point.workgroup_size_overrides.unwrap_or([None; 3]);
+    let mut constants = Vec::new();
+    for (axis, (expression, &wanted)) in overrides.iter().zip(&block).enumerate() {
+        let name = ["x", "y", "z"][axis];
+        match expression {
+            None if point.workgroup_size[axis] == wanted => {}
+            None => {
+                return Err(format!(
+                    "`{entry}` declares @workgroup_size {:?}, but the grid's block is {block:?}: the block is the \
+                     grid's on every backend (declare the size with `override` constants, e.g. \
+                     `override block_{name}: u32 = 64; @workgroup_size(block_{name})`, to take any block)",
+                    point.workgroup_size
+                ))
+            }
+            Some(handle) => match &module.global_expressions[*handle] {
+                naga::Expression::Override(id) => match &module.overrides[*id].name {
+                    Some(constant) => constants.push((constant.clone(), f64::from(wanted))),
+                    None => return Err(format!("`{entry}`'s workgroup size {name} is an override without a name")),
+                },
+                _ => {
+                    return Err(format!(
+                        "`{entry}`'s workgroup size {name} is an expression: declare it as one `override` constant, \
+                         which takes the grid's block"
+                    ))
+                }
+            },
+        }
+    }
+    Ok(constants)
+}
+
 /// Turns the scalars' uniform of a module that passed [`check`] into
 /// immediate data: the same struct, set with each dispatch instead of bound.
 pub(crate) fn scalars_as_immediates(module: &mut naga::Module) {

@@ -40,6 +40,9 @@ struct Key {
     /// Bytes of immediate data the scalars are set as; 0: they are a uniform
     /// buffer at the binding after the buffers.
     immediate_bytes: u32,
+    /// A custom kernel's block (the grid's): its `@workgroup_size` is this,
+    /// as written or through `override` constants. `None` for built-ins.
+    block: Option<[u32; 3]>,
 }
 
 /// A compiled kernel and the layout of its bindings.
@@ -71,6 +74,8 @@ pub(crate) struct Signature<'a> {
     pub checked: Option<&'a [ScalarType]>,
     /// Bytes of immediate data the scalars are set as; 0: a uniform buffer.
     pub immediate_bytes: u32,
+    /// A custom kernel's block size, from its grid. `None` for built-ins.
+    pub block: Option<[u32; 3]>,
 }
 
 /// Pipelines by source; a source that failed to compile stays failed.
@@ -105,6 +110,7 @@ impl PipelineCache {
             scalars: signature.scalars,
             checked: signature.checked.map(<[ScalarType]>::to_vec),
             immediate_bytes: signature.immediate_bytes,
+            block: signature.block,
         };
         if let Some(found) = lock(&self.entries).get(&key) {
             return found.clone().map_err(CompileError::Invalid);
@@ -186,23 +192,34 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// lines and columns, which a parsed module cannot.
 fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     let Some(scalars) = &key.checked else {
-        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[]).map_err(|f| f.message());
     };
     let as_written = Key { immediate_bytes: 0, ..key.clone() };
     let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(&key.code) else {
-        return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+        return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[])
+            .map_err(|f| f.message());
     };
     interface::check(&module, &key.entry, &Arguments { buffers: key.read_only.len(), scalars })?;
+    let block = key.block.unwrap_or([1; 3]);
+    let constants = interface::block_constants(&module, &key.entry, block)?;
+    let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
     if key.immediate_bytes == 0 {
-        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
+            .map_err(|f| f.message());
     }
     interface::scalars_as_immediates(&mut module);
-    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module))).or_else(|_| {
-        build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message())
+    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &constants).or_else(|_| {
+        build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
+            .map_err(|f| f.message())
     })
 }
 
-fn build(device: &wgpu::Device, key: &Key, source: wgpu::ShaderSource<'_>) -> Result<Arc<Pipeline>, Failure> {
+fn build(
+    device: &wgpu::Device,
+    key: &Key,
+    source: wgpu::ShaderSource<'_>,
+    constants: &[(&str, f64)],
+) -> Result<Arc<Pipeline>, Failure> {
     scoped(device, || {
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(&key.entry), source });
         let mut entries: Vec<wgpu::BindGroupLayoutEntry> = key
@@ -226,7 +243,7 @@ fn build(device: &wgpu::Device, key: &Key, source: wgpu::ShaderSource<'_>) -> Re
             layout: Some(&pipeline_layout),
             module: &module,
             entry_point: Some(&key.entry),
-            compilation_options: Default::default(),
+            compilation_options: wgpu::PipelineCompilationOptions { constants, ..Default::default() },
             cache: None,
         });
         Arc::new(Pipeline { pipeline, layout, immediate_bytes: key.immediate_bytes })

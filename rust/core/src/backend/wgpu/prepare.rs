@@ -113,7 +113,7 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
             gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
             Plan::Download { staging, first, size }
         }
-        Command::Custom { kernel, args, .. } => prepare_custom(gpu, kernel, args)?,
+        Command::Custom { kernel, grid, args } => prepare_custom(gpu, kernel, grid, args)?,
     };
     Ok(WgpuPrepared(plan))
 }
@@ -188,7 +188,7 @@ fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[Kernel
 /// ([`super::interface`]), or that disagrees with the declared accesses, is
 /// the caller's error: it refuses the command with the
 /// compiler's message, before anything is admitted.
-fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, args: &[KernelArg<R>]) -> Result<Plan, Error> {
+fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<Plan, Error> {
     let source =
         kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
     let (mut read_only, mut scalars, mut types) = (Vec::new(), Vec::new(), Vec::new());
@@ -204,8 +204,13 @@ fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, args: &[KernelArg<R>]) ->
     // Scalars go as immediate data where the device takes that many bytes.
     let bytes = 4 * scalars.len() as u32;
     let immediate_bytes = if !scalars.is_empty() && bytes <= gpu.immediate_bytes { bytes } else { 0 };
-    let signature =
-        Signature { read_only: &read_only, scalars: !scalars.is_empty(), checked: Some(&types), immediate_bytes };
+    let signature = Signature {
+        read_only: &read_only,
+        scalars: !scalars.is_empty(),
+        checked: Some(&types),
+        immediate_bytes,
+        block: Some(grid.block),
+    };
     let pipeline =
         gpu.pipelines.get(&gpu.device, &source.code, &source.entry, signature).map_err(|error| match error {
             CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),

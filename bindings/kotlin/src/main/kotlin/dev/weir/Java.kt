@@ -52,8 +52,8 @@ object WeirJava {
 
     /**
      * A launch shape: [groupsX] × [groupsY] × [groupsZ] work groups of
-     * [blockX] × [blockY] × [blockZ] threads (the block is for CUDA/HIP; WGSL
-     * declares its own), [sharedBytes] of dynamic shared memory (CUDA/HIP).
+     * [blockX] × [blockY] × [blockZ] threads (on every backend; WGSL takes it
+     * through `override` constants), [sharedBytes] of dynamic shared memory (CUDA/HIP).
      */
     @JvmStatic
     @JvmOverloads
