@@ -2,6 +2,8 @@
 
 use std::sync::Arc;
 
+use crate::host_kernel::{cpu_closure, CpuKernelBody};
+
 /// The built-in ops, the same on every backend. Arguments, in order:
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
 pub enum BuiltinOp {
@@ -60,9 +62,8 @@ pub struct KernelSource {
 }
 
 /// A kernel to launch with `WeirStream.execute`: a built-in op, or a custom kernel
-/// with a source per backend. Launching a kernel on a backend it has no source
-/// for fails with `Unsupported` (custom CPU kernels are Rust closures, so they
-/// exist only in Rust).
+/// with an implementation per backend. Launching a kernel on a backend it has
+/// none for fails with `Unsupported`.
 #[derive(Debug, uniffi::Object)]
 pub struct Kernel {
     inner: weir_core::Kernel,
@@ -82,16 +83,23 @@ impl Kernel {
         Arc::new(Kernel { inner: weir_core::Kernel::builtin(op.into()) })
     }
 
-    /// A custom kernel named `name`, with the sources it has. WGSL buffers bind
-    /// in argument order at group 0.
-    #[uniffi::constructor(default(wgsl = None, cuda = None, hip = None))]
+    /// A custom kernel named `name`, with the implementations it has: WGSL,
+    /// CUDA C and HIP C sources, and `cpu`, a callback the CPU backend runs.
+    /// One launch runs on every backend it has one for when buffers come
+    /// first, then scalars, and the block is the grid's (WGSL: `override`
+    /// constants in `@workgroup_size`); see the crate docs of weir-core.
+    #[uniffi::constructor(default(wgsl = None, cuda = None, hip = None, cpu = None))]
     pub fn custom(
         name: String,
         wgsl: Option<KernelSource>,
         cuda: Option<KernelSource>,
         hip: Option<KernelSource>,
+        cpu: Option<Arc<dyn CpuKernelBody>>,
     ) -> Arc<Self> {
         let mut builder = weir_core::Kernel::custom(name);
+        if let Some(body) = cpu {
+            builder = builder.cpu(cpu_closure(body));
+        }
         if let Some(source) = wgsl {
             builder = builder.wgsl(source.code, source.entry);
         }

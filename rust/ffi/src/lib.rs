@@ -12,6 +12,9 @@
 //!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
 //! - **Bulk data** (`bulk.rs`) borrows the caller's memory for uploads and
 //!   hands reads back in a [`HostBytes`], with no `RustBuffer` in between.
+//! - **CPU kernels in Kotlin and Swift** (`host_kernel.rs`): a foreign
+//!   [`CpuKernelBody`] that the CPU backend's worker calls with the launch's
+//!   memory lent by address in a [`CpuKernelCall`].
 //! - **One error enum**, [`WeirError`]: a typed variant per core error, whose
 //!   message is the core error's text.
 //! - **Async exports are runtime-agnostic.** They await core futures, which are
@@ -32,6 +35,7 @@ mod bulk;
 mod cancel;
 mod error;
 mod fence;
+mod host_kernel;
 mod kernel;
 mod records;
 mod runtime;
@@ -44,6 +48,7 @@ pub use cancel::CancelToken;
 pub use error::debug_error_probe;
 pub use error::WeirError;
 pub use fence::Fence;
+pub use host_kernel::{CpuKernelBody, CpuKernelCall};
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid};
 pub use runtime::WeirRuntime;

@@ -176,13 +176,13 @@ pub struct Grid {
     /// Work groups along z.
     #[uniffi(default = 1)]
     pub groups_z: u32,
-    /// Threads per group along x (CUDA/HIP).
+    /// Threads per group along x.
     #[uniffi(default = 1)]
     pub block_x: u32,
-    /// Threads per group along y (CUDA/HIP).
+    /// Threads per group along y.
     #[uniffi(default = 1)]
     pub block_y: u32,
-    /// Threads per group along z (CUDA/HIP).
+    /// Threads per group along z.
     #[uniffi(default = 1)]
     pub block_z: u32,
     /// Dynamic shared memory in bytes (CUDA/HIP).
@@ -194,6 +194,13 @@ impl Default for Grid {
     /// One group of one thread, no shared memory (what built-in ops are given).
     fn default() -> Self {
         Grid { groups_x: 1, groups_y: 1, groups_z: 1, block_x: 1, block_y: 1, block_z: 1, shared_bytes: 0 }
+    }
+}
+
+impl From<weir_core::Grid> for Grid {
+    fn from(grid: weir_core::Grid) -> Self {
+        let ([groups_x, groups_y, groups_z], [block_x, block_y, block_z]) = (grid.groups, grid.block);
+        Grid { groups_x, groups_y, groups_z, block_x, block_y, block_z, shared_bytes: grid.shared_bytes }
     }
 }
 
@@ -211,16 +218,7 @@ impl Grid {
 /// Enough groups of `block` threads along x to cover `items` items (`block` 0 counts as 1).
 #[uniffi::export]
 pub fn grid_linear(items: u32, block: u32) -> Grid {
-    let grid = weir_core::Grid::linear(items, block);
-    Grid {
-        groups_x: grid.groups[0],
-        groups_y: grid.groups[1],
-        groups_z: grid.groups[2],
-        block_x: grid.block[0],
-        block_y: grid.block[1],
-        block_z: grid.block[2],
-        shared_bytes: 0,
-    }
+    weir_core::Grid::linear(items, block).into()
 }
 
 /// What a runtime runs on.

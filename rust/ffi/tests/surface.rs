@@ -154,7 +154,7 @@ fn errors_arrive_as_their_typed_variant() {
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
-    let custom = Kernel::custom("gpu_only".into(), None, None, None);
+    let custom = Kernel::custom("gpu_only".into(), None, None, None, None);
     match stream.execute(custom, grid(), vec![]) {
         Err(WeirError::Unsupported { backend, description }) => {
             assert_eq!(backend, weir_ffi::BackendKind::Cpu);
@@ -302,5 +302,65 @@ fn typed_data_must_match_the_buffer_and_ints_go_with_u32_buffers() {
     assert_eq!((tail.element_count(), tail.first_element()), (2, 2));
     assert_eq!(floats(&stream.read_blocking(tail.clone(), 0, None).unwrap()), [0.0, 2.5]);
     assert!(matches!(f.view(3, 2), Err(WeirError::OutOfRange { .. })));
+    runtime.shutdown().unwrap();
+}
+
+/// A CPU kernel body as Kotlin and Swift write one: `out[i] = a · x[i]`,
+/// through the addresses the call lends; it keeps the call to try it later.
+struct Scaled(std::sync::Mutex<Option<Arc<weir_ffi::CpuKernelCall>>>);
+
+impl weir_ffi::CpuKernelBody for Scaled {
+    fn run(&self, call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
+        let a = call.scalar_f32(0).ok()?;
+        if a < 0.0 {
+            return Some(format!("a negative scale {a}"));
+        }
+        let (x, out) = (call.buffer_address(0).ok()? as usize, call.buffer_address(1).ok()? as usize);
+        let n = call.buffer_size_bytes(1).ok()? as usize / 4;
+        assert!(!call.buffer_writable(0).unwrap() && call.buffer_writable(1).unwrap());
+        // SAFETY: the call lends `n` f32s at each address for its duration;
+        // `out` is written only (declared Write) and disjoint from `x`.
+        unsafe {
+            let (x, out) =
+                (std::slice::from_raw_parts(x as *const f32, n), std::slice::from_raw_parts_mut(out as *mut f32, n));
+            for (o, v) in out.iter_mut().zip(x) {
+                *o = a * v;
+            }
+        }
+        *self.0.lock().unwrap() = Some(call);
+        None
+    }
+}
+
+#[test]
+fn a_foreign_cpu_kernel_runs_on_the_lent_memory_and_its_failure_fails_the_op() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let body = Arc::new(Scaled(std::sync::Mutex::new(None)));
+    let kernel = Kernel::custom("scaled".into(), None, None, None, Some(body.clone()));
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0]), ElementType::F32).unwrap();
+    let out = stream.zeros(3, ElementType::F32).unwrap();
+    let args = |a: f32| {
+        vec![
+            Arg::Buffer { buffer: x.clone(), access: Access::Read },
+            Arg::Buffer { buffer: out.clone(), access: Access::Write },
+            Arg::F32 { value: a },
+        ]
+    };
+    block_on(stream.execute_and_wait(kernel.clone(), grid(), args(2.0), None)).unwrap();
+    assert_eq!(floats(&stream.read_blocking(out.clone(), 0, None).unwrap()), [2.0, 4.0, 6.0]);
+    // The call lends nothing once it is over.
+    let kept = body.0.lock().unwrap().take().unwrap();
+    assert!(matches!(kept.buffer_address(0), Err(WeirError::InvalidArgument { .. })));
+    assert_eq!(kept.grid(), grid());
+    // A message from the body fails the op and what it writes.
+    stream.execute(kernel, grid(), args(-1.0)).unwrap();
+    match stream.read_blocking(out, 0, None) {
+        Err(WeirError::OpFailed { description, .. }) => {
+            assert!(description.contains("a negative scale -1"), "{description}")
+        }
+        other => panic!("expected OpFailed, got {other:?}"),
+    }
+    let _ = block_on(stream.sync(None));
     runtime.shutdown().unwrap();
 }

@@ -1,0 +1,162 @@
+//! Custom CPU kernels written in Kotlin or Swift: a foreign callback that the
+//! CPU backend's stream worker calls with the launch's memory.
+//!
+//! The callback gets addresses, not copies: a [`CpuKernelCall`] names each
+//! buffer argument's first byte, size and access, valid while the callback
+//! runs and refused after it. The worker holds no lock of Weir's during the
+//! call; a callback that waits on its own stream waits for itself.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use crate::error::{Result, WeirError};
+use crate::records::Grid;
+
+/// A custom kernel's CPU implementation in a foreign language.
+#[uniffi::export(with_foreign)]
+pub trait CpuKernelBody: Send + Sync {
+    /// Runs the kernel over `call`'s arguments; returns `None` when it
+    /// succeeded, or the message that fails the op (and the buffers it writes).
+    fn run(&self, call: Arc<CpuKernelCall>) -> Option<String>;
+}
+
+/// One buffer argument of a call: where it is, how big, whether it is written.
+#[derive(Debug, Clone, Copy)]
+struct CallBuffer {
+    address: usize,
+    size_bytes: usize,
+    writable: bool,
+}
+
+/// The arguments of one launch of a foreign CPU kernel, in declaration order:
+/// buffers and scalars each counted on their own. Addresses are valid only
+/// while [`CpuKernelBody::run`] runs; after it returns every accessor fails
+/// with `InvalidArgument`.
+#[derive(Debug, uniffi::Object)]
+pub struct CpuKernelCall {
+    grid: Grid,
+    buffers: Vec<CallBuffer>,
+    scalars: Vec<weir_core::ScalarArg>,
+    live: AtomicBool,
+}
+
+impl CpuKernelCall {
+    fn live(&self) -> Result<()> {
+        match self.live.load(Ordering::Acquire) {
+            true => Ok(()),
+            false => Err(WeirError::invalid("this kernel call is over: its memory is no longer lent")),
+        }
+    }
+
+    fn buffer(&self, index: u32) -> Result<CallBuffer> {
+        self.live()?;
+        let count = self.buffers.len();
+        self.buffers
+            .get(index as usize)
+            .copied()
+            .ok_or_else(|| WeirError::invalid(format!("no buffer argument {index}: the kernel has {count}")))
+    }
+
+    fn scalar(&self, index: u32) -> Result<weir_core::ScalarArg> {
+        self.live()?;
+        let count = self.scalars.len();
+        self.scalars
+            .get(index as usize)
+            .copied()
+            .ok_or_else(|| WeirError::invalid(format!("no scalar argument {index}: the kernel has {count}")))
+    }
+}
+
+fn wrong_scalar(index: u32, wanted: &str, got: weir_core::ScalarArg) -> WeirError {
+    WeirError::invalid(format!("scalar argument {index} is {got:?}, not a {wanted}"))
+}
+
+#[uniffi::export]
+impl CpuKernelCall {
+    /// The launch's grid, as given to `execute`.
+    pub fn grid(&self) -> Grid {
+        self.grid
+    }
+
+    /// Number of buffer arguments.
+    pub fn buffer_count(&self) -> u32 {
+        self.buffers.len() as u32
+    }
+
+    /// Number of scalar arguments.
+    pub fn scalar_count(&self) -> u32 {
+        self.scalars.len() as u32
+    }
+
+    /// The address of buffer argument `index`'s first byte (of a view: of its
+    /// range), lent for the call.
+    pub fn buffer_address(&self, index: u32) -> Result<u64> {
+        Ok(self.buffer(index)?.address as u64)
+    }
+
+    /// The size in bytes of buffer argument `index`.
+    pub fn buffer_size_bytes(&self, index: u32) -> Result<u64> {
+        Ok(self.buffer(index)?.size_bytes as u64)
+    }
+
+    /// True when buffer argument `index` is declared `Write` or `ReadWrite`:
+    /// the kernel may write it. Writing a read-only one is undefined.
+    pub fn buffer_writable(&self, index: u32) -> Result<bool> {
+        Ok(self.buffer(index)?.writable)
+    }
+
+    /// Scalar argument `index`, which must be a `u32`.
+    pub fn scalar_u32(&self, index: u32) -> Result<u32> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::U32(value) => Ok(value),
+            other => Err(wrong_scalar(index, "u32", other)),
+        }
+    }
+
+    /// Scalar argument `index`, which must be an `i32`.
+    pub fn scalar_i32(&self, index: u32) -> Result<i32> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::I32(value) => Ok(value),
+            other => Err(wrong_scalar(index, "i32", other)),
+        }
+    }
+
+    /// Scalar argument `index`, which must be an `f32`.
+    pub fn scalar_f32(&self, index: u32) -> Result<f32> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::F32(value) => Ok(value),
+            other => Err(wrong_scalar(index, "f32", other)),
+        }
+    }
+}
+
+/// The core's CPU closure for `body`: it lends the launch's memory to one
+/// [`CpuKernelCall`], calls `body` and takes the loan back.
+pub(crate) fn cpu_closure(
+    body: Arc<dyn CpuKernelBody>,
+) -> impl Fn(&mut weir_core::CpuKernelArgs<'_>) -> std::result::Result<(), String> + Send + Sync + 'static {
+    move |args| {
+        let mut buffers = Vec::with_capacity(args.buffer_count());
+        for index in 0..args.buffer_count() {
+            // Writable arguments lend a mutable address; the rest a shared one.
+            let buffer = match args.bytes_mut(index) {
+                Ok(bytes) => {
+                    CallBuffer { address: bytes.as_mut_ptr() as usize, size_bytes: bytes.len(), writable: true }
+                }
+                Err(_) => {
+                    let bytes = args.bytes(index)?;
+                    CallBuffer { address: bytes.as_ptr() as usize, size_bytes: bytes.len(), writable: false }
+                }
+            };
+            buffers.push(buffer);
+        }
+        let scalars = (0..).map_while(|index| args.scalar(index).ok()).collect();
+        let call = Arc::new(CpuKernelCall { grid: args.grid.into(), buffers, scalars, live: AtomicBool::new(true) });
+        let failure = body.run(call.clone());
+        call.live.store(false, Ordering::Release);
+        match failure {
+            None => Ok(()),
+            Some(message) => Err(message),
+        }
+    }
+}
