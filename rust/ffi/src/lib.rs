@@ -3,7 +3,7 @@
 //! The UniFFI surface of Weir, for Kotlin and Swift. Conversion only: every
 //! behaviour lives in `weir-core`.
 //!
-//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Kernel`],
+//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Kernel`], [`DeviceGroup`],
 //!   [`CancelToken`], and `Hold` with `test-support`) each wrap one core
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
@@ -35,6 +35,7 @@ mod bulk;
 mod cancel;
 mod error;
 mod fence;
+mod group;
 mod host_kernel;
 mod kernel;
 mod records;
@@ -48,6 +49,7 @@ pub use cancel::CancelToken;
 pub use error::debug_error_probe;
 pub use error::WeirError;
 pub use fence::Fence;
+pub use group::DeviceGroup;
 pub use host_kernel::{CpuKernelBody, CpuKernelCall};
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid};

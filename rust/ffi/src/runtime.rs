@@ -25,6 +25,13 @@ pub struct WeirRuntime {
     inner: weir_core::Runtime,
 }
 
+impl WeirRuntime {
+    /// The handle of a runtime the core opened (a group's member).
+    pub(crate) fn wrap(inner: weir_core::Runtime) -> Arc<Self> {
+        Arc::new(WeirRuntime { inner })
+    }
+}
+
 #[uniffi::export]
 impl WeirRuntime {
     /// Opens the device of `backend`. A backend that cannot run here fails with

@@ -158,6 +158,27 @@ impl WeirStream {
         Ok(self.admit_read(&buffer, offset, length)?.wait()?)
     }
 
+    /// Enqueues a copy of all of `src`, a buffer of another member of this
+    /// stream's device group, into `dst`, a buffer of this stream's runtime
+    /// of the same size: it waits for `src`'s latest write on its device and
+    /// for every user of `dst` here, and a later write of `src` on its device
+    /// waits for it. Returns once admitted, not once done.
+    pub fn copy_from_peer(&self, src: Arc<Buffer>, dst: Arc<Buffer>) -> Result<()> {
+        Ok(self.inner.copy_from_peer(src.core(), dst.core())?)
+    }
+
+    /// Enqueues [`WeirStream::copy_from_peer`], then suspends until this stream has done it.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn copy_from_peer_and_wait(
+        &self,
+        src: Arc<Buffer>,
+        dst: Arc<Buffer>,
+        cancel: Option<Arc<CancelToken>>,
+    ) -> Result<()> {
+        self.inner.copy_from_peer(src.core(), dst.core())?;
+        cancellable(self.completion()?, cancel).await
+    }
+
     /// A fence on all work admitted on this stream so far.
     pub fn fence(&self) -> Result<Arc<Fence>> {
         Ok(Arc::new(Fence::new(self.inner.fence()?)))

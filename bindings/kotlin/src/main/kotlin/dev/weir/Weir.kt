@@ -200,3 +200,8 @@ internal fun ByteArray.toIntArray(): IntArray {
     ByteBuffer.wrap(this).order(ByteOrder.LITTLE_ENDIAN).asIntBuffer().get(out)
     return out
 }
+
+/** Opens [devices] (device indices) of [backend] as a group. */
+@Throws(WeirException::class)
+fun DeviceGroup.Companion.open(backend: Backend, vararg devices: Int): DeviceGroup =
+    DeviceGroup.open(backend, devices.map { it.toLong().toCount().toUInt() })
