@@ -385,7 +385,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// A point in a stream another stream can wait for; released on drop.
     type Event: Send + Sync;
     /// A device allocation; released on drop.
-    type Memory: Send + Sync + 'static;
+    /// Equal where it is the same allocation: [`Backend::prepare`] tells
+    /// ranges of one buffer apart from ranges of two.
+    type Memory: Send + Sync + PartialEq + 'static;
     /// What [`Backend::prepare`] made for one command.
     type Prepared: Send;
 
@@ -540,14 +542,6 @@ pub mod direct {
     use crate::completion::Completion;
     use crate::diagnostics::LiveCounters;
 
-    struct ByAddress<'a, M>(&'a M);
-
-    impl<M> PartialEq for ByAddress<'_, M> {
-        fn eq(&self, other: &Self) -> bool {
-            std::ptr::eq(self.0, other.0)
-        }
-    }
-
     /// A completion of `parts` signals, to hand to [`Backend::signal`].
     pub fn completion(parts: usize) -> Arc<Completion> {
         Completion::new(parts, Arc::new(LiveCounters::default()))
@@ -562,11 +556,7 @@ pub mod direct {
         stream: &B::Stream,
         command: Command<&B::Memory>,
     ) -> Result<(), EnqueueError> {
-        // Prepared commands compare their buffers: memory is the same buffer
-        // where it is the same object.
-        let command = command.map(ByAddress);
         let prepared = backend.prepare(&command).map_err(EnqueueError::Rejected)?;
-        let command = command.map(|memory| memory.0);
         // SAFETY: the caller upholds `enqueue`'s contract.
         unsafe { backend.enqueue(stream, command, prepared, super::OpIo::default()) }
     }

@@ -4,7 +4,7 @@
 //! order, then scalars in order (CUDA/HIP parameters; WGSL bindings `0..n`,
 //! then one uniform struct of the scalars).
 
-use weir_core::{Arg, ElementType, Error, Grid, Kernel, Runtime, ScalarArg};
+use weir_core::{Arg, ElementType, Error, Grid, Kernel, ScalarArg};
 
 /// `out[i] = a · x[i] + threadIdx.x` for `i < n`: the thread's index in its
 /// block shows which block size ran.

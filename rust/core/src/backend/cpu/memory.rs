@@ -46,6 +46,13 @@ struct ActiveAccess {
 #[derive(Clone)]
 pub struct CpuMemory(Arc<Block>);
 
+impl PartialEq for CpuMemory {
+    /// The same allocation: clones share one.
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
 impl std::fmt::Debug for CpuMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "CpuMemory({} bytes)", self.0.len)

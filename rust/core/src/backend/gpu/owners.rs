@@ -51,6 +51,13 @@ pub(crate) struct GpuMemory<D: Driver> {
     pub(crate) len: u64,
 }
 
+impl<D: Driver> PartialEq for GpuMemory<D> {
+    /// The same allocation: one object.
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
 impl<D: Driver> GpuMemory<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, len: u64) -> Result<Self> {
         let ptr = device.driver.alloc(len)?;

@@ -32,6 +32,13 @@ pub struct WgpuMemory {
     counters: Arc<WgpuCounters>,
 }
 
+impl PartialEq for WgpuMemory {
+    /// The same allocation: one object.
+    fn eq(&self, other: &Self) -> bool {
+        std::ptr::eq(self, other)
+    }
+}
+
 impl std::fmt::Debug for WgpuMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "WgpuMemory({} bytes)", self.len)
