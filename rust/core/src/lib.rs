@@ -82,6 +82,7 @@ mod ops;
 mod runtime;
 mod scheduler;
 mod stream;
+mod timestamp;
 
 pub use backend::cpu::CpuRawAccess;
 #[cfg(feature = "cuda")]
@@ -96,7 +97,7 @@ pub use backend::RawAccess;
 pub use buffer::Buffer;
 pub use cancel::CancelToken;
 pub use completion::Completion;
-pub use device::{BackendKind, DeviceInfo, KernelLanguage};
+pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
 pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
@@ -106,9 +107,10 @@ pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };
 pub use ops::Arg;
-pub use runtime::Runtime;
+pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
 pub use scheduler::Fault;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;
+pub use timestamp::Timestamp;

@@ -7,7 +7,7 @@
 //!   [`CancelToken`], and `Hold` with `test-support`) each wrap one core
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
-//!   [`DeviceInfo`], [`Diagnostics`]) are plain data, converted field by field.
+//!   [`DeviceInfo`], [`LaunchLimits`], [`Diagnostics`]) are plain data, converted field by field.
 //! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
 //!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
 //! - **Bulk data** (`bulk.rs`) borrows the caller's memory for uploads and
@@ -45,8 +45,8 @@ pub use error::debug_error_probe;
 pub use error::WeirError;
 pub use fence::Fence;
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
-pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, Grid};
-pub use runtime::WeirRuntime;
+pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, Grid, LaunchLimits};
+pub use runtime::{devices, WeirRuntime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::WeirStream;

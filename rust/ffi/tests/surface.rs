@@ -268,3 +268,16 @@ fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_threa
     assert!(matches!(block_on(stream.read_host(buffer, 0, 0, None)), Err(WeirError::InvalidArgument { .. })));
     runtime.shutdown().unwrap();
 }
+
+#[test]
+fn devices_lists_the_cpu_and_each_listed_device_opens_as_listed() {
+    let listed = weir_ffi::devices();
+    assert_eq!(listed.iter().filter(|device| device.backend == Backend::Cpu).count(), 1, "{listed:?}");
+    for device in &listed {
+        let runtime = WeirRuntime::open_device(device.backend, device.index).expect("a listed device opens");
+        assert_eq!(&runtime.info(), device);
+        runtime.shutdown().expect("shutdown");
+    }
+    let past = listed.iter().filter(|device| device.backend == Backend::Wgpu).count() as u32;
+    assert!(matches!(WeirRuntime::open_device(Backend::Wgpu, past), Err(WeirError::Unavailable { .. })));
+}

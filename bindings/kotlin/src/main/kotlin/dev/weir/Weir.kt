@@ -25,6 +25,13 @@ import java.util.concurrent.ConcurrentHashMap
 @Throws(WeirException::class)
 fun WeirRuntime.Companion.open(): WeirRuntime = WeirRuntime.open(Backend.AUTO)
 
+/**
+ * Opens [device], one of those [devices] lists: the runtime's `info()` is
+ * then [device] itself.
+ */
+@Throws(WeirException::class)
+fun WeirRuntime.Companion.open(device: DeviceInfo): WeirRuntime = openDevice(device.backend, device.index)
+
 /** A zero-filled buffer of [bytes] bytes (zeroed on the device, no host data). */
 @Throws(WeirException::class)
 fun WeirStream.zeros(bytes: Long): Buffer = zeros(bytes.toULongChecked())
