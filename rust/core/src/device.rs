@@ -92,6 +92,10 @@ pub struct LaunchLimits {
 impl LaunchLimits {
     /// The CPU backend's: it hands the grid to the kernel's closure as given,
     /// so nothing bounds it, and it has no shared memory.
-    pub const HOST: LaunchLimits =
-        LaunchLimits { max_block: [u32::MAX; 3], max_threads_per_block: u32::MAX, max_groups: [u32::MAX; 3], max_shared_bytes: 0 };
+    pub const HOST: LaunchLimits = LaunchLimits {
+        max_block: [u32::MAX; 3],
+        max_threads_per_block: u32::MAX,
+        max_groups: [u32::MAX; 3],
+        max_shared_bytes: 0,
+    };
 }

@@ -5,11 +5,7 @@
 use weir_core::{devices, BackendKind, DeviceInfo, Error, Runtime};
 
 fn required() -> Vec<BackendKind> {
-    std::env::var("WEIR_REQUIRE_BACKENDS")
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(BackendKind::from_name)
-        .collect()
+    std::env::var("WEIR_REQUIRE_BACKENDS").unwrap_or_default().split(',').filter_map(BackendKind::from_name).collect()
 }
 
 fn listed(kind: BackendKind) -> Vec<DeviceInfo> {
@@ -39,7 +35,10 @@ fn every_listed_device_opens_and_reports_what_the_listing_says() {
         let runtime = Runtime::open_device(device.backend, device.index)
             .unwrap_or_else(|error| panic!("listed device {device:?} does not open: {error}"));
         assert_eq!(&runtime.info(), device, "opened {} {}", device.backend, device.index);
-        eprintln!("{} {}: {} ({:?} bytes, limits {:?})", device.backend, device.index, device.name, device.memory_bytes, device.limits);
+        eprintln!(
+            "{} {}: {} ({:?} bytes, limits {:?})",
+            device.backend, device.index, device.name, device.memory_bytes, device.limits
+        );
         runtime.close().expect("close");
     }
     // Best backend first, and each backend's devices in index order.
@@ -93,7 +92,10 @@ fn every_listed_device_has_usable_launch_limits() {
         assert!(device.max_buffer_bytes >= 1 << 20, "{device:?}");
         if device.backend != BackendKind::Cpu {
             // A block of max_block[0] threads along x alone must fit the total.
-            assert!(limits.max_threads_per_block >= limits.max_block[0].min(limits.max_threads_per_block), "{device:?}");
+            assert!(
+                limits.max_threads_per_block >= limits.max_block[0].min(limits.max_threads_per_block),
+                "{device:?}"
+            );
             assert!(limits.max_threads_per_block >= 64, "{device:?}");
             assert!(limits.max_shared_bytes >= 16 * 1024, "{device:?}");
         }

@@ -3,7 +3,7 @@
 //! The UniFFI surface of Weir, for Kotlin and Swift. Conversion only: every
 //! behaviour lives in `weir-core`.
 //!
-//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Kernel`],
+//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Timestamp`], [`Kernel`],
 //!   [`CancelToken`], and `Hold` with `test-support`) each wrap one core
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
@@ -36,6 +36,7 @@ mod kernel;
 mod records;
 mod runtime;
 mod stream;
+mod timestamp;
 
 pub use buffer::Buffer;
 pub use bulk::HostBytes;
@@ -50,5 +51,6 @@ pub use runtime::{devices, WeirRuntime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::WeirStream;
+pub use timestamp::Timestamp;
 
 uniffi::setup_scaffolding!("weir");

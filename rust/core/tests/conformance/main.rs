@@ -52,6 +52,7 @@ mod ordering;
 mod reentrancy;
 mod seed_race;
 mod stress;
+mod timestamps;
 mod zeros;
 
 #[test]

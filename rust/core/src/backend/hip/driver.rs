@@ -10,8 +10,7 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 use super::ffi::{self, Status as HipStatus};
 use super::{hiprtc, metadata};
 use crate::backend::gpu::{
-    callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss,
-    Wake,
+    callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
 };
 use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -60,7 +59,10 @@ fn device_count() -> Result<i32> {
             ffi::SUCCESS => {}
             // ROCm reports a machine without an AMD GPU as either code.
             ffi::ERROR_NO_DEVICE | ffi::ERROR_INVALID_DEVICE => {
-                return Err(Error::unavailable(NAME, format!("no HIP device ({})", failure("hipInit", ffi::hipInit(0)))))
+                return Err(Error::unavailable(
+                    NAME,
+                    format!("no HIP device ({})", failure("hipInit", ffi::hipInit(0))),
+                ))
             }
             other => return Err(unavailable("hipInit", other)),
         }

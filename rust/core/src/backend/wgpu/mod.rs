@@ -47,9 +47,9 @@ use std::sync::{Arc, Weak};
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
+pub(crate) use adapter::list;
 #[cfg(feature = "test-support")]
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
-pub(crate) use adapter::list;
 use device::Gpu;
 use encode::{encode, Encoded, Refusal};
 use lanes::{Item, LaneId, Mark, Shared};
@@ -58,10 +58,10 @@ pub use memory::WgpuMemory;
 use poll::Poller;
 pub use prepare::WgpuPrepared;
 pub use raw::WgpuRawAccess;
-pub use timestamps::WgpuTimestamp;
 use scope::scoped;
 #[cfg(feature = "test-support")]
 use scope::BACKEND;
+pub use timestamps::WgpuTimestamp;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
