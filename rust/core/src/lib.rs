@@ -50,6 +50,18 @@
 //!   is different: every later call of the runtime fails with
 //!   [`Error::DeviceLost`] and its driver status; close it and open a new one.
 //!
+//! Choosing a device and profiling:
+//! - **Devices.** [`devices`] lists every device of every backend compiled
+//!   in (CUDA, HIP, wgpu adapters, the CPU), each with its memory and
+//!   [`LaunchLimits`], as [`Runtime::open_device`] opens it and
+//!   [`Runtime::info`] then reports it. It never fails and opens nothing; a
+//!   backend that cannot run here lists no device.
+//! - **Timestamps.** [`Stream::timestamp`] takes the device's clock once the
+//!   stream's work before it is done; [`Timestamp::elapsed_since`] of two of
+//!   one stream is the device time between them (CUDA/HIP timing events,
+//!   wgpu timestamp queries, the CPU worker's clock). A timestamp is a point,
+//!   not a fence: it takes no failure from the stream's next fence.
+//!
 //! ```
 //! use weir_core::{BackendKind, Runtime};
 //! let runtime = Runtime::open(BackendKind::Cpu)?;

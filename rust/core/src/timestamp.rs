@@ -1,35 +1,13 @@
 //! Timestamps: the device time between two points of one stream.
 
-use std::any::Any;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::backend::DeviceTimestamp;
+use crate::backend::AnyTimestamp;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::scheduler::Engine;
 use crate::stream::StreamIdentity;
-
-/// A backend's timestamp, whatever the backend.
-pub(crate) trait AnyTimestamp: Send + Sync {
-    fn as_any(&self) -> &dyn Any;
-    /// As [`DeviceTimestamp::elapsed_since`], for a timestamp of the same backend.
-    fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration>;
-}
-
-impl<T: DeviceTimestamp> AnyTimestamp for T {
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-
-    fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration> {
-        let earlier = earlier
-            .as_any()
-            .downcast_ref::<T>()
-            .ok_or_else(|| Error::internal("two timestamps of one runtime come from different backends"))?;
-        DeviceTimestamp::elapsed_since(self, earlier)
-    }
-}
 
 /// A point in a stream, timed on the device when the stream gets there
 /// ([`Stream::timestamp`](crate::Stream::timestamp)). The time between two

@@ -386,6 +386,27 @@ pub trait DeviceTimestamp: Send + Sync + 'static {
     fn elapsed_since(&self, earlier: &Self) -> Result<Duration>;
 }
 
+/// A backend's timestamp, whatever the backend.
+pub(crate) trait AnyTimestamp: Send + Sync {
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// As [`DeviceTimestamp::elapsed_since`], for a timestamp of the same backend.
+    fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration>;
+}
+
+impl<T: DeviceTimestamp> AnyTimestamp for T {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration> {
+        let earlier = earlier
+            .as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| Error::internal("two timestamps of one runtime come from different backends"))?;
+        DeviceTimestamp::elapsed_since(self, earlier)
+    }
+}
+
 /// A device backend. See the module doc for the contract between it and the scheduler.
 pub trait Backend: Send + Sync + Sized + 'static {
     /// A queue of device work; dropping it retires it once its work is done.

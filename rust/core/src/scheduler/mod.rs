@@ -26,7 +26,7 @@ use versions::{Dependencies, History};
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{
-    Accesses, Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span,
+    Accesses, AnyTimestamp, Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
@@ -34,7 +34,6 @@ use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
 use crate::kernel::Access;
 use crate::lock::lock;
-use crate::timestamp::AnyTimestamp;
 
 /// Names a buffer inside one runtime. Keys are never reused.
 pub(crate) type BufferKey = u64;

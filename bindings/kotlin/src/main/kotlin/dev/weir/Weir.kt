@@ -2,7 +2,7 @@
  * The idiomatic layer over the generated UniFFI bindings of Weir.
  *
  * The generated API (this same package, `dev.weir`) is the whole surface:
- * [WeirRuntime], [WeirStream], [Buffer], [Fence], [Kernel], [CancelToken], the
+ * [WeirRuntime], [WeirStream], [Buffer], [Fence], [Timestamp], [Kernel], [CancelToken], [devices], the
  * [WeirException] hierarchy. Every handle is [AutoCloseable], so `use {}`
  * releases it. One naming rule throughout: a plain verb (`execute`,
  * `memsetZero`, `write`) enqueues and returns once the op is admitted; the
