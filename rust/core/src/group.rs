@@ -13,7 +13,8 @@ use crate::runtime::Runtime;
 /// On the CPU every member is a device of its own (host memory, its own
 /// threads), so the ordering across devices is tested without a GPU. On
 /// CUDA the members are device ordinals; a group may name one device twice
-/// (two runtimes on it). wgpu and HIP groups have one device.
+/// (two runtimes on it). HIP members are ordinals and wgpu members adapters
+/// (indices as [`devices`](crate::devices) lists them), without peer copies.
 #[derive(Clone, Debug)]
 pub struct DeviceGroup {
     devices: Vec<Runtime>,

@@ -50,6 +50,18 @@
 //!   is different: every later call of the runtime fails with
 //!   [`Error::DeviceLost`] and its driver status; close it and open a new one.
 //!
+//! Choosing a device and profiling:
+//! - **Devices.** [`devices`] lists every device of every backend compiled
+//!   in (CUDA, HIP, wgpu adapters, the CPU), each with its memory and
+//!   [`LaunchLimits`], as [`Runtime::open_device`] opens it and
+//!   [`Runtime::info`] then reports it. It never fails and opens nothing; a
+//!   backend that cannot run here lists no device.
+//! - **Timestamps.** [`Stream::timestamp`] takes the device's clock once the
+//!   stream's work before it is done; [`Timestamp::elapsed_since`] of two of
+//!   one stream is the device time between them (CUDA/HIP timing events,
+//!   wgpu timestamp queries, the CPU worker's clock). A timestamp is a point,
+//!   not a fence: it takes no failure from the stream's next fence.
+//!
 //! ```
 //! use weir_core::{BackendKind, ElementType, Runtime};
 //! let runtime = Runtime::open(BackendKind::Cpu)?;
@@ -101,6 +113,7 @@ mod ops;
 mod runtime;
 mod scheduler;
 mod stream;
+mod timestamp;
 
 pub use backend::cpu::CpuRawAccess;
 #[cfg(feature = "cuda")]
@@ -115,7 +128,7 @@ pub use backend::RawAccess;
 pub use buffer::Buffer;
 pub use cancel::CancelToken;
 pub use completion::Completion;
-pub use device::{BackendKind, DeviceInfo, KernelLanguage};
+pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
 pub use element::{Element, ElementType};
 pub use error::{DriverStatus, Error, Result};
@@ -126,9 +139,10 @@ pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };
 pub use ops::Arg;
-pub use runtime::Runtime;
+pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
 pub use scheduler::Fault;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;
+pub use timestamp::Timestamp;

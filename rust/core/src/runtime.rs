@@ -32,11 +32,11 @@ fn open_engine(kind: BackendKind, fault: Option<Fault>) -> Result<Arc<dyn Engine
     open_device_engine(kind, 0, fault)
 }
 
-/// Device `index` of `kind`: a CUDA ordinal; any index on the CPU (each
-/// opening is a device of its own); only 0 on wgpu and HIP.
+/// Device `index` of `kind`: a CUDA or HIP ordinal, a wgpu adapter's place
+/// in the listing; any index on the CPU (each opening is a device of its own).
 fn open_device_engine(kind: BackendKind, index: usize, fault: Option<Fault>) -> Result<Arc<dyn Engine>> {
-    if index > 0 && !matches!(kind, BackendKind::Cpu | BackendKind::Cuda) {
-        return Err(Error::unsupported(kind, format!("device {index}: only the first device of this backend opens")));
+    if index > 0 && kind == BackendKind::Auto {
+        return Err(Error::invalid(format!("device {index} of Auto: name the backend (see `devices`)")));
     }
     match kind {
         BackendKind::Auto => {
@@ -49,16 +49,39 @@ fn open_device_engine(kind: BackendKind, index: usize, fault: Option<Fault>) -> 
             }
             engine(CpuBackend::new(), fault)
         }
-        BackendKind::Cpu => engine(CpuBackend::new(), fault),
+        BackendKind::Cpu => engine(CpuBackend::with_index(index), fault),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open()?, fault),
+        BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open(index)?, fault),
         #[cfg(feature = "cuda")]
         BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open(index)?, fault),
         #[cfg(feature = "hip")]
-        BackendKind::Hip => engine(crate::backend::hip::HipBackend::open()?, fault),
+        BackendKind::Hip => engine(crate::backend::hip::HipBackend::open(index)?, fault),
         #[allow(unreachable_patterns)]
         other => Err(Error::unavailable(other, "not compiled in (enable its cargo feature)")),
     }
+}
+
+/// Every device of every backend compiled in, best backend first (CUDA, HIP,
+/// wgpu, then the CPU, as [`BackendKind::Auto`] tries them), each as
+/// [`Runtime::open_device`]`(info.backend, info.index)` opens it and
+/// [`Runtime::info`] then reports it, limits included.
+///
+/// Never fails and opens nothing: it asks each driver what it sees (wgpu's
+/// adapters, CUDA's and HIP's device attributes) without creating a device
+/// or a context. A backend that cannot run here (not compiled in, no driver
+/// library, no device, no NVRTC, a driver that fails to answer) contributes
+/// no device and no error; [`Runtime::open`] on it says why. The CPU is
+/// always listed, once, at index 0.
+pub fn devices() -> Vec<DeviceInfo> {
+    let mut listed = Vec::new();
+    #[cfg(feature = "cuda")]
+    listed.extend(crate::backend::cuda::list());
+    #[cfg(feature = "hip")]
+    listed.extend(crate::backend::hip::list());
+    #[cfg(feature = "wgpu")]
+    listed.extend(crate::backend::wgpu::list());
+    listed.push(CpuBackend::describe(0));
+    listed
 }
 
 impl Runtime {
@@ -67,9 +90,11 @@ impl Runtime {
         Ok(Runtime { engine: open_engine(kind, None)? })
     }
 
-    /// Opens device `index` of `kind` (see [`DeviceGroup`](crate::DeviceGroup)
-    /// for several at once): a CUDA device ordinal; on the CPU every opening
-    /// is a device of its own, whatever the index; wgpu and HIP open device 0 only.
+    /// Opens device `index` of `kind`, as [`devices`] lists it (see
+    /// [`DeviceGroup`](crate::DeviceGroup) for several at once): a CUDA or
+    /// HIP device ordinal, a wgpu adapter's place in the listing (0 is the
+    /// one [`Runtime::open`] takes); on the CPU every opening is a device of
+    /// its own, whatever the index. No such device is [`Error::Unavailable`].
     pub fn open_device(kind: BackendKind, index: usize) -> Result<Runtime> {
         Ok(Runtime { engine: open_device_engine(kind, index, None)? })
     }

@@ -15,6 +15,7 @@ use crate::kernel::{Builtin, Grid, Kernel};
 use crate::ops::{self, Arg};
 use crate::runtime::Runtime;
 use crate::scheduler::{BufferKey, Engine, Init};
+use crate::timestamp::Timestamp;
 
 /// An ordered queue of device work. Any thread may submit to any stream;
 /// clones name the same stream.
@@ -402,6 +403,36 @@ impl Stream {
     pub fn hold(&self) -> Result<Hold> {
         self.admitting()?;
         Ok(Hold(self.engine().hold(self.0.index)?))
+    }
+}
+
+/// Names one stream for as long as the name lives, without keeping the
+/// stream alive: a weak handle holds the allocation, so no other stream
+/// gets its address meanwhile (a stream's index is reused once it retires).
+pub(crate) struct StreamIdentity(std::sync::Weak<StreamHandle>);
+
+impl StreamIdentity {
+    /// True when both name the same stream.
+    pub(crate) fn is(&self, other: &StreamIdentity) -> bool {
+        std::sync::Weak::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Stream {
+    /// Enqueues a timestamp: the device's clock once everything admitted on
+    /// this stream so far is done. [`Timestamp::elapsed_since`] of two
+    /// timestamps of this stream is the device time between them: time an
+    /// op, or a range of ops, by a timestamp before and one after.
+    ///
+    /// On wgpu every stream of the device shares one queue, so a range also
+    /// covers work of other streams submitted within it; wgpu needs the
+    /// adapter's `TIMESTAMP_QUERY` feature ([`Error::Unsupported`], naming
+    /// it, where absent). Inside a batch or a recording: refused.
+    pub fn timestamp(&self) -> Result<Timestamp> {
+        self.admitting()?;
+        let (completion, device, position) = self.engine().timestamp(self.0.index)?;
+        let identity = StreamIdentity(Arc::downgrade(&self.0));
+        Ok(Timestamp::new(completion, device, self.engine().clone(), identity, self.0.index, position))
     }
 }
 

@@ -3,11 +3,11 @@
 //! The UniFFI surface of Weir, for Kotlin and Swift. Conversion only: every
 //! behaviour lives in `weir-core`.
 //!
-//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Kernel`], [`DeviceGroup`],
+//! - **Objects** ([`WeirRuntime`], [`WeirStream`], [`Buffer`], [`Fence`], [`Timestamp`], [`Kernel`], [`DeviceGroup`],
 //!   [`CancelToken`], and `Hold` with `test-support`) each wrap one core
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
-//!   [`DeviceInfo`], [`Diagnostics`]) are plain data, converted field by field.
+//!   [`DeviceInfo`], [`LaunchLimits`], [`Diagnostics`]) are plain data, converted field by field.
 //! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
 //!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
 //! - **Bulk data** (`bulk.rs`) borrows the caller's memory for uploads and
@@ -41,6 +41,7 @@ mod kernel;
 mod records;
 mod runtime;
 mod stream;
+mod timestamp;
 
 pub use buffer::Buffer;
 pub use bulk::HostBytes;
@@ -52,10 +53,13 @@ pub use fence::Fence;
 pub use group::DeviceGroup;
 pub use host_kernel::{CpuKernelBody, CpuKernelCall};
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
-pub use records::{grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid};
-pub use runtime::WeirRuntime;
+pub use records::{
+    grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid, LaunchLimits,
+};
+pub use runtime::{devices, WeirRuntime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::WeirStream;
+pub use timestamp::Timestamp;
 
 uniffi::setup_scaffolding!("weir");

@@ -221,26 +221,69 @@ pub fn grid_linear(items: u32, block: u32) -> Grid {
     weir_core::Grid::linear(items, block).into()
 }
 
-/// What a runtime runs on.
+/// A device, as `devices()` lists it and `WeirRuntime.info()` reports it
+/// once opened: the same record for the same device.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
 pub struct DeviceInfo {
-    /// The backend the runtime opened.
+    /// The backend that drives it.
     pub backend: Backend,
+    /// Its index among its backend's devices: what `WeirRuntime.open_device` takes.
+    pub index: u32,
     /// The device's name.
     pub name: String,
-    /// Device memory in bytes, where the backend knows it.
+    /// Device memory in bytes, where the backend knows it (the host's memory for the CPU).
     pub memory_bytes: Option<u64>,
     /// Largest buffer the device accepts, in bytes.
     pub max_buffer_bytes: u64,
+    /// True when the device is emulated on the host (lavapipe, the CPU backend).
+    pub software: bool,
+    /// The largest launch a custom kernel's `Grid` may ask for.
+    pub limits: LaunchLimits,
+}
+
+/// The largest launch a device takes, in the terms of [`Grid`]: groups of
+/// blocks of threads. The CPU backend hands the grid to its kernel as given
+/// (every bound is `u32::MAX`) and has no shared memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, uniffi::Record)]
+pub struct LaunchLimits {
+    /// Most threads of one block (a wgpu workgroup) along x.
+    pub max_block_x: u32,
+    /// Most threads of one block along y.
+    pub max_block_y: u32,
+    /// Most threads of one block along z.
+    pub max_block_z: u32,
+    /// Most threads of one block, all dimensions together.
+    pub max_threads_per_block: u32,
+    /// Most groups of one launch along x.
+    pub max_groups_x: u32,
+    /// Most groups of one launch along y.
+    pub max_groups_y: u32,
+    /// Most groups of one launch along z.
+    pub max_groups_z: u32,
+    /// Most shared (workgroup) memory one block may use, in bytes.
+    pub max_shared_bytes: u32,
 }
 
 impl From<weir_core::DeviceInfo> for DeviceInfo {
     fn from(info: weir_core::DeviceInfo) -> Self {
+        let limits = info.limits;
         DeviceInfo {
             backend: info.backend.into(),
+            index: u32::try_from(info.index).unwrap_or(u32::MAX),
             name: info.name,
             memory_bytes: info.memory_bytes,
             max_buffer_bytes: info.max_buffer_bytes,
+            software: info.software,
+            limits: LaunchLimits {
+                max_block_x: limits.max_block[0],
+                max_block_y: limits.max_block[1],
+                max_block_z: limits.max_block[2],
+                max_threads_per_block: limits.max_threads_per_block,
+                max_groups_x: limits.max_groups[0],
+                max_groups_y: limits.max_groups[1],
+                max_groups_z: limits.max_groups[2],
+                max_shared_bytes: limits.max_shared_bytes,
+            },
         }
     }
 }

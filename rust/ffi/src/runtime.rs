@@ -32,6 +32,15 @@ impl WeirRuntime {
     }
 }
 
+/// Every device of every backend compiled in, best backend first (CUDA,
+/// HIP, wgpu, then the CPU), each as `WeirRuntime.open_device(backend,
+/// index)` opens it and `info()` then reports it. Never fails and opens
+/// nothing; a backend that cannot run here lists no device (opening it says why).
+#[uniffi::export]
+pub fn devices() -> Vec<DeviceInfo> {
+    weir_core::devices().into_iter().map(DeviceInfo::from).collect()
+}
+
 #[uniffi::export]
 impl WeirRuntime {
     /// Opens the device of `backend`. A backend that cannot run here fails with
@@ -39,6 +48,17 @@ impl WeirRuntime {
     #[uniffi::constructor]
     pub fn open(backend: Backend) -> Result<Arc<Self>> {
         Ok(Arc::new(WeirRuntime { inner: weir_core::Runtime::open(backend.into())? }))
+    }
+
+    /// Opens device `index` of `backend`, as `devices()` lists it: a CUDA or
+    /// HIP ordinal, a wgpu adapter's place in the listing (0 is the one
+    /// `open` takes); every CPU opening is a device of its own. No such
+    /// device fails with `Unavailable`; `Auto` with an index above 0 is
+    /// `InvalidArgument`.
+    #[uniffi::constructor]
+    pub fn open_device(backend: Backend, index: u32) -> Result<Arc<Self>> {
+        let index = usize::try_from(index)?;
+        Ok(Arc::new(WeirRuntime { inner: weir_core::Runtime::open_device(backend.into(), index)? }))
     }
 
     /// The device this runtime drives.

@@ -8,6 +8,7 @@ use crate::error::{Result, WeirError};
 use crate::fence::Fence;
 use crate::kernel::Kernel;
 use crate::records::{Arg, ElementType, Grid};
+use crate::timestamp::Timestamp;
 
 /// An ordered queue of device work. Any thread may submit to any stream; ops
 /// on different streams are ordered exactly as their buffers need.
@@ -200,6 +201,19 @@ impl WeirStream {
     /// sync); false whenever in doubt, and always on CUDA and HIP.
     pub fn is_synced(&self) -> bool {
         self.inner.is_synced()
+    }
+}
+
+#[uniffi::export]
+impl WeirStream {
+    /// Enqueues a timestamp: the device's clock once everything admitted on
+    /// this stream so far is done. Time an op or a range of ops with one
+    /// before and one after (`after.elapsed_since(before)`). On wgpu every
+    /// stream shares the device's queue, so a range also covers other
+    /// streams' work submitted within it, and the adapter needs the
+    /// `TIMESTAMP_QUERY` feature (else `Unsupported`, naming it).
+    pub fn timestamp(&self) -> Result<Arc<Timestamp>> {
+        Ok(Arc::new(Timestamp::new(self.inner.timestamp()?)))
     }
 }
 

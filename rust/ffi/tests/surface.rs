@@ -364,3 +364,37 @@ fn a_foreign_cpu_kernel_runs_on_the_lent_memory_and_its_failure_fails_the_op() {
     let _ = block_on(stream.sync(None));
     runtime.shutdown().unwrap();
 }
+
+#[test]
+fn devices_lists_the_cpu_and_each_listed_device_opens_as_listed() {
+    let listed = weir_ffi::devices();
+    assert_eq!(listed.iter().filter(|device| device.backend == Backend::Cpu).count(), 1, "{listed:?}");
+    for device in &listed {
+        let runtime = WeirRuntime::open_device(device.backend, device.index).expect("a listed device opens");
+        assert_eq!(&runtime.info(), device);
+        runtime.shutdown().expect("shutdown");
+    }
+    let past = listed.iter().filter(|device| device.backend == Backend::Wgpu).count() as u32;
+    assert!(matches!(WeirRuntime::open_device(Backend::Wgpu, past), Err(WeirError::Unavailable { .. })));
+}
+
+#[test]
+fn timestamps_time_a_delay_in_both_forms_and_refuse_a_pair_of_two_streams() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+    let before = s.timestamp().unwrap();
+    before.elapsed_since_blocking(before.clone()).unwrap();
+    s.execute(Kernel::builtin(BuiltinOp::Delay), grid(), vec![Arg::U32 { value: 20_000 }]).unwrap();
+    let after = s.timestamp().unwrap();
+    let elapsed = block_on(after.elapsed_since(before.clone(), None)).unwrap();
+    assert!(elapsed >= Duration::from_millis(20) && elapsed < Duration::from_secs(5), "{elapsed:?}");
+    assert_eq!(after.elapsed_since_blocking(before.clone()).unwrap(), elapsed);
+    assert!(after.is_complete());
+    let elsewhere = t.timestamp().unwrap();
+    assert!(matches!(elsewhere.elapsed_since_blocking(before.clone()), Err(WeirError::InvalidArgument { .. })));
+    assert!(matches!(before.elapsed_since_blocking(after.clone()), Err(WeirError::InvalidArgument { .. })));
+    let cancel = CancelToken::new();
+    cancel.cancel();
+    assert!(matches!(block_on(after.elapsed_since(before, Some(cancel))), Err(WeirError::Cancelled { .. })));
+    runtime.shutdown().unwrap();
+}

@@ -37,6 +37,15 @@ func cancellable<T: Sendable>(_ wait: (CancelToken) async throws -> T) async thr
     }
 }
 
+extension Timestamp {
+    /// Suspends until both this timestamp and `earlier` (of the same stream,
+    /// taken first) are taken, then gives the device time from `earlier` to
+    /// this one, in seconds. Cancelling the Task ends the wait with `CancellationError`.
+    public func elapsedSince(earlier: Timestamp) async throws -> TimeInterval {
+        try await cancellable { try await self.elapsedSince(earlier: earlier, cancel: $0) }
+    }
+}
+
 extension WeirRuntime {
     /// Suspends until all work admitted on every stream so far is done.
     /// Cancelling the Task ends the wait with `CancellationError`.

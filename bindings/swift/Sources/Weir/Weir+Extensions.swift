@@ -194,6 +194,12 @@ extension WeirRuntime {
     public static func open() throws -> WeirRuntime {
         try open(backend: .auto)
     }
+
+    /// Opens `device`, one of those `devices()` lists: the runtime's `info()`
+    /// is then `device` itself.
+    public static func open(device: DeviceInfo) throws -> WeirRuntime {
+        try openDevice(backend: device.backend, index: device.index)
+    }
 }
 
 // MARK: - Errors

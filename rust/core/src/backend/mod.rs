@@ -378,6 +378,35 @@ pub enum RawAccess<'a> {
     Hip { stream: hip::hip_sys::hiprt::hipStream_t, buffers: &'a [gpu::DeviceBuffer] },
 }
 
+/// A point in a stream whose device time is known once the stream passed
+/// it: what [`Backend::timestamp`] enqueues. Released on drop, taken or not.
+pub trait DeviceTimestamp: Send + Sync + 'static {
+    /// The device time from `earlier` to this one, two timestamps of one
+    /// stream, `earlier` enqueued first, both complete.
+    fn elapsed_since(&self, earlier: &Self) -> Result<Duration>;
+}
+
+/// A backend's timestamp, whatever the backend.
+pub(crate) trait AnyTimestamp: Send + Sync {
+    fn as_any(&self) -> &dyn std::any::Any;
+    /// As [`DeviceTimestamp::elapsed_since`], for a timestamp of the same backend.
+    fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration>;
+}
+
+impl<T: DeviceTimestamp> AnyTimestamp for T {
+    fn as_any(&self) -> &dyn std::any::Any {
+        self
+    }
+
+    fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration> {
+        let earlier = earlier
+            .as_any()
+            .downcast_ref::<T>()
+            .ok_or_else(|| Error::internal("two timestamps of one runtime come from different backends"))?;
+        DeviceTimestamp::elapsed_since(self, earlier)
+    }
+}
+
 /// A device backend. See the module doc for the contract between it and the scheduler.
 pub trait Backend: Send + Sync + Sized + 'static {
     /// A queue of device work; dropping it retires it once its work is done.
@@ -390,6 +419,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Memory: Send + Sync + PartialEq + 'static;
     /// What [`Backend::prepare`] made for one command.
     type Prepared: Send;
+    /// A timestamp in a stream.
+    type Timestamp: DeviceTimestamp;
 
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
@@ -463,6 +494,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Makes later work on `stream` wait for `event`.
     fn wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
+    /// Enqueues a timestamp on `stream`, after all work enqueued on it so
+    /// far: the device's clock once that work is done. Completes
+    /// `completion` once the time is taken, as a [`SignalKind::Drain`]
+    /// signal does: `Ok`, or a device-fatal failure; never an op's failure.
+    /// [`Error::Unsupported`] where the device cannot take times.
+    fn timestamp(&self, stream: &Self::Stream, completion: Arc<Completion>) -> Result<Self::Timestamp>;
     /// Completes one part of `completion` once all work enqueued on `stream`
     /// so far finished, with what `kind` says. May complete it at once (an idle
     /// stream); never runs a waker itself. A device-fatal failure is reported

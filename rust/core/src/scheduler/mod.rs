@@ -26,7 +26,7 @@ use versions::{Dependencies, History};
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{
-    Accesses, Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span,
+    Accesses, AnyTimestamp, Backend, Command, EnqueueError, FailureTally, OpIo, OpOutcome, RawAccess, SignalKind, Span,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
@@ -86,6 +86,9 @@ pub(crate) trait Engine: Send + Sync {
     /// ordered by the versions of both; see [`crate::Stream::copy_from_peer`].
     fn copy_from_peer(&self, stream: usize, from: &dyn Engine, src: BufferKey, dst: BufferKey) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
+    /// Enqueues a timestamp on `stream`: its completion, the backend's
+    /// timestamp, and its position (a place of its own in the stream).
+    fn timestamp(&self, stream: usize) -> Result<(Arc<Completion>, Box<dyn AnyTimestamp>, u64)>;
     /// True if a fence on `stream` now would complete at once with `Ok`;
     /// takes no failure (see [`Backend::is_settled`]).
     fn is_synced(&self, stream: usize) -> bool;
@@ -793,6 +796,17 @@ impl<B: Backend> Engine for Scheduler<B> {
         let position = state.streams[stream].position;
         state.streams[stream].last_fence = Some((position, Arc::downgrade(&fence)));
         Ok(fence)
+    }
+
+    fn timestamp(&self, stream: usize) -> Result<(Arc<Completion>, Box<dyn AnyTimestamp>, u64)> {
+        let mut state = self.open_state_when(|state| state.is_busy(stream))?;
+        let completion = Completion::new(1, self.live.clone());
+        let taken = self.backend.timestamp(state.slot(stream)?.raw(stream)?, completion.clone())?;
+        // A place of its own in the stream: a fence made after it is a new
+        // fence (not a pending one it would share), so it covers the timestamp.
+        let slot = &mut state.streams[stream];
+        slot.position += 1;
+        Ok((completion, Box::new(taken), slot.position))
     }
 
     fn is_synced(&self, stream: usize) -> bool {

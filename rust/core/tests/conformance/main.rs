@@ -53,6 +53,7 @@ mod portable;
 mod reentrancy;
 mod seed_race;
 mod stress;
+mod timestamps;
 mod typed;
 mod zeros;
 

@@ -4,6 +4,7 @@
 //! detector; events are "stream S finished n jobs"; gates let tests hold a
 //! stream at a chosen point to force any interleaving.
 
+mod host;
 mod memory;
 mod ops;
 mod worker;
@@ -18,10 +19,11 @@ use worker::Progress;
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{
-    Backend, BackendCounters, Command, Counters, EnqueueError, FailureTally, OpIo, RawAccess, SignalKind, Span,
+    Backend, BackendCounters, Command, Counters, DeviceTimestamp, EnqueueError, FailureTally, OpIo, RawAccess,
+    SignalKind, Span,
 };
 use crate::completion::Completion;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 use crate::error::{Error, Result};
 
 /// The CPU backend.
@@ -29,6 +31,8 @@ use crate::error::{Error, Result};
 pub struct CpuBackend {
     counters: Arc<Counters>,
     next_stream: AtomicU32,
+    /// The index it was opened as (every opening is a device of its own).
+    index: usize,
 }
 
 /// "Stream S has finished `jobs` jobs".
@@ -41,6 +45,28 @@ pub struct CpuEvent {
 impl Drop for CpuEvent {
     fn drop(&mut self) {
         self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+/// The worker's monotonic clock when the stream got to the timestamp.
+/// Counted among the live events: it is the CPU's timing event.
+pub struct CpuTimestamp {
+    taken: Arc<std::sync::OnceLock<std::time::Instant>>,
+    counters: Arc<Counters>,
+}
+
+impl Drop for CpuTimestamp {
+    fn drop(&mut self) {
+        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl DeviceTimestamp for CpuTimestamp {
+    fn elapsed_since(&self, earlier: &Self) -> Result<std::time::Duration> {
+        match (earlier.taken.get(), self.taken.get()) {
+            (Some(earlier), Some(later)) => Ok(later.saturating_duration_since(*earlier)),
+            _ => Err(Error::internal("a timestamp was read before its stream got to it")),
+        }
     }
 }
 
@@ -65,6 +91,24 @@ impl CpuBackend {
     /// A CPU backend; it never fails to open.
     pub fn new() -> Self {
         CpuBackend::default()
+    }
+
+    /// A CPU backend opened as device `index` (see `Runtime::open_device`).
+    pub fn with_index(index: usize) -> Self {
+        CpuBackend { index, ..CpuBackend::default() }
+    }
+
+    /// The host as device `index`: what the listing shows and `info` reports.
+    pub fn describe(index: usize) -> DeviceInfo {
+        DeviceInfo {
+            backend: BackendKind::Cpu,
+            index,
+            name: host::name(),
+            memory_bytes: host::memory_bytes(),
+            max_buffer_bytes: u64::from(u32::MAX) * 4,
+            software: true,
+            limits: LaunchLimits::HOST,
+        }
     }
 
     fn owned(command: Command<&CpuMemory>) -> Command<CpuMemory> {
@@ -100,19 +144,14 @@ impl Backend for CpuBackend {
     type Event = CpuEvent;
     type Memory = CpuMemory;
     type Prepared = ();
+    type Timestamp = CpuTimestamp;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
     }
 
     fn info(&self) -> DeviceInfo {
-        DeviceInfo {
-            backend: BackendKind::Cpu,
-            name: format!("host CPU ({} threads)", std::thread::available_parallelism().map_or(1, |n| n.get())),
-            memory_bytes: None,
-            max_buffer_bytes: u64::from(u32::MAX) * 4,
-            software: true,
-        }
+        Self::describe(self.index)
     }
 
     fn kernel_language(&self) -> KernelLanguage {
@@ -153,6 +192,18 @@ impl Backend for CpuBackend {
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
         let (progress, jobs) = (event.progress.clone(), event.jobs);
         stream.sync(Box::new(move || progress.wait_for(jobs)))
+    }
+
+    fn timestamp(&self, stream: &CpuStream, completion: Arc<Completion>) -> Result<CpuTimestamp> {
+        let taken = Arc::new(std::sync::OnceLock::new());
+        let taking = taken.clone();
+        // A completion job: it runs once every job before it has, and takes no failure.
+        stream.complete(Box::new(move || {
+            let _ = taking.set(std::time::Instant::now());
+            completion.complete(Ok(()));
+        }))?;
+        self.counters.live_events.fetch_add(1, Ordering::SeqCst);
+        Ok(CpuTimestamp { taken, counters: self.counters.clone() })
     }
 
     fn signal(&self, stream: &CpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {

@@ -11,10 +11,11 @@ use cudarc::driver::sys::{
 
 use super::nvrtc;
 use crate::backend::gpu::{
-    callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, GraphExec, Handle, Launch, Loss, Wake,
+    callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, GraphExec, Handle, Launch,
+    Loss, Wake,
 };
 use crate::backend::{EnqueueError, RawAccess};
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 use crate::error::{Error, Result};
 
 const NAME: BackendKind = BackendKind::Cuda;
@@ -66,6 +67,10 @@ const SYMBOLS: [&str; 42] = [
     "cuFuncSetAttribute",
 ];
 
+/// Times two events; looked up at open rather than required, so an older
+/// driver still runs everything but timestamps.
+const ELAPSED_TIME: &str = "cuEventElapsedTime_v2";
+
 /// Dynamic shared memory beyond this needs an explicit opt-in per function.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
@@ -115,70 +120,142 @@ pub(crate) struct Cuda {
     arch: String,
     /// The driver has `cuFuncLoad` and `cuFuncGetParamInfo` (CUDA 12.4 and later).
     eager_load: bool,
+    /// The driver can time events (`cuEventElapsedTime_v2`, CUDA 12.8 and later).
+    elapsed_time: bool,
     info: DeviceInfo,
     loss: Arc<Loss>,
 }
 
-impl Cuda {
-    /// Opens device 0, or says why it cannot.
-    pub fn open(ordinal: usize) -> Result<Cuda> {
-        // SAFETY: only tries to load the library; no symbol is called.
-        if !unsafe { sys::is_culib_present() } {
-            return Err(Error::unavailable(NAME, "the CUDA driver library (libcuda.so) was not found"));
-        }
-        // SAFETY: the library is present (checked above), so `culib` returns it.
-        let library = unsafe { sys::culib() };
-        if let Some(missing) = SYMBOLS
-            .iter()
-            // SAFETY: looks a symbol up without calling it.
-            .find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err())
-        {
-            return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
-        }
-        // SAFETY: looks a symbol up without calling it.
-        let eager_load = ["cuFuncLoad", "cuFuncGetParamInfo"]
-            .iter()
-            // SAFETY: looks a symbol up without calling it.
-            .all(|name| unsafe { library.get::<*const c_void>(*name) }.is_ok());
-        nvrtc::check_present()?;
-        let unavailable =
-            |call: &str, result: CUresult| check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()));
-        // SAFETY: every symbol used below was found above.
-        unsafe {
-            match sys::cuInit(0) {
-                CUresult::CUDA_SUCCESS => {}
-                CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no CUDA device")),
-                other => unavailable("cuInit", other)?,
-            }
-            let mut count = 0;
-            unavailable("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
-            if count < 1 {
-                return Err(Error::unavailable(NAME, "no CUDA device"));
-            }
-            let ordinal = match i32::try_from(ordinal) {
-                Ok(ordinal) if ordinal < count => ordinal,
-                _ => {
-                    return Err(Error::unavailable(NAME, format!("no CUDA device {ordinal}: the machine has {count}")))
-                }
-            };
-            let mut device = 0;
-            unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
-            let attribute = |attribute: CUdevice_attribute| -> Result<i32> {
-                let mut value = 0;
-                unavailable("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut value, attribute, device))?;
-                Ok(value)
-            };
-            if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? == 0 {
-                return Err(Error::unavailable(NAME, "the device has no stream-ordered memory pools"));
-            }
-            let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
-            let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-            let mut name = [0 as std::ffi::c_char; 256];
-            unavailable("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
-            let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
-            let mut memory = 0usize;
-            unavailable("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut memory, device))?;
+/// What [`loaded`] learnt of the driver.
+struct Loaded {
+    /// The driver has `cuFuncLoad` and `cuFuncGetParamInfo` (CUDA 12.4 and later).
+    eager_load: bool,
+    /// The driver has `cuEventElapsedTime_v2` (CUDA 12.8 and later).
+    elapsed_time: bool,
+    /// Devices the driver sees.
+    count: i32,
+}
 
+fn unavailable(call: &str, result: CUresult) -> Result<()> {
+    check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()))
+}
+
+/// Checks that the driver library, every symbol this backend calls and
+/// NVRTC are there (cudarc panics on a missing one), then initialises the
+/// driver and counts its devices; or says why CUDA cannot run here.
+fn loaded() -> Result<Loaded> {
+    // SAFETY: only tries to load the library; no symbol is called.
+    if !unsafe { sys::is_culib_present() } {
+        return Err(Error::unavailable(NAME, "the CUDA driver library (libcuda.so) was not found"));
+    }
+    // SAFETY: the library is present (checked above), so `culib` returns it.
+    let library = unsafe { sys::culib() };
+    // SAFETY: looks a symbol up without calling it.
+    let has = |name: &str| unsafe { library.get::<*const c_void>(name) }.is_ok();
+    if let Some(missing) = SYMBOLS.iter().find(|name| !has(name)) {
+        return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
+    }
+    let eager_load = has("cuFuncLoad") && has("cuFuncGetParamInfo");
+    let elapsed_time = has(ELAPSED_TIME);
+    nvrtc::check_present()?;
+    // SAFETY: every symbol used below was found above; `count` is a local.
+    unsafe {
+        match sys::cuInit(0) {
+            CUresult::CUDA_SUCCESS => {}
+            CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no CUDA device")),
+            other => unavailable("cuInit", other)?,
+        }
+        let mut count = 0;
+        unavailable("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
+        if count < 1 {
+            return Err(Error::unavailable(NAME, "no CUDA device"));
+        }
+        Ok(Loaded { eager_load, elapsed_time, count })
+    }
+}
+
+/// Device `ordinal` as the listing shows it and a runtime on it reports it,
+/// with its `CUdevice` and instruction set; `Unavailable` for a device this
+/// backend cannot drive.
+///
+/// # Safety
+/// [`loaded`] succeeded, and `ordinal` is below its count.
+unsafe fn describe(ordinal: i32) -> Result<(sys::CUdevice, DeviceInfo, String)> {
+    // SAFETY: the driver is initialised (contract); out-pointers are locals.
+    unsafe {
+        let mut device = 0;
+        unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
+        let attribute = |attribute: CUdevice_attribute| -> Result<i32> {
+            let mut value = 0;
+            unavailable("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut value, attribute, device))?;
+            Ok(value)
+        };
+        let unsigned = |of: CUdevice_attribute| attribute(of).map(|value| u32::try_from(value).unwrap_or(0));
+        if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? == 0 {
+            return Err(Error::unavailable(NAME, "the device has no stream-ordered memory pools"));
+        }
+        let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
+        let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
+        let mut name = [0 as std::ffi::c_char; 256];
+        unavailable("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
+        let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
+        let mut memory = 0usize;
+        unavailable("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut memory, device))?;
+        use CUdevice_attribute::*;
+        let limits = LaunchLimits {
+            max_block: [
+                unsigned(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_X)?,
+                unsigned(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Y)?,
+                unsigned(CU_DEVICE_ATTRIBUTE_MAX_BLOCK_DIM_Z)?,
+            ],
+            max_threads_per_block: unsigned(CU_DEVICE_ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+            max_groups: [
+                unsigned(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_X)?,
+                unsigned(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Y)?,
+                unsigned(CU_DEVICE_ATTRIBUTE_MAX_GRID_DIM_Z)?,
+            ],
+            // A launch past the default 48 KiB opts in (see `launch`): the opt-in bound is the one that holds.
+            max_shared_bytes: unsigned(CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN)?,
+        };
+        let info = DeviceInfo {
+            backend: BackendKind::Cuda,
+            index: ordinal as usize,
+            name,
+            memory_bytes: Some(memory as u64),
+            software: false,
+            max_buffer_bytes: memory as u64,
+            limits,
+        };
+        Ok((device, info, format!("sm_{major}{minor}")))
+    }
+}
+
+/// Every device a runtime can open, in ordinal order; none where CUDA
+/// cannot run (no library, driver or NVRTC: opening says why). A device the
+/// backend cannot drive is left out, as is one whose attributes the driver
+/// does not give.
+pub(crate) fn list() -> Vec<DeviceInfo> {
+    let listed = std::panic::catch_unwind(|| {
+        let Ok(loaded) = loaded() else { return Vec::new() };
+        // SAFETY: `loaded` succeeded and every ordinal is below its count.
+        (0..loaded.count).filter_map(|ordinal| unsafe { describe(ordinal) }.ok()).map(|(_, info, _)| info).collect()
+    });
+    // The checks in `loaded` make cudarc's loader panic-free; this catches anything they missed.
+    listed.unwrap_or_default()
+}
+
+impl Cuda {
+    /// Opens device `ordinal`, or says why it cannot.
+    pub fn open(ordinal: usize) -> Result<Cuda> {
+        let Loaded { eager_load, elapsed_time, count } = loaded()?;
+        let ordinal = match i32::try_from(ordinal) {
+            Ok(ordinal) if ordinal < count => ordinal,
+            _ => return Err(Error::unavailable(NAME, format!("no CUDA device {ordinal}: the machine has {count}"))),
+        };
+        // SAFETY: `loaded` succeeded and the ordinal is below its count.
+        let (device, info, arch) = unsafe { describe(ordinal)? };
+        // SAFETY: every symbol used below was found by `loaded`; the out-pointer is a local.
+        unsafe {
             let mut context = null_mut();
             match sys::cuDevicePrimaryCtxRetain(&mut context, device) {
                 // An earlier runtime's fault poisoned the process's context:
@@ -190,15 +267,10 @@ impl Cuda {
                 device,
                 context: Handle(context),
                 pool_stream: Handle(null_mut()),
-                arch: format!("sm_{major}{minor}"),
+                arch,
                 eager_load,
-                info: DeviceInfo {
-                    backend: BackendKind::Cuda,
-                    name,
-                    memory_bytes: Some(memory as u64),
-                    software: false,
-                    max_buffer_bytes: memory as u64,
-                },
+                elapsed_time,
+                info,
                 loss: Arc::default(),
             };
             // From here `driver`'s Drop releases what was made.
@@ -290,10 +362,14 @@ impl Driver for Cuda {
     }
 
     fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
-        let mut flags = CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
-        if usage == EventUse::HostWait {
-            flags |= CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32;
-        }
+        let flags = match usage {
+            EventUse::StreamOrder => CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
+            EventUse::HostWait => {
+                CUevent_flags::CU_EVENT_DISABLE_TIMING as u32 | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
+            }
+            // Nobody blocks on a timing event: the stream's completion path says when it is done.
+            EventUse::Timing => CUevent_flags::CU_EVENT_DEFAULT as u32,
+        };
         let mut event = null_mut();
         // SAFETY: writes one handle into `event`.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
@@ -305,6 +381,20 @@ impl Driver for Cuda {
         event_record: cuEventRecord, stream_wait_event: cuStreamWaitEvent, event_synchronize: cuEventSynchronize,
         stream_synchronize: cuStreamSynchronize, add_callback: cuStreamAddCallback(on_stream_callback),
         stream_destroy: cuStreamDestroy_v2, event_destroy: cuEventDestroy_v2, module_unload: cuModuleUnload,
+    }
+
+    fn can_time(&self) -> Result<()> {
+        match self.elapsed_time {
+            true => Ok(()),
+            false => Err(Error::unsupported(NAME, format!("timestamps need {ELAPSED_TIME} (a CUDA 12.8 driver)"))),
+        }
+    }
+
+    unsafe fn event_elapsed(&self, start: Self::Event, end: Self::Event) -> Result<Duration> {
+        let mut ms = 0f32;
+        // SAFETY: live timing events, both complete (trait contract); `ms` is a local.
+        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.0, end.0) })?;
+        Ok(milliseconds(ms))
     }
 
     unsafe fn stream_query(&self, stream: Self::Stream) -> Option<Result<bool>> {

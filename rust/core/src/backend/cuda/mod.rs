@@ -15,6 +15,7 @@ mod nvrtc;
 /// The cudarc crate this backend is built on, for external writes that call
 /// the driver themselves.
 pub use cudarc;
+pub(crate) use driver::list;
 
 use crate::backend::gpu::GpuBackend;
 use crate::device::BackendKind;

@@ -103,6 +103,7 @@ impl Reclaimer {
 pub(crate) struct EventPool<D: Driver> {
     stream_order: Mutex<Vec<D::Event>>,
     host_wait: Mutex<Vec<D::Event>>,
+    timing: Mutex<Vec<D::Event>>,
 }
 
 impl<D: Driver> EventPool<D> {
@@ -112,6 +113,7 @@ impl<D: Driver> EventPool<D> {
         match usage {
             EventUse::StreamOrder => &self.stream_order,
             EventUse::HostWait => &self.host_wait,
+            EventUse::Timing => &self.timing,
         }
     }
 
@@ -133,6 +135,7 @@ impl<D: Driver> EventPool<D> {
     fn drain(&self) -> Vec<D::Event> {
         let mut all = std::mem::take(&mut *lock(&self.stream_order));
         all.append(&mut lock(&self.host_wait));
+        all.append(&mut lock(&self.timing));
         all
     }
 }
@@ -159,7 +162,11 @@ impl<D: Driver> Device<D> {
             info: driver.info(),
             counters: Counters::default(),
             kernels: Kernels::of_context(&driver),
-            events: EventPool { stream_order: Mutex::new(Vec::new()), host_wait: Mutex::new(Vec::new()) },
+            events: EventPool {
+                stream_order: Mutex::new(Vec::new()),
+                host_wait: Mutex::new(Vec::new()),
+                timing: Mutex::new(Vec::new()),
+            },
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
             reclaimer,

@@ -10,6 +10,11 @@ use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{DriverStatus, Error, Result};
 use crate::kernel::Grid;
 
+/// A driver's elapsed milliseconds (a float, about half a microsecond fine) as a duration.
+pub(crate) fn milliseconds(ms: f32) -> Duration {
+    Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)
+}
+
 /// A failed driver status as an error carrying it: the device is lost when
 /// `fatal` says the fault poisons the context (the driver then fails every
 /// later call of it with the same status), a backend error otherwise.
@@ -82,12 +87,15 @@ pub(crate) type Status = Result<()>;
 /// Work to run once everything enqueued before it on a stream is done.
 pub(crate) type Callback = Box<dyn FnOnce(Status) + Send>;
 
-/// How an event is used: only as a cross-stream dependency, or also as a
-/// point a host thread blocks on (then the thread sleeps instead of spinning).
+/// How an event is used: only as a cross-stream dependency, also as a
+/// point a host thread blocks on (then the thread sleeps instead of
+/// spinning), or as a timestamp (the only use that records a time, which
+/// costs the others' records).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum EventUse {
     StreamOrder,
     HostWait,
+    Timing,
 }
 
 /// The driver calls of one GPU API (CUDA or HIP), bound to one device.
@@ -147,6 +155,15 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
         None
     }
     unsafe fn event_destroy(&self, event: Self::Event);
+    /// Whether [`Driver::event_elapsed`] works here; the error says what is missing.
+    fn can_time(&self) -> Result<()> {
+        Err(Error::unsupported(Self::KIND, "timestamps"))
+    }
+    /// The device time from `start` to `end`, two [`EventUse::Timing`]
+    /// events recorded in that order, both complete.
+    unsafe fn event_elapsed(&self, _start: Self::Event, _end: Self::Event) -> Result<Duration> {
+        Err(Error::unsupported(Self::KIND, "timestamps"))
+    }
 
     /// Device memory usable on every stream as soon as this returns.
     fn alloc(&self, bytes: u64) -> Result<u64>;

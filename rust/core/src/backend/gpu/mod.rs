@@ -47,8 +47,8 @@ use crate::lock::lock;
 use device::{Device, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
-    callback_run, handle_calls, pass_callback, status_error, Callback, Driver, EventUse, GraphExec, Handle, Launch,
-    Loss, Status,
+    callback_run, handle_calls, milliseconds, pass_callback, status_error, Callback, Driver, EventUse, GraphExec,
+    Handle, Launch, Loss, Status,
 };
 use kernels::{Builtins, Entry, Function, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
@@ -56,7 +56,7 @@ use kernels::{Builtins, Entry, Function, Param, Params};
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
 pub use kernels::BUILTIN_ENTRIES;
 pub use kernels::BUILTIN_SOURCE;
-pub(crate) use owners::{GpuEvent, GpuMemory};
+pub(crate) use owners::{GpuEvent, GpuMemory, GpuTimestamp};
 pub(crate) use rtc::{compile, rtc_calls, Rtc};
 pub(crate) use stream::{GpuStream, Wake};
 
@@ -466,6 +466,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Event = GpuEvent<D>;
     type Memory = GpuMemory<D>;
     type Prepared = Prepared<D>;
+    type Timestamp = GpuTimestamp<D>;
 
     fn kind(&self) -> BackendKind {
         D::KIND
@@ -568,6 +569,17 @@ impl<D: Driver> Backend for GpuBackend<D> {
         // SAFETY: both handles are alive; the driver keeps the event's recorded
         // state for the wait even if the event is destroyed right after.
         self.noting_loss(unsafe { self.driver().stream_wait_event(stream.raw, event.raw) })
+    }
+
+    fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuTimestamp<D>> {
+        self.driver().bind()?;
+        self.driver().can_time()?;
+        let event = GpuEvent::new(&self.device, EventUse::Timing)?;
+        // SAFETY: both handles are alive and belong to this driver.
+        self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) })?;
+        // The stream's completion path, as a drain: a lost device, never an op's failure.
+        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), false))?;
+        Ok(GpuTimestamp { event })
     }
 
     fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {

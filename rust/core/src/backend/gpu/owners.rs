@@ -3,13 +3,15 @@
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::device::Device;
 use super::driver::{Driver, EventUse};
+use crate::backend::DeviceTimestamp;
 use crate::error::Result;
 
-/// A device event (timing off), from the device's pool and back to it when
-/// dropped. Reusing one that a stream still waits on is allowed: a stream
+/// A device event (timing off, except for [`EventUse::Timing`]), from the
+/// device's pool and back to it when dropped. Reusing one that a stream still waits on is allowed: a stream
 /// wait takes the event's latest record when it is made, and a host wait
 /// is over before the event drops.
 pub(crate) struct GpuEvent<D: Driver> {
@@ -26,6 +28,23 @@ impl<D: Driver> GpuEvent<D> {
         };
         device.counters.live_events.fetch_add(1, Ordering::SeqCst);
         Ok(GpuEvent { device: device.clone(), usage, raw })
+    }
+}
+
+/// A timestamp: a timing event recorded on its stream. Counted among the
+/// live events, as it is one.
+pub(crate) struct GpuTimestamp<D: Driver> {
+    pub(crate) event: GpuEvent<D>,
+}
+
+impl<D: Driver> DeviceTimestamp for GpuTimestamp<D> {
+    fn elapsed_since(&self, earlier: &Self) -> Result<Duration> {
+        let driver = &self.event.device.driver;
+        // Read from any thread: bind first.
+        driver.bind()?;
+        // SAFETY: both are live timing events of this driver, recorded on one
+        // stream in this order, and complete (the caller waited for both).
+        unsafe { driver.event_elapsed(earlier.event.raw, self.event.raw) }
     }
 }
 

@@ -148,10 +148,12 @@ impl Driver for Fake {
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
             backend: BackendKind::Cuda,
+            index: 0,
             name: "fake".into(),
             memory_bytes: None,
             software: true,
             max_buffer_bytes: 1 << 40,
+            limits: crate::device::LaunchLimits::HOST,
         }
     }
 

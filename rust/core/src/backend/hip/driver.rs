@@ -10,10 +10,10 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 use super::ffi::{self, Status as HipStatus};
 use super::{hiprtc, metadata};
 use crate::backend::gpu::{
-    callback_run, handle_calls, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
+    callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
 };
 use crate::backend::RawAccess;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 use crate::error::{Error, Result};
 
 const NAME: BackendKind = BackendKind::Hip;
@@ -43,63 +43,89 @@ fn check(call: &str, status: HipStatus) -> Result<()> {
     }
 }
 
-/// The HIP runtime, bound to device 0.
+/// The HIP runtime, bound to one device.
 pub(crate) struct Hip {
     device: i32,
     info: DeviceInfo,
     loss: Arc<Loss>,
 }
 
-impl Hip {
-    pub fn open() -> Result<Hip> {
-        let unavailable = |call: &str, status: HipStatus| Error::unavailable(NAME, failure(call, status).to_string());
-        // SAFETY: plain queries; out-pointers are valid locals.
-        unsafe {
-            match ffi::hipInit(0) {
-                ffi::SUCCESS => {}
-                // ROCm reports a machine without an AMD GPU as either code.
-                ffi::ERROR_NO_DEVICE | ffi::ERROR_INVALID_DEVICE => {
-                    return Err(Error::unavailable(
-                        NAME,
-                        format!("no HIP device ({})", failure("hipInit", ffi::hipInit(0))),
-                    ))
-                }
-                other => return Err(unavailable("hipInit", other)),
+/// Initialises HIP and counts its devices, or says why HIP cannot run here.
+fn device_count() -> Result<i32> {
+    let unavailable = |call: &str, status: HipStatus| Error::unavailable(NAME, failure(call, status).to_string());
+    // SAFETY: plain queries; the out-pointer is a valid local.
+    unsafe {
+        match ffi::hipInit(0) {
+            ffi::SUCCESS => {}
+            // ROCm reports a machine without an AMD GPU as either code.
+            ffi::ERROR_NO_DEVICE | ffi::ERROR_INVALID_DEVICE => {
+                return Err(Error::unavailable(
+                    NAME,
+                    format!("no HIP device ({})", failure("hipInit", ffi::hipInit(0))),
+                ))
             }
-            let mut count = 0;
-            match ffi::hipGetDeviceCount(&mut count) {
-                ffi::SUCCESS if count > 0 => {}
-                ffi::SUCCESS | ffi::ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no HIP device")),
-                other => return Err(unavailable("hipGetDeviceCount", other)),
-            }
-            let device = 0;
-            let hip = Hip {
-                device,
-                info: DeviceInfo {
-                    backend: BackendKind::Hip,
-                    name: String::new(),
-                    memory_bytes: None,
-                    software: false,
-                    max_buffer_bytes: 0,
-                },
-                loss: Arc::default(),
-            };
-            hip.bind()?;
-            let mut name = [0 as std::ffi::c_char; 256];
-            check("hipDeviceGetName", ffi::hipDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
-            let mut memory = 0usize;
-            check("hipDeviceTotalMem", ffi::hipDeviceTotalMem(&mut memory, device))?;
-            Ok(Hip {
-                info: DeviceInfo {
-                    name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
-                    memory_bytes: Some(memory as u64),
-                    software: false,
-                    max_buffer_bytes: memory as u64,
-                    ..hip.info
-                },
-                ..hip
-            })
+            other => return Err(unavailable("hipInit", other)),
         }
+        let mut count = 0;
+        match ffi::hipGetDeviceCount(&mut count) {
+            ffi::SUCCESS if count > 0 => Ok(count),
+            ffi::SUCCESS | ffi::ERROR_NO_DEVICE => Err(Error::unavailable(NAME, "no HIP device")),
+            other => Err(unavailable("hipGetDeviceCount", other)),
+        }
+    }
+}
+
+/// Device `device` as the listing shows it and a runtime on it reports it.
+/// Needs no device current: every query names the device.
+fn describe(device: i32) -> Result<DeviceInfo> {
+    // SAFETY: plain queries of a device below the count; out-pointers are valid locals.
+    unsafe {
+        let attribute = |attribute| -> Result<u32> {
+            let mut value = 0;
+            check("hipDeviceGetAttribute", ffi::hipDeviceGetAttribute(&mut value, attribute, device))?;
+            Ok(u32::try_from(value).unwrap_or(0))
+        };
+        let mut name = [0 as std::ffi::c_char; 256];
+        check("hipDeviceGetName", ffi::hipDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
+        let mut memory = 0usize;
+        check("hipDeviceTotalMem", ffi::hipDeviceTotalMem(&mut memory, device))?;
+        let [bx, by, bz] = ffi::ATTRIBUTE_MAX_BLOCK_DIM;
+        let [gx, gy, gz] = ffi::ATTRIBUTE_MAX_GRID_DIM;
+        Ok(DeviceInfo {
+            backend: BackendKind::Hip,
+            index: device as usize,
+            name: CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned(),
+            memory_bytes: Some(memory as u64),
+            software: false,
+            max_buffer_bytes: memory as u64,
+            limits: LaunchLimits {
+                max_block: [attribute(bx)?, attribute(by)?, attribute(bz)?],
+                max_threads_per_block: attribute(ffi::ATTRIBUTE_MAX_THREADS_PER_BLOCK)?,
+                max_groups: [attribute(gx)?, attribute(gy)?, attribute(gz)?],
+                max_shared_bytes: attribute(ffi::ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK)?,
+            },
+        })
+    }
+}
+
+/// Every device HIP sees, in ordinal order; none where HIP cannot run
+/// (opening says why). A device whose attributes HIP does not give is left out.
+pub(crate) fn list() -> Vec<DeviceInfo> {
+    let Ok(count) = device_count() else { return Vec::new() };
+    (0..count).filter_map(|device| describe(device).ok()).collect()
+}
+
+impl Hip {
+    /// Opens device `ordinal`, or says why it cannot.
+    pub fn open(ordinal: usize) -> Result<Hip> {
+        let count = device_count()?;
+        let device = match i32::try_from(ordinal) {
+            Ok(device) if device < count => device,
+            _ => return Err(Error::unavailable(NAME, format!("no HIP device {ordinal}: the machine has {count}"))),
+        };
+        let hip = Hip { device, info: describe(device)?, loss: Arc::default() };
+        hip.bind()?;
+        Ok(hip)
     }
 }
 
@@ -159,6 +185,8 @@ impl Driver for Hip {
         let flags = match usage {
             EventUse::StreamOrder => ffi::EVENT_DISABLE_TIMING,
             EventUse::HostWait => ffi::EVENT_DISABLE_TIMING | ffi::EVENT_BLOCKING_SYNC,
+            // Nobody blocks on a timing event: the stream's completion path says when it is done.
+            EventUse::Timing => ffi::EVENT_DEFAULT,
         };
         let mut event = null_mut();
         // SAFETY: writes one handle into `event`.
@@ -171,6 +199,17 @@ impl Driver for Hip {
         event_record: hipEventRecord, stream_wait_event: hipStreamWaitEvent, event_synchronize: hipEventSynchronize,
         stream_synchronize: hipStreamSynchronize, add_callback: hipStreamAddCallback(on_stream_callback),
         stream_destroy: hipStreamDestroy, event_destroy: hipEventDestroy, module_unload: hipModuleUnload,
+    }
+
+    fn can_time(&self) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn event_elapsed(&self, start: Self::Event, end: Self::Event) -> Result<Duration> {
+        let mut ms = 0f32;
+        // SAFETY: live timing events, both complete (trait contract); `ms` is a local.
+        check("hipEventElapsedTime", unsafe { ffi::hipEventElapsedTime(&mut ms, start.0, end.0) })?;
+        Ok(milliseconds(ms))
     }
 
     fn alloc(&self, bytes: u64) -> Result<u64> {

@@ -26,7 +26,15 @@ pub(crate) fn poisons_context(status: Status) -> bool {
     matches!(status.0, 700 | 702 | 710 | 719)
 }
 
+/// The `hipDeviceAttribute_t` values read for a device's launch limits, as
+/// ROCm 5.2's `hip_runtime_api.h` numbers them.
+pub(crate) const ATTRIBUTE_MAX_BLOCK_DIM: [c_int; 3] = [26, 27, 28];
+pub(crate) const ATTRIBUTE_MAX_GRID_DIM: [c_int; 3] = [29, 30, 31];
+pub(crate) const ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 56;
+pub(crate) const ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: c_int = 74;
+
 pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
+pub(crate) const EVENT_DEFAULT: c_uint = 0x0;
 pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
 pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;
 pub(crate) const HOST_MALLOC_PORTABLE: c_uint = 0x1;
@@ -42,6 +50,7 @@ extern "C" {
     pub fn hipSetDevice(device: c_int) -> Status;
     pub fn hipDeviceGetName(name: *mut c_char, len: c_int, device: c_int) -> Status;
     pub fn hipDeviceTotalMem(bytes: *mut usize, device: c_int) -> Status;
+    pub fn hipDeviceGetAttribute(value: *mut c_int, attribute: c_int, device: c_int) -> Status;
     pub fn hipGetErrorName(status: Status) -> *const c_char;
 
     pub fn hipStreamCreateWithFlags(stream: *mut hipStream_t, flags: c_uint) -> Status;
@@ -59,6 +68,7 @@ extern "C" {
     pub fn hipEventRecord(event: hipEvent_t, stream: hipStream_t) -> Status;
     pub fn hipEventSynchronize(event: hipEvent_t) -> Status;
     pub fn hipEventDestroy(event: hipEvent_t) -> Status;
+    pub fn hipEventElapsedTime(milliseconds: *mut f32, start: hipEvent_t, stop: hipEvent_t) -> Status;
 
     pub fn hipMalloc(ptr: *mut *mut c_void, bytes: usize) -> Status;
     pub fn hipFree(ptr: *mut c_void) -> Status;

@@ -22,12 +22,14 @@ pub use hip_sys;
 use crate::backend::gpu::GpuBackend;
 use crate::error::Result;
 
-/// HIP on device 0.
+pub(crate) use driver::list;
+
+/// HIP on one device.
 pub(crate) type HipBackend = GpuBackend<driver::Hip>;
 
 impl GpuBackend<driver::Hip> {
-    /// Opens device 0; no device is `Unavailable`, naming the cause.
-    pub(crate) fn open() -> Result<Self> {
-        driver::Hip::open().and_then(GpuBackend::new)
+    /// Opens device `ordinal`; no such device is `Unavailable`, naming the cause.
+    pub(crate) fn open(ordinal: usize) -> Result<Self> {
+        driver::Hip::open(ordinal).and_then(GpuBackend::new)
     }
 }

@@ -5,11 +5,14 @@
 //! DX12) are tried, never GL, so a machine without Vulkan does not silently
 //! run on a GL emulation. `WEIR_WGPU_ADAPTER` keeps only adapters whose name
 //! contains the given text. Among the rest a discrete GPU wins, then an
-//! integrated one, then virtual, then software.
+//! integrated one, then virtual, then software: that order numbers the
+//! adapters for `Runtime::open_device` and the listing (`weir_core::devices`).
 
 use std::sync::{Arc, Mutex};
 
+use super::device::describe;
 use super::scope::{ready, BACKEND};
+use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -23,7 +26,8 @@ pub const ADAPTER_VAR: &str = "WEIR_WGPU_ADAPTER";
 pub(crate) struct Opened {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
-    pub adapter: wgpu::AdapterInfo,
+    /// What the listing says of the adapter, so `Runtime::info` says the same.
+    pub info: DeviceInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
     /// A device-wide failure (device lost, an error outside any scope),
@@ -72,39 +76,9 @@ fn preference(kind: wgpu::DeviceType) -> u8 {
     }
 }
 
-/// One instance per set of backends for the life of the process: creating
-/// one is costly, and tearing a Vulkan instance down while a driver's
-/// background threads still run is a crash risk no runtime needs to take.
-fn instance(backends: wgpu::Backends) -> wgpu::Instance {
-    let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
-    descriptor.backends = backends;
-    descriptor.flags = wgpu::InstanceFlags::empty().with_env();
-    wgpu::Instance::new(descriptor)
-}
-
-/// The device of the adapter chosen for these backends and name filter:
-/// opened once per process and shared by every runtime on it, as a CUDA
-/// primary context is. NVIDIA's Vulkan driver deadlocked when one thread
-/// created or enumerated devices while another destroyed one (seen on a data-centre GPU
-/// with tests opening and closing runtimes in parallel); a device that lives
-/// as long as the process is never destroyed concurrently with anything.
-pub(crate) fn open() -> Result<Opened> {
-    type Entry = (wgpu::Backends, Option<String>, wgpu::Instance, Result<Opened>);
-    static OPENED: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
-    let backends = wanted_backends()?;
-    let name_filter = std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase());
-    let mut opened = lock(&OPENED);
-    if let Some((_, _, _, device)) = opened.iter().find(|(b, f, _, _)| *b == backends && *f == name_filter) {
-        return device.clone();
-    }
-    let instance = instance(backends);
-    let device = open_device(&instance, backends, &name_filter);
-    opened.push((backends, name_filter, instance, device.clone()));
-    device
-}
-
-fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter: &Option<String>) -> Result<Opened> {
-    let tried = backend_names(backends);
+/// The adapters `WEIR_WGPU_ADAPTER` keeps of those on `backends`, best first:
+/// an adapter's place here is its device index.
+fn candidates(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter: &Option<String>) -> Vec<wgpu::Adapter> {
     let mut adapters: Vec<wgpu::Adapter> = ready(instance.enumerate_adapters(backends))
         .unwrap_or_default()
         .into_iter()
@@ -112,15 +86,105 @@ fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter:
             name_filter.as_ref().is_none_or(|filter| adapter.get_info().name.to_ascii_lowercase().contains(filter))
         })
         .collect();
+    // Stable: adapters of one kind keep the driver's order, run after run.
     adapters.sort_by_key(|adapter| preference(adapter.get_info().device_type));
-    let Some(adapter) = adapters.into_iter().next() else {
+    adapters
+}
+
+type OpenedEntry = (wgpu::Backends, Option<String>, usize, Result<Opened>);
+
+/// The process's wgpu instances and opened devices.
+///
+/// One instance per set of backends for the life of the process: creating
+/// one is costly, and tearing a Vulkan instance down while a driver's
+/// background threads still run is a crash risk no runtime needs to take.
+/// The device of each adapter is opened once per process and shared by every
+/// runtime on it, as a CUDA primary context is. NVIDIA's Vulkan driver
+/// deadlocked when one thread created or enumerated devices while another
+/// destroyed one (seen on a data-centre GPU with tests opening and closing
+/// runtimes in parallel); a device that lives as long as the process is never
+/// destroyed concurrently with anything, and listing and opening take this
+/// one lock, so enumerations never overlap device creation either.
+struct Adapters {
+    instances: Vec<(wgpu::Backends, wgpu::Instance)>,
+    opened: Vec<OpenedEntry>,
+}
+
+static ADAPTERS: Mutex<Adapters> = Mutex::new(Adapters { instances: Vec::new(), opened: Vec::new() });
+
+impl Adapters {
+    fn instance(&mut self, backends: wgpu::Backends) -> wgpu::Instance {
+        if let Some((_, instance)) = self.instances.iter().find(|(b, _)| *b == backends) {
+            return instance.clone();
+        }
+        let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
+        descriptor.backends = backends;
+        descriptor.flags = wgpu::InstanceFlags::empty().with_env();
+        let instance = wgpu::Instance::new(descriptor);
+        self.instances.push((backends, instance.clone()));
+        instance
+    }
+}
+
+fn name_filter() -> Option<String> {
+    std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase())
+}
+
+/// Every adapter the selection rules keep, best first, described as its
+/// device would be once opened; none where wgpu finds none (or the
+/// environment names no backend: opening says why). Creates no device.
+pub(crate) fn list() -> Vec<DeviceInfo> {
+    let Ok(backends) = wanted_backends() else { return Vec::new() };
+    let name_filter = name_filter();
+    let mut adapters = lock(&ADAPTERS);
+    let instance = adapters.instance(backends);
+    candidates(&instance, backends, &name_filter)
+        .iter()
+        .enumerate()
+        .map(|(index, adapter)| describe(&adapter.get_info(), &adapter.limits(), index))
+        .collect()
+}
+
+/// The device of adapter `index` (0: the preferred one) for these backends
+/// and name filter, opened once per process (see [`Adapters`]).
+pub(crate) fn open(index: usize) -> Result<Opened> {
+    let backends = wanted_backends()?;
+    let name_filter = name_filter();
+    let mut adapters = lock(&ADAPTERS);
+    let known = adapters.opened.iter().find(|(b, f, i, _)| *b == backends && *f == name_filter && *i == index);
+    if let Some((_, _, _, device)) = known {
+        return device.clone();
+    }
+    let instance = adapters.instance(backends);
+    let device = open_device(&instance, backends, &name_filter, index);
+    adapters.opened.push((backends, name_filter, index, device.clone()));
+    device
+}
+
+fn open_device(
+    instance: &wgpu::Instance,
+    backends: wgpu::Backends,
+    name_filter: &Option<String>,
+    index: usize,
+) -> Result<Opened> {
+    let tried = backend_names(backends);
+    let adapters = candidates(instance, backends, name_filter);
+    let count = adapters.len();
+    let Some(adapter) = adapters.into_iter().nth(index) else {
         let filter = name_filter.as_ref().map(|name| format!(" named like {name:?}")).unwrap_or_default();
-        return Err(Error::unavailable(BACKEND, format!("no adapter{filter} on the backends tried: {tried}")));
+        if count == 0 {
+            return Err(Error::unavailable(BACKEND, format!("no adapter{filter} on the backends tried: {tried}")));
+        }
+        return Err(Error::unavailable(
+            BACKEND,
+            format!("no adapter {index}: the backends tried ({tried}) have {count} adapter(s){filter}"),
+        ));
     };
     let info = adapter.get_info();
     let limits = adapter.limits();
-    // Immediate data carries kernel parameters without a buffer per op.
-    let features = adapter.features() & wgpu::Features::IMMEDIATES;
+    // Immediate data carries kernel parameters without a buffer per op;
+    // timestamp queries time ranges of a stream (`Stream::timestamp`).
+    let features = adapter.features() & (wgpu::Features::IMMEDIATES | wgpu::Features::TIMESTAMP_QUERY);
     let request = adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("weir"),
         required_features: features,
@@ -142,5 +206,6 @@ fn open_device(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter:
         let message = format!("{reason:?}: {message}");
         lock(&lost).get_or_insert(Error::DeviceLost { backend: BACKEND, message, status: None });
     });
-    Ok(Opened { device, queue, adapter: info, limits, features, device_error })
+    let described = describe(&info, &limits, index);
+    Ok(Opened { device, queue, info: described, limits, features, device_error })
 }

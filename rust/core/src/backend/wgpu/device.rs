@@ -6,7 +6,7 @@ use super::adapter;
 use super::builtin::Shape;
 use super::memory::WgpuCounters;
 use super::pipelines::PipelineCache;
-use crate::device::{BackendKind, DeviceInfo};
+use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::error::Result;
 
 pub(crate) struct Gpu {
@@ -17,6 +17,10 @@ pub(crate) struct Gpu {
     pub pipelines: PipelineCache,
     /// The most bytes of immediate data a dispatch may set (0: the device takes none).
     pub immediate_bytes: u32,
+    /// The device takes timestamp queries (`Features::TIMESTAMP_QUERY`).
+    pub timestamps: bool,
+    /// Nanoseconds per timestamp tick.
+    pub timestamp_period: f32,
     pub counters: Arc<WgpuCounters>,
     pub info: DeviceInfo,
     /// Shared by every runtime on the device (see `adapter::open`).
@@ -33,25 +37,41 @@ fn kind_in_words(kind: wgpu::DeviceType) -> &'static str {
     }
 }
 
+/// Adapter `index` as its device is opened: the device gets the adapter's
+/// own limits, so the adapter alone says what the device will take.
+pub(crate) fn describe(adapter: &wgpu::AdapterInfo, limits: &wgpu::Limits, index: usize) -> DeviceInfo {
+    DeviceInfo {
+        backend: BackendKind::Wgpu,
+        index,
+        name: format!("{} ({:?}, {})", adapter.name, adapter.backend, kind_in_words(adapter.device_type)),
+        // wgpu does not say how much memory an adapter has.
+        memory_bytes: None,
+        // Allocations are rounded up to 4 bytes; keep the rounded size legal.
+        max_buffer_bytes: limits.max_buffer_size / 4 * 4,
+        software: adapter.device_type == wgpu::DeviceType::Cpu,
+        limits: LaunchLimits {
+            max_block: [
+                limits.max_compute_workgroup_size_x,
+                limits.max_compute_workgroup_size_y,
+                limits.max_compute_workgroup_size_z,
+            ],
+            max_threads_per_block: limits.max_compute_invocations_per_workgroup,
+            max_groups: [limits.max_compute_workgroups_per_dimension; 3],
+            max_shared_bytes: limits.max_compute_workgroup_storage_size,
+        },
+    }
+}
+
 impl Gpu {
-    pub fn open() -> Result<Gpu> {
-        let opened = adapter::open()?;
-        let info = DeviceInfo {
-            backend: BackendKind::Wgpu,
-            name: format!(
-                "{} ({:?}, {})",
-                opened.adapter.name,
-                opened.adapter.backend,
-                kind_in_words(opened.adapter.device_type)
-            ),
-            memory_bytes: None,
-            // Allocations are rounded up to 4 bytes; keep the rounded size legal.
-            max_buffer_bytes: opened.limits.max_buffer_size / 4 * 4,
-            software: opened.adapter.device_type == wgpu::DeviceType::Cpu,
-        };
+    /// Opens adapter `index` (see `adapter`).
+    pub fn open(index: usize) -> Result<Gpu> {
+        let opened = adapter::open(index)?;
+        let info = opened.info.clone();
         let immediate_bytes =
             if opened.features.contains(wgpu::Features::IMMEDIATES) { opened.limits.max_immediate_size } else { 0 };
         Ok(Gpu {
+            timestamps: opened.features.contains(wgpu::Features::TIMESTAMP_QUERY),
+            timestamp_period: opened.queue.get_timestamp_period(),
             shape: Shape::new(&opened.limits),
             device: opened.device,
             queue: opened.queue,

@@ -16,7 +16,8 @@
 //!   ([`prepare`]: compiles, uniforms, staging), then recorded one command
 //!   buffer each ([`encode`]) and submitted in batches; built-ins are WGSL
 //!   ([`builtin`]); custom kernels are cached by source ([`pipelines`]);
-//!   reads map a staging buffer ([`readback`]).
+//!   reads map a staging buffer ([`readback`]); timestamps are timestamp
+//!   queries read back the same way ([`timestamps`]).
 //! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
 //!   input, a WGSL source that does not compile or whose bindings are not
 //!   what its arguments bind ([`interface`]) among it, refuses the op before
@@ -37,6 +38,7 @@ mod prepare;
 mod raw;
 mod readback;
 mod scope;
+mod timestamps;
 
 #[cfg(feature = "test-support")]
 use std::sync::atomic::AtomicBool;
@@ -45,6 +47,7 @@ use std::sync::{Arc, Weak};
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
+pub(crate) use adapter::list;
 #[cfg(feature = "test-support")]
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
@@ -58,6 +61,7 @@ pub use raw::WgpuRawAccess;
 use scope::scoped;
 #[cfg(feature = "test-support")]
 use scope::BACKEND;
+pub use timestamps::WgpuTimestamp;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
@@ -109,9 +113,9 @@ impl Drop for WgpuEvent {
 }
 
 impl WgpuBackend {
-    /// Opens the preferred adapter (see the module doc).
-    pub fn open() -> Result<WgpuBackend> {
-        let gpu = Gpu::open()?;
+    /// Opens adapter `index` (0: the preferred one; see the module doc).
+    pub fn open(index: usize) -> Result<WgpuBackend> {
+        let gpu = Gpu::open(index)?;
         let poller = Poller::spawn(gpu.device.clone())?;
         let shared = Shared::new(gpu, poller.state().clone());
         Ok(WgpuBackend { shared, _poller: poller })
@@ -127,6 +131,7 @@ impl Backend for WgpuBackend {
     type Event = WgpuEvent;
     type Memory = WgpuMemory;
     type Prepared = WgpuPrepared;
+    type Timestamp = WgpuTimestamp;
 
     fn lost(&self) -> Option<Error> {
         crate::lock::lock(&self.gpu().device_error).clone().filter(Error::is_device_lost)
@@ -199,6 +204,10 @@ impl Backend for WgpuBackend {
             self.gpu().counters.deferred_waits.fetch_add(1, Ordering::Relaxed);
         }
         Ok(())
+    }
+
+    fn timestamp(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<WgpuTimestamp> {
+        timestamps::enqueue(self.gpu(), &self.shared, stream.lane, stream.number, completion)
     }
 
     fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, _kind: SignalKind) -> Result<()> {

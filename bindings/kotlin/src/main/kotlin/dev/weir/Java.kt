@@ -26,6 +26,15 @@ object WeirJava {
     @Throws(WeirException::class)
     fun open(backend: Backend = Backend.AUTO): WeirRuntime = WeirRuntime.open(backend)
 
+    /** Every device of every backend compiled in, best backend first, as [open] takes them ([devices]). */
+    @JvmStatic
+    fun devices(): List<DeviceInfo> = dev.weir.devices()
+
+    /** Opens [device], one of those [devices] lists; its `info()` is then [device]. */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun open(device: DeviceInfo): WeirRuntime = WeirRuntime.open(device)
+
     /** The stream's index in its runtime (0 is the default stream). */
     @JvmStatic
     fun index(stream: WeirStream): Long = stream.index().toLong()
@@ -83,6 +92,10 @@ object WeirJava {
     /** Device memory in bytes where the backend knows it, else -1. */
     @JvmStatic
     fun memoryBytes(info: DeviceInfo): Long = info.memoryBytes?.toSignedOrMax() ?: -1
+
+    /** The device's index among its backend's devices (what [open] of a [DeviceInfo] opens). */
+    @JvmStatic
+    fun index(info: DeviceInfo): Long = info.index.toLong()
 
     /** The largest buffer the device accepts, in bytes. */
     @JvmStatic

@@ -2,7 +2,7 @@
  * The idiomatic layer over the generated UniFFI bindings of Weir.
  *
  * The generated API (this same package, `dev.weir`) is the whole surface:
- * [WeirRuntime], [WeirStream], [Buffer], [Fence], [Kernel], [CancelToken], the
+ * [WeirRuntime], [WeirStream], [Buffer], [Fence], [Timestamp], [Kernel], [CancelToken], [devices], the
  * [WeirException] hierarchy. Every handle is [AutoCloseable], so `use {}`
  * releases it. One naming rule throughout: a plain verb (`execute`,
  * `memsetZero`, `write`) enqueues and returns once the op is admitted; the
@@ -24,6 +24,13 @@ import java.util.concurrent.ConcurrentHashMap
 /** Opens the best available backend: CUDA, then HIP, then a hardware wgpu adapter, then the CPU. */
 @Throws(WeirException::class)
 fun WeirRuntime.Companion.open(): WeirRuntime = WeirRuntime.open(Backend.AUTO)
+
+/**
+ * Opens [device], one of those [devices] lists: the runtime's `info()` is
+ * then [device] itself.
+ */
+@Throws(WeirException::class)
+fun WeirRuntime.Companion.open(device: DeviceInfo): WeirRuntime = openDevice(device.backend, device.index)
 
 /** A buffer of [count] zeroed [element]s (zeroed on the device, no host data). */
 @Throws(WeirException::class)

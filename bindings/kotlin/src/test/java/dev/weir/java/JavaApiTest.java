@@ -48,6 +48,19 @@ class JavaApiTest {
     }
 
     @Test
+    void listsDevicesAndOpensEachAsListed() throws WeirException {
+        List<DeviceInfo> devices = WeirJava.devices();
+        assertEquals(1, devices.stream().filter(d -> d.getBackend() == Backend.CPU).count());
+        for (DeviceInfo device : devices) {
+            try (WeirRuntime runtime = WeirJava.open(device)) {
+                assertEquals(device, runtime.info());
+                assertTrue(WeirJava.index(device) >= 0);
+                runtime.shutdown();
+            }
+        }
+    }
+
+    @Test
     void opensARuntimeAndRunsAJobWithoutTouchingKotlinTypes() throws WeirException {
         try (WeirRuntime runtime = WeirJava.open(Backend.CPU)) {
             assertEquals(Backend.CPU, runtime.info().getBackend());
