@@ -3,6 +3,7 @@
 
 mod bindings;
 mod bundle;
+mod docs;
 mod kotlin;
 mod rust;
 mod swift;
@@ -41,6 +42,9 @@ commands:
                   the Kotlin and Java JUnit suites with a jlinked Java runtime and a
                   run-kotlin.sh, for a machine with a GPU and no JDK (default DIR:
                   .device/bundle-kotlin)
+  docs [--out DIR]
+                  the API documentation side by side (default DIR: target/docs): rustdoc
+                  in rust/, Dokka's HTML in kotlin/, a DocC archive in swift/
   bench [--rust|--kotlin|--swift] [--backend NAME]
                   benchmarks beside their raw baselines: JSON lines, then a table;
                   Rust on every backend, then the Kotlin and Swift call overhead (cpu by default)
@@ -79,6 +83,7 @@ fn main() -> ExitCode {
             Some("--swift") => swift::bundle(&args[2..]),
             _ => bundle::bundle(&args[1..]),
         },
+        Some("docs") => docs::command(&args[1..]),
         Some("bench") => match args.get(1).map(String::as_str) {
             Some("--rust") => rust::bench(&args[2..]),
             Some("--kotlin") => kotlin::bench(&args[2..]),

@@ -136,6 +136,40 @@ pub fn test() -> Result {
     consumer::build_and_run(&toolchain)
 }
 
+/// A DocC archive of the `Weir` module in `out`, for static hosting: the
+/// catalog `Sources/Weir/Weir.docc` over the symbol graph of a build of the
+/// module; a link the catalog or a doc comment gets wrong fails it.
+pub fn docs(out: &Path) -> Result {
+    prepare(Profile::Debug)?;
+    let toolchain = Toolchain::find()?;
+    let package = package();
+    let graphs = package.join(".build/symbol-graphs");
+    crate::docs::reset(&graphs)?;
+    let graph_dir = graphs.display().to_string();
+    let emit = ["-emit-symbol-graph", "-emit-symbol-graph-dir", graph_dir.as_str()];
+    let emit: Vec<String> = emit.iter().flat_map(|flag| ["-Xswiftc".to_owned(), flag.to_string()]).collect();
+    toolchain.swift(&package, &arguments(Profile::Debug, &["build", "--target", "Weir"], &emit), &[])?;
+    let catalog = package.join("Sources/Weir/Weir.docc");
+    let convert = [
+        "convert",
+        &catalog.display().to_string(),
+        "--additional-symbol-graph-dir",
+        &graph_dir,
+        "--output-path",
+        &out.display().to_string(),
+        "--fallback-display-name",
+        "Weir",
+        "--fallback-bundle-identifier",
+        "dev.weir.Weir",
+        "--transform-for-static-hosting",
+        "--warnings-as-errors",
+    ]
+    .map(str::to_owned);
+    toolchain.docc(&package, &convert)?;
+    eprintln!("swift: DocC archive in {}", out.display());
+    Ok(())
+}
+
 /// The Swift demo (`Sources/WeirDemo`): the multi-stream pipeline, from Swift Tasks.
 pub fn demo(args: &[String]) -> Result {
     run_release(&[&["weir-demo".to_owned()][..], args].concat())

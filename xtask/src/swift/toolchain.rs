@@ -87,6 +87,29 @@ impl Toolchain {
 }
 
 impl Toolchain {
+    /// Runs DocC (`docc args…`, beside `swift`) in `dir`, echoing its output.
+    pub fn docc(&self, dir: &Path, args: &[String]) -> Result<String> {
+        let mut command = match self {
+            Toolchain::Host => {
+                let mut command = Command::new("docc");
+                command.args(args).current_dir(dir);
+                command
+            }
+            Toolchain::Chroot(chroot) => {
+                let mut command = in_chroot(chroot, &[root()], &[]);
+                // The Debian toolchain keeps docc beside the real `swift`, off PATH.
+                command.args([
+                    "/bin/sh",
+                    "-c",
+                    "cd \"$0\" && exec \"$(dirname \"$(readlink -f \"$(command -v swift)\")\")/docc\" \"$@\"",
+                ]);
+                command.arg(dir).args(args);
+                command
+            }
+        };
+        capture(&mut command)
+    }
+
     /// Runs `program args…` where `swift` runs (on the host, or in the chroot
     /// with the workspace mounted), without echoing; returns its stdout.
     pub fn run_quietly(&self, program: &str, args: &[String]) -> Result<String> {
