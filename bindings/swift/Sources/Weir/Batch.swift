@@ -63,6 +63,12 @@ public final class Batch {
         count += 1
     }
 
+    @available(*, unavailable, message: "[1, 2, 3] is an [Int] in Swift, which no buffer holds: write [1, 2, 3] as [Int32] (or [UInt32], [Float])")
+    public func write(_ values: [Int], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
+    public func write(_ values: [Double], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
     /// The write op's tag, buffer slot, element offset and byte length.
     private func beginWrite(_ buffer: Buffer, offset: UInt64, bytes: Int) {
         encoded.append(Tag.write)

@@ -145,6 +145,30 @@ extension WeirStream {
     }
 }
 
+// Array literals of whole numbers are `[Int]` in Swift, and of fractions
+// `[Double]`, neither of which a buffer holds: these say so at compile time,
+// where the generic calls would only answer "no exact matches".
+
+extension WeirStream {
+    @available(*, unavailable, message: "[1, 2, 3] is an [Int] in Swift, which no buffer holds: write [1, 2, 3] as [Int32] (or [UInt32], [Float])")
+    public func upload(_ values: [Int]) throws -> Buffer { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
+    public func upload(_ values: [Double]) throws -> Buffer { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1, 2, 3] is an [Int] in Swift, which no buffer holds: write [1, 2, 3] as [Int32] (or [UInt32], [Float])")
+    public func write(_ values: [Int], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
+    public func write(_ values: [Double], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1, 2, 3] is an [Int] in Swift, which no buffer holds: write [1, 2, 3] as [Int32] (or [UInt32], [Float])")
+    public func writeAndWait(_ values: [Int], to buffer: Buffer, at index: Int = 0) async throws { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
+    public func writeAndWait(_ values: [Double], to buffer: Buffer, at index: Int = 0) async throws { fatalError("unavailable") }
+}
+
 extension Data {
     /// The bytes of `values`, as a buffer holds them.
     init<T: WeirElement>(elements values: [T]) {
