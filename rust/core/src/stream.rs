@@ -426,7 +426,7 @@ impl Drop for Hold {
 /// How many `element`s `bytes` hold, refusing a part of one.
 fn whole_elements(element: ElementType, bytes: usize) -> Result<u64> {
     let bytes = bytes as u64;
-    if bytes % element.size_bytes() != 0 {
+    if !bytes.is_multiple_of(element.size_bytes()) {
         return Err(Error::invalid(format!("{bytes} bytes are not a whole number of {}", element.unit())));
     }
     Ok(bytes / element.size_bytes())

@@ -1,7 +1,7 @@
 //! Typed buffers and views: element types are checked, counts are in
 //! elements, and a view is ordered like the buffer it is part of.
 
-use weir_core::{Arg, Builtin, ElementType, Error, Kernel, Runtime};
+use weir_core::{Arg, Builtin, ElementType, Error, Kernel};
 
 use crate::common::hold;
 
