@@ -2,7 +2,7 @@
 //! installed package, with a plain `swift build`, no flags and no library path.
 
 use std::fs;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use super::toolchain::Toolchain;
 use crate::util::{root, Result};
@@ -36,6 +36,42 @@ pub fn build_and_run(toolchain: &Toolchain) -> Result {
         return Err(format!("{} refers to {development}", binary.display()));
     }
     toolchain.swift(&project, &["run".to_owned(), "--skip-build".to_owned(), "SwiftConsumer".to_owned()], &[])?;
+    int_literals_refused(toolchain, &project)?;
     eprintln!("swift: the consumer example built and ran against {} in {:.1?}", installed.display(), started.elapsed());
     Ok(())
+}
+
+/// What `bindings/swift/README.md` promises of `s.upload([1, 2, 3])`: an
+/// array literal of whole numbers is an `[Int]` in Swift, which no buffer
+/// holds, so the call fails to compile with a message saying what to write,
+/// rather than "no exact matches" or, worse, resolving to another overload
+/// (a `Data`, raw bytes). Type-checked against the installed module the
+/// example was just built with.
+fn int_literals_refused(toolchain: &Toolchain, project: &Path) -> Result {
+    let check = project.join(".build/weir-int-literal-check.swift");
+    let source = "import Weir\nfunc upload(_ s: WeirStream) throws -> Buffer { try s.upload([1, 2, 3]) }\n";
+    fs::write(&check, source).map_err(|e| format!("cannot write {}: {e}", check.display()))?;
+    let module_map = project.join("Dependencies/Weir/Sources/WeirFFI/module.modulemap");
+    let args = [
+        "-typecheck".to_owned(),
+        "-swift-version".to_owned(),
+        "6".to_owned(),
+        "-I".to_owned(),
+        project.join(".build/debug/Modules").display().to_string(),
+        "-Xcc".to_owned(),
+        format!("-fmodule-map-file={}", module_map.display()),
+        check.display().to_string(),
+    ];
+    // The diagnostic itself: the notes after it quote the source around the
+    // declaration, the neighbouring overloads' messages included.
+    const EXPECTED: &str =
+        "error: 'upload' is unavailable: [1, 2, 3] is an [Int] in Swift, which no buffer holds: write [1, 2, 3] as [Int32]";
+    match toolchain.run_quietly("swiftc", &args) {
+        Err(message) if message.contains(EXPECTED) => {
+            eprintln!("swift: `s.upload([1, 2, 3])` is refused at compile time, saying: {EXPECTED} …");
+            Ok(())
+        }
+        Err(message) => Err(format!("`s.upload([1, 2, 3])` failed to compile, but not as the README says: {message}")),
+        Ok(_) => Err("`s.upload([1, 2, 3])` compiled; the README says it is refused at compile time".to_owned()),
+    }
 }

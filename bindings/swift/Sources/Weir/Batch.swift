@@ -42,42 +42,53 @@ public final class Batch {
         count += 1
     }
 
-    /// Adds a copy of `data` into `buffer` at byte `offset`.
+    /// Adds a copy of `data` (raw bytes, a whole number of the buffer's
+    /// elements) into `buffer` at element `offset`.
     public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) {
-        encoded.append(Tag.write)
-        put(slot(of: buffer))
-        put(offset)
-        put(UInt64(data.count))
+        beginWrite(buffer, offset: offset, bytes: data.count)
         encoded.append(contentsOf: data)
         count += 1
     }
 
-    /// Adds a copy of `values` into `buffer` from element `index` on; a bad
-    /// `index` is reported in elements, as given, when it is added.
-    public func write<T: DeviceScalar>(_ values: [T], to buffer: Buffer, at index: Int = 0) throws {
-        let offset = try byteOffset(ofElement: index, writing: values.count, into: buffer, of: T.self)
-        encoded.append(Tag.write)
-        put(slot(of: buffer))
-        put(offset)
+    /// Adds a copy of `values` into `buffer` from element `index` on. A
+    /// negative `index` is refused here; the rest (the range, in elements)
+    /// when the batch is admitted. Unlike the stream's `write`, the batch
+    /// carries bytes, so `T` is not checked against the buffer's type.
+    public func write<T: WeirElement>(_ values: [T], to buffer: Buffer, at index: Int = 0) throws {
+        let offset = try nonNegative(index, "element offset")
         values.withUnsafeBytes { bytes in
-            put(UInt64(bytes.count))
+            beginWrite(buffer, offset: offset, bytes: bytes.count)
             encoded.append(contentsOf: bytes)
         }
         count += 1
     }
 
+    @available(*, unavailable, message: "[1, 2, 3] is an [Int] in Swift, which no buffer holds: write [1, 2, 3] as [Int32] (or [UInt32], [Float])")
+    public func write(_ values: [Int], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
+    @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
+    public func write(_ values: [Double], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
+    /// The write op's tag, buffer slot, element offset and byte length.
+    private func beginWrite(_ buffer: Buffer, offset: UInt64, bytes: Int) {
+        encoded.append(Tag.write)
+        put(slot(of: buffer))
+        put(offset)
+        put(UInt64(bytes))
+    }
+
     // The built-in ops encode their arguments directly: no `[Arg]` per op.
 
-    /// Every element of `buffer` becomes `value`.
+    /// Every element of `buffer` (of `Float`) becomes `value`.
     public func fill(_ buffer: Buffer, with value: Float) { fill(.fillF32, buffer, Tag.f32, value.bitPattern) }
 
-    /// Every element of `buffer` becomes `value`.
+    /// Every element of `buffer` (of `UInt32`) becomes `value`.
     public func fill(_ buffer: Buffer, with value: UInt32) { fill(.fillU32, buffer, Tag.u32, value) }
 
-    /// Every element of `buffer` becomes `value`.
+    /// Every element of `buffer` (of `Int32`) becomes `value`.
     public func fill(_ buffer: Buffer, with value: Int32) { fill(.fillI32, buffer, Tag.i32, UInt32(bitPattern: value)) }
 
-    /// Copies `source` into `destination` (equal sizes).
+    /// Copies `source` into `destination` (one element type, equal sizes).
     public func copy(_ source: Buffer, to destination: Buffer) {
         builtin(.copy, arguments: 2)
         putBuffer(source, .read)
@@ -85,13 +96,13 @@ public final class Batch {
         count += 1
     }
 
-    /// `out = a + b`, element-wise over `Float`s.
+    /// `out = a + b`, element-wise over `Float` buffers.
     public func add(_ a: Buffer, _ b: Buffer, into out: Buffer) { binary(.add, a, b, out) }
 
-    /// `out = a · b`, element-wise over `Float`s.
+    /// `out = a · b`, element-wise over `Float` buffers.
     public func mul(_ a: Buffer, _ b: Buffer, into out: Buffer) { binary(.mul, a, b, out) }
 
-    /// `out = alpha · x` over `Float`s.
+    /// `out = alpha · x` over `Float` buffers.
     public func scale(_ x: Buffer, by alpha: Float, into out: Buffer) {
         builtin(.scale, arguments: 3)
         putBuffer(x, .read)
@@ -100,7 +111,7 @@ public final class Batch {
         count += 1
     }
 
-    /// `y = alpha · x + y` over `Float`s.
+    /// `y = alpha · x + y` over `Float` buffers.
     public func axpy(_ alpha: Float, _ x: Buffer, _ y: Buffer) {
         builtin(.axpy, arguments: 3)
         putBuffer(x, .read)
@@ -109,7 +120,7 @@ public final class Batch {
         count += 1
     }
 
-    /// `out[i] = start + i` over `UInt32`s.
+    /// `out[i] = start + i` over a `UInt32` buffer.
     public func iota(_ out: Buffer, from start: UInt32 = 0) { fill(.iota, out, Tag.u32, start) }
 
     /// `op(dst: write, scalar)`: the fills and iota.

@@ -5,41 +5,46 @@
 import Foundation
 
 extension WeirStream {
-    /// A buffer holding the bytes of `bytes`, lent to Rust for the call.
+    /// A buffer of raw bytes holding `bytes`, lent to Rust for the call.
     public func upload(bytes: UnsafeRawBufferPointer) throws -> Buffer {
-        try uploadBorrowed(data: Data.borrowing(bytes))
+        try uploadBorrowed(data: Data.borrowing(bytes), element: .bytes)
     }
 
-    /// Enqueues a copy of `bytes`, lent to Rust for the call, into `buffer` at
-    /// byte `offset`; returns once admitted (the bytes are copied by then), not once done.
+    /// Enqueues a copy of `bytes`, lent to Rust for the call, into `buffer`
+    /// (of any element type: raw bytes, a whole number of its elements) from
+    /// element `offset` on; returns once admitted (the bytes are copied by
+    /// then), not once done.
     public func write(bytes: UnsafeRawBufferPointer, to buffer: Buffer, offset: UInt64 = 0) throws {
-        try writeBorrowed(buffer: buffer, offset: offset, data: Data.borrowing(bytes))
+        try writeBorrowed(buffer: buffer, offset: offset, data: Data.borrowing(bytes), element: .bytes)
     }
 
-    /// Reads `destination.count` bytes of `buffer` from byte `offset` into
-    /// `destination` once its latest write (on any stream) is done. The memory
-    /// must stay valid until this returns. Cancelling the Task ends the wait
-    /// with `CancellationError`.
+    /// Reads the bytes of `buffer` from element `offset` on into
+    /// `destination` (a whole number of the buffer's elements, `destination.count`
+    /// bytes) once its latest write (on any stream) is done. The memory must
+    /// stay valid until this returns. Cancelling the Task ends the wait with
+    /// `CancellationError`.
     public func read(_ buffer: Buffer, into destination: UnsafeMutableRawBufferPointer, offset: UInt64 = 0)
         async throws
     {
-        guard destination.count > 0 else { return }
+        let length = try wholeElements(of: buffer, inBytes: destination.count, of: "the destination")
+        guard length > 0 else { return }
         let host = try await cancellable {
-            try await self.readHost(buffer: buffer, offset: offset, len: UInt64(destination.count), cancel: $0)
+            try await self.readHost(buffer: buffer, offset: offset, len: length, element: .bytes, cancel: $0)
         }
         host.copy(into: destination)
     }
 
-    /// Reads `destination.count` elements of `buffer` from element `index` on
-    /// into `destination` (no new array). Cancelling the Task ends the wait
+    /// Reads `destination.count` `T`s of `buffer` from element `index` on
+    /// into `destination` (no new array): `T` is the buffer's element type
+    /// (or any, for a raw-bytes buffer, whose `index` counts bytes; or
+    /// `UInt8`), as `read(_:as:)` takes it. Cancelling the Task ends the wait
     /// with `CancellationError`.
-    public func read<T: DeviceScalar>(_ buffer: Buffer, into destination: inout [T], at index: Int = 0) async throws {
-        let count = destination.count
-        let offset = try byteOffset(ofElement: index, writing: count, into: buffer, of: T.self)
-        guard count > 0 else { return }
+    public func read<T: WeirElement>(_ buffer: Buffer, into destination: inout [T], at index: Int = 0) async throws {
+        let offset = try nonNegative(index, "element offset")
+        let length = try wholeElements(of: buffer, inBytes: destination.count * MemoryLayout<T>.stride, of: "[\(T.self)]")
+        guard length > 0 else { return }
         let host = try await cancellable {
-            try await self.readHost(
-                buffer: buffer, offset: offset, len: UInt64(count * MemoryLayout<T>.stride), cancel: $0)
+            try await self.readHost(buffer: buffer, offset: offset, len: length, element: T.elementType, cancel: $0)
         }
         destination.withUnsafeMutableBytes { host.copy(into: $0) }
     }

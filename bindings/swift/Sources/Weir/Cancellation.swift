@@ -83,19 +83,20 @@ extension WeirStream {
         try await cancellable { try await self.memsetZeroAndWait(buffer: buffer, cancel: $0) }
     }
 
-    /// Reads `length` bytes of `buffer` from byte `offset` (by default the
-    /// whole buffer) once its latest write (on any stream) is done.
-    /// Cancelling the Task ends the wait with `CancellationError`.
+    /// Reads the bytes of `length` elements of `buffer` from element `offset`
+    /// (by default the whole buffer) once its latest write (on any stream) is
+    /// done. Cancelling the Task ends the wait with `CancellationError`.
     public func read(buffer: Buffer, offset: UInt64 = 0, length: UInt64? = nil) async throws -> Data {
         try await cancellable { try await self.read(buffer: buffer, offset: offset, length: length, cancel: $0) }
     }
 
-    /// Enqueues a copy of `data` into `buffer` at byte `offset`, then suspends
-    /// until this stream has done it.
+    /// Enqueues a copy of `data` (`element`s: the buffer's type, or `.bytes`
+    /// for any) into `buffer` at element `offset`, then suspends until this
+    /// stream has done it.
     /// Cancelling the Task ends the wait (not the copy) with `CancellationError`.
-    public func writeAndWait(buffer: Buffer, data: Data, offset: UInt64 = 0) async throws {
+    public func writeAndWait(buffer: Buffer, data: Data, element: ElementType, offset: UInt64 = 0) async throws {
         try await cancellable {
-            try await self.writeAndWait(buffer: buffer, data: data, offset: offset, cancel: $0)
+            try await self.writeAndWait(buffer: buffer, data: data, element: element, offset: offset, cancel: $0)
         }
     }
 }

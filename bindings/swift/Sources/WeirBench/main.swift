@@ -132,7 +132,7 @@ let batchSize = 1_000
 /// Admission of one small op (a fill of 1 KiB) and of a batch of `batchSize`
 /// such fills, per op; the stream is synced, untimed, between batches.
 @Sendable func admissions(_ stream: Weir.WeirStream) async throws -> [Figure] {
-    let a = try stream.zeros(bytes: 1024)
+    let a = try stream.zeros(count: 256, of: UInt32.self)
     let fill = medianMicros(20_000) { try? stream.fill(a, with: UInt32(7)) }
     try await stream.sync()
     var samples: [UInt64] = []

@@ -33,7 +33,7 @@ struct BatchTests {
         guard let runtime = try backend.open() else { return }
         let s = runtime.defaultStream()
         let x = try s.upload([Float](repeating: 1, count: 4))
-        let small = try s.zeros(bytes: 8)
+        let small = try s.zeros(count: 2, of: Float.self)
         let before = runtime.diagnostics().admittedOps
         #expect(throws: WeirError.self) {
             try s.batch { b in
@@ -44,7 +44,7 @@ struct BatchTests {
         let pastTheEnd = await outcome {
             try s.batch { b in
                 b.fill(x, with: Float(9))
-                b.write(buffer: small, data: Data(count: 4), offset: 8)
+                b.write(buffer: small, data: Data(count: 4), offset: 2)  // element 2 of 2
             }
         }
         guard case .failure(WeirError.outOfRange) = pastTheEnd else {
@@ -70,7 +70,7 @@ struct BatchTests {
             let n = 1 << 12
             let x = try a.empty(count: n, of: Float.self)
             let unrelated = try a.upload([UInt32](repeating: 1, count: 16))
-            try b.copy(unrelated, to: try b.empty(bytes: 64))
+            try b.copy(unrelated, to: try b.empty(count: 16, of: UInt32.self))
             let gate = try Gate(a)
             let value = Float(round) + 0.5
             try await onThread {

@@ -15,7 +15,7 @@ struct BulkTests {
         let s = runtime.defaultStream()
         let floats = BulkTests.floats
         let buffer = try s.upload(floats)
-        #expect(buffer.sizeBytes() == UInt64(floats.count * 4))
+        #expect(buffer.count == floats.count && buffer.sizeBytes() == UInt64(floats.count * 4))
         #expect(try await s.read(buffer, as: Float.self) == floats)
         var back = [Float](repeating: 0, count: floats.count)
         try await s.read(buffer, into: &back)
@@ -55,12 +55,22 @@ struct BulkTests {
             Issue.record("a read past the end gave \(tooLong)")
             return
         }
-        #expect(description.contains("element offset 2"), "\(description)")
+        #expect(description.contains("3 f32 elements at offset 2 do not fit in a buffer of 4 f32 elements"),
+                "\(description)")
+        // Raw memory counts its offset in the buffer's elements too, and holds whole ones.
         let destination = UnsafeMutableRawBufferPointer.allocate(byteCount: 8, alignment: 8)
         defer { destination.deallocate() }
-        await #expect(throws: WeirError.self) { try await s.read(buffer, into: destination, offset: 12) }
-        #expect(throws: WeirError.self) {
-            try [UInt8](repeating: 0, count: 8).withUnsafeBytes { try s.write(bytes: $0, to: buffer, offset: 12) }
+        await expectWeirError("OutOfRange", mentioning: ["2 f32 elements at offset 3"]) {
+            try await s.read(buffer, into: destination, offset: 3)
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["6 bytes", "f32"]) {
+            try await s.read(buffer, into: UnsafeMutableRawBufferPointer(rebasing: destination[0..<6]))
+        }
+        await expectWeirError("OutOfRange", mentioning: ["2 f32 elements at offset 3"]) {
+            try [UInt8](repeating: 0, count: 8).withUnsafeBytes { try s.write(bytes: $0, to: buffer, offset: 3) }
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["negative element offset -1"]) {
+            try await s.read(buffer, into: &three, at: -1)
         }
         #expect(try await s.read(buffer, as: Float.self) == [1, 1, 1, 1])
         try runtime.shutdown()

@@ -142,11 +142,11 @@ struct CompletionTests {
         let signed = try stream.empty(count: 3, of: Int32.self)
         try stream.write([Int32.min, -1, Int32.max], to: signed)
         #expect(try await stream.read(signed, as: Int32.self) == [Int32.min, -1, Int32.max])
-        #expect(signed.count(of: Int32.self) == 3)
+        #expect(signed.count == 3 && signed.elementType == .i32)
 
-        // Raw bytes, through the generated API.
-        let raw = try stream.upload(data: Data([1, 2, 3, 4]))
-        try stream.write(buffer: raw, data: Data([9, 9]), offset: 1)
+        // Raw bytes, through the generated API (offsets and lengths in the buffer's elements: bytes).
+        let raw = try stream.upload(data: Data([1, 2, 3, 4]), element: .bytes)
+        try stream.write(buffer: raw, data: Data([9, 9]), element: .bytes, offset: 1)
         #expect(try await stream.read(buffer: raw) == Data([1, 9, 9, 4]))
         #expect(try await stream.read(buffer: raw, offset: 1, length: 2) == Data([9, 9]))
         #expect(try stream.readBlocking(buffer: raw, offset: 2) == Data([9, 4]))

@@ -167,16 +167,20 @@ struct ErrorTests {
     func argumentErrorsAreTyped(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }
         let stream = runtime.defaultStream()
-        let buffer = try stream.zeros(bytes: 4096)
+        let buffer = try stream.zeros(count: 1024, of: Float.self)
 
-        await expectWeirError("OutOfRange", mentioning: ["8 bytes at offset 4092", "4096"]) {
-            try stream.write(buffer: buffer, data: Data(count: 8), offset: 4092)
+        // Ranges are in the buffer's elements, however the data is given.
+        await expectWeirError("OutOfRange", mentioning: ["2 f32 elements at offset 1023", "buffer of 1024 f32 elements"]) {
+            try stream.write(buffer: buffer, data: Data(count: 8), element: .bytes, offset: 1023)
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["6 bytes", "f32 elements"]) {
+            try stream.write(buffer: buffer, data: Data(count: 6), element: .bytes, offset: 0)
         }
         await expectWeirError("InvalidArgument", mentioning: ["byte"]) {
-            try stream.zeros(bytes: 0)
+            try stream.zeros(count: 0, of: Float.self)
         }
         await expectWeirError("InvalidArgument", mentioning: ["nothing to write"]) {
-            try stream.write(buffer: buffer, data: Data())
+            try stream.write(buffer: buffer, data: Data(), element: .bytes, offset: 0)
         }
         await expectWeirError("InvalidArgument", mentioning: ["fill_f32"]) {
             try stream.execute(kernel: Kernel.builtin(op: .fillF32), grid: Grid(), args: [.write(buffer)])
@@ -189,16 +193,19 @@ struct ErrorTests {
             try stream.execute(kernel: foreign, grid: Grid(), args: [])
         }
         await expectWeirError("InvalidArgument", mentioning: ["limit"]) {
-            try stream.zeros(bytes: UInt64.max)
+            try stream.zeros(count: Int.max, of: UInt8.self)
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["more bytes than a u64 counts"]) {
+            try stream.zeros(count: UInt64.max, element: .f32)
         }
         // The range as asked, not a saturated end.
-        await expectWeirError("OutOfRange", mentioning: ["1 bytes at offset \(UInt64.max)", "do not fit"]) {
-            try stream.write(buffer: buffer, data: Data(count: 1), offset: UInt64.max)
+        await expectWeirError("OutOfRange", mentioning: ["1 f32 elements at offset \(UInt64.max)", "do not fit"]) {
+            try stream.write(buffer: buffer, data: Data(count: 4), element: .bytes, offset: UInt64.max)
         }
-        await expectWeirError("OutOfRange", mentioning: ["2 bytes at offset \(UInt64.max)", "do not fit"]) {
+        await expectWeirError("OutOfRange", mentioning: ["2 f32 elements at offset \(UInt64.max)", "do not fit"]) {
             try stream.readBlocking(buffer: buffer, offset: UInt64.max, length: 2)
         }
-        let (small, out) = (try stream.zeros(bytes: 8), try stream.zeros(bytes: 4096))
+        let (small, out) = (try stream.zeros(count: 2, of: Float.self), try stream.zeros(count: 1024, of: Float.self))
         await expectWeirError("InvalidArgument", mentioning: ["add", "equal size"]) {
             try await stream.executeAndWait(
                 kernel: Kernel.builtin(op: .add), grid: Grid(), args: [.read(buffer), .read(small), .write(out)])
@@ -214,7 +221,7 @@ struct ErrorTests {
             try stream.empty(count: -1, of: Float.self)
         }
         // Typed reads check their element size.
-        let odd = try stream.upload(data: Data([1, 2, 3]))
+        let odd = try stream.upload(data: Data([1, 2, 3]), element: .bytes)
         await expectWeirError("InvalidArgument", mentioning: ["3 bytes", "Float"]) {
             try await stream.read(odd, as: Float.self)
         }
@@ -228,29 +235,32 @@ struct ErrorTests {
     func typedWritesReportElementOffsets(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }
         let stream = runtime.defaultStream()
-        let buffer = try stream.zeros(count: 4, of: Float.self)
+        let (floats, words) = (try stream.zeros(count: 4, of: Float.self), try stream.zeros(count: 4, of: UInt32.self))
         for write: () async throws -> Void in [
-            { try stream.write([Float(1)], to: buffer, at: -1) },
-            { try stream.write([UInt32(1)], to: buffer, at: -1) },
+            { try stream.write([Float(1)], to: floats, at: -1) },
+            { try stream.write([UInt32(1)], to: words, at: -1) },
+            { try await stream.writeAndWait([Float(1)], to: floats, at: -1) },
         ] {
             await expectWeirError("InvalidArgument", mentioning: ["element offset -1"], write)
             let message = await weirMessage(write)
             #expect(!message.contains("-4"), "a byte offset: \(message)")
         }
-        for write: () async throws -> Void in [
-            { try stream.write([Float(1), 2], to: buffer, at: 3) },
-            { try stream.write([UInt32(1), 2], to: buffer, at: 3) },
-        ] {
-            await expectWeirError("OutOfRange", mentioning: ["2 elements", "element offset 3", "buffer of 4"], write)
+        for (write, element) in [
+            ({ try stream.write([Float(1), 2], to: floats, at: 3) }, "f32"),
+            ({ try stream.write([UInt32(1), 2], to: words, at: 3) }, "u32"),
+            ({ try await stream.writeAndWait([UInt32(1), 2], to: words, at: 3) }, "u32"),
+        ] as [(() async throws -> Void, String)] {
+            await expectWeirError(
+                "OutOfRange", mentioning: ["2 \(element) elements at offset 3", "buffer of 4 \(element) elements"], write)
             let message = await weirMessage(write)
             #expect(!message.contains("12") && !message.contains("16"), "byte units: \(message)")
         }
-        await expectWeirError("OutOfRange", mentioning: ["element offset \(Int.max)"]) {
-            try stream.write([Float(1)], to: buffer, at: Int.max)
+        await expectWeirError("OutOfRange", mentioning: ["at offset \(Int.max)"]) {
+            try stream.write([Float(1)], to: floats, at: Int.max)
         }
         // In range, the same helper writes where it says.
-        try stream.write([UInt32(7)], to: buffer, at: 3)
-        #expect(try await stream.read(buffer, as: UInt32.self) == [0, 0, 0, 7])
+        try stream.write([UInt32(7)], to: words, at: 3)
+        #expect(try await stream.read(words, as: UInt32.self) == [0, 0, 0, 7])
     }
 
     @Test("a kernel of one 1 000-term expression compiles off a Task's thread and runs",
@@ -307,7 +317,7 @@ struct ErrorTests {
     @Test("a buffer of one runtime used in another is ForeignHandle", arguments: TestBackend.allCases)
     func foreignHandlesAreRejected(backend: TestBackend) async throws {
         guard let first = try backend.open(), let second = try backend.open() else { return }
-        let theirs = try first.defaultStream().zeros(bytes: 16)
+        let theirs = try first.defaultStream().zeros(count: 16, of: UInt8.self)
         await expectWeirError("ForeignHandle", mentioning: ["another runtime"]) {
             try await second.defaultStream().read(buffer: theirs)
         }

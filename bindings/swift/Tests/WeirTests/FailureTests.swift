@@ -45,16 +45,16 @@ struct FailureTests {
     func failureTravelsAlongAChain(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }
         let (s, t, u) = (try runtime.newStream(), try runtime.newStream(), try runtime.newStream())
-        let x = try s.upload([UInt32](repeating: 1, count: 256))
-        let y = try t.upload([UInt32](repeating: 2, count: 256))
+        let x = try s.upload([Float](repeating: 1, count: 256))
+        let y = try t.upload([Float](repeating: 2, count: 256))
         let z = try t.upload([Float](repeating: 3, count: 256))
         try await t.sync()
         await expectFailure(naming: "deliberate failure B") { try s.failWrite(buffer: x, message: "deliberate failure B") }
         // T copies X into Y: refused at admission, or admitted and failing; either way Y fails.
         let copy = await outcome { try t.copy(x, to: y) }
         expectNothingOrFailure(naming: "deliberate failure B", copy.error)
-        await expectFailure(naming: "deliberate failure B") { try await u.read(y, as: UInt32.self) }
-        // One more link, through a read-write op on U: Y fails Z too.
+        await expectFailure(naming: "deliberate failure B") { try await u.read(y, as: Float.self) }
+        // One more link, through a read-write op on U (of the buffers' type, or it is refused): Y fails Z too.
         _ = await outcome { try u.axpy(1, y, z) }
         await expectFailure(naming: "deliberate failure B") { try await s.read(z, as: Float.self) }
         // T's fence reports its failed copy, once.

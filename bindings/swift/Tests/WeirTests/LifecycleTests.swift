@@ -107,7 +107,7 @@ struct LifecycleTests {
         await expectWeirError("Closed", mentioning: ["closed"]) { try runtime.newStream() }
         await expectWeirError("Closed", mentioning: ["closed"]) { try runtime.fence() }
         await expectWeirError("Closed", mentioning: ["closed"]) { try await runtime.sync() }
-        await expectWeirError("Closed", mentioning: ["closed"]) { try stream.zeros(bytes: 4) }
+        await expectWeirError("Closed", mentioning: ["closed"]) { try stream.zeros(count: 1, of: Float.self) }
         await expectWeirError("Closed", mentioning: ["closed"]) { try stream.fence() }
         await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.sync() }
         await expectWeirError("Closed", mentioning: ["closed"]) { try await stream.read(buffer: buffer) }
