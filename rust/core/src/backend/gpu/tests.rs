@@ -372,15 +372,6 @@ fn custom(name: &str, code: &str) -> Arc<CustomKernel> {
     })
 }
 
-// Prepared commands compare their buffers (views of one buffer may meet in
-// an op): here an allocation is the same buffer where it is the same object,
-// as the scheduler's keys and `direct::submit` have it.
-impl PartialEq for GpuMemory<Fake> {
-    fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self, other)
-    }
-}
-
 /// Prepares, then enqueues, `command` on `stream`.
 fn submit(
     backend: &GpuBackend<Fake>,
