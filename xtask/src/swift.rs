@@ -133,30 +133,40 @@ pub fn test() -> Result {
     // the 10 000-Task test for the two-thread cooperative pool.
     toolchain.swift(&package, &arguments(Profile::Debug, &["test", "--skip-build", "--no-parallel"], &[]), &env)?;
     eprintln!("swift: build and tests took {:.1?}", started.elapsed());
-    consumer::build_and_run(&toolchain)
+    let installed = consumer::build_and_run(&toolchain)?;
+    archive(&toolchain, &installed, &crate::util::target_dir().join("docs/swift"))
 }
 
-/// A DocC archive of the `Weir` module in `out`, for static hosting: the
-/// catalog `Sources/Weir/Weir.docc` over the symbol graph of a build of the
-/// module; a link the catalog or a doc comment gets wrong fails it.
+/// A DocC archive of the installed package's `Weir` module in `out` (a
+/// release library without the test hooks, as users get it).
 pub fn docs(out: &Path) -> Result {
-    prepare(Profile::Debug)?;
     let toolchain = Toolchain::find()?;
-    let package = package();
+    let package = install::install(&crate::util::target_dir().join("swift-docs"), None)?;
+    archive(&toolchain, &package, out)
+}
+
+/// A DocC archive of `package`'s `Weir` module in `out`, for static hosting:
+/// its catalog `Sources/Weir/Weir.docc` over the symbol graph of a build of
+/// the module; a link the catalog or a doc comment gets wrong fails it.
+fn archive(toolchain: &Toolchain, package: &Path, out: &Path) -> Result {
+    let started = std::time::Instant::now();
     let graphs = package.join(".build/symbol-graphs");
     crate::docs::reset(&graphs)?;
     let graph_dir = graphs.display().to_string();
-    let emit = ["-emit-symbol-graph", "-emit-symbol-graph-dir", graph_dir.as_str()];
-    let emit: Vec<String> = emit.iter().flat_map(|flag| ["-Xswiftc".to_owned(), flag.to_string()]).collect();
-    toolchain.swift(&package, &arguments(Profile::Debug, &["build", "--target", "Weir"], &emit), &[])?;
-    let catalog = package.join("Sources/Weir/Weir.docc");
+    let mut build: Vec<String> = ["build", "--target", "Weir"].map(str::to_owned).to_vec();
+    for flag in ["-emit-symbol-graph", "-emit-symbol-graph-dir", graph_dir.as_str()] {
+        build.extend(["-Xswiftc".to_owned(), flag.to_owned()]);
+    }
+    toolchain.swift(package, &build, &[])?;
+    let catalog = package.join("Sources/Weir/Weir.docc").display().to_string();
+    let out_dir = out.display().to_string();
     let convert = [
         "convert",
-        &catalog.display().to_string(),
+        &catalog,
         "--additional-symbol-graph-dir",
         &graph_dir,
         "--output-path",
-        &out.display().to_string(),
+        &out_dir,
         "--fallback-display-name",
         "Weir",
         "--fallback-bundle-identifier",
@@ -165,8 +175,8 @@ pub fn docs(out: &Path) -> Result {
         "--warnings-as-errors",
     ]
     .map(str::to_owned);
-    toolchain.docc(&package, &convert)?;
-    eprintln!("swift: DocC archive in {}", out.display());
+    toolchain.docc(package, &convert)?;
+    eprintln!("swift: DocC archive in {} ({:.1?})", out.display(), started.elapsed());
     Ok(())
 }
 

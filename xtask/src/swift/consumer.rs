@@ -15,8 +15,8 @@ fn project() -> PathBuf {
 /// Installs the package into the example's `Dependencies/`, as its README
 /// says, builds the example, runs it (it checks its own result) and checks
 /// that the binary finds its library in the installed package, not in the
-/// development package's builds.
-pub fn build_and_run(toolchain: &Toolchain) -> Result {
+/// development package's builds. Returns the installed package.
+pub fn build_and_run(toolchain: &Toolchain) -> Result<PathBuf> {
     let project = project();
     let started = std::time::Instant::now();
     let installed = super::install::install(&project.join("Dependencies"), None)?;
@@ -38,7 +38,7 @@ pub fn build_and_run(toolchain: &Toolchain) -> Result {
     toolchain.swift(&project, &["run".to_owned(), "--skip-build".to_owned(), "SwiftConsumer".to_owned()], &[])?;
     int_literals_refused(toolchain, &project)?;
     eprintln!("swift: the consumer example built and ran against {} in {:.1?}", installed.display(), started.elapsed());
-    Ok(())
+    Ok(installed)
 }
 
 /// What `bindings/swift/README.md` promises of `s.upload([1, 2, 3])`: an

@@ -60,6 +60,13 @@ pub fn install(to: &Path, features: Option<&str>) -> Result<PathBuf> {
         let name = source.file_name().ok_or("a source without a name")?;
         copy(&source, &staging.join("Sources/Weir").join(name))?;
     }
+    // The DocC catalog, so an IDE shows the package's documentation.
+    let catalog = dev.join("Sources/Weir/Weir.docc");
+    for page in fs::read_dir(&catalog).map_err(|e| format!("cannot list {}: {e}", catalog.display()))? {
+        let page = page.map_err(|e| format!("cannot list {}: {e}", catalog.display()))?.path();
+        let name = page.file_name().ok_or("a catalog page without a name")?;
+        copy(&page, &staging.join("Sources/Weir/Weir.docc").join(name))?;
+    }
     let package = to.join("Weir");
     remove_ours(&package)?;
     fs::rename(&staging, &package)
