@@ -19,8 +19,11 @@
 //!   then per argument a tag `u8` and its value: `0` buffer (slot `u32`,
 //!   access `u8`: `0` read, `1` write, `2` read-write), `1` `u32`, `2` `i32`,
 //!   `3` `f32` (its bits).
-//! - `1` write: buffer slot `u32`, element offset `u64`, length in bytes `u64`
-//!   (a whole number of the buffer's elements), the bytes.
+//! - `1` write: buffer slot `u32`; the data's element type `u8` (`0` raw
+//!   bytes, which go into any buffer, `1` `f32`, `2` `i32`, `3` `u32`: refused
+//!   on a buffer of another type, as a stream's write refuses it); element
+//!   offset `u64`; length in bytes `u64` (a whole number of the buffer's
+//!   elements); the bytes.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -28,7 +31,7 @@ use std::sync::Arc;
 use crate::buffer::Buffer;
 use crate::error::{Result, WeirError};
 use crate::kernel::Kernel;
-use crate::records::{Access, Grid};
+use crate::records::{Access, ElementType, Grid};
 use crate::stream::WeirStream;
 
 /// A batch op with its slots looked up; `args` is a range of the batch's flat argument list.
@@ -96,6 +99,16 @@ impl<'a> Reader<'a> {
         }
     }
 
+    fn element(&mut self) -> Result<ElementType> {
+        match self.u8()? {
+            0 => Ok(ElementType::Bytes),
+            1 => Ok(ElementType::F32),
+            2 => Ok(ElementType::I32),
+            3 => Ok(ElementType::U32),
+            tag => Err(self.error(format!("unknown element type {tag}"))),
+        }
+    }
+
     fn access(&mut self) -> Result<Access> {
         match self.u8()? {
             0 => Ok(Access::Read),
@@ -144,7 +157,10 @@ impl WeirStream {
                 }
                 1 => {
                     let slot = reader.u32()?;
-                    let buffer = reader.slot(&buffers, slot, "buffer")?.core();
+                    let buffer = reader.slot(&buffers, slot, "buffer")?;
+                    let element = reader.element()?;
+                    buffer.expect_data(element, "a write").map_err(|refused| reader.error(refused.to_string()))?;
+                    let buffer = buffer.core();
                     let offset = reader.u64()?;
                     let len = reader.u64()?;
                     let len = usize::try_from(len).map_err(|_| reader.error(format!("{len} bytes to write")))?;

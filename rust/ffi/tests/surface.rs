@@ -207,9 +207,12 @@ impl Ops {
         self
     }
 
-    fn write(mut self, slot: u32, offset: u64, data: &[u8]) -> Self {
+    /// A write of `data`, whose element type is `element` (0 bytes, 1 f32, 2 i32, 3 u32).
+    fn write(mut self, slot: u32, element: u8, offset: u64, data: &[u8]) -> Self {
         self.0.push(1);
         self.0.extend(slot.to_le_bytes());
+        self.0.push(element);
+
         self.0.extend(offset.to_le_bytes());
         self.0.extend((data.len() as u64).to_le_bytes());
         self.0.extend(data);
@@ -226,18 +229,25 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     let kernels = vec![Kernel::builtin(BuiltinOp::FillF32), Kernel::builtin(BuiltinOp::Axpy)];
     let (read, write, read_write) = (0, 1, 2);
     let ops = Ops::default().execute(0, &[(0, write)], 2.0).execute(1, &[(0, read), (1, read_write)], 3.0);
-    let ops = ops.write(1, 3, &bytes(&[100.0]));
+    let ops = ops.write(1, 1, 3, &bytes(&[100.0]));
     let before = runtime.diagnostics().admitted_ops;
     stream.submit_batch(vec![x.clone(), y.clone()], kernels.clone(), ops.0.clone()).unwrap();
     assert_eq!(runtime.diagnostics().admitted_ops - before, 3, "each op of the batch is its own op");
     assert_eq!(floats(&stream.read_blocking(y.clone(), 0, Some(4)).unwrap()), [7.0, 8.0, 9.0, 100.0]);
 
     let buffers = vec![x.clone(), y.clone()];
-    let bad_slot = Ops(ops.0.clone()).write(2, 0, &bytes(&[1.0]));
+    let bad_slot = Ops(ops.0.clone()).write(2, 1, 0, &bytes(&[1.0]));
+    let wrong_type = Ops(ops.0.clone()).write(1, 2, 0, &[0; 4]);
     let mut truncated = ops.0.clone();
     truncated.pop();
     let bad_tag = Ops(ops.0.clone()).execute(9, &[], 0.0);
-    for (bad, expected) in [(bad_slot.0, "buffer slot 2"), (truncated, "ends before"), (bad_tag.0, "kernel slot 9")] {
+    let cases = [
+        (bad_slot.0, "buffer slot 2"),
+        (truncated, "ends before"),
+        (bad_tag.0, "kernel slot 9"),
+        (wrong_type.0, "a write of i32 on a buffer of f32"),
+    ];
+    for (bad, expected) in cases {
         let before = runtime.diagnostics().admitted_ops;
         let refused = stream.submit_batch(buffers.clone(), kernels.clone(), bad);
         assert!(

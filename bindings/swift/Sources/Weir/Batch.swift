@@ -45,19 +45,18 @@ public final class Batch {
     /// Adds a copy of `data` (raw bytes, a whole number of the buffer's
     /// elements) into `buffer` at element `offset`.
     public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) {
-        beginWrite(buffer, offset: offset, bytes: data.count)
+        beginWrite(buffer, element: .bytes, offset: offset, bytes: data.count)
         encoded.append(contentsOf: data)
         count += 1
     }
 
     /// Adds a copy of `values` into `buffer` from element `index` on. A
-    /// negative `index` is refused here; the rest (the range, in elements)
-    /// when the batch is admitted. Unlike the stream's `write`, the batch
-    /// carries bytes, so `T` is not checked against the buffer's type.
+    /// negative `index` is refused here; the rest (the range, in elements,
+    /// and `T` against the buffer's type) when the batch is admitted.
     public func write<T: WeirElement>(_ values: [T], to buffer: Buffer, at index: Int = 0) throws {
         let offset = try nonNegative(index, "element offset")
         values.withUnsafeBytes { bytes in
-            beginWrite(buffer, offset: offset, bytes: bytes.count)
+            beginWrite(buffer, element: T.elementType, offset: offset, bytes: bytes.count)
             encoded.append(contentsOf: bytes)
         }
         count += 1
@@ -69,10 +68,11 @@ public final class Batch {
     @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
     public func write(_ values: [Double], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
 
-    /// The write op's tag, buffer slot, element offset and byte length.
-    private func beginWrite(_ buffer: Buffer, offset: UInt64, bytes: Int) {
+    /// The write op's tag, buffer slot, data type, element offset and byte length.
+    private func beginWrite(_ buffer: Buffer, element: ElementType, offset: UInt64, bytes: Int) {
         encoded.append(Tag.write)
         put(slot(of: buffer))
+        encoded.append(Tag.element(element))
         put(offset)
         put(UInt64(bytes))
     }
@@ -224,6 +224,16 @@ private enum Tag {
         case .read: 0
         case .write: 1
         case .readWrite: 2
+        }
+    }
+
+    /// A write's data type: raw bytes go into any buffer, the rest into one of their type.
+    static func element(_ element: ElementType) -> UInt8 {
+        switch element {
+        case .bytes: 0
+        case .f32: 1
+        case .i32: 2
+        case .u32: 3
         }
     }
 }

@@ -52,6 +52,16 @@ struct BatchTests {
             return
         }
         #expect(throws: WeirError.self) { try s.batch { b in try b.write([Float(1)], to: small, at: 2) } }
+        let wrongType = await outcome {
+            try s.batch { b in
+                b.fill(x, with: Float(9))
+                try b.write([Int32(1)], to: x)  // i32s into an f32 buffer
+            }
+        }
+        guard case .failure(WeirError.invalidArgument(description: let description)) = wrongType, description.contains("i32") else {
+            Issue.record("a batch's write of Int32s into a Float buffer gave \(wrongType)")
+            return
+        }
         #expect(runtime.diagnostics().admittedOps == before, "a refused batch admitted ops")
         #expect(try await s.read(x, as: Float.self) == [1, 1, 1, 1], "the fill before the refused op ran")
         try s.batch { b in b.fill(x, with: Float(5)) }

@@ -63,12 +63,26 @@ class Batch internal constructor() {
     /** Adds the built-in [op] over [args]. */
     fun execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.asList())
 
-    /** Adds a copy of [data] into [buffer] at byte [offset]. */
+    /** Adds a copy of raw [data] (a whole number of the buffer's elements) into [buffer] at element [offset]. */
     @JvmOverloads
-    fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) {
-        if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative byte offset $offset")
+    fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) = write(buffer, data, ELEMENT_BYTES, offset)
+
+    /** Adds a copy of [data] into [buffer] (of `f32`s or raw bytes) at element [offset]. */
+    @JvmOverloads
+    fun write(buffer: Buffer, data: FloatArray, offset: Long = 0) =
+        write(buffer, data.toLittleEndianBytes(), ELEMENT_F32, offset)
+
+    /** Adds a copy of [data] into [buffer] (of `i32`s, `u32`s as bits, or raw bytes) at element [offset]. */
+    @JvmOverloads
+    fun write(buffer: Buffer, data: IntArray, offset: Long = 0) =
+        write(buffer, data.toLittleEndianBytes(), ELEMENT_I32, offset)
+
+    /** A write of [data], whose element type Rust checks against the buffer's when the batch is admitted. */
+    private fun write(buffer: Buffer, data: ByteArray, element: Int, offset: Long) {
+        if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $offset")
         putByte(OP_WRITE)
         putInt(slotOf(buffer))
+        putByte(element)
         putLong(offset)
         putLong(data.size.toLong())
         room(data.size)
@@ -138,6 +152,9 @@ class Batch internal constructor() {
     private companion object {
         const val OP_EXECUTE = 0
         const val OP_WRITE = 1
+        const val ELEMENT_BYTES = 0
+        const val ELEMENT_F32 = 1
+        const val ELEMENT_I32 = 2
         const val GRID_DEFAULT = 0
         const val GRID_GIVEN = 1
         const val ARG_BUFFER = 0

@@ -182,13 +182,13 @@ internal fun Buffer.wholeWords(element: String): Int {
     return (size / 4u).toInt()
 }
 
-private fun FloatArray.toLittleEndianBytes(): ByteArray {
+internal fun FloatArray.toLittleEndianBytes(): ByteArray {
     val out = ByteBuffer.allocate(size * 4).order(ByteOrder.LITTLE_ENDIAN)
     out.asFloatBuffer().put(this)
     return out.array()
 }
 
-private fun IntArray.toLittleEndianBytes(): ByteArray {
+internal fun IntArray.toLittleEndianBytes(): ByteArray {
     val out = ByteBuffer.allocate(size * 4).order(ByteOrder.LITTLE_ENDIAN)
     out.asIntBuffer().put(this)
     return out.array()

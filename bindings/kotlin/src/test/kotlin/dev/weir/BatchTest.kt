@@ -8,6 +8,7 @@ import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
@@ -27,7 +28,7 @@ class BatchTest {
                 execute(BuiltinOp.FILL_F32, x.writes(), scalar(2f))
                 execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(3f)) // y = 3x + y
                 execute(BuiltinOp.SCALE, y.reads(), x.writes(), scalar(0.5f)) // x = y / 2
-                write(y, floatBytes(100f), offset = 3) // after the axpy and the scale
+                write(y, floatArrayOf(100f), offset = 3) // after the axpy and the scale
             }
             assertEquals(4uL, rt.diagnostics().admittedOps - before, "each op of the batch is its own op")
             assertArrayEquals(floatArrayOf(7f, 8f, 9f, 100f), s.readFloats(y))
@@ -59,6 +60,13 @@ class BatchTest {
                         write(small, ByteArray(4), offset = 8) // past the end
                     }
                 }
+                val wrongType = assertThrows<WeirException.InvalidArgument> {
+                    s.batch {
+                        execute(BuiltinOp.FILL_F32, x.writes(), scalar(9f))
+                        write(x, intArrayOf(1), offset = 0) // i32s into an f32 buffer
+                    }
+                }
+                assertTrue(wrongType.message!!.contains("i32") && wrongType.message!!.contains("f32"), wrongType.message)
                 assertEquals(before, rt.diagnostics().admittedOps, "a refused batch admitted ops")
                 assertArrayEquals(floatArrayOf(1f, 1f, 1f, 1f), s.readFloats(x), "the fill before the refused op ran")
                 s.batch { execute(BuiltinOp.FILL_F32, x.writes(), scalar(5f)) }
@@ -124,6 +132,3 @@ class BatchTest {
             }
         }
 }
-
-private fun floatBytes(value: Float): ByteArray =
-    java.nio.ByteBuffer.allocate(4).order(java.nio.ByteOrder.LITTLE_ENDIAN).putFloat(value).array()
