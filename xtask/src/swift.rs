@@ -152,6 +152,10 @@ fn archive(toolchain: &Toolchain, package: &Path, out: &Path) -> Result {
     let started = std::time::Instant::now();
     let graphs = package.join(".build/symbol-graphs");
     crate::docs::reset(&graphs)?;
+    // docc makes the archive's folder but not its parent (a fresh target dir has none).
+    if let Some(parent) = out.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| format!("cannot create {}: {e}", parent.display()))?;
+    }
     let graph_dir = graphs.display().to_string();
     let mut build: Vec<String> = ["build", "--target", "Weir"].map(str::to_owned).to_vec();
     for flag in ["-emit-symbol-graph", "-emit-symbol-graph-dir", graph_dir.as_str()] {

@@ -54,6 +54,14 @@ extension WeirRuntime {
     }
 }
 
+extension DeviceGroup {
+    /// Suspends until all work admitted so far on every member's streams is done.
+    /// Cancelling the Task ends the wait with `CancellationError`.
+    public func sync() async throws {
+        try await cancellable { try await self.sync(cancel: $0) }
+    }
+}
+
 extension WeirStream {
     /// Suspends until all work admitted on this stream so far is done; an idle
     /// stream answers at once. Cancelling the Task ends the wait with
@@ -88,6 +96,15 @@ extension WeirStream {
     /// done. Cancelling the Task ends the wait with `CancellationError`.
     public func read(buffer: Buffer, offset: UInt64 = 0, length: UInt64? = nil) async throws -> Data {
         try await cancellable { try await self.read(buffer: buffer, offset: offset, length: length, cancel: $0) }
+    }
+
+    /// Enqueues a copy of all of `src`, a buffer of another member of this
+    /// stream's device group, into `dst`, a buffer of this stream's runtime of
+    /// the same size (as `copyFromPeer(src:dst:)` does), then suspends until
+    /// this stream has done it. Cancelling the Task ends the wait (not the
+    /// copy) with `CancellationError`.
+    public func copyFromPeerAndWait(src: Buffer, dst: Buffer) async throws {
+        try await cancellable { try await self.copyFromPeerAndWait(src: src, dst: dst, cancel: $0) }
     }
 
     /// Enqueues a copy of `data` (`element`s: the buffer's type, or `.bytes`
