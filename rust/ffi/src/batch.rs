@@ -25,7 +25,7 @@
 //!   offset `u64`; length in bytes `u64` (a whole number of the buffer's
 //!   elements); the bytes.
 
-use std::ops::Range;
+use std::ops::{Deref, Range};
 use std::sync::Arc;
 
 use crate::buffer::Buffer;
@@ -34,6 +34,11 @@ use crate::kernel::Kernel;
 use crate::records::{Access, ElementType, Grid};
 use crate::stream::WeirStream;
 
+/// The tag of an execute op.
+pub(crate) const OP_EXECUTE: u8 = 0;
+/// The tag of a write op.
+const OP_WRITE: u8 = 1;
+
 /// A batch op with its slots looked up; `args` is a range of the batch's flat argument list.
 enum Decoded<'a> {
     Execute { kernel: &'a weir_core::Kernel, grid: weir_core::Grid, args: Range<usize> },
@@ -41,14 +46,23 @@ enum Decoded<'a> {
 }
 
 /// Reads the encoding, failing with where it stops making sense.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     bytes: &'a [u8],
     at: usize,
     op: usize,
 }
 
 impl<'a> Reader<'a> {
-    fn error(&self, what: impl std::fmt::Display) -> WeirError {
+    pub(crate) fn new(bytes: &'a [u8]) -> Self {
+        Reader { bytes, at: 0, op: 0 }
+    }
+
+    /// True once every byte is read.
+    pub(crate) fn is_done(&self) -> bool {
+        self.at == self.bytes.len()
+    }
+
+    pub(crate) fn error(&self, what: impl std::fmt::Display) -> WeirError {
         WeirError::invalid(format!("batch op {} (byte {}): {what}", self.op, self.at))
     }
 
@@ -60,7 +74,7 @@ impl<'a> Reader<'a> {
         Ok(taken)
     }
 
-    fn u8(&mut self) -> Result<u8> {
+    pub(crate) fn u8(&mut self) -> Result<u8> {
         Ok(self.take(1)?[0])
     }
 
@@ -76,11 +90,43 @@ impl<'a> Reader<'a> {
         Ok(u64::from_le_bytes(word))
     }
 
-    fn slot<'s, T>(&self, list: &'s [Arc<T>], slot: u32, what: &str) -> Result<&'s T> {
+    fn slot<'s, P: Deref>(&self, list: &'s [P], slot: u32, what: &str) -> Result<&'s P::Target> {
         let found = usize::try_from(slot).ok().and_then(|index| list.get(index));
         found
-            .map(Arc::as_ref)
+            .map(Deref::deref)
             .ok_or_else(|| self.error(format!("{what} slot {slot}, but the batch has {}", list.len())))
+    }
+
+    /// The fields of an execute op, after its tag: its kernel and grid, and
+    /// its arguments, appended to `args`.
+    pub(crate) fn execute<'s, K, B>(
+        &mut self,
+        kernels: &'s [K],
+        buffers: &'s [B],
+        args: &mut Vec<weir_core::Arg<'s>>,
+    ) -> Result<(&'s weir_core::Kernel, weir_core::Grid)>
+    where
+        K: Deref<Target = Kernel>,
+        B: Deref<Target = Buffer>,
+    {
+        let kernel = self.u32()?;
+        let kernel = self.slot(kernels, kernel, "kernel")?.core();
+        let grid = self.grid()?.to_core()?;
+        let count = self.u32()?;
+        for _ in 0..count {
+            args.push(match self.u8()? {
+                0 => {
+                    let slot = self.u32()?;
+                    let buffer = self.slot(buffers, slot, "buffer")?.core();
+                    weir_core::Arg::Buffer(buffer, self.access()?.into())
+                }
+                1 => weir_core::Arg::u32(self.u32()?),
+                2 => weir_core::Arg::i32(self.u32()? as i32),
+                3 => weir_core::Arg::f32(f32::from_bits(self.u32()?)),
+                tag => return Err(self.error(format!("unknown argument tag {tag}"))),
+            });
+        }
+        Ok((kernel, grid))
     }
 
     fn grid(&mut self) -> Result<Grid> {
@@ -129,33 +175,17 @@ impl WeirStream {
     /// refused op (a bad slot, grid or argument) admits none. Returns once
     /// admitted, not once done.
     pub fn submit_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: Vec<u8>) -> Result<()> {
-        let mut reader = Reader { bytes: &ops, at: 0, op: 0 };
+        let mut reader = Reader::new(&ops);
         let mut args = Vec::new();
         let mut decoded = Vec::new();
-        while reader.at < ops.len() {
+        while !reader.is_done() {
             decoded.push(match reader.u8()? {
-                0 => {
-                    let kernel = reader.u32()?;
-                    let kernel = reader.slot(&kernels, kernel, "kernel")?.core();
-                    let grid = reader.grid()?.to_core()?;
-                    let count = reader.u32()?;
+                OP_EXECUTE => {
                     let start = args.len();
-                    for _ in 0..count {
-                        args.push(match reader.u8()? {
-                            0 => {
-                                let slot = reader.u32()?;
-                                let buffer = reader.slot(&buffers, slot, "buffer")?.core();
-                                weir_core::Arg::Buffer(buffer, reader.access()?.into())
-                            }
-                            1 => weir_core::Arg::u32(reader.u32()?),
-                            2 => weir_core::Arg::i32(reader.u32()? as i32),
-                            3 => weir_core::Arg::f32(f32::from_bits(reader.u32()?)),
-                            tag => return Err(reader.error(format!("unknown argument tag {tag}"))),
-                        });
-                    }
+                    let (kernel, grid) = reader.execute(&kernels, &buffers, &mut args)?;
                     Decoded::Execute { kernel, grid, args: start..args.len() }
                 }
-                1 => {
+                OP_WRITE => {
                     let slot = reader.u32()?;
                     let buffer = reader.slot(&buffers, slot, "buffer")?;
                     let element = reader.element()?;

@@ -259,6 +259,65 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     runtime.shutdown().unwrap();
 }
 
+/// Copies `bytes` into `scratch`, as a binding writes it.
+fn encode_into(scratch: &weir_ffi::OpScratch, bytes: &[u8]) -> u32 {
+    assert!(bytes.len() <= scratch.capacity() as usize);
+    // SAFETY: the scratch is alive and holds `capacity()` bytes from
+    // `address()`; no call reads it meanwhile (this thread makes none).
+    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), scratch.address() as usize as *mut u8, bytes.len()) };
+    bytes.len() as u32
+}
+
+#[test]
+fn an_encoded_op_is_admitted_as_execute_admits_it_and_a_malformed_one_is_refused_whole() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
+    let y = stream.upload(bytes(&[1.0, 1.0, 1.0, 1.0]), ElementType::F32).unwrap();
+    let scratch = weir_ffi::OpScratch::new();
+    let axpy = Kernel::builtin(BuiltinOp::Axpy);
+    let (read, read_write) = (0, 2);
+    // y = 2x + y: buffer slot 0 is x, slot 1 is y.
+    let op = Ops::default().execute(0, &[(0, read), (1, read_write)], 2.0).0;
+    let before = runtime.diagnostics().admitted_ops;
+    let len = encode_into(&scratch, &op);
+    stream.execute_encoded2(axpy.clone(), scratch.clone(), len, x.clone(), y.clone()).unwrap();
+    assert_eq!(runtime.diagnostics().admitted_ops - before, 1);
+    assert_eq!(floats(&stream.read_blocking(y.clone(), 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
+
+    let two_ops = Ops(op.clone()).execute(0, &[(0, read), (1, read_write)], 1.0).0;
+    let write = Ops::default().write(0, 0, 0, &bytes(&[1.0])).0;
+    let mut empty_grid = op.clone();
+    empty_grid[5] = 1; // a grid of seven given fields, all zero:
+    empty_grid.splice(6..6, [0; 28]);
+    let one_buffer = Ops::default().execute(0, &[(1, read_write)], 1.0).0;
+    let cases: [(&[u8], &str); 5] = [
+        (&two_ops, "bytes after the op"),
+        (&write, "only an execute op"),
+        (&op[..op.len() - 1], "ends before"),
+        (&empty_grid, "empty dimension"),
+        (&one_buffer, "buffer slot 1"),
+    ];
+    for (bad, expected) in cases {
+        let before = runtime.diagnostics().admitted_ops;
+        let len = encode_into(&scratch, bad);
+        let refused = if bad == one_buffer.as_slice() {
+            stream.execute_encoded1(axpy.clone(), scratch.clone(), len, y.clone())
+        } else {
+            stream.execute_encoded2(axpy.clone(), scratch.clone(), len, x.clone(), y.clone())
+        };
+        assert!(
+            matches!(&refused, Err(WeirError::InvalidArgument { description }) if description.contains(expected)),
+            "{expected}: {refused:?}"
+        );
+        assert_eq!(runtime.diagnostics().admitted_ops, before, "a refused encoded op was admitted");
+    }
+    let past_the_end = stream.execute_encoded0(axpy.clone(), scratch.clone(), scratch.capacity() + 1);
+    assert!(matches!(past_the_end, Err(WeirError::InvalidArgument { .. })), "{past_the_end:?}");
+    assert_eq!(floats(&stream.read_blocking(y, 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
+    runtime.shutdown().unwrap();
+}
+
 #[test]
 fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_thread() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
