@@ -89,6 +89,17 @@ fn lay_out(library: &Path) -> Result {
 ///    and frees it. `WeirStream.sync()` without a token first asks `isSynced()`
 ///    (all work done, no failure to report; it takes nothing) and, if so,
 ///    returns without suspending, cancellation checked as a suspension would.
+/// 5. `execute` passes only handles and integers. As generated it lowers its
+///    `Grid` and `List<Arg>` into a `RustBuffer` each, JNA structures
+///    allocated by a call of their own and passed by value, reflectively:
+///    about 7 µs of a call Rust admits in 0.3. It tries `EncodedOps` first,
+///    which encodes the op into this thread's Rust scratch and passes the
+///    buffers as handles (`executeEncoded0`…`4`), and falls back to the
+///    generated path for an op it does not take.
+/// 6. `executeAndWait` is that `execute`, then `sync(cancel)`: what the Rust
+///    method does (admit, then wait on the stream's completion), without the
+///    three `RustBuffer`s of its arguments; an admission error in a cancelled
+///    coroutine is its cancellation, as when the Rust future admitted it.
 fn patch_generated() -> Result {
     /// Where a step applies: at exactly one place, or at every match (at least one).
     #[derive(Clone, Copy, PartialEq)]
@@ -97,7 +108,7 @@ fn patch_generated() -> Result {
         Every,
     }
     use Matches::{Every, One};
-    const PATCHES: [(&str, Matches, &str, &str); 7] = [
+    const PATCHES: [(&str, Matches, &str, &str); 9] = [
         (
             "waking thread",
             One,
@@ -124,6 +135,18 @@ fn patch_generated() -> Result {
             One,
             "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
             "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
+        ),
+        (
+            "encoded execute",
+            One,
+            "override fun `execute`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>)\n        = \n    callWithHandle {",
+            "override fun `execute`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>)\n        = \n    if (EncodedOps.execute(this, `kernel`, `grid`, `args`)) Unit else callWithHandle {",
+        ),
+        (
+            "encoded executeAndWait",
+            One,
+            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        return uniffiRustCallAsync(",
+            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.executeToWait(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
         ),
     ];
     let file = generated_sources().join("dev/weir/weir.kt");

@@ -24,12 +24,12 @@ class Batch internal constructor() {
 
     /** Adds `kernel` over [args] on [grid], as `WeirStream.execute` would enqueue it. */
     fun execute(kernel: Kernel, grid: Grid, args: List<Arg>) {
-        putByte(OP_EXECUTE)
+        putByte(OpEncoding.OP_EXECUTE)
         putInt(slotOf(kernel))
         if (grid == single) {
-            putByte(GRID_DEFAULT)
+            putByte(OpEncoding.GRID_DEFAULT)
         } else {
-            putByte(GRID_GIVEN)
+            putByte(OpEncoding.GRID_GIVEN)
             for (field in intArrayOf(grid.groupsX.toInt(), grid.groupsY.toInt(), grid.groupsZ.toInt(),
                 grid.blockX.toInt(), grid.blockY.toInt(), grid.blockZ.toInt(), grid.sharedBytes.toInt())) {
                 putInt(field)
@@ -39,19 +39,13 @@ class Batch internal constructor() {
         for (arg in args) {
             when (arg) {
                 is Arg.Buffer -> {
-                    putByte(ARG_BUFFER)
+                    putByte(OpEncoding.ARG_BUFFER)
                     putInt(slotOf(arg.buffer))
-                    putByte(
-                        when (arg.access) {
-                            Access.READ -> ACCESS_READ
-                            Access.WRITE -> ACCESS_WRITE
-                            Access.READ_WRITE -> ACCESS_READ_WRITE
-                        },
-                    )
+                    putByte(OpEncoding.access(arg.access))
                 }
-                is Arg.U32 -> { putByte(ARG_U32); putInt(arg.value.toInt()) }
-                is Arg.I32 -> { putByte(ARG_I32); putInt(arg.value) }
-                is Arg.F32 -> { putByte(ARG_F32); putInt(arg.value.toRawBits()) }
+                is Arg.U32 -> { putByte(OpEncoding.ARG_U32); putInt(arg.value.toInt()) }
+                is Arg.I32 -> { putByte(OpEncoding.ARG_I32); putInt(arg.value) }
+                is Arg.F32 -> { putByte(OpEncoding.ARG_F32); putInt(arg.value.toRawBits()) }
             }
         }
         ops++
@@ -65,22 +59,22 @@ class Batch internal constructor() {
 
     /** Adds a copy of raw [data] (a whole number of the buffer's elements) into [buffer] at element [offset]. */
     @JvmOverloads
-    fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) = write(buffer, data, ELEMENT_BYTES, offset)
+    fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) = write(buffer, data, OpEncoding.ELEMENT_BYTES, offset)
 
     /** Adds a copy of [data] into [buffer] (of `f32`s or raw bytes) at element [offset]. */
     @JvmOverloads
     fun write(buffer: Buffer, data: FloatArray, offset: Long = 0) =
-        write(buffer, data.toLittleEndianBytes(), ELEMENT_F32, offset)
+        write(buffer, data.toLittleEndianBytes(), OpEncoding.ELEMENT_F32, offset)
 
     /** Adds a copy of [data] into [buffer] (of `i32`s, `u32`s as bits, or raw bytes) at element [offset]. */
     @JvmOverloads
     fun write(buffer: Buffer, data: IntArray, offset: Long = 0) =
-        write(buffer, data.toLittleEndianBytes(), ELEMENT_I32, offset)
+        write(buffer, data.toLittleEndianBytes(), OpEncoding.ELEMENT_I32, offset)
 
     /** A write of [data], whose element type Rust checks against the buffer's when the batch is admitted. */
-    private fun write(buffer: Buffer, data: ByteArray, element: Int, offset: Long) {
+    private fun write(buffer: Buffer, data: ByteArray, element: Byte, offset: Long) {
         if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $offset")
-        putByte(OP_WRITE)
+        putByte(OpEncoding.OP_WRITE)
         putInt(slotOf(buffer))
         putByte(element)
         putLong(offset)
@@ -130,9 +124,9 @@ class Batch internal constructor() {
         if (size + more > bytes.size) bytes = bytes.copyOf(maxOf(bytes.size * 2, size + more))
     }
 
-    private fun putByte(value: Int) {
+    private fun putByte(value: Byte) {
         room(1)
-        bytes[size++] = value.toByte()
+        bytes[size++] = value
     }
 
     private fun putInt(value: Int) {
@@ -147,23 +141,6 @@ class Batch internal constructor() {
     private fun putLong(value: Long) {
         putInt(value.toInt())
         putInt((value shr 32).toInt())
-    }
-
-    private companion object {
-        const val OP_EXECUTE = 0
-        const val OP_WRITE = 1
-        const val ELEMENT_BYTES = 0
-        const val ELEMENT_F32 = 1
-        const val ELEMENT_I32 = 2
-        const val GRID_DEFAULT = 0
-        const val GRID_GIVEN = 1
-        const val ARG_BUFFER = 0
-        const val ARG_U32 = 1
-        const val ARG_I32 = 2
-        const val ARG_F32 = 3
-        const val ACCESS_READ = 0
-        const val ACCESS_WRITE = 1
-        const val ACCESS_READ_WRITE = 2
     }
 }
 

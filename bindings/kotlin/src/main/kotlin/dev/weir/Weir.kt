@@ -147,12 +147,12 @@ internal val single = Grid()
 
 /** Enqueues the built-in [op] over [args]; returns once admitted, not once done. */
 @Throws(WeirException::class)
-fun WeirStream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.toList())
+fun WeirStream.execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.asList())
 
 /** Enqueues the built-in [op] over [args], then suspends until this stream has run it. */
 @Throws(WeirException::class)
 suspend fun WeirStream.executeAndWait(op: BuiltinOp, vararg args: Arg, cancel: CancelToken? = null) =
-    executeAndWait(op.kernel(), single, args.toList(), cancel)
+    executeAndWait(op.kernel(), single, args.asList(), cancel)
 
 /** Enough groups of [block] threads along x to cover [items] items. */
 @JvmOverloads
