@@ -5,9 +5,11 @@
 //! (`WeirStream.batch`) and this module decodes: a list of typed records would
 //! cost the foreign side an object, a boxed size and a reflective write per
 //! field of every op, several times what admitting the op costs in Rust.
-//! Ops name their buffers and kernels by slot, an index into the lists the
-//! batch carries, so each handle crosses once per batch however many ops
-//! use it (lowering a handle is a call of its own).
+//! The bytes are borrowed for the call, not copied into a `RustBuffer`
+//! (which Rust would lift byte by byte). Ops name their buffers and kernels
+//! by slot, an index into the lists the batch carries, so each handle
+//! crosses once per batch however many ops use it (lowering a handle is a
+//! call of its own).
 //!
 //! # Encoding
 //!
@@ -173,9 +175,11 @@ impl WeirStream {
     /// its own failure), but no op of any stream comes between them.
     /// Everything is decoded and checked before anything is admitted, so a
     /// refused op (a bad slot, grid or argument) admits none. Returns once
-    /// admitted, not once done.
-    pub fn submit_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: Vec<u8>) -> Result<()> {
-        let mut reader = Reader::new(&ops);
+    /// admitted, not once done. `ops` is borrowed for the call (Kotlin: the
+    /// remaining bytes of a direct `ByteBuffer`; Swift: `Data`), not copied
+    /// into a `RustBuffer` and lifted byte by byte.
+    pub fn submit_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: &[u8]) -> Result<()> {
+        let mut reader = Reader::new(ops);
         let mut args = Vec::new();
         let mut decoded = Vec::new();
         while !reader.is_done() {

@@ -231,7 +231,7 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     let ops = Ops::default().execute(0, &[(0, write)], 2.0).execute(1, &[(0, read), (1, read_write)], 3.0);
     let ops = ops.write(1, 1, 3, &bytes(&[100.0]));
     let before = runtime.diagnostics().admitted_ops;
-    stream.submit_batch(vec![x.clone(), y.clone()], kernels.clone(), ops.0.clone()).unwrap();
+    stream.submit_batch(vec![x.clone(), y.clone()], kernels.clone(), &ops.0).unwrap();
     assert_eq!(runtime.diagnostics().admitted_ops - before, 3, "each op of the batch is its own op");
     assert_eq!(floats(&stream.read_blocking(y.clone(), 0, Some(4)).unwrap()), [7.0, 8.0, 9.0, 100.0]);
 
@@ -249,7 +249,7 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     ];
     for (bad, expected) in cases {
         let before = runtime.diagnostics().admitted_ops;
-        let refused = stream.submit_batch(buffers.clone(), kernels.clone(), bad);
+        let refused = stream.submit_batch(buffers.clone(), kernels.clone(), &bad);
         assert!(
             matches!(&refused, Err(WeirError::InvalidArgument { description }) if description.contains(expected)),
             "{refused:?}"

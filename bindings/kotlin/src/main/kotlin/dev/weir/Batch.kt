@@ -2,6 +2,8 @@
 
 package dev.weir
 
+import java.nio.ByteBuffer
+import java.nio.ByteOrder
 import java.util.IdentityHashMap
 
 /**
@@ -19,35 +21,50 @@ class Batch internal constructor() {
     internal val kernels = ArrayList<Kernel>()
     private val bufferSlots = IdentityHashMap<Buffer, Int>()
     private val kernelSlots = IdentityHashMap<Kernel, Int>()
-    private var bytes = ByteArray(1024)
+
+    /** The encoding so far: direct memory, lent to Rust when admitted; null once admitted. */
+    private var bytes: ByteBuffer? = Encodings.take()
     private var size = 0
 
     /** Adds `kernel` over [args] on [grid], as `WeirStream.execute` would enqueue it. */
     fun execute(kernel: Kernel, grid: Grid, args: List<Arg>) {
-        putByte(OpEncoding.OP_EXECUTE)
-        putInt(slotOf(kernel))
-        if (grid == single) {
-            putByte(OpEncoding.GRID_DEFAULT)
+        val argCount = args.size
+        val given = grid != single
+        val out = room(1 + 4 + 1 + (if (given) 7 * 4 else 0) + 4 + argCount * 6L)
+        var at = size
+        out.put(at, OpEncoding.OP_EXECUTE)
+        out.putInt(at + 1, slotOf(kernel))
+        at += 5
+        if (given) {
+            out.put(at, OpEncoding.GRID_GIVEN)
+            out.putInt(at + 1, grid.groupsX.toInt())
+            out.putInt(at + 5, grid.groupsY.toInt())
+            out.putInt(at + 9, grid.groupsZ.toInt())
+            out.putInt(at + 13, grid.blockX.toInt())
+            out.putInt(at + 17, grid.blockY.toInt())
+            out.putInt(at + 21, grid.blockZ.toInt())
+            out.putInt(at + 25, grid.sharedBytes.toInt())
+            at += 29
         } else {
-            putByte(OpEncoding.GRID_GIVEN)
-            for (field in intArrayOf(grid.groupsX.toInt(), grid.groupsY.toInt(), grid.groupsZ.toInt(),
-                grid.blockX.toInt(), grid.blockY.toInt(), grid.blockZ.toInt(), grid.sharedBytes.toInt())) {
-                putInt(field)
-            }
+            out.put(at, OpEncoding.GRID_DEFAULT)
+            at += 1
         }
-        putInt(args.size)
-        for (arg in args) {
-            when (arg) {
+        out.putInt(at, argCount)
+        at += 4
+        for (i in 0 until argCount) {
+            when (val arg = args[i]) {
                 is Arg.Buffer -> {
-                    putByte(OpEncoding.ARG_BUFFER)
-                    putInt(slotOf(arg.buffer))
-                    putByte(OpEncoding.access(arg.access))
+                    out.put(at, OpEncoding.ARG_BUFFER)
+                    out.putInt(at + 1, slotOf(arg.buffer))
+                    out.put(at + 5, OpEncoding.access(arg.access))
+                    at += 6
                 }
-                is Arg.U32 -> { putByte(OpEncoding.ARG_U32); putInt(arg.value.toInt()) }
-                is Arg.I32 -> { putByte(OpEncoding.ARG_I32); putInt(arg.value) }
-                is Arg.F32 -> { putByte(OpEncoding.ARG_F32); putInt(arg.value.toRawBits()) }
+                is Arg.U32 -> { out.put(at, OpEncoding.ARG_U32); out.putInt(at + 1, arg.value.toInt()); at += 5 }
+                is Arg.I32 -> { out.put(at, OpEncoding.ARG_I32); out.putInt(at + 1, arg.value); at += 5 }
+                is Arg.F32 -> { out.put(at, OpEncoding.ARG_F32); out.putInt(at + 1, arg.value.toRawBits()); at += 5 }
             }
         }
+        size = at
         ops++
     }
 
@@ -59,29 +76,34 @@ class Batch internal constructor() {
 
     /** Adds a copy of raw [data] (a whole number of the buffer's elements) into [buffer] at element [offset]. */
     @JvmOverloads
-    fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) = write(buffer, data, OpEncoding.ELEMENT_BYTES, offset)
+    fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) =
+        write(buffer, OpEncoding.ELEMENT_BYTES, offset, data.size.toLong()) { it.put(data) }
 
     /** Adds a copy of [data] into [buffer] (of `f32`s or raw bytes) at element [offset]. */
     @JvmOverloads
     fun write(buffer: Buffer, data: FloatArray, offset: Long = 0) =
-        write(buffer, data.toLittleEndianBytes(), OpEncoding.ELEMENT_F32, offset)
+        write(buffer, OpEncoding.ELEMENT_F32, offset, data.size * 4L) { it.asFloatBuffer().put(data) }
 
     /** Adds a copy of [data] into [buffer] (of `i32`s, `u32`s as bits, or raw bytes) at element [offset]. */
     @JvmOverloads
     fun write(buffer: Buffer, data: IntArray, offset: Long = 0) =
-        write(buffer, data.toLittleEndianBytes(), OpEncoding.ELEMENT_I32, offset)
+        write(buffer, OpEncoding.ELEMENT_I32, offset, data.size * 4L) { it.asIntBuffer().put(data) }
 
-    /** A write of [data], whose element type Rust checks against the buffer's when the batch is admitted. */
-    private fun write(buffer: Buffer, data: ByteArray, element: Byte, offset: Long) {
+    /**
+     * A write of [length] bytes that [copy] puts into the view it is given,
+     * whose element type Rust checks against the buffer's when the batch is admitted.
+     */
+    private inline fun write(buffer: Buffer, element: Byte, offset: Long, length: Long, copy: (ByteBuffer) -> Unit) {
         if (offset < 0) throw WeirException.InvalidArgument("invalid argument: negative element offset $offset")
-        putByte(OpEncoding.OP_WRITE)
-        putInt(slotOf(buffer))
-        putByte(element)
-        putLong(offset)
-        putLong(data.size.toLong())
-        room(data.size)
-        data.copyInto(bytes, size)
-        size += data.size
+        val out = room(1 + 4 + 1 + 8 + 8 + length)
+        val at = size
+        out.put(at, OpEncoding.OP_WRITE)
+        out.putInt(at + 1, slotOf(buffer))
+        out.put(at + 5, element)
+        out.putLong(at + 6, offset)
+        out.putLong(at + 14, length)
+        copy(out.slice(at + 22, length.toInt()).order(ByteOrder.LITTLE_ENDIAN))
+        size = at + 22 + length.toInt()
         ops++
     }
 
@@ -89,7 +111,24 @@ class Batch internal constructor() {
     var ops: Int = 0
         private set
 
-    internal fun encoded(): ByteArray = bytes.copyOf(size)
+    /**
+     * Admits the ops on [stream] (none: nothing) and gives the memory back:
+     * the batch takes no op after this.
+     */
+    internal fun submit(stream: WeirStream) {
+        val out = bytes ?: throw IllegalStateException("the batch was already admitted")
+        try {
+            if (ops > 0) stream.submitBatch(buffers, kernels, out.slice(0, size))
+        } finally {
+            release()
+        }
+    }
+
+    /** Gives the memory back for another batch; the batch takes no op after this. */
+    internal fun release() {
+        bytes?.let(Encodings::give)
+        bytes = null
+    }
 
     // The last buffer and kernel looked up, and their slots: ops in a row
     // often name the same ones, and this skips the map.
@@ -120,27 +159,40 @@ class Batch internal constructor() {
         return lastKernelSlot
     }
 
-    private fun room(more: Int) {
-        if (size + more > bytes.size) bytes = bytes.copyOf(maxOf(bytes.size * 2, size + more))
+    /** The encoding's memory, with room for [more] bytes after [size]. */
+    private fun room(more: Long): ByteBuffer {
+        val out = bytes ?: throw IllegalStateException("a batch takes ops only inside its block")
+        if (size + more <= out.capacity()) return out
+        if (size + more > Int.MAX_VALUE) {
+            throw WeirException.InvalidArgument("invalid argument: a batch of more than ${Int.MAX_VALUE} bytes")
+        }
+        val grown = Encodings.allocate(maxOf(out.capacity().toLong() * 2, size + more).coerceAtMost(Int.MAX_VALUE.toLong()).toInt())
+        grown.put(0, out, 0, size)
+        Encodings.give(out)
+        bytes = grown
+        return grown
     }
+}
 
-    private fun putByte(value: Byte) {
-        room(1)
-        bytes[size++] = value
-    }
+/**
+ * Direct memory for batch encodings: each thread keeps the one its last
+ * batch used (up to [KEPT_BYTES]), so a batch allocates none in the common
+ * case, and the JDK's cleaner has no direct buffer to free per batch.
+ */
+private object Encodings {
+    const val FIRST_BYTES = 4096
+    const val KEPT_BYTES = 256 shl 10
 
-    private fun putInt(value: Int) {
-        room(4)
-        bytes[size] = value.toByte()
-        bytes[size + 1] = (value shr 8).toByte()
-        bytes[size + 2] = (value shr 16).toByte()
-        bytes[size + 3] = (value shr 24).toByte()
-        size += 4
-    }
+    private val kept = ThreadLocal<ByteBuffer?>()
 
-    private fun putLong(value: Long) {
-        putInt(value.toInt())
-        putInt((value shr 32).toInt())
+    fun allocate(capacity: Int): ByteBuffer = ByteBuffer.allocateDirect(capacity).order(ByteOrder.LITTLE_ENDIAN)
+
+    /** This thread's kept memory (now the caller's), or new memory. */
+    fun take(): ByteBuffer = kept.get()?.also { kept.set(null) } ?: allocate(FIRST_BYTES)
+
+    /** Keeps [memory] for this thread's next batch, if it is larger than the one kept and not too large. */
+    fun give(memory: ByteBuffer) {
+        if (memory.capacity() <= KEPT_BYTES && memory.capacity() > (kept.get()?.capacity() ?: 0)) kept.set(memory)
     }
 }
 
@@ -152,6 +204,12 @@ class Batch internal constructor() {
  */
 @Throws(WeirException::class)
 fun WeirStream.batch(build: Batch.() -> Unit) {
-    val batch = Batch().apply(build)
-    if (batch.ops > 0) submitBatch(batch.buffers, batch.kernels, batch.encoded())
+    val batch = Batch()
+    try {
+        batch.build()
+    } catch (failure: Throwable) {
+        batch.release()
+        throw failure
+    }
+    batch.submit(this)
 }

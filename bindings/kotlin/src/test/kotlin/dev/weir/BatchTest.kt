@@ -131,4 +131,48 @@ class BatchTest {
                 readerThread.close()
             }
         }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `batches larger than the memory a thread keeps, typed writes, given grids and a failed block all encode right`(
+        backend: String,
+    ): Unit = onRuntime(backend) { rt ->
+        val s = rt.defaultStream()
+        runBlocking {
+            val counts = s.zeros(4, ElementType.U32)
+            val floats = s.zeros(1 shl 17, ElementType.F32)
+            // A builder that fails admits nothing and leaves the thread's memory usable.
+            assertThrows<IllegalStateException> {
+                s.batch {
+                    execute(BuiltinOp.FILL_U32, counts.writes(), scalar(99u))
+                    error("the builder failed")
+                }
+            }
+            for (ops in listOf(10, 6_000)) { // 6 000 such ops take 294 KB, past the 256 KiB a thread keeps
+                val before = rt.diagnostics().admittedOps
+                s.batch {
+                    for (i in 0 until ops) execute(BuiltinOp.IOTA.kernel(), Grid.linear(4, 2), listOf(counts.writes(), scalar(i.toUInt())))
+                    write(floats, FloatArray(1 shl 17) { it * 0.5f }) // 512 KiB of data in the encoding
+                    write(counts, intArrayOf(-1, -2), offset = 2)
+                }
+                assertEquals(ops.toULong() + 2u, rt.diagnostics().admittedOps - before, "$ops ops")
+                assertArrayEquals(intArrayOf(ops - 1, ops, -1, -2), s.readInts(counts), "$ops ops")
+                assertArrayEquals(FloatArray(1 shl 17) { it * 0.5f }, s.readFloats(floats))
+            }
+        }
+    }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a batch kept past its block takes no more ops`(backend: String): Unit = onRuntime(backend) { rt ->
+        val s = rt.defaultStream()
+        val x = s.zeros(4, ElementType.U32)
+        var kept: Batch? = null
+        s.batch { kept = this; execute(BuiltinOp.FILL_U32, x.writes(), scalar(1u)) }
+        val before = rt.diagnostics().admittedOps
+        assertThrows<IllegalStateException> { kept!!.execute(BuiltinOp.FILL_U32, x.writes(), scalar(2u)) }
+        s.batch { execute(BuiltinOp.FILL_U32, x.writes(), scalar(3u)) } // the memory it gave back serves the next batch
+        assertEquals(before + 1u, rt.diagnostics().admittedOps)
+        assertArrayEquals(intArrayOf(3, 3, 3, 3), runBlocking { s.readInts(x) })
+    }
 }
