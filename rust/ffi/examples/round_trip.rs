@@ -7,10 +7,20 @@
 
 mod support;
 
+use std::sync::Arc;
 use std::time::Instant;
 
 use futures::executor::block_on;
-use weir_ffi::{Access, Arg, BuiltinOp, ElementType, Grid, Kernel};
+use weir_ffi::{Access, Arg, BuiltinOp, CpuKernelBody, ElementType, Grid, Kernel};
+
+/// A CPU kernel body that does nothing: the four-buffer admission figure's kernel.
+struct Nothing;
+
+impl CpuKernelBody for Nothing {
+    fn run(&self, _call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
+        None
+    }
+}
 
 /// Ops in the batch figures.
 const BATCH: u32 = 1000;
@@ -51,7 +61,7 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     );
     let fill = Kernel::builtin(BuiltinOp::FillU32);
     let add = Kernel::builtin(BuiltinOp::Add);
-    let buffer = |buffer: &std::sync::Arc<weir_ffi::Buffer>, access| Arg::Buffer { buffer: buffer.clone(), access };
+    let buffer = |buffer: &Arc<weir_ffi::Buffer>, access| Arg::Buffer { buffer: buffer.clone(), access };
     let admit_1 = median_micros(20_000, || {
         let args = vec![buffer(&a, Access::Write), Arg::U32 { value: 7 }];
         let _ = stream.execute(fill.clone(), Grid::default(), args);
@@ -60,6 +70,19 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     let admit_3 = median_micros(20_000, || {
         let args = vec![buffer(&a, Access::Read), buffer(&b, Access::Read), buffer(&c, Access::Write)];
         let _ = stream.execute(add.clone(), Grid::default(), args);
+    });
+    let _ = block_on(stream.sync(None));
+    // Four buffers: no built-in op takes them, so a custom kernel whose CPU body does nothing.
+    let d = stream.zeros(1024, ElementType::Bytes)?;
+    let four = Kernel::custom("four_buffers".to_owned(), None, None, None, Some(Arc::new(Nothing)));
+    let admit_4 = median_micros(20_000, || {
+        let args = vec![
+            buffer(&a, Access::Read),
+            buffer(&b, Access::Read),
+            buffer(&c, Access::Read),
+            buffer(&d, Access::Write),
+        ];
+        let _ = stream.execute(four.clone(), Grid::default(), args);
     });
     let _ = block_on(stream.sync(None));
     // A batch of 1 000 such fills, per op, as the bindings hand it over
@@ -75,11 +98,11 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         }
         ops
     };
-    stream.submit_batch(vec![a.clone()], vec![fill.clone()], encode())?;
+    stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode())?;
     let mut samples: Vec<u128> = (0..220)
         .map(|_| {
             let start = Instant::now();
-            let _ = stream.submit_batch(vec![a.clone()], vec![fill.clone()], encode());
+            let _ = stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode());
             let elapsed = start.elapsed().as_nanos();
             let _ = block_on(stream.sync(None));
             elapsed
@@ -90,7 +113,7 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     let batch_per_op = samples[samples.len() / 2] as f64 / 1e3 / f64::from(BATCH);
     println!(
         "--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_and_wait_noop {execute:.4} \
-         --baseline admit_1_buffer {admit_1:.4} --baseline admit_3_buffers {admit_3:.4} \
+         --baseline admit_1_buffer {admit_1:.4} --baseline admit_3_buffers {admit_3:.4} --baseline admit_4_buffers {admit_4:.4} \
          --baseline batch_1000_per_op {batch_per_op:.4}"
     );
     runtime.shutdown()
