@@ -40,9 +40,9 @@ private class Figure(
         "\"note\":\"${note.replace('"', '\'')}\"}"
 }
 
-/** Median microseconds per call of [call], timed one call at a time after a warm-up. */
-private inline fun medianMicros(iterations: Int, call: () -> Unit): Double {
-    repeat(iterations / 10) { call() }
+/** Median microseconds per call of [call], timed one call at a time after [warmUp] calls. */
+private inline fun medianMicros(iterations: Int, warmUp: Int = iterations / 10, call: () -> Unit): Double {
+    repeat(warmUp) { call() }
     val samples = LongArray(iterations)
     for (i in 0 until iterations) {
         val start = System.nanoTime()
@@ -57,27 +57,36 @@ private inline fun medianMicros(iterations: Int, call: () -> Unit): Double {
 private const val BATCH = 1_000
 
 /**
+ * Calls before an admission figure: the JIT compiles the encoding path fully only after
+ * some tens of thousands (one op costs 1.7 us after 20 000, 1.1 after 60 000).
+ */
+private const val ADMISSION_WARM_UP = 100_000
+
+/**
  * Admission of one small op (a fill of 1 KiB: one buffer argument; an add: three, the most a
- * built-in op takes) and of a batch of [BATCH] fills, per op; the stream is synced, untimed,
- * between batches.
+ * built-in op takes; a custom kernel over four) and of a batch of [BATCH] fills, per op; the
+ * stream is synced, untimed, between figures and between batches.
  */
 private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<String, Double>, name: String, figures: MutableList<Figure>) {
     val (a, b, c) = List(3) { stream.zeros(1024L, ElementType.BYTES) }
-    val fill = medianMicros(20_000) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
+    val fill = medianMicros(20_000, ADMISSION_WARM_UP) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 1 buffer argument", fill, baselines["admit_1_buffer"],
-        "median per execute (fill of 1 KiB); baseline: the same weir-ffi call from Rust; target <= 2 us")
-    val add = medianMicros(20_000) { stream.execute(BuiltinOp.ADD, a.reads(), b.reads(), c.writes()) }
+        "median per execute (fill of 1 KiB), after $ADMISSION_WARM_UP; baseline: the same weir-ffi call from Rust; target <= 2 us")
+    val add = medianMicros(20_000, ADMISSION_WARM_UP) { stream.execute(BuiltinOp.ADD, a.reads(), b.reads(), c.writes()) }
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 3 buffer arguments", add, baselines["admit_3_buffers"],
-        "median per execute (add); baseline: the same weir-ffi call from Rust; target <= 2 us")
+        "median per execute (add), after $ADMISSION_WARM_UP; baseline: the same weir-ffi call from Rust; target <= 2 us")
     val d = stream.zeros(1024L, ElementType.BYTES)
     val four = Kernel.custom("four_buffers", cpu = cpuKernel { })
     val grid = Grid()
-    val fourArgs = medianMicros(20_000) { stream.execute(four, grid, listOf(a.reads(), b.reads(), c.reads(), d.writes())) }
+    val fourArgs = medianMicros(20_000, ADMISSION_WARM_UP) {
+        stream.execute(four, grid, listOf(a.reads(), b.reads(), c.reads(), d.writes()))
+    }
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 4 buffer arguments", fourArgs, baselines["admit_4_buffers"],
-        "median per execute (a custom kernel whose CPU body does nothing; no built-in op takes 4 buffers); " +
+        "median per execute (a custom kernel whose CPU body does nothing; no built-in op takes 4 buffers), " +
+            "after $ADMISSION_WARM_UP; " +
             "baseline: the same weir-ffi call from Rust; target <= 2 us")
     four.close()
     d.close()
