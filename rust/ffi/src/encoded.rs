@@ -1,72 +1,35 @@
-//! One op admitted with nothing but handles and integers crossing the FFI.
+//! One op admitted through a single JNI call with only handles and integers.
 //!
 //! `WeirStream::execute` takes its grid and argument list as a record and a
 //! sequence, which UniFFI passes as `RustBuffer`s. In Kotlin each of those is
 //! a JNA structure passed by value (allocated by a call of its own, written
 //! and read reflectively): about 3 µs apiece, where admitting the op costs
-//! 0.3 µs in Rust. Here the binding encodes the op, as one op of the batch
-//! encoding (`batch.rs`), into an [`OpScratch`]: memory of Rust's that it
-//! writes through its address. The op's buffers cross as handle arguments of
-//! their own (`execute_encoded0` to `execute_encoded4`, for ops with that
-//! many distinct buffers), so the call passes only handles and integers.
+//! 0.3 µs in Rust; and every handle argument is cloned by a JNA call of its
+//! own first (0.1 µs each). So the Kotlin binding encodes the op, as one op
+//! of the batch encoding (`batch.rs`), into memory of its own and calls
+//! [`Java_dev_weir_NativeExecute_execute`] once, through JNI, lending the
+//! stream's, the kernel's and up to four buffers' handles for the call.
 //!
-//! Rust never reads foreign memory here: it copies the bytes out of its own
-//! scratch (with atomic loads, so even a foreign write during the call cannot
-//! make the copy undefined) and checks them as `submit_batch` checks a batch,
-//! so a malformed encoding is `InvalidArgument` and admits nothing.
+//! This entry only admits: anything it refuses (a malformed encoding, an op
+//! the core refuses, a panic) returns false, admitting nothing, and the
+//! binding then makes the same call through the generated path, whose typed
+//! error is the one the caller sees. Swift needs none of this: it passes a
+//! `RustBuffer` as a plain C struct.
 
-use std::sync::atomic::{AtomicU8, Ordering};
-use std::sync::Arc;
+use std::ffi::c_void;
+use std::panic::AssertUnwindSafe;
 
 use crate::batch::{Reader, OP_EXECUTE};
 use crate::buffer::Buffer;
-use crate::error::{Result, WeirError};
+use crate::error::Result;
 use crate::kernel::Kernel;
 use crate::stream::WeirStream;
 
-/// Bytes in an [`OpScratch`]: an execute op with a given grid and about
-/// eighty arguments.
-const OP_SCRATCH_BYTES: usize = 512;
-
-/// Memory in Rust that a binding encodes one op into, through its address,
-/// before passing it to `WeirStream::execute_encoded*`. One per foreign
-/// thread: the binding writes it only between its own calls on that thread.
-#[derive(Debug, uniffi::Object)]
-pub struct OpScratch {
-    bytes: Box<[AtomicU8]>,
-}
-
-#[uniffi::export]
-impl OpScratch {
-    /// Zeroed scratch of [`OpScratch::capacity`] bytes.
-    #[uniffi::constructor]
-    pub fn new() -> Arc<Self> {
-        Arc::new(OpScratch { bytes: (0..OP_SCRATCH_BYTES).map(|_| AtomicU8::new(0)).collect() })
-    }
-
-    /// The address of the first byte; valid, and fixed, while this handle is alive.
-    pub fn address(&self) -> u64 {
-        self.bytes.as_ptr() as usize as u64
-    }
-
-    /// How many bytes there are from [`OpScratch::address`].
-    pub fn capacity(&self) -> u32 {
-        OP_SCRATCH_BYTES as u32
-    }
-}
-
 impl WeirStream {
-    /// Admits the execute op encoded in the first `len` bytes of `scratch`,
-    /// whose kernel slot 0 is `kernel` and whose buffer slots index `buffers`.
-    fn admit_encoded(&self, kernel: &Kernel, scratch: &OpScratch, len: u32, buffers: &[&Buffer]) -> Result<()> {
-        let len = usize::try_from(len).ok().filter(|&len| len <= OP_SCRATCH_BYTES).ok_or_else(|| {
-            WeirError::invalid(format!("an encoded op of {len} bytes, but the scratch holds {OP_SCRATCH_BYTES}"))
-        })?;
-        let mut bytes = [0u8; OP_SCRATCH_BYTES];
-        for (byte, shared) in bytes.iter_mut().zip(&scratch.bytes[..len]) {
-            *byte = shared.load(Ordering::Relaxed);
-        }
-        let mut reader = Reader::new(&bytes[..len]);
+    /// Admits the execute op encoded in `bytes`, whose kernel slot 0 is
+    /// `kernel` and whose buffer slots index `buffers`.
+    fn admit_encoded(&self, kernel: &Kernel, bytes: &[u8], buffers: &[&Buffer]) -> Result<()> {
+        let mut reader = Reader::new(bytes);
         let tag = reader.u8()?;
         if tag != OP_EXECUTE {
             return Err(reader.error(format!("op tag {tag}, but only an execute op ({OP_EXECUTE}) is taken here")));
@@ -81,65 +44,76 @@ impl WeirStream {
     }
 }
 
-/// `execute` for the bindings: the op is encoded in `scratch`, and only its
-/// handles and integers cross (see the module docs). Each form takes the
-/// op's distinct buffers, slots 0, 1, …, as arguments of their own; the
-/// errors, ordering and lifetimes are `execute`'s. Returns once admitted.
-#[uniffi::export]
-impl WeirStream {
-    /// Admits the op in the first `len` bytes of `scratch`; it names no buffer.
-    pub fn execute_encoded0(&self, kernel: Arc<Kernel>, scratch: Arc<OpScratch>, len: u32) -> Result<()> {
-        self.admit_encoded(&kernel, &scratch, len, &[])
-    }
+/// The object behind a UniFFI handle of a Rust object: UniFFI makes the
+/// handle from `Arc::into_raw` (`uniffi::Handle::from_arc`), so it is a
+/// pointer to the object.
+///
+/// # Safety
+///
+/// `handle` is a live UniFFI handle of a `T`, which the caller keeps alive
+/// for `'a`.
+unsafe fn borrowed<'a, T>(handle: i64) -> &'a T {
+    // SAFETY: by the caller's promise the pointer is the `Arc`'s, alive for 'a.
+    unsafe { &*uniffi::Handle::from_raw_unchecked(handle as u64).as_pointer::<T>() }
+}
 
-    /// Admits the op in the first `len` bytes of `scratch`; buffer slot 0 is `buffer0`.
-    pub fn execute_encoded1(
-        &self,
-        kernel: Arc<Kernel>,
-        scratch: Arc<OpScratch>,
-        len: u32,
-        buffer0: Arc<Buffer>,
-    ) -> Result<()> {
-        self.admit_encoded(&kernel, &scratch, len, &[&buffer0])
+/// `dev.weir.NativeExecute.execute`, the Kotlin binding's JNI entry (see the
+/// module docs): admits the execute op in the `len` bytes at `encoding` on
+/// `stream`, kernel slot 0 being `kernel` and buffer slots 0 to `count - 1`
+/// being `buffer0` to `buffer3`. Returns 1 once admitted, 0 when it admitted
+/// nothing (the binding then makes the call the generated way).
+///
+/// # Safety
+///
+/// The caller (the Kotlin binding, through the JVM) passes live UniFFI
+/// handles of a `WeirStream`, a `Kernel` and `count` (at most 4) `Buffer`s,
+/// which it keeps alive for the call without lending them to Rust to keep
+/// (Rust only borrows them), and the address of `len` bytes that nothing
+/// writes during the call.
+#[no_mangle]
+#[allow(clippy::too_many_arguments)] // the JNI signature: one handle per parameter
+pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
+    _env: *mut c_void,
+    _class: *mut c_void,
+    stream: i64,
+    kernel: i64,
+    encoding: i64,
+    len: i32,
+    count: i32,
+    buffer0: i64,
+    buffer1: i64,
+    buffer2: i64,
+    buffer3: i64,
+) -> u8 {
+    let (Ok(len), Ok(count)) = (usize::try_from(len), usize::try_from(count)) else { return 0 };
+    if count > 4 {
+        return 0;
     }
-
-    /// Admits the op in the first `len` bytes of `scratch`; buffer slots 0 and 1 are `buffer0` and `buffer1`.
-    pub fn execute_encoded2(
-        &self,
-        kernel: Arc<Kernel>,
-        scratch: Arc<OpScratch>,
-        len: u32,
-        buffer0: Arc<Buffer>,
-        buffer1: Arc<Buffer>,
-    ) -> Result<()> {
-        self.admit_encoded(&kernel, &scratch, len, &[&buffer0, &buffer1])
-    }
-
-    /// Admits the op in the first `len` bytes of `scratch`; buffer slots 0 to 2 are `buffer0` to `buffer2`.
-    pub fn execute_encoded3(
-        &self,
-        kernel: Arc<Kernel>,
-        scratch: Arc<OpScratch>,
-        len: u32,
-        buffer0: Arc<Buffer>,
-        buffer1: Arc<Buffer>,
-        buffer2: Arc<Buffer>,
-    ) -> Result<()> {
-        self.admit_encoded(&kernel, &scratch, len, &[&buffer0, &buffer1, &buffer2])
-    }
-
-    /// Admits the op in the first `len` bytes of `scratch`; buffer slots 0 to 3 are `buffer0` to `buffer3`.
-    #[allow(clippy::too_many_arguments)]
-    pub fn execute_encoded4(
-        &self,
-        kernel: Arc<Kernel>,
-        scratch: Arc<OpScratch>,
-        len: u32,
-        buffer0: Arc<Buffer>,
-        buffer1: Arc<Buffer>,
-        buffer2: Arc<Buffer>,
-        buffer3: Arc<Buffer>,
-    ) -> Result<()> {
-        self.admit_encoded(&kernel, &scratch, len, &[&buffer0, &buffer1, &buffer2, &buffer3])
-    }
+    let admitted = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller passes live handles of these types and keeps
+        // them alive for the call, and `len` bytes at `encoding` that nothing
+        // writes meanwhile (this function's contract); the same for the
+        // first `count` buffer handles, the only ones `buffer` is given.
+        let (stream, kernel, bytes) = unsafe {
+            (
+                borrowed::<WeirStream>(stream),
+                borrowed::<Kernel>(kernel),
+                std::slice::from_raw_parts(encoding as usize as *const u8, len),
+            )
+        };
+        let buffer = |handle| unsafe { borrowed::<Buffer>(handle) };
+        let admitted = match count {
+            0 => stream.admit_encoded(kernel, bytes, &[]),
+            1 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0)]),
+            2 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1)]),
+            3 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1), buffer(buffer2)]),
+            _ => stream.admit_encoded(
+                kernel,
+                bytes,
+                &[buffer(buffer0), buffer(buffer1), buffer(buffer2), buffer(buffer3)],
+            ),
+        };
+        admitted.is_ok()
+    }));
+    u8::from(matches!(admitted, Ok(true)))
 }

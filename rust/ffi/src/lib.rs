@@ -10,10 +10,11 @@
 //!   [`DeviceInfo`], [`LaunchLimits`], [`Diagnostics`]) are plain data, converted field by field.
 //! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
 //!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
-//! - **One op with only handles and integers crossing** (`encoded.rs`): the
-//!   Kotlin binding's `execute` encodes the op as one of a batch into an
-//!   [`OpScratch`] and passes its buffers as handles, because a JNA structure
-//!   passed by value (a record, a sequence) costs several times the op.
+//! - **One JNI entry** (`encoded.rs`): the Kotlin binding's `execute`
+//!   encodes the op as one of a batch and admits it with
+//!   [`Java_dev_weir_NativeExecute_execute`], lending its handles, because a
+//!   JNA structure passed by value (a record, a sequence) and a JNA call per
+//!   handle cost several times the op.
 //! - **Bulk data** (`bulk.rs`) borrows the caller's memory for uploads and
 //!   hands reads back in a [`HostBytes`], with no `RustBuffer` in between.
 //! - **CPU kernels in Kotlin and Swift** (`host_kernel.rs`): a foreign
@@ -51,7 +52,7 @@ mod timestamp;
 pub use buffer::Buffer;
 pub use bulk::HostBytes;
 pub use cancel::CancelToken;
-pub use encoded::OpScratch;
+pub use encoded::Java_dev_weir_NativeExecute_execute;
 #[cfg(feature = "test-support")]
 pub use error::debug_error_probe;
 pub use error::WeirError;

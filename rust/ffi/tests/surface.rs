@@ -5,7 +5,9 @@ use std::time::{Duration, Instant};
 
 use futures::executor::block_on;
 use futures::FutureExt;
-use weir_ffi::{Access, Arg, Backend, BuiltinOp, CancelToken, ElementType, Grid, Kernel, WeirError, WeirRuntime};
+use weir_ffi::{
+    Access, Arg, Backend, BuiltinOp, CancelToken, ElementType, Grid, Kernel, WeirError, WeirRuntime, WeirStream,
+};
 
 fn grid() -> Grid {
     weir_ffi::grid_linear(1, 1)
@@ -259,29 +261,50 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     runtime.shutdown().unwrap();
 }
 
-/// Copies `bytes` into `scratch`, as a binding writes it.
-fn encode_into(scratch: &weir_ffi::OpScratch, bytes: &[u8]) -> u32 {
-    assert!(bytes.len() <= scratch.capacity() as usize);
-    // SAFETY: the scratch is alive and holds `capacity()` bytes from
-    // `address()`; no call reads it meanwhile (this thread makes none).
-    unsafe { std::ptr::copy_nonoverlapping(bytes.as_ptr(), scratch.address() as usize as *mut u8, bytes.len()) };
-    bytes.len() as u32
+/// A buffer the JNI entry is lent.
+type Lent = Arc<weir_ffi::Buffer>;
+
+/// The JNI entry as the Kotlin binding calls it: `op` admitted on `stream`
+/// with `kernel` and `buffers` lent by handle.
+fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &[&Lent]) -> bool {
+    let handle = |pointer: *const ()| pointer as usize as i64;
+    let mut lent = [0; 4];
+    for (slot, buffer) in lent.iter_mut().zip(buffers) {
+        *slot = handle(Arc::as_ptr(buffer).cast());
+    }
+    // SAFETY: the handles are the objects' `Arc` pointers, as UniFFI makes
+    // them, alive for the call; `op` is alive and not written meanwhile.
+    let admitted = unsafe {
+        weir_ffi::Java_dev_weir_NativeExecute_execute(
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            handle((stream as *const WeirStream).cast()),
+            handle(Arc::as_ptr(kernel).cast()),
+            handle(op.as_ptr().cast()),
+            op.len() as i32,
+            buffers.len() as i32,
+            lent[0],
+            lent[1],
+            lent[2],
+            lent[3],
+        )
+    };
+    admitted == 1
 }
 
 #[test]
-fn an_encoded_op_is_admitted_as_execute_admits_it_and_a_malformed_one_is_refused_whole() {
+fn the_jni_entry_admits_an_encoded_op_as_execute_does_and_a_malformed_one_not_at_all() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let x = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
     let y = stream.upload(bytes(&[1.0, 1.0, 1.0, 1.0]), ElementType::F32).unwrap();
-    let scratch = weir_ffi::OpScratch::new();
+    let small = stream.zeros(2, ElementType::F32).unwrap();
     let axpy = Kernel::builtin(BuiltinOp::Axpy);
     let (read, read_write) = (0, 2);
     // y = 2x + y: buffer slot 0 is x, slot 1 is y.
     let op = Ops::default().execute(0, &[(0, read), (1, read_write)], 2.0).0;
     let before = runtime.diagnostics().admitted_ops;
-    let len = encode_into(&scratch, &op);
-    stream.execute_encoded2(axpy.clone(), scratch.clone(), len, x.clone(), y.clone()).unwrap();
+    assert!(admit_by_jni(&stream, &axpy, &op, &[&x, &y]));
     assert_eq!(runtime.diagnostics().admitted_ops - before, 1);
     assert_eq!(floats(&stream.read_blocking(y.clone(), 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
 
@@ -290,30 +313,19 @@ fn an_encoded_op_is_admitted_as_execute_admits_it_and_a_malformed_one_is_refused
     let mut empty_grid = op.clone();
     empty_grid[5] = 1; // a grid of seven given fields, all zero:
     empty_grid.splice(6..6, [0; 28]);
-    let one_buffer = Ops::default().execute(0, &[(1, read_write)], 1.0).0;
-    let cases: [(&[u8], &str); 5] = [
-        (&two_ops, "bytes after the op"),
-        (&write, "only an execute op"),
-        (&op[..op.len() - 1], "ends before"),
-        (&empty_grid, "empty dimension"),
-        (&one_buffer, "buffer slot 1"),
+    let cases: [(&[u8], &[&Lent], &str); 6] = [
+        (&two_ops, &[&x, &y], "a second op"),
+        (&write, &[&x, &y], "a write op"),
+        (&op[..op.len() - 1], &[&x, &y], "a truncated op"),
+        (&empty_grid, &[&x, &y], "an empty grid"),
+        (&op, &[&y], "a buffer slot past the lent buffers"),
+        (&op, &[&x, &small], "an op the core refuses (sizes differ)"),
     ];
-    for (bad, expected) in cases {
+    for (bad, buffers, what) in cases {
         let before = runtime.diagnostics().admitted_ops;
-        let len = encode_into(&scratch, bad);
-        let refused = if bad == one_buffer.as_slice() {
-            stream.execute_encoded1(axpy.clone(), scratch.clone(), len, y.clone())
-        } else {
-            stream.execute_encoded2(axpy.clone(), scratch.clone(), len, x.clone(), y.clone())
-        };
-        assert!(
-            matches!(&refused, Err(WeirError::InvalidArgument { description }) if description.contains(expected)),
-            "{expected}: {refused:?}"
-        );
-        assert_eq!(runtime.diagnostics().admitted_ops, before, "a refused encoded op was admitted");
+        assert!(!admit_by_jni(&stream, &axpy, bad, buffers), "{what} was admitted");
+        assert_eq!(runtime.diagnostics().admitted_ops, before, "{what} admitted an op");
     }
-    let past_the_end = stream.execute_encoded0(axpy.clone(), scratch.clone(), scratch.capacity() + 1);
-    assert!(matches!(past_the_end, Err(WeirError::InvalidArgument { .. })), "{past_the_end:?}");
     assert_eq!(floats(&stream.read_blocking(y, 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
     runtime.shutdown().unwrap();
 }
