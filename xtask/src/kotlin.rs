@@ -89,17 +89,25 @@ fn lay_out(library: &Path) -> Result {
 ///    and frees it. `WeirStream.sync()` without a token first asks `isSynced()`
 ///    (all work done, no failure to report; it takes nothing) and, if so,
 ///    returns without suspending, cancellation checked as a suspension would.
-/// 5. `execute` passes only handles and integers. As generated it lowers its
-///    `Grid` and `List<Arg>` into a `RustBuffer` each, JNA structures
-///    allocated by a call of their own and passed by value, reflectively:
-///    about 7 µs of a call Rust admits in 0.3. It tries `EncodedOps` first,
-///    which encodes the op into this thread's Rust scratch and passes the
-///    buffers as handles (`executeEncoded0`…`4`), and falls back to the
-///    generated path for an op it does not take.
+/// 5. `execute` is one JNI call with only handles and integers. As generated
+///    it lowers its `Grid` and `List<Arg>` into a `RustBuffer` each, JNA
+///    structures allocated by a call of their own and passed by value,
+///    reflectively, and clones every handle by a JNA call of its own: about
+///    7 µs of a call Rust admits in 0.3. It tries `EncodedOps` first, which
+///    encodes the op into this thread's memory and admits it through
+///    weir-ffi's JNI entry with the handles lent (step 7), and makes the
+///    generated call for an op it does not take or one Rust refuses (so the
+///    errors are the generated path's).
 /// 6. `executeAndWait` is that `execute`, then `sync(cancel)`: what the Rust
 ///    method does (admit, then wait on the stream's completion), without the
-///    three `RustBuffer`s of its arguments; an admission error in a cancelled
-///    coroutine is its cancellation, as when the Rust future admitted it.
+///    three `RustBuffer`s of its arguments.
+/// 7. Every object can lend its handle: `uniffiBeginBorrow` keeps it alive as
+///    `callWithHandle` does and returns its own handle, without the cloning
+///    call, until `uniffiEndBorrow`; for the JNI entry, which only borrows.
+/// 8. JNA loads the file the JVM can load too. Given the library's name, JNA
+///    unpacks the jar's copy into a temporary file that it deletes once
+///    loaded, which would leave the JNI entry of step 5 nothing to link; the
+///    bindings ask `LibraryFile` for the file to load instead.
 fn patch_generated() -> Result {
     /// Where a step applies: at exactly one place, or at every match (at least one).
     #[derive(Clone, Copy, PartialEq)]
@@ -108,7 +116,7 @@ fn patch_generated() -> Result {
         Every,
     }
     use Matches::{Every, One};
-    const PATCHES: [(&str, Matches, &str, &str); 9] = [
+    const PATCHES: [(&str, Matches, &str, &str); 11] = [
         (
             "waking thread",
             One,
@@ -146,9 +154,41 @@ fn patch_generated() -> Result {
             "encoded executeAndWait",
             One,
             "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        return uniffiRustCallAsync(",
-            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.executeToWait(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
+            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.execute(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
+        ),
+        ("lent handles", Every, "    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {\n", LEND_HANDLE),
+        (
+            "one library file",
+            One,
+            "        return libOverride\n    }\n    return \"weir_ffi\"\n}",
+            "        return libOverride\n    }\n    return LibraryFile.name(\"weir_ffi\")\n}",
         ),
     ];
+    /// Step 7's methods, before each object's `callWithHandle`: its counting, without the clone.
+    const LEND_HANDLE: &str = "    internal fun uniffiBeginBorrow(): Long {
+        if (handle == 0.toLong()) {
+            throw InternalException(\"uniffiBeginBorrow() called on NoHandle object\")
+        }
+        do {
+            val c = this.callCounter.get()
+            if (c == 0L) {
+                throw IllegalStateException(\"${this.javaClass.simpleName} object has already been destroyed\")
+            }
+            if (c == Long.MAX_VALUE) {
+                throw IllegalStateException(\"${this.javaClass.simpleName} call counter would overflow\")
+            }
+        } while (! this.callCounter.compareAndSet(c, c + 1L))
+        return handle
+    }
+
+    internal fun uniffiEndBorrow() {
+        if (this.callCounter.decrementAndGet() == 0L) {
+            cleanable?.clean()
+        }
+    }
+
+    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {
+";
     let file = generated_sources().join("dev/weir/weir.kt");
     let mut text = std::fs::read_to_string(&file).map_err(|e| format!("cannot read {}: {e}", file.display()))?;
     for (name, matches, anchor, replacement) in PATCHES {

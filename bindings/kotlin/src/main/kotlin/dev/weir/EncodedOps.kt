@@ -1,39 +1,44 @@
 package dev.weir
 
+import com.sun.jna.Native
 import com.sun.jna.Pointer
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
-import kotlinx.coroutines.currentCoroutineContext
-import kotlinx.coroutines.ensureActive
 
 /**
- * `WeirStream.execute` with only handles and integers crossing into Rust.
+ * `WeirStream.execute` in one JNI call with only handles and integers.
  *
  * As generated, `execute` lowers its `Grid` and its `List<Arg>` into one
  * `RustBuffer` each: a JNA structure returned by an allocating call, written
  * reflectively and passed by value, about 3 µs apiece, where Rust admits the
- * op in 0.3 µs. Here the op is encoded as one op of the batch encoding
- * (weir-ffi's `batch.rs`) into this thread's [OpScratch], memory of Rust's
- * written through its address, and its distinct buffers cross as handle
- * arguments of `executeEncoded0`…`executeEncoded4`. The build makes the
- * generated `execute` and `executeAndWait` try this first (see
- * xtask/src/kotlin.rs); an op it does not take (more than [MAX_BUFFERS]
- * distinct buffers, or longer than the scratch) goes the generated way.
- * Either way the errors, their order (the stream, the kernel, then each
- * buffer is checked for being closed, as lowering checks them) and the
- * lifetimes are the same: no handle is kept after the call.
+ * op in 0.3 µs; and it clones each handle (the stream, the kernel, each
+ * buffer) by a JNA call of its own, about 0.1 µs each. Here the op is encoded
+ * as one op of the batch encoding (weir-ffi's `batch.rs`) into this thread's
+ * direct memory, and [NativeExecute.execute] admits it, the handles of the
+ * stream, the kernel and up to [MAX_BUFFERS] distinct buffers lent for the
+ * call, each kept alive meanwhile as a generated call keeps it
+ * (`uniffiBeginBorrow`, a build step, see xtask/src/kotlin.rs).
+ *
+ * The build makes the generated `execute` and `executeAndWait` try this
+ * first. An op it does not take (more distinct buffers, longer than the
+ * memory, no JNI entry linked) or one that Rust refuses goes the generated
+ * way, so the errors are the generated path's, in its order (the stream, the
+ * kernel, each buffer is checked for being closed, as lowering checks them),
+ * and no handle is kept after the call.
  */
 internal object EncodedOps {
-    /** The most distinct buffers one encoded op takes (`executeEncoded4`). */
+    /** The most distinct buffers one encoded op takes. */
     const val MAX_BUFFERS = 4
 
-    /** One thread's scratch, with a view of its bytes and the op's buffers by slot. */
+    /** Bytes of encoding a thread keeps: an op with about eighty arguments. */
+    private const val CAPACITY = 512
+
+    /** One thread's encoding memory and the op's buffers by slot, with their lent handles. */
     private class Scratch {
-        val handle = OpScratch()
-        val bytes: ByteBuffer = Pointer(handle.address().toLong())
-            .getByteBuffer(0, handle.capacity().toLong())
-            .order(ByteOrder.LITTLE_ENDIAN)
+        val bytes: ByteBuffer = ByteBuffer.allocateDirect(CAPACITY).order(ByteOrder.LITTLE_ENDIAN)
+        val address: Long = Pointer.nativeValue(Native.getDirectBufferPointer(bytes))
         val buffers = arrayOfNulls<Buffer>(MAX_BUFFERS)
+        val handles = LongArray(MAX_BUFFERS)
         var count = 0
 
         /** True while an op is being encoded (a list whose `get` admits an op would find it so). */
@@ -44,27 +49,18 @@ internal object EncodedOps {
 
     /**
      * Admits [kernel] over [args] on [grid] on [stream], as the generated
-     * `execute` does, and returns true; or returns false, having done
-     * nothing, when the op is not one this path takes.
+     * `execute` does, and returns true; or returns false, having admitted
+     * nothing, for the generated path to make the call.
      */
     @JvmStatic
     fun execute(stream: WeirStream, kernel: Kernel, grid: Grid, args: List<Arg>): Boolean {
+        if (!NativeExecute.linked) return false
         val s = scratch.get()
         if (s.busy) return false
         s.busy = true
         try {
             val length = encode(s, grid, args)
-            if (length < 0) return false
-            val buffers = s.buffers
-            val len = length.toUInt()
-            when (s.count) {
-                0 -> stream.executeEncoded0(kernel, s.handle, len)
-                1 -> stream.executeEncoded1(kernel, s.handle, len, buffers[0]!!)
-                2 -> stream.executeEncoded2(kernel, s.handle, len, buffers[0]!!, buffers[1]!!)
-                3 -> stream.executeEncoded3(kernel, s.handle, len, buffers[0]!!, buffers[1]!!, buffers[2]!!)
-                else -> stream.executeEncoded4(kernel, s.handle, len, buffers[0]!!, buffers[1]!!, buffers[2]!!, buffers[3]!!)
-            }
-            return true
+            return length >= 0 && admit(s, stream, kernel, length)
         } finally {
             s.buffers.fill(null, 0, s.count)
             s.count = 0
@@ -72,19 +68,30 @@ internal object EncodedOps {
         }
     }
 
-    /**
-     * [execute], for the generated `executeAndWait`, which then waits: an
-     * admission error in a cancelled coroutine is its cancellation, as in the
-     * generated path, where the Rust future admits the op in a suspension.
-     */
-    @JvmStatic
-    suspend fun executeToWait(stream: WeirStream, kernel: Kernel, grid: Grid, args: List<Arg>): Boolean =
+    /** Lends the handles, in the generated lowering's order, for the one JNI call. */
+    private fun admit(s: Scratch, stream: WeirStream, kernel: Kernel, length: Int): Boolean {
+        val streamHandle = stream.uniffiBeginBorrow()
         try {
-            execute(stream, kernel, grid, args)
-        } catch (failure: WeirException) {
-            currentCoroutineContext().ensureActive()
-            throw failure
+            val kernelHandle = kernel.uniffiBeginBorrow()
+            try {
+                var lent = 0
+                try {
+                    while (lent < s.count) {
+                        s.handles[lent] = s.buffers[lent]!!.uniffiBeginBorrow()
+                        lent++
+                    }
+                    val h = s.handles
+                    return NativeExecute.execute(streamHandle, kernelHandle, s.address, length, s.count, h[0], h[1], h[2], h[3])
+                } finally {
+                    for (slot in 0 until lent) s.buffers[slot]!!.uniffiEndBorrow()
+                }
+            } finally {
+                kernel.uniffiEndBorrow()
+            }
+        } finally {
+            stream.uniffiEndBorrow()
         }
+    }
 
     /** Writes the op into [s]; its length in bytes, or -1 when it does not fit. */
     private fun encode(s: Scratch, grid: Grid, args: List<Arg>): Int {
@@ -167,3 +174,4 @@ internal object OpEncoding {
         Access.READ_WRITE -> 2
     }
 }
+

@@ -17,9 +17,9 @@ import java.util.concurrent.ConcurrentLinkedQueue
 
 /**
  * `execute` and `executeAndWait` as the build routes them: ops of up to four
- * distinct buffers encoded into Rust's scratch with only handles and integers
- * crossing (`EncodedOps`), the rest through the generated path. Both must
- * hand the kernel the same arguments and fail the same way.
+ * distinct buffers encoded and admitted by one JNI call with the handles lent
+ * (`EncodedOps`), the rest, and every op Rust refuses, through the generated
+ * path. Both must hand the kernel the same arguments and fail the same way.
  */
 class ExecuteTest {
     /** What one launch of [recorder] saw: each buffer's tag (its first `i32`) and writability, the scalars, the grid. */
@@ -55,6 +55,11 @@ class ExecuteTest {
             }
         }
         return Seen(buffers.map { tags.getValue(it.buffer) }, buffers.map { it.access != Access.READ }, scalars, grid)
+    }
+
+    @Test
+    fun `the JNI entry is linked, so execute takes the encoded path`() {
+        assertTrue(NativeExecute.linked, "the library's JNI entry did not link: every execute goes the generated way")
     }
 
     @Test
@@ -196,8 +201,8 @@ class ExecuteTest {
     fun `an encoded execute allocates no JNA structure`() {
         // The generated path allocates JNA structures (native memory that
         // JNA's one cleaner thread frees) for every call: kilobytes a call.
-        // The encoded path allocates at most the handles the generated
-        // lowering boxes (72 bytes a call until the JIT removes even those).
+        // The encoded path allocates nothing once compiled; interpreted, a
+        // few boxes at most.
         val rt = Backends.open("cpu")
         val s = rt.defaultStream()
         val x = s.zeros(16, ElementType.U32)
