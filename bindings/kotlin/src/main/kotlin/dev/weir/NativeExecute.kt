@@ -21,7 +21,7 @@ internal object NativeExecute {
         LibraryFile.loadedTwice()
         true
     } catch (failure: Throwable) {
-        System.err.println("weir: execute goes the generated way (its JNI entry did not link: $failure)")
+        System.getLogger("dev.weir").log(System.Logger.Level.WARNING, "execute goes the generated way: its JNI entry did not link", failure)
         false
     }
 
@@ -64,6 +64,8 @@ internal object LibraryFile {
         try {
             Native.extractFromResourcePath(NAME, LibraryFile::class.java.classLoader)
         } catch (_: IOException) {
+            null // not on the class path, or not to be unpacked (jna.nounpack): JNA searches by name
+        } catch (_: SecurityException) {
             null
         }
     }
