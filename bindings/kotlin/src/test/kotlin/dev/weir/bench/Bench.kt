@@ -72,11 +72,11 @@ private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<Strin
     val fill = medianMicros(20_000, ADMISSION_WARM_UP) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 1 buffer argument", fill, baselines["admit_1_buffer"],
-        "median per execute (fill of 1 KiB), after $ADMISSION_WARM_UP; baseline: the same weir-ffi call from Rust; target <= 2 us")
+        "median per execute (fill of 1 KiB), after $ADMISSION_WARM_UP warm-up calls; baseline: the same weir-ffi call from Rust; target <= 2 us")
     val add = medianMicros(20_000, ADMISSION_WARM_UP) { stream.execute(BuiltinOp.ADD, a.reads(), b.reads(), c.writes()) }
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 3 buffer arguments", add, baselines["admit_3_buffers"],
-        "median per execute (add), after $ADMISSION_WARM_UP; baseline: the same weir-ffi call from Rust; target <= 2 us")
+        "median per execute (add), after $ADMISSION_WARM_UP warm-up calls; baseline: the same weir-ffi call from Rust; target <= 2 us")
     val d = stream.zeros(1024L, ElementType.BYTES)
     val four = Kernel.custom("four_buffers", cpu = cpuKernel { })
     val grid = Grid()
@@ -86,7 +86,7 @@ private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<Strin
     stream.sync()
     figures += Figure(name, "kotlin: admit one op, 4 buffer arguments", fourArgs, baselines["admit_4_buffers"],
         "median per execute (a custom kernel whose CPU body does nothing; no built-in op takes 4 buffers), " +
-            "after $ADMISSION_WARM_UP; " +
+            "after $ADMISSION_WARM_UP warm-up calls; " +
             "baseline: the same weir-ffi call from Rust; target <= 2 us")
     four.close()
     d.close()
