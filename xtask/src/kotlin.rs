@@ -154,7 +154,7 @@ fn patch_generated() -> Result {
             "encoded executeAndWait",
             One,
             "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        return uniffiRustCallAsync(",
-            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.execute(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
+            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.executeSuspending(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
         ),
         ("lent handles", Every, "    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {\n", LEND_HANDLE),
         (

@@ -10,10 +10,12 @@
 //! [`Java_dev_weir_NativeExecute_execute`] once, through JNI, lending the
 //! stream's, the kernel's and up to four buffers' handles for the call.
 //!
-//! This entry only admits: anything it refuses (a malformed encoding, an op
-//! the core refuses, a panic) returns false, admitting nothing, and the
-//! binding then makes the same call through the generated path, whose typed
-//! error is the one the caller sees. Swift needs none of this: it passes a
+//! This entry only admits. An op the core refuses is not made again: its
+//! error waits in this thread for the binding to raise it through the
+//! generated [`take_execute_refusal`], typed as every error is (a refusal may
+//! have published failed versions, which a second call would publish again).
+//! What this entry cannot take (a malformed encoding, a panic) admits
+//! nothing, and the binding makes the call the generated way. Swift needs none of this: it passes a
 //! `RustBuffer` as a plain C struct.
 
 use std::ffi::c_void;
@@ -21,14 +23,54 @@ use std::panic::AssertUnwindSafe;
 
 use crate::batch::{Reader, OP_EXECUTE};
 use crate::buffer::Buffer;
-use crate::error::Result;
+use crate::error::{Result, WeirError};
 use crate::kernel::Kernel;
 use crate::stream::WeirStream;
 
+/// What the JNI entry did with an op, as it returns it to the binding.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+enum Outcome {
+    /// Not taken: admitted nothing; the binding makes the generated call.
+    NotTaken = 0,
+    Admitted = 1,
+    /// Refused by the core, its error kept for [`take_execute_refusal`].
+    Refused = 2,
+}
+
+thread_local! {
+    /// The error of the last op this thread's JNI entry saw refused.
+    static REFUSAL: std::cell::RefCell<Option<WeirError>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Raises the error of the op that the JNI entry last refused on this
+/// thread, once; nothing if there is none. The Kotlin binding calls it when
+/// the entry answers that it refused an op.
+#[uniffi::export]
+pub fn take_execute_refusal() -> Result<()> {
+    match REFUSAL.with(|refusal| refusal.borrow_mut().take()) {
+        Some(error) => Err(error),
+        None => Ok(()),
+    }
+}
+
 impl WeirStream {
     /// Admits the execute op encoded in `bytes`, whose kernel slot 0 is
-    /// `kernel` and whose buffer slots index `buffers`.
-    fn admit_encoded(&self, kernel: &Kernel, bytes: &[u8], buffers: &[&Buffer]) -> Result<()> {
+    /// `kernel` and whose buffer slots index `buffers`; an error of the core
+    /// is kept for [`take_execute_refusal`].
+    fn admit_encoded(&self, kernel: &Kernel, bytes: &[u8], buffers: &[&Buffer]) -> Outcome {
+        match self.decode_and_admit(kernel, bytes, buffers) {
+            Ok(Ok(())) => Outcome::Admitted,
+            Ok(Err(refused)) => {
+                REFUSAL.with(|refusal| *refusal.borrow_mut() = Some(refused.into()));
+                Outcome::Refused
+            }
+            Err(_) => Outcome::NotTaken,
+        }
+    }
+
+    /// The core's answer to the op in `bytes`, or why it does not decode.
+    fn decode_and_admit(&self, kernel: &Kernel, bytes: &[u8], buffers: &[&Buffer]) -> Result<weir_core::Result<()>> {
         let mut reader = Reader::new(bytes);
         let tag = reader.u8()?;
         if tag != OP_EXECUTE {
@@ -40,7 +82,7 @@ impl WeirStream {
         if !reader.is_done() {
             return Err(reader.error("bytes after the op"));
         }
-        Ok(self.core().execute(kernel, grid, &args)?)
+        Ok(self.core().execute(kernel, grid, &args))
     }
 }
 
@@ -60,8 +102,9 @@ unsafe fn borrowed<'a, T>(handle: i64) -> &'a T {
 /// `dev.weir.NativeExecute.execute`, the Kotlin binding's JNI entry (see the
 /// module docs): admits the execute op in the `len` bytes at `encoding` on
 /// `stream`, kernel slot 0 being `kernel` and buffer slots 0 to `count - 1`
-/// being `buffer0` to `buffer3`. Returns 1 once admitted, 0 when it admitted
-/// nothing (the binding then makes the call the generated way).
+/// being `buffer0` to `buffer3`. Returns 1 once admitted, 2 when the core
+/// refused it (its error waits for [`take_execute_refusal`]), 0 when it
+/// did not take it (the binding then makes the call the generated way).
 ///
 /// # Safety
 ///
@@ -84,10 +127,10 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
     buffer1: i64,
     buffer2: i64,
     buffer3: i64,
-) -> u8 {
-    let (Ok(len), Ok(count)) = (usize::try_from(len), usize::try_from(count)) else { return 0 };
+) -> i32 {
+    let (Ok(len), Ok(count)) = (usize::try_from(len), usize::try_from(count)) else { return Outcome::NotTaken as i32 };
     if count > 4 {
-        return 0;
+        return Outcome::NotTaken as i32;
     }
     let admitted = std::panic::catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the caller passes live handles of these types and keeps
@@ -113,7 +156,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
                 &[buffer(buffer0), buffer(buffer1), buffer(buffer2), buffer(buffer3)],
             ),
         };
-        admitted.is_ok()
+        admitted
     }));
-    u8::from(matches!(admitted, Ok(true)))
+    admitted.unwrap_or(Outcome::NotTaken) as i32
 }

@@ -52,7 +52,7 @@ mod timestamp;
 pub use buffer::Buffer;
 pub use bulk::HostBytes;
 pub use cancel::CancelToken;
-pub use encoded::Java_dev_weir_NativeExecute_execute;
+pub use encoded::{take_execute_refusal, Java_dev_weir_NativeExecute_execute};
 #[cfg(feature = "test-support")]
 pub use error::debug_error_probe;
 pub use error::WeirError;

@@ -265,8 +265,9 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
 type Lent = Arc<weir_ffi::Buffer>;
 
 /// The JNI entry as the Kotlin binding calls it: `op` admitted on `stream`
-/// with `kernel` and `buffers` lent by handle.
-fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &[&Lent]) -> bool {
+/// with `kernel` and `buffers` lent by handle; its answer (0 not taken, 1
+/// admitted, 2 refused by the core).
+fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &[&Lent]) -> i32 {
     let handle = |pointer: *const ()| pointer as usize as i64;
     let mut lent = [0; 4];
     for (slot, buffer) in lent.iter_mut().zip(buffers) {
@@ -289,7 +290,7 @@ fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &
             lent[3],
         )
     };
-    admitted == 1
+    admitted
 }
 
 #[test]
@@ -304,7 +305,7 @@ fn the_jni_entry_admits_an_encoded_op_as_execute_does_and_a_malformed_one_not_at
     // y = 2x + y: buffer slot 0 is x, slot 1 is y.
     let op = Ops::default().execute(0, &[(0, read), (1, read_write)], 2.0).0;
     let before = runtime.diagnostics().admitted_ops;
-    assert!(admit_by_jni(&stream, &axpy, &op, &[&x, &y]));
+    assert_eq!(admit_by_jni(&stream, &axpy, &op, &[&x, &y]), 1);
     assert_eq!(runtime.diagnostics().admitted_ops - before, 1);
     assert_eq!(floats(&stream.read_blocking(y.clone(), 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
 
@@ -313,19 +314,23 @@ fn the_jni_entry_admits_an_encoded_op_as_execute_does_and_a_malformed_one_not_at
     let mut empty_grid = op.clone();
     empty_grid[5] = 1; // a grid of seven given fields, all zero:
     empty_grid.splice(6..6, [0; 28]);
-    let cases: [(&[u8], &[&Lent], &str); 6] = [
+    let cases: [(&[u8], &[&Lent], &str); 5] = [
         (&two_ops, &[&x, &y], "a second op"),
         (&write, &[&x, &y], "a write op"),
         (&op[..op.len() - 1], &[&x, &y], "a truncated op"),
         (&empty_grid, &[&x, &y], "an empty grid"),
         (&op, &[&y], "a buffer slot past the lent buffers"),
-        (&op, &[&x, &small], "an op the core refuses (sizes differ)"),
     ];
     for (bad, buffers, what) in cases {
         let before = runtime.diagnostics().admitted_ops;
-        assert!(!admit_by_jni(&stream, &axpy, bad, buffers), "{what} was admitted");
+        assert_eq!(admit_by_jni(&stream, &axpy, bad, buffers), 0, "{what} was taken");
         assert_eq!(runtime.diagnostics().admitted_ops, before, "{what} admitted an op");
+        assert!(weir_ffi::take_execute_refusal().is_ok(), "{what} left a refusal");
     }
+    // An op the core refuses is refused once: its typed error waits, once.
+    assert_eq!(admit_by_jni(&stream, &axpy, &op, &[&x, &small]), 2, "sizes differ");
+    assert!(matches!(weir_ffi::take_execute_refusal(), Err(WeirError::InvalidArgument { .. })));
+    assert!(weir_ffi::take_execute_refusal().is_ok(), "a refusal is raised once");
     assert_eq!(floats(&stream.read_blocking(y, 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
     runtime.shutdown().unwrap();
 }

@@ -68,6 +68,18 @@ internal object EncodedOps {
         }
     }
 
+    /**
+     * [execute] for `executeAndWait`: an op refused in a cancelled coroutine
+     * throws its cancellation, as the generated suspend call reports it.
+     */
+    internal suspend fun executeSuspending(stream: WeirStream, kernel: Kernel, grid: Grid, args: List<Arg>): Boolean =
+        try {
+            execute(stream, kernel, grid, args)
+        } catch (refused: WeirException) {
+            returnedAtOnce()
+            throw refused
+        }
+
     /** Lends the handles, in the generated lowering's order, for the one JNI call. */
     private fun admit(s: Scratch, stream: WeirStream, kernel: Kernel, length: Int): Boolean {
         val streamHandle = stream.uniffiBeginBorrow()
@@ -81,7 +93,11 @@ internal object EncodedOps {
                         lent++
                     }
                     val h = s.handles
-                    return NativeExecute.execute(streamHandle, kernelHandle, s.address, length, s.count, h[0], h[1], h[2], h[3])
+                    val answer = NativeExecute.execute(streamHandle, kernelHandle, s.address, length, s.count, h[0], h[1], h[2], h[3])
+                    // A refused op is not made again (it may have published failed
+                    // versions): its error, typed, is raised from where Rust kept it.
+                    if (answer == NativeExecute.REFUSED) takeExecuteRefusal()
+                    return answer == NativeExecute.ADMITTED
                 } finally {
                     for (slot in 0 until lent) s.buffers[slot]!!.uniffiEndBorrow()
                 }

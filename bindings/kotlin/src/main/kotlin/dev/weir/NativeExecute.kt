@@ -28,7 +28,8 @@ internal object NativeExecute {
     /**
      * Admits the execute op in the [length] bytes at [encoding] on the stream
      * [stream] with the kernel [kernel] and buffers [buffer0]… ([count] of
-     * them), all lent handles; false when it admitted nothing.
+     * them), all lent handles: [ADMITTED]; [REFUSED] when Rust refused it (its
+     * error waits for `takeExecuteRefusal()`); [NOT_TAKEN] when it admitted nothing.
      */
     @JvmStatic
     external fun execute(
@@ -41,7 +42,12 @@ internal object NativeExecute {
         buffer1: Long,
         buffer2: Long,
         buffer3: Long,
-    ): Boolean
+    ): Int
+
+    /** [execute]'s answers. */
+    const val NOT_TAKEN = 0
+    const val ADMITTED = 1
+    const val REFUSED = 2
 }
 
 /**

@@ -172,6 +172,23 @@ class ExecuteTest {
             }
         }
 
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `an op refused over a failed input is made once, and raises its failure typed`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val s = rt.defaultStream()
+            val (x, y) = s.zeros(4, ElementType.F32) to s.zeros(4, ElementType.F32)
+            runCatching { s.failWrite(x, "a deliberate failure") }
+            runCatching { runBlocking { s.sync() } }
+            val before = rt.diagnostics().admittedOps
+            val outcome = runCatching { s.execute(BuiltinOp.AXPY, x.reads(), y.readsWrites(), scalar(1f)) }.exceptionOrNull()
+            // Refused now (a failed input known at admission) or admitted to fail: one op either way.
+            if (outcome != null) assertTrue(outcome is WeirException.OpFailed, "$outcome")
+            assertTrue(rt.diagnostics().admittedOps - before <= 1u, "a refused op was made twice")
+            assertThrows<WeirException.OpFailed> { runBlocking { s.readFloats(y) } }
+            runCatching { runBlocking { s.sync() } }
+        }
+
     @Test
     fun `an argument list that admits an op while it is read still gives both ops their own arguments`() {
         val rt = Backends.open("cpu")
