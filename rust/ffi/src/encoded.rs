@@ -145,7 +145,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
             )
         };
         let buffer = |handle| unsafe { borrowed::<Buffer>(handle) };
-        let admitted = match count {
+        match count {
             0 => stream.admit_encoded(kernel, bytes, &[]),
             1 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0)]),
             2 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1)]),
@@ -155,8 +155,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
                 bytes,
                 &[buffer(buffer0), buffer(buffer1), buffer(buffer2), buffer(buffer3)],
             ),
-        };
-        admitted
+        }
     }));
     admitted.unwrap_or(Outcome::NotTaken) as i32
 }

@@ -275,7 +275,7 @@ fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &
     }
     // SAFETY: the handles are the objects' `Arc` pointers, as UniFFI makes
     // them, alive for the call; `op` is alive and not written meanwhile.
-    let admitted = unsafe {
+    unsafe {
         weir_ffi::Java_dev_weir_NativeExecute_execute(
             std::ptr::null_mut(),
             std::ptr::null_mut(),
@@ -289,8 +289,7 @@ fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &
             lent[2],
             lent[3],
         )
-    };
-    admitted
+    }
 }
 
 #[test]
