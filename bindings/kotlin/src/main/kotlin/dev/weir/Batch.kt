@@ -34,35 +34,12 @@ class Batch internal constructor() {
         var at = size
         out.put(at, OpEncoding.OP_EXECUTE)
         out.putInt(at + 1, slotOf(kernel))
-        at += 5
-        if (given) {
-            out.put(at, OpEncoding.GRID_GIVEN)
-            out.putInt(at + 1, grid.groupsX.toInt())
-            out.putInt(at + 5, grid.groupsY.toInt())
-            out.putInt(at + 9, grid.groupsZ.toInt())
-            out.putInt(at + 13, grid.blockX.toInt())
-            out.putInt(at + 17, grid.blockY.toInt())
-            out.putInt(at + 21, grid.blockZ.toInt())
-            out.putInt(at + 25, grid.sharedBytes.toInt())
-            at += 29
-        } else {
-            out.put(at, OpEncoding.GRID_DEFAULT)
-            at += 1
-        }
+        at = OpEncoding.putGrid(out, at + 5, grid, given)
         out.putInt(at, argCount)
         at += 4
         for (i in 0 until argCount) {
-            when (val arg = args[i]) {
-                is Arg.Buffer -> {
-                    out.put(at, OpEncoding.ARG_BUFFER)
-                    out.putInt(at + 1, slotOf(arg.buffer))
-                    out.put(at + 5, OpEncoding.access(arg.access))
-                    at += 6
-                }
-                is Arg.U32 -> { out.put(at, OpEncoding.ARG_U32); out.putInt(at + 1, arg.value.toInt()); at += 5 }
-                is Arg.I32 -> { out.put(at, OpEncoding.ARG_I32); out.putInt(at + 1, arg.value); at += 5 }
-                is Arg.F32 -> { out.put(at, OpEncoding.ARG_F32); out.putInt(at + 1, arg.value.toRawBits()); at += 5 }
-            }
+            val arg = args[i]
+            at = OpEncoding.putArg(out, at, arg, if (arg is Arg.Buffer) slotOf(arg.buffer) else 0)
         }
         size = at
         ops++

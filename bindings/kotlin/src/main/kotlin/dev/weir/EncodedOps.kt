@@ -119,37 +119,14 @@ internal object EncodedOps {
         if (most > out.capacity()) return -1
         out.put(0, OpEncoding.OP_EXECUTE)
         out.putInt(1, 0) // kernel slot 0: the call's kernel
-        var at = 5
-        if (given) {
-            out.put(at, OpEncoding.GRID_GIVEN)
-            out.putInt(at + 1, grid.groupsX.toInt())
-            out.putInt(at + 5, grid.groupsY.toInt())
-            out.putInt(at + 9, grid.groupsZ.toInt())
-            out.putInt(at + 13, grid.blockX.toInt())
-            out.putInt(at + 17, grid.blockY.toInt())
-            out.putInt(at + 21, grid.blockZ.toInt())
-            out.putInt(at + 25, grid.sharedBytes.toInt())
-            at += 1 + GRID_FIELDS * 4
-        } else {
-            out.put(at, OpEncoding.GRID_DEFAULT)
-            at += 1
-        }
+        var at = OpEncoding.putGrid(out, 5, grid, given)
         out.putInt(at, argCount)
         at += 4
         for (i in 0 until argCount) {
-            when (val arg = args[i]) {
-                is Arg.Buffer -> {
-                    val slot = slotOf(s, arg.buffer)
-                    if (slot < 0) return -1
-                    out.put(at, OpEncoding.ARG_BUFFER)
-                    out.putInt(at + 1, slot)
-                    out.put(at + 5, OpEncoding.access(arg.access))
-                    at += 6
-                }
-                is Arg.U32 -> { out.put(at, OpEncoding.ARG_U32); out.putInt(at + 1, arg.value.toInt()); at += 5 }
-                is Arg.I32 -> { out.put(at, OpEncoding.ARG_I32); out.putInt(at + 1, arg.value); at += 5 }
-                is Arg.F32 -> { out.put(at, OpEncoding.ARG_F32); out.putInt(at + 1, arg.value.toRawBits()); at += 5 }
-            }
+            val arg = args[i]
+            val slot = if (arg is Arg.Buffer) slotOf(s, arg.buffer) else 0
+            if (slot < 0) return -1
+            at = OpEncoding.putArg(out, at, arg, slot)
         }
         return at
     }
@@ -188,6 +165,36 @@ internal object OpEncoding {
         Access.READ -> 0
         Access.WRITE -> 1
         Access.READ_WRITE -> 2
+    }
+
+    /** Writes an execute op's grid at [at] (its tag, and its fields unless [given] is false); the byte after it. */
+    fun putGrid(out: ByteBuffer, at: Int, grid: Grid, given: Boolean): Int {
+        if (!given) {
+            out.put(at, GRID_DEFAULT)
+            return at + 1
+        }
+        out.put(at, GRID_GIVEN)
+        out.putInt(at + 1, grid.groupsX.toInt())
+        out.putInt(at + 5, grid.groupsY.toInt())
+        out.putInt(at + 9, grid.groupsZ.toInt())
+        out.putInt(at + 13, grid.blockX.toInt())
+        out.putInt(at + 17, grid.blockY.toInt())
+        out.putInt(at + 21, grid.blockZ.toInt())
+        out.putInt(at + 25, grid.sharedBytes.toInt())
+        return at + 29
+    }
+
+    /** Writes [arg] at [at], a buffer as its [slot]; the byte after it. */
+    fun putArg(out: ByteBuffer, at: Int, arg: Arg, slot: Int): Int = when (arg) {
+        is Arg.Buffer -> {
+            out.put(at, ARG_BUFFER)
+            out.putInt(at + 1, slot)
+            out.put(at + 5, access(arg.access))
+            at + 6
+        }
+        is Arg.U32 -> { out.put(at, ARG_U32); out.putInt(at + 1, arg.value.toInt()); at + 5 }
+        is Arg.I32 -> { out.put(at, ARG_I32); out.putInt(at + 1, arg.value); at + 5 }
+        is Arg.F32 -> { out.put(at, ARG_F32); out.putInt(at + 1, arg.value.toRawBits()); at + 5 }
     }
 }
 
