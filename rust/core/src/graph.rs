@@ -94,8 +94,8 @@ impl Graph {
                     .replayable()
                     .map(|command| command.map(swap))
                     .ok_or_else(|| Error::internal("a recorded op cannot be replayed"))?;
-                // Rebinding may make two arguments of one op the same buffer.
-                crate::ops::reject_aliasing(command.accesses().into_iter())?;
+                // Rebinding may make two arguments of one op the same memory.
+                crate::ops::reject_overlap(&command.spans())?;
                 Ok(command)
             })
             .collect::<Result<Vec<_>>>()?;

@@ -60,7 +60,8 @@ impl Bound {
                 Arg::Scalar(_) => None,
             });
         }
-        reject_overlap(&bound)?;
+        let spans: Vec<(Span<BufferKey>, Access)> = bound.iter().filter_map(KernelArg::span).collect();
+        reject_overlap(&spans)?;
         Ok(Bound { op, args: bound, elements })
     }
 
@@ -89,14 +90,13 @@ impl Bound {
     /// Buffer argument `index`, which must hold `element`s (or raw bytes, a
     /// whole number of them).
     fn typed(&self, index: usize, needs: Access, element: ElementType) -> Result<Span<BufferKey>> {
-        let span = self.buffer(index, needs)?;
+        let span = self.words(index, needs)?;
         match self.elements.get(index).copied().flatten() {
             Some(held) if !held.serves(element) => {
                 Err(Error::invalid(format!("{} argument {index} is a buffer of {held}: it takes {element}", self.op)))
             }
-            _ => self.words(index, needs),
+            _ => Ok(span),
         }
-        .map(|_| span)
     }
 
     /// The element types of buffer arguments `indices`, refused unless one
@@ -142,15 +142,9 @@ impl Bound {
 }
 
 /// Memory an op writes may not be among its arguments twice: kernels see
-/// disjoint memory. Disjoint views of one buffer are fine.
-fn reject_overlap(args: &[KernelArg<BufferKey>]) -> Result<()> {
-    let spans: Vec<(&Span<BufferKey>, Access)> = args
-        .iter()
-        .filter_map(|arg| match arg {
-            KernelArg::Buffer(span, access) => Some((span, *access)),
-            KernelArg::Scalar(_) => None,
-        })
-        .collect();
+/// disjoint memory. Disjoint ranges (views) of one buffer are fine.
+pub(crate) fn reject_overlap(spans: &[(Span<BufferKey>, Access)]) -> Result<()> {
+    // Ops take a handful of buffers: a quadratic scan beats allocating a set.
     for (index, (span, access)) in spans.iter().enumerate() {
         let clash = spans[index + 1..].iter().any(|(other, other_access)| {
             other.buffer == span.buffer
@@ -160,21 +154,6 @@ fn reject_overlap(args: &[KernelArg<BufferKey>]) -> Result<()> {
         });
         if clash {
             return Err(Error::invalid("memory an op writes cannot appear twice among its arguments"));
-        }
-    }
-    Ok(())
-}
-
-/// A buffer an op writes may not appear in it twice: kernels see disjoint memory.
-pub(crate) fn reject_aliasing(buffers: impl Iterator<Item = (BufferKey, Access)> + Clone) -> Result<()> {
-    // Ops take a handful of buffers: a quadratic scan beats allocating a set.
-    for (index, (key, access)) in buffers.clone().enumerate() {
-        let clash = buffers
-            .clone()
-            .skip(index + 1)
-            .any(|(other, other_access)| other == key && (access.writes() || other_access.writes()));
-        if clash {
-            return Err(Error::invalid("a buffer an op writes cannot appear twice among its arguments"));
         }
     }
     Ok(())

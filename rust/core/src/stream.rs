@@ -381,11 +381,16 @@ impl Stream {
         mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         self.admitting()?;
-        let keys = buffers
-            .iter()
-            .map(|buffer| buffer.whole_allocation_in(self.engine(), "a foreign write"))
-            .collect::<Result<Vec<BufferKey>>>()?;
-        ops::reject_aliasing(keys.iter().map(|&key| (key, crate::Access::Write)))?;
+        let mut spans = Vec::with_capacity(buffers.len());
+        for buffer in buffers {
+            let key = buffer.whole_allocation_in(self.engine(), "a foreign write")?;
+            spans.push((
+                crate::backend::Span { buffer: key, offset: 0, len: buffer.size_bytes() },
+                crate::Access::Write,
+            ));
+        }
+        ops::reject_overlap(&spans)?;
+        let keys: Vec<BufferKey> = spans.iter().map(|(span, _)| span.buffer).collect();
         self.engine().external_write(self.0.index, &keys, &mut write)
     }
 

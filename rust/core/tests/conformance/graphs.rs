@@ -118,7 +118,15 @@ conformance! {
         let (a, c) = (s.upload(&[1.0f32; 4]).unwrap(), s.zeros(ElementType::Bytes, 16).unwrap());
         let copy = s.record(|r| r.scale(&a, 2.0, &c)).unwrap();
         assert!(matches!(copy.rebind(&[(&c, &a)]), Err(Error::InvalidArgument(_))), "rebinding made an op alias");
-        drop((graph, rebound, copy, y, a, b, c, small));
+        // Disjoint views of one buffer stay disjoint when it is rebound (256-byte
+        // halves, which every wgpu device binds).
+        let (halves, other) = (s.upload(&[1.0f32; 128]).unwrap(), s.upload(&[2.0f32; 128]).unwrap());
+        let doubled = s.record(|r| r.scale(&halves.view(0, 64)?, 2.0, &halves.view(64, 64)?)).unwrap();
+        s.replay(&doubled.rebind(&[(&halves, &other)]).unwrap()).unwrap();
+        let expected: Vec<f32> = [vec![2.0; 64], vec![4.0; 64]].concat();
+        assert_eq!(s.read_as::<f32>(&other).unwrap(), expected, "the rebound graph scaled other's front into its back");
+        assert_eq!(s.read_as::<f32>(&halves).unwrap(), vec![1.0; 128]);
+        drop((graph, rebound, copy, doubled, y, a, b, c, small, halves, other));
         assert_eq!(settled_diagnostics(runtime).live_buffers, baseline, "the graphs' buffers went with them");
     }
 
