@@ -60,6 +60,13 @@ impl Buffer {
         self.inner.first()
     }
 
+    /// Refuses reading this buffer into an array of `element`s with
+    /// `InvalidArgument`, as `read_host` does: for a binding's blocking reads,
+    /// which get raw bytes.
+    pub fn check_read_as(&self, element: ElementType) -> Result<()> {
+        self.expect_data(element, "a read")
+    }
+
     /// The `count` elements from element `first` of this buffer (or view), as
     /// a buffer of its own sharing the memory. A write to it publishes a new
     /// version of the whole buffer, so every stream orders after it.

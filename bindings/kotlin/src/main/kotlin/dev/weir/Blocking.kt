@@ -90,7 +90,7 @@ object WeirBlocking {
     @JvmStatic
     @Throws(WeirException::class)
     fun readFloats(stream: WeirStream, buffer: Buffer): FloatArray {
-        buffer.requireHolds(ElementType.F32, "a read")
+        buffer.checkReadAs(ElementType.F32)
         return read(stream, buffer).toFloatArray()
     }
 
@@ -98,7 +98,7 @@ object WeirBlocking {
     @JvmStatic
     @Throws(WeirException::class)
     fun readInts(stream: WeirStream, buffer: Buffer): IntArray {
-        buffer.requireHolds(ElementType.I32, "a read")
+        buffer.checkReadAs(ElementType.I32)
         return read(stream, buffer).toIntArray()
     }
 }

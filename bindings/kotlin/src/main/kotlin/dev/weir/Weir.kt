@@ -159,16 +159,6 @@ suspend fun WeirStream.executeAndWait(op: BuiltinOp, vararg args: Arg, cancel: C
 fun Grid.Companion.linear(items: Int, block: Int = 64): Grid =
     gridLinear(items.coerceAtLeast(0).toUInt(), block.coerceAtLeast(1).toUInt())
 
-/**
- * Refuses [what] of [element]s on this buffer with `InvalidArgument`, as Rust
- * does: the buffer holds that type or raw bytes (`i32` goes with `u32` as bits).
- */
-internal fun Buffer.requireHolds(element: ElementType, what: String) {
-    val held = elementType()
-    val fits = held == element || held == ElementType.BYTES || (element == ElementType.I32 && held == ElementType.U32)
-    if (!fits) throw WeirException.InvalidArgument("invalid argument: $what of ${element.rustName} on a buffer of ${held.rustName}")
-}
-
 /** The type as Rust spells it, as in Rust's messages. */
 internal val ElementType.rustName: String get() = if (this == ElementType.BYTES) "u8" else name.lowercase()
 
