@@ -44,6 +44,12 @@ impl ElementType {
     pub(crate) fn serves(self, wanted: ElementType) -> bool {
         self == wanted || self == ElementType::Bytes
     }
+
+    /// True when buffers of this type and `other` may be copied into each
+    /// other: one type, or raw bytes on either side.
+    pub(crate) fn agrees_with(self, other: ElementType) -> bool {
+        self.serves(other) || other.serves(self)
+    }
 }
 
 impl std::fmt::Display for ElementType {

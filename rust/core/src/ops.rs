@@ -99,19 +99,18 @@ impl Bound {
         }
     }
 
-    /// The element types of buffer arguments `indices`, refused unless one
-    /// type (raw bytes go with any).
-    fn same_element(&self, indices: &[usize]) -> Result<()> {
-        let typed: Vec<ElementType> = indices
-            .iter()
-            .filter_map(|&index| self.elements.get(index).copied().flatten())
-            .filter(|&element| element != ElementType::Bytes)
-            .collect();
-        if typed.windows(2).any(|pair| pair[0] != pair[1]) {
-            let names: Vec<&str> = typed.iter().map(|element| element.name()).collect();
-            return Err(Error::invalid(format!("{} needs buffers of one element type, got {names:?}", self.op)));
+    /// Refuses buffer arguments `a` and `b` unless of one element type (raw
+    /// bytes go with any).
+    fn same_element(&self, a: usize, b: usize) -> Result<()> {
+        let element = |index: usize| self.elements.get(index).copied().flatten();
+        match (element(a), element(b)) {
+            (Some(x), Some(y)) if !x.agrees_with(y) => Err(Error::invalid(format!(
+                "{} needs buffers of one element type, got {:?}",
+                self.op,
+                [x.name(), y.name()]
+            ))),
+            _ => Ok(()),
         }
-        Ok(())
     }
 
     fn words(&self, index: usize, needs: Access) -> Result<Span<BufferKey>> {
@@ -182,7 +181,7 @@ pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -
         Builtin::Copy => {
             b.expect_count(2)?;
             let (src, dst) = (b.buffer(0, Access::Read)?, b.buffer(1, Access::Write)?);
-            b.same_element(&[0, 1])?;
+            b.same_element(0, 1)?;
             b.same_len(&[src, dst])?;
             Ok(Command::Copy { src, dst })
         }

@@ -124,7 +124,7 @@ impl Stream {
         if src.is_view() {
             return Err(Error::invalid("a copy from a peer takes whole buffers, not views"));
         }
-        if !src.element_type().serves(dst.element_type()) && !dst.element_type().serves(src.element_type()) {
+        if !src.element_type().agrees_with(dst.element_type()) {
             return Err(Error::invalid(format!(
                 "a copy from a peer needs buffers of one element type, got {} and {}",
                 src.element_type(),
