@@ -62,7 +62,7 @@ fn size_of(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
-const TESTS: [&str; 5] = ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "wgpu_backend"];
+const TESTS: [&str; 6] = ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "devices", "wgpu_backend"];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 
 pub fn bundle(args: &[String]) -> Result {
@@ -119,7 +119,8 @@ fn pack(from: &Path, to: &Path) -> Result {
     run(Command::new("gzip").args(["-9", "-f"]).arg(to))
 }
 
-/// Unpacks the binaries, then runs the suites and the benchmarks; extra
+/// Unpacks the binaries, then runs the suites, the demo (on
+/// `WEIR_DEMO_BACKEND`, default cuda) and the benchmarks; extra
 /// arguments go to every test binary (a filter, `--test-threads=1`).
 const RUN: &str = r#"#!/bin/sh
 # Made by `cargo xtask bundle`. Runs the Rust suites, then the benchmarks.
@@ -127,12 +128,14 @@ set -u
 cd "$(dirname "$0")"
 for packed in *.gz; do gunzip -f "$packed" && chmod +x "${packed%.gz}"; done
 status=0
-for test in conformance cuda_backend cuda_device_lost device_group wgpu_backend; do
+for test in conformance cuda_backend cuda_device_lost device_group devices wgpu_backend; do
     echo "== $test"
     ./"$test" "$@" > "$test.log" 2>&1 || status=1
     # Failures, skips and the totals; the whole output stays in $test.log.
     grep -E 'FAILED|panicked|skipped|running on|test result' "$test.log" | sort | uniq -c | sort -rn | head -40
 done
+echo "== demo"
+./demo --backend "${WEIR_DEMO_BACKEND:-cuda}" || status=1
 echo "== bench"
 ./bench || status=1
 exit $status

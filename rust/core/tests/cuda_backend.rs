@@ -6,7 +6,7 @@
 #![cfg(feature = "cuda")]
 
 use std::future::Future;
-use std::sync::{Arc, Barrier, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{mpsc, Arc, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -211,7 +211,7 @@ impl Producer {
     fn produce(self, s: &Stream, out: &weir_core::Buffer) {
         match self {
             Producer::Kernel => {
-                let n = (out.len() / 4) as u32;
+                let n = (out.size_bytes() / 4) as u32;
                 s.execute(
                     &put_kernel(),
                     Grid::linear(n, 256),
@@ -251,22 +251,24 @@ fn race(runtime: &Runtime, producer: Producer) -> Vec<u32> {
     let _ = t.read(&scratch).unwrap();
     let out = s.upload(&vec![0xFFFF_FFFFu32; words]).unwrap();
     let unrelated = s.upload(&vec![1u32; words]).unwrap();
-    let steps = Arc::new(Barrier::new(2));
+    // Channels, not a barrier: a reader that fails fails the test, not hangs it.
+    let (synced, on_synced) = mpsc::channel();
+    let (produced, on_produced) = mpsc::channel::<()>();
     let reader = {
-        let (steps, t, out) = (steps.clone(), t.clone(), out.clone());
+        let (t, out) = (t.clone(), out.clone());
         thread::spawn(move || {
             // B: t sees s past `out`'s allocation and first write.
-            let copy = t.empty(ElementType::Bytes, unrelated.len()).unwrap();
+            let copy = t.empty(unrelated.element_type(), unrelated.len()).unwrap();
             t.copy(&unrelated, &copy).unwrap();
-            steps.wait();
-            steps.wait();
+            synced.send(()).unwrap();
+            on_produced.recv().unwrap();
             t.read_as::<u32>(&out).unwrap()
         })
     };
-    steps.wait();
+    on_synced.recv_timeout(Duration::from_secs(30)).expect("the reader failed before its pre-sync");
     s.delay(HOLD).unwrap();
     producer.produce(&s, &out);
-    steps.wait();
+    produced.send(()).unwrap();
     let read = reader.join().unwrap();
     assert_no_live_events(runtime);
     read

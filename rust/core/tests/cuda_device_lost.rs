@@ -31,7 +31,11 @@ fn within<T: Send + 'static>(what: &str, call: impl FnOnce() -> T + Send + 'stat
     thread::spawn(move || {
         let _ = sent.send(call());
     });
-    received.recv_timeout(HUNG).unwrap_or_else(|_| panic!("{what} hung on a lost device"))
+    match received.recv_timeout(HUNG) {
+        Ok(outcome) => outcome,
+        Err(mpsc::RecvTimeoutError::Timeout) => panic!("{what} hung on a lost device"),
+        Err(mpsc::RecvTimeoutError::Disconnected) => panic!("{what} panicked (see above)"),
+    }
 }
 
 fn assert_lost<T: std::fmt::Debug>(what: &str, outcome: Result<T, Error>) {
@@ -75,7 +79,7 @@ fn a_trapping_kernel_loses_the_runtime_and_every_later_call_says_so() {
     within("later calls", move || {
         assert_lost("upload", s2.upload(&[7u32; 4]));
         assert_lost("read on another stream", t2.read_as::<f32>(&healthy2));
-        assert_lost("fill", t2.fill_u32(&healthy2, 9));
+        assert_lost("fill", t2.fill_f32(&healthy2, 9.0));
         assert_lost("new stream", runtime2.new_stream());
         assert_lost("runtime fence", runtime2.fence());
         assert_lost("stream sync", futures::executor::block_on(t2.sync()));

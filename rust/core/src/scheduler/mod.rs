@@ -150,6 +150,11 @@ struct StreamSlot<B: Backend> {
     /// made while it is pending, with nothing admitted since, is the same
     /// fence (ten thousand awaits of one point cost one device event).
     last_fence: Option<(u64, std::sync::Weak<Completion>)>,
+    /// The latest fence's or timestamp's completion. The device may finish
+    /// before the completion is delivered: until it is, the stream is not
+    /// synced, so that after a sync every earlier fence and timestamp says
+    /// it is complete.
+    last_signal: Option<std::sync::Weak<Completion>>,
 }
 
 impl<B: Backend> StreamSlot<B> {
@@ -163,6 +168,7 @@ impl<B: Backend> StreamSlot<B> {
             busy: false,
             retired: None,
             last_fence: None,
+            last_signal: None,
         }
     }
 
@@ -795,6 +801,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         let fence = self.fence_locked(&state, Some(stream), SignalKind::Fence)?;
         let position = state.streams[stream].position;
         state.streams[stream].last_fence = Some((position, Arc::downgrade(&fence)));
+        state.streams[stream].last_signal = Some(Arc::downgrade(&fence));
         Ok(fence)
     }
 
@@ -806,6 +813,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         // fence (not a pending one it would share), so it covers the timestamp.
         let slot = &mut state.streams[stream];
         slot.position += 1;
+        slot.last_signal = Some(Arc::downgrade(&completion));
         Ok((completion, Box::new(taken), slot.position))
     }
 
@@ -817,6 +825,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         state.slot(stream).is_ok_and(|slot| {
             !slot.busy
                 && slot.unreported.is_clear()
+                && slot.last_signal.as_ref().and_then(std::sync::Weak::upgrade).is_none_or(|last| last.is_complete())
                 && slot.raw.as_deref().is_some_and(|raw| self.backend.is_settled(raw))
         })
     }

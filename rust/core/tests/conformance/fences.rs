@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use futures::executor::block_on;
 use futures::future::join_all;
-use weir_core::{BackendKind, ElementType};
+use weir_core::{BackendKind, ElementType, Timestamp};
 
 use crate::common::{hold, wait_for_waiters, HOLD_DELAY};
 
@@ -236,6 +236,15 @@ conformance! {
         held.release();
         block_on(s.sync()).unwrap();
         assert_eq!(synced_soon(&s), settles, "after a sync");
+        // Synced means every earlier fence and timestamp says it is complete,
+        // even where the device finishes before their completions are delivered.
+        let fence = s.fence().unwrap();
+        let stamp = s.timestamp().ok(); // wgpu without TIMESTAMP_QUERY takes none
+        if synced_soon(&s) {
+            assert!(fence.is_complete(), "synced, with an earlier fence pending");
+            assert!(stamp.as_ref().is_none_or(Timestamp::is_complete), "synced, with an earlier timestamp pending");
+        }
+        drop((fence, stamp));
         // A failure to report: never synced, and asking takes nothing from the next sync.
         let _ = s.fail_write(&out, "a deliberate failure");
         for _ in 0..3 {

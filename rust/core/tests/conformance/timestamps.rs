@@ -12,6 +12,8 @@ use weir_core::{BackendKind, ElementType, Error, Runtime, Stream, Timestamp};
 const DELAY: Duration = Duration::from_millis(20);
 /// Far above anything 20 ms of device time takes, even on a busy machine.
 const BOUND: Duration = Duration::from_secs(5);
+/// How far a device clock may run ahead of the host's over one test.
+const CLOCK_SLACK: Duration = Duration::from_millis(50);
 
 /// A timestamp on `stream`, or `None` where the backend cannot take one
 /// (wgpu without `TIMESTAMP_QUERY`, which the refusal must name).
@@ -62,6 +64,7 @@ conformance! {
 
     fn timestamps_of_different_streams_or_runtimes_are_refused(runtime: &Runtime) {
         let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+        let start = std::time::Instant::now();
         let Some(on_s) = timestamp(runtime, &s) else { return };
         let on_t = t.timestamp().unwrap();
         assert!(matches!(on_t.elapsed_since(&on_s), Err(Error::InvalidArgument(_))));
@@ -77,8 +80,13 @@ conformance! {
         let on_u = u.timestamp().unwrap();
         assert!(matches!(on_u.elapsed_since(&on_t), Err(Error::InvalidArgument(_))));
         // Refusals change nothing: a pair of one stream still measures.
+        // Opening and closing another runtime above may take seconds on a
+        // busy machine (CUDA: module loads behind other tests' work), so the
+        // bound is the host time from before the first to after the second.
         let later = s.timestamp().unwrap();
-        assert!(later.elapsed_since(&on_s).unwrap() < BOUND);
+        let elapsed = later.elapsed_since(&on_s).unwrap();
+        let host = start.elapsed();
+        assert!(elapsed <= host + CLOCK_SLACK, "{elapsed:?} of device time within {host:?} of host time");
     }
 
     fn a_failed_op_between_two_timestamps_is_timed_and_reported_by_the_next_fence(runtime: &Runtime) {
