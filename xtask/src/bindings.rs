@@ -5,6 +5,7 @@
 //! sources go into build directories, never into git.
 
 use std::path::{Path, PathBuf};
+use std::process::Command;
 
 use crate::util::{cargo, root, run, target_dir, Result};
 
@@ -124,6 +125,9 @@ pub fn command(args: &[String]) -> Result {
     Ok(())
 }
 
+/// The weir-ffi examples that measure the Rust side of the Kotlin and Swift benchmarks.
+const BASELINES: [&str; 2] = ["round_trip", "bulk"];
+
 /// The Rust side of the Kotlin and Swift benchmarks, measured now on
 /// `backend`: the very weir-ffi calls the bindings make, from Rust
 /// (`rust/ffi/examples/round_trip.rs`: per-call costs; `bulk.rs`: 256 MiB
@@ -131,7 +135,7 @@ pub fn command(args: &[String]) -> Result {
 /// benchmarks. Release builds with `test-support` (the no-op is the delay op).
 pub fn rust_baselines(backend: &str) -> Result<String> {
     let mut baselines = Vec::new();
-    for example in ["round_trip", "bulk"] {
+    for example in BASELINES {
         let output = cargo()
             .current_dir(root())
             .args(["run", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"])
@@ -144,4 +148,24 @@ pub fn rust_baselines(backend: &str) -> Result<String> {
         baselines.push(String::from_utf8_lossy(&output.stdout).trim().to_owned());
     }
     Ok(baselines.join(" "))
+}
+
+/// Builds the Rust baselines of the Kotlin and Swift benchmarks (release,
+/// `test-support`, every backend weir-core builds by default) and copies them,
+/// stripped, into `into`, for a bundle: there they print the same
+/// `--baseline NAME VALUE` arguments as [`rust_baselines`] does here.
+pub fn bundle_baselines(into: &Path) -> Result {
+    let mut build = cargo();
+    build.args(["build", "--release", "--quiet", "-p", "weir-ffi", "--features", "test-support"]);
+    for example in BASELINES {
+        build.args(["--example", example]);
+    }
+    run(&mut build)?;
+    std::fs::create_dir_all(into).map_err(|e| format!("cannot create {}: {e}", into.display()))?;
+    for example in BASELINES {
+        let (from, to) = (target_dir().join("release/examples").join(example), into.join(example));
+        std::fs::copy(&from, &to).map_err(|e| format!("cannot copy {}: {e}", from.display()))?;
+        run(Command::new("strip").arg(&to))?;
+    }
+    Ok(())
 }

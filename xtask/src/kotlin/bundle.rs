@@ -4,9 +4,11 @@
 //! The bundle is `kotlin.tar.gz` and `run-kotlin.sh`: a `jlink`ed Java
 //! runtime, the package jar (a release library with the test hooks and the
 //! CUDA and wgpu backends), the test classes, their dependency jars and
-//! JUnit's console launcher. Copy the folder over, then `sh run-kotlin.sh`
-//! there; set `LD_LIBRARY_PATH` to where the CUDA libraries (and a Vulkan
-//! loader) are, and `WEIR_REQUIRE_BACKENDS` to make a missing backend fail.
+//! JUnit's console launcher, and the Rust baselines of the Kotlin bench.
+//! Copy the folder over, then `sh run-kotlin.sh` there; set `LD_LIBRARY_PATH`
+//! to where the CUDA libraries (and a Vulkan loader) are,
+//! `WEIR_REQUIRE_BACKENDS` to make a missing backend fail, and
+//! `WEIR_BENCH_BACKEND` to run `cargo xtask bench --kotlin` there too.
 
 use std::path::Path;
 use std::process::Command;
@@ -54,6 +56,9 @@ pub fn bundle(args: &[String]) -> Result {
         &format!("-DoutputDirectory={}", lib.display()),
     ]))?;
 
+    // The bench's Rust baselines, measured on the GPU machine beside it.
+    bindings::bundle_baselines(&staging.join("bin"))?;
+
     let modules = java_modules(lib)?;
     run(Command::new("jlink")
         .args(["--add-modules", &modules])
@@ -96,8 +101,10 @@ fn java_modules(lib: &Path) -> Result<String> {
 }
 
 /// Unpacks the bundle, then runs the suites as `mvn verify` does: everything
-/// but `HeapTest`, then `HeapTest` in a JVM of its own at `-Xmx128m`. Extra
-/// arguments go to both launcher runs (a `--select-method`, `--details=flat`).
+/// but `HeapTest`, then `HeapTest` in a JVM of its own at `-Xmx128m`; then,
+/// with `WEIR_BENCH_BACKEND` set, the bench as `cargo xtask bench --kotlin`
+/// runs it (the Rust baselines first, on the same backend). Extra arguments go
+/// to both launcher runs (a `--select-method`, `--details=flat`).
 const RUN: &str = r#"#!/bin/sh
 # Made by `cargo xtask bundle --kotlin`. Runs the Kotlin and Java JUnit suites
 # with the bundled Java runtime on every backend in WEIR_TEST_BACKENDS
@@ -116,5 +123,11 @@ echo "== suites (backends: $WEIR_TEST_BACKENDS; required: ${WEIR_REQUIRE_BACKEND
 echo "== bounded heap (-Xmx128m)"
 "$java" -ea -Xmx128m -cp 'kotlin/lib/*' $launcher --select-class dev.weir.HeapTest \
     --reports-dir reports/heap "$@" || status=1
+if [ -n "${WEIR_BENCH_BACKEND:-}" ]; then
+    echo "== bench (backend: $WEIR_BENCH_BACKEND)"
+    baselines="$(kotlin/bin/round_trip --backend "$WEIR_BENCH_BACKEND") $(kotlin/bin/bulk --backend "$WEIR_BENCH_BACKEND")" || status=1
+    "$java" -cp 'kotlin/lib/*' -Dweir.wakers.detach=false dev.weir.bench.BenchKt \
+        --backend "$WEIR_BENCH_BACKEND" $baselines || status=1
+fi
 exit $status
 "#;

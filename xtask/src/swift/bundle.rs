@@ -7,7 +7,8 @@
 //! loads, taken from the toolchain that built it (the Swift runtime,
 //! Foundation, swift-testing, the C++ runtime, and glibc with its loader, so
 //! the host's own C library, however old, plays no part). `run-swift.sh`
-//! starts the binary through the bundled loader. Copy the folder over, then
+//! starts the binary through the bundled loader; the bench and its Rust
+//! baselines come along. Copy the folder over, then
 //! `sh run-swift.sh` there; set `LD_LIBRARY_PATH` to where the CUDA libraries
 //! (and a Vulkan loader) are, and `WEIR_REQUIRE_BACKENDS` to make a missing
 //! backend fail.
@@ -24,6 +25,9 @@ use crate::util::{run, Result};
 /// The test binary SwiftPM links for the package's tests.
 const TEST_BINARY: &str = "WeirPackageTests.xctest";
 
+/// The bench's executable (`cargo xtask bench --swift`), which the release build makes too.
+const BENCH_BINARY: &str = "weir-bench";
+
 /// The name the bundled dynamic loader goes by in `lib/`.
 const LOADER: &str = "ld-linux.so";
 
@@ -37,15 +41,20 @@ pub fn bundle(args: &[String]) -> Result {
     let toolchain = Toolchain::find()?;
     let build = arguments(Profile::Release, &["build", "-c", "release", "--build-tests"], &[]);
     no_warnings(&toolchain.swift(&package(), &build, &environment())?)?;
-    let binary = package().join(".build/release").join(TEST_BINARY);
-    copy(&binary, &staging.join(TEST_BINARY))?;
     copy(&library, &lib.join(bindings::library_file()))?;
-    for (name, path) in runtime_libraries(&toolchain, &binary)? {
-        copy(&toolchain.host_path(&path), &lib.join(name))?;
-    }
-    // Debug sections are most of an unstripped binary's weight; the code stays as built.
+    // The suite's binary and the bench's, with what either loads. Debug
+    // sections are most of an unstripped binary's weight; the code stays as built.
     let mut strip = Command::new("strip");
-    strip.arg("--strip-debug").arg(staging.join(TEST_BINARY));
+    strip.arg("--strip-debug");
+    for name in [TEST_BINARY, BENCH_BINARY] {
+        let binary = package().join(".build/release").join(name);
+        copy(&binary, &staging.join(name))?;
+        for (name, path) in runtime_libraries(&toolchain, &binary)? {
+            copy(&toolchain.host_path(&path), &lib.join(name))?;
+        }
+        strip.arg(staging.join(name));
+    }
+    bindings::bundle_baselines(&staging.join("bin"))?;
     for entry in std::fs::read_dir(lib).map_err(|e| format!("cannot list {}: {e}", lib.display()))? {
         strip.arg(entry.map_err(|e| format!("cannot list {}: {e}", lib.display()))?.path());
     }
@@ -93,7 +102,9 @@ fn copy(from: &Path, to: &Path) -> Result {
 /// loader, with `lib/` (then `LD_LIBRARY_PATH`, for the GPU drivers) as the
 /// library path, one test at a time as `cargo xtask test --swift` does (the
 /// prompt-cancellation checks must not share the pool with the 10 000-Task
-/// test). Extra arguments go to the test binary (`--filter BatchTests`).
+/// test); then, with `WEIR_BENCH_BACKEND` set, the bench as `cargo xtask
+/// bench --swift` runs it (the Rust baselines first, on the same backend).
+/// Extra arguments go to the test binary (`--filter BatchTests`).
 const RUN: &str = r#"#!/bin/sh
 # Made by `cargo xtask bundle --swift`. Runs the Swift test suite with the
 # bundled Swift runtime on every backend in WEIR_TEST_BACKENDS (default here:
@@ -105,7 +116,14 @@ cd "$(dirname "$0")"
 [ -d swift ] || tar -xzf swift.tar.gz
 export WEIR_TEST_BACKENDS="${WEIR_TEST_BACKENDS:-cpu,wgpu,cuda}"
 lib="$PWD/swift/lib"
+bundled() { "$lib/ld-linux.so" --library-path "$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" "$@"; }
+status=0
 echo "== Swift suite (backends: $WEIR_TEST_BACKENDS; required: ${WEIR_REQUIRE_BACKENDS:-none})"
-exec "$lib/ld-linux.so" --library-path "$lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
-    swift/WeirPackageTests.xctest --testing-library swift-testing --no-parallel "$@"
+bundled swift/WeirPackageTests.xctest --testing-library swift-testing --no-parallel "$@" || status=1
+if [ -n "${WEIR_BENCH_BACKEND:-}" ]; then
+    echo "== bench (backend: $WEIR_BENCH_BACKEND)"
+    baselines="$(swift/bin/round_trip --backend "$WEIR_BENCH_BACKEND") $(swift/bin/bulk --backend "$WEIR_BENCH_BACKEND")" || status=1
+    bundled swift/weir-bench --backend "$WEIR_BENCH_BACKEND" $baselines || status=1
+fi
+exit $status
 "#;

@@ -491,6 +491,19 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// The recording `id` is gone: drop what the backend kept for it.
     fn forget_replay(&self, _id: u64) {}
     /// Records an event covering all work enqueued on `stream` so far.
+    /// The scheduler is about to admit several ops on `stream` back to back
+    /// under one hold of its lock (a batch): the backend may hold back what
+    /// it hands its device (a CPU worker's wake-up per op) until
+    /// [`Backend::end_admissions`], which the scheduler calls before it lets
+    /// the lock go. Waits, events and signals of the run count as enqueued
+    /// meanwhile.
+    fn begin_admissions(&self, _stream: &Self::Stream) {}
+
+    /// Hands the device what [`Backend::begin_admissions`] held back.
+    fn end_admissions(&self, _stream: &Self::Stream) -> Result<()> {
+        Ok(())
+    }
+
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Makes later work on `stream` wait for `event`.
     fn wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;

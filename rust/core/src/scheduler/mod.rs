@@ -716,6 +716,9 @@ impl<B: Backend> Engine for Scheduler<B> {
         // All prepared first: a refusal there admits none of them.
         let prepared = self.prepare_all(&commands)?;
         let mut state = self.open_state_for_all(stream, &commands)?;
+        // One hand-over to the device for the whole batch, before the lock goes.
+        let raw = state.slot(stream)?.raw(stream)?.clone();
+        self.backend.begin_admissions(&raw);
         // Each op as if admitted alone: a failed or refused one does not stop
         // the others; the first error comes back once all are admitted.
         let mut first_error = None;
@@ -724,7 +727,12 @@ impl<B: Backend> Engine for Scheduler<B> {
                 first_error.get_or_insert(error);
             }
         }
-        first_error.map_or(Ok(()), Err)
+        let handed = self.backend.end_admissions(&raw);
+        drop(state);
+        match (first_error, handed) {
+            (Some(error), _) | (None, Err(error)) => Err(error),
+            (None, Ok(())) => Ok(()),
+        }
     }
 
     fn replay(&self, stream: usize, id: u64, commands: Vec<Command<BufferKey>>) -> Result<()> {

@@ -220,6 +220,14 @@ impl Backend for CpuBackend {
         stream.complete(Box::new(move || completion.complete(report(&tally))))
     }
 
+    fn begin_admissions(&self, stream: &CpuStream) {
+        stream.hold_back();
+    }
+
+    fn end_admissions(&self, stream: &CpuStream) -> Result<()> {
+        stream.hand_over()
+    }
+
     fn is_settled(&self, stream: &CpuStream) -> bool {
         // A job records its failure before it counts as finished.
         stream.is_idle() && stream.tally.is_clear()

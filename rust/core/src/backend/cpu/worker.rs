@@ -64,6 +64,41 @@ enum Job {
     /// Completion of signals and reads: always runs, and counts as done in
     /// the same step as it runs (see [`CpuStream::settled`]). Must not block.
     Complete(Sync),
+    /// Jobs held back while a batch was admitted, run in order: each counts
+    /// as one job, as if sent alone.
+    Run(Vec<Job>),
+}
+
+/// Runs `job` on stream `index`'s worker and counts it (each job of a run) done.
+fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally) {
+    match job {
+        Job::Work(work, io) => {
+            let failure = io.failed_input(index).or_else(|| {
+                let ran = catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&panic)));
+                ran.err().map(|message| Error::OpFailed { stream: index, message })
+            });
+            if let Some(error) = failure {
+                tally.record(&error);
+                if let Some(outcome) = &io.outcome {
+                    outcome.fail(error);
+                }
+            }
+            progress.advance_after(|| {});
+        }
+        Job::Sync(sync) => {
+            // Keep the worker alive if a sync job panics.
+            let _ = catch_unwind(AssertUnwindSafe(sync));
+            progress.advance_after(|| {});
+        }
+        Job::Complete(complete) => progress.advance_after(|| {
+            let _ = catch_unwind(AssertUnwindSafe(complete));
+        }),
+        Job::Run(jobs) => {
+            for job in jobs {
+                run(job, index, progress, tally);
+            }
+        }
+    }
 }
 
 /// A CPU stream: a queue of jobs and the thread that runs them.
@@ -73,6 +108,8 @@ pub struct CpuStream {
     thread: Option<JoinHandle<()>>,
     pub(crate) progress: Arc<Progress>,
     enqueued: AtomicU64,
+    /// Jobs held back while a batch is admitted ([`CpuStream::hold_back`]).
+    held: Mutex<Option<Vec<Job>>>,
     /// Failures not yet reported by a fence, counted before the failed job
     /// counts as finished.
     pub(crate) tally: Arc<FailureTally>,
@@ -97,32 +134,7 @@ impl CpuStream {
             .spawn(move || {
                 WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&worker_progress) as usize));
                 for job in jobs {
-                    match job {
-                        Job::Work(work, io) => {
-                            let failure = io.failed_input(index).or_else(|| {
-                                let ran = catch_unwind(AssertUnwindSafe(work))
-                                    .unwrap_or_else(|panic| Err(panic_message(&panic)));
-                                ran.err().map(|message| Error::OpFailed { stream: index, message })
-                            });
-                            if let Some(error) = failure {
-                                worker_tally.record(&error);
-                                if let Some(outcome) = &io.outcome {
-                                    outcome.fail(error);
-                                }
-                            }
-                        }
-                        Job::Sync(sync) => {
-                            // Keep the worker alive if a sync job panics.
-                            let _ = catch_unwind(AssertUnwindSafe(sync));
-                        }
-                        Job::Complete(complete) => {
-                            worker_progress.advance_after(|| {
-                                let _ = catch_unwind(AssertUnwindSafe(complete));
-                            });
-                            continue;
-                        }
-                    }
-                    worker_progress.advance_after(|| {});
+                    run(job, index, &worker_progress, &worker_tally);
                 }
             })
             .map_err(|e| Error::backend(BackendKind::Cpu, format!("cannot start a stream thread: {e}")))?;
@@ -133,6 +145,7 @@ impl CpuStream {
             thread: Some(thread),
             progress,
             enqueued: AtomicU64::new(0),
+            held: Mutex::new(None),
             tally,
             counters: counters.clone(),
         })
@@ -157,12 +170,36 @@ impl CpuStream {
     }
 
     fn send(&self, job: Job) -> Result<()> {
+        if let Some(held) = lock(&self.held).as_mut() {
+            held.push(job);
+        } else {
+            self.hand(job)?;
+        }
+        self.enqueued.fetch_add(1, Ordering::SeqCst);
+        Ok(())
+    }
+
+    fn hand(&self, job: Job) -> Result<()> {
         let sender = self.sender.as_ref().ok_or(Error::Closed)?;
         sender
             .send(job)
-            .map_err(|_| Error::backend(BackendKind::Cpu, format!("stream {} worker has stopped", self.index)))?;
-        self.enqueued.fetch_add(1, Ordering::SeqCst);
-        Ok(())
+            .map_err(|_| Error::backend(BackendKind::Cpu, format!("stream {} worker has stopped", self.index)))
+    }
+
+    /// Holds back the jobs enqueued from now on, which count as enqueued,
+    /// until [`CpuStream::hand_over`]: a batch wakes its worker once, not
+    /// once per op. Only under the scheduler's lock, which hands over before
+    /// it lets go, so nothing waits for a held job.
+    pub(crate) fn hold_back(&self) {
+        lock(&self.held).get_or_insert_with(Vec::new);
+    }
+
+    /// Hands the worker the jobs held back since [`CpuStream::hold_back`], as one run.
+    pub(crate) fn hand_over(&self) -> Result<()> {
+        match lock(&self.held).take() {
+            Some(jobs) if !jobs.is_empty() => self.hand(Job::Run(jobs)),
+            _ => Ok(()),
+        }
     }
 
     pub(crate) fn work(&self, work: Work, io: OpIo) -> Result<()> {
