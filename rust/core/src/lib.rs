@@ -7,7 +7,9 @@
 //! - **One ordering boundary.** Each op is admitted under the runtime's lock
 //!   (never held while waiting for the device or while foreign code runs;
 //!   only a [`Stream::copy_from_peer`] between the devices of a
-//!   [`DeviceGroup`] takes two runtimes' locks, always in one order). What is
+//!   [`DeviceGroup`] takes two runtimes' locks, and a collective
+//!   ([`DeviceGroup::all_reduce`] and its kin) every member's, always in one
+//!   order, by address). What is
 //!   slow — compiling, pipeline lookup, staging host data — is prepared
 //!   before the lock is taken. [`Stream::batch`] admits many ops in one
 //!   crossing; a [`Graph`] ([`Stream::record`], [`Stream::replay`]) is
@@ -99,6 +101,7 @@ pub mod backend;
 mod backend;
 mod buffer;
 mod cancel;
+mod collective;
 mod completion;
 mod device;
 mod diagnostics;
@@ -124,7 +127,7 @@ pub use backend::gpu::DeviceBuffer;
 pub use backend::hip::hip_sys;
 #[cfg(feature = "wgpu")]
 pub use backend::wgpu::{wgpu, WgpuRawAccess};
-pub use backend::RawAccess;
+pub use backend::{RawAccess, ReduceOp};
 pub use buffer::Buffer;
 pub use cancel::CancelToken;
 pub use completion::Completion;

@@ -467,6 +467,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Memory = GpuMemory<D>;
     type Prepared = Prepared<D>;
     type Timestamp = GpuTimestamp<D>;
+    type Communicator = ();
 
     fn kind(&self) -> BackendKind {
         D::KIND
