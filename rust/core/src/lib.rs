@@ -63,6 +63,12 @@
 //!   one stream is the device time between them (CUDA/HIP timing events,
 //!   wgpu timestamp queries, the CPU worker's clock). A timestamp is a point,
 //!   not a fence: it takes no failure from the stream's next fence.
+//! - **Collectives.** [`DeviceGroup::all_reduce`], [`DeviceGroup::broadcast`],
+//!   [`DeviceGroup::all_gather`] and [`DeviceGroup::reduce_scatter`] take one
+//!   stream and buffer per member; each member's part is an op on its
+//!   stream, ordered by the versions there like any op, and all parts are
+//!   admitted under every member's boundary at once, so every device sees a
+//!   group's collectives in one order (CPU rendezvous, CUDA NCCL).
 //!
 //! ```
 //! use weir_core::{BackendKind, ElementType, Runtime};
