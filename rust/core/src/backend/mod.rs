@@ -239,12 +239,6 @@ pub struct Collective {
 }
 
 impl Collective {
-    /// True when member `rank` reads `send` and writes `receive` as two
-    /// buffers; false for the in-place collectives (one buffer per member).
-    pub fn has_receive(&self) -> bool {
-        matches!(self.kind, CollectiveKind::AllGather | CollectiveKind::ReduceScatter(_))
-    }
-
     /// How member `rank` uses its buffers: (send, receive); one buffer for
     /// the in-place collectives, where `receive` is `None`.
     pub fn accesses(&self, rank: usize) -> (Access, Option<Access>) {
