@@ -17,7 +17,10 @@ use crate::runtime::Runtime;
 /// (indices as [`devices`](crate::devices) lists them), without peer copies.
 #[derive(Clone, Debug)]
 pub struct DeviceGroup {
-    devices: Vec<Runtime>,
+    pub(crate) devices: Vec<Runtime>,
+    /// The backend's communicator for collectives, made at the first one and
+    /// shared by the group's clones.
+    pub(crate) communicator: std::sync::Arc<crate::scheduler::CommunicatorSlot>,
 }
 
 impl DeviceGroup {
@@ -27,7 +30,7 @@ impl DeviceGroup {
             return Err(Error::invalid("a device group needs at least one device"));
         }
         let devices = devices.iter().map(|&index| Runtime::open_device(kind, index)).collect::<Result<Vec<_>>>()?;
-        Ok(DeviceGroup { devices })
+        Ok(DeviceGroup { devices, communicator: Default::default() })
     }
 
     /// The members, in the order opened.

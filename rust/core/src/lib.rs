@@ -7,7 +7,9 @@
 //! - **One ordering boundary.** Each op is admitted under the runtime's lock
 //!   (never held while waiting for the device or while foreign code runs;
 //!   only a [`Stream::copy_from_peer`] between the devices of a
-//!   [`DeviceGroup`] takes two runtimes' locks, always in one order). What is
+//!   [`DeviceGroup`] takes two runtimes' locks, and a collective
+//!   ([`DeviceGroup::all_reduce`] and its kin) every member's, always in one
+//!   order, by address). What is
 //!   slow — compiling, pipeline lookup, staging host data — is prepared
 //!   before the lock is taken. [`Stream::batch`] admits many ops in one
 //!   crossing; a [`Graph`] ([`Stream::record`], [`Stream::replay`]) is
@@ -61,6 +63,12 @@
 //!   one stream is the device time between them (CUDA/HIP timing events,
 //!   wgpu timestamp queries, the CPU worker's clock). A timestamp is a point,
 //!   not a fence: it takes no failure from the stream's next fence.
+//! - **Collectives.** [`DeviceGroup::all_reduce`], [`DeviceGroup::broadcast`],
+//!   [`DeviceGroup::all_gather`] and [`DeviceGroup::reduce_scatter`] take one
+//!   stream and buffer per member; each member's part is an op on its
+//!   stream, ordered by the versions there like any op, and all parts are
+//!   admitted under every member's boundary at once, so every device sees a
+//!   group's collectives in one order (CPU rendezvous, CUDA NCCL).
 //!
 //! ```
 //! use weir_core::{BackendKind, ElementType, Runtime};
@@ -99,6 +107,7 @@ pub mod backend;
 mod backend;
 mod buffer;
 mod cancel;
+mod collective;
 mod completion;
 mod device;
 mod diagnostics;
@@ -124,7 +133,7 @@ pub use backend::gpu::DeviceBuffer;
 pub use backend::hip::hip_sys;
 #[cfg(feature = "wgpu")]
 pub use backend::wgpu::{wgpu, WgpuRawAccess};
-pub use backend::RawAccess;
+pub use backend::{RawAccess, ReduceOp};
 pub use buffer::Buffer;
 pub use cancel::CancelToken;
 pub use completion::Completion;

@@ -148,7 +148,7 @@ impl Stream {
 
     /// An error on a stream that only collects ops (inside [`Stream::batch`]
     /// or [`Stream::record`]), for the calls that need the real stream.
-    fn admitting(&self) -> Result<()> {
+    pub(crate) fn admitting(&self) -> Result<()> {
         match self.0.recording {
             Some(_) => Err(Error::invalid("inside a batch or a recording, the stream only collects ops")),
             None => Ok(()),
@@ -160,7 +160,7 @@ impl Stream {
         self.0.index
     }
 
-    fn engine(&self) -> &Arc<dyn Engine> {
+    pub(crate) fn engine(&self) -> &Arc<dyn Engine> {
         &self.0.engine
     }
 

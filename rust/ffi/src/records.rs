@@ -115,6 +115,25 @@ impl From<weir_core::ElementType> for ElementType {
     }
 }
 
+/// How a reducing collective (`DeviceGroup.all_reduce`, `reduce_scatter`)
+/// combines the members' elements, element by element; integers wrap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+impl From<ReduceOp> for weir_core::ReduceOp {
+    fn from(op: ReduceOp) -> Self {
+        match op {
+            ReduceOp::Sum => weir_core::ReduceOp::Sum,
+            ReduceOp::Max => weir_core::ReduceOp::Max,
+            ReduceOp::Min => weir_core::ReduceOp::Min,
+        }
+    }
+}
+
 /// How an op touches a buffer. The scheduler orders ops from this and nothing else.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
 pub enum Access {

@@ -60,6 +60,43 @@ extension DeviceGroup {
     public func sync() async throws {
         try await cancellable { try await self.sync(cancel: $0) }
     }
+
+    /// Enqueues `allReduce(streams:buffers:op:)`, then suspends until every
+    /// stream given has done it. Cancelling the Task ends the wait (not the
+    /// collective) with `CancellationError`.
+    public func allReduceAndWait(streams: [WeirStream], buffers: [Buffer], op: ReduceOp) async throws {
+        try await cancellable { try await self.allReduceAndWait(streams: streams, buffers: buffers, op: op, cancel: $0) }
+    }
+
+    /// Enqueues `broadcast(streams:buffers:root:)`, then suspends until every
+    /// stream given has done it. Cancelling the Task ends the wait (not the
+    /// collective) with `CancellationError`.
+    public func broadcastAndWait(streams: [WeirStream], buffers: [Buffer], root: Int) async throws {
+        let root = try memberIndex(root)
+        try await cancellable {
+            try await self.broadcastAndWait(streams: streams, buffers: buffers, root: root, cancel: $0)
+        }
+    }
+
+    /// Enqueues `allGather(streams:sends:receives:)`, then suspends until every
+    /// stream given has done it. Cancelling the Task ends the wait (not the
+    /// collective) with `CancellationError`.
+    public func allGatherAndWait(streams: [WeirStream], sends: [Buffer], receives: [Buffer]) async throws {
+        try await cancellable {
+            try await self.allGatherAndWait(streams: streams, sends: sends, receives: receives, cancel: $0)
+        }
+    }
+
+    /// Enqueues `reduceScatter(streams:sends:receives:op:)`, then suspends
+    /// until every stream given has done it. Cancelling the Task ends the
+    /// wait (not the collective) with `CancellationError`.
+    public func reduceScatterAndWait(streams: [WeirStream], sends: [Buffer], receives: [Buffer], op: ReduceOp)
+        async throws
+    {
+        try await cancellable {
+            try await self.reduceScatterAndWait(streams: streams, sends: sends, receives: receives, op: op, cancel: $0)
+        }
+    }
 }
 
 extension WeirStream {

@@ -2,6 +2,11 @@
 // whose buffers meet through peer copies (`WeirStream.copyFromPeer`) ordered
 // by the buffers' versions on both devices. The Swift side only converts
 // indices; the waits (Task-cancellable) are in Cancellation.swift.
+//
+// Collectives (`allReduce`, `broadcast`, `allGather`, `reduceScatter`) take
+// one stream and one buffer (or a send and a receive) per member, in member
+// order; each member's part is an op on its stream, ordered like any, and
+// all parts are admitted at once (see the Rust `DeviceGroup` docs).
 
 extension DeviceGroup {
     /// Opens `devices` of `backend` together, in that order: device indices
@@ -30,5 +35,20 @@ extension DeviceGroup {
             throw WeirError.invalidArgument(description: "device \(index) of a group of \(devices().count) devices")
         }
         return try device(index: converted)
+    }
+
+    /// Enqueues a broadcast of member `root`'s buffer into every member's
+    /// (one buffer per member, in member order, one size and type). A
+    /// negative `root` is `.invalidArgument`, as one past the members is.
+    public func broadcast(streams: [WeirStream], buffers: [Buffer], root: Int) throws {
+        try broadcast(streams: streams, buffers: buffers, root: try memberIndex(root))
+    }
+
+    /// `index` as the Rust side takes a member's, refusing what no member has.
+    func memberIndex(_ index: Int) throws -> UInt32 {
+        guard let converted = UInt32(exactly: index) else {
+            throw WeirError.invalidArgument(description: "member \(index) of a group of \(devices().count) members")
+        }
+        return converted
     }
 }

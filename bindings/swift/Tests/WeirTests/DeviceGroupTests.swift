@@ -146,4 +146,78 @@ struct DeviceGroupTests {
         #expect(message.contains("-1"), "\(message)")
         #expect(throws: WeirError.self) { try DeviceGroup.open(backend.backend, devices: []) }
     }
+
+    @Test("collectives over two CPU devices compute what the host does")
+    func collectivesMatchTheHost() async throws {
+        try await TestBackend.cpu.withGroup { group in
+            let streams = try group.devices().map { try $0.newStream() }
+            let a = try streams[0].upload((0..<256).map(Float.init))
+            let b = try streams[1].upload((0..<256).map { 1000 - Float($0) })
+            try await group.allReduceAndWait(streams: streams, buffers: [a, b], op: .sum)
+            #expect(try await streams[1].read(b, as: Float.self) == [Float](repeating: 1000, count: 256))
+            #expect(try await streams[0].read(a, as: Float.self) == [Float](repeating: 1000, count: 256))
+            let x = try streams[0].upload([Int32](repeating: 7, count: 64))
+            let y = try streams[1].upload([Int32](repeating: -3, count: 64))
+            try group.allReduce(streams: streams, buffers: [x, y], op: .max)
+            #expect(try await streams[1].read(y, as: Int32.self) == [Int32](repeating: 7, count: 64))
+            try await group.broadcastAndWait(streams: streams, buffers: [x, y], root: 1)
+            let sends = [try streams[0].upload([Int32](repeating: 1, count: 4)),
+                         try streams[1].upload([Int32](repeating: 2, count: 4))]
+            let gathered = [try streams[0].zeros(count: 8, of: Int32.self), try streams[1].zeros(count: 8, of: Int32.self)]
+            try await group.allGatherAndWait(streams: streams, sends: sends, receives: gathered)
+            #expect(try await streams[1].read(gathered[1], as: Int32.self) == [1, 1, 1, 1, 2, 2, 2, 2])
+            let parts = [try streams[0].zeros(count: 4, of: Int32.self), try streams[1].zeros(count: 4, of: Int32.self)]
+            try await group.reduceScatterAndWait(streams: streams, sends: gathered, receives: parts, op: .sum)
+            #expect(try await streams[0].read(parts[0], as: Int32.self) == [2, 2, 2, 2])
+            #expect(try await streams[1].read(parts[1], as: Int32.self) == [4, 4, 4, 4])
+            #expect(throws: WeirError.self) { try group.allReduce(streams: streams.reversed(), buffers: [x, y], op: .sum) }
+            #expect(throws: WeirError.self) { try group.broadcast(streams: streams, buffers: [x, y], root: -1) }
+        }
+    }
+
+    @Test("a consumer on device 1 reads an all-reduce only after device 0's held input")
+    func allReduceWaitsForAHeldInput() async throws {
+        try await TestBackend.cpu.withGroup { group in
+            let streams = try group.devices().map { try $0.newStream() }
+            let writer = try group.device(0).newStream()
+            let consumer = try group.device(1).newStream()
+            let x0 = try streams[0].zeros(count: 1024, of: Int32.self)
+            let x1 = try streams[1].upload([Int32](repeating: 1, count: 1024))
+            try await group.sync()
+            let gate = try Gate(writer)
+            defer { gate.release() }
+            try writer.fill(x0, with: Int32(5))
+            try group.allReduce(streams: streams, buffers: [x0, x1], op: .sum)
+            let read = Task { try await consumer.read(x1, as: Int32.self) }
+            try await Task.sleep(for: .milliseconds(20))
+            #expect(!(try consumer.fence().isComplete()), "device 1 read the all-reduce before device 0's held input")
+            gate.release()
+            #expect(try await read.value == [Int32](repeating: 6, count: 1024), "device 1 read a stale all-reduce")
+        }
+    }
+
+    @Test("cancelling a Task awaiting a collective ends the wait, not the collective")
+    func cancellingACollectivesWait() async throws {
+        try await TestBackend.cpu.withGroup { group in
+            let streams = try group.devices().map { try $0.newStream() }
+            let buffers = [try streams[0].upload([Int32](repeating: 1, count: 16)),
+                           try streams[1].upload([Int32](repeating: 2, count: 16))]
+            try await group.sync()
+            let gate = try Gate(streams[1])
+            defer { gate.release() }
+            let started = ContinuousClock.now
+            let waiting = Task { try await group.allReduceAndWait(streams: streams, buffers: buffers, op: .sum) }
+            try await Task.sleep(for: .milliseconds(20))
+            waiting.cancel()
+            let ended = await outcome { try await waiting.value }
+            #expect(seconds(since: started) < 0.5)
+            guard case .failure(let error) = ended, error is CancellationError else {
+                Issue.record("a cancelled collective wait gave \(ended)")
+                return
+            }
+            gate.release()
+            try await group.sync()
+            #expect(try await streams[0].read(buffers[0], as: Int32.self) == [Int32](repeating: 3, count: 16))
+        }
+    }
 }

@@ -206,6 +206,75 @@ impl<R> Command<R> {
     }
 }
 
+/// How a reducing collective combines the members' elements, element by
+/// element. Integers wrap on overflow; `Max`/`Min` of `f32` follow
+/// `f32::max`/`f32::min` on the CPU (a NaN loses to a number) and NCCL on
+/// CUDA.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum ReduceOp {
+    Sum,
+    Max,
+    Min,
+}
+
+/// What a collective does, as the backend gets it (checked by the scheduler:
+/// one part per member, sizes that fit, one element type).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CollectiveKind {
+    /// Every member's buffer becomes the reduction of all of them (in place).
+    AllReduce(ReduceOp),
+    /// Every member's buffer becomes member `root`'s (in place; the root's is read).
+    Broadcast { root: usize },
+    /// Member m's receive holds every member's send, in rank order.
+    AllGather,
+    /// Member m's receive holds chunk m of the reduction of every member's send.
+    ReduceScatter(ReduceOp),
+}
+
+/// One collective over a group: what it does, over elements of which type.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Collective {
+    pub kind: CollectiveKind,
+    pub element: crate::ElementType,
+}
+
+impl Collective {
+    /// How member `rank` uses its buffers: (send, receive); one buffer for
+    /// the in-place collectives, where `receive` is `None`.
+    pub fn accesses(&self, rank: usize) -> (Access, Option<Access>) {
+        match self.kind {
+            CollectiveKind::AllReduce(_) => (Access::ReadWrite, None),
+            CollectiveKind::Broadcast { root } if root == rank => (Access::Read, None),
+            // A full overwrite: what the member held before is not read.
+            CollectiveKind::Broadcast { .. } => (Access::Write, None),
+            CollectiveKind::AllGather | CollectiveKind::ReduceScatter(_) => (Access::Read, Some(Access::Write)),
+        }
+    }
+
+    /// The name users call it by, for messages.
+    pub fn name(&self) -> &'static str {
+        match self.kind {
+            CollectiveKind::AllReduce(_) => "all_reduce",
+            CollectiveKind::Broadcast { .. } => "broadcast",
+            CollectiveKind::AllGather => "all_gather",
+            CollectiveKind::ReduceScatter(_) => "reduce_scatter",
+        }
+    }
+}
+
+/// One member's part of a collective, as [`Backend::enqueue_collective`]
+/// gets it: its backend, the stream it runs on, its memory, and what it
+/// reads and publishes (as [`Backend::enqueue`]'s `io`).
+pub struct CollectivePart<'a, B: Backend> {
+    pub backend: &'a B,
+    pub stream: &'a B::Stream,
+    /// What the member contributes; for the in-place collectives the one buffer.
+    pub send: &'a B::Memory,
+    /// Where its result lands; `None` for the in-place collectives.
+    pub receive: Option<&'a B::Memory>,
+    pub io: OpIo,
+}
+
 /// Where a download lands: the bytes, plus the completion a reader awaits.
 #[derive(Debug)]
 pub struct HostSink {
@@ -421,6 +490,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Prepared: Send;
     /// A timestamp in a stream.
     type Timestamp: DeviceTimestamp;
+    /// What a group's collectives share across its members (an NCCL
+    /// communicator per member), made at a group's first collective by
+    /// [`Backend::communicator`].
+    type Communicator: Send + Sync + 'static;
 
     /// Which backend this is.
     fn kind(&self) -> BackendKind;
@@ -556,6 +629,30 @@ pub trait Backend: Send + Sync + Sized + 'static {
     }
     /// The backend's counters now.
     fn counters(&self) -> BackendCounters;
+    /// The communicator of a group whose members are `members`, in rank
+    /// order: slow (it may talk to every device), so made before any
+    /// ordering boundary is taken, once per group. `Unsupported` where the
+    /// backend has no collectives, saying why.
+    fn communicator(members: &[&Self]) -> Result<Self::Communicator> {
+        let kind = members.first().map_or(BackendKind::Cpu, |member| member.kind());
+        Err(Error::unsupported(kind, "collectives over a device group"))
+    }
+    /// Enqueues every member's part of `collective`, in rank order, on
+    /// their streams: only the ordered driver calls, as [`Backend::enqueue`].
+    /// The parts run together (each may wait for the others on the device);
+    /// a rejection enqueued none of them; a failure fails them all.
+    ///
+    /// # Safety
+    /// As for [`Backend::enqueue`], for every part's memory on its stream;
+    /// `parts` has one part per member of the group `communicator` was made for.
+    unsafe fn enqueue_collective(
+        _communicator: &Self::Communicator,
+        collective: &Collective,
+        parts: Vec<CollectivePart<'_, Self>>,
+    ) -> Result<(), EnqueueError> {
+        let kind = parts.first().map_or(BackendKind::Cpu, |part| part.backend.kind());
+        Err(EnqueueError::Rejected(Error::unsupported(kind, format!("{} over a device group", collective.name()))))
+    }
 }
 
 /// Enqueues `commands` on `stream` one by one, each with a copy of `io`:

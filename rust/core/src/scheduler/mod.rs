@@ -11,6 +11,7 @@
 //! streams, memory and teardown).
 
 mod clock;
+mod collective;
 mod lifecycle;
 mod peer;
 mod versions;
@@ -21,6 +22,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use clock::VectorClock;
+pub(crate) use collective::{CommunicatorSlot, PartKeys};
 use versions::{Dependencies, History};
 
 #[cfg(feature = "test-support")]
@@ -85,6 +87,16 @@ pub(crate) trait Engine: Send + Sync {
     /// Copies all of `src`, a buffer of `from`, into `dst` on `stream`,
     /// ordered by the versions of both; see [`crate::Stream::copy_from_peer`].
     fn copy_from_peer(&self, stream: usize, from: &dyn Engine, src: BufferKey, dst: BufferKey) -> Result<()>;
+    /// Admits `collective` over `members` (this runtime first, then the
+    /// rest of its group in rank order), one part per member; see
+    /// [`crate::DeviceGroup::all_reduce`].
+    fn collective(
+        &self,
+        members: &[&dyn Engine],
+        slot: &CommunicatorSlot,
+        collective: &crate::backend::Collective,
+        parts: &[PartKeys],
+    ) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
     /// Enqueues a timestamp on `stream`: its completion, the backend's
     /// timestamp, and its position (a place of its own in the stream).
@@ -757,6 +769,27 @@ impl<B: Backend> Engine for Scheduler<B> {
             Some(from) => Scheduler::copy_from_peer(self, stream, from, src, dst),
             None => Err(Error::unsupported(self.backend.kind(), "a copy from a runtime of another backend")),
         }
+    }
+
+    fn collective(
+        &self,
+        members: &[&dyn Engine],
+        slot: &CommunicatorSlot,
+        collective: &crate::backend::Collective,
+        parts: &[PartKeys],
+    ) -> Result<()> {
+        let members = members
+            .iter()
+            .map(|member| {
+                member.as_any().downcast_ref::<Scheduler<B>>().ok_or_else(|| {
+                    Error::unsupported(self.backend.kind(), "a collective over runtimes of several backends")
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        if !members.first().is_some_and(|first| std::ptr::eq(*first, self)) {
+            return Err(Error::internal("a collective admitted through a runtime that is not its first member"));
+        }
+        Scheduler::collective(&members, slot, collective, parts)
     }
 
     fn pin(&self, keys: &[BufferKey]) -> Result<()> {

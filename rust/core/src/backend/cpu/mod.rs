@@ -4,6 +4,7 @@
 //! detector; events are "stream S finished n jobs"; gates let tests hold a
 //! stream at a chosen point to force any interleaving.
 
+mod collective;
 mod host;
 mod memory;
 mod ops;
@@ -19,8 +20,8 @@ use worker::Progress;
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{
-    Backend, BackendCounters, Command, Counters, DeviceTimestamp, EnqueueError, FailureTally, OpIo, RawAccess,
-    SignalKind, Span,
+    Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError,
+    FailureTally, OpIo, RawAccess, SignalKind, Span,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -145,6 +146,8 @@ impl Backend for CpuBackend {
     type Memory = CpuMemory;
     type Prepared = ();
     type Timestamp = CpuTimestamp;
+    // The parts of a collective meet at a rendezvous made per collective.
+    type Communicator = ();
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -269,5 +272,43 @@ impl Backend for CpuBackend {
 
     fn counters(&self) -> BackendCounters {
         self.counters.snapshot()
+    }
+
+    fn communicator(_members: &[&Self]) -> Result<()> {
+        Ok(())
+    }
+
+    unsafe fn enqueue_collective(
+        (): &(),
+        collective: &Collective,
+        parts: Vec<CollectivePart<'_, Self>>,
+    ) -> Result<(), EnqueueError> {
+        let rendezvous = collective::Rendezvous::new(*collective, parts.len());
+        for (rank, part) in parts.into_iter().enumerate() {
+            let index = part.stream.index;
+            // The part checks its inputs itself: skipped by the worker, it
+            // would never arrive, and the others would wait for it forever.
+            let inputs = OpIo { inputs: part.io.inputs, outcome: None };
+            let io = OpIo { inputs: Default::default(), outcome: part.io.outcome };
+            let (read, write) = match (collective.accesses(rank), part.receive) {
+                ((_, Some(_)), Some(receive)) => (Some(part.send.clone()), Some(receive.clone())),
+                ((access, _), _) if access.writes() => (None, Some(part.send.clone())),
+                _ => (Some(part.send.clone()), None),
+            };
+            let meeting = rendezvous.clone();
+            let queued = part.stream.work(
+                Box::new(move || {
+                    let failure = inputs.failed_input(index).map(|error| error.to_string());
+                    meeting.arrive(rank, failure, read, write)
+                }),
+                io,
+            );
+            if let Err(error) = queued {
+                // The parts queued so far must not wait for this one.
+                rendezvous.abandon(format!("member {rank}'s part could not be queued: {error}"));
+                return Err(EnqueueError::Failed(error));
+            }
+        }
+        Ok(())
     }
 }

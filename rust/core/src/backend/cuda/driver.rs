@@ -9,10 +9,10 @@ use cudarc::driver::sys::{
     self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstreamCaptureMode, CUstream_flags,
 };
 
-use super::nvrtc;
+use super::{nccl, nvrtc};
 use crate::backend::gpu::{
     callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, GraphExec, Handle, Launch,
-    Loss, Wake,
+    Loss, RawPart, Wake,
 };
 use crate::backend::{EnqueueError, RawAccess};
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -607,5 +607,26 @@ impl Driver for Cuda {
 
     fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
         RawAccess::Cuda { stream: stream.0, buffers }
+    }
+
+    type Communicator = nccl::Communicator;
+
+    fn communicator(drivers: &[&Self]) -> Result<nccl::Communicator> {
+        let ordinals: Vec<i32> = drivers.iter().map(|driver| driver.info.index as i32).collect();
+        // NCCL makes its own context current per device: the primary one, as ours.
+        let made = nccl::Communicator::open(&ordinals);
+        if let Some(first) = drivers.first() {
+            first.bind()?;
+        }
+        made
+    }
+
+    unsafe fn enqueue_collective(
+        communicator: &nccl::Communicator,
+        collective: &crate::backend::Collective,
+        parts: &[RawPart<'_, Self>],
+    ) -> Result<()> {
+        // SAFETY: this function's contract is `nccl::enqueue`'s.
+        unsafe { nccl::enqueue(communicator, collective, parts) }
     }
 }

@@ -10,6 +10,7 @@
 //! `CUstream` and device pointers, with the device's primary context current.
 
 mod driver;
+mod nccl;
 mod nvrtc;
 
 /// The cudarc crate this backend is built on, for external writes that call

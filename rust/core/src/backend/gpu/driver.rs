@@ -232,6 +232,40 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
 
     /// What an external write's closure receives.
     fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a>;
+
+    /// A group's collective library state (NCCL communicators), made once
+    /// per group by [`Driver::communicator`].
+    type Communicator: Send + Sync + 'static;
+    /// The communicator of a group of `drivers`, one rank each, in order.
+    fn communicator(drivers: &[&Self]) -> Result<Self::Communicator> {
+        let _ = drivers;
+        Err(Error::unsupported(Self::KIND, "collectives over a device group"))
+    }
+    /// Enqueues every rank's part of `collective` on its stream, as one
+    /// group of calls: each rank's part may wait on the device for the others'.
+    ///
+    /// # Safety
+    /// Every part's pointers lie in live allocations of its driver, with the
+    /// byte counts given; `parts` has one part per rank of `communicator`.
+    unsafe fn enqueue_collective(
+        communicator: &Self::Communicator,
+        collective: &crate::backend::Collective,
+        parts: &[RawPart<'_, Self>],
+    ) -> Result<()> {
+        let _ = (communicator, parts);
+        Err(Error::unsupported(Self::KIND, format!("{} over a device group", collective.name())))
+    }
+}
+
+/// One rank's part of a collective, as a driver enqueues it: device
+/// addresses and byte counts.
+pub(crate) struct RawPart<'a, D: Driver> {
+    pub driver: &'a D,
+    pub stream: D::Stream,
+    /// The buffer the rank contributes; for in-place collectives its one buffer.
+    pub send: DeviceBuffer,
+    /// Where its result lands: `send` again for in-place collectives.
+    pub receive: DeviceBuffer,
 }
 
 /// One kernel launch, as the shared layer hands it to [`Driver::launch`].

@@ -36,7 +36,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{
-    Backend, BackendCounters, BinaryOp, Command, EnqueueError, HostSink, KernelArg, OpIo, RawAccess, SignalKind, Span,
+    Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, HostSink, KernelArg, OpIo,
+    RawAccess, SignalKind, Span,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
@@ -48,7 +49,7 @@ use device::{Device, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
     callback_run, handle_calls, milliseconds, pass_callback, status_error, Callback, Driver, EventUse, GraphExec,
-    Handle, Launch, Loss, Status,
+    Handle, Launch, Loss, RawPart, Status,
 };
 use kernels::{Builtins, Entry, Function, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
@@ -467,6 +468,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Memory = GpuMemory<D>;
     type Prepared = Prepared<D>;
     type Timestamp = GpuTimestamp<D>;
+    type Communicator = D::Communicator;
 
     fn kind(&self) -> BackendKind {
         D::KIND
@@ -660,5 +662,38 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn counters(&self) -> BackendCounters {
         self.device.counters.snapshot()
+    }
+
+    fn communicator(members: &[&Self]) -> Result<D::Communicator> {
+        let drivers: Vec<&D> = members.iter().map(|member| member.driver()).collect();
+        let made = D::communicator(&drivers);
+        if let Err(error) = &made {
+            drivers.iter().for_each(|driver| driver.loss().record(error));
+        }
+        made
+    }
+
+    unsafe fn enqueue_collective(
+        communicator: &D::Communicator,
+        collective: &Collective,
+        parts: Vec<CollectivePart<'_, Self>>,
+    ) -> Result<(), EnqueueError> {
+        let whole = |memory: &GpuMemory<D>| DeviceBuffer { ptr: memory.ptr, len: memory.len };
+        let raw: Vec<RawPart<'_, D>> = parts
+            .iter()
+            .map(|part| RawPart {
+                driver: part.backend.driver(),
+                stream: part.stream.raw,
+                send: whole(part.send),
+                receive: whole(part.receive.unwrap_or(part.send)),
+            })
+            .collect();
+        // SAFETY: every memory is a live allocation of its member's driver,
+        // kept alive and ordered by the caller (this function's contract).
+        let enqueued = unsafe { D::enqueue_collective(communicator, collective, &raw) };
+        if let Err(error) = &enqueued {
+            raw.iter().for_each(|part| part.driver.loss().record(error));
+        }
+        enqueued.map_err(EnqueueError::Failed)
     }
 }

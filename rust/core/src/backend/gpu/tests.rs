@@ -28,12 +28,39 @@ static NEXT_FAKE: AtomicU64 = AtomicU64::new(1);
 #[derive(Debug, Clone, PartialEq)]
 enum Call {
     Compile,
-    Memset { ptr: u64, count: u64 },
-    CopyH2D { dst: u64, bytes: Vec<u8> },
-    CopyD2H { src: u64, len: u64 },
-    CopyD2D { dst: u64, src: u64, len: u64 },
-    Launch { function: u64, params: Vec<u64> },
-    Free { ptr: u64, thread: Option<String> },
+    Memset {
+        ptr: u64,
+        count: u64,
+    },
+    CopyH2D {
+        dst: u64,
+        bytes: Vec<u8>,
+    },
+    CopyD2H {
+        src: u64,
+        len: u64,
+    },
+    CopyD2D {
+        dst: u64,
+        src: u64,
+        len: u64,
+    },
+    Launch {
+        function: u64,
+        params: Vec<u64>,
+    },
+    Free {
+        ptr: u64,
+        thread: Option<String>,
+    },
+    /// One rank's part of a collective, with the group it was enqueued in.
+    Collective {
+        group: u64,
+        stream: u64,
+        send: u64,
+        receive: u64,
+        bytes: u64,
+    },
 }
 
 /// A latch a compile waits on, to hold it while the test looks around.
@@ -343,6 +370,40 @@ impl Driver for Fake {
 
     fn raw_access<'a>(_stream: u64, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
         RawAccess::Cuda { stream: std::ptr::null_mut(), buffers }
+    }
+
+    /// The ranks' fakes, and a count of the groups of calls enqueued.
+    type Communicator = (Vec<u64>, AtomicU64);
+
+    fn communicator(drivers: &[&Self]) -> Result<Self::Communicator> {
+        for driver in drivers {
+            driver.bind()?;
+            driver.0.check("communicator")?;
+        }
+        Ok((drivers.iter().map(|driver| driver.0.id).collect(), AtomicU64::new(0)))
+    }
+
+    unsafe fn enqueue_collective(
+        (ranks, groups): &Self::Communicator,
+        _collective: &crate::backend::Collective,
+        parts: &[RawPart<'_, Self>],
+    ) -> Result<()> {
+        if parts.iter().map(|part| part.driver.0.id).collect::<Vec<_>>() != *ranks {
+            return Err(Error::internal("parts for another communicator"));
+        }
+        let group = groups.fetch_add(1, Ordering::SeqCst) + 1;
+        for part in parts {
+            part.driver.bind()?;
+            part.driver.0.check("collective")?;
+            part.driver.0.record(Call::Collective {
+                group,
+                stream: part.stream,
+                send: part.send.ptr,
+                receive: part.receive.ptr,
+                bytes: part.receive.len,
+            });
+        }
+        Ok(())
     }
 }
 
@@ -785,4 +846,54 @@ fn compiling_one_kernel_holds_up_no_other_prepare() {
     drop(backend.prepare(&Command::Upload { dst: span(&memory, 0, 4), data: vec![0; 4] }).unwrap());
     latch.open();
     slow.join().unwrap().unwrap();
+}
+
+#[test]
+fn a_collective_enqueues_every_ranks_part_in_one_group_on_its_stream() {
+    use crate::backend::{Collective, CollectiveKind, CollectivePart, ReduceOp};
+    let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
+    let communicator = GpuBackend::communicator(&[&a, &b]).unwrap();
+    let (sa, sb) = (a.create_stream().unwrap(), b.create_stream().unwrap());
+    let (send_a, send_b) = (a.allocate(64).unwrap(), b.allocate(64).unwrap());
+    let (all_a, all_b) = (a.allocate(128).unwrap(), b.allocate(128).unwrap());
+    let gather = Collective { kind: CollectiveKind::AllGather, element: crate::ElementType::F32 };
+    let part = |backend, stream, send, receive| CollectivePart { backend, stream, send, receive, io: OpIo::default() };
+    let parts = vec![part(&a, &sa, &send_a, Some(&all_a)), part(&b, &sb, &send_b, Some(&all_b))];
+    // SAFETY: the fake touches no memory; the memory outlives the call.
+    unsafe { GpuBackend::enqueue_collective(&communicator, &gather, parts) }.unwrap();
+    let collective_calls = |shared: &Shared| -> Vec<Call> {
+        shared.calls().into_iter().filter(|call| matches!(call, Call::Collective { .. })).collect()
+    };
+    assert_eq!(
+        collective_calls(&shared_a),
+        vec![Call::Collective { group: 1, stream: sa.raw, send: send_a.ptr, receive: all_a.ptr, bytes: 128 }]
+    );
+    assert_eq!(
+        collective_calls(&shared_b),
+        vec![Call::Collective { group: 1, stream: sb.raw, send: send_b.ptr, receive: all_b.ptr, bytes: 128 }]
+    );
+    assert_eq!(shared_a.unbound_calls.load(Ordering::SeqCst), 0, "a rank's call ran without its device bound");
+    assert_eq!(shared_b.unbound_calls.load(Ordering::SeqCst), 0, "a rank's call ran without its device bound");
+
+    // In place: the one buffer is both sides; a rank's failure fails the collective.
+    let reduce = Collective { kind: CollectiveKind::AllReduce(ReduceOp::Sum), element: crate::ElementType::I32 };
+    shared_b.fail("collective");
+    let parts = vec![part(&a, &sa, &send_a, None), part(&b, &sb, &send_b, None)];
+    // SAFETY: as above.
+    let failed = unsafe { GpuBackend::enqueue_collective(&communicator, &reduce, parts) };
+    assert!(matches!(failed, Err(EnqueueError::Failed(_))), "{failed:?}");
+    assert!(collective_calls(&shared_a).contains(&Call::Collective {
+        group: 2,
+        stream: sa.raw,
+        send: send_a.ptr,
+        receive: send_a.ptr,
+        bytes: 64
+    }));
+}
+
+#[test]
+fn a_communicator_that_cannot_be_made_is_the_drivers_error() {
+    let ((a, _), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
+    shared_b.fail("communicator");
+    assert!(matches!(GpuBackend::communicator(&[&a, &b]), Err(Error::Backend { .. })));
 }

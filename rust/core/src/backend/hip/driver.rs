@@ -339,4 +339,11 @@ impl Driver for Hip {
     fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
         RawAccess::Hip { stream: stream.0, buffers }
     }
+
+    // RCCL is not bound yet.
+    type Communicator = ();
+
+    fn communicator(_drivers: &[&Self]) -> Result<()> {
+        Err(Error::unsupported(BackendKind::Hip, "collectives over a device group (RCCL is not bound yet)"))
+    }
 }

@@ -132,6 +132,15 @@ impl Backend for WgpuBackend {
     type Memory = WgpuMemory;
     type Prepared = WgpuPrepared;
     type Timestamp = WgpuTimestamp;
+    type Communicator = ();
+
+    fn communicator(_members: &[&Self]) -> Result<()> {
+        Err(Error::unsupported(
+            BackendKind::Wgpu,
+            "collectives over a device group: wgpu adapters share no memory and no events to meet in \
+             (read each member's buffer and write the result on every device)",
+        ))
+    }
 
     fn lost(&self) -> Option<Error> {
         crate::lock::lock(&self.gpu().device_error).clone().filter(Error::is_device_lost)

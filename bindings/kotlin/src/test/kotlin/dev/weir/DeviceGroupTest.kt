@@ -1,13 +1,19 @@
 package dev.weir
 
+import kotlinx.coroutines.CoroutineScope
 import kotlinx.coroutines.CoroutineStart
+import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
+import kotlinx.coroutines.cancelAndJoin
 import kotlinx.coroutines.delay
+import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.Assumptions.assumeTrue
+import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
@@ -79,5 +85,77 @@ class DeviceGroupTest {
             assertEquals(2, group.devices().size)
             assertThrows<WeirException.InvalidArgument> { t.copyFromPeer(src, t.zeros(255, ElementType.I32)) }
         }
+    }
+
+    /** Two CPU devices: collectives need one device per member (NCCL refuses one twice), which CI has only on the CPU. */
+    private fun onCpuGroup(body: suspend CoroutineScope.(DeviceGroup, List<WeirStream>) -> Unit) =
+        DeviceGroup.open(Backend.CPU, 0, 1).use { group ->
+            try {
+                runBlocking { body(group, group.devices().map { it.newStream() }) }
+            } finally {
+                group.shutdown()
+            }
+        }
+
+    @Test
+    fun `collectives over two devices compute what the host does`() = onCpuGroup { group, streams ->
+        val (s0, s1) = streams
+        val a = s0.upload(FloatArray(256) { it.toFloat() })
+        val b = s1.upload(FloatArray(256) { 1000f - it })
+        group.allReduceAndWait(streams, listOf(a, b), ReduceOp.SUM)
+        assertArrayEquals(FloatArray(256) { 1000f }, s1.readFloats(b), "member 1 holds the sum")
+        assertArrayEquals(FloatArray(256) { 1000f }, s0.readFloats(a), "member 0 holds the sum")
+
+        val (x, y) = s0.upload(IntArray(64) { 7 }) to s1.upload(IntArray(64) { -3 })
+        group.allReduce(streams, listOf(x, y), ReduceOp.MIN)
+        assertArrayEquals(IntArray(64) { -3 }, s0.readInts(x))
+        group.broadcastAndWait(streams, listOf(x, s1.upload(IntArray(64) { 11 })), 1u)
+        assertArrayEquals(IntArray(64) { 11 }, s0.readInts(x), "member 0 got member 1's buffer")
+
+        val sends = listOf(s0.upload(IntArray(4) { 1 }), s1.upload(IntArray(4) { 2 }))
+        val gathered = listOf(s0.zeros(8, ElementType.I32), s1.zeros(8, ElementType.I32))
+        group.allGatherAndWait(streams, sends, gathered)
+        assertArrayEquals(intArrayOf(1, 1, 1, 1, 2, 2, 2, 2), s1.readInts(gathered[1]))
+        val parts = listOf(s0.zeros(4, ElementType.I32), s1.zeros(4, ElementType.I32))
+        group.reduceScatterAndWait(streams, gathered, parts, ReduceOp.SUM)
+        assertArrayEquals(intArrayOf(2, 2, 2, 2), s0.readInts(parts[0]), "chunk 0 of the sum of both gathers")
+        assertArrayEquals(intArrayOf(4, 4, 4, 4), s1.readInts(parts[1]), "chunk 1 of the sum of both gathers")
+    }
+
+    @Test
+    fun `a consumer on device 1 reads the all-reduce only after device 0's held input`() = onCpuGroup { group, streams ->
+        val writer = group.device(0u).newStream()
+        val consumer = group.device(1u).newStream()
+        val (x0, x1) = streams[0].zeros(1024, ElementType.I32) to streams[1].upload(IntArray(1024) { 1 })
+        group.sync()
+        Blocker(writer).use { blocker ->
+            writer.execute(BuiltinOp.FILL_I32, x0.writes(), scalar(5))
+            group.allReduce(streams, listOf(x0, x1), ReduceOp.SUM)
+            val read = async(start = CoroutineStart.UNDISPATCHED) { consumer.readInts(x1) }
+            delay(20)
+            assertFalse(read.isCompleted, "device 1 read the all-reduce before device 0's held input")
+            blocker.release()
+            assertArrayEquals(IntArray(1024) { 6 }, read.await(), "device 1 read a stale all-reduce")
+        }
+    }
+
+    @Test
+    fun `cancelling a collective's wait leaves no waiter and the collective still runs`() = onCpuGroup { group, streams ->
+        val buffers = listOf(streams[0].upload(IntArray(16) { 1 }), streams[1].upload(IntArray(16) { 2 }))
+        group.sync()
+        Blocker(streams[1]).use { blocker ->
+            val wait = launch(Dispatchers.Default) { group.allReduceAndWait(streams, buffers, ReduceOp.SUM) }
+            eventually(what = "a registered waiter") { group.device(0u).diagnostics().liveWaiters == 1uL }
+            wait.cancelAndJoin()
+            assertTrue(wait.isCancelled)
+            eventually(what = "no live waiter or fence") {
+                group.devices().all { it.diagnostics().let { d -> d.liveWaiters == 0uL && d.liveFences == 0uL } }
+            }
+            blocker.release()
+        }
+        assertArrayEquals(IntArray(16) { 3 }, streams[0].readInts(buffers[0]), "the work ran though its wait was cancelled")
+        // Bad input admits nothing: a stream of member 1 given for member 0.
+        assertThrows<WeirException.InvalidArgument> { group.allReduce(streams.reversed(), buffers, ReduceOp.SUM) }
+        assertThrows<WeirException.InvalidArgument> { group.broadcast(streams, buffers, 2u) }
     }
 }

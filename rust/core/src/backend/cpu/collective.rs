@@ -1,0 +1,209 @@
+//! Collectives on the CPU: each member's part is a job on its stream's
+//! worker, and the parts meet at a rendezvous made when they were admitted.
+//!
+//! A part arrives once its stream got to it, with its memory registered
+//! with the race detector (reads of what it only reads, writes of what it
+//! writes) or with its failure. The last to arrive computes every member's
+//! result over all of their memory, then releases the others with the
+//! outcome: a failed part fails them all. Nothing waits for a part that was
+//! never queued: a rendezvous whose parts could not all be queued is
+//! abandoned, releasing those that were.
+//!
+//! The scheduler admits the parts of every collective of a group together,
+//! under all members' locks, so every worker meets the collectives it takes
+//! part in in one order, and the rendezvous cannot deadlock.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Condvar, Mutex};
+
+use bytemuck::Pod;
+
+use super::memory::{AccessGuard, CpuMemory};
+use crate::backend::{Collective, CollectiveKind, ReduceOp, Span};
+use crate::element::ElementType;
+use crate::lock::lock;
+
+/// What one part brought: its guarded memory, or why it cannot run.
+struct Arrival {
+    /// What the part only reads: a send, a broadcast root's buffer.
+    read: Option<AccessGuard>,
+    /// What it writes: a receive, an in-place buffer.
+    write: Option<AccessGuard>,
+}
+
+#[derive(Default)]
+struct Meeting {
+    arrivals: Vec<Option<Result<Arrival, String>>>,
+    arrived: usize,
+    /// The outcome every part returns, once the last arrived (or the
+    /// rendezvous was abandoned).
+    outcome: Option<Result<(), String>>,
+}
+
+/// Where the parts of one collective meet.
+pub(crate) struct Rendezvous {
+    collective: Collective,
+    meeting: Mutex<Meeting>,
+    done: Condvar,
+}
+
+impl Rendezvous {
+    pub(crate) fn new(collective: Collective, members: usize) -> Arc<Self> {
+        let meeting = Meeting { arrivals: (0..members).map(|_| None).collect(), ..Meeting::default() };
+        Arc::new(Rendezvous { collective, meeting: Mutex::new(meeting), done: Condvar::new() })
+    }
+
+    /// Releases every part that arrived or will, with `reason`: some part
+    /// was never queued, so the others must not wait for it.
+    pub(crate) fn abandon(&self, reason: String) {
+        let mut meeting = lock(&self.meeting);
+        meeting.outcome.get_or_insert(Err(reason));
+        meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
+        drop(meeting);
+        self.done.notify_all();
+    }
+
+    /// Member `rank`'s part, on its worker: registers its memory (`read`
+    /// only read, `write` written), or brings `failure`; waits for the
+    /// others; the last computes. Returns the collective's outcome.
+    pub(crate) fn arrive(
+        &self,
+        rank: usize,
+        failure: Option<String>,
+        read: Option<CpuMemory>,
+        write: Option<CpuMemory>,
+    ) -> Result<(), String> {
+        let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.len() };
+        let arrival = match failure {
+            Some(failure) => Err(failure),
+            None => (|| {
+                let read = read.as_ref().map(|memory| CpuMemory::begin(&whole(memory), false)).transpose()?;
+                let write = write.as_ref().map(|memory| CpuMemory::begin(&whole(memory), true)).transpose()?;
+                Ok(Arrival { read, write })
+            })(),
+        };
+        let mut meeting = lock(&self.meeting);
+        if meeting.outcome.is_none() {
+            meeting.arrivals[rank] = Some(arrival);
+            meeting.arrived += 1;
+            if meeting.arrived == meeting.arrivals.len() {
+                let outcome = self.compute(&mut meeting.arrivals);
+                // Unregisters every part's memory before any part is released.
+                meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
+                meeting.outcome = Some(outcome);
+                self.done.notify_all();
+            }
+        }
+        while meeting.outcome.is_none() {
+            meeting = self.done.wait(meeting).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        match &meeting.outcome {
+            Some(outcome) => outcome.clone(),
+            None => Err("a collective's rendezvous ended without an outcome".to_owned()),
+        }
+    }
+
+    /// Every part's result, once all arrived: the first failed part's
+    /// failure fails every part.
+    fn compute(&self, arrivals: &mut [Option<Result<Arrival, String>>]) -> Result<(), String> {
+        let mut parts = Vec::with_capacity(arrivals.len());
+        for (rank, arrival) in arrivals.iter_mut().enumerate() {
+            match arrival {
+                Some(Ok(arrival)) => parts.push(arrival),
+                Some(Err(failure)) => {
+                    return Err(format!("{} failed on member {rank}: {failure}", self.collective.name()))
+                }
+                None => return Err(format!("member {rank} of a {} never arrived", self.collective.name())),
+            }
+        }
+        let collective = self.collective;
+        catch_unwind(AssertUnwindSafe(|| run(collective, &mut parts)))
+            .unwrap_or_else(|_| Err(format!("{} panicked", collective.name())))
+    }
+}
+
+/// The members' memory, as bytes: what each reads, and what each writes.
+fn run(collective: Collective, parts: &mut [&mut Arrival]) -> Result<(), String> {
+    let mut reads: Vec<Option<&[u8]>> = Vec::with_capacity(parts.len());
+    let mut writes: Vec<Option<&mut [u8]>> = Vec::with_capacity(parts.len());
+    for part in parts.iter_mut() {
+        let Arrival { read, write } = &mut **part;
+        reads.push(read.as_ref().map(AccessGuard::bytes));
+        writes.push(write.as_mut().and_then(AccessGuard::bytes_mut));
+    }
+    let missing = || format!("a part of {} has no memory", collective.name());
+    match collective.kind {
+        CollectiveKind::AllReduce(op) => {
+            // In place: each member's one buffer is its write.
+            let sources: Vec<&[u8]> = writes.iter().map(|w| w.as_deref()).collect::<Option<_>>().ok_or_else(missing)?;
+            let reduced = reduce(collective.element, op, &sources)?;
+            for write in writes.iter_mut().flatten() {
+                write.copy_from_slice(&reduced);
+            }
+        }
+        CollectiveKind::Broadcast { root } => {
+            let source = reads.get(root).copied().flatten().ok_or_else(missing)?;
+            for write in writes.iter_mut().flatten() {
+                write.copy_from_slice(source);
+            }
+        }
+        CollectiveKind::AllGather => {
+            let sources: Vec<&[u8]> = reads.iter().copied().collect::<Option<_>>().ok_or_else(missing)?;
+            for write in writes.iter_mut() {
+                let write = write.as_deref_mut().ok_or_else(missing)?;
+                for (chunk, source) in write.chunks_exact_mut(sources[0].len()).zip(&sources) {
+                    chunk.copy_from_slice(source);
+                }
+            }
+        }
+        CollectiveKind::ReduceScatter(op) => {
+            let sources: Vec<&[u8]> = reads.iter().copied().collect::<Option<_>>().ok_or_else(missing)?;
+            let reduced = reduce(collective.element, op, &sources)?;
+            let chunk = reduced.len() / writes.len().max(1);
+            for (rank, write) in writes.iter_mut().enumerate() {
+                let write = write.as_deref_mut().ok_or_else(missing)?;
+                write.copy_from_slice(&reduced[rank * chunk..(rank + 1) * chunk]);
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `op` over `sources`, element by element, in rank order.
+fn reduce(element: ElementType, op: ReduceOp, sources: &[&[u8]]) -> Result<Vec<u8>, String> {
+    match element {
+        ElementType::F32 => reduce_as::<f32>(sources, |a, b| match op {
+            ReduceOp::Sum => a + b,
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }),
+        ElementType::I32 => reduce_as::<i32>(sources, |a, b| match op {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }),
+        ElementType::U32 => reduce_as::<u32>(sources, |a, b| match op {
+            ReduceOp::Sum => a.wrapping_add(b),
+            ReduceOp::Max => a.max(b),
+            ReduceOp::Min => a.min(b),
+        }),
+        ElementType::Bytes => Err("a reduction of raw bytes".to_owned()),
+    }
+}
+
+fn reduce_as<T: Pod>(sources: &[&[u8]], combine: impl Fn(T, T) -> T) -> Result<Vec<u8>, String> {
+    let view = |bytes: &[u8]| bytemuck::try_cast_slice::<u8, T>(bytes).map(<[T]>::to_vec);
+    let (first, rest) = sources.split_first().ok_or_else(|| "a reduction over no member".to_owned())?;
+    let mut reduced = view(first).map_err(|e| format!("{} view: {e}", std::any::type_name::<T>()))?;
+    for source in rest {
+        let source: &[T] =
+            bytemuck::try_cast_slice(source).map_err(|e| format!("{} view: {e}", std::any::type_name::<T>()))?;
+        if source.len() != reduced.len() {
+            return Err("a reduction over buffers of different sizes".to_owned());
+        }
+        for (acc, &x) in reduced.iter_mut().zip(source) {
+            *acc = combine(*acc, x);
+        }
+    }
+    Ok(bytemuck::cast_slice(&reduced).to_vec())
+}

@@ -1,0 +1,344 @@
+//! NCCL, loaded at run time: the few calls a group's collectives make.
+//!
+//! The library is found as `WEIR_NCCL_LIBRARY` names it, else as
+//! `libnccl.so.2`, then `libnccl.so`, on the loader's path; missing, every
+//! collective is `Unavailable` saying so, and nothing else changes. One
+//! communicator per group: `ncclCommInitAll` over the members' device
+//! ordinals, one rank per member, made at the group's first collective.
+//! Each collective enqueues every rank's call inside one
+//! `ncclGroupStart`/`ncclGroupEnd`, on the members' own streams.
+
+use std::ffi::{c_char, c_int, c_void, CStr};
+use std::sync::OnceLock;
+
+use super::driver::Cuda;
+use crate::backend::gpu::{status_error, Driver, Handle, RawPart};
+use crate::backend::{Collective, CollectiveKind, ReduceOp};
+use crate::device::BackendKind;
+use crate::element::ElementType;
+use crate::error::{Error, Result};
+
+const NAME: BackendKind = BackendKind::Cuda;
+
+/// Where the library is, when not on the loader's path.
+pub(crate) const LIBRARY_VARIABLE: &str = "WEIR_NCCL_LIBRARY";
+const LIBRARY_NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
+
+type NcclResult = c_int;
+type Comm = *mut c_void;
+type Stream = *mut c_void;
+
+const SUCCESS: NcclResult = 0;
+
+/// `ncclUniqueId`: 128 opaque bytes (`NCCL_UNIQUE_ID_BYTES`).
+#[repr(C)]
+#[derive(Clone, Copy)]
+pub(crate) struct UniqueId {
+    pub internal: [c_char; 128],
+}
+
+/// The functions, looked up once; the library stays loaded for the process.
+struct Nccl {
+    _library: libloading::Library,
+    /// `ncclGetVersion`: major × 10000 + minor × 100 + patch, for messages.
+    version: c_int,
+    get_error_string: unsafe extern "C" fn(NcclResult) -> *const c_char,
+    comm_init_all: unsafe extern "C" fn(*mut Comm, c_int, *const c_int) -> NcclResult,
+    comm_destroy: unsafe extern "C" fn(Comm) -> NcclResult,
+    group_start: unsafe extern "C" fn() -> NcclResult,
+    group_end: unsafe extern "C" fn() -> NcclResult,
+    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> NcclResult,
+    reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    // Looked up for the multi-process path (a caller-exchanged unique id),
+    // which is not exposed yet; their presence is part of "NCCL is usable".
+    _get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> NcclResult,
+    _comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult,
+}
+
+/// The library, or why it cannot be used here.
+fn nccl() -> Result<&'static Nccl> {
+    static LOADED: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
+    LOADED.get_or_init(load).as_ref().map_err(|reason| Error::unavailable(NAME, reason.clone()))
+}
+
+fn load() -> std::result::Result<Nccl, String> {
+    let named = std::env::var(LIBRARY_VARIABLE).ok().filter(|path| !path.trim().is_empty());
+    let candidates: Vec<String> = match &named {
+        Some(path) => vec![path.clone()],
+        None => LIBRARY_NAMES.iter().map(|name| (*name).to_owned()).collect(),
+    };
+    load_from(&candidates)
+}
+
+/// The first of `candidates` (paths or names for the loader) that loads as NCCL 2.
+fn load_from(candidates: &[String]) -> std::result::Result<Nccl, String> {
+    let mut tried = Vec::new();
+    let library = candidates.iter().find_map(|candidate| {
+        // SAFETY: loading NCCL runs its initialisers, which only set up the
+        // library itself; no symbol is called here.
+        match unsafe { libloading::Library::new(candidate) } {
+            Ok(library) => Some(library),
+            Err(error) => {
+                tried.push(format!("{candidate}: {error}"));
+                None
+            }
+        }
+    });
+    let Some(library) = library else {
+        return Err(format!(
+            "NCCL, which CUDA collectives run on, could not be loaded ({}); install NCCL 2 or name its \
+             libnccl.so.2 in {LIBRARY_VARIABLE}",
+            tried.join("; ")
+        ));
+    };
+    macro_rules! symbol {
+        ($name:literal) => {
+            // SAFETY: the type is the function's C signature in nccl.h (NCCL 2).
+            *unsafe { library.get($name) }
+                .map_err(|error| format!("the NCCL library lacks {}: {error}", String::from_utf8_lossy($name)))?
+        };
+    }
+    let get_version: unsafe extern "C" fn(*mut c_int) -> NcclResult = symbol!(b"ncclGetVersion");
+    let mut version = 0;
+    // SAFETY: an out-pointer to a local.
+    let status = unsafe { get_version(&mut version) };
+    if status != SUCCESS || version < 20000 {
+        return Err(format!("the NCCL library reports version {version} (status {status}); collectives need NCCL 2"));
+    }
+    Ok(Nccl {
+        version,
+        get_error_string: symbol!(b"ncclGetErrorString"),
+        comm_init_all: symbol!(b"ncclCommInitAll"),
+        comm_destroy: symbol!(b"ncclCommDestroy"),
+        group_start: symbol!(b"ncclGroupStart"),
+        group_end: symbol!(b"ncclGroupEnd"),
+        all_reduce: symbol!(b"ncclAllReduce"),
+        broadcast: symbol!(b"ncclBroadcast"),
+        all_gather: symbol!(b"ncclAllGather"),
+        reduce_scatter: symbol!(b"ncclReduceScatter"),
+        _get_unique_id: symbol!(b"ncclGetUniqueId"),
+        _comm_init_rank: symbol!(b"ncclCommInitRank"),
+        _library: library,
+    })
+}
+
+/// NCCL's name of a status, as nccl.h spells it.
+fn status_name(status: NcclResult) -> &'static str {
+    match status {
+        0 => "ncclSuccess",
+        1 => "ncclUnhandledCudaError",
+        2 => "ncclSystemError",
+        3 => "ncclInternalError",
+        4 => "ncclInvalidArgument",
+        5 => "ncclInvalidUsage",
+        6 => "ncclRemoteError",
+        7 => "ncclInProgress",
+        _ => "an unknown NCCL status",
+    }
+}
+
+impl Nccl {
+    fn check(&self, call: &str, status: NcclResult) -> Result<()> {
+        if status == SUCCESS {
+            return Ok(());
+        }
+        // SAFETY: NCCL returns a static string for any status.
+        let text = unsafe { (self.get_error_string)(status) };
+        let described = if text.is_null() {
+            String::new()
+        } else {
+            // SAFETY: a NUL-terminated static string (above).
+            format!(": {}", unsafe { CStr::from_ptr(text) }.to_string_lossy())
+        };
+        let name = format!("{}{described}", status_name(status));
+        Err(status_error(NAME, &format!("{call} (NCCL {})", self.version), name, status, false))
+    }
+}
+
+/// One NCCL communicator per member of a group, in rank order.
+pub(crate) struct Communicator {
+    comms: Vec<Handle<Comm>>,
+}
+
+impl Communicator {
+    /// `ncclCommInitAll` over `ordinals`: one rank per device, which must
+    /// all differ (NCCL refuses a device twice).
+    pub(crate) fn open(ordinals: &[i32]) -> Result<Communicator> {
+        if let Some((rank, ordinal)) =
+            ordinals.iter().enumerate().find(|(rank, ordinal)| ordinals[..*rank].contains(ordinal))
+        {
+            return Err(Error::unsupported(
+                NAME,
+                format!(
+                    "collectives over a group that names CUDA device {ordinal} twice (member {rank} too): \
+                     NCCL takes one rank per device"
+                ),
+            ));
+        }
+        let nccl = nccl()?;
+        let count = c_int::try_from(ordinals.len()).map_err(|_| Error::invalid("a group of too many devices"))?;
+        let mut comms: Vec<Comm> = vec![std::ptr::null_mut(); ordinals.len()];
+        // SAFETY: `comms` has room for one communicator per device listed.
+        let status = unsafe { (nccl.comm_init_all)(comms.as_mut_ptr(), count, ordinals.as_ptr()) };
+        nccl.check("ncclCommInitAll", status)?;
+        Ok(Communicator { comms: comms.into_iter().map(Handle).collect() })
+    }
+}
+
+impl Drop for Communicator {
+    fn drop(&mut self) {
+        let Ok(nccl) = nccl() else { return };
+        for comm in self.comms.drain(..) {
+            // SAFETY: made by `ncclCommInitAll`, destroyed once; NCCL
+            // finishes the collectives in flight on it first (the group's
+            // slot drops it on the release thread, so that wait blocks no
+            // caller).
+            let _ = unsafe { (nccl.comm_destroy)(comm.0) };
+        }
+    }
+}
+
+fn data_type(element: ElementType) -> c_int {
+    // ncclDataType_t: ncclUint8 = 1, ncclInt32 = 2, ncclUint32 = 3, ncclFloat32 = 7.
+    match element {
+        ElementType::Bytes => 1,
+        ElementType::I32 => 2,
+        ElementType::U32 => 3,
+        ElementType::F32 => 7,
+    }
+}
+
+fn reduction(op: ReduceOp) -> c_int {
+    // ncclRedOp_t: ncclSum = 0, ncclMax = 2, ncclMin = 3.
+    match op {
+        ReduceOp::Sum => 0,
+        ReduceOp::Max => 2,
+        ReduceOp::Min => 3,
+    }
+}
+
+/// Enqueues every rank's call of `collective` inside one NCCL group.
+///
+/// # Safety
+/// As for `Driver::enqueue_collective`: live allocations of the sizes
+/// given, live streams of their ranks' drivers, one part per rank.
+pub(crate) unsafe fn enqueue(
+    communicator: &Communicator,
+    collective: &Collective,
+    parts: &[RawPart<'_, Cuda>],
+) -> Result<()> {
+    let nccl = nccl()?;
+    if parts.len() != communicator.comms.len() {
+        return Err(Error::internal("a collective with parts for another communicator"));
+    }
+    let datatype = data_type(collective.element);
+    let size = collective.element.size_bytes();
+    // SAFETY: no NCCL call of this thread is in a group yet.
+    nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() })?;
+    let mut first_error = None;
+    for (part, comm) in parts.iter().zip(&communicator.comms) {
+        let called = part.driver.bind().and_then(|()| {
+            let (send, receive) = (part.send.ptr as *const c_void, part.receive.ptr as *mut c_void);
+            let stream = part.stream.0.cast::<c_void>();
+            // SAFETY: the pointers and counts lie in live allocations
+            // (this function's contract); the stream and communicator are
+            // the rank's, live; NCCL only enqueues inside a group.
+            let (call, status) = unsafe {
+                match collective.kind {
+                    CollectiveKind::AllReduce(op) => (
+                        "ncclAllReduce",
+                        (nccl.all_reduce)(
+                            send,
+                            receive,
+                            (part.send.len / size) as usize,
+                            datatype,
+                            reduction(op),
+                            comm.0,
+                            stream,
+                        ),
+                    ),
+                    CollectiveKind::Broadcast { root } => (
+                        "ncclBroadcast",
+                        (nccl.broadcast)(
+                            send,
+                            receive,
+                            (part.send.len / size) as usize,
+                            datatype,
+                            root as c_int,
+                            comm.0,
+                            stream,
+                        ),
+                    ),
+                    CollectiveKind::AllGather => (
+                        "ncclAllGather",
+                        (nccl.all_gather)(send, receive, (part.send.len / size) as usize, datatype, comm.0, stream),
+                    ),
+                    CollectiveKind::ReduceScatter(op) => (
+                        "ncclReduceScatter",
+                        (nccl.reduce_scatter)(
+                            send,
+                            receive,
+                            (part.receive.len / size) as usize,
+                            datatype,
+                            reduction(op),
+                            comm.0,
+                            stream,
+                        ),
+                    ),
+                }
+            };
+            nccl.check(call, status)
+        });
+        if let Err(error) = called {
+            first_error = Some(error);
+            break;
+        }
+    }
+    // The group is closed whatever happened inside it.
+    // SAFETY: closes the group opened above, on this thread.
+    let ended = nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() });
+    match first_error {
+        Some(error) => Err(error),
+        None => ended,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_library_says_what_was_tried_and_how_to_name_it() {
+        let missing = "/nonexistent/libnccl.so.2".to_owned();
+        let Err(reason) = load_from(std::slice::from_ref(&missing)) else { panic!("a missing path loaded") };
+        assert!(reason.contains(&missing) && reason.contains(LIBRARY_VARIABLE), "{reason}");
+    }
+
+    #[test]
+    fn a_library_that_is_not_nccl_is_refused_by_its_missing_symbols() {
+        // The C library loads everywhere this backend builds, and has no NCCL in it.
+        let Err(reason) = load_from(&["libc.so.6".to_owned()]) else { panic!("libc loaded as NCCL") };
+        assert!(reason.contains("lacks ncclGetVersion"), "{reason}");
+    }
+
+    #[test]
+    fn a_group_naming_one_device_twice_is_unsupported_before_nccl_is_asked() {
+        match Communicator::open(&[0, 1, 0]) {
+            Err(Error::Unsupported { what, .. }) => assert!(what.contains("device 0 twice"), "{what}"),
+            Err(other) => panic!("expected Unsupported, got {other}"),
+            Ok(_) => panic!("a group naming device 0 twice got a communicator"),
+        }
+    }
+
+    #[test]
+    fn element_types_and_reductions_map_to_ncclh() {
+        assert_eq!(
+            [ElementType::Bytes, ElementType::I32, ElementType::U32, ElementType::F32].map(data_type),
+            [1, 2, 3, 7]
+        );
+        assert_eq!([ReduceOp::Sum, ReduceOp::Max, ReduceOp::Min].map(reduction), [0, 2, 3]);
+        assert_eq!(status_name(5), "ncclInvalidUsage");
+    }
+}
