@@ -621,3 +621,20 @@ on_backends! {
     collective_failures => a_failed_input_fails_the_collective_on_every_member;
     collective_refusals => bad_collectives_are_refused;
 }
+
+/// A CUDA group of one device runs every collective through NCCL, one rank:
+/// on a machine with one GPU, this shows that NCCL loads, makes the group's
+/// communicator and runs on Weir's streams, in order with the ops around it.
+#[test]
+fn a_one_device_cuda_group_runs_every_collective_through_nccl() {
+    const TEST: &str = "a_one_device_cuda_group_runs_every_collective_through_nccl";
+    let group = match DeviceGroup::open(BackendKind::Cuda, &[0]) {
+        Ok(group) => group,
+        Err(Error::Unavailable { reason, .. }) if !required(BackendKind::Cuda) => {
+            eprintln!("skipped: {TEST}: cuda unavailable: {reason}");
+            return;
+        }
+        Err(error) => panic!("{TEST}: cannot open a cuda group of device 0: {error}"),
+    };
+    collectives_match_the_host(&group);
+}
