@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use futures::executor::block_on;
-use weir_ffi::{Access, Arg, BuiltinOp, CpuKernelBody, ElementType, Grid, Kernel};
+use weir_ffi::{Access, Arg, BuiltinOp, CpuKernelBody, ElementType, Grid, Kernel, KernelSource};
 
 /// A CPU kernel body that does nothing: the four-buffer admission figure's kernel.
 struct Nothing;
@@ -21,6 +21,14 @@ impl CpuKernelBody for Nothing {
         None
     }
 }
+
+/// The four-buffer admission figure's kernel on wgpu, and on CUDA and HIP.
+const FOUR_BUFFERS_WGSL: &str = "@group(0) @binding(0) var<storage, read> a: array<u32>;
+@group(0) @binding(1) var<storage, read> b: array<u32>;
+@group(0) @binding(2) var<storage, read> c: array<u32>;
+@group(0) @binding(3) var<storage, read_write> d: array<u32>;
+@compute @workgroup_size(1) fn main() { d[0] = a[0] + b[0] + c[0]; }";
+const FOUR_BUFFERS_CUDA: &str = "extern \"C\" __global__ void four(const unsigned* a, const unsigned* b, const unsigned* c, unsigned* d) { d[0] = a[0] + b[0] + c[0]; }";
 
 /// Ops in the batch figures.
 const BATCH: u32 = 1000;
@@ -72,9 +80,17 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         let _ = stream.execute(add.clone(), Grid::default(), args);
     });
     let _ = block_on(stream.sync(None));
-    // Four buffers: no built-in op takes them, so a custom kernel whose CPU body does nothing.
+    // Four buffers: no built-in op takes them, so a custom kernel, tiny on
+    // every backend (its CPU body does nothing).
     let d = stream.zeros(1024, ElementType::Bytes)?;
-    let four = Kernel::custom("four_buffers".to_owned(), None, None, None, Some(Arc::new(Nothing)));
+    let source = |code: &str, entry: &str| Some(KernelSource { code: code.to_owned(), entry: entry.to_owned() });
+    let four = Kernel::custom(
+        "four_buffers".to_owned(),
+        source(FOUR_BUFFERS_WGSL, "main"),
+        source(FOUR_BUFFERS_CUDA, "four"),
+        source(FOUR_BUFFERS_CUDA, "four"),
+        Some(Arc::new(Nothing)),
+    );
     let admit_4 = median_micros(20_000, || {
         let args = vec![
             buffer(&a, Access::Read),

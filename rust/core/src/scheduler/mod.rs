@@ -167,6 +167,10 @@ struct StreamSlot<B: Backend> {
     /// synced, so that after a sync every earlier fence and timestamp says
     /// it is complete.
     last_signal: Option<std::sync::Weak<Completion>>,
+    /// The position at which the backend last said the stream was settled:
+    /// with nothing admitted since, it still is, and asking again (a driver
+    /// call on CUDA) can be skipped.
+    settled_at: Option<u64>,
 }
 
 impl<B: Backend> StreamSlot<B> {
@@ -181,6 +185,7 @@ impl<B: Backend> StreamSlot<B> {
             retired: None,
             last_fence: None,
             last_signal: None,
+            settled_at: None,
         }
     }
 
@@ -862,13 +867,23 @@ impl<B: Backend> Engine for Scheduler<B> {
         // Under the lock nothing is admitted meanwhile, so the answer holds
         // until it is released; a stream busy with an external write is not
         // done, and a failure found at admission waits for a real fence.
-        let Ok(state) = self.open_state() else { return false };
-        state.slot(stream).is_ok_and(|slot| {
-            !slot.busy
-                && slot.unreported.is_clear()
-                && slot.last_signal.as_ref().and_then(std::sync::Weak::upgrade).is_none_or(|last| last.is_complete())
-                && slot.raw.as_deref().is_some_and(|raw| self.backend.is_settled(raw))
-        })
+        let Ok(mut state) = self.open_state() else { return false };
+        let Ok(slot) = state.slot(stream) else { return false };
+        let ready = !slot.busy
+            && slot.unreported.is_clear()
+            && slot.last_signal.as_ref().and_then(std::sync::Weak::upgrade).is_none_or(|last| last.is_complete());
+        if !ready {
+            return false;
+        }
+        // A lost device fails the next sync even of a settled stream.
+        if slot.settled_at == Some(slot.position) && self.backend.lost().is_none() {
+            return true;
+        }
+        let settled = slot.raw.as_deref().is_some_and(|raw| self.backend.is_settled(raw));
+        if settled {
+            state.streams[stream].settled_at = Some(state.streams[stream].position);
+        }
+        settled
     }
 
     fn check_can_wait(&self, stream: Option<usize>) -> Result<()> {

@@ -12,6 +12,7 @@ import dev.weir.Backend
 import dev.weir.BuiltinOp
 import dev.weir.Grid
 import dev.weir.Kernel
+import dev.weir.KernelSource
 import dev.weir.cpuKernel
 import dev.weir.WeirRuntime
 import dev.weir.WakerThreads
@@ -67,6 +68,17 @@ private const val ADMISSION_WARM_UP = 100_000
  * built-in op takes; a custom kernel over four) and of a batch of [BATCH] fills, per op; the
  * stream is synced, untimed, between figures and between batches.
  */
+/** The four-buffer admission figure's kernel on wgpu, and on CUDA and HIP; on the CPU it does nothing. */
+private const val FOUR_BUFFERS_WGSL = """
+@group(0) @binding(0) var<storage, read> a: array<u32>;
+@group(0) @binding(1) var<storage, read> b: array<u32>;
+@group(0) @binding(2) var<storage, read> c: array<u32>;
+@group(0) @binding(3) var<storage, read_write> d: array<u32>;
+@compute @workgroup_size(1) fn main() { d[0] = a[0] + b[0] + c[0]; }
+"""
+private const val FOUR_BUFFERS_CUDA =
+    "extern \"C\" __global__ void four(const unsigned* a, const unsigned* b, const unsigned* c, unsigned* d) { d[0] = a[0] + b[0] + c[0]; }"
+
 private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<String, Double>, name: String, figures: MutableList<Figure>) {
     val (a, b, c) = List(3) { stream.zeros(1024L, ElementType.BYTES) }
     val fill = medianMicros(20_000, ADMISSION_WARM_UP) { stream.execute(BuiltinOp.FILL_U32, a.writes(), scalar(7u)) }
@@ -78,7 +90,13 @@ private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<Strin
     figures += Figure(name, "kotlin: admit one op, 3 buffer arguments", add, baselines["admit_3_buffers"],
         "median per execute (add), after $ADMISSION_WARM_UP warm-up calls; baseline: the same weir-ffi call from Rust; target <= 2 us")
     val d = stream.zeros(1024L, ElementType.BYTES)
-    val four = Kernel.custom("four_buffers", cpu = cpuKernel { })
+    val four = Kernel.custom(
+        "four_buffers",
+        wgsl = KernelSource(FOUR_BUFFERS_WGSL, "main"),
+        cuda = KernelSource(FOUR_BUFFERS_CUDA, "four"),
+        hip = KernelSource(FOUR_BUFFERS_CUDA, "four"),
+        cpu = cpuKernel { },
+    )
     val grid = Grid()
     val fourArgs = medianMicros(20_000, ADMISSION_WARM_UP) {
         stream.execute(four, grid, listOf(a.reads(), b.reads(), c.reads(), d.writes()))
