@@ -7,6 +7,7 @@ use crate::cancel::{cancellable, CancelToken};
 use crate::error::{Result, WeirError};
 use crate::fence::Fence;
 use crate::kernel::Kernel;
+use crate::quick_wait::{QuickWaits, Timed};
 use crate::records::{Arg, ElementType, Grid};
 use crate::timestamp::Timestamp;
 
@@ -27,11 +28,12 @@ use crate::timestamp::Timestamp;
 #[derive(Debug, uniffi::Object)]
 pub struct WeirStream {
     inner: weir_core::Stream,
+    waits: QuickWaits,
 }
 
 impl WeirStream {
     pub(crate) fn new(inner: weir_core::Stream) -> Self {
-        WeirStream { inner }
+        WeirStream { inner, waits: QuickWaits::default() }
     }
 
     pub(crate) fn core(&self) -> &weir_core::Stream {
@@ -45,8 +47,11 @@ impl WeirStream {
     }
 
     /// A wait on everything admitted on this stream so far, holding no fence handle.
-    fn completion(&self) -> Result<weir_core::CompletionWait> {
-        Ok(self.inner.fence()?.wait_async())
+    /// Where this stream's recent waits were quick, it first watches the
+    /// fence for a bounded time on the calling thread (see [`QuickWaits`]).
+    fn completion(&self) -> Result<Timed<weir_core::CompletionWait>> {
+        let fence = self.inner.fence()?;
+        Ok(self.waits.settle(|| fence.is_complete(), fence.wait_async()))
     }
 
     /// Admits a read of `length` elements of `buffer` from element `offset`
