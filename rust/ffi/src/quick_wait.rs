@@ -63,3 +63,63 @@ impl<F: Future + Unpin> Future for Timed<F> {
         outcome
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::Cell;
+    use std::future::{ready, Future};
+    use std::pin::Pin;
+    use std::sync::atomic::Ordering;
+    use std::task::{Context, Poll, Waker};
+    use std::time::Duration;
+
+    use super::{QuickWaits, MOST};
+
+    fn poll_once<F: Future + Unpin>(future: &mut F) -> Poll<F::Output> {
+        Pin::new(future).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    #[test]
+    fn a_quick_stream_watches_its_fence_and_a_slow_one_does_not() {
+        let waits = QuickWaits::default();
+        // Nothing learnt yet: quick, so the fence is watched (and here it is done at once).
+        let asked = Cell::new(0);
+        let mut wait = waits.settle(
+            || {
+                asked.set(asked.get() + 1);
+                true
+            },
+            ready(()),
+        );
+        assert_eq!(asked.get(), 1, "a quick stream's fence is watched");
+        assert!(poll_once(&mut wait).is_ready());
+        // Waits that took longer than the most it spins: it asks nothing.
+        waits.expected.store(4 * MOST.as_nanos() as u64, Ordering::Relaxed);
+        let asked = Cell::new(0);
+        let _wait = waits.settle(
+            || {
+                asked.set(asked.get() + 1);
+                false
+            },
+            ready(()),
+        );
+        assert_eq!(asked.get(), 0, "behind long work nothing spins");
+    }
+
+    #[test]
+    fn a_wait_that_is_not_over_in_time_is_handed_back_and_teaches_the_next() {
+        let waits = QuickWaits::default();
+        let start = std::time::Instant::now();
+        let mut wait = waits.settle(|| false, std::future::pending::<()>());
+        // Bounded by twice nothing plus a margin, far below any MOST-sized hang.
+        assert!(start.elapsed() < Duration::from_secs(1));
+        assert!(poll_once(&mut wait).is_pending(), "the wait is handed back, not finished");
+        // A wait that ends records how long it took.
+        waits.expected.store(0, Ordering::Relaxed);
+        std::thread::sleep(Duration::from_millis(2));
+        let mut done = waits.settle(|| false, ready(()));
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(poll_once(&mut done).is_ready());
+        assert!(waits.expected.load(Ordering::Relaxed) > 0, "the time taken is learnt");
+    }
+}
