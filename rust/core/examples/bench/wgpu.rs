@@ -14,8 +14,9 @@
 //! - admission with many live buffers: µs per admitted op with 10, 1 000 and
 //!   100 000 buffers alive, beside raw recording and submitting the same op
 //!   with as many raw buffers alive;
-//! - queued ops: host memory held per op queued behind a held stream (no
-//!   raw side: raw wgpu has no queue of its own).
+//! - queued ops: host memory held per op queued behind a held stream
+//!   (resident set before and after; raw: as many finished command buffers
+//!   of the same dispatch held unsubmitted, what one command buffer costs).
 //!
 //! Runs alternate Weir and raw, so both see the same device state.
 //!
@@ -448,11 +449,8 @@ impl RawLaunches {
         RawLaunches { pipeline, bind, ring, stride, batch: Vec::new(), scalars: vec![0; (stride as usize) * RAW_BATCH] }
     }
 
-    /// Records one launch adding `k`; submits when a batch is full.
-    fn launch(&mut self, raw: &Raw, k: u32) {
-        let slot = self.batch.len();
-        let at = slot * self.stride as usize;
-        self.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+    /// Records one launch in ring slot `slot`, as its own command buffer.
+    fn record(&self, raw: &Raw, slot: usize) -> wgpu::CommandBuffer {
         let mut encoder = raw.encoder();
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
@@ -460,7 +458,16 @@ impl RawLaunches {
             pass.set_bind_group(0, &self.bind, &[(slot as u64 * self.stride) as u32]);
             pass.dispatch_workgroups(1, 1, 1);
         }
-        self.batch.push(encoder.finish());
+        encoder.finish()
+    }
+
+    /// Records one launch adding `k`; submits when a batch is full.
+    fn launch(&mut self, raw: &Raw, k: u32) {
+        let slot = self.batch.len();
+        let at = slot * self.stride as usize;
+        self.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+        let commands = self.record(raw, slot);
+        self.batch.push(commands);
         if self.batch.len() == RAW_BATCH {
             self.submit(raw);
         }
@@ -613,7 +620,7 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
 
 /// Host memory per op queued behind a held stream: resident set size before
 /// and after queueing `ops` tiny ops, reported per op.
-fn queued_op_memory(report: &mut Report, runtime: &Runtime, ops: usize) {
+fn queued_op_memory(report: &mut Report, runtime: &Runtime, raw: &Raw, ops: usize) {
     let Some(before) = resident_bytes() else {
         eprintln!("wgpu: queued-op memory skipped (no /proc/self/statm)");
         return;
@@ -633,15 +640,30 @@ fn queued_op_memory(report: &mut Report, runtime: &Runtime, ops: usize) {
     sync(&stream);
     assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![ops as u32 + 1]);
     let per_op = held.saturating_sub(before) as f64 / ops as f64;
-    report.add(Figure {
-        backend: "wgpu".into(),
-        name: format!("host memory per op queued ({ops} behind a hold)"),
-        unit: "bytes",
-        weir: per_op,
-        baseline: None,
-        higher_is_better: false,
-        note: format!("resident set {} -> {} MB", before >> 20, held >> 20),
-    });
+    // Raw: as many finished command buffers of the same dispatch, held unsubmitted.
+    let raw_before = resident_bytes().unwrap_or(0);
+    let raw_counter = raw.buffer(4);
+    let raw_launches = RawLaunches::new(raw, &raw_counter);
+    let recorded: Vec<wgpu::CommandBuffer> = (0..ops).map(|_| raw_launches.record(raw, 0)).collect();
+    let raw_held = resident_bytes().unwrap_or(raw_before);
+    drop(recorded);
+    let raw_per_op = raw_held.saturating_sub(raw_before) as f64 / ops as f64;
+    report.add(Figure::beside(
+        "wgpu",
+        &format!("host memory per op queued ({ops} behind a hold)"),
+        "bytes",
+        per_op,
+        raw_per_op,
+        false,
+        &format!(
+            "resident set {} -> {} MB; raw = {ops} finished command buffers of one dispatch held unsubmitted \
+             ({} -> {} MB)",
+            before >> 20,
+            held >> 20,
+            raw_before >> 20,
+            raw_held >> 20
+        ),
+    ));
 }
 
 /// This process's resident set size (Linux).
@@ -759,7 +781,8 @@ fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: us
     ));
 }
 
-pub fn run(report: &mut Report) {
+/// Runs the parts `part` accepts (see `main`).
+pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
     let runtime = match Runtime::open(BackendKind::Wgpu) {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -774,14 +797,27 @@ pub fn run(report: &mut Report) {
     let software = info.name.contains("software");
     let bytes = std::env::var("WEIR_BENCH_FILL_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(GIB);
     let bytes = bytes.min(info.max_buffer_bytes);
-    fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
-    queued_op_memory(report, &runtime, 5_000);
-    launches(report, &runtime, &raw, 10_000, if software { 500 } else { 2000 });
-    fills(report, &runtime, &raw, bytes, if software { 9 } else { 40 });
-    admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
+    if part("fence") {
+        fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
+    }
+    if part("queued") {
+        queued_op_memory(report, &runtime, &raw, 5_000);
+    }
+    if part("launches") {
+        launches(report, &runtime, &raw, 10_000, if software { 500 } else { 2000 });
+    }
+    if part("fills") {
+        fills(report, &runtime, &raw, bytes, if software { 9 } else { 40 });
+    }
+    if part("compiles") {
+        admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
+    }
     // Last: wgpu-core sizes every command buffer's trackers to the most
     // buffers the device ever had alive, so what runs after this is slower.
-    admission_with_live_buffers(report, &runtime, &raw, &[10, 1_000, 100_000], if software { 2_000 } else { 20_000 });
+    if part("live") {
+        let counts = [10, 1_000, 100_000];
+        admission_with_live_buffers(report, &runtime, &raw, &counts, if software { 2_000 } else { 20_000 });
+    }
     drop(raw);
     runtime.close().expect("close");
 }

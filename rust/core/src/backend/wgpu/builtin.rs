@@ -197,6 +197,13 @@ pub(crate) struct ElementwisePlan {
     windows: Vec<Window>,
 }
 
+impl ElementwisePlan {
+    /// Bytes of our own it holds beyond its inline size.
+    pub fn heap_bytes(&self) -> usize {
+        self.windows.capacity() * std::mem::size_of::<Window>() + self.params.heap_bytes()
+    }
+}
+
 /// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in
 /// windows; with every binding writable when `shared` (operands in one buffer).
 pub(crate) fn plan_elementwise(
@@ -228,7 +235,7 @@ pub(crate) fn plan_elementwise(
 
 /// Records a planned element-wise launch over `operands`.
 pub(crate) fn record_elementwise(
-    device: &wgpu::Device,
+    gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     plan: &ElementwisePlan,
     operands: &[Operand<'_>],
@@ -238,7 +245,7 @@ pub(crate) fn record_elementwise(
             .iter()
             .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
             .collect();
-        dispatch(device, encoder, &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
+        dispatch(gpu, encoder, &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
     }
 }
 
@@ -254,6 +261,13 @@ pub(crate) struct PatchPlan {
     pipeline: Arc<Pipeline>,
     params: Params,
     patches: Vec<Patch>,
+}
+
+impl PatchPlan {
+    /// Bytes of our own it holds beyond its inline size.
+    pub fn heap_bytes(&self) -> usize {
+        self.patches.capacity() * std::mem::size_of::<Patch>() + self.params.heap_bytes()
+    }
 }
 
 /// A word of a buffer to write partly: its index, the mask of the bits it
@@ -277,7 +291,7 @@ pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan,
 
 /// Records the planned masked writes `which` (indices into the plan) on `buffer`.
 pub(crate) fn record_patches(
-    device: &wgpu::Device,
+    gpu: &Gpu,
     encoder: &mut wgpu::CommandEncoder,
     plan: &PatchPlan,
     which: &[usize],
@@ -286,7 +300,7 @@ pub(crate) fn record_patches(
     for &index in which {
         if let Some(patch) = plan.patches.get(index) {
             let binding = Binding { buffer, offset: patch.offset, size: patch.size };
-            dispatch(device, encoder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
+            dispatch(gpu, encoder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
         }
     }
 }

@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 
 use super::adapter;
+use super::bind_groups::BindGroups;
 use super::builtin::Shape;
 use super::memory::WgpuCounters;
 use super::pipelines::PipelineCache;
@@ -15,6 +16,8 @@ pub(crate) struct Gpu {
     pub limits: wgpu::Limits,
     pub shape: Shape,
     pub pipelines: PipelineCache,
+    /// Shared with every allocation, which drops the groups binding it.
+    pub bind_groups: Arc<BindGroups>,
     /// The most bytes of immediate data a dispatch may set (0: the device takes none).
     pub immediate_bytes: u32,
     /// The device takes timestamp queries (`Features::TIMESTAMP_QUERY`).
@@ -77,6 +80,7 @@ impl Gpu {
             queue: opened.queue,
             limits: opened.limits,
             pipelines: PipelineCache::default(),
+            bind_groups: Arc::default(),
             immediate_bytes,
             counters: Arc::new(WgpuCounters::default()),
             info,

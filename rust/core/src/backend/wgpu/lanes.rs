@@ -3,7 +3,8 @@
 //! On one queue, work submitted earlier is ordered before work submitted
 //! later (wgpu inserts the barriers), so cross-stream order is submission
 //! order. Each lane keeps:
-//! - a *batch*: command buffers of ops recorded but not yet submitted;
+//! - a *batch*: ops admitted but not yet recorded ([`Queued`]), recorded
+//!   together into one encoder when the batch is submitted;
 //! - *items*: what must be issued to the queue in lane order — a batch to
 //!   submit, a read to map, a fence callback to register, or something that
 //!   holds the lane: a wait for another lane, a gate, a delay.
@@ -30,15 +31,19 @@ use std::time::Duration;
 
 use super::device::Gpu;
 use super::poll::{once, PollState};
+use super::queued::{record_run, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
-use crate::backend::EnqueueError;
+use crate::backend::{EnqueueError, FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
 /// A lane submits its batch once it holds this many ops, so long streams of
-/// work start running before anyone waits for them.
+/// work start running before anyone waits for them; they are recorded into
+/// one command buffer. A lane that cannot submit (held behind a gate or a
+/// wait) keeps its ops queued, unrecorded, at a few hundred bytes each
+/// (`queued_bytes`), until it can.
 const BATCH_LIMIT: usize = 32;
 
 /// Names a lane: its slot, and which of the lanes that used the slot.
@@ -49,7 +54,7 @@ pub(crate) struct LaneId {
 }
 
 pub(crate) enum Item {
-    Submit(Vec<wgpu::CommandBuffer>),
+    Submit(Vec<Queued>),
     Read(Readback),
     /// Holds until lane `lane` has issued `upto` items.
     Wait {
@@ -60,7 +65,7 @@ pub(crate) enum Item {
     Until(Arc<AtomicBool>),
     /// Holds for the duration, counted from when it reaches the head.
     Delay(Duration),
-    Signal(Arc<Completion>),
+    Signal(Arc<Completion>, SignalKind),
     /// An op failed to record: the lane fails here, after the work before it.
     Fail(Error),
 }
@@ -69,7 +74,7 @@ pub(crate) struct Lane {
     /// The stream's number, for error messages.
     stream: u32,
     generation: u64,
-    batch: Vec<wgpu::CommandBuffer>,
+    batch: Vec<Queued>,
     items: VecDeque<Item>,
     pushed: u64,
     issued: u64,
@@ -77,6 +82,8 @@ pub(crate) struct Lane {
     status: Result<()>,
     /// The first failure as recorded: ops recorded after it are dropped at once.
     failed: Option<Error>,
+    /// Ops that failed as their batch was recorded, for the next fence.
+    tally: FailureTally,
     /// Our submission count when this lane last submitted.
     last_submit: u64,
     /// Reads mapped but not yet delivered.
@@ -215,6 +222,7 @@ impl Shared {
             issued: 0,
             status: Ok(()),
             failed: None,
+            tally: FailureTally::default(),
             last_submit: 0,
             reads: Arc::new(Reads::default()),
             retiring: false,
@@ -255,15 +263,10 @@ impl Shared {
         Ok(value)
     }
 
-    /// Adds a recorded op to the lane's batch; a read is mapped once its copy
-    /// is submitted. On a failed lane the op is dropped, the read fails, and
+    /// Adds queued work to the lane's batch; a read is mapped once its copy
+    /// is submitted. On a failed lane the work is dropped, the read fails, and
     /// the lane's failure is the op's.
-    pub fn record(
-        &self,
-        lane: LaneId,
-        commands: wgpu::CommandBuffer,
-        readback: Option<Readback>,
-    ) -> Result<(), EnqueueError> {
+    pub fn record(&self, lane: LaneId, queued: Queued, readback: Option<Readback>) -> Result<(), EnqueueError> {
         let recorded = self.with_lane(lane, |lane| {
             if let Some(error) = &lane.failed {
                 if let Some(readback) = readback {
@@ -271,7 +274,7 @@ impl Shared {
                 }
                 return Err(EnqueueError::Failed(error.clone()));
             }
-            lane.batch.push(commands);
+            lane.batch.push(queued);
             match readback {
                 Some(readback) => {
                     lane.flush();
@@ -307,6 +310,7 @@ impl Shared {
         slot.batch.is_empty()
             && slot.items.is_empty()
             && slot.status.is_ok()
+            && slot.tally.is_clear()
             && slot.failed.is_none()
             && slot.last_submit <= self.completed.load(Ordering::SeqCst)
             && slot.reads.idle()
@@ -402,7 +406,7 @@ impl Shared {
                 *head = Item::Until(flag);
                 false
             }
-            Item::Submit(_) | Item::Read(_) | Item::Signal(_) | Item::Fail(_) => true,
+            Item::Submit(_) | Item::Read(_) | Item::Signal(..) | Item::Fail(_) => true,
         }
     }
 
@@ -435,8 +439,12 @@ impl Shared {
         let Lanes { slots, submits, gone_submit, .. } = lanes;
         let Some(lane) = slots[index].as_ref() else { return };
         match item {
-            Item::Submit(commands) => {
+            Item::Submit(run) => {
                 if lane.status.is_err() {
+                    return;
+                }
+                let commands = record_run(gpu, lane.stream, run, &lane.tally);
+                if commands.is_empty() {
                     return;
                 }
                 // `submit` also fires the device's callbacks that are ready, on
@@ -462,7 +470,7 @@ impl Shared {
                     submission: lane.last_submit,
                 }),
             },
-            Item::Signal(completion) => self.signal(lane, *submits, completion),
+            Item::Signal(completion, kind) => self.signal(lane, *submits, completion, kind),
             Item::Wait { lane: source, .. } => {
                 let source_submit =
                     slots.get(source.slot).and_then(Option::as_ref).filter(|l| l.generation == source.generation);
@@ -480,11 +488,15 @@ impl Shared {
         }
     }
 
-    /// Completes `completion` with the lane's status once the lane's
-    /// submissions so far (`submits` is the count made) are done and the reads
-    /// it issued so far delivered: at once if both already are.
-    fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>) {
-        let status = lane.status.clone();
+    /// Completes `completion` with the lane's status (and for a fence, the
+    /// failures of ops since the last one) once the lane's submissions so far
+    /// (`submits` is the count made) are done and the reads it issued so far
+    /// delivered: at once if both already are.
+    fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>, kind: SignalKind) {
+        let status = lane.status.clone().and_then(|()| match kind {
+            SignalKind::Fence => lane.tally.take(),
+            SignalKind::Drain => Ok(()),
+        });
         let device_busy = lane.last_submit > self.completed.load(Ordering::SeqCst);
         // No read can start meanwhile: reads start only here, under the lanes lock.
         if !device_busy && lane.reads.idle() {
@@ -521,7 +533,7 @@ impl Drop for Shared {
         for lane in lanes.slots.into_iter().flatten() {
             for item in lane.items {
                 match item {
-                    Item::Signal(completion) => completion.complete(Err(Error::Closed)),
+                    Item::Signal(completion, _) => completion.complete(Err(Error::Closed)),
                     Item::Read(readback) => readback.fail(Error::Closed),
                     _ => {}
                 }
