@@ -7,6 +7,7 @@
 use std::sync::Arc;
 
 use super::device::Gpu;
+use super::encode::Recorder;
 use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
 use super::scope::{Failure, BACKEND};
 use crate::error::Error;
@@ -234,18 +235,13 @@ pub(crate) fn plan_elementwise(
 }
 
 /// Records a planned element-wise launch over `operands`.
-pub(crate) fn record_elementwise(
-    gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
-    plan: &ElementwisePlan,
-    operands: &[Operand<'_>],
-) {
+pub(crate) fn record_elementwise(gpu: &Gpu, recorder: &mut Recorder, plan: &ElementwisePlan, operands: &[Operand<'_>]) {
     for (index, window) in plan.windows.iter().enumerate() {
         let bindings: Vec<Binding<'_>> = operands
             .iter()
             .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
             .collect();
-        dispatch(gpu, encoder, &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
+        dispatch(gpu, recorder.pass(), &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
     }
 }
 
@@ -292,7 +288,7 @@ pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan,
 /// Records the planned masked writes `which` (indices into the plan) on `buffer`.
 pub(crate) fn record_patches(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    recorder: &mut Recorder,
     plan: &PatchPlan,
     which: &[usize],
     buffer: &wgpu::Buffer,
@@ -300,7 +296,7 @@ pub(crate) fn record_patches(
     for &index in which {
         if let Some(patch) = plan.patches.get(index) {
             let binding = Binding { buffer, offset: patch.offset, size: patch.size };
-            dispatch(gpu, encoder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
+            dispatch(gpu, recorder.pass(), &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
         }
     }
 }

@@ -30,6 +30,44 @@ pub(crate) enum Encoded {
 
 type Op = Command<Held>;
 
+/// An encoder being recorded, with the compute pass its dispatches share:
+/// consecutive dispatches go in one pass (wgpu orders dispatches in a pass
+/// as it orders passes), because wgpu sizes each pass's resource tracking to
+/// the most buffers the device ever had alive, so a pass per dispatch makes
+/// every op cost more with every live buffer. Copies and clears end the pass.
+pub(crate) struct Recorder {
+    // Dropped before the encoder it locks.
+    pass: Option<wgpu::ComputePass<'static>>,
+    encoder: wgpu::CommandEncoder,
+}
+
+impl Recorder {
+    pub fn new(device: &wgpu::Device) -> Recorder {
+        Recorder { pass: None, encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }) }
+    }
+
+    /// The encoder, for commands outside a compute pass (ends the open one).
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        &mut self.encoder
+    }
+
+    /// The open compute pass (begun if none is).
+    pub fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        let encoder = &mut self.encoder;
+        self.pass.get_or_insert_with(|| {
+            encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
+                .forget_lifetime()
+        })
+    }
+
+    pub fn finish(mut self) -> wgpu::CommandBuffer {
+        self.pass = None;
+        self.encoder.finish()
+    }
+}
+
 /// Checks `command` against its buffers and queues it with what was
 /// prepared for it; an error refuses it (nothing is queued). Nothing is
 /// recorded yet: a queued op holds its buffers and plan, not a command buffer.
@@ -108,7 +146,7 @@ fn operand(span: &Span<Held>) -> Operand<'_> {
 
 /// Records a planned write of `dst`: in bulk where the bytes allow, masked
 /// word writes for the rest.
-fn write(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, dst: &Span<Held>, plan: &WritePlan) {
+fn write(gpu: &Gpu, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan) {
     let buffer = &dst.buffer.buffer;
     let ends_buffer = dst.offset + dst.len == dst.buffer.len;
     let layout = match (&plan.to_buffer_end, ends_buffer) {
@@ -117,22 +155,22 @@ fn write(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, dst: &Span<Held>, plan: 
     };
     if let Some((lo, hi)) = layout.bulk {
         match &plan.staging {
-            Some(staging) => encoder.copy_buffer_to_buffer(staging, 0, buffer, lo, hi - lo),
-            None => encoder.clear_buffer(buffer, lo, Some(hi - lo)),
+            Some(staging) => recorder.encoder().copy_buffer_to_buffer(staging, 0, buffer, lo, hi - lo),
+            None => recorder.encoder().clear_buffer(buffer, lo, Some(hi - lo)),
         }
     }
     if let Some(patches) = &plan.patches {
-        record_patches(gpu, encoder, patches, &layout.patches, buffer);
+        record_patches(gpu, recorder, patches, &layout.patches, buffer);
     }
 }
 
 /// Records `command` with what was prepared for it (`fits` was checked).
 /// Failures show in the error scope around it; it can be recorded again
 /// (alone, when a run recorded together failed).
-pub(crate) fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: &Op, plan: &Plan) {
+pub(crate) fn record(gpu: &Gpu, recorder: &mut Recorder, command: &Op, plan: &Plan) {
     match (command, plan) {
-        (Command::Zero { dst } | Command::Upload { dst, .. }, Plan::Write(plan)) => write(gpu, encoder, dst, plan),
-        (Command::Copy { src, dst }, _) => encoder.copy_buffer_to_buffer(
+        (Command::Zero { dst } | Command::Upload { dst, .. }, Plan::Write(plan)) => write(gpu, recorder, dst, plan),
+        (Command::Copy { src, dst }, _) => recorder.encoder().copy_buffer_to_buffer(
             &src.buffer.buffer,
             src.offset,
             &dst.buffer.buffer,
@@ -140,16 +178,16 @@ pub(crate) fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: &Op
             align4(dst.len),
         ),
         (Command::Download { src, .. }, Plan::Download { staging, first, size }) => {
-            encoder.copy_buffer_to_buffer(&src.buffer.buffer, *first, staging, 0, *size)
+            recorder.encoder().copy_buffer_to_buffer(&src.buffer.buffer, *first, staging, 0, *size)
         }
         (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(gpu, encoder, plan, &[operand(dst)])
+            record_elementwise(gpu, recorder, plan, &[operand(dst)])
         }
         (Command::Binary { a, b, out, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(gpu, encoder, plan, &[operand(a), operand(b), operand(out)])
+            record_elementwise(gpu, recorder, plan, &[operand(a), operand(b), operand(out)])
         }
         (Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(gpu, encoder, plan, &[operand(x), operand(y)])
+            record_elementwise(gpu, recorder, plan, &[operand(x), operand(y)])
         }
         (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
             let bindings: Vec<Binding<'_>> = args
@@ -161,7 +199,7 @@ pub(crate) fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: &Op
                     KernelArg::Scalar(_) => None,
                 })
                 .collect();
-            dispatch(gpu, encoder, pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
+            dispatch(gpu, recorder.pass(), pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
         }
         // `fits` rules these out; a delay is not device work.
         _ => {}

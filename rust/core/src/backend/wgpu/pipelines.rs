@@ -343,11 +343,11 @@ pub(crate) struct Binding<'a> {
 }
 
 /// Records one dispatch of `pipeline` over `buffers` (and block `index` of
-/// `params`, if the pipeline takes scalars) into `encoder`. A group binding
+/// `params`, if the pipeline takes scalars) into `pass`. A group binding
 /// only storage windows is reused from the device's cache ([`super::bind_groups`]).
 pub(crate) fn dispatch(
     gpu: &Gpu,
-    encoder: &mut wgpu::CommandEncoder,
+    pass: &mut wgpu::ComputePass<'_>,
     pipeline: &Pipeline,
     buffers: &[Binding<'_>],
     params: Option<(&Params, usize)>,
@@ -387,7 +387,6 @@ pub(crate) fn dispatch(
             gpu.bind_groups.get(&pipeline.layout, windows, || make(None))
         }
     };
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
     if let Some(bytes) = immediates {

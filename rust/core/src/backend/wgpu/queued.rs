@@ -9,7 +9,8 @@
 //! the backend's `queued_bytes`).
 //!
 //! When the lane submits, its run is recorded in order into one encoder
-//! ([`record_run`]): one command buffer for up to a batch of ops. wgpu
+//! ([`record_run`]): one command buffer for up to a batch of ops, its
+//! consecutive dispatches in one compute pass. wgpu
 //! reports a failure only when an encoder is finished, and then for the
 //! whole encoder; so when a run fails, each of its ops is recorded again in
 //! an encoder of its own, and only those that fail alone fail. A failed op
@@ -21,7 +22,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use super::device::Gpu;
-use super::encode::record;
+use super::encode::{record, Recorder};
 use super::memory::{Held, WgpuCounters};
 use super::prepare::Plan;
 use super::scope::scoped;
@@ -133,11 +134,11 @@ fn record_together(
         return;
     }
     let together = scoped(&gpu.device, || {
-        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+        let mut recorder = Recorder::new(&gpu.device);
         for op in &ops {
-            record(gpu, &mut encoder, &op.command, &op.plan);
+            record(gpu, &mut recorder, &op.command, &op.plan);
         }
-        encoder.finish()
+        recorder.finish()
     });
     if let Ok(commands) = together {
         recorded.push(commands);
@@ -150,9 +151,9 @@ fn record_together(
             continue;
         }
         let alone = scoped(&gpu.device, || {
-            let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-            record(gpu, &mut encoder, &op.command, &op.plan);
-            encoder.finish()
+            let mut recorder = Recorder::new(&gpu.device);
+            record(gpu, &mut recorder, &op.command, &op.plan);
+            recorder.finish()
         });
         match alone {
             Ok(commands) => recorded.push(commands),
