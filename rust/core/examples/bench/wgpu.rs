@@ -9,7 +9,8 @@
 //! - launches: 10 000 tiny dispatches, each with its own scalar, admitted
 //!   then fenced, in µs per launch (raw: one command buffer per dispatch, a
 //!   bind group made once, the scalars in a dynamic-offset uniform ring,
-//!   submitted 32 at a time);
+//!   submitted 32 at a time; and beside raw recording 32 dispatches into
+//!   one compute pass of one command buffer, as Weir records a batch);
 //! - tiny dispatch round trip: one tiny dispatch, then its fence resolved;
 //! - admission with many live buffers: µs per admitted op with 10, 1 000 and
 //!   100 000 buffers alive, beside raw recording and submitting the same op
@@ -488,6 +489,53 @@ impl RawLaunches {
     }
 }
 
+/// The same launches recorded the way Weir records a batch: each adds its
+/// scalar to the ring, and every 32 are recorded into one command buffer,
+/// as dispatches of one compute pass, and submitted.
+struct RawPassLaunches {
+    launches: RawLaunches,
+    pending: usize,
+}
+
+impl RawPassLaunches {
+    fn new(raw: &Raw, target: &wgpu::Buffer) -> RawPassLaunches {
+        RawPassLaunches { launches: RawLaunches::new(raw, target), pending: 0 }
+    }
+
+    fn launch(&mut self, raw: &Raw, k: u32) {
+        let at = self.pending * self.launches.stride as usize;
+        self.launches.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+        self.pending += 1;
+        if self.pending == RAW_BATCH {
+            self.submit(raw);
+        }
+    }
+
+    fn submit(&mut self, raw: &Raw) {
+        if self.pending == 0 {
+            return;
+        }
+        let l = &self.launches;
+        let mut encoder = raw.encoder();
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(&l.pipeline);
+            for slot in 0..self.pending {
+                pass.set_bind_group(0, &l.bind, &[(slot as u64 * l.stride) as u32]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+        }
+        raw.queue.write_buffer(&l.ring, 0, &l.scalars[..self.pending * l.stride as usize]);
+        raw.queue.submit(Some(encoder.finish()));
+        self.pending = 0;
+    }
+
+    fn finish(&mut self, raw: &Raw) {
+        self.submit(raw);
+        raw.submit_and_wait(None);
+    }
+}
+
 fn read_u32(raw: &Raw, buffer: &wgpu::Buffer) -> u32 {
     let staging = raw.device.create_buffer(&wgpu::BufferDescriptor {
         label: None,
@@ -513,16 +561,20 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
     let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_counter = raw.buffer(4);
     let mut raw_launches = RawLaunches::new(raw, &raw_counter);
+    let pass_counter = raw.buffer(4);
+    let mut pass_launches = RawPassLaunches::new(raw, &pass_counter);
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
     let launch = |k: u32| stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(k)]);
     // Warm up: compiles, first submissions.
     for k in 0..64 {
         launch(k).expect("launch");
         raw_launches.launch(raw, k);
+        pass_launches.launch(raw, k);
     }
     sync(&stream);
     raw_launches.finish(raw);
-    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    pass_launches.finish(raw);
+    let (mut weir, mut baseline, mut in_passes) = (Vec::new(), Vec::new(), Vec::new());
     let mut expected = (0..64).sum::<u32>();
     for _ in 0..3 {
         weir.push(timed(|| {
@@ -537,20 +589,37 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
             }
             raw_launches.finish(raw);
         }));
+        in_passes.push(timed(|| {
+            for k in 0..launches {
+                pass_launches.launch(raw, k);
+            }
+            pass_launches.finish(raw);
+        }));
         expected = expected.wrapping_add((0..launches).fold(0u32, u32::wrapping_add));
     }
     assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![expected], "Weir's launches");
     assert_eq!(read_u32(raw, &raw_counter), expected, "raw launches");
+    assert_eq!(read_u32(raw, &pass_counter), expected, "raw launches in passes");
     let per_launch = |d: Duration| micros(d) / f64::from(launches);
+    let weir = per_launch(median(&mut weir));
     report.add(Figure::beside(
         "wgpu",
         &format!("{launches} tiny launches, us/launch"),
         "us",
-        per_launch(median(&mut weir)),
+        weir,
         per_launch(median(&mut baseline)),
         false,
         "median of 3, admission to fence resolved; raw = a command buffer per dispatch, one bind group, \
          scalars in a dynamic-offset uniform ring, 32 per submit",
+    ));
+    report.add(Figure::beside(
+        "wgpu",
+        &format!("{launches} tiny launches, us/launch (raw in passes)"),
+        "us",
+        weir,
+        per_launch(median(&mut in_passes)),
+        false,
+        "the same Weir run; raw = 32 dispatches per command buffer in one compute pass, as Weir records a batch",
     ));
     let (mut weir, mut baseline) = (Vec::new(), Vec::new());
     for round in 0..rounds + rounds / 10 {
@@ -585,6 +654,7 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
     let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_counter = raw.buffer(4);
     let mut raw_launches = RawLaunches::new(raw, &raw_counter);
+    let mut pass_launches = RawPassLaunches::new(raw, &raw_counter);
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
     let (mut alive, mut raw_alive) = (Vec::new(), Vec::new());
     for &live in counts {
@@ -592,7 +662,7 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
             alive.push(stream.empty(ElementType::Bytes, 4).expect("allocate"));
             raw_alive.push(raw.buffer(4));
         }
-        let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+        let (mut weir, mut baseline, mut in_passes) = (Vec::new(), Vec::new(), Vec::new());
         for op in 0..ops {
             weir.push(timed(|| {
                 stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op")
@@ -605,6 +675,14 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
         }
         sync(&stream);
         raw_launches.finish(raw);
+        // Alone: its submissions would land inside the others' timed ops.
+        for op in 0..ops {
+            in_passes.push(timed(|| pass_launches.launch(raw, 1)));
+            if op % RAW_BATCH == RAW_BATCH - 1 {
+                pass_launches.finish(raw);
+            }
+        }
+        pass_launches.finish(raw);
         let mean = |samples: &[Duration]| micros(samples.iter().sum::<Duration>()) / samples.len() as f64;
         report.add(Figure::beside(
             "wgpu",
@@ -614,6 +692,15 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
             mean(&baseline),
             false,
             &format!("mean over {ops} ops, fenced every {RAW_BATCH} (untimed); raw = record + submit per 32"),
+        ));
+        report.add(Figure::beside(
+            "wgpu",
+            &format!("admission with {live} live buffers, us/op (raw in passes)"),
+            "us",
+            mean(&weir),
+            mean(&in_passes),
+            false,
+            "the same Weir ops; raw = 32 dispatches per command buffer in one compute pass, as Weir records a batch",
         ));
     }
 }
