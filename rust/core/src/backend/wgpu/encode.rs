@@ -23,7 +23,7 @@ use crate::error::Error;
 pub(crate) enum Encoded {
     /// Device work, recorded when its lane submits; a download's read-back
     /// is issued after that submission.
-    Op { op: QueuedOp, readback: Option<Readback> },
+    Op { op: Box<QueuedOp>, readback: Option<Readback> },
     /// Holds the stream; not device work.
     Delay(Duration),
 }
@@ -104,7 +104,7 @@ pub(crate) fn encode(
         _ => None,
     };
     let copy_failed = readback.as_ref().map(Readback::copy_failed);
-    Ok(Encoded::Op { op: QueuedOp::new(gpu, command, plan, io, copy_failed), readback })
+    Ok(Encoded::Op { op: Box::new(QueuedOp::new(gpu, command, plan, io, copy_failed)), readback })
 }
 
 /// True when `plan` is what `prepare` makes for a command of this kind.

@@ -43,7 +43,7 @@ pub(crate) struct QueuedOp {
 
 /// What a lane holds between admission and submission, in lane order.
 pub(crate) enum Queued {
-    Op(QueuedOp),
+    Op(Box<QueuedOp>),
     /// Recorded already (an external write, a timestamp).
     Commands(wgpu::CommandBuffer),
 }
@@ -56,6 +56,7 @@ impl QueuedOp {
         io: OpIo,
         copy_failed: Option<Arc<OnceLock<Error>>>,
     ) -> QueuedOp {
+        // Boxed in its queue: its own size is on the heap too.
         let bytes = (std::mem::size_of::<QueuedOp>() + heap_bytes(&command) + plan.heap_bytes()) as u64;
         let counters = gpu.counters.clone();
         counters.queued_ops.fetch_add(1, Ordering::Relaxed);
@@ -100,7 +101,7 @@ pub(crate) fn record_run(gpu: &Gpu, stream: u32, run: Vec<Queued>, tally: &Failu
     let mut ops = Vec::new();
     for queued in run {
         match queued {
-            Queued::Op(op) => ops.push(op),
+            Queued::Op(op) => ops.push(*op),
             Queued::Commands(commands) => {
                 record_together(gpu, stream, std::mem::take(&mut ops), tally, &mut recorded);
                 recorded.push(commands);
