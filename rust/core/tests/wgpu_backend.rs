@@ -201,6 +201,30 @@ fn an_op_that_fails_to_record_fails_alone_with_its_data_and_its_stream_goes_on()
     runtime.close().unwrap();
 }
 
+#[test]
+fn a_failure_in_a_submission_streams_share_fails_only_its_op_and_its_readers() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let small = s.zeros(ElementType::Bytes, 4).unwrap();
+    let dependent = t.zeros(ElementType::Bytes, 4).unwrap();
+    let fine = t.zeros(ElementType::U32, 4).unwrap();
+    runtime.fence().unwrap().wait().unwrap();
+    let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
+    s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap();
+    t.copy(&small, &dependent).unwrap(); // t waits for s: both go in one submission
+    t.fill_u32(&fine, 4).unwrap();
+    // t's fence submits s's op and t's together: only t's reader of it fails.
+    let on_t = t.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(&on_t, Error::OpFailed { message, .. } if message.contains("failed op")), "{on_t:?}");
+    let on_s = s.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(on_s, Error::OpFailed { .. }), "{on_s:?}");
+    assert_eq!(t.read_as::<u32>(&fine).unwrap(), vec![4; 4]);
+    assert!(t.read(&dependent).is_err());
+    // s's failure was reported once: its stream goes on.
+    s.fence().unwrap().wait().unwrap();
+    runtime.close().unwrap();
+}
+
 /// Adds the scalar to the first word.
 const ADD_SCALAR: &str = "
 @group(0) @binding(0) var<storage, read_write> x: array<u32>;

@@ -9,6 +9,12 @@
 //!   submit, a read to map, a fence callback to register, or something that
 //!   holds the lane: a wait for another lane, a gate, a delay.
 //!
+//! Issuing a batch does not submit it at once: the batches lanes issue wait,
+//! in issue order, for one submission ([`Lanes::pending`]), made at the next
+//! read or signal of any lane or once they hold [`BATCH_LIMIT`] ops. So a
+//! wait of one lane for another (a cross-stream dependency) costs no
+//! submission of its own, and ops of several lanes share a command buffer.
+//!
 //! An event is "lane S has issued its first n items". A wait on an event that
 //! is already issued costs nothing; otherwise the waiting lane holds at that
 //! point until the other lane gets there. That is how gates and delays on one
@@ -31,7 +37,7 @@ use std::time::Duration;
 
 use super::device::Gpu;
 use super::poll::{once, PollState};
-use super::queued::{record_run, Queued};
+use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
 use crate::backend::{EnqueueError, FailureTally, SignalKind};
@@ -83,7 +89,7 @@ pub(crate) struct Lane {
     /// The first failure as recorded: ops recorded after it are dropped at once.
     failed: Option<Error>,
     /// Ops that failed as their batch was recorded, for the next fence.
-    tally: FailureTally,
+    tally: Arc<FailureTally>,
     /// Our submission count when this lane last submitted.
     last_submit: u64,
     /// Reads mapped but not yet delivered.
@@ -136,6 +142,11 @@ pub(crate) struct Lanes {
     retiring: Vec<usize>,
     /// Queue submissions made so far.
     submits: u64,
+    /// Runs issued but not yet submitted, in issue order: submitted together
+    /// at the next read or signal, or once they hold [`BATCH_LIMIT`] ops.
+    pending: Vec<PendingRun>,
+    /// Ops in `pending`.
+    pending_ops: usize,
     /// The highest `last_submit` of a lane that has gone.
     gone_submit: u64,
 }
@@ -158,6 +169,15 @@ impl Lanes {
     fn progress(&self, id: LaneId) -> (u64, u64) {
         self.get(id).map_or((u64::MAX, self.gone_submit), |lane| (lane.issued, lane.last_submit))
     }
+}
+
+/// A lane's run, issued and waiting for the submission that carries it.
+pub(crate) struct PendingRun {
+    slot: usize,
+    generation: u64,
+    stream: u32,
+    tally: Arc<FailureTally>,
+    run: Vec<Queued>,
 }
 
 /// A point in a lane another lane can wait for.
@@ -222,7 +242,7 @@ impl Shared {
             issued: 0,
             status: Ok(()),
             failed: None,
-            tally: FailureTally::default(),
+            tally: Arc::default(),
             last_submit: 0,
             reads: Arc::new(Reads::default()),
             retiring: false,
@@ -435,31 +455,31 @@ impl Shared {
 
     /// Issues `item`, the head of the lane in slot `index` (which is occupied).
     fn issue(&self, lanes: &mut Lanes, index: usize, item: Item) {
-        let gpu = &self.gpu;
-        let Lanes { slots, submits, gone_submit, .. } = lanes;
-        let Some(lane) = slots[index].as_ref() else { return };
+        match &item {
+            Item::Submit(_) => {}
+            // A read maps what is submitted, a signal waits for it.
+            Item::Read(_) | Item::Signal(..) => self.submit_pending(lanes),
+            _ => {}
+        }
+        let Lanes { slots, submits, gone_submit, pending, pending_ops, .. } = lanes;
+        let Some(lane) = slots[index].as_mut() else { return };
+        let mut full = false;
         match item {
             Item::Submit(run) => {
                 if lane.status.is_err() {
                     return;
                 }
-                let commands = record_run(gpu, lane.stream, run, &lane.tally);
-                if commands.is_empty() {
-                    return;
-                }
-                // `submit` also fires the device's callbacks that are ready, on
-                // this thread: a foreign one may panic. Unwinding stops at the
-                // first, after the submission was made; the rest ran their drop
-                // paths (see `poll::once`), so the lanes stay consistent.
-                let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
-                *submits += 1;
-                let submitted = *submits;
-                let Some(lane) = slots[index].as_mut() else { return };
-                lane.last_submit = submitted;
-                if let Ok(Err(failure)) = outcome {
-                    let stream = lane.stream;
-                    lane.fail(failure.on_stream(stream));
-                }
+                *pending_ops += run.iter().filter(|queued| matches!(queued, Queued::Op(_))).count();
+                // The submission that will carry it: the next one.
+                lane.last_submit = *submits + 1;
+                pending.push(PendingRun {
+                    slot: index,
+                    generation: lane.generation,
+                    stream: lane.stream,
+                    tally: lane.tally.clone(),
+                    run,
+                });
+                full = *pending_ops >= BATCH_LIMIT;
             }
             Item::Read(readback) => match &lane.status {
                 Err(error) => readback.fail(error.clone()),
@@ -485,6 +505,52 @@ impl Shared {
                 }
             }
             Item::Until(_) | Item::Delay(_) => {}
+        }
+        if full {
+            self.submit_pending(lanes);
+        }
+    }
+
+    /// Records and submits the runs issued so far, as one submission: ops of
+    /// several lanes, one after another in issue order, share its command
+    /// buffer (the queue orders them as it would across submissions). Runs
+    /// of lanes that failed since they were issued are dropped.
+    fn submit_pending(&self, lanes: &mut Lanes) {
+        if lanes.pending.is_empty() {
+            return;
+        }
+        let gpu = &self.gpu;
+        let runs = std::mem::take(&mut lanes.pending);
+        lanes.pending_ops = 0;
+        let live = |run: &PendingRun| {
+            lanes.slots.get(run.slot).and_then(Option::as_ref).filter(|lane| lane.generation == run.generation)
+        };
+        let mut origins = Vec::with_capacity(runs.len());
+        let mut kept = Vec::with_capacity(runs.len());
+        for run in runs {
+            if live(&run).is_some_and(|lane| lane.status.is_err()) {
+                continue;
+            }
+            origins.push((run.slot, run.generation));
+            kept.push((run.stream, run.tally, run.run));
+        }
+        let commands = record_runs(gpu, kept);
+        // `submit` also fires the device's callbacks that are ready, on
+        // this thread: a foreign one may panic. Unwinding stops at the
+        // first, after the submission was made; the rest ran their drop
+        // paths (see `poll::once`), so the lanes stay consistent.
+        let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
+        lanes.submits += 1;
+        if let Ok(Err(failure)) = outcome {
+            let message = failure.message();
+            for (slot, generation) in origins {
+                if let Some(lane) = lanes.slots.get_mut(slot).and_then(Option::as_mut) {
+                    if lane.generation == generation {
+                        let stream = lane.stream;
+                        lane.fail(Error::OpFailed { stream, message: message.clone() });
+                    }
+                }
+            }
         }
     }
 

@@ -8,9 +8,10 @@
 //! waiting stream costs a few hundred bytes ([`QueuedOp::bytes`], counted in
 //! the backend's `queued_bytes`).
 //!
-//! When the lane submits, its run is recorded in order into one encoder
-//! ([`record_run`]): one command buffer for up to a batch of ops, its
-//! consecutive dispatches in one compute pass. wgpu
+//! When the runs that lanes issued are submitted (see [`super::lanes`]),
+//! they are recorded in issue order into one encoder ([`record_runs`]): one
+//! command buffer for up to a batch of ops of any lanes, consecutive
+//! dispatches in one compute pass. wgpu
 //! reports a failure only when an encoder is finished, and then for the
 //! whole encoder; so when a run fails, each of its ops is recorded again in
 //! an encoder of its own, and only those that fail alone fail. A failed op
@@ -93,50 +94,60 @@ fn heap_bytes(command: &Command<Held>) -> usize {
     }
 }
 
-/// Records `run`, the queued work of the lane of stream `stream`, in order:
-/// ops between two recorded command buffers into one encoder each. Failed
-/// ops are reported through `tally` (see the module doc) and left out.
-pub(crate) fn record_run(gpu: &Gpu, stream: u32, run: Vec<Queued>, tally: &FailureTally) -> Vec<wgpu::CommandBuffer> {
+/// Where a queued op came from: its stream's number, and where its lane
+/// counts failures for its next fence.
+type Origin = (u32, Arc<FailureTally>);
+
+/// Records `runs` (each lane's queued work, with its stream's number and
+/// failure tally), in order: the ops between two recorded command buffers
+/// into one encoder each. Failed ops are reported through their lane's
+/// tally (see the module doc) and left out.
+pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Vec<wgpu::CommandBuffer> {
+    let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
     let mut recorded = Vec::new();
     let mut ops = Vec::new();
-    for queued in run {
-        match queued {
-            Queued::Op(op) => ops.push(*op),
-            Queued::Commands(commands) => {
-                record_together(gpu, stream, std::mem::take(&mut ops), tally, &mut recorded);
-                recorded.push(commands);
+    for (stream, tally, run) in runs {
+        let origin = origins.len();
+        origins.push((stream, tally));
+        for queued in run {
+            match queued {
+                Queued::Op(op) => ops.push((origin, *op)),
+                Queued::Commands(commands) => {
+                    record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
+                    recorded.push(commands);
+                }
             }
         }
     }
-    record_together(gpu, stream, ops, tally, &mut recorded);
+    record_together(gpu, &origins, ops, &mut recorded);
     recorded
 }
 
 /// Records `ops` into one encoder, or, if that fails, each alone.
 fn record_together(
     gpu: &Gpu,
-    stream: u32,
-    ops: Vec<QueuedOp>,
-    tally: &FailureTally,
+    origins: &[Origin],
+    ops: Vec<(usize, QueuedOp)>,
     recorded: &mut Vec<wgpu::CommandBuffer>,
 ) {
     // An op whose input failed since it was admitted does not run.
-    let ops: Vec<QueuedOp> = ops
-        .into_iter()
-        .filter_map(|op| match op.io.failed_input(stream) {
+    let skip = |(origin, op): (usize, QueuedOp)| {
+        let (stream, tally) = &origins[origin];
+        match op.io.failed_input(*stream) {
             Some(error) => {
                 op.fail(error, tally);
                 None
             }
-            None => Some(op),
-        })
-        .collect();
+            None => Some((origin, op)),
+        }
+    };
+    let ops: Vec<(usize, QueuedOp)> = ops.into_iter().filter_map(skip).collect();
     if ops.is_empty() {
         return;
     }
     let together = scoped(&gpu.device, || {
         let mut recorder = Recorder::new(&gpu.device);
-        for op in &ops {
+        for (_, op) in &ops {
             record(gpu, &mut recorder, &op.command, &op.plan);
         }
         recorder.finish()
@@ -146,19 +157,17 @@ fn record_together(
         return;
     }
     // One of them (at least) failed, and took the encoder with it: find it.
-    for op in ops {
-        if let Some(error) = op.io.failed_input(stream) {
-            op.fail(error, tally);
-            continue;
-        }
+    for (origin, op) in ops {
+        let Some((origin, op)) = skip((origin, op)) else { continue };
         let alone = scoped(&gpu.device, || {
             let mut recorder = Recorder::new(&gpu.device);
             record(gpu, &mut recorder, &op.command, &op.plan);
             recorder.finish()
         });
+        let (stream, tally) = &origins[origin];
         match alone {
             Ok(commands) => recorded.push(commands),
-            Err(failure) => op.fail(Error::OpFailed { stream, message: failure.message() }, tally),
+            Err(failure) => op.fail(Error::OpFailed { stream: *stream, message: failure.message() }, tally),
         }
     }
 }
