@@ -45,11 +45,12 @@ use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
-/// A lane submits its batch once it holds this many ops, so long streams of
-/// work start running before anyone waits for them; they are recorded into
-/// one command buffer. A lane that cannot submit (held behind a gate or a
-/// wait) keeps its ops queued, unrecorded, at a few hundred bytes each
-/// (`queued_bytes`), until it can.
+/// A lane issues its batch once it holds this many ops, and the pending
+/// submission is made once it holds this many, so long streams of work start
+/// running before anyone waits for them; they are recorded into one command
+/// buffer. A lane that cannot issue (held behind a gate or a wait) keeps its
+/// ops queued, unrecorded, at a few hundred bytes each (`queued_bytes`),
+/// until it can.
 const BATCH_LIMIT: usize = 32;
 
 /// Names a lane: its slot, and which of the lanes that used the slot.
@@ -60,6 +61,7 @@ pub(crate) struct LaneId {
 }
 
 pub(crate) enum Item {
+    /// A batch, issued into the pending submission.
     Submit(Vec<Queued>),
     Read(Readback),
     /// Holds until lane `lane` has issued `upto` items.
