@@ -2,15 +2,17 @@
 //! size: in windows no larger than the device's storage binding limit, each
 //! dispatched as a 2D grid of 256-thread groups (one thread per 4-byte word).
 //! Each launch is planned in `prepare` (pipeline, windows, uniform blocks)
-//! and recorded over its buffers in `enqueue`.
+//! and recorded over its buffers when its batch is submitted.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
 use super::encode::Recorder;
 use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
 use super::scope::{Failure, BACKEND};
 use crate::error::Error;
+use crate::lock::lock;
 
 /// Every element-wise kernel reads its parameters from this struct:
 /// `n` words in this window, `base` = index of the window's first word.
@@ -24,7 +26,7 @@ const INDEX: &str = "
 ";
 
 /// A built-in element-wise kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Elementwise {
     /// (dst) ← a
     Fill,
@@ -155,6 +157,30 @@ fn immediate(gpu: &Gpu) -> bool {
     gpu.immediate_bytes >= BUILTIN_PARAMS_BYTES
 }
 
+/// The built-in pipelines by kernel (`None`: the masked word write) and
+/// whether every binding is writable: an op finds its pipeline without
+/// writing out and hashing its source, as the pipeline cache would.
+#[derive(Default)]
+pub(crate) struct Builtins {
+    pipelines: Mutex<HashMap<(Option<Elementwise>, bool), Arc<Pipeline>>>,
+}
+
+impl Builtins {
+    fn get(
+        &self,
+        key: (Option<Elementwise>, bool),
+        make: impl FnOnce() -> Result<Arc<Pipeline>, Error>,
+    ) -> Result<Arc<Pipeline>, Error> {
+        if let Some(pipeline) = lock(&self.pipelines).get(&key) {
+            return Ok(pipeline.clone());
+        }
+        // Made outside the lock (a first compile is slow); a race makes it twice, harmlessly.
+        let pipeline = make()?;
+        lock(&self.pipelines).insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
 /// A built-in pipeline; a built-in that does not compile is a bug of ours,
 /// reported as the backend's error.
 fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
@@ -215,12 +241,14 @@ pub(crate) fn plan_elementwise(
     shared: bool,
 ) -> Result<ElementwisePlan, Error> {
     let shape = gpu.shape;
-    let pipeline = if shared {
-        let source = op.source(immediate(gpu)).replace("var<storage, read>", "var<storage, read_write>");
-        builtin(gpu, &source, &[false; 3][..op.read_only().len()])?
-    } else {
-        builtin(gpu, &op.source(immediate(gpu)), op.read_only())?
-    };
+    let pipeline = gpu.builtins.get((Some(op), shared), || {
+        if shared {
+            let source = op.source(immediate(gpu)).replace("var<storage, read>", "var<storage, read_write>");
+            builtin(gpu, &source, &[false; 3][..op.read_only().len()])
+        } else {
+            builtin(gpu, &op.source(immediate(gpu)), op.read_only())
+        }
+    })?;
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {
@@ -273,7 +301,7 @@ pub(crate) type MaskedWord = (u64, u32, u32);
 /// Plans masked writes of `words`.
 pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
     let align = gpu.shape.align;
-    let pipeline = builtin(gpu, &patch_source(immediate(gpu)), &[false])?;
+    let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false]))?;
     let (mut patches, mut blocks) = (Vec::new(), Vec::new());
     for &(word, keep, bits) in words {
         let byte = word * 4;

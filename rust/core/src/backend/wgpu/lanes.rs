@@ -98,6 +98,8 @@ pub(crate) struct Lane {
     reads: Arc<Reads>,
     /// Its stream was dropped: the lane goes once its items are issued.
     retiring: bool,
+    /// In [`Lanes::active`].
+    listed: bool,
 }
 
 impl Lane {
@@ -142,6 +144,9 @@ pub(crate) struct Lanes {
     streams: u32,
     /// Slots of lanes whose stream was dropped.
     retiring: Vec<usize>,
+    /// Slots of the lanes with items to issue (see [`Lanes::note`]): what
+    /// `pump` looks at, so that idle streams cost it nothing.
+    active: Vec<usize>,
     /// Queue submissions made so far.
     submits: u64,
     /// Runs issued but not yet submitted, in issue order: submitted together
@@ -156,6 +161,15 @@ pub(crate) struct Lanes {
 impl Lanes {
     fn get(&self, id: LaneId) -> Option<&Lane> {
         self.slots.get(id.slot)?.as_ref().filter(|lane| lane.generation == id.generation)
+    }
+
+    /// Lists lane `id` among the active ones if it has items to issue.
+    fn note(&mut self, id: LaneId) {
+        let Some(lane) = self.slots.get_mut(id.slot).and_then(Option::as_mut) else { return };
+        if !lane.listed && !lane.items.is_empty() {
+            lane.listed = true;
+            self.active.push(id.slot);
+        }
     }
 
     fn get_mut(&mut self, id: LaneId) -> Result<&mut Lane> {
@@ -248,6 +262,7 @@ impl Shared {
             last_submit: 0,
             reads: Arc::new(Reads::default()),
             retiring: false,
+            listed: false,
         };
         let slot = match lanes.free.pop() {
             Some(slot) => {
@@ -274,6 +289,7 @@ impl Shared {
         slot.flush();
         slot.retiring = true;
         lanes.retiring.push(lane.slot);
+        lanes.note(lane);
         self.pump(&mut lanes);
     }
 
@@ -281,6 +297,7 @@ impl Shared {
     fn with_lane<T>(&self, lane: LaneId, f: impl FnOnce(&mut Lane) -> T) -> Result<T> {
         let mut lanes = lock(&self.lanes);
         let value = f(lanes.get_mut(lane)?);
+        lanes.note(lane);
         self.pump(&mut lanes);
         Ok(value)
     }
@@ -359,6 +376,7 @@ impl Shared {
         }
         slot.flush();
         slot.push(Item::Wait { lane: mark.lane, upto: mark.upto });
+        lanes.note(lane);
         self.pump(&mut lanes);
         Ok(true)
     }
@@ -373,13 +391,23 @@ impl Shared {
         }
         loop {
             let mut moved = false;
-            for index in 0..lanes.slots.len() {
+            let mut at = 0;
+            while let Some(&index) = lanes.active.get(at) {
                 while self.head_ready(lanes, index) {
                     let Some(lane) = lanes.slots[index].as_mut() else { break };
                     let Some(item) = lane.items.pop_front() else { break };
                     lane.issued += 1;
                     self.issue(lanes, index, item);
                     moved = true;
+                }
+                match lanes.slots[index].as_mut() {
+                    Some(lane) if !lane.items.is_empty() => at += 1,
+                    idle => {
+                        if let Some(lane) = idle {
+                            lane.listed = false;
+                        }
+                        lanes.active.swap_remove(at);
+                    }
                 }
             }
             if !moved {
