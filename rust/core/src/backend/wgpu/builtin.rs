@@ -162,13 +162,16 @@ fn immediate(gpu: &Gpu) -> bool {
 /// writing out and hashing its source, as the pipeline cache would.
 #[derive(Default)]
 pub(crate) struct Builtins {
-    pipelines: Mutex<HashMap<(Option<Elementwise>, bool), Arc<Pipeline>>>,
+    pipelines: Mutex<HashMap<BuiltinKey, Arc<Pipeline>>>,
 }
+
+/// A built-in kernel (`None`: the masked word write), and whether every binding is writable.
+type BuiltinKey = (Option<Elementwise>, bool);
 
 impl Builtins {
     fn get(
         &self,
-        key: (Option<Elementwise>, bool),
+        key: BuiltinKey,
         make: impl FnOnce() -> Result<Arc<Pipeline>, Error>,
     ) -> Result<Arc<Pipeline>, Error> {
         if let Some(pipeline) = lock(&self.pipelines).get(&key) {
