@@ -225,6 +225,38 @@ fn a_failure_in_a_submission_streams_share_fails_only_its_op_and_its_readers() {
     runtime.close().unwrap();
 }
 
+#[test]
+fn bind_groups_are_reused_and_dropped_with_their_buffers() {
+    use weir_core::backend::wgpu::WgpuBackend;
+    use weir_core::backend::{direct, Backend, Command, SignalKind, Span};
+    let Some(runtime) = open() else { return };
+    runtime.close().unwrap();
+    let backend = WgpuBackend::open(0).unwrap();
+    let stream = backend.create_stream().unwrap();
+    let (memory, other) = (backend.allocate(16).unwrap(), backend.allocate(16).unwrap());
+    let fill = |memory, word| Command::Fill { dst: Span { buffer: memory, offset: 0, len: 16 }, word };
+    for word in [1, 2, 3] {
+        // SAFETY: both memories outlive the signal waited for below; one stream uses them.
+        unsafe { direct::submit(&backend, &stream, fill(&memory, word)) }.unwrap();
+    }
+    // SAFETY: as above.
+    unsafe { direct::submit(&backend, &stream, fill(&other, 4)) }.unwrap();
+    let done = direct::completion(1);
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    while !done.is_complete() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let Some(kept) = backend.kept_bind_groups() else {
+        eprintln!("wgpu: bind group reuse skipped (the device takes no immediate data)");
+        return;
+    };
+    assert_eq!(kept, 2, "the fills of one buffer share one group");
+    drop(memory);
+    assert_eq!(backend.kept_bind_groups(), Some(1), "a freed buffer's groups go with it");
+    drop(other);
+    assert_eq!(backend.kept_bind_groups(), Some(0));
+}
+
 /// Adds the scalar to the first word.
 const ADD_SCALAR: &str = "
 @group(0) @binding(0) var<storage, read_write> x: array<u32>;

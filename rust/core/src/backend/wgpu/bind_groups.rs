@@ -55,6 +55,12 @@ impl BindGroups {
         group
     }
 
+    /// Entries kept now.
+    #[cfg(feature = "test-support")]
+    pub fn len(&self) -> usize {
+        lock(&self.entries).len()
+    }
+
     /// Drops every entry binding `buffer` (its memory is being freed).
     pub fn forget(&self, buffer: &wgpu::Buffer) {
         let mut entries = lock(&self.entries);

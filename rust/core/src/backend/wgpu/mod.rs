@@ -130,6 +130,14 @@ impl WgpuBackend {
     fn gpu(&self) -> &Gpu {
         &self.shared.gpu
     }
+
+    /// Test support: the bind groups kept for reuse now; `None` where the
+    /// device takes no immediate data (every group then holds a per-op
+    /// uniform buffer, and none is kept).
+    #[cfg(feature = "test-support")]
+    pub fn kept_bind_groups(&self) -> Option<usize> {
+        (self.gpu().immediate_bytes > 0).then(|| self.gpu().bind_groups.len())
+    }
 }
 
 impl Backend for WgpuBackend {
