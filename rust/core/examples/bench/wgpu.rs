@@ -723,6 +723,7 @@ fn queued_op_memory(report: &mut Report, runtime: &Runtime, raw: &Raw, ops: usiz
         stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op");
     }
     let held = resident_bytes().unwrap_or(before);
+    let counted = runtime.diagnostics().backend.queued_bytes;
     hold.release();
     sync(&stream);
     assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![ops as u32 + 1]);
@@ -743,10 +744,11 @@ fn queued_op_memory(report: &mut Report, runtime: &Runtime, raw: &Raw, ops: usiz
         raw_per_op,
         false,
         &format!(
-            "resident set {} -> {} MB; raw = {ops} finished command buffers of one dispatch held unsubmitted \
-             ({} -> {} MB)",
+            "resident set {} -> {} MB, the backend counts {} bytes per op queued; raw = {ops} finished command \
+             buffers of one dispatch held unsubmitted ({} -> {} MB)",
             before >> 20,
             held >> 20,
+            counted / ops as u64,
             raw_before >> 20,
             raw_held >> 20
         ),
