@@ -257,6 +257,26 @@ fn bind_groups_are_reused_and_dropped_with_their_buffers() {
     assert_eq!(backend.kept_bind_groups(), Some(0));
 }
 
+#[test]
+fn work_issued_before_a_failed_external_write_still_runs() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let (x, y) = (s.zeros(ElementType::U32, 4).unwrap(), s.zeros(ElementType::U32, 4).unwrap());
+    runtime.fence().unwrap().wait().unwrap();
+    s.fill_u32(&x, 7).unwrap();
+    let copy_onto_itself = s.external_write(&[&y], |raw| {
+        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+        let buffer = raw.buffers()[0].clone();
+        raw.encoder().copy_buffer_to_buffer(&buffer, 0, &buffer, 0, 4);
+        Ok(())
+    });
+    assert!(copy_onto_itself.is_err(), "a copy of a buffer onto itself is refused");
+    // The failure is after the fill in s (issued with it, not yet
+    // submitted): the fill ran, as t sees.
+    assert_eq!(t.read_as::<u32>(&x).unwrap(), vec![7; 4]);
+    runtime.close().unwrap();
+}
+
 /// Adds the scalar to the first word.
 const ADD_SCALAR: &str = "
 @group(0) @binding(0) var<storage, read_write> x: array<u32>;

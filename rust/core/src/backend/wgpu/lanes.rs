@@ -543,8 +543,7 @@ impl Shared {
 
     /// Records and submits the runs issued so far, as one submission: ops of
     /// several lanes, one after another in issue order, share its command
-    /// buffer (the queue orders them as it would across submissions). Runs
-    /// of lanes that failed since they were issued are dropped.
+    /// buffer (the queue orders them as it would across submissions).
     fn submit_pending(&self, lanes: &mut Lanes) {
         if lanes.pending.is_empty() {
             return;
@@ -552,15 +551,11 @@ impl Shared {
         let gpu = &self.gpu;
         let runs = std::mem::take(&mut lanes.pending);
         lanes.pending_ops = 0;
-        let live = |run: &PendingRun| {
-            lanes.slots.get(run.slot).and_then(Option::as_ref).filter(|lane| lane.generation == run.generation)
-        };
+        // A run issued before its lane failed still runs, as it would have
+        // had it been submitted at once.
         let mut origins = Vec::with_capacity(runs.len());
         let mut kept = Vec::with_capacity(runs.len());
         for run in runs {
-            if live(&run).is_some_and(|lane| lane.status.is_err()) {
-                continue;
-            }
             origins.push((run.slot, run.generation));
             kept.push((run.stream, run.tally, run.run));
         }
