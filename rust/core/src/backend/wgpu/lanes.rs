@@ -619,8 +619,12 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // What was issued goes to the device, as it would have at once.
+        let mut held = lock(&self.lanes);
+        self.submit_pending(&mut held);
         // Whatever never got issued (a gate never opened) must still complete.
-        let lanes = std::mem::take(&mut *lock(&self.lanes));
+        let lanes = std::mem::take(&mut *held);
+        drop(held);
         for lane in lanes.slots.into_iter().flatten() {
             for item in lane.items {
                 match item {
