@@ -22,6 +22,12 @@ pub struct BackendCounters {
     pub host_staging_buffers: u64,
     /// Conflicting overlapping accesses seen by a race detector (CPU backend).
     pub race_violations: u64,
+    /// Ops admitted but not yet handed to the device (wgpu: not yet recorded
+    /// and submitted, such as the ops behind a held or waiting stream).
+    pub queued_ops: u64,
+    /// Host bytes those queued ops hold, as the backend counts its own
+    /// allocations for them (wgpu; the driver's are not in it).
+    pub queued_bytes: u64,
 }
 
 /// [`BackendCounters`] as a backend keeps them: bumped from any thread, read
@@ -52,6 +58,7 @@ impl Counters {
             device_to_host_copies: load(&self.device_to_host_copies),
             host_staging_buffers: load(&self.host_staging_buffers),
             race_violations: load(&self.race_violations),
+            ..BackendCounters::default()
         }
     }
 }

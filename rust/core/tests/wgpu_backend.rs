@@ -168,22 +168,176 @@ fn main() { out[0] = vec4<u32>(1u); }
 ";
 
 #[test]
-fn an_op_that_fails_to_record_is_reported_failed_and_its_stream_goes_on() {
+fn an_op_that_fails_to_record_fails_alone_with_its_data_and_its_stream_goes_on() {
     let Some(runtime) = open() else { return };
     let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
     let small = s.zeros(ElementType::Bytes, 4).unwrap();
+    let dependent = s.zeros(ElementType::Bytes, 4).unwrap();
+    let (before, after) = (s.zeros(ElementType::U32, 4).unwrap(), s.zeros(ElementType::U32, 4).unwrap());
     s.fence().unwrap().wait().unwrap();
     let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
-    let error = s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap_err();
-    assert!(matches!(error, Error::OpFailed { .. }), "{error:?}");
+    // Recorded into one encoder as the stream submits: the ops beside the
+    // failing one still run, and the op reading its output fails with it.
+    s.fill_u32(&before, 1).unwrap();
+    s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap();
+    s.copy(&small, &dependent).unwrap();
+    s.fill_u32(&after, 2).unwrap();
     let fenced = s.fence().unwrap().wait().unwrap_err();
-    assert!(matches!(fenced, Error::OpFailed { .. }), "{fenced:?}");
+    match &fenced {
+        Error::OpFailed { message, .. } => assert!(message.contains("and 1 more failed op"), "{message}"),
+        other => panic!("{other:?}"),
+    }
     // The op failed, not its stream: the next fence is clean and s runs work.
     s.fence().unwrap().wait().unwrap();
+    assert_eq!(s.read_as::<u32>(&before).unwrap(), vec![1; 4]);
+    assert_eq!(s.read_as::<u32>(&after).unwrap(), vec![2; 4]);
+    // The failure follows the data, on any stream; a full overwrite heals it.
+    assert!(matches!(t.read(&small).unwrap_err(), Error::OpFailed { .. }));
+    assert!(matches!(s.read(&dependent).unwrap_err(), Error::OpFailed { .. }));
     s.fill_u32(&small, 3).unwrap();
     assert_eq!(s.read_as::<u32>(&small).unwrap(), vec![3]);
     let other = t.upload(&[8u32; 4]).unwrap();
     assert_eq!(t.read_as::<u32>(&other).unwrap(), vec![8; 4]);
+    runtime.close().unwrap();
+}
+
+#[test]
+fn a_failure_in_a_submission_streams_share_fails_only_its_op_and_its_readers() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let small = s.zeros(ElementType::Bytes, 4).unwrap();
+    let dependent = t.zeros(ElementType::Bytes, 4).unwrap();
+    let fine = t.zeros(ElementType::U32, 4).unwrap();
+    runtime.fence().unwrap().wait().unwrap();
+    let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
+    s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap();
+    t.copy(&small, &dependent).unwrap(); // t waits for s: both go in one submission
+    t.fill_u32(&fine, 4).unwrap();
+    // t's fence submits s's op and t's together: only t's reader of it fails.
+    let on_t = t.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(&on_t, Error::OpFailed { message, .. } if message.contains("failed op")), "{on_t:?}");
+    let on_s = s.fence().unwrap().wait().unwrap_err();
+    assert!(matches!(on_s, Error::OpFailed { .. }), "{on_s:?}");
+    assert_eq!(t.read_as::<u32>(&fine).unwrap(), vec![4; 4]);
+    assert!(t.read(&dependent).is_err());
+    // s's failure was reported once: its stream goes on.
+    s.fence().unwrap().wait().unwrap();
+    runtime.close().unwrap();
+}
+
+#[test]
+fn bind_groups_are_reused_and_dropped_with_their_buffers() {
+    use weir_core::backend::wgpu::WgpuBackend;
+    use weir_core::backend::{direct, Backend, Command, SignalKind, Span};
+    let Some(runtime) = open() else { return };
+    runtime.close().unwrap();
+    let backend = WgpuBackend::open(0).unwrap();
+    let stream = backend.create_stream().unwrap();
+    let (memory, other) = (backend.allocate(16).unwrap(), backend.allocate(16).unwrap());
+    let fill = |memory, word| Command::Fill { dst: Span { buffer: memory, offset: 0, len: 16 }, word };
+    for word in [1, 2, 3] {
+        // SAFETY: both memories outlive the signal waited for below; one stream uses them.
+        unsafe { direct::submit(&backend, &stream, fill(&memory, word)) }.unwrap();
+    }
+    // SAFETY: as above.
+    unsafe { direct::submit(&backend, &stream, fill(&other, 4)) }.unwrap();
+    let done = direct::completion(1);
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    while !done.is_complete() {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let Some(kept) = backend.kept_bind_groups() else {
+        eprintln!("wgpu: bind group reuse skipped (the device takes no immediate data)");
+        return;
+    };
+    assert_eq!(kept, 2, "the fills of one buffer share one group");
+    drop(memory);
+    assert_eq!(backend.kept_bind_groups(), Some(1), "a freed buffer's groups go with it");
+    drop(other);
+    assert_eq!(backend.kept_bind_groups(), Some(0));
+}
+
+#[test]
+fn work_issued_before_a_failed_external_write_still_runs() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let (x, y) = (s.zeros(ElementType::U32, 4).unwrap(), s.zeros(ElementType::U32, 4).unwrap());
+    runtime.fence().unwrap().wait().unwrap();
+    s.fill_u32(&x, 7).unwrap();
+    let copy_onto_itself = s.external_write(&[&y], |raw| {
+        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+        let buffer = raw.buffers()[0].clone();
+        raw.encoder().copy_buffer_to_buffer(&buffer, 0, &buffer, 0, 4);
+        Ok(())
+    });
+    assert!(copy_onto_itself.is_err(), "a copy of a buffer onto itself is refused");
+    // The failure is after the fill in s (issued with it, not yet
+    // submitted): the fill ran, as t sees.
+    assert_eq!(t.read_as::<u32>(&x).unwrap(), vec![7; 4]);
+    runtime.close().unwrap();
+}
+
+/// Adds the scalar to the first word.
+const ADD_SCALAR: &str = "
+@group(0) @binding(0) var<storage, read_write> x: array<u32>;
+struct Scalars { k: u32 }
+@group(0) @binding(1) var<uniform> p: Scalars;
+@compute @workgroup_size(1)
+fn main() { x[0] = x[0] + p.k; }
+";
+
+#[test]
+fn ops_queued_behind_a_hold_cost_bytes_not_command_buffers() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let counter = s.zeros(ElementType::U32, 1).unwrap();
+    let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
+    let add = |k: u32| s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(k)]).unwrap();
+    add(0);
+    s.fence().unwrap().wait().unwrap();
+    let idle = runtime.diagnostics().backend;
+    assert_eq!((idle.queued_ops, idle.queued_bytes), (0, 0), "nothing queued on an idle runtime");
+    let hold = s.hold().unwrap();
+    const OPS: u64 = 5_000;
+    for k in 0..OPS {
+        add(k as u32);
+    }
+    let held = runtime.diagnostics().backend;
+    assert_eq!(held.queued_ops, OPS, "every op behind the hold is queued, none recorded");
+    let per_op = held.queued_bytes / OPS;
+    assert!((64..=1024).contains(&per_op), "{per_op} bytes per queued op");
+    hold.release();
+    s.fence().unwrap().wait().unwrap();
+    let done = runtime.diagnostics().backend;
+    assert_eq!((done.queued_ops, done.queued_bytes), (0, 0), "recording releases what the queue held");
+    let sum = (0..OPS as u32).fold(0u32, u32::wrapping_add);
+    assert_eq!(s.read_as::<u32>(&counter).unwrap(), vec![sum]);
+    runtime.close().unwrap();
+}
+
+#[test]
+fn runs_recorded_together_keep_cross_stream_order() {
+    let Some(runtime) = open() else { return };
+    let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let [a, b, c, d] = [0; 4].map(|_| s.zeros(ElementType::F32, 64).unwrap());
+    s.fence().unwrap().wait().unwrap();
+    // Everything below is queued behind the hold, more than a batch on s.
+    let hold = s.hold().unwrap();
+    s.fill_f32(&a, 1.0).unwrap();
+    for _ in 0..40 {
+        s.axpy(1.0, &a, &b).unwrap(); // b = 40
+    }
+    t.axpy(1.0, &b, &c).unwrap(); // t waits for s's last write of b: c = 40
+    s.add(&b, &c, &d).unwrap(); // s waits for t: d = 80
+    t.fill_f32(&a, 5.0).unwrap(); // t waits for s's reads of a
+    let early = t.fence().unwrap();
+    assert!(!early.is_complete(), "t ran past the held stream");
+    hold.release();
+    assert_eq!(t.read_as::<f32>(&c).unwrap(), vec![40.0; 64]);
+    assert_eq!(s.read_as::<f32>(&d).unwrap(), vec![80.0; 64]);
+    assert_eq!(s.read_as::<f32>(&b).unwrap(), vec![40.0; 64]);
+    assert_eq!(s.read_as::<f32>(&a).unwrap(), vec![5.0; 64]);
+    early.wait().unwrap();
     runtime.close().unwrap();
 }
 

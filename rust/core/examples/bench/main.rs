@@ -1,7 +1,10 @@
 //! `cargo xtask bench`: Weir beside the raw backend, measured in the same run.
 //!
 //! Prints one JSON line per figure, then a readable table.
-//! `--backend NAME` (repeatable) limits the run to some backends.
+//! `--backend NAME` (repeatable) limits the run to some backends; `--only
+//! PART` (repeatable) to some parts of them: `scaling`, and on wgpu `fence`,
+//! `queued`, `launches`, `fills`, `compiles`, `live` (a quick run while
+//! iterating on one figure).
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -17,6 +20,8 @@ fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let wanted: Vec<&str> = args.windows(2).filter(|w| w[0] == "--backend").map(|w| w[1].as_str()).collect();
     let wants = |name: &str| wanted.is_empty() || wanted.contains(&name);
+    let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
+    let part = |name: &str| parts.is_empty() || parts.contains(&name);
     let mut report = Report::default();
     if wants("cpu") {
         cpu::run(&mut report);
@@ -25,8 +30,10 @@ fn main() {
     #[cfg(feature = "wgpu")]
     if wants("wgpu") {
         // First: wgpu's cost follows the most buffers ever alive, which its own bench raises last.
-        scaling::run(&mut report, weir_core::BackendKind::Wgpu);
-        wgpu::run(&mut report);
+        if part("scaling") {
+            scaling::run(&mut report, weir_core::BackendKind::Wgpu);
+        }
+        wgpu::run(&mut report, &part);
     }
     #[cfg(feature = "cuda")]
     if wants("cuda") {

@@ -9,13 +9,15 @@
 //! - launches: 10 000 tiny dispatches, each with its own scalar, admitted
 //!   then fenced, in µs per launch (raw: one command buffer per dispatch, a
 //!   bind group made once, the scalars in a dynamic-offset uniform ring,
-//!   submitted 32 at a time);
+//!   submitted 32 at a time; and beside raw recording 32 dispatches into
+//!   one compute pass of one command buffer, as Weir records a batch);
 //! - tiny dispatch round trip: one tiny dispatch, then its fence resolved;
 //! - admission with many live buffers: µs per admitted op with 10, 1 000 and
 //!   100 000 buffers alive, beside raw recording and submitting the same op
 //!   with as many raw buffers alive;
-//! - queued ops: host memory held per op queued behind a held stream (no
-//!   raw side: raw wgpu has no queue of its own).
+//! - queued ops: host memory held per op queued behind a held stream
+//!   (resident set before and after; raw: as many finished command buffers
+//!   of the same dispatch held unsubmitted, what one command buffer costs).
 //!
 //! Runs alternate Weir and raw, so both see the same device state.
 //!
@@ -448,11 +450,8 @@ impl RawLaunches {
         RawLaunches { pipeline, bind, ring, stride, batch: Vec::new(), scalars: vec![0; (stride as usize) * RAW_BATCH] }
     }
 
-    /// Records one launch adding `k`; submits when a batch is full.
-    fn launch(&mut self, raw: &Raw, k: u32) {
-        let slot = self.batch.len();
-        let at = slot * self.stride as usize;
-        self.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+    /// Records one launch in ring slot `slot`, as its own command buffer.
+    fn record(&self, raw: &Raw, slot: usize) -> wgpu::CommandBuffer {
         let mut encoder = raw.encoder();
         {
             let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
@@ -460,7 +459,16 @@ impl RawLaunches {
             pass.set_bind_group(0, &self.bind, &[(slot as u64 * self.stride) as u32]);
             pass.dispatch_workgroups(1, 1, 1);
         }
-        self.batch.push(encoder.finish());
+        encoder.finish()
+    }
+
+    /// Records one launch adding `k`; submits when a batch is full.
+    fn launch(&mut self, raw: &Raw, k: u32) {
+        let slot = self.batch.len();
+        let at = slot * self.stride as usize;
+        self.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+        let commands = self.record(raw, slot);
+        self.batch.push(commands);
         if self.batch.len() == RAW_BATCH {
             self.submit(raw);
         }
@@ -475,6 +483,53 @@ impl RawLaunches {
     }
 
     /// Submits what is recorded and waits for it.
+    fn finish(&mut self, raw: &Raw) {
+        self.submit(raw);
+        raw.submit_and_wait(None);
+    }
+}
+
+/// The same launches recorded the way Weir records a batch: each adds its
+/// scalar to the ring, and every 32 are recorded into one command buffer,
+/// as dispatches of one compute pass, and submitted.
+struct RawPassLaunches {
+    launches: RawLaunches,
+    pending: usize,
+}
+
+impl RawPassLaunches {
+    fn new(raw: &Raw, target: &wgpu::Buffer) -> RawPassLaunches {
+        RawPassLaunches { launches: RawLaunches::new(raw, target), pending: 0 }
+    }
+
+    fn launch(&mut self, raw: &Raw, k: u32) {
+        let at = self.pending * self.launches.stride as usize;
+        self.launches.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
+        self.pending += 1;
+        if self.pending == RAW_BATCH {
+            self.submit(raw);
+        }
+    }
+
+    fn submit(&mut self, raw: &Raw) {
+        if self.pending == 0 {
+            return;
+        }
+        let l = &self.launches;
+        let mut encoder = raw.encoder();
+        {
+            let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor::default());
+            pass.set_pipeline(&l.pipeline);
+            for slot in 0..self.pending {
+                pass.set_bind_group(0, &l.bind, &[(slot as u64 * l.stride) as u32]);
+                pass.dispatch_workgroups(1, 1, 1);
+            }
+        }
+        raw.queue.write_buffer(&l.ring, 0, &l.scalars[..self.pending * l.stride as usize]);
+        raw.queue.submit(Some(encoder.finish()));
+        self.pending = 0;
+    }
+
     fn finish(&mut self, raw: &Raw) {
         self.submit(raw);
         raw.submit_and_wait(None);
@@ -506,16 +561,20 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
     let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_counter = raw.buffer(4);
     let mut raw_launches = RawLaunches::new(raw, &raw_counter);
+    let pass_counter = raw.buffer(4);
+    let mut pass_launches = RawPassLaunches::new(raw, &pass_counter);
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
     let launch = |k: u32| stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(k)]);
     // Warm up: compiles, first submissions.
     for k in 0..64 {
         launch(k).expect("launch");
         raw_launches.launch(raw, k);
+        pass_launches.launch(raw, k);
     }
     sync(&stream);
     raw_launches.finish(raw);
-    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    pass_launches.finish(raw);
+    let (mut weir, mut baseline, mut in_passes) = (Vec::new(), Vec::new(), Vec::new());
     let mut expected = (0..64).sum::<u32>();
     for _ in 0..3 {
         weir.push(timed(|| {
@@ -530,20 +589,37 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
             }
             raw_launches.finish(raw);
         }));
+        in_passes.push(timed(|| {
+            for k in 0..launches {
+                pass_launches.launch(raw, k);
+            }
+            pass_launches.finish(raw);
+        }));
         expected = expected.wrapping_add((0..launches).fold(0u32, u32::wrapping_add));
     }
     assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![expected], "Weir's launches");
     assert_eq!(read_u32(raw, &raw_counter), expected, "raw launches");
+    assert_eq!(read_u32(raw, &pass_counter), expected, "raw launches in passes");
     let per_launch = |d: Duration| micros(d) / f64::from(launches);
+    let weir = per_launch(median(&mut weir));
     report.add(Figure::beside(
         "wgpu",
         &format!("{launches} tiny launches, us/launch"),
         "us",
-        per_launch(median(&mut weir)),
+        weir,
         per_launch(median(&mut baseline)),
         false,
         "median of 3, admission to fence resolved; raw = a command buffer per dispatch, one bind group, \
          scalars in a dynamic-offset uniform ring, 32 per submit",
+    ));
+    report.add(Figure::beside(
+        "wgpu",
+        &format!("{launches} tiny launches, us/launch (raw in passes)"),
+        "us",
+        weir,
+        per_launch(median(&mut in_passes)),
+        false,
+        "the same Weir run; raw = 32 dispatches per command buffer in one compute pass, as Weir records a batch",
     ));
     let (mut weir, mut baseline) = (Vec::new(), Vec::new());
     for round in 0..rounds + rounds / 10 {
@@ -578,6 +654,7 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
     let counter = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_counter = raw.buffer(4);
     let mut raw_launches = RawLaunches::new(raw, &raw_counter);
+    let mut pass_launches = RawPassLaunches::new(raw, &raw_counter);
     let kernel = Kernel::custom("add_scalar").wgsl(ADD_SCALAR, "main").build();
     let (mut alive, mut raw_alive) = (Vec::new(), Vec::new());
     for &live in counts {
@@ -585,7 +662,7 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
             alive.push(stream.empty(ElementType::Bytes, 4).expect("allocate"));
             raw_alive.push(raw.buffer(4));
         }
-        let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+        let (mut weir, mut baseline, mut in_passes) = (Vec::new(), Vec::new(), Vec::new());
         for op in 0..ops {
             weir.push(timed(|| {
                 stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op")
@@ -598,6 +675,14 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
         }
         sync(&stream);
         raw_launches.finish(raw);
+        // Alone: its submissions would land inside the others' timed ops.
+        for op in 0..ops {
+            in_passes.push(timed(|| pass_launches.launch(raw, 1)));
+            if op % RAW_BATCH == RAW_BATCH - 1 {
+                pass_launches.finish(raw);
+            }
+        }
+        pass_launches.finish(raw);
         let mean = |samples: &[Duration]| micros(samples.iter().sum::<Duration>()) / samples.len() as f64;
         report.add(Figure::beside(
             "wgpu",
@@ -608,12 +693,21 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
             false,
             &format!("mean over {ops} ops, fenced every {RAW_BATCH} (untimed); raw = record + submit per 32"),
         ));
+        report.add(Figure::beside(
+            "wgpu",
+            &format!("admission with {live} live buffers, us/op (raw in passes)"),
+            "us",
+            mean(&weir),
+            mean(&in_passes),
+            false,
+            "the same Weir ops; raw = 32 dispatches per command buffer in one compute pass, as Weir records a batch",
+        ));
     }
 }
 
 /// Host memory per op queued behind a held stream: resident set size before
 /// and after queueing `ops` tiny ops, reported per op.
-fn queued_op_memory(report: &mut Report, runtime: &Runtime, ops: usize) {
+fn queued_op_memory(report: &mut Report, runtime: &Runtime, raw: &Raw, ops: usize) {
     let Some(before) = resident_bytes() else {
         eprintln!("wgpu: queued-op memory skipped (no /proc/self/statm)");
         return;
@@ -629,19 +723,36 @@ fn queued_op_memory(report: &mut Report, runtime: &Runtime, ops: usize) {
         stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op");
     }
     let held = resident_bytes().unwrap_or(before);
+    let counted = runtime.diagnostics().backend.queued_bytes;
     hold.release();
     sync(&stream);
     assert_eq!(stream.read_as::<u32>(&counter).expect("read"), vec![ops as u32 + 1]);
     let per_op = held.saturating_sub(before) as f64 / ops as f64;
-    report.add(Figure {
-        backend: "wgpu".into(),
-        name: format!("host memory per op queued ({ops} behind a hold)"),
-        unit: "bytes",
-        weir: per_op,
-        baseline: None,
-        higher_is_better: false,
-        note: format!("resident set {} -> {} MB", before >> 20, held >> 20),
-    });
+    // Raw: as many finished command buffers of the same dispatch, held unsubmitted.
+    let raw_before = resident_bytes().unwrap_or(0);
+    let raw_counter = raw.buffer(4);
+    let raw_launches = RawLaunches::new(raw, &raw_counter);
+    let recorded: Vec<wgpu::CommandBuffer> = (0..ops).map(|_| raw_launches.record(raw, 0)).collect();
+    let raw_held = resident_bytes().unwrap_or(raw_before);
+    drop(recorded);
+    let raw_per_op = raw_held.saturating_sub(raw_before) as f64 / ops as f64;
+    report.add(Figure::beside(
+        "wgpu",
+        &format!("host memory per op queued ({ops} behind a hold)"),
+        "bytes",
+        per_op,
+        raw_per_op,
+        false,
+        &format!(
+            "resident set {} -> {} MB, the backend counts {} bytes per op queued; raw = {ops} finished command \
+             buffers of one dispatch held unsubmitted ({} -> {} MB)",
+            before >> 20,
+            held >> 20,
+            counted / ops as u64,
+            raw_before >> 20,
+            raw_held >> 20
+        ),
+    ));
 }
 
 /// This process's resident set size (Linux).
@@ -759,7 +870,8 @@ fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: us
     ));
 }
 
-pub fn run(report: &mut Report) {
+/// Runs the parts `part` accepts (see `main`).
+pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
     let runtime = match Runtime::open(BackendKind::Wgpu) {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -774,14 +886,27 @@ pub fn run(report: &mut Report) {
     let software = info.name.contains("software");
     let bytes = std::env::var("WEIR_BENCH_FILL_BYTES").ok().and_then(|v| v.parse().ok()).unwrap_or(GIB);
     let bytes = bytes.min(info.max_buffer_bytes);
-    fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
-    queued_op_memory(report, &runtime, 5_000);
-    launches(report, &runtime, &raw, 10_000, if software { 500 } else { 2000 });
-    fills(report, &runtime, &raw, bytes, if software { 9 } else { 40 });
-    admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
+    if part("fence") {
+        fence_round_trip(report, &runtime, &raw, if software { 500 } else { 2000 });
+    }
+    if part("queued") {
+        queued_op_memory(report, &runtime, &raw, 5_000);
+    }
+    if part("launches") {
+        launches(report, &runtime, &raw, 10_000, if software { 500 } else { 2000 });
+    }
+    if part("fills") {
+        fills(report, &runtime, &raw, bytes, if software { 9 } else { 40 });
+    }
+    if part("compiles") {
+        admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
+    }
     // Last: wgpu-core sizes every command buffer's trackers to the most
     // buffers the device ever had alive, so what runs after this is slower.
-    admission_with_live_buffers(report, &runtime, &raw, &[10, 1_000, 100_000], if software { 2_000 } else { 20_000 });
+    if part("live") {
+        let counts = [10, 1_000, 100_000];
+        admission_with_live_buffers(report, &runtime, &raw, &counts, if software { 2_000 } else { 20_000 });
+    }
     drop(raw);
     runtime.close().expect("close");
 }

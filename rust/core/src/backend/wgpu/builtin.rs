@@ -2,14 +2,17 @@
 //! size: in windows no larger than the device's storage binding limit, each
 //! dispatched as a 2D grid of 256-thread groups (one thread per 4-byte word).
 //! Each launch is planned in `prepare` (pipeline, windows, uniform blocks)
-//! and recorded over its buffers in `enqueue`.
+//! and recorded over its buffers when its batch is submitted.
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
 
 use super::device::Gpu;
+use super::encode::Recorder;
 use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
 use super::scope::{Failure, BACKEND};
 use crate::error::Error;
+use crate::lock::lock;
 
 /// Every element-wise kernel reads its parameters from this struct:
 /// `n` words in this window, `base` = index of the window's first word.
@@ -23,7 +26,7 @@ const INDEX: &str = "
 ";
 
 /// A built-in element-wise kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub(crate) enum Elementwise {
     /// (dst) ← a
     Fill,
@@ -154,6 +157,33 @@ fn immediate(gpu: &Gpu) -> bool {
     gpu.immediate_bytes >= BUILTIN_PARAMS_BYTES
 }
 
+/// The built-in pipelines by kernel (`None`: the masked word write) and
+/// whether every binding is writable: an op finds its pipeline without
+/// writing out and hashing its source, as the pipeline cache would.
+#[derive(Default)]
+pub(crate) struct Builtins {
+    pipelines: Mutex<HashMap<BuiltinKey, Arc<Pipeline>>>,
+}
+
+/// A built-in kernel (`None`: the masked word write), and whether every binding is writable.
+type BuiltinKey = (Option<Elementwise>, bool);
+
+impl Builtins {
+    fn get(
+        &self,
+        key: BuiltinKey,
+        make: impl FnOnce() -> Result<Arc<Pipeline>, Error>,
+    ) -> Result<Arc<Pipeline>, Error> {
+        if let Some(pipeline) = lock(&self.pipelines).get(&key) {
+            return Ok(pipeline.clone());
+        }
+        // Made outside the lock (a first compile is slow); a race makes it twice, harmlessly.
+        let pipeline = make()?;
+        lock(&self.pipelines).insert(key, pipeline.clone());
+        Ok(pipeline)
+    }
+}
+
 /// A built-in pipeline; a built-in that does not compile is a bug of ours,
 /// reported as the backend's error.
 fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
@@ -197,6 +227,13 @@ pub(crate) struct ElementwisePlan {
     windows: Vec<Window>,
 }
 
+impl ElementwisePlan {
+    /// Bytes of our own it holds beyond its inline size.
+    pub fn heap_bytes(&self) -> usize {
+        self.windows.capacity() * std::mem::size_of::<Window>() + self.params.heap_bytes()
+    }
+}
+
 /// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in
 /// windows; with every binding writable when `shared` (operands in one buffer).
 pub(crate) fn plan_elementwise(
@@ -207,12 +244,14 @@ pub(crate) fn plan_elementwise(
     shared: bool,
 ) -> Result<ElementwisePlan, Error> {
     let shape = gpu.shape;
-    let pipeline = if shared {
-        let source = op.source(immediate(gpu)).replace("var<storage, read>", "var<storage, read_write>");
-        builtin(gpu, &source, &[false; 3][..op.read_only().len()])?
-    } else {
-        builtin(gpu, &op.source(immediate(gpu)), op.read_only())?
-    };
+    let pipeline = gpu.builtins.get((Some(op), shared), || {
+        if shared {
+            let source = op.source(immediate(gpu)).replace("var<storage, read>", "var<storage, read_write>");
+            builtin(gpu, &source, &[false; 3][..op.read_only().len()])
+        } else {
+            builtin(gpu, &op.source(immediate(gpu)), op.read_only())
+        }
+    })?;
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {
@@ -227,18 +266,13 @@ pub(crate) fn plan_elementwise(
 }
 
 /// Records a planned element-wise launch over `operands`.
-pub(crate) fn record_elementwise(
-    device: &wgpu::Device,
-    encoder: &mut wgpu::CommandEncoder,
-    plan: &ElementwisePlan,
-    operands: &[Operand<'_>],
-) {
+pub(crate) fn record_elementwise(gpu: &Gpu, recorder: &mut Recorder, plan: &ElementwisePlan, operands: &[Operand<'_>]) {
     for (index, window) in plan.windows.iter().enumerate() {
         let bindings: Vec<Binding<'_>> = operands
             .iter()
             .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
             .collect();
-        dispatch(device, encoder, &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
+        dispatch(gpu, recorder.pass(), &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
     }
 }
 
@@ -256,6 +290,13 @@ pub(crate) struct PatchPlan {
     patches: Vec<Patch>,
 }
 
+impl PatchPlan {
+    /// Bytes of our own it holds beyond its inline size.
+    pub fn heap_bytes(&self) -> usize {
+        self.patches.capacity() * std::mem::size_of::<Patch>() + self.params.heap_bytes()
+    }
+}
+
 /// A word of a buffer to write partly: its index, the mask of the bits it
 /// keeps, and the bits it sets.
 pub(crate) type MaskedWord = (u64, u32, u32);
@@ -263,7 +304,7 @@ pub(crate) type MaskedWord = (u64, u32, u32);
 /// Plans masked writes of `words`.
 pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
     let align = gpu.shape.align;
-    let pipeline = builtin(gpu, &patch_source(immediate(gpu)), &[false])?;
+    let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false]))?;
     let (mut patches, mut blocks) = (Vec::new(), Vec::new());
     for &(word, keep, bits) in words {
         let byte = word * 4;
@@ -277,8 +318,8 @@ pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan,
 
 /// Records the planned masked writes `which` (indices into the plan) on `buffer`.
 pub(crate) fn record_patches(
-    device: &wgpu::Device,
-    encoder: &mut wgpu::CommandEncoder,
+    gpu: &Gpu,
+    recorder: &mut Recorder,
     plan: &PatchPlan,
     which: &[usize],
     buffer: &wgpu::Buffer,
@@ -286,7 +327,7 @@ pub(crate) fn record_patches(
     for &index in which {
         if let Some(patch) = plan.patches.get(index) {
             let binding = Binding { buffer, offset: patch.offset, size: patch.size };
-            dispatch(device, encoder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
+            dispatch(gpu, recorder.pass(), &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
         }
     }
 }

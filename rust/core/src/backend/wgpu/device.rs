@@ -3,7 +3,8 @@
 use std::sync::{Arc, Mutex};
 
 use super::adapter;
-use super::builtin::Shape;
+use super::bind_groups::BindGroups;
+use super::builtin::{Builtins, Shape};
 use super::memory::WgpuCounters;
 use super::pipelines::PipelineCache;
 use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
@@ -15,6 +16,9 @@ pub(crate) struct Gpu {
     pub limits: wgpu::Limits,
     pub shape: Shape,
     pub pipelines: PipelineCache,
+    pub builtins: Builtins,
+    /// Shared with every allocation, which drops the groups binding it.
+    pub bind_groups: Arc<BindGroups>,
     /// The most bytes of immediate data a dispatch may set (0: the device takes none).
     pub immediate_bytes: u32,
     /// The device takes timestamp queries (`Features::TIMESTAMP_QUERY`).
@@ -77,6 +81,8 @@ impl Gpu {
             queue: opened.queue,
             limits: opened.limits,
             pipelines: PipelineCache::default(),
+            builtins: Builtins::default(),
+            bind_groups: Arc::default(),
             immediate_bytes,
             counters: Arc::new(WgpuCounters::default()),
             info,

@@ -1,71 +1,114 @@
-//! Turns one prepared [`Command`] into one command buffer, recorded in its
-//! own encoder so that a failing op fails alone (wgpu invalidates a whole
-//! encoder on the first bad command) while ops are still submitted in
-//! batches. Everything slow was made in [`super::prepare`]: what is left here,
-//! under the runtime's ordering boundary, is what needs the buffers — the
-//! checks on their sizes, bind groups, and the recording.
+//! Turns one prepared [`Command`] into a queued op ([`super::queued`]): the
+//! checks that need its buffers are made at once (a refusal admits nothing),
+//! and the op keeps its buffers and plan until its lane submits, when
+//! [`record`] records it, with the ops queued beside it, into one encoder.
+//! Everything slow was made in [`super::prepare`]: what is left under the
+//! runtime's ordering boundary is those checks, and the recording.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 use std::time::Duration;
 
 use super::builtin::{record_elementwise, record_patches, Operand};
 use super::device::Gpu;
-use super::memory::{align4, WgpuMemory};
+use super::memory::{align4, Held, WgpuMemory};
 use super::pipelines::{dispatch, Binding};
 use super::prepare::{Plan, WgpuPrepared, WritePlan};
+use super::queued::QueuedOp;
 use super::readback::Readback;
-use super::scope::{scoped, BACKEND};
-use crate::backend::{Command, HostSink, KernelArg, Span};
+use super::scope::BACKEND;
+use crate::backend::{Command, KernelArg, OpIo, Span};
 use crate::error::Error;
 
 /// What an op became.
 pub(crate) enum Encoded {
-    Commands {
-        commands: wgpu::CommandBuffer,
-        readback: Option<Readback>,
-    },
+    /// Device work, recorded when its lane submits; a download's read-back
+    /// is issued after that submission.
+    Op { op: Box<QueuedOp>, readback: Option<Readback> },
     /// Holds the stream; not device work.
     Delay(Duration),
 }
 
-/// Why an op was not encoded.
-pub(crate) enum Refusal {
-    /// Arguments this device cannot take: reported at once, the stream goes on.
-    Rejected(Error),
-    /// The op failed: its stream is poisoned; a read's sink is failed too.
-    Failed { message: String, sink: Option<Arc<HostSink>> },
+type Op = Command<Held>;
+
+/// An encoder being recorded, with the compute pass its dispatches share:
+/// consecutive dispatches go in one pass (wgpu orders dispatches in a pass
+/// as it orders passes), because wgpu sizes each pass's resource tracking to
+/// the most buffers the device ever had alive, so a pass per dispatch makes
+/// every op cost more with every live buffer. Copies and clears end the pass.
+pub(crate) struct Recorder {
+    // Dropped before the encoder it locks.
+    pass: Option<wgpu::ComputePass<'static>>,
+    encoder: wgpu::CommandEncoder,
 }
 
-type Op<'a> = Command<&'a WgpuMemory>;
+impl Recorder {
+    pub fn new(device: &wgpu::Device) -> Recorder {
+        Recorder { pass: None, encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }) }
+    }
 
-pub(crate) fn encode(gpu: &Gpu, command: Op<'_>, prepared: WgpuPrepared) -> Result<Encoded, Refusal> {
+    /// The encoder, for commands outside a compute pass (ends the open one).
+    pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
+        self.pass = None;
+        &mut self.encoder
+    }
+
+    /// The open compute pass (begun if none is).
+    pub fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+        let encoder = &mut self.encoder;
+        self.pass.get_or_insert_with(|| {
+            encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
+                .forget_lifetime()
+        })
+    }
+
+    pub fn finish(mut self) -> wgpu::CommandBuffer {
+        self.pass = None;
+        self.encoder.finish()
+    }
+}
+
+/// Checks `command` against its buffers and queues it with what was
+/// prepared for it; an error refuses it (nothing is queued). Nothing is
+/// recorded yet: a queued op holds its buffers and plan, not a command buffer.
+pub(crate) fn encode(
+    gpu: &Gpu,
+    command: Command<&WgpuMemory>,
+    prepared: WgpuPrepared,
+    io: OpIo,
+) -> Result<Encoded, Error> {
     let plan = prepared.0;
+    let mut command = command.map(Held::of);
     if !fits(&command, &plan) {
-        return Err(Refusal::Rejected(Error::invalid("the command was prepared as a different command")));
+        return Err(Error::invalid("the command was prepared as a different command"));
     }
     if let Command::Delay { duration } = command {
         return Ok(Encoded::Delay(duration));
     }
-    check(&command).map_err(Refusal::Rejected)?;
-    let sink = match &command {
-        Command::Download { sink, .. } => Some(sink.clone()),
+    check(&command)?;
+    match &mut command {
+        Command::Upload { data, .. } => {
+            // Its bytes are in its staging buffer since `prepare`.
+            *data = Vec::new();
+            gpu.counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
+        }
+        Command::Download { .. } => {
+            gpu.counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
+        }
+        _ => {}
+    }
+    let readback = match (&command, &plan) {
+        (Command::Download { src, sink }, Plan::Download { staging, first, .. }) => {
+            Some(Readback::new(staging.clone(), (src.offset - first) as usize, src.len as usize, sink.clone()))
+        }
         _ => None,
     };
-    let mut readback = None;
-    let recorded = scoped(&gpu.device, || {
-        let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
-        record(gpu, &mut encoder, command, plan, &mut readback);
-        encoder.finish()
-    });
-    match recorded {
-        Ok(commands) => Ok(Encoded::Commands { commands, readback }),
-        Err(failure) => Err(Refusal::Failed { message: failure.message(), sink }),
-    }
+    let copy_failed = readback.as_ref().map(Readback::copy_failed);
+    Ok(Encoded::Op { op: Box::new(QueuedOp::new(gpu, command, plan, io, copy_failed)), readback })
 }
 
 /// True when `plan` is what `prepare` makes for a command of this kind.
-fn fits(command: &Op<'_>, plan: &Plan) -> bool {
+fn fits(command: &Op, plan: &Plan) -> bool {
     match command {
         Command::Delay { .. } | Command::Copy { .. } => matches!(plan, Plan::Nothing),
         Command::Zero { .. } | Command::Upload { .. } => matches!(plan, Plan::Write(_)),
@@ -81,7 +124,7 @@ fn fits(command: &Op<'_>, plan: &Plan) -> bool {
 
 /// The checks that need the buffers: a copy moves whole words, except at a
 /// buffer's end, whose padding is private.
-fn check(command: &Op<'_>) -> Result<(), Error> {
+fn check(command: &Op) -> Result<(), Error> {
     if let Command::Copy { src, dst } = command {
         let ends_buffer = dst.offset + dst.len == dst.buffer.len;
         if src.offset % 4 != 0 || dst.offset % 4 != 0 || (dst.len % 4 != 0 && !ends_buffer) {
@@ -97,13 +140,13 @@ fn check(command: &Op<'_>) -> Result<(), Error> {
     Ok(())
 }
 
-fn operand<'a>(span: &Span<&'a WgpuMemory>) -> Operand<'a> {
+fn operand(span: &Span<Held>) -> Operand<'_> {
     Operand { buffer: &span.buffer.buffer, offset: span.offset }
 }
 
 /// Records a planned write of `dst`: in bulk where the bytes allow, masked
 /// word writes for the rest.
-fn write(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, dst: &Span<&WgpuMemory>, plan: &WritePlan) {
+fn write(gpu: &Gpu, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan) {
     let buffer = &dst.buffer.buffer;
     let ends_buffer = dst.offset + dst.len == dst.buffer.len;
     let layout = match (&plan.to_buffer_end, ends_buffer) {
@@ -112,45 +155,39 @@ fn write(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, dst: &Span<&WgpuMemory>,
     };
     if let Some((lo, hi)) = layout.bulk {
         match &plan.staging {
-            Some(staging) => encoder.copy_buffer_to_buffer(staging, 0, buffer, lo, hi - lo),
-            None => encoder.clear_buffer(buffer, lo, Some(hi - lo)),
+            Some(staging) => recorder.encoder().copy_buffer_to_buffer(staging, 0, buffer, lo, hi - lo),
+            None => recorder.encoder().clear_buffer(buffer, lo, Some(hi - lo)),
         }
     }
     if let Some(patches) = &plan.patches {
-        record_patches(&gpu.device, encoder, patches, &layout.patches, buffer);
+        record_patches(gpu, recorder, patches, &layout.patches, buffer);
     }
 }
 
 /// Records `command` with what was prepared for it (`fits` was checked).
-/// Failures show in the error scope around it.
-fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: Op<'_>, plan: Plan, readback: &mut Option<Readback>) {
-    let device = &gpu.device;
+/// Failures show in the error scope around it; it can be recorded again
+/// (alone, when a run recorded together failed).
+pub(crate) fn record(gpu: &Gpu, recorder: &mut Recorder, command: &Op, plan: &Plan) {
     match (command, plan) {
-        (Command::Zero { dst }, Plan::Write(plan)) => write(gpu, encoder, &dst, &plan),
-        (Command::Upload { dst, .. }, Plan::Write(plan)) => {
-            write(gpu, encoder, &dst, &plan);
-            gpu.counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
-        }
-        (Command::Copy { src, dst }, _) => encoder.copy_buffer_to_buffer(
+        (Command::Zero { dst } | Command::Upload { dst, .. }, Plan::Write(plan)) => write(gpu, recorder, dst, plan),
+        (Command::Copy { src, dst }, _) => recorder.encoder().copy_buffer_to_buffer(
             &src.buffer.buffer,
             src.offset,
             &dst.buffer.buffer,
             dst.offset,
             align4(dst.len),
         ),
-        (Command::Download { src, sink }, Plan::Download { staging, first, size }) => {
-            encoder.copy_buffer_to_buffer(&src.buffer.buffer, first, &staging, 0, size);
-            gpu.counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
-            *readback = Some(Readback { staging, skip: (src.offset - first) as usize, len: src.len as usize, sink });
+        (Command::Download { src, .. }, Plan::Download { staging, first, size }) => {
+            recorder.encoder().copy_buffer_to_buffer(&src.buffer.buffer, *first, staging, 0, *size)
         }
         (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(device, encoder, &plan, &[operand(&dst)])
+            record_elementwise(gpu, recorder, plan, &[operand(dst)])
         }
         (Command::Binary { a, b, out, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(device, encoder, &plan, &[operand(&a), operand(&b), operand(&out)])
+            record_elementwise(gpu, recorder, plan, &[operand(a), operand(b), operand(out)])
         }
         (Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(device, encoder, &plan, &[operand(&x), operand(&y)])
+            record_elementwise(gpu, recorder, plan, &[operand(x), operand(y)])
         }
         (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
             let bindings: Vec<Binding<'_>> = args
@@ -162,7 +199,7 @@ fn record(gpu: &Gpu, encoder: &mut wgpu::CommandEncoder, command: Op<'_>, plan: 
                     KernelArg::Scalar(_) => None,
                 })
                 .collect();
-            dispatch(device, encoder, &pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
+            dispatch(gpu, recorder.pass(), pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
         }
         // `fits` rules these out; a delay is not device work.
         _ => {}

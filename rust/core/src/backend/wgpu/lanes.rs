@@ -3,10 +3,17 @@
 //! On one queue, work submitted earlier is ordered before work submitted
 //! later (wgpu inserts the barriers), so cross-stream order is submission
 //! order. Each lane keeps:
-//! - a *batch*: command buffers of ops recorded but not yet submitted;
+//! - a *batch*: ops admitted but not yet recorded ([`Queued`]), recorded
+//!   together into one encoder when the batch is submitted;
 //! - *items*: what must be issued to the queue in lane order — a batch to
 //!   submit, a read to map, a fence callback to register, or something that
 //!   holds the lane: a wait for another lane, a gate, a delay.
+//!
+//! Issuing a batch does not submit it at once: the batches lanes issue wait,
+//! in issue order, for one submission ([`Lanes::pending`]), made at the next
+//! read or signal of any lane or once they hold [`BATCH_LIMIT`] ops. So a
+//! wait of one lane for another (a cross-stream dependency) costs no
+//! submission of its own, and ops of several lanes share a command buffer.
 //!
 //! An event is "lane S has issued its first n items". A wait on an event that
 //! is already issued costs nothing; otherwise the waiting lane holds at that
@@ -30,15 +37,20 @@ use std::time::Duration;
 
 use super::device::Gpu;
 use super::poll::{once, PollState};
+use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
-use crate::backend::EnqueueError;
+use crate::backend::{EnqueueError, FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
-/// A lane submits its batch once it holds this many ops, so long streams of
-/// work start running before anyone waits for them.
+/// A lane issues its batch once it holds this many ops, and the pending
+/// submission is made once it holds this many, so long streams of work start
+/// running before anyone waits for them; they are recorded into one command
+/// buffer. A lane that cannot issue (held behind a gate or a wait) keeps its
+/// ops queued, unrecorded, at a few hundred bytes each (`queued_bytes`),
+/// until it can.
 const BATCH_LIMIT: usize = 32;
 
 /// Names a lane: its slot, and which of the lanes that used the slot.
@@ -49,7 +61,8 @@ pub(crate) struct LaneId {
 }
 
 pub(crate) enum Item {
-    Submit(Vec<wgpu::CommandBuffer>),
+    /// A batch, issued into the pending submission.
+    Submit(Vec<Queued>),
     Read(Readback),
     /// Holds until lane `lane` has issued `upto` items.
     Wait {
@@ -60,7 +73,7 @@ pub(crate) enum Item {
     Until(Arc<AtomicBool>),
     /// Holds for the duration, counted from when it reaches the head.
     Delay(Duration),
-    Signal(Arc<Completion>),
+    Signal(Arc<Completion>, SignalKind),
     /// An op failed to record: the lane fails here, after the work before it.
     Fail(Error),
 }
@@ -69,7 +82,7 @@ pub(crate) struct Lane {
     /// The stream's number, for error messages.
     stream: u32,
     generation: u64,
-    batch: Vec<wgpu::CommandBuffer>,
+    batch: Vec<Queued>,
     items: VecDeque<Item>,
     pushed: u64,
     issued: u64,
@@ -77,12 +90,16 @@ pub(crate) struct Lane {
     status: Result<()>,
     /// The first failure as recorded: ops recorded after it are dropped at once.
     failed: Option<Error>,
+    /// Ops that failed as their batch was recorded, for the next fence.
+    tally: Arc<FailureTally>,
     /// Our submission count when this lane last submitted.
     last_submit: u64,
     /// Reads mapped but not yet delivered.
     reads: Arc<Reads>,
     /// Its stream was dropped: the lane goes once its items are issued.
     retiring: bool,
+    /// In [`Lanes::active`].
+    listed: bool,
 }
 
 impl Lane {
@@ -127,8 +144,16 @@ pub(crate) struct Lanes {
     streams: u32,
     /// Slots of lanes whose stream was dropped.
     retiring: Vec<usize>,
+    /// Slots of the lanes with items to issue (see [`Lanes::note`]): what
+    /// `pump` looks at, so that idle streams cost it nothing.
+    active: Vec<usize>,
     /// Queue submissions made so far.
     submits: u64,
+    /// Runs issued but not yet submitted, in issue order: submitted together
+    /// at the next read or signal, or once they hold [`BATCH_LIMIT`] ops.
+    pending: Vec<PendingRun>,
+    /// Ops in `pending`.
+    pending_ops: usize,
     /// The highest `last_submit` of a lane that has gone.
     gone_submit: u64,
 }
@@ -136,6 +161,15 @@ pub(crate) struct Lanes {
 impl Lanes {
     fn get(&self, id: LaneId) -> Option<&Lane> {
         self.slots.get(id.slot)?.as_ref().filter(|lane| lane.generation == id.generation)
+    }
+
+    /// Lists lane `id` among the active ones if it has items to issue.
+    fn note(&mut self, id: LaneId) {
+        let Some(lane) = self.slots.get_mut(id.slot).and_then(Option::as_mut) else { return };
+        if !lane.listed && !lane.items.is_empty() {
+            lane.listed = true;
+            self.active.push(id.slot);
+        }
     }
 
     fn get_mut(&mut self, id: LaneId) -> Result<&mut Lane> {
@@ -151,6 +185,15 @@ impl Lanes {
     fn progress(&self, id: LaneId) -> (u64, u64) {
         self.get(id).map_or((u64::MAX, self.gone_submit), |lane| (lane.issued, lane.last_submit))
     }
+}
+
+/// A lane's run, issued and waiting for the submission that carries it.
+pub(crate) struct PendingRun {
+    slot: usize,
+    generation: u64,
+    stream: u32,
+    tally: Arc<FailureTally>,
+    run: Vec<Queued>,
 }
 
 /// A point in a lane another lane can wait for.
@@ -215,9 +258,11 @@ impl Shared {
             issued: 0,
             status: Ok(()),
             failed: None,
+            tally: Arc::default(),
             last_submit: 0,
             reads: Arc::new(Reads::default()),
             retiring: false,
+            listed: false,
         };
         let slot = match lanes.free.pop() {
             Some(slot) => {
@@ -244,6 +289,7 @@ impl Shared {
         slot.flush();
         slot.retiring = true;
         lanes.retiring.push(lane.slot);
+        lanes.note(lane);
         self.pump(&mut lanes);
     }
 
@@ -251,19 +297,15 @@ impl Shared {
     fn with_lane<T>(&self, lane: LaneId, f: impl FnOnce(&mut Lane) -> T) -> Result<T> {
         let mut lanes = lock(&self.lanes);
         let value = f(lanes.get_mut(lane)?);
+        lanes.note(lane);
         self.pump(&mut lanes);
         Ok(value)
     }
 
-    /// Adds a recorded op to the lane's batch; a read is mapped once its copy
-    /// is submitted. On a failed lane the op is dropped, the read fails, and
+    /// Adds queued work to the lane's batch; a read is mapped once its copy
+    /// is submitted. On a failed lane the work is dropped, the read fails, and
     /// the lane's failure is the op's.
-    pub fn record(
-        &self,
-        lane: LaneId,
-        commands: wgpu::CommandBuffer,
-        readback: Option<Readback>,
-    ) -> Result<(), EnqueueError> {
+    pub fn record(&self, lane: LaneId, queued: Queued, readback: Option<Readback>) -> Result<(), EnqueueError> {
         let recorded = self.with_lane(lane, |lane| {
             if let Some(error) = &lane.failed {
                 if let Some(readback) = readback {
@@ -271,7 +313,7 @@ impl Shared {
                 }
                 return Err(EnqueueError::Failed(error.clone()));
             }
-            lane.batch.push(commands);
+            lane.batch.push(queued);
             match readback {
                 Some(readback) => {
                     lane.flush();
@@ -307,6 +349,7 @@ impl Shared {
         slot.batch.is_empty()
             && slot.items.is_empty()
             && slot.status.is_ok()
+            && slot.tally.is_clear()
             && slot.failed.is_none()
             && slot.last_submit <= self.completed.load(Ordering::SeqCst)
             && slot.reads.idle()
@@ -333,6 +376,7 @@ impl Shared {
         }
         slot.flush();
         slot.push(Item::Wait { lane: mark.lane, upto: mark.upto });
+        lanes.note(lane);
         self.pump(&mut lanes);
         Ok(true)
     }
@@ -347,13 +391,23 @@ impl Shared {
         }
         loop {
             let mut moved = false;
-            for index in 0..lanes.slots.len() {
+            let mut at = 0;
+            while let Some(&index) = lanes.active.get(at) {
                 while self.head_ready(lanes, index) {
                     let Some(lane) = lanes.slots[index].as_mut() else { break };
                     let Some(item) = lane.items.pop_front() else { break };
                     lane.issued += 1;
                     self.issue(lanes, index, item);
                     moved = true;
+                }
+                match lanes.slots[index].as_mut() {
+                    Some(lane) if !lane.items.is_empty() => at += 1,
+                    idle => {
+                        if let Some(lane) = idle {
+                            lane.listed = false;
+                        }
+                        lanes.active.swap_remove(at);
+                    }
                 }
             }
             if !moved {
@@ -402,7 +456,7 @@ impl Shared {
                 *head = Item::Until(flag);
                 false
             }
-            Item::Submit(_) | Item::Read(_) | Item::Signal(_) | Item::Fail(_) => true,
+            Item::Submit(_) | Item::Read(_) | Item::Signal(..) | Item::Fail(_) => true,
         }
     }
 
@@ -431,27 +485,31 @@ impl Shared {
 
     /// Issues `item`, the head of the lane in slot `index` (which is occupied).
     fn issue(&self, lanes: &mut Lanes, index: usize, item: Item) {
-        let gpu = &self.gpu;
-        let Lanes { slots, submits, gone_submit, .. } = lanes;
-        let Some(lane) = slots[index].as_ref() else { return };
+        match &item {
+            Item::Submit(_) => {}
+            // A read maps what is submitted, a signal waits for it.
+            Item::Read(_) | Item::Signal(..) => self.submit_pending(lanes),
+            _ => {}
+        }
+        let Lanes { slots, submits, gone_submit, pending, pending_ops, .. } = lanes;
+        let Some(lane) = slots[index].as_mut() else { return };
+        let mut full = false;
         match item {
-            Item::Submit(commands) => {
+            Item::Submit(run) => {
                 if lane.status.is_err() {
                     return;
                 }
-                // `submit` also fires the device's callbacks that are ready, on
-                // this thread: a foreign one may panic. Unwinding stops at the
-                // first, after the submission was made; the rest ran their drop
-                // paths (see `poll::once`), so the lanes stay consistent.
-                let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
-                *submits += 1;
-                let submitted = *submits;
-                let Some(lane) = slots[index].as_mut() else { return };
-                lane.last_submit = submitted;
-                if let Ok(Err(failure)) = outcome {
-                    let stream = lane.stream;
-                    lane.fail(failure.on_stream(stream));
-                }
+                *pending_ops += run.iter().filter(|queued| matches!(queued, Queued::Op(_))).count();
+                // The submission that will carry it: the next one.
+                lane.last_submit = *submits + 1;
+                pending.push(PendingRun {
+                    slot: index,
+                    generation: lane.generation,
+                    stream: lane.stream,
+                    tally: lane.tally.clone(),
+                    run,
+                });
+                full = *pending_ops >= BATCH_LIMIT;
             }
             Item::Read(readback) => match &lane.status {
                 Err(error) => readback.fail(error.clone()),
@@ -462,7 +520,7 @@ impl Shared {
                     submission: lane.last_submit,
                 }),
             },
-            Item::Signal(completion) => self.signal(lane, *submits, completion),
+            Item::Signal(completion, kind) => self.signal(lane, *submits, completion, kind),
             Item::Wait { lane: source, .. } => {
                 let source_submit =
                     slots.get(source.slot).and_then(Option::as_ref).filter(|l| l.generation == source.generation);
@@ -478,13 +536,58 @@ impl Shared {
             }
             Item::Until(_) | Item::Delay(_) => {}
         }
+        if full {
+            self.submit_pending(lanes);
+        }
     }
 
-    /// Completes `completion` with the lane's status once the lane's
-    /// submissions so far (`submits` is the count made) are done and the reads
-    /// it issued so far delivered: at once if both already are.
-    fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>) {
-        let status = lane.status.clone();
+    /// Records and submits the runs issued so far, as one submission: ops of
+    /// several lanes, one after another in issue order, share its command
+    /// buffer (the queue orders them as it would across submissions).
+    fn submit_pending(&self, lanes: &mut Lanes) {
+        if lanes.pending.is_empty() {
+            return;
+        }
+        let gpu = &self.gpu;
+        let runs = std::mem::take(&mut lanes.pending);
+        lanes.pending_ops = 0;
+        // A run issued before its lane failed still runs, as it would have
+        // had it been submitted at once.
+        let mut origins = Vec::with_capacity(runs.len());
+        let mut kept = Vec::with_capacity(runs.len());
+        for run in runs {
+            origins.push((run.slot, run.generation));
+            kept.push((run.stream, run.tally, run.run));
+        }
+        let commands = record_runs(gpu, kept);
+        // `submit` also fires the device's callbacks that are ready, on
+        // this thread: a foreign one may panic. Unwinding stops at the
+        // first, after the submission was made; the rest ran their drop
+        // paths (see `poll::once`), so the lanes stay consistent.
+        let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
+        lanes.submits += 1;
+        if let Ok(Err(failure)) = outcome {
+            let message = failure.message();
+            for (slot, generation) in origins {
+                if let Some(lane) = lanes.slots.get_mut(slot).and_then(Option::as_mut) {
+                    if lane.generation == generation {
+                        let stream = lane.stream;
+                        lane.fail(Error::OpFailed { stream, message: message.clone() });
+                    }
+                }
+            }
+        }
+    }
+
+    /// Completes `completion` with the lane's status (and for a fence, the
+    /// failures of ops since the last one) once the lane's submissions so far
+    /// (`submits` is the count made) are done and the reads it issued so far
+    /// delivered: at once if both already are.
+    fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>, kind: SignalKind) {
+        let status = lane.status.clone().and_then(|()| match kind {
+            SignalKind::Fence => lane.tally.take(),
+            SignalKind::Drain => Ok(()),
+        });
         let device_busy = lane.last_submit > self.completed.load(Ordering::SeqCst);
         // No read can start meanwhile: reads start only here, under the lanes lock.
         if !device_busy && lane.reads.idle() {
@@ -516,12 +619,16 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        // What was issued goes to the device, as it would have at once.
+        let mut held = lock(&self.lanes);
+        self.submit_pending(&mut held);
         // Whatever never got issued (a gate never opened) must still complete.
-        let lanes = std::mem::take(&mut *lock(&self.lanes));
+        let lanes = std::mem::take(&mut *held);
+        drop(held);
         for lane in lanes.slots.into_iter().flatten() {
             for item in lane.items {
                 match item {
-                    Item::Signal(completion) => completion.complete(Err(Error::Closed)),
+                    Item::Signal(completion, _) => completion.complete(Err(Error::Closed)),
                     Item::Read(readback) => readback.fail(Error::Closed),
                     _ => {}
                 }

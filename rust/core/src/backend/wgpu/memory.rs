@@ -5,6 +5,7 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
+use super::bind_groups::BindGroups;
 use super::scope::{scoped, Failure, BACKEND};
 use crate::error::{Error, Result};
 
@@ -18,6 +19,23 @@ pub(crate) struct WgpuCounters {
     pub device_to_host_copies: AtomicU64,
     pub deferred_waits: AtomicU64,
     pub staging_buffers: AtomicU64,
+    /// Ops admitted, not yet recorded and submitted ([`super::queued`]).
+    pub queued_ops: AtomicU64,
+    /// What those hold of our own host memory, in bytes.
+    pub queued_bytes: AtomicU64,
+}
+
+/// A buffer as a queued op holds it until the op is recorded: the wgpu
+/// handle, which keeps the buffer alive, and its size as Weir sees it.
+pub(crate) struct Held {
+    pub buffer: wgpu::Buffer,
+    pub len: u64,
+}
+
+impl Held {
+    pub fn of(memory: &WgpuMemory) -> Held {
+        Held { buffer: memory.buffer.clone(), len: memory.len }
+    }
 }
 
 /// Rounds `bytes` up to a multiple of 4.
@@ -30,6 +48,7 @@ pub struct WgpuMemory {
     pub(crate) buffer: wgpu::Buffer,
     pub(crate) len: u64,
     counters: Arc<WgpuCounters>,
+    bind_groups: Arc<BindGroups>,
 }
 
 impl PartialEq for WgpuMemory {
@@ -47,6 +66,7 @@ impl std::fmt::Debug for WgpuMemory {
 
 impl Drop for WgpuMemory {
     fn drop(&mut self) {
+        self.bind_groups.forget(&self.buffer);
         self.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
     }
 }
@@ -58,6 +78,7 @@ impl WgpuMemory {
         limits: &wgpu::Limits,
         bytes: u64,
         counters: &Arc<WgpuCounters>,
+        bind_groups: &Arc<BindGroups>,
     ) -> Result<WgpuMemory> {
         let size = align4(bytes.max(1));
         if size > limits.max_buffer_size {
@@ -79,7 +100,7 @@ impl WgpuMemory {
             Failure::Message(message) => Error::backend(BACKEND, message),
         })?;
         counters.live_allocations.fetch_add(1, Ordering::SeqCst);
-        Ok(WgpuMemory { buffer, len: bytes, counters: counters.clone() })
+        Ok(WgpuMemory { buffer, len: bytes, counters: counters.clone(), bind_groups: bind_groups.clone() })
     }
 
     /// The wgpu buffer, for raw access.

@@ -13,19 +13,23 @@
 //!   known finished completes at once.
 //!   A fence also waits for the reads admitted before it on its lane.
 //! - **Ops** are prepared outside the runtime's ordering boundary
-//!   ([`prepare`]: compiles, uniforms, staging), then recorded one command
-//!   buffer each ([`encode`]) and submitted in batches; built-ins are WGSL
+//!   ([`prepare`]: compiles, uniforms, staging), checked and queued on their
+//!   lane ([`encode`], [`queued`]: no wgpu object per queued op), then
+//!   recorded a batch to one encoder as the lane submits; bind groups are
+//!   reused across ops ([`bind_groups`]); built-ins are WGSL
 //!   ([`builtin`]); custom kernels are cached by source ([`pipelines`]);
 //!   reads map a staging buffer ([`readback`]); timestamps are timestamp
 //!   queries read back the same way ([`timestamps`]).
 //! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
 //!   input, a WGSL source that does not compile or whose bindings are not
 //!   what its arguments bind ([`interface`]) among it, refuses the op before
-//!   admission; an op that fails to record fails and poisons its lane
-//!   like a failed job on the CPU backend.
+//!   admission; an op that fails to record (found as its batch is
+//!   recorded) fails alone like a failed job on the CPU backend: its
+//!   versions, its readers and its stream's next fence report it.
 //! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
 mod adapter;
+mod bind_groups;
 mod builtin;
 mod device;
 mod encode;
@@ -35,6 +39,7 @@ mod memory;
 mod pipelines;
 mod poll;
 mod prepare;
+mod queued;
 mod raw;
 mod readback;
 mod scope;
@@ -51,12 +56,13 @@ pub(crate) use adapter::list;
 #[cfg(feature = "test-support")]
 pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
-use encode::{encode, Encoded, Refusal};
+use encode::{encode, Encoded};
 use lanes::{Item, LaneId, Mark, Shared};
 use memory::WgpuCounters;
 pub use memory::WgpuMemory;
 use poll::Poller;
 pub use prepare::WgpuPrepared;
+use queued::Queued;
 pub use raw::WgpuRawAccess;
 use scope::scoped;
 #[cfg(feature = "test-support")]
@@ -124,6 +130,14 @@ impl WgpuBackend {
     fn gpu(&self) -> &Gpu {
         &self.shared.gpu
     }
+
+    /// Test support: the bind groups kept for reuse now; `None` where the
+    /// device takes no immediate data (every group then holds a per-op
+    /// uniform buffer, and none is kept).
+    #[cfg(feature = "test-support")]
+    pub fn kept_bind_groups(&self) -> Option<usize> {
+        (self.gpu().immediate_bytes > 0).then(|| self.gpu().bind_groups.len())
+    }
 }
 
 impl Backend for WgpuBackend {
@@ -160,7 +174,7 @@ impl Backend for WgpuBackend {
 
     fn allocate(&self, bytes: u64) -> Result<WgpuMemory> {
         let gpu = self.gpu();
-        WgpuMemory::allocate(&gpu.device, &gpu.limits, bytes, &gpu.counters)
+        WgpuMemory::allocate(&gpu.device, &gpu.limits, bytes, &gpu.counters, &gpu.bind_groups)
     }
 
     fn create_stream(&self) -> Result<WgpuStream> {
@@ -173,31 +187,22 @@ impl Backend for WgpuBackend {
     }
 
     /// Rejected: the command does not fit its buffers, or its stream is
-    /// gone; nothing was recorded. Failed: recording it failed (the op fails
-    /// alone: the scheduler fails what it writes, the lane goes on), or the
-    /// lane failed when it submitted earlier work.
+    /// gone; nothing was queued. Failed: the lane failed when it submitted
+    /// earlier work. An op that fails as its batch is recorded fails later,
+    /// alone, through `io` (see [`queued`]).
     unsafe fn enqueue(
         &self,
         stream: &WgpuStream,
         command: Command<&WgpuMemory>,
         prepared: WgpuPrepared,
-        // wgpu ops fail here, as they are recorded, or fail the lane as it submits: none fails later alone.
-        _io: OpIo,
+        io: OpIo,
     ) -> Result<(), EnqueueError> {
-        match encode(self.gpu(), command, prepared) {
-            Ok(Encoded::Commands { commands, readback }) => self.shared.record(stream.lane, commands, readback),
+        match encode(self.gpu(), command, prepared, io) {
+            Ok(Encoded::Op { op, readback }) => self.shared.record(stream.lane, Queued::Op(op), readback),
             Ok(Encoded::Delay(duration)) => {
                 self.shared.push(stream.lane, Item::Delay(duration)).map_err(EnqueueError::Rejected)
             }
-            Err(Refusal::Rejected(error)) => Err(EnqueueError::Rejected(error)),
-            Err(Refusal::Failed { message, sink }) => {
-                // Nothing was recorded: the op fails alone and the lane goes on.
-                let error = Error::OpFailed { stream: stream.number, message };
-                if let Some(sink) = sink {
-                    sink.fail(error.clone());
-                }
-                Err(EnqueueError::Failed(error))
-            }
+            Err(error) => Err(EnqueueError::Rejected(error)),
         }
     }
 
@@ -219,8 +224,8 @@ impl Backend for WgpuBackend {
         timestamps::enqueue(self.gpu(), &self.shared, stream.lane, stream.number, completion)
     }
 
-    fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, _kind: SignalKind) -> Result<()> {
-        self.shared.push(stream.lane, Item::Signal(completion))
+    fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
+        self.shared.push(stream.lane, Item::Signal(completion, kind))
     }
 
     fn is_settled(&self, stream: &WgpuStream) -> bool {
@@ -240,9 +245,11 @@ impl Backend for WgpuBackend {
             Ok::<_, Error>(raw.finish())
         });
         match recorded {
-            Ok(Ok(commands)) => self.shared.record(stream.lane, commands, None).map_err(|error| match error {
-                EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
-            }),
+            Ok(Ok(commands)) => {
+                self.shared.record(stream.lane, Queued::Commands(commands), None).map_err(|error| match error {
+                    EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
+                })
+            }
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {
@@ -281,6 +288,8 @@ impl Backend for WgpuBackend {
             device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
             host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),
             race_violations: 0,
+            queued_ops: c.queued_ops.load(Ordering::SeqCst),
+            queued_bytes: c.queued_bytes.load(Ordering::SeqCst),
         }
     }
 }

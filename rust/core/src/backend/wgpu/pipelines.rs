@@ -17,6 +17,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use super::device::Gpu;
 use super::interface::{self, Arguments, ScalarType};
 use super::scope::{scoped, Failure};
 use crate::lock::lock;
@@ -259,6 +260,14 @@ pub(crate) enum Params {
 }
 
 impl Params {
+    /// Bytes of our own it holds beyond its inline size.
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Params::Immediate { bytes, .. } => bytes.capacity(),
+            Params::Uniform(_) => 0,
+        }
+    }
+
     /// One block per entry of `blocks` for `pipeline`; `align` is the
     /// device's uniform offset alignment.
     pub fn new(device: &wgpu::Device, align: u64, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
@@ -334,41 +343,50 @@ pub(crate) struct Binding<'a> {
 }
 
 /// Records one dispatch of `pipeline` over `buffers` (and block `index` of
-/// `params`, if the pipeline takes scalars) into `encoder`.
+/// `params`, if the pipeline takes scalars) into `pass`. A group binding
+/// only storage windows is reused from the device's cache ([`super::bind_groups`]).
 pub(crate) fn dispatch(
-    device: &wgpu::Device,
-    encoder: &mut wgpu::CommandEncoder,
+    gpu: &Gpu,
+    pass: &mut wgpu::ComputePass<'_>,
     pipeline: &Pipeline,
     buffers: &[Binding<'_>],
     params: Option<(&Params, usize)>,
     groups: [u32; 3],
 ) {
-    let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
-        .iter()
-        .enumerate()
-        .map(|(binding, window)| wgpu::BindGroupEntry {
-            binding: binding as u32,
-            resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                buffer: window.buffer,
-                offset: window.offset,
-                size: wgpu::BufferSize::new(window.size),
-            }),
-        })
-        .collect();
-    let mut immediates = None;
-    match params {
-        Some((Params::Uniform(uniforms), index)) => {
-            entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource: uniforms.binding(index) })
+    let device = &gpu.device;
+    let make = |uniform: Option<wgpu::BindingResource<'_>>| {
+        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+            .iter()
+            .enumerate()
+            .map(|(binding, window)| wgpu::BindGroupEntry {
+                binding: binding as u32,
+                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                    buffer: window.buffer,
+                    offset: window.offset,
+                    size: wgpu::BufferSize::new(window.size),
+                }),
+            })
+            .collect();
+        if let Some(resource) = uniform {
+            entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource });
         }
-        Some((Params::Immediate { bytes, block }, index)) => immediates = bytes.get(index * block..(index + 1) * block),
-        None => {}
-    }
-    let bind_group = device.create_bind_group(&wgpu::BindGroupDescriptor {
-        label: None,
-        layout: &pipeline.layout,
-        entries: &entries,
-    });
-    let mut pass = encoder.begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None });
+        device.create_bind_group(&wgpu::BindGroupDescriptor {
+            label: None,
+            layout: &pipeline.layout,
+            entries: &entries,
+        })
+    };
+    let mut immediates = None;
+    let bind_group = match params {
+        Some((Params::Uniform(uniforms), index)) => make(Some(uniforms.binding(index))),
+        other => {
+            if let Some((Params::Immediate { bytes, block }, index)) = other {
+                immediates = bytes.get(index * block..(index + 1) * block);
+            }
+            let windows = buffers.iter().map(|window| (window.buffer.clone(), window.offset, window.size)).collect();
+            gpu.bind_groups.get(&pipeline.layout, windows, || make(None))
+        }
+    };
     pass.set_pipeline(&pipeline.pipeline);
     pass.set_bind_group(0, &bind_group, &[]);
     if let Some(bytes) = immediates {

@@ -37,6 +37,23 @@ pub(crate) enum Plan {
     },
 }
 
+impl Plan {
+    /// Bytes of our own the plan holds beyond its inline size (what a queued
+    /// op counts; wgpu's objects are handles).
+    pub fn heap_bytes(&self) -> usize {
+        match self {
+            Plan::Nothing | Plan::Download { .. } => 0,
+            Plan::Write(plan) => {
+                let layouts = [Some(&plan.exact), plan.to_buffer_end.as_ref()];
+                let patches: usize = layouts.iter().flatten().map(|layout| layout.patches.capacity()).sum();
+                patches * std::mem::size_of::<usize>() + plan.patches.as_ref().map_or(0, PatchPlan::heap_bytes)
+            }
+            Plan::Elementwise(plan) => plan.heap_bytes(),
+            Plan::Custom { params, .. } => params.as_ref().map_or(0, Params::heap_bytes),
+        }
+    }
+}
+
 /// Which bytes of a write go in bulk and which by masked word writes.
 pub(crate) struct Layout {
     /// A word-aligned range written from the staging buffer (or cleared).

@@ -14,7 +14,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use super::poll::{once, PollState};
 use super::scope::BACKEND;
@@ -29,6 +29,9 @@ pub(crate) struct Readback {
     pub skip: usize,
     pub len: usize,
     pub sink: Arc<HostSink>,
+    /// Set when the op that copies into `staging` failed as it was recorded
+    /// (or did not run): the read then fails with it instead of mapping.
+    copy_failed: Arc<OnceLock<Error>>,
 }
 
 type Then = Box<dyn FnOnce() + Send>;
@@ -117,18 +120,32 @@ pub(crate) struct ReadContext<'a> {
 }
 
 impl Readback {
+    pub fn new(staging: wgpu::Buffer, skip: usize, len: usize, sink: Arc<HostSink>) -> Readback {
+        Readback { staging, skip, len, sink, copy_failed: Arc::default() }
+    }
+
+    /// Where the copy's op reports that it failed.
+    pub fn copy_failed(&self) -> Arc<OnceLock<Error>> {
+        self.copy_failed.clone()
+    }
+
     /// Fails the read; the staging buffer goes with `self`.
     pub fn fail(self, error: Error) {
         self.sink.fail(error);
     }
 
-    /// Maps the staging buffer; call after the copy's submission.
+    /// Maps the staging buffer; call after the copy's submission. A read
+    /// whose copy failed fails with it.
     pub fn start(self, context: ReadContext<'_>) {
+        if let Some(error) = self.copy_failed.get() {
+            let error = error.clone();
+            return self.fail(error);
+        }
         let ReadContext { poll, reads, completed, submission } = context;
         poll.register();
         let number = reads.start();
         let (poll, reads, completed) = (poll.clone(), reads.clone(), completed.clone());
-        let Readback { staging, skip, len, sink } = self;
+        let Readback { staging, skip, len, sink, .. } = self;
         let mapped = staging.clone();
         // Runs once: when wgpu calls it, or when wgpu drops it uncalled (a
         // callback fired before it in the same batch panicked); then the

@@ -12,6 +12,7 @@ use std::time::Duration;
 use super::device::Gpu;
 use super::lanes::{LaneId, Shared};
 use super::memory::WgpuCounters;
+use super::queued::Queued;
 use super::readback::Readback;
 use super::scope::{scoped, BACKEND};
 use crate::backend::{DeviceTimestamp, EnqueueError, HostSink};
@@ -106,8 +107,8 @@ pub(crate) fn enqueue(
     });
     let (commands, staging) = recorded.map_err(|failure| failure.on_stream(number))?;
     let sink = HostSink::new(completion);
-    let readback = Readback { staging, skip: 0, len: size as usize, sink: sink.clone() };
-    shared.record(lane, commands, Some(readback)).map_err(|error| match error {
+    let readback = Readback::new(staging, 0, size as usize, sink.clone());
+    shared.record(lane, Queued::Commands(commands), Some(readback)).map_err(|error| match error {
         EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
     })?;
     gpu.counters.live_events.fetch_add(1, Ordering::SeqCst);

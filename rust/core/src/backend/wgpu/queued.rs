@@ -1,0 +1,173 @@
+//! Work queued on a lane until the lane submits it, and the recording of a
+//! lane's run of it.
+//!
+//! A queued op holds what it needs to be recorded — handles of its buffers,
+//! its prepared plan, what it reads and publishes — and nothing of wgpu's
+//! own: no encoder, no command buffer (which costs the driver 100 KB and
+//! more each, kept until submitted). So an op queued behind a held or
+//! waiting stream costs a few hundred bytes ([`QueuedOp::bytes`], counted in
+//! the backend's `queued_bytes`).
+//!
+//! When the runs that lanes issued are submitted (see [`super::lanes`]),
+//! they are recorded in issue order into one encoder ([`record_runs`]): one
+//! command buffer for up to a batch of ops of any lanes, consecutive
+//! dispatches in one compute pass. wgpu
+//! reports a failure only when an encoder is finished, and then for the
+//! whole encoder; so when a run fails, each of its ops is recorded again in
+//! an encoder of its own, and only those that fail alone fail. A failed op
+//! fails its outcome (the versions it wrote carry it), its read-back, and
+//! the lane's next fence; an op reading a version that failed meanwhile
+//! does not run and fails the same way, as on the CPU backend.
+
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
+
+use super::device::Gpu;
+use super::encode::{record, Recorder};
+use super::memory::{Held, WgpuCounters};
+use super::prepare::Plan;
+use super::scope::scoped;
+use crate::backend::{Command, FailureTally, KernelArg, OpIo};
+use crate::error::Error;
+
+/// One admitted op, not yet recorded.
+pub(crate) struct QueuedOp {
+    command: Command<Held>,
+    plan: Plan,
+    io: OpIo,
+    /// A download's: where its read-back learns that the copy failed.
+    copy_failed: Option<Arc<OnceLock<Error>>>,
+    /// What it counts for in `queued_bytes`.
+    bytes: u64,
+    counters: Arc<WgpuCounters>,
+}
+
+/// What a lane holds between admission and submission, in lane order.
+pub(crate) enum Queued {
+    Op(Box<QueuedOp>),
+    /// Recorded already (an external write, a timestamp).
+    Commands(wgpu::CommandBuffer),
+}
+
+impl QueuedOp {
+    pub fn new(
+        gpu: &Gpu,
+        command: Command<Held>,
+        plan: Plan,
+        io: OpIo,
+        copy_failed: Option<Arc<OnceLock<Error>>>,
+    ) -> QueuedOp {
+        // Boxed in its queue: its own size is on the heap too.
+        let bytes = (std::mem::size_of::<QueuedOp>() + heap_bytes(&command) + plan.heap_bytes()) as u64;
+        let counters = gpu.counters.clone();
+        counters.queued_ops.fetch_add(1, Ordering::Relaxed);
+        counters.queued_bytes.fetch_add(bytes, Ordering::Relaxed);
+        QueuedOp { command, plan, io, copy_failed, bytes, counters }
+    }
+
+    /// The op failed (as recorded, or through an input): its versions, its
+    /// read-back and the lane's next fence say so.
+    fn fail(self, error: Error, tally: &FailureTally) {
+        tally.record(&error);
+        if let Some(outcome) = &self.io.outcome {
+            outcome.fail(error.clone());
+        }
+        if let Some(copy_failed) = &self.copy_failed {
+            let _ = copy_failed.set(error);
+        }
+    }
+}
+
+impl Drop for QueuedOp {
+    fn drop(&mut self) {
+        self.counters.queued_ops.fetch_sub(1, Ordering::Relaxed);
+        self.counters.queued_bytes.fetch_sub(self.bytes, Ordering::Relaxed);
+    }
+}
+
+/// Bytes of our own a queued command holds beyond its inline size.
+fn heap_bytes(command: &Command<Held>) -> usize {
+    match command {
+        Command::Custom { args, .. } => args.capacity() * std::mem::size_of::<KernelArg<Held>>(),
+        Command::Upload { data, .. } => data.capacity(),
+        _ => 0,
+    }
+}
+
+/// Where a queued op came from: its stream's number, and where its lane
+/// counts failures for its next fence.
+type Origin = (u32, Arc<FailureTally>);
+
+/// Records `runs` (each lane's queued work, with its stream's number and
+/// failure tally), in order: the ops between two recorded command buffers
+/// into one encoder each. Failed ops are reported through their lane's
+/// tally (see the module doc) and left out.
+pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Vec<wgpu::CommandBuffer> {
+    let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
+    let mut recorded = Vec::new();
+    let mut ops = Vec::new();
+    for (stream, tally, run) in runs {
+        let origin = origins.len();
+        origins.push((stream, tally));
+        for queued in run {
+            match queued {
+                Queued::Op(op) => ops.push((origin, *op)),
+                Queued::Commands(commands) => {
+                    record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
+                    recorded.push(commands);
+                }
+            }
+        }
+    }
+    record_together(gpu, &origins, ops, &mut recorded);
+    recorded
+}
+
+/// Records `ops` into one encoder, or, if that fails, each alone.
+fn record_together(
+    gpu: &Gpu,
+    origins: &[Origin],
+    ops: Vec<(usize, QueuedOp)>,
+    recorded: &mut Vec<wgpu::CommandBuffer>,
+) {
+    // An op whose input failed since it was admitted does not run.
+    let skip = |(origin, op): (usize, QueuedOp)| {
+        let (stream, tally) = &origins[origin];
+        match op.io.failed_input(*stream) {
+            Some(error) => {
+                op.fail(error, tally);
+                None
+            }
+            None => Some((origin, op)),
+        }
+    };
+    let ops: Vec<(usize, QueuedOp)> = ops.into_iter().filter_map(skip).collect();
+    if ops.is_empty() {
+        return;
+    }
+    let together = scoped(&gpu.device, || {
+        let mut recorder = Recorder::new(&gpu.device);
+        for (_, op) in &ops {
+            record(gpu, &mut recorder, &op.command, &op.plan);
+        }
+        recorder.finish()
+    });
+    if let Ok(commands) = together {
+        recorded.push(commands);
+        return;
+    }
+    // One of them (at least) failed, and took the encoder with it: find it.
+    for (origin, op) in ops {
+        let Some((origin, op)) = skip((origin, op)) else { continue };
+        let alone = scoped(&gpu.device, || {
+            let mut recorder = Recorder::new(&gpu.device);
+            record(gpu, &mut recorder, &op.command, &op.plan);
+            recorder.finish()
+        });
+        let (stream, tally) = &origins[origin];
+        match alone {
+            Ok(commands) => recorded.push(commands),
+            Err(failure) => op.fail(Error::OpFailed { stream: *stream, message: failure.message() }, tally),
+        }
+    }
+}
