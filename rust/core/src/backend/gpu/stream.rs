@@ -22,7 +22,7 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
+use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -70,8 +70,7 @@ fn spin_budget() -> Duration {
 /// there; a query loop sees it at once. So a waiter spins, for at most the
 /// budget per event, while recent events were reached within the budget
 /// (an average of the last few waits), and blocks at once behind long
-/// work, where spinning would only burn a core; between quick events it
-/// spins on its queue too ([`Spin::next`]). While a fence is likely to
+/// work, where spinning would only burn a core. While a fence is likely to
 /// be quick, the wake thread spins until it is handed on
 /// (`completion::Awake`), so the waker runs without a wake-up of its own.
 struct Spin {
@@ -113,29 +112,6 @@ impl Spin {
         let expected = self.expected.load(Ordering::Relaxed);
         self.expected.store((expected.saturating_mul(3).saturating_add(took)) / 4, Ordering::Relaxed);
         status
-    }
-}
-
-impl Spin {
-    /// The next event to wait for, `None` once the queue is closed. While
-    /// recent events were quick, the waiter spins on its queue for up to the
-    /// budget before it blocks: a stream that takes an event every few tens
-    /// of microseconds then never waits for its waiter to be woken, which
-    /// costs more than the work (a thread woken from a futex takes 10-20 us
-    /// to run). At most one budget of spinning per quick event.
-    fn next<T>(&self, queue: &Receiver<T>) -> Option<T> {
-        if Self::is_quick(self.budget, &self.expected) {
-            let start = Instant::now();
-            loop {
-                match queue.try_recv() {
-                    Ok(next) => return Some(next),
-                    Err(TryRecvError::Disconnected) => return None,
-                    Err(TryRecvError::Empty) if start.elapsed() < self.budget => std::hint::spin_loop(),
-                    Err(TryRecvError::Empty) => break,
-                }
-            }
-        }
-        queue.recv().ok()
     }
 }
 
@@ -191,7 +167,7 @@ impl<D: Driver> GpuStream<D> {
             .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
             .spawn(move || {
                 let bound = device.driver.bind();
-                while let Some((event, callback)) = spin.next(&pending) {
+                for (event, callback) in pending {
                     // Once the context is lost its events may be gone with it.
                     let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
                         // SAFETY: the event was made and recorded by this driver and
