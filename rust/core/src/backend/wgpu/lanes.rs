@@ -606,10 +606,15 @@ impl Shared {
             // Runs once, also when wgpu drops it uncalled because a callback
             // fired before it panicked: its submission is done then as well.
             let body = once(move |called: Option<()>| {
+                // This signal first, then the count: a signal made meanwhile
+                // that finds the count covering it completes at once, and
+                // must not complete before this earlier one (a runtime
+                // fence returning while a stream fence made before it is
+                // still pending).
+                join.part_done();
                 if called.is_some() {
                     completed.fetch_max(submits, Ordering::SeqCst);
                 }
-                join.part_done();
                 poll.done();
             });
             self.gpu.queue.on_submitted_work_done(move || body.call(()));
