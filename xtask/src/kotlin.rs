@@ -86,11 +86,9 @@ fn lay_out(library: &Path) -> Result {
 /// 4. An idle stream's `sync()` returns at once. Every UniFFI async call
 ///    creates a Rust future, lowers its arguments into `RustBuffer`s, polls
 ///    (Rust calls back into the JVM even when the future is ready), completes
-///    and frees it. `WeirStream.sync()` without a token first asks
-///    `isSyncedSoon()` (all work done, no failure to report; it takes nothing;
-///    after a quick op it watches the stream for a bounded moment) and, if
-///    so, returns without suspending, cancellation checked as a suspension
-///    would. `executeAndWait` admits, then makes this `sync()`.
+///    and frees it. `WeirStream.sync()` without a token first asks `isSynced()`
+///    (all work done, no failure to report; it takes nothing) and, if so,
+///    returns without suspending, cancellation checked as a suspension would.
 /// 5. `execute` is one JNI call with only handles and integers. As generated
 ///    it lowers its `Grid` and `List<Arg>` into a `RustBuffer` each, JNA
 ///    structures allocated by a call of their own and passed by value,
@@ -144,7 +142,7 @@ fn patch_generated() -> Result {
             "idle sync",
             One,
             "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
-            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSyncedSoon`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
         ),
         (
             "encoded execute",

@@ -31,46 +31,15 @@ impl QuickWaits {
     /// how long it took teaches the next wait.
     pub(crate) fn settle<F: Future + Unpin>(&self, done: impl Fn() -> bool, wait: F) -> Timed<F> {
         let start = Instant::now();
-        self.spin(start, done);
+        let expected = Duration::from_nanos(self.expected.load(Ordering::Relaxed));
+        if expected < MOST {
+            let budget = (expected * 2 + Duration::from_micros(5)).min(MOST);
+            while !done() && start.elapsed() < budget {
+                std::hint::spin_loop();
+            }
+        }
         Timed { wait, start, expected: self.expected.clone() }
     }
-
-    /// Spins on `done` as [`QuickWaits::settle`] does, without a wait to
-    /// hand back: true if it became true meanwhile (and how long that took
-    /// is learnt), false if not (a wait after it learns the rest).
-    pub(crate) fn watch(&self, done: impl Fn() -> bool) -> bool {
-        let start = Instant::now();
-        let done = self.spin(start, done);
-        if done {
-            learn(&self.expected, start);
-        }
-        done
-    }
-
-    /// True once `done` is, spinning for the budget the recent waits allow.
-    fn spin(&self, start: Instant, done: impl Fn() -> bool) -> bool {
-        let expected = Duration::from_nanos(self.expected.load(Ordering::Relaxed));
-        if expected >= MOST {
-            return done();
-        }
-        let budget = (expected * 2 + Duration::from_micros(5)).min(MOST);
-        loop {
-            if done() {
-                return true;
-            }
-            if start.elapsed() >= budget {
-                return false;
-            }
-            std::hint::spin_loop();
-        }
-    }
-}
-
-/// Folds the time since `start` into the moving average `expected`.
-fn learn(expected: &AtomicU64, start: Instant) {
-    let took = start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
-    let before = expected.load(Ordering::Relaxed);
-    expected.store(before.saturating_mul(3).saturating_add(took) / 4, Ordering::Relaxed);
 }
 
 /// A wait that records how long it took once it is over.
@@ -87,7 +56,9 @@ impl<F: Future + Unpin> Future for Timed<F> {
         let this = self.get_mut();
         let outcome = Pin::new(&mut this.wait).poll(cx);
         if outcome.is_ready() {
-            learn(&this.expected, this.start);
+            let took = this.start.elapsed().as_nanos().min(u128::from(u64::MAX)) as u64;
+            let expected = this.expected.load(Ordering::Relaxed);
+            this.expected.store(expected.saturating_mul(3).saturating_add(took) / 4, Ordering::Relaxed);
         }
         outcome
     }
@@ -109,7 +80,7 @@ mod tests {
     }
 
     #[test]
-    fn a_quick_stream_watches_its_fence_and_a_slow_one_only_asks() {
+    fn a_quick_stream_watches_its_fence_and_a_slow_one_does_not() {
         let waits = QuickWaits::default();
         // Nothing learnt yet: quick, so the fence is watched (and here it is done at once).
         let asked = Cell::new(0);
@@ -122,7 +93,7 @@ mod tests {
         );
         assert_eq!(asked.get(), 1, "a quick stream's fence is watched");
         assert!(poll_once(&mut wait).is_ready());
-        // Waits that took longer than the most it spins: it asks once.
+        // Waits that took longer than the most it spins: it asks nothing.
         waits.expected.store(4 * MOST.as_nanos() as u64, Ordering::Relaxed);
         let asked = Cell::new(0);
         let _wait = waits.settle(
@@ -132,7 +103,7 @@ mod tests {
             },
             ready(()),
         );
-        assert_eq!(asked.get(), 1, "behind long work it asks once, without spinning");
+        assert_eq!(asked.get(), 0, "behind long work nothing spins");
     }
 
     #[test]
@@ -150,20 +121,5 @@ mod tests {
         std::thread::sleep(Duration::from_millis(2));
         assert!(poll_once(&mut done).is_ready());
         assert!(waits.expected.load(Ordering::Relaxed) > 0, "the time taken is learnt");
-    }
-
-    #[test]
-    fn watching_answers_whether_it_became_true_and_learns_only_then() {
-        let waits = QuickWaits::default();
-        let asked = Cell::new(0);
-        let done = waits.watch(|| {
-            asked.set(asked.get() + 1);
-            asked.get() >= 3
-        });
-        assert!(done, "it kept asking until the answer came");
-        assert_eq!(asked.get(), 3);
-        let learnt = waits.expected.load(Ordering::Relaxed);
-        assert!(!waits.watch(|| false), "never true: false once the budget is spent");
-        assert_eq!(waits.expected.load(Ordering::Relaxed), learnt, "a watch that saw nothing learns nothing");
     }
 }

@@ -207,15 +207,6 @@ impl WeirStream {
     pub fn is_synced(&self) -> bool {
         self.inner.is_synced()
     }
-
-    /// [`WeirStream::is_synced`], after watching the stream for a short,
-    /// bounded time on the calling thread where its recent waits were that
-    /// quick (at most twice their moving average, 100 µs at most; behind
-    /// long work it only asks). The bindings' `sync` asks this before it
-    /// suspends: a quick op then needs no suspension and no wake-up.
-    pub fn is_synced_soon(&self) -> bool {
-        self.waits.watch(|| self.inner.is_synced())
-    }
 }
 
 #[uniffi::export]

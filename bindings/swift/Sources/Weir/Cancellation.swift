@@ -108,26 +108,24 @@ extension WeirStream {
         // a token or a Rust future: UniFFI's async round trip costs tens of
         // times Rust's answer. Cancellation is checked first, as the Rust wait
         // checks its token before the stream.
-        // After a quick op, `isSyncedSoon` watches the stream for a bounded
-        // moment first, so the op needs no suspension and no wake-up either.
         if Task.isCancelled { throw CancellationError() }
-        if isSyncedSoon() { return }
+        if isSynced() { return }
         try await cancellable { try await self.sync(cancel: $0) }
     }
 
     /// Enqueues `kernel` over `args`, then suspends until this stream has run it.
     /// Cancelling the Task ends the wait (not the kernel) with `CancellationError`.
     public func executeAndWait(kernel: Kernel, grid: Grid, args: [Arg]) async throws {
-        try execute(kernel: kernel, grid: grid, args: args)
-        try await sync()
+        try await cancellable {
+            try await self.executeAndWait(kernel: kernel, grid: grid, args: args, cancel: $0)
+        }
     }
 
     /// Enqueues zeroing every byte of `buffer` on the device, ordered after its
     /// readers and writers on every stream, then suspends until this stream has done it.
     /// Cancelling the Task ends the wait (not the memset) with `CancellationError`.
     public func memsetZeroAndWait(buffer: Buffer) async throws {
-        try memsetZero(buffer: buffer)
-        try await sync()
+        try await cancellable { try await self.memsetZeroAndWait(buffer: buffer, cancel: $0) }
     }
 
     /// Reads the bytes of `length` elements of `buffer` from element `offset`
@@ -151,8 +149,9 @@ extension WeirStream {
     /// stream has done it.
     /// Cancelling the Task ends the wait (not the copy) with `CancellationError`.
     public func writeAndWait(buffer: Buffer, data: Data, element: ElementType, offset: UInt64 = 0) async throws {
-        try write(buffer: buffer, data: data, element: element, offset: offset)
-        try await sync()
+        try await cancellable {
+            try await self.writeAndWait(buffer: buffer, data: data, element: element, offset: offset, cancel: $0)
+        }
     }
 }
 
