@@ -62,11 +62,8 @@ impl DeviceGroup {
     /// root's part reads its buffer, every other part overwrites its own.
     /// Buffers of one size and type, raw bytes included.
     pub fn broadcast(&self, streams: &[Stream], buffers: &[Buffer], root: usize) -> Result<()> {
-        if root >= self.devices.len() {
-            return Err(Error::invalid(format!(
-                "broadcast from member {root} of a group of {} members",
-                self.devices.len()
-            )));
+        if root >= self.ranks {
+            return Err(Error::invalid(format!("broadcast from rank {root} of a group of {} ranks", self.ranks)));
         }
         self.admit_collective(CollectiveKind::Broadcast { root }, streams, Buffers { sends: buffers, receives: None })
     }
@@ -149,9 +146,9 @@ impl DeviceGroup {
             if receive == Some(send) {
                 return Err(Error::invalid(format!("{name}: sends[{rank}] and receives[{rank}] are one buffer")));
             }
-            parts.push(PartKeys { stream: stream.index(), send, receive });
+            parts.push(PartKeys { rank: self.first_rank + rank, stream: stream.index(), send, receive });
         }
-        check_sizes(&collective, n, &buffers)?;
+        check_sizes(&collective, self.ranks, &buffers)?;
         let engines: Vec<&dyn Engine> = self.devices.iter().map(|member| &*member.engine).collect();
         engines[0].collective(&engines, &self.communicator, &collective, &parts)
     }

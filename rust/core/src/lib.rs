@@ -143,7 +143,7 @@ pub use element::{Element, ElementType};
 pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
 pub use graph::Graph;
-pub use group::DeviceGroup;
+pub use group::{DeviceGroup, GroupId};
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };

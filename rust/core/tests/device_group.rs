@@ -589,7 +589,7 @@ fn bad_collectives_are_refused(group: &DeviceGroup) {
     refused(group.broadcast(&streams, &sized, 0), "buffers[1] holds 9");
     let bytes: Vec<Buffer> = streams.iter().map(|s| s.zeros(ElementType::Bytes, 8).unwrap()).collect();
     refused(group.all_reduce(&streams, &bytes, ReduceOp::Sum), "raw bytes");
-    refused(group.broadcast(&streams, &f32s, n), &format!("member {n}"));
+    refused(group.broadcast(&streams, &f32s, n), &format!("rank {n} of a group of {n} ranks"));
     let small: Vec<Buffer> = streams.iter().map(|s| s.zeros(ElementType::F32, 8).unwrap()).collect();
     refused(group.all_gather(&streams, &f32s, &small), "receives[0] holds 8");
     refused(group.reduce_scatter(&streams, &small, &f32s, ReduceOp::Sum), "sends[0] holds 8");

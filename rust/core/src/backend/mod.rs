@@ -637,6 +637,19 @@ pub trait Backend: Send + Sync + Sized + 'static {
         let kind = members.first().map_or(BackendKind::Cpu, |member| member.kind());
         Err(Error::unsupported(kind, "collectives over a device group"))
     }
+    /// The communicator of `member` as rank `rank` of a group of `ranks`
+    /// ranks in several processes, met through `id` (made by rank 0's
+    /// process): returns once every rank has joined. `Unsupported` where the
+    /// backend has no such groups.
+    fn joined_communicator(
+        member: &Self,
+        id: &[u8; crate::group::GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<Self::Communicator> {
+        let _ = (id, ranks, rank);
+        Err(Error::unsupported(member.kind(), "groups whose ranks live in several processes"))
+    }
     /// Enqueues every member's part of `collective`, in rank order, on
     /// their streams: only the ordered driver calls, as [`Backend::enqueue`].
     /// The parts run together (each may wait for the others on the device);

@@ -26,6 +26,8 @@ use crate::lock::lock;
 /// and buffers of that member.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct PartKeys {
+    /// The member's rank among every rank of the group (in every process).
+    pub rank: usize,
     pub stream: usize,
     pub send: BufferKey,
     /// `None` for the in-place collectives.
@@ -35,19 +37,35 @@ pub(crate) struct PartKeys {
 /// A group's communicator, once its first collective made it: of whatever
 /// type the backend makes ([`Backend::Communicator`]).
 #[derive(Default)]
-pub(crate) struct CommunicatorSlot(Mutex<Option<Arc<dyn Any + Send + Sync>>>);
+pub(crate) struct CommunicatorSlot {
+    made: Mutex<Option<Arc<dyn Any + Send + Sync>>>,
+    /// Made by a join: the group's other ranks live in other processes.
+    joined: std::sync::atomic::AtomicBool,
+}
 
 impl CommunicatorSlot {
+    /// Stores a communicator made before the group had any collective (a
+    /// joined group's).
+    pub(super) fn fill<T: Send + Sync + 'static>(&self, communicator: T) {
+        lock(&self.made).get_or_insert(Arc::new(communicator));
+        self.joined.store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// True if the group's other ranks live in other processes.
+    fn joined(&self) -> bool {
+        self.joined.load(std::sync::atomic::Ordering::Acquire)
+    }
+
     /// The communicator, made by `make` if there is none yet. `make` runs
     /// without the slot's lock (it may be slow); of two made at once, the
     /// first stored stays.
     fn get_or_make<T: Send + Sync + 'static>(&self, make: impl FnOnce() -> Result<T>) -> Result<Arc<T>> {
-        let known = lock(&self.0).clone();
+        let known = lock(&self.made).clone();
         let stored = match known {
             Some(known) => known,
             None => {
                 let made: Arc<dyn Any + Send + Sync> = Arc::new(make()?);
-                let mut slot = lock(&self.0);
+                let mut slot = lock(&self.made);
                 slot.get_or_insert(made).clone()
             }
         };
@@ -57,7 +75,7 @@ impl CommunicatorSlot {
 
 impl std::fmt::Debug for CommunicatorSlot {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let made = lock(&self.0).is_some();
+        let made = lock(&self.made).is_some();
         f.debug_struct("CommunicatorSlot").field("made", &made).finish()
     }
 }
@@ -66,7 +84,7 @@ impl Drop for CommunicatorSlot {
     fn drop(&mut self) {
         // Tearing a communicator down may wait for its work (NCCL finalises):
         // never on the thread that dropped the group.
-        if let Some(communicator) = self.0.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
+        if let Some(communicator) = self.made.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner()).take() {
             crate::completion::release(move || drop(communicator));
         }
     }
@@ -74,9 +92,9 @@ impl Drop for CommunicatorSlot {
 
 type Guard<'a, B> = MutexGuard<'a, State<B>>;
 
-/// What member `rank`'s part reads and writes.
-fn accesses(collective: &Collective, rank: usize, part: &PartKeys) -> Vec<(BufferKey, Access)> {
-    let (send, receive) = collective.accesses(rank);
+/// What a member's part reads and writes.
+fn accesses(collective: &Collective, part: &PartKeys) -> Vec<(BufferKey, Access)> {
+    let (send, receive) = collective.accesses(part.rank);
     let mut accesses = vec![(part.send, send)];
     if let (Some(key), Some(access)) = (part.receive, receive) {
         accesses.push((key, access));
@@ -113,8 +131,7 @@ impl<B: Backend> Scheduler<B> {
                 )));
             }
         }
-        let accesses: Vec<Vec<(BufferKey, Access)>> =
-            parts.iter().enumerate().map(|(rank, part)| accesses(collective, rank, part)).collect();
+        let accesses: Vec<Vec<(BufferKey, Access)>> = parts.iter().map(|part| accesses(collective, part)).collect();
         loop {
             let mut states = lock_all(members)?;
             let busy =
@@ -127,14 +144,17 @@ impl<B: Backend> Scheduler<B> {
                 std::thread::yield_now();
                 continue;
             }
-            return Self::collective_locked(members, &mut states, &communicator, collective, parts, &accesses);
+            let joined = slot.joined();
+            return Self::collective_locked(members, &mut states, &communicator, joined, collective, parts, &accesses);
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn collective_locked(
         members: &[&Scheduler<B>],
         states: &mut [Guard<'_, B>],
         communicator: &B::Communicator,
+        joined: bool,
         collective: &Collective,
         parts: &[PartKeys],
         accesses: &[Vec<(BufferKey, Access)>],
@@ -163,8 +183,11 @@ impl<B: Backend> Scheduler<B> {
             }
             ios.push(io);
         }
-        if let Some(cause) = failed {
-            return Err(Self::fail_all(members, states, parts, accesses, ios, &cause));
+        // A joined group's other ranks wait for this part wherever it is
+        // run: it runs all the same (the CPU's brings the failure to them),
+        // and its outputs are failed versions below.
+        if let (Some(cause), false) = (&failed, joined) {
+            return Err(Self::fail_all(members, states, parts, accesses, ios, cause));
         }
         let memories = states
             .iter()
@@ -200,6 +223,10 @@ impl<B: Backend> Scheduler<B> {
                 let ios = outcomes.into_iter().map(|outcome| OpIo { inputs: Default::default(), outcome }).collect();
                 return Err(Self::fail_all(members, states, parts, accesses, ios, &error));
             }
+        }
+        if let Some(cause) = failed {
+            let ios = outcomes.into_iter().map(|outcome| OpIo { inputs: Default::default(), outcome }).collect();
+            return Err(Self::fail_all(members, states, parts, accesses, ios, &cause));
         }
         for (rank, member) in members.iter().enumerate() {
             let (state, part) = (&mut *states[rank], &parts[rank]);

@@ -34,6 +34,7 @@ use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
+use crate::group::GROUP_ID_BYTES;
 use crate::kernel::Access;
 use crate::lock::lock;
 
@@ -97,6 +98,10 @@ pub(crate) trait Engine: Send + Sync {
         collective: &crate::backend::Collective,
         parts: &[PartKeys],
     ) -> Result<()>;
+    /// Makes this runtime rank `rank` of `ranks` of the group `id` names
+    /// (its ranks in several processes), storing the communicator in `slot`;
+    /// see [`crate::DeviceGroup::join`].
+    fn join_group(&self, slot: &CommunicatorSlot, id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
     /// Enqueues a timestamp on `stream`: its completion, the backend's
     /// timestamp, and its position (a place of its own in the stream).
@@ -795,6 +800,14 @@ impl<B: Backend> Engine for Scheduler<B> {
             return Err(Error::internal("a collective admitted through a runtime that is not its first member"));
         }
         Scheduler::collective(&members, slot, collective, parts)
+    }
+
+    fn join_group(&self, slot: &CommunicatorSlot, id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<()> {
+        // A closed runtime joins nothing; joining is slow (it waits for
+        // every rank), so it runs under no lock of this runtime.
+        drop(self.open_state()?);
+        slot.fill(B::joined_communicator(&self.backend, id, ranks, rank)?);
+        Ok(())
     }
 
     fn pin(&self, keys: &[BufferKey]) -> Result<()> {

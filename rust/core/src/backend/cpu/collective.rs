@@ -131,6 +131,17 @@ fn run(collective: Collective, parts: &mut [&mut Arrival]) -> Result<(), String>
         reads.push(read.as_ref().map(AccessGuard::bytes));
         writes.push(write.as_mut().and_then(AccessGuard::bytes_mut));
     }
+    run_collective(collective, &reads, &mut writes)
+}
+
+/// `collective` over every rank's bytes, in rank order: what each only
+/// reads, and what each writes (for an all-reduce, its buffer in place).
+/// Sizes must fit (checked when admitted, or by the wire's rank 0).
+pub(super) fn run_collective(
+    collective: Collective,
+    reads: &[Option<&[u8]>],
+    writes: &mut [Option<&mut [u8]>],
+) -> Result<(), String> {
     let missing = || format!("a part of {} has no memory", collective.name());
     match collective.kind {
         CollectiveKind::AllReduce(op) => {

@@ -8,6 +8,7 @@ mod collective;
 mod host;
 mod memory;
 mod ops;
+mod wire;
 mod worker;
 
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -26,6 +27,7 @@ use crate::backend::{
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 use crate::error::{Error, Result};
+use crate::group::GROUP_ID_BYTES;
 
 /// The CPU backend.
 #[derive(Debug, Default)]
@@ -34,6 +36,16 @@ pub struct CpuBackend {
     next_stream: AtomicU32,
     /// The index it was opened as (every opening is a device of its own).
     index: usize,
+}
+
+/// A CPU group's communicator: nothing for a group in one process (its
+/// parts meet in memory), the wire to the other ranks for a joined one.
+pub struct CpuCommunicator(Option<Arc<wire::Wire>>);
+
+/// A new id for a CPU group whose ranks live in several processes of this host.
+pub(crate) fn new_group_id() -> Result<([u8; GROUP_ID_BYTES], Arc<dyn std::any::Any + Send + Sync>)> {
+    let (id, listening) = wire::new_id()?;
+    Ok((id, listening))
 }
 
 /// "Stream S has finished `jobs` jobs".
@@ -147,7 +159,7 @@ impl Backend for CpuBackend {
     type Prepared = ();
     type Timestamp = CpuTimestamp;
     // The parts of a collective meet at a rendezvous made per collective.
-    type Communicator = ();
+    type Communicator = CpuCommunicator;
 
     fn kind(&self) -> BackendKind {
         BackendKind::Cpu
@@ -274,27 +286,35 @@ impl Backend for CpuBackend {
         self.counters.snapshot()
     }
 
-    fn communicator(_members: &[&Self]) -> Result<()> {
-        Ok(())
+    fn communicator(_members: &[&Self]) -> Result<CpuCommunicator> {
+        Ok(CpuCommunicator(None))
+    }
+
+    fn joined_communicator(
+        _member: &Self,
+        id: &[u8; GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<CpuCommunicator> {
+        Ok(CpuCommunicator(Some(Arc::new(wire::join(id, ranks, rank)?))))
     }
 
     unsafe fn enqueue_collective(
-        (): &(),
+        communicator: &CpuCommunicator,
         collective: &Collective,
         parts: Vec<CollectivePart<'_, Self>>,
     ) -> Result<(), EnqueueError> {
+        if let Some(wire) = &communicator.0 {
+            return enqueue_on_wire(wire, collective, parts);
+        }
         let rendezvous = collective::Rendezvous::new(*collective, parts.len());
         for (rank, part) in parts.into_iter().enumerate() {
             let index = part.stream.index;
             // The part checks its inputs itself: skipped by the worker, it
             // would never arrive, and the others would wait for it forever.
+            let (read, write) = part_memory(collective, rank, &part);
             let inputs = OpIo { inputs: part.io.inputs, outcome: None };
             let io = OpIo { inputs: Default::default(), outcome: part.io.outcome };
-            let (read, write) = match (collective.accesses(rank), part.receive) {
-                ((_, Some(_)), Some(receive)) => (Some(part.send.clone()), Some(receive.clone())),
-                ((access, _), _) if access.writes() => (None, Some(part.send.clone())),
-                _ => (Some(part.send.clone()), None),
-            };
             let meeting = rendezvous.clone();
             let queued = part.stream.work(
                 Box::new(move || {
@@ -311,4 +331,47 @@ impl Backend for CpuBackend {
         }
         Ok(())
     }
+}
+
+/// What member `rank`'s part only reads, and what it writes.
+fn part_memory(
+    collective: &Collective,
+    rank: usize,
+    part: &CollectivePart<'_, CpuBackend>,
+) -> (Option<CpuMemory>, Option<CpuMemory>) {
+    match (collective.accesses(rank), part.receive) {
+        ((_, Some(_)), Some(receive)) => (Some(part.send.clone()), Some(receive.clone())),
+        ((access, _), _) if access.writes() => (None, Some(part.send.clone())),
+        _ => (Some(part.send.clone()), None),
+    }
+}
+
+/// A joined group's one part: a job on its stream that meets the other
+/// ranks on the wire, in the order collectives were admitted here.
+fn enqueue_on_wire(
+    wire: &Arc<wire::Wire>,
+    collective: &Collective,
+    parts: Vec<CollectivePart<'_, CpuBackend>>,
+) -> Result<(), EnqueueError> {
+    let [part] = <[_; 1]>::try_from(parts)
+        .map_err(|_| EnqueueError::Rejected(Error::internal("a joined CPU group's collective with several parts")))?;
+    let index = part.stream.index;
+    let (read, write) = part_memory(collective, wire.rank, &part);
+    // As in one process: the part checks its inputs itself, so that it
+    // always meets the other ranks, bringing its failure if it has one.
+    let inputs = OpIo { inputs: part.io.inputs, outcome: None };
+    let io = OpIo { inputs: Default::default(), outcome: part.io.outcome };
+    let (turn, on_wire, collective) = (wire.admit(), wire.clone(), *collective);
+    let queued = part.stream.work(
+        Box::new(move || {
+            let failure = inputs.failed_input(index).map(|error| error.to_string());
+            on_wire.run(turn, &collective, failure, read, write)
+        }),
+        io,
+    );
+    if let Err(error) = queued {
+        wire.abandon(format!("rank {}'s part of a {} could not be queued: {error}", wire.rank, collective.name()));
+        return Err(EnqueueError::Failed(error));
+    }
+    Ok(())
 }

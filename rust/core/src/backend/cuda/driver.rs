@@ -621,6 +621,15 @@ impl Driver for Cuda {
         made
     }
 
+    fn joined_communicator(driver: &Self, id: &[u8; 128], ranks: usize, rank: usize) -> Result<nccl::Communicator> {
+        // NCCL joins on the current device: this driver's, whose primary
+        // context is current once bound.
+        driver.bind()?;
+        let joined = nccl::Communicator::join(id, ranks, rank);
+        driver.bind()?;
+        joined
+    }
+
     unsafe fn enqueue_collective(
         communicator: &nccl::Communicator,
         collective: &crate::backend::Collective,

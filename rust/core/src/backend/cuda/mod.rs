@@ -17,6 +17,7 @@ mod nvrtc;
 /// the driver themselves.
 pub use cudarc;
 pub(crate) use driver::list;
+pub(crate) use nccl::unique_id as new_group_id;
 
 use crate::backend::gpu::GpuBackend;
 use crate::device::BackendKind;

@@ -7,6 +7,11 @@
 //! ordinals, one rank per member, made at the group's first collective.
 //! Each collective enqueues every rank's call inside one
 //! `ncclGroupStart`/`ncclGroupEnd`, on the members' own streams.
+//!
+//! A group whose ranks live in several processes (or hosts) meets through an
+//! `ncclUniqueId` made in rank 0's process (`ncclGetUniqueId`) and handed to
+//! the others by the caller; each process's one member joins with
+//! `ncclCommInitRank` on its device, which returns once every rank has.
 
 use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
@@ -51,10 +56,8 @@ struct Nccl {
     broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> NcclResult,
     reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
-    // Looked up for the multi-process path (a caller-exchanged unique id),
-    // which is not exposed yet; their presence is part of "NCCL is usable".
-    _get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> NcclResult,
-    _comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult,
+    get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> NcclResult,
+    comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult,
 }
 
 /// The library, or why it cannot be used here.
@@ -118,8 +121,8 @@ fn load_from(candidates: &[String]) -> std::result::Result<Nccl, String> {
         broadcast: symbol!(b"ncclBroadcast"),
         all_gather: symbol!(b"ncclAllGather"),
         reduce_scatter: symbol!(b"ncclReduceScatter"),
-        _get_unique_id: symbol!(b"ncclGetUniqueId"),
-        _comm_init_rank: symbol!(b"ncclCommInitRank"),
+        get_unique_id: symbol!(b"ncclGetUniqueId"),
+        comm_init_rank: symbol!(b"ncclCommInitRank"),
         _library: library,
     })
 }
@@ -187,11 +190,38 @@ impl Communicator {
     }
 }
 
+/// A new `ncclUniqueId`, as rank 0's process makes it: NCCL's bootstrap
+/// starts listening in this process.
+pub(crate) fn unique_id() -> Result<[u8; 128]> {
+    let nccl = nccl()?;
+    let mut id = UniqueId { internal: [0; 128] };
+    // SAFETY: an out-pointer to a local of the type nccl.h names.
+    nccl.check("ncclGetUniqueId", unsafe { (nccl.get_unique_id)(&mut id) })?;
+    Ok(id.internal.map(|byte| byte as u8))
+}
+
+impl Communicator {
+    /// `ncclCommInitRank` as rank `rank` of `ranks`, on the device whose
+    /// context is current on this thread; returns once every rank joined.
+    pub(crate) fn join(id: &[u8; 128], ranks: usize, rank: usize) -> Result<Communicator> {
+        let nccl = nccl()?;
+        let count = c_int::try_from(ranks).map_err(|_| Error::invalid("a group of too many ranks"))?;
+        let rank = c_int::try_from(rank).map_err(|_| Error::invalid("a rank past any group's"))?;
+        let id = UniqueId { internal: id.map(|byte| byte as c_char) };
+        let mut comm: Comm = std::ptr::null_mut();
+        // SAFETY: an out-pointer to a local; the id is passed by value as
+        // nccl.h declares it.
+        let status = unsafe { (nccl.comm_init_rank)(&mut comm, count, id, rank) };
+        nccl.check("ncclCommInitRank", status)?;
+        Ok(Communicator { comms: vec![Handle(comm)] })
+    }
+}
+
 impl Drop for Communicator {
     fn drop(&mut self) {
         let Ok(nccl) = nccl() else { return };
         for comm in self.comms.drain(..) {
-            // SAFETY: made by `ncclCommInitAll`, destroyed once; NCCL
+            // SAFETY: made by `ncclCommInitAll` or `ncclCommInitRank`, destroyed once; NCCL
             // finishes the collectives in flight on it first (the group's
             // slot drops it on the release thread, so that wait blocks no
             // caller).

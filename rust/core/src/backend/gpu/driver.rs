@@ -241,6 +241,17 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
         let _ = drivers;
         Err(Error::unsupported(Self::KIND, "collectives over a device group"))
     }
+    /// The communicator of `driver` as rank `rank` of `ranks` ranks in
+    /// several processes, met through `id`; see [`Backend::joined_communicator`](crate::backend::Backend::joined_communicator).
+    fn joined_communicator(
+        driver: &Self,
+        id: &[u8; crate::group::GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<Self::Communicator> {
+        let _ = (driver, id, ranks, rank);
+        Err(Error::unsupported(Self::KIND, "groups whose ranks live in several processes"))
+    }
     /// Enqueues every rank's part of `collective` on its stream, as one
     /// group of calls: each rank's part may wait on the device for the others'.
     ///

@@ -673,6 +673,19 @@ impl<D: Driver> Backend for GpuBackend<D> {
         made
     }
 
+    fn joined_communicator(
+        member: &Self,
+        id: &[u8; crate::group::GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<D::Communicator> {
+        let made = D::joined_communicator(member.driver(), id, ranks, rank);
+        if let Err(error) = &made {
+            member.driver().loss().record(error);
+        }
+        made
+    }
+
     unsafe fn enqueue_collective(
         communicator: &D::Communicator,
         collective: &Collective,
