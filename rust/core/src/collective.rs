@@ -44,6 +44,15 @@ struct Buffers<'a> {
 /// types) is [`Error::InvalidArgument`] naming what was passed, and nothing
 /// is admitted on any member.
 ///
+/// A joined group ([`DeviceGroup::join`]) takes one stream and buffer of
+/// its one member, and its sizes count every rank in every process. Every
+/// rank must admit the group's collectives in one order. A rank whose input
+/// is a failed version still takes its part, so that the others do not wait
+/// for it forever, and publishes failed versions; on the CPU its failure
+/// travels with its part and fails the collective on every rank, while NCCL
+/// has no way to say it: there the other ranks' results hold whatever that
+/// rank's buffer held.
+///
 /// Backends: CPU (each member's part runs on its stream's worker and meets
 /// the others there) and CUDA (NCCL, loaded at run time; one communicator
 /// per group, made at its first collective; a group naming one device twice

@@ -1,6 +1,9 @@
 //! The device-group handle: several devices of one backend, each a runtime.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
@@ -23,6 +26,10 @@ use crate::stream::WeirStream;
 /// so every device sees a group's collectives in one order. A failed input
 /// on any member fails the collective on every member; bad input is
 /// `InvalidArgument` and admits nothing. CPU and CUDA (NCCL) groups.
+///
+/// A group may also be one rank of a group whose ranks live in several
+/// processes or hosts (`join`): it holds this process's one member, its
+/// collectives take one stream and buffer of it, and sizes count every rank.
 #[derive(Debug, uniffi::Object)]
 pub struct DeviceGroup {
     inner: weir_core::DeviceGroup,
@@ -35,6 +42,32 @@ impl DeviceGroup {
     pub fn open(backend: Backend, devices: Vec<u32>) -> Result<Arc<Self>> {
         let devices: Vec<usize> = devices.into_iter().map(|index| index as usize).collect();
         Ok(Arc::new(DeviceGroup { inner: weir_core::DeviceGroup::open(backend.into(), &devices)? }))
+    }
+
+    /// Joins the group `id` names as rank `rank` of `ranks`, with device
+    /// `device` of this process. Suspends until every rank has joined (up to
+    /// two minutes on the CPU; as NCCL's bootstrap waits on CUDA); the wait
+    /// runs on a thread of its own and cannot be cancelled. Every rank must
+    /// then admit the group's collectives in one order. CPU (ranks in
+    /// processes of one host) and CUDA (NCCL, across hosts too).
+    #[uniffi::constructor]
+    pub async fn join(backend: Backend, device: u32, id: Arc<GroupId>, ranks: u32, rank: u32) -> Result<Arc<Self>> {
+        let id = id.inner.clone();
+        let joined = off_thread(move || {
+            weir_core::DeviceGroup::join(backend.into(), device as usize, &id, ranks as usize, rank as usize)
+        })
+        .await?;
+        Ok(Arc::new(DeviceGroup { inner: joined? }))
+    }
+
+    /// This process's first member's rank in the group: `0` unless joined.
+    pub fn rank(&self) -> u32 {
+        self.inner.rank() as u32
+    }
+
+    /// How many ranks the group has, in every process: the members' count unless joined.
+    pub fn ranks(&self) -> u32 {
+        self.inner.ranks() as u32
     }
 
     /// The members, in the order opened.
@@ -178,4 +211,87 @@ async fn wait_for_all(streams: &[Arc<WeirStream>], cancel: Option<Arc<CancelToke
         cancel,
     )
     .await
+}
+
+/// Names one group whose ranks live in several processes (or hosts), for
+/// `DeviceGroup.join`: made once, by rank 0's process, and handed by the
+/// caller to every other rank's process as `to_bytes` (a file, an
+/// environment variable, a socket). On the CPU it holds a loopback listener
+/// until rank 0 joins, so rank 0 joins in the process that made it.
+#[derive(Debug, uniffi::Object)]
+pub struct GroupId {
+    inner: weir_core::GroupId,
+}
+
+#[uniffi::export]
+impl GroupId {
+    /// A new id for a group of `backend` (CPU or CUDA), in rank 0's process.
+    #[uniffi::constructor]
+    pub fn new(backend: Backend) -> Result<Arc<Self>> {
+        Ok(Arc::new(GroupId { inner: weir_core::GroupId::new(backend.into())? }))
+    }
+
+    /// The id `bytes` hold, as another process's `to_bytes` made them.
+    #[uniffi::constructor]
+    pub fn from_bytes(bytes: Vec<u8>) -> Result<Arc<Self>> {
+        Ok(Arc::new(GroupId { inner: weir_core::GroupId::from_bytes(&bytes)? }))
+    }
+
+    /// The id as bytes, for another process's `from_bytes`.
+    pub fn to_bytes(&self) -> Vec<u8> {
+        self.inner.to_bytes()
+    }
+
+    /// The backend the id is for.
+    pub fn backend(&self) -> Backend {
+        self.inner.backend().into()
+    }
+}
+
+/// What a thread of its own returns, awaited without blocking the caller.
+struct Handoff<T> {
+    value: Option<T>,
+    waker: Option<Waker>,
+}
+
+struct OffThread<T>(Arc<Mutex<Handoff<T>>>);
+
+impl<T> Future for OffThread<T> {
+    type Output = T;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
+        let mut handoff = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        match handoff.value.take() {
+            Some(value) => Poll::Ready(value),
+            None => {
+                handoff.waker = Some(cx.waker().clone());
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// Runs `work` on a thread of its own (`weir-join`); the future resolves
+/// with its result. The waker is woken after the lock is let go.
+fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> impl Future<Output = Result<T>> {
+    let handoff = Arc::new(Mutex::new(Handoff { value: None, waker: None }));
+    let theirs = handoff.clone();
+    let spawned = std::thread::Builder::new().name("weir-join".into()).spawn(move || {
+        let value = work();
+        let waker = {
+            let mut handoff = theirs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            handoff.value = Some(value);
+            handoff.waker.take()
+        };
+        if let Some(waker) = waker {
+            waker.wake();
+        }
+    });
+    async move {
+        spawned.map_err(|error| WeirError::Backend {
+            backend: crate::records::BackendKind::Cpu,
+            description: format!("no thread to join the group on: {error}"),
+        })?;
+        Ok(OffThread(handoff).await)
+    }
 }

@@ -58,7 +58,7 @@ pub use encoded::{take_execute_refusal, Java_dev_weir_NativeExecute_execute};
 pub use error::debug_error_probe;
 pub use error::WeirError;
 pub use fence::Fence;
-pub use group::DeviceGroup;
+pub use group::{DeviceGroup, GroupId};
 pub use host_kernel::{CpuKernelBody, CpuKernelCall};
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{

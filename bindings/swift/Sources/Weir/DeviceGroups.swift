@@ -44,6 +44,29 @@ extension DeviceGroup {
         try broadcast(streams: streams, buffers: buffers, root: try memberIndex(root))
     }
 
+    /// Joins the group `id` names as `rank` of `ranks`, with `device` of this
+    /// process: one rank of a group whose ranks live in several processes
+    /// (CPU: processes of one host; CUDA: NCCL, across hosts too). Rank 0's
+    /// process makes the id (`GroupId(backend:)`) and hands `id.toBytes()` to
+    /// the others, which rebuild it with `GroupId.fromBytes(bytes:)`. Suspends,
+    /// on no thread of the caller's, until every rank has joined; every rank
+    /// must then admit the group's collectives in one order. A negative
+    /// number is `.invalidArgument`, as a rank past `ranks` is.
+    public static func join(_ backend: Backend, device: Int, id: GroupId, ranks: Int, rank: Int) async throws -> DeviceGroup {
+        func converted(_ value: Int, _ what: String) throws -> UInt32 {
+            guard let value = UInt32(exactly: value) else {
+                throw WeirError.invalidArgument(description: "\(what) \(value) of a group of \(ranks) ranks")
+            }
+            return value
+        }
+        return try await join(
+            backend: backend,
+            device: try converted(device, "device"),
+            id: id,
+            ranks: try converted(ranks, "a count of"),
+            rank: try converted(rank, "rank"))
+    }
+
     /// `index` as the Rust side takes a member's, refusing what no member has.
     func memberIndex(_ index: Int) throws -> UInt32 {
         guard let converted = UInt32(exactly: index) else {

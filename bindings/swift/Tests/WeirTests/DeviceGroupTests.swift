@@ -175,6 +175,44 @@ struct DeviceGroupTests {
         }
     }
 
+    @Test("two ranks joined through a group id meet in their collectives, each with its own runtime")
+    func joinedRanksMeet() async throws {
+        let id = try GroupId(backend: .cpu)
+        // Rank 1 as another process would be: from the id's bytes.
+        let theirs = try GroupId.fromBytes(bytes: id.toBytes())
+        async let first = DeviceGroup.join(.cpu, device: 0, id: id, ranks: 2, rank: 0)
+        async let second = DeviceGroup.join(.cpu, device: 0, id: theirs, ranks: 2, rank: 1)
+        let groups = try await [first, second]
+        defer { groups.forEach { try? $0.shutdown() } }
+        #expect(groups.map { $0.rank() } == [0, 1])
+        #expect(groups.map { $0.ranks() } == [2, 2])
+        let streams = try groups.map { try $0.device(0).newStream() }
+        let sends = try (0..<2).map { rank in try streams[rank].upload([Float](repeating: Float(rank + 1), count: 256)) }
+        let gathered = try streams.map { try $0.zeros(count: 512, of: Float.self) }
+        try await withThrowingTaskGroup(of: Void.self) { tasks in
+            for rank in 0..<2 {
+                tasks.addTask {
+                    try await groups[rank].allReduceAndWait(streams: [streams[rank]], buffers: [sends[rank]], op: .sum)
+                    try await groups[rank].allGatherAndWait(streams: [streams[rank]], sends: [sends[rank]], receives: [gathered[rank]])
+                }
+            }
+            try await tasks.waitForAll()
+        }
+        for rank in 0..<2 {
+            #expect(try await streams[rank].read(sends[rank], as: Float.self) == [Float](repeating: 3, count: 256))
+            #expect(try await streams[rank].read(gathered[rank], as: Float.self) == [Float](repeating: 3, count: 512))
+        }
+        // Sizes count both ranks: a gather into room for one send is refused at once.
+        #expect(throws: WeirError.self) {
+            try groups[0].allGather(streams: [streams[0]], sends: [sends[0]], receives: [try streams[0].zeros(count: 256, of: Float.self)])
+        }
+        let refused = await outcome { try await DeviceGroup.join(.cpu, device: 0, id: try GroupId(backend: .cpu), ranks: 2, rank: 2) }
+        guard case .failure(WeirError.invalidArgument) = refused else {
+            Issue.record("rank 2 of 2 gave \(refused)")
+            return
+        }
+    }
+
     @Test("a consumer on device 1 reads an all-reduce only after device 0's held input")
     func allReduceWaitsForAHeldInput() async throws {
         try await TestBackend.cpu.withGroup { group in

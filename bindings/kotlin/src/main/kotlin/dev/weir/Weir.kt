@@ -202,3 +202,20 @@ internal fun ByteArray.toIntArray(): IntArray {
 @Throws(WeirException::class)
 fun DeviceGroup.Companion.open(backend: Backend, vararg devices: Int): DeviceGroup =
     DeviceGroup.open(backend, devices.map { it.toLong().toCount().toUInt() })
+
+/**
+ * Joins the group [id] names as [rank] of [ranks], with [device] of this process: one rank of a
+ * group whose ranks live in several processes (CPU: processes of one host; CUDA: NCCL, across
+ * hosts too). Rank 0's process makes the id (`GroupId(backend)`) and hands `id.toBytes()` to the
+ * others, which rebuild it with `GroupId.fromBytes`. Suspends, on no thread of the caller's, until
+ * every rank has joined; every rank must then admit the group's collectives in one order.
+ */
+@Throws(WeirException::class)
+suspend fun DeviceGroup.Companion.join(backend: Backend, device: Int, id: GroupId, ranks: Int, rank: Int): DeviceGroup =
+    DeviceGroup.join(
+        backend,
+        device.toLong().toCount().toUInt(),
+        id,
+        ranks.toLong().toCount().toUInt(),
+        rank.toLong().toCount().toUInt(),
+    )

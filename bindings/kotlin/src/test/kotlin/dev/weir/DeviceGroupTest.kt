@@ -140,6 +140,46 @@ class DeviceGroupTest {
     }
 
     @Test
+    fun `two ranks joined through a group id meet in their collectives, each with its own runtime`() = runBlocking {
+        val id = GroupId(Backend.CPU)
+        // Rank 1 as another process would be: from the id's bytes.
+        val theirs = GroupId.fromBytes(id.toBytes())
+        val groups = listOf(
+            async(Dispatchers.Default) { DeviceGroup.join(Backend.CPU, 0, id, 2, 0) },
+            async(Dispatchers.Default) { DeviceGroup.join(Backend.CPU, 0, theirs, 2, 1) },
+        ).map { it.await() }
+        try {
+            assertEquals(listOf(0u to 2u, 1u to 2u), groups.map { it.rank() to it.ranks() })
+            val streams = groups.map { it.device(0u).newStream() }
+            val sends = streams.mapIndexed { rank, s -> s.upload(FloatArray(256) { rank + 1f }) }
+            val gathered = streams.map { it.zeros(512, ElementType.F32) }
+            groups.indices.map { rank ->
+                async(Dispatchers.Default) {
+                    groups[rank].allReduceAndWait(listOf(streams[rank]), listOf(sends[rank]), ReduceOp.SUM)
+                    groups[rank].allGatherAndWait(listOf(streams[rank]), listOf(sends[rank]), listOf(gathered[rank]))
+                }
+            }.forEach { it.await() }
+            for (rank in groups.indices) {
+                assertArrayEquals(FloatArray(256) { 3f }, streams[rank].readFloats(sends[rank]), "rank $rank's sum")
+                assertArrayEquals(FloatArray(512) { 3f }, streams[rank].readFloats(gathered[rank]), "rank $rank's gather")
+            }
+            // Sizes count both ranks: a gather into room for one send is refused at once.
+            assertThrows<WeirException.InvalidArgument> {
+                groups[0].allGather(listOf(streams[0]), listOf(sends[0]), listOf(streams[0].zeros(256, ElementType.F32)))
+            }
+        } finally {
+            groups.forEach { it.shutdown(); it.close() }
+            id.close()
+            theirs.close()
+        }
+        // A rank out of range is refused before anyone is waited for.
+        GroupId(Backend.CPU).use { fresh ->
+            val refused = runCatching { DeviceGroup.join(Backend.CPU, 0, fresh, 2, 2) }.exceptionOrNull()
+            assertTrue(refused is WeirException.InvalidArgument, "rank 2 of 2: $refused")
+        }
+    }
+
+    @Test
     fun `cancelling a collective's wait leaves no waiter and the collective still runs`() = onCpuGroup { group, streams ->
         val buffers = listOf(streams[0].upload(IntArray(16) { 1 }), streams[1].upload(IntArray(16) { 2 }))
         group.sync()
