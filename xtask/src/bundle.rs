@@ -62,7 +62,8 @@ fn size_of(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
-const TESTS: [&str; 6] = ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "devices", "wgpu_backend"];
+const TESTS: [&str; 7] =
+    ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "devices", "process_group", "wgpu_backend"];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 
 pub fn bundle(args: &[String]) -> Result {
@@ -128,7 +129,7 @@ set -u
 cd "$(dirname "$0")"
 for packed in *.gz; do gunzip -f "$packed" && chmod +x "${packed%.gz}"; done
 status=0
-for test in conformance cuda_backend cuda_device_lost device_group devices wgpu_backend; do
+for test in conformance cuda_backend cuda_device_lost device_group devices process_group wgpu_backend; do
     echo "== $test"
     ./"$test" "$@" > "$test.log" 2>&1 || status=1
     # Failures, skips and the totals; the whole output stays in $test.log.
