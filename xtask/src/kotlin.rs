@@ -83,12 +83,15 @@ fn lay_out(library: &Path) -> Result {
 ///    garbage than that thread frees, until the heap is full. The calls take
 ///    the status as a plain `Pointer` instead, this thread's block from
 ///    `CallStatus`, which copies a failure out and leaves the block clear.
-/// 4. An idle stream's `sync()` returns at once. Every UniFFI async call
-///    creates a Rust future, lowers its arguments into `RustBuffer`s, polls
-///    (Rust calls back into the JVM even when the future is ready), completes
-///    and frees it. `WeirStream.sync()` without a token first asks `isSynced()`
-///    (all work done, no failure to report; it takes nothing) and, if so,
-///    returns without suspending, cancellation checked as a suspension would.
+/// 4. An idle stream's `sync()`, or one whose work ends within moments,
+///    returns without suspending. Every UniFFI async call creates a Rust
+///    future, lowers its arguments into `RustBuffer`s, polls (Rust calls back
+///    into the JVM even when the future is ready), completes and frees it.
+///    `WeirStream.sync()` without a token first asks `syncQuickly()` (all work
+///    done; or, where the stream's recent waits were quick, its fence watched
+///    for a bounded moment, a failure thrown as `sync()` throws it) and, if
+///    so, returns without suspending, cancellation checked as a suspension
+///    would.
 /// 5. `execute` is one JNI call with only handles and integers. As generated
 ///    it lowers its `Grid` and `List<Arg>` into a `RustBuffer` each, JNA
 ///    structures allocated by a call of their own and passed by value,
@@ -142,7 +145,7 @@ fn patch_generated() -> Result {
             "idle sync",
             One,
             "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
-            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `isSynced`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
+            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `syncQuickly`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
         ),
         (
             "encoded execute",

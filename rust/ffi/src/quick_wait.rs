@@ -26,6 +26,11 @@ pub(crate) struct QuickWaits {
 }
 
 impl QuickWaits {
+    /// True when the recent waits were quick enough to be watched.
+    pub(crate) fn is_quick(&self) -> bool {
+        Duration::from_nanos(self.expected.load(Ordering::Relaxed)) < MOST
+    }
+
     /// Spins on `done` for at most twice the recent waits' time (and
     /// [`MOST`]) when they were quick, then hands back `wait` timed, so that
     /// how long it took teaches the next wait.

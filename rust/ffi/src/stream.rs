@@ -1,6 +1,9 @@
 //! The stream handle: where ops are admitted, and the async waits on them.
 
-use std::sync::Arc;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
 
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
@@ -29,11 +32,14 @@ use crate::timestamp::Timestamp;
 pub struct WeirStream {
     inner: weir_core::Stream,
     waits: QuickWaits,
+    /// The fence a `sync_quickly` made and left unfinished: the next wait
+    /// waits for it too, so that what it reports reaches someone.
+    unfinished: Mutex<Option<weir_core::Fence>>,
 }
 
 impl WeirStream {
     pub(crate) fn new(inner: weir_core::Stream) -> Self {
-        WeirStream { inner, waits: QuickWaits::default() }
+        WeirStream { inner, waits: QuickWaits::default(), unfinished: Mutex::new(None) }
     }
 
     pub(crate) fn core(&self) -> &weir_core::Stream {
@@ -49,9 +55,17 @@ impl WeirStream {
     /// A wait on everything admitted on this stream so far, holding no fence handle.
     /// Where this stream's recent waits were quick, it first watches the
     /// fence for a bounded time on the calling thread (see [`QuickWaits`]).
-    fn completion(&self) -> Result<Timed<weir_core::CompletionWait>> {
+    fn completion(&self) -> Result<Timed<Waits>> {
         let fence = self.inner.fence()?;
-        Ok(self.waits.settle(|| fence.is_complete(), fence.wait_async()))
+        // After the new fence: one made at the same place is the same fence.
+        let earlier = self.unfinished.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let both = || fence.is_complete() && earlier.as_ref().is_none_or(weir_core::Fence::is_complete);
+        let waits = Waits {
+            earlier: earlier.as_ref().map(weir_core::Fence::wait_async),
+            earlier_failure: None,
+            last: fence.wait_async(),
+        };
+        Ok(self.waits.settle(both, waits))
     }
 
     /// Admits a read of `length` elements of `buffer` from element `offset`
@@ -206,6 +220,60 @@ impl WeirStream {
     /// sync); false whenever in doubt, and always on CUDA and HIP.
     pub fn is_synced(&self) -> bool {
         self.inner.is_synced()
+    }
+
+    /// What the bindings' `sync()` asks before it suspends: true when all
+    /// work admitted on this stream so far is done, so that `sync()` would
+    /// return at once. When it is not yet but the stream's recent waits were
+    /// quick, it makes the fence `sync()` would make (on wgpu this submits
+    /// the queued ops) and watches it for a short, bounded time on the
+    /// calling thread (at most twice their moving average, 100 µs at most).
+    /// A failure the fence completed with is thrown as `sync()` would throw
+    /// it. False if the work is not done by then (or the stream is behind
+    /// long work): the next wait on this handle then waits for that fence
+    /// too, so nothing it reports is lost.
+    pub fn sync_quickly(&self) -> Result<bool> {
+        if self.inner.is_synced() {
+            return Ok(true);
+        }
+        if !self.waits.is_quick() {
+            return Ok(false);
+        }
+        let fence = self.inner.fence()?;
+        let mut wait = self.waits.settle(|| fence.is_complete(), fence.wait_async());
+        if fence.is_complete() {
+            // Complete, so ready at once; polled so that its time is learnt.
+            if let Poll::Ready(outcome) = Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
+                return outcome.map(|()| true).map_err(WeirError::from);
+            }
+        }
+        *self.unfinished.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(fence);
+        Ok(false)
+    }
+}
+
+/// A stream's wait: for the fence a `sync_quickly` left unfinished, if any,
+/// then for the latest; the first failure of either is the outcome.
+pub(crate) struct Waits {
+    earlier: Option<weir_core::CompletionWait>,
+    earlier_failure: Option<weir_core::Error>,
+    last: weir_core::CompletionWait,
+}
+
+impl Future for Waits {
+    type Output = weir_core::Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        if let Some(earlier) = &mut self.earlier {
+            let Poll::Ready(outcome) = Pin::new(earlier).poll(cx) else { return Poll::Pending };
+            self.earlier = None;
+            self.earlier_failure = outcome.err();
+        }
+        let Poll::Ready(last) = Pin::new(&mut self.last).poll(cx) else { return Poll::Pending };
+        Poll::Ready(match self.earlier_failure.take() {
+            Some(failure) => Err(failure),
+            None => last,
+        })
     }
 }
 

@@ -483,3 +483,52 @@ fn timestamps_time_a_delay_in_both_forms_and_refuse_a_pair_of_two_streams() {
     assert!(matches!(block_on(after.elapsed_since(before, Some(cancel))), Err(WeirError::Cancelled { .. })));
     runtime.shutdown().unwrap();
 }
+
+#[test]
+fn sync_quickly_answers_done_work_and_throws_a_failure_as_sync_would() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    assert!(stream.sync_quickly().unwrap(), "an idle stream is synced");
+    let x = stream.zeros(256, ElementType::F32).unwrap();
+    // Held, the work cannot be done: false, whatever the watch.
+    let hold = stream.hold().unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    hold.release();
+    block_on(stream.sync(None)).unwrap();
+    assert!(stream.sync_quickly().unwrap(), "done work is synced");
+    // A failure found at admission: thrown by the quick answer, or by the wait after it.
+    assert!(stream.fail_write(x.clone(), "broken at admission".into()).is_err());
+    let failure = match stream.sync_quickly() {
+        Err(failure) => failure,
+        Ok(false) => block_on(stream.sync(None)).unwrap_err(),
+        Ok(true) => panic!("a stream with a failure to report answered synced"),
+    };
+    assert!(matches!(&failure, WeirError::OpFailed { description, .. } if description.contains("broken at admission")));
+    assert!(stream.sync_quickly().unwrap(), "a failure is reported once");
+    let diagnostics = runtime.diagnostics();
+    assert_eq!((diagnostics.live_fences, diagnostics.live_waiters), (0, 0), "quick answers leave nothing behind");
+}
+
+#[test]
+fn a_failure_in_a_fence_sync_quickly_left_unfinished_reaches_the_next_wait() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    let x = stream.zeros(256, ElementType::F32).unwrap();
+    let hold = stream.hold().unwrap();
+    // The failure travels in the fence sync_quickly makes, which the hold keeps unfinished.
+    assert!(stream.fail_write(x.clone(), "broken behind a hold".into()).is_err());
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    // More work: the next wait makes a fence of its own, later than that one.
+    stream.memset_zero(x.clone()).unwrap();
+    hold.release();
+    match block_on(stream.sync(None)) {
+        Err(WeirError::OpFailed { description, .. }) => {
+            assert!(description.contains("broken behind a hold"), "{description}")
+        }
+        other => panic!("the failure in the unfinished fence was lost: {other:?}"),
+    }
+    block_on(stream.sync(None)).unwrap();
+    let diagnostics = runtime.diagnostics();
+    assert_eq!((diagnostics.live_fences, diagnostics.live_waiters), (0, 0));
+}

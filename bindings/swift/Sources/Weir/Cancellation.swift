@@ -104,21 +104,21 @@ extension WeirStream {
     /// stream answers at once. Cancelling the Task ends the wait with
     /// `CancellationError`.
     public func sync() async throws {
-        // An idle stream (all work done, no failure to report) answers without
-        // a token or a Rust future: UniFFI's async round trip costs tens of
-        // times Rust's answer. Cancellation is checked first, as the Rust wait
-        // checks its token before the stream.
+        // An idle stream, or one whose work ends within moments (its fence
+        // watched for a bounded time where its recent waits were that quick),
+        // answers without a token or a Rust future: UniFFI's async round trip
+        // costs several times Rust's answer. Cancellation is checked first, as
+        // the Rust wait checks its token before the stream.
         if Task.isCancelled { throw CancellationError() }
-        if isSynced() { return }
+        if try syncQuickly() { return }
         try await cancellable { try await self.sync(cancel: $0) }
     }
 
     /// Enqueues `kernel` over `args`, then suspends until this stream has run it.
     /// Cancelling the Task ends the wait (not the kernel) with `CancellationError`.
     public func executeAndWait(kernel: Kernel, grid: Grid, args: [Arg]) async throws {
-        try await cancellable {
-            try await self.executeAndWait(kernel: kernel, grid: grid, args: args, cancel: $0)
-        }
+        try execute(kernel: kernel, grid: grid, args: args)
+        try await sync()
     }
 
     /// Enqueues zeroing every byte of `buffer` on the device, ordered after its

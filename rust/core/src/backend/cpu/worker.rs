@@ -7,9 +7,10 @@
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use crate::backend::{Counters, FailureTally, OpIo};
 use crate::device::BackendKind;
@@ -101,6 +102,26 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally) {
     }
 }
 
+/// How long an idle worker keeps asking for its next job before it sleeps.
+const LINGER: Duration = Duration::from_micros(50);
+
+/// The worker's next job; `None` once its stream is gone. A stream fed op
+/// by op (an `…AndWait` loop, a pipeline's stages) gets its next job within
+/// microseconds, while a worker that went to sleep takes 10–30 µs to wake on
+/// a busy host: so an idle worker first lingers for [`LINGER`], yielding its
+/// core to any thread that wants it, then sleeps until a job comes.
+fn next_job(jobs: &Receiver<Job>) -> Option<Job> {
+    let idle = Instant::now();
+    loop {
+        match jobs.try_recv() {
+            Ok(job) => return Some(job),
+            Err(TryRecvError::Disconnected) => return None,
+            Err(TryRecvError::Empty) if idle.elapsed() < LINGER => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+        }
+    }
+}
+
 /// A CPU stream: a queue of jobs and the thread that runs them.
 pub struct CpuStream {
     pub(crate) index: u32,
@@ -133,7 +154,7 @@ impl CpuStream {
             .name(format!("weir-cpu-stream-{index}"))
             .spawn(move || {
                 WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&worker_progress) as usize));
-                for job in jobs {
+                while let Some(job) = next_job(&jobs) {
                     run(job, index, &worker_progress, &worker_tally);
                 }
             })
