@@ -8,8 +8,7 @@ use crate::device::BackendKind;
 use crate::error::{Error, Result};
 use crate::runtime::Runtime;
 
-/// The bytes of a [`GroupId`] as its backend makes them (an `ncclUniqueId`'s size).
-pub(crate) const GROUP_ID_BYTES: usize = 128;
+use crate::backend::GROUP_ID_BYTES;
 
 /// Names one group whose ranks live in several processes (or hosts), for
 /// [`DeviceGroup::join`]. Made once, by the process of rank 0, and handed

@@ -477,6 +477,10 @@ impl<T: DeviceTimestamp> AnyTimestamp for T {
 }
 
 /// A device backend. See the module doc for the contract between it and the scheduler.
+/// The bytes of a group id as a backend makes them (an `ncclUniqueId`'s
+/// size): what [`Backend::joined_communicator`] meets its ranks through.
+pub(crate) const GROUP_ID_BYTES: usize = 128;
+
 pub trait Backend: Send + Sync + Sized + 'static {
     /// A queue of device work; dropping it retires it once its work is done.
     type Stream: Send + Sync;
@@ -643,7 +647,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// backend has no such groups.
     fn joined_communicator(
         member: &Self,
-        id: &[u8; crate::group::GROUP_ID_BYTES],
+        id: &[u8; GROUP_ID_BYTES],
         ranks: usize,
         rank: usize,
     ) -> Result<Self::Communicator> {

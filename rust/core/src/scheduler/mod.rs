@@ -34,7 +34,6 @@ use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
-use crate::group::GROUP_ID_BYTES;
 use crate::kernel::Access;
 use crate::lock::lock;
 
@@ -101,7 +100,13 @@ pub(crate) trait Engine: Send + Sync {
     /// Makes this runtime rank `rank` of `ranks` of the group `id` names
     /// (its ranks in several processes), storing the communicator in `slot`;
     /// see [`crate::DeviceGroup::join`].
-    fn join_group(&self, slot: &CommunicatorSlot, id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<()>;
+    fn join_group(
+        &self,
+        slot: &CommunicatorSlot,
+        id: &[u8; crate::backend::GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<()>;
     fn fence(&self, stream: Option<usize>) -> Result<Arc<Completion>>;
     /// Enqueues a timestamp on `stream`: its completion, the backend's
     /// timestamp, and its position (a place of its own in the stream).
@@ -802,7 +807,13 @@ impl<B: Backend> Engine for Scheduler<B> {
         Scheduler::collective(&members, slot, collective, parts)
     }
 
-    fn join_group(&self, slot: &CommunicatorSlot, id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<()> {
+    fn join_group(
+        &self,
+        slot: &CommunicatorSlot,
+        id: &[u8; crate::backend::GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<()> {
         // A closed runtime joins nothing; joining is slow (it waits for
         // every rank), so it runs under no lock of this runtime.
         drop(self.open_state()?);

@@ -22,12 +22,11 @@ use worker::Progress;
 use crate::backend::Gate;
 use crate::backend::{
     Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError,
-    FailureTally, OpIo, RawAccess, SignalKind, Span,
+    FailureTally, OpIo, RawAccess, SignalKind, Span, GROUP_ID_BYTES,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 use crate::error::{Error, Result};
-use crate::group::GROUP_ID_BYTES;
 
 /// The CPU backend.
 #[derive(Debug, Default)]

@@ -32,11 +32,10 @@ use std::time::{Duration, Instant};
 
 use super::collective::run_collective;
 use super::memory::CpuMemory;
-use crate::backend::{Collective, CollectiveKind, ReduceOp, Span};
+use crate::backend::{Collective, CollectiveKind, ReduceOp, Span, GROUP_ID_BYTES};
 use crate::device::BackendKind;
 use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::group::GROUP_ID_BYTES;
 use crate::lock::lock;
 
 const MAGIC: &[u8; 8] = b"weir-cpu";

@@ -245,7 +245,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// several processes, met through `id`; see [`Backend::joined_communicator`](crate::backend::Backend::joined_communicator).
     fn joined_communicator(
         driver: &Self,
-        id: &[u8; crate::group::GROUP_ID_BYTES],
+        id: &[u8; crate::backend::GROUP_ID_BYTES],
         ranks: usize,
         rank: usize,
     ) -> Result<Self::Communicator> {

@@ -675,7 +675,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn joined_communicator(
         member: &Self,
-        id: &[u8; crate::group::GROUP_ID_BYTES],
+        id: &[u8; crate::backend::GROUP_ID_BYTES],
         ranks: usize,
         rank: usize,
     ) -> Result<D::Communicator> {
