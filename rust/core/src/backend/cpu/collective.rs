@@ -24,11 +24,29 @@ use crate::element::ElementType;
 use crate::lock::lock;
 
 /// What one part brought: its guarded memory, or why it cannot run.
-struct Arrival {
+pub(super) struct Arrival {
     /// What the part only reads: a send, a broadcast root's buffer.
-    read: Option<AccessGuard>,
+    pub read: Option<AccessGuard>,
     /// What it writes: a receive, an in-place buffer.
-    write: Option<AccessGuard>,
+    pub write: Option<AccessGuard>,
+}
+
+impl Arrival {
+    /// A part's memory registered with the race detector (`read` only read,
+    /// `write` written), or the `failure` it brings instead.
+    pub(super) fn register(
+        failure: Option<String>,
+        read: Option<&CpuMemory>,
+        write: Option<&CpuMemory>,
+    ) -> Result<Arrival, String> {
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
+        let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.len() };
+        let read = read.map(|memory| CpuMemory::begin(&whole(memory), false)).transpose()?;
+        let write = write.map(|memory| CpuMemory::begin(&whole(memory), true)).transpose()?;
+        Ok(Arrival { read, write })
+    }
 }
 
 #[derive(Default)]
@@ -73,15 +91,7 @@ impl Rendezvous {
         read: Option<CpuMemory>,
         write: Option<CpuMemory>,
     ) -> Result<(), String> {
-        let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.len() };
-        let arrival = match failure {
-            Some(failure) => Err(failure),
-            None => (|| {
-                let read = read.as_ref().map(|memory| CpuMemory::begin(&whole(memory), false)).transpose()?;
-                let write = write.as_ref().map(|memory| CpuMemory::begin(&whole(memory), true)).transpose()?;
-                Ok(Arrival { read, write })
-            })(),
-        };
+        let arrival = Arrival::register(failure, read.as_ref(), write.as_ref());
         let mut meeting = lock(&self.meeting);
         if meeting.outcome.is_none() {
             meeting.arrivals[rank] = Some(arrival);

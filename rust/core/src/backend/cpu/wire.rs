@@ -30,9 +30,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use super::collective::run_collective;
+use super::collective::{run_collective, Arrival};
 use super::memory::CpuMemory;
-use crate::backend::{Collective, CollectiveKind, ReduceOp, Span, GROUP_ID_BYTES};
+use crate::backend::{Collective, CollectiveKind, ReduceOp, GROUP_ID_BYTES};
 use crate::device::BackendKind;
 use crate::element::ElementType;
 use crate::error::{Error, Result};
@@ -560,18 +560,10 @@ impl Wire {
         read: Option<CpuMemory>,
         write: Option<CpuMemory>,
     ) -> std::result::Result<(), String> {
-        let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.len() };
-        let guards = match failure {
-            Some(failure) => Err(failure),
-            None => (|| {
-                let read = read.as_ref().map(|memory| CpuMemory::begin(&whole(memory), false)).transpose()?;
-                let write = write.as_ref().map(|memory| CpuMemory::begin(&whole(memory), true)).transpose()?;
-                Ok((read, write))
-            })(),
-        };
+        let guards = Arrival::register(failure, read.as_ref(), write.as_ref());
         let in_place = matches!(collective.kind, CollectiveKind::AllReduce(_));
         let (mut read_guard, mut write_guard, failure) = match guards {
-            Ok((read, write)) => (read, write, None),
+            Ok(Arrival { read, write }) => (read, write, None),
             Err(failure) => (None, None, Some(failure)),
         };
         let mine = Contribution {
