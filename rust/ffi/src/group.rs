@@ -60,6 +60,15 @@ impl DeviceGroup {
         Ok(Arc::new(DeviceGroup { inner: joined? }))
     }
 
+    /// [`DeviceGroup::join`], blocking the calling thread until every rank
+    /// has joined.
+    #[uniffi::constructor]
+    pub fn join_blocking(backend: Backend, device: u32, id: Arc<GroupId>, ranks: u32, rank: u32) -> Result<Arc<Self>> {
+        let joined =
+            weir_core::DeviceGroup::join(backend.into(), device as usize, &id.inner, ranks as usize, rank as usize)?;
+        Ok(Arc::new(DeviceGroup { inner: joined }))
+    }
+
     /// This process's first member's rank in the group: `0` unless joined.
     pub fn rank(&self) -> u32 {
         self.inner.rank() as u32

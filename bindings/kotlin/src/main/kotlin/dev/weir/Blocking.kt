@@ -101,4 +101,24 @@ object WeirBlocking {
         buffer.checkReadAs(ElementType.I32)
         return read(stream, buffer).toIntArray()
     }
+
+    /** Blocks until all work admitted on every member of [group] so far is done. */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun sync(group: DeviceGroup) = group.devices().forEach { sync(it) }
+
+    /**
+     * Joins the group [id] names as [rank] of [ranks] with [device] of this process, blocking
+     * until every rank has joined ([DeviceGroup.Companion.join]).
+     */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun join(backend: Backend, device: Int, id: GroupId, ranks: Int, rank: Int): DeviceGroup =
+        DeviceGroup.joinBlocking(
+            backend,
+            device.toLong().toCount().toUInt(),
+            id,
+            ranks.toLong().toCount().toUInt(),
+            rank.toLong().toCount().toUInt(),
+        )
 }

@@ -196,4 +196,88 @@ object WeirFutures {
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
     ): CompletableFuture<IntArray> = launch(executor) { stream.readInts(buffer, cancel) }
+
+    /** Copies [source] (a buffer of another member of a group) into [destination]; completes once [stream] has done it. */
+    @JvmStatic
+    @JvmOverloads
+    fun copyFromPeerAndWait(
+        stream: WeirStream,
+        source: Buffer,
+        destination: Buffer,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { stream.copyFromPeerAndWait(source, destination, cancel); null }
+
+    /** Completes once all work admitted on every member of [group] so far is done ([DeviceGroup.sync]). */
+    @JvmStatic
+    @JvmOverloads
+    fun sync(group: DeviceGroup, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
+        launch(executor) { group.sync(cancel); null }
+
+    /** Enqueues an all-reduce with [op] over [buffers] (one per member, in place); completes once every stream has run it. */
+    @JvmStatic
+    @JvmOverloads
+    fun allReduceAndWait(
+        group: DeviceGroup,
+        streams: List<WeirStream>,
+        buffers: List<Buffer>,
+        op: ReduceOp,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { group.allReduceAndWait(streams, buffers, op, cancel); null }
+
+    /** Enqueues a broadcast of member [root]'s buffer into every member's; completes once every stream has run it. */
+    @JvmStatic
+    @JvmOverloads
+    fun broadcastAndWait(
+        group: DeviceGroup,
+        streams: List<WeirStream>,
+        buffers: List<Buffer>,
+        root: Int,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> =
+        launch(executor) { group.broadcastAndWait(streams, buffers, root.toLong().toCount().toUInt(), cancel); null }
+
+    /** Enqueues an all-gather of [sends] into [receives]; completes once every stream has run it. */
+    @JvmStatic
+    @JvmOverloads
+    fun allGatherAndWait(
+        group: DeviceGroup,
+        streams: List<WeirStream>,
+        sends: List<Buffer>,
+        receives: List<Buffer>,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> = launch(executor) { group.allGatherAndWait(streams, sends, receives, cancel); null }
+
+    /** Enqueues a reduce-scatter with [op] of [sends] into [receives]; completes once every stream has run it. */
+    @JvmStatic
+    @JvmOverloads
+    fun reduceScatterAndWait(
+        group: DeviceGroup,
+        streams: List<WeirStream>,
+        sends: List<Buffer>,
+        receives: List<Buffer>,
+        op: ReduceOp,
+        cancel: CancelToken? = null,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<Void?> =
+        launch(executor) { group.reduceScatterAndWait(streams, sends, receives, op, cancel); null }
+
+    /**
+     * Joins the group [id] names as [rank] of [ranks] with [device] of this process
+     * ([DeviceGroup.Companion.join]); completes with the group once every rank has joined.
+     * The wait runs on a thread of Weir's own and cannot be cancelled.
+     */
+    @JvmStatic
+    @JvmOverloads
+    fun join(
+        backend: Backend,
+        device: Int,
+        id: GroupId,
+        ranks: Int,
+        rank: Int,
+        executor: Executor = defaultExecutor,
+    ): CompletableFuture<DeviceGroup> = launch(executor) { DeviceGroup.join(backend, device, id, ranks, rank) }
 }

@@ -101,6 +101,30 @@ object WeirJava {
     @JvmStatic
     fun maxBufferBytes(info: DeviceInfo): Long = info.maxBufferBytes.toSignedOrMax()
 
+    /** Opens [devices] (device indices) of [backend] as a group ([DeviceGroup.Companion.open]). */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun openGroup(backend: Backend, vararg devices: Int): DeviceGroup = DeviceGroup.open(backend, *devices)
+
+    /** Member [index] of [group], in the order opened. */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun device(group: DeviceGroup, index: Int): WeirRuntime = group.device(index.toLong().toU32("member index"))
+
+    /** This process's rank in [group]: `0` unless joined. */
+    @JvmStatic
+    fun rank(group: DeviceGroup): Int = group.rank().toInt()
+
+    /** How many ranks [group] has, in every process. */
+    @JvmStatic
+    fun ranks(group: DeviceGroup): Int = group.ranks().toInt()
+
+    /** Enqueues a broadcast of member [root]'s buffer into every member's ([DeviceGroup.broadcast]). */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun broadcast(group: DeviceGroup, streams: List<WeirStream>, buffers: List<Buffer>, root: Int) =
+        group.broadcast(streams, buffers, root.toLong().toU32("root"))
+
     /** [Diagnostics] with `long` counters (a count past `Long.MAX_VALUE` reads as `Long.MAX_VALUE`). */
     class Counts internal constructor(private val counts: Diagnostics) {
         /** Fence handles alive. */

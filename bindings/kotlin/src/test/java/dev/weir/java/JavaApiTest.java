@@ -290,4 +290,61 @@ class JavaApiTest {
             }
         });
     }
+
+    @Test
+    void groupsRunCollectivesAndPeerCopiesFromJava() throws Exception {
+        DeviceGroup group = WeirJava.openGroup(Backend.CPU, 0, 1);
+        try {
+            assertEquals(0, WeirJava.rank(group));
+            assertEquals(2, WeirJava.ranks(group));
+            List<WeirStream> streams = List.of(WeirJava.device(group, 0).newStream(), WeirJava.device(group, 1).newStream());
+            List<Buffer> buffers = List.of(
+                    Weir.upload(streams.get(0), new float[] {1f, 2f}),
+                    Weir.upload(streams.get(1), new float[] {10f, 20f}));
+            within(WeirFutures.allReduceAndWait(group, streams, buffers, ReduceOp.SUM));
+            assertArrayEquals(new float[] {11f, 22f}, WeirBlocking.readFloats(streams.get(1), buffers.get(1)));
+            within(WeirFutures.broadcastAndWait(group, streams, buffers, 1));
+            Buffer copy = Weir.zeros(streams.get(0), 2, ElementType.F32);
+            within(WeirFutures.copyFromPeerAndWait(streams.get(0), buffers.get(1), copy));
+            assertArrayEquals(new float[] {11f, 22f}, WeirBlocking.readFloats(streams.get(0), copy));
+            within(WeirFutures.sync(group));
+            WeirBlocking.sync(group);
+            assertThrows(WeirException.InvalidArgument.class, () -> WeirJava.broadcast(group, streams, buffers, 2));
+        } finally {
+            group.shutdown();
+            group.close();
+        }
+    }
+
+    @Test
+    void twoRanksJoinThroughAGroupIdFromJava() throws Exception {
+        try (GroupId id = new GroupId(Backend.CPU); GroupId theirs = GroupId.Companion.fromBytes(id.toBytes())) {
+            CompletableFuture<DeviceGroup> first = WeirFutures.join(Backend.CPU, 0, id, 2, 0);
+            DeviceGroup second = WeirBlocking.join(Backend.CPU, 0, theirs, 2, 1);
+            DeviceGroup joined = within(first);
+            try {
+                assertEquals(1, WeirJava.rank(second));
+                List<DeviceGroup> groups = List.of(joined, second);
+                List<CompletableFuture<Void>> sums = new java.util.ArrayList<>();
+                List<WeirStream> streams = new java.util.ArrayList<>();
+                List<Buffer> buffers = new java.util.ArrayList<>();
+                for (int rank = 0; rank < 2; rank++) {
+                    WeirStream stream = WeirJava.device(groups.get(rank), 0).newStream();
+                    Buffer buffer = Weir.upload(stream, new int[] {rank + 1, 5});
+                    streams.add(stream);
+                    buffers.add(buffer);
+                    sums.add(WeirFutures.allReduceAndWait(groups.get(rank), List.of(stream), List.of(buffer), ReduceOp.MAX));
+                }
+                sums.forEach(JavaApiTest::within);
+                for (int rank = 0; rank < 2; rank++) {
+                    assertArrayEquals(new int[] {2, 5}, WeirBlocking.readInts(streams.get(rank), buffers.get(rank)));
+                }
+            } finally {
+                for (DeviceGroup group : List.of(joined, second)) {
+                    group.shutdown();
+                    group.close();
+                }
+            }
+        }
+    }
 }
