@@ -7,7 +7,7 @@ use weir_core::backend::cpu::{CpuBackend, CpuMemory};
 use weir_core::backend::{direct, Backend, Command, SignalKind, Span};
 use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
 
-use crate::report::{median, micros, Figure, Report};
+use crate::report::{cpu_time, median, micros, Figure, Report};
 
 const ADMISSIONS: usize = 20_000;
 const WAKE_UPS: usize = 2_000;
@@ -163,5 +163,64 @@ pub fn run(report: &mut Report) {
         admission(report, buffers);
     }
     fence_wake_up(report);
+    sparse_ops(report);
     pipeline(report);
+}
+
+/// What an idle worker's linger costs and buys: one zero delay every `gap`,
+/// then its fence awaited, in wall time per op and in CPU time (every
+/// thread of the process) per op; beside a bare worker thread on a channel,
+/// which sleeps as soon as its queue is empty.
+fn sparse_ops(report: &mut Report) {
+    const OPS: u32 = 1_000;
+    for gap in [Duration::ZERO, Duration::from_micros(200)] {
+        let runtime = Runtime::open(BackendKind::Cpu).expect("cpu");
+        let stream = runtime.default_stream();
+        let timed = |op: &mut dyn FnMut()| {
+            let (mut latencies, cpu_before) = (Vec::new(), cpu_time());
+            for _ in 0..OPS {
+                let start = Instant::now();
+                while start.elapsed() < gap {
+                    std::thread::sleep(gap / 4);
+                }
+                let start = Instant::now();
+                op();
+                latencies.push(start.elapsed());
+            }
+            (median(&mut latencies), (cpu_time() - cpu_before) / OPS)
+        };
+        let (weir_latency, weir_cpu) = timed(&mut || {
+            stream.delay(Duration::ZERO).expect("delay");
+            block_on(stream.sync()).expect("sync");
+        });
+        runtime.close().expect("close");
+        let (jobs, queue) = std::sync::mpsc::channel::<std::sync::mpsc::Sender<()>>();
+        let worker = std::thread::spawn(move || queue.into_iter().for_each(|done| done.send(()).unwrap_or(())));
+        let (raw_latency, raw_cpu) = timed(&mut || {
+            let (done, finished) = std::sync::mpsc::channel();
+            jobs.send(done).expect("send");
+            finished.recv().expect("recv");
+        });
+        drop(jobs);
+        let _ = worker.join();
+        let every = format!("one op every {} us", gap.as_micros());
+        report.add(Figure::beside(
+            "cpu",
+            &format!("sparse ops, {every}: latency (median)"),
+            "us",
+            micros(weir_latency),
+            micros(raw_latency),
+            false,
+            "a zero delay, then sync() on block_on; raw: a bare worker on a channel that sleeps when idle",
+        ));
+        report.add(Figure::beside(
+            "cpu",
+            &format!("sparse ops, {every}: CPU time per op"),
+            "us",
+            micros(weir_cpu),
+            micros(raw_cpu),
+            false,
+            "every thread of the process; an idle Weir worker lingers 50 us (yielding) while its idle spells are short",
+        ));
+    }
 }

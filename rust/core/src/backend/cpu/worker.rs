@@ -108,18 +108,23 @@ const LINGER: Duration = Duration::from_micros(50);
 /// The worker's next job; `None` once its stream is gone. A stream fed op
 /// by op (an `…AndWait` loop, a pipeline's stages) gets its next job within
 /// microseconds, while a worker that went to sleep takes 10–30 µs to wake on
-/// a busy host: so an idle worker first lingers for [`LINGER`], yielding its
-/// core to any thread that wants it, then sleeps until a job comes.
-fn next_job(jobs: &Receiver<Job>) -> Option<Job> {
+/// a busy host. So an idle worker whose recent idle spells were short (a
+/// moving average in `recent_idle`, below [`LINGER`]) first lingers for
+/// `LINGER`, yielding its core to any thread that wants it, then sleeps
+/// until a job comes; one fed sparsely sleeps at once and costs nothing.
+fn next_job(jobs: &Receiver<Job>, recent_idle: &mut Duration) -> Option<Job> {
     let idle = Instant::now();
-    loop {
+    let lingers = *recent_idle < LINGER;
+    let job = loop {
         match jobs.try_recv() {
-            Ok(job) => return Some(job),
-            Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if idle.elapsed() < LINGER => std::thread::yield_now(),
-            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+            Ok(job) => break Some(job),
+            Err(TryRecvError::Disconnected) => break None,
+            Err(TryRecvError::Empty) if lingers && idle.elapsed() < LINGER => std::thread::yield_now(),
+            Err(TryRecvError::Empty) => break jobs.recv().ok(),
         }
-    }
+    };
+    *recent_idle = (*recent_idle * 3 + idle.elapsed()) / 4;
+    job
 }
 
 /// A CPU stream: a queue of jobs and the thread that runs them.
@@ -154,7 +159,8 @@ impl CpuStream {
             .name(format!("weir-cpu-stream-{index}"))
             .spawn(move || {
                 WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&worker_progress) as usize));
-                while let Some(job) = next_job(&jobs) {
+                let mut recent_idle = Duration::ZERO;
+                while let Some(job) = next_job(&jobs, &mut recent_idle) {
                     run(job, index, &worker_progress, &worker_tally);
                 }
             })
