@@ -233,6 +233,15 @@ impl WeirStream {
     /// long work): the next wait on this handle then waits for that fence
     /// too, so nothing it reports is lost.
     pub fn sync_quickly(&self) -> Result<bool> {
+        {
+            // An earlier call's fence first: what it carries is reported here.
+            let mut unfinished = self.unfinished.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            if let Some(fence) = unfinished.as_ref() {
+                let Some(outcome) = fence.outcome() else { return Ok(false) };
+                *unfinished = None;
+                outcome?;
+            }
+        }
         if self.inner.is_synced() {
             return Ok(true);
         }

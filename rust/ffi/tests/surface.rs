@@ -529,6 +529,20 @@ fn a_failure_in_a_fence_sync_quickly_left_unfinished_reaches_the_next_wait() {
         other => panic!("the failure in the unfinished fence was lost: {other:?}"),
     }
     block_on(stream.sync(None)).unwrap();
+    // Left unfinished with nobody waiting after it: the next quick answer
+    // reports it. (A new handle: it has seen no long wait, so it watches.)
+    let stream = runtime.new_stream().unwrap();
+    let hold = stream.hold().unwrap();
+    assert!(stream.fail_write(x.clone(), "broken, then asked again".into()).is_err());
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    hold.release();
+    assert!(eventually(|| match stream.sync_quickly() {
+        Err(WeirError::OpFailed { description, .. }) => description.contains("broken, then asked again"),
+        Err(other) => panic!("{other:?}"),
+        Ok(true) => panic!("the failure in the unfinished fence was lost to a quick answer"),
+        Ok(false) => false,
+    }));
+    assert!(stream.sync_quickly().unwrap(), "reported once");
     let diagnostics = runtime.diagnostics();
     assert_eq!((diagnostics.live_fences, diagnostics.live_waiters), (0, 0));
 }

@@ -42,6 +42,8 @@ const MAGIC: &[u8; 8] = b"weir-cpu";
 const NONCE_BYTES: usize = 16;
 /// How long a join waits for the whole group to meet.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long rank 0 waits for a connecting rank to say who it is.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// What rank 0's process holds between making an id and joining with it.
 pub(crate) struct Listening {
@@ -218,7 +220,9 @@ fn greet(
 ) -> std::io::Result<Option<usize>> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+    // A caller that says nothing is turned away soon, not at the deadline.
+    let patience = deadline.saturating_duration_since(Instant::now()).min(HELLO_TIMEOUT);
+    stream.set_read_timeout(Some(patience.max(Duration::from_millis(1))))?;
     let mut bytes = [0; 8 + NONCE_BYTES + 8];
     (&*stream).read_exact(&mut bytes)?;
     stream.set_read_timeout(None)?;
