@@ -550,21 +550,23 @@ impl Wire {
             turns = self.turned.wait(turns).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         drop(turns);
-        let outcome = self.exchange(turn, collective, failure, read, write);
+        let write_len = write.as_ref().map(CpuMemory::len);
+        let outcome =
+            self.exchange(turn, collective, Arrival::register(failure, read.as_ref(), write.as_ref()), write_len);
         lock(&self.turns).next += 1;
         self.turned.notify_all();
         outcome
     }
 
+    /// Sends this rank's part (its registered memory, or why it cannot run)
+    /// and writes the share that comes back.
     fn exchange(
         &self,
         turn: u64,
         collective: &Collective,
-        failure: Option<String>,
-        read: Option<CpuMemory>,
-        write: Option<CpuMemory>,
+        guards: std::result::Result<Arrival, String>,
+        write_len: Option<u64>,
     ) -> std::result::Result<(), String> {
-        let guards = Arrival::register(failure, read.as_ref(), write.as_ref());
         let in_place = matches!(collective.kind, CollectiveKind::AllReduce(_));
         let (mut read_guard, mut write_guard, failure) = match guards {
             Ok(Arrival { read, write }) => (read, write, None),
@@ -575,7 +577,7 @@ impl Wire {
             collective: describe(collective),
             failure,
             read: read_guard.as_ref().map(|guard| guard.bytes().to_vec()),
-            write_len: write.as_ref().map(CpuMemory::len),
+            write_len,
             write: if in_place { write_guard.as_ref().map(|guard| guard.bytes().to_vec()) } else { None },
         };
         let (share, broken) = match &mut *lock(&self.links) {
