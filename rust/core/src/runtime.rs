@@ -72,6 +72,8 @@ fn open_device_engine(kind: BackendKind, index: usize, fault: Option<Fault>) -> 
 /// library, no device, no NVRTC, a driver that fails to answer) contributes
 /// no device and no error; [`Runtime::open`] on it says why. The CPU is
 /// always listed, once, at index 0.
+// With no GPU backend compiled in, the CPU is all that is pushed.
+#[cfg_attr(not(any(feature = "cuda", feature = "hip", feature = "wgpu")), allow(clippy::vec_init_then_push))]
 pub fn devices() -> Vec<DeviceInfo> {
     let mut listed = Vec::new();
     #[cfg(feature = "cuda")]

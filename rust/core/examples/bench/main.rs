@@ -21,6 +21,8 @@ fn main() {
     let wanted: Vec<&str> = args.windows(2).filter(|w| w[0] == "--backend").map(|w| w[1].as_str()).collect();
     let wants = |name: &str| wanted.is_empty() || wanted.contains(&name);
     let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
+    // Only wgpu's figures come in parts.
+    #[cfg_attr(not(feature = "wgpu"), allow(unused_variables))]
     let part = |name: &str| parts.is_empty() || parts.contains(&name);
     let mut report = Report::default();
     if wants("cpu") {
