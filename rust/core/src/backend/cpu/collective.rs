@@ -126,9 +126,7 @@ impl Rendezvous {
                 None => return Err(format!("member {rank} of a {} never arrived", self.collective.name())),
             }
         }
-        let collective = self.collective;
-        catch_unwind(AssertUnwindSafe(|| run(collective, &mut parts)))
-            .unwrap_or_else(|_| Err(format!("{} panicked", collective.name())))
+        run(self.collective, &mut parts)
     }
 }
 
@@ -146,12 +144,18 @@ fn run(collective: Collective, parts: &mut [&mut Arrival]) -> Result<(), String>
 
 /// `collective` over every rank's bytes, in rank order: what each only
 /// reads, and what each writes (for an all-reduce, its buffer in place).
-/// Sizes must fit (checked when admitted, or by the wire's rank 0).
+/// Sizes must fit (checked when admitted, or by the wire's rank 0); a panic
+/// is the collective's failure.
 pub(super) fn run_collective(
     collective: Collective,
     reads: &[Option<&[u8]>],
     writes: &mut [Option<&mut [u8]>],
 ) -> Result<(), String> {
+    catch_unwind(AssertUnwindSafe(|| apply(collective, reads, writes)))
+        .unwrap_or_else(|_| Err(format!("{} panicked", collective.name())))
+}
+
+fn apply(collective: Collective, reads: &[Option<&[u8]>], writes: &mut [Option<&mut [u8]>]) -> Result<(), String> {
     let missing = || format!("a part of {} has no memory", collective.name());
     match collective.kind {
         CollectiveKind::AllReduce(op) => {

@@ -485,11 +485,9 @@ impl Shared {
 
     /// Issues `item`, the head of the lane in slot `index` (which is occupied).
     fn issue(&self, lanes: &mut Lanes, index: usize, item: Item) {
-        match &item {
-            Item::Submit(_) => {}
-            // A read maps what is submitted, a signal waits for it.
-            Item::Read(_) | Item::Signal(..) => self.submit_pending(lanes),
-            _ => {}
+        // A read maps what is submitted, a signal waits for it.
+        if matches!(item, Item::Read(_) | Item::Signal(..)) {
+            self.submit_pending(lanes);
         }
         let Lanes { slots, submits, gone_submit, pending, pending_ops, .. } = lanes;
         let Some(lane) = slots[index].as_mut() else { return };
