@@ -30,6 +30,11 @@ pub fn bundle(args: &[String]) -> Result {
 
     // Release keeps the library small; the suites need the hooks.
     lay_out(&bindings::build_native(Profile::Release, Natives::GpuTests)?)?;
+    // Compiled afresh: a class whose source is gone must not ride along in the tests' jar.
+    let classes = project().join("target/test-classes");
+    if classes.exists() {
+        std::fs::remove_dir_all(&classes).map_err(|e| format!("cannot empty {}: {e}", classes.display()))?;
+    }
     run(maven().args(["-DskipTests", "package"]))?;
     let version = versions::project_version()?;
     let jar = project().join(format!("target/weir-{version}.jar"));
@@ -115,7 +120,7 @@ cd "$(dirname "$0")"
 [ -d kotlin ] || tar -xzf kotlin.tar.gz
 export WEIR_TEST_BACKENDS="${WEIR_TEST_BACKENDS:-cpu,wgpu,cuda}"
 java=kotlin/runtime/bin/java
-launcher="org.junit.platform.console.ConsoleLauncher execute --disable-banner --fail-if-no-tests --details=summary --details-theme=ascii"
+launcher="org.junit.platform.console.ConsoleLauncher execute --disable-banner --fail-if-no-tests --details=tree --details-theme=ascii"
 status=0
 echo "== suites (backends: $WEIR_TEST_BACKENDS; required: ${WEIR_REQUIRE_BACKENDS:-none})"
 "$java" -ea -cp 'kotlin/lib/*' $launcher --scan-class-path kotlin/lib/weir-tests.jar \

@@ -145,8 +145,9 @@ pub fn run(report: &mut Report) {
         ("waiter, blocks at once", &blocking_runtime),
         ("callback", &callback_runtime),
     ] {
-        wake_latency(report, runtime, &raw, wake);
+        wake_latency(report, runtime, &raw, wake, IDLE_BETWEEN_FENCES);
     }
+    wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
     admission(report, &runtime, &raw);
     graph_replay(report, &runtime);
     pipeline(report, &runtime, &raw);
@@ -239,7 +240,12 @@ fn spin_floor(report: &mut Report, raw: &Raw) {
     });
 }
 
-fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
+/// The pause between two timed fences, so each wake-up finds every thread
+/// asleep (the app that awaits now and then); `Duration::ZERO` times an app
+/// that awaits one kernel after another.
+const IDLE_BETWEEN_FENCES: Duration = Duration::from_micros(200);
+
+fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str, idle: Duration) {
     const SAMPLES: usize = 300;
     let s = runtime.default_stream();
     let empty = Kernel::custom("empty").cuda(EMPTY, "empty").build();
@@ -263,7 +269,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         s.execute(&empty, one, &[]).unwrap();
         to_waiter.send(s.fence().unwrap()).unwrap();
         weir.push(resolved.recv().unwrap() - start);
-        thread::sleep(Duration::from_micros(200));
+        thread::sleep(idle);
     }
     let weir_cpu = (cpu_time() - cpu_before) / SAMPLES as u32;
     drop(to_waiter);
@@ -300,7 +306,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         resolved.recv().unwrap();
         // Resolved on another thread, as Weir's future is.
         baseline.push(start.elapsed());
-        thread::sleep(Duration::from_micros(200));
+        thread::sleep(idle);
     }
     let raw_cpu = (cpu_time() - cpu_before) / SAMPLES as u32;
     drop(to_waiter);
@@ -313,7 +319,8 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str) {
         baseline: Some(micros(median(&mut baseline))),
         higher_is_better: false,
         note: format!(
-            "median of {SAMPLES}; CPU per fence, all threads: weir {:.1} us, raw {:.1} us; baseline: blocking-sync event, a waiter thread in cuEventSynchronize wakes another thread",
+            "median of {SAMPLES}, {} us idle between fences; CPU per fence, all threads: weir {:.1} us, raw {:.1} us; baseline: blocking-sync event, a waiter thread in cuEventSynchronize wakes another thread",
+            idle.as_micros(),
             micros(weir_cpu),
             micros(raw_cpu)
         ),

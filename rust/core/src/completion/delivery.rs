@@ -31,55 +31,92 @@ thread_local! {
     static ON_DELIVERY_THREAD: Cell<bool> = const { Cell::new(false) };
 }
 
-/// GPU fences likely to complete soon, each with a task likely to await it
-/// (see [`Awake`]): while there are any, and until [`SPIN_UNTIL`]
-/// (nanoseconds since [`EPOCH`]), the wake thread spins for its next job
-/// instead of sleeping, so the waker a GPU waiter hands on runs without a
-/// thread wake-up of its own.
-static AWAITED: AtomicUsize = AtomicUsize::new(0);
-static SPIN_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// Checks the wake thread runs while it spins, each until it says it is done
+/// (see [`watch`]); [`WATCHED`] counts them, so the spin loop takes the lock
+/// only when there are any.
+static PROBES: Mutex<Vec<Probe>> = Mutex::new(Vec::new());
+static WATCHED: AtomicUsize = AtomicUsize::new(0);
+/// Until when (nanoseconds since [`EPOCH`]) the wake thread lingers,
+/// spinning with no probe, for the next quick fence to come.
+static LINGER_UNTIL: AtomicU64 = AtomicU64::new(0);
+/// When the last probe was registered, and a moving average of the gaps
+/// between registrations (nanoseconds).
+static LAST_WATCH: AtomicU64 = AtomicU64::new(0);
+static WATCH_GAP: AtomicU64 = AtomicU64::new(u64::MAX);
 /// True while the wake thread sleeps for its next job.
 static PARKED: AtomicBool = AtomicBool::new(false);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
+
+/// Bounds the wake thread's lingering after a quick fence: it lingers only
+/// while quick fences came closer together than this, and then for a
+/// quarter more than their recent gap, so one awaited fence costs it at
+/// most 1.25 times this in spinning.
+const MAX_LINGER: Duration = Duration::from_micros(300);
 
 fn now_nanos() -> u64 {
     EPOCH.get_or_init(Instant::now).elapsed().as_nanos() as u64
 }
 
-/// Keeps the wake thread spinning, for at most the span given, until it is
-/// dropped: made when a quick fence is signalled, dropped once its
-/// completion was handed on. Wakes the wake thread at once if it sleeps,
-/// while the device still works. Costs the wake thread at most that span
-/// of CPU.
+/// A check run on the wake thread: it returns true once it has nothing
+/// left to do (it ran its completion, someone else did, or it gave up).
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
-pub(crate) struct Awake(());
+pub(crate) type Probe = Box<dyn FnMut() -> bool + Send>;
 
+/// Has the wake thread run `probe` as it spins, until the probe says it is
+/// done (a probe bounds its own time): how a GPU fence likely to complete
+/// soon is seen done and its waker run by one thread that is already awake,
+/// with no hand-over between threads. The wake thread wakes at once if it
+/// sleeps (while the device works), and after a probe finished it lingers,
+/// spinning, for about the recent gap between probes while that gap is
+/// below [`MAX_LINGER`], so that the next fence of an app awaiting one after
+/// another finds it awake. What a probe gives up on, its stream's waiter
+/// finishes as before.
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
-impl Awake {
-    pub(crate) fn for_at_most(span: Duration) -> Awake {
-        AWAITED.fetch_add(1, Ordering::SeqCst);
-        SPIN_UNTIL.fetch_max(now_nanos() + span.as_nanos() as u64, Ordering::SeqCst);
-        if PARKED.load(Ordering::SeqCst) {
-            WAKE.run(Box::new(|| {}));
+pub(crate) fn watch(probe: Probe) {
+    let now = now_nanos();
+    let last = LAST_WATCH.swap(now, Ordering::Relaxed);
+    let gap = now.saturating_sub(last);
+    let average = WATCH_GAP.load(Ordering::Relaxed);
+    let average = if average == u64::MAX { gap } else { (average.saturating_mul(3).saturating_add(gap)) / 4 };
+    WATCH_GAP.store(average, Ordering::Relaxed);
+    lock(&PROBES).push(probe);
+    WATCHED.fetch_add(1, Ordering::SeqCst);
+    // Wakes the thread if it sleeps, starts it if it never ran.
+    if PARKED.load(Ordering::SeqCst) || WAKE.queue.get().is_none() {
+        WAKE.run(Box::new(|| {}));
+    }
+}
+
+/// Runs every registered probe once, keeping those not yet done; after one
+/// finished, lingers as [`watch`] says.
+fn run_probes() {
+    if WATCHED.load(Ordering::SeqCst) == 0 {
+        return;
+    }
+    // Out of the lock while they run: a probe's completion may register another.
+    let mut probes = std::mem::take(&mut *lock(&PROBES));
+    let before = probes.len();
+    probes.retain_mut(|probe| !catch_unwind(AssertUnwindSafe(&mut *probe)).unwrap_or(true));
+    let finished = before - probes.len();
+    if finished > 0 {
+        WATCHED.fetch_sub(finished, Ordering::SeqCst);
+        let gap = WATCH_GAP.load(Ordering::Relaxed);
+        if gap < MAX_LINGER.as_nanos() as u64 {
+            LINGER_UNTIL.fetch_max(now_nanos() + gap + gap / 4, Ordering::SeqCst);
         }
-        Awake(())
     }
+    lock(&PROBES).append(&mut probes);
 }
 
-impl Drop for Awake {
-    fn drop(&mut self) {
-        AWAITED.fetch_sub(1, Ordering::SeqCst);
-    }
-}
-
+/// Whether the wake thread spins for its next job, running probes.
 fn spin_for_next_job() -> bool {
-    AWAITED.load(Ordering::SeqCst) > 0 && now_nanos() < SPIN_UNTIL.load(Ordering::SeqCst)
+    WATCHED.load(Ordering::SeqCst) > 0 || now_nanos() < LINGER_UNTIL.load(Ordering::SeqCst)
 }
 
 /// One long-lived thread and its queue.
 struct Line {
     name: &'static str,
-    /// Whether the thread spins while [`SPINNERS`] are about.
+    /// Whether the thread spins for quick fences (see [`watch`]).
     spins: bool,
     queue: OnceLock<Option<Mutex<Sender<Job>>>>,
 }
@@ -140,17 +177,25 @@ impl Line {
     }
 }
 
-/// The next job of a line, `None` once its queue closed: spinning for it
-/// while `spins` and a quick fence is pending (see [`Awake`]), else
-/// sleeping until it comes.
+/// The next job of a line, `None` once its queue closed: spinning for it,
+/// running probes, while `spins` and a quick fence is pending or the thread
+/// lingers (see [`watch`]), else sleeping until it comes.
 fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
     loop {
         match jobs.try_recv() {
             Ok(job) => return Some(job),
             Err(TryRecvError::Disconnected) => return None,
-            Err(TryRecvError::Empty) if spins && spin_for_next_job() => std::hint::spin_loop(),
+            Err(TryRecvError::Empty) if spins && spin_for_next_job() => {
+                run_probes();
+                std::hint::spin_loop();
+            }
             Err(TryRecvError::Empty) => {
                 PARKED.store(spins, Ordering::SeqCst);
+                if spins && WATCHED.load(Ordering::SeqCst) > 0 {
+                    // A probe came after the check, and saw no sleeper to wake.
+                    PARKED.store(false, Ordering::SeqCst);
+                    continue;
+                }
                 let job = jobs.recv().ok();
                 PARKED.store(false, Ordering::SeqCst);
                 return job;

@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 
 use cell::{Cell, Registration};
 #[cfg(any(feature = "cuda", feature = "hip"))]
-pub(crate) use delivery::Awake;
+pub(crate) use delivery::{watch, Probe};
 pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread, release};
 
 use crate::diagnostics::LiveCounters;

@@ -133,6 +133,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn bind(&self) -> Result<()>;
     /// Whether this driver's context is lost.
     fn loss(&self) -> &Arc<Loss>;
+    /// How long a stream's waiter (and the wake thread, for a fence) spins
+    /// on an event before giving up on seeing it reached at once.
+    fn spin_budget(&self) -> std::time::Duration {
+        super::stream::spin_budget()
+    }
 
     fn stream_create(&self) -> Result<Self::Stream>;
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status;

@@ -1,7 +1,7 @@
 //! The owners of device events and allocations: each releases its handle
 //! exactly once, in `Drop`, and keeps the live counts honest.
 
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -18,6 +18,8 @@ pub(crate) struct GpuEvent<D: Driver> {
     device: Arc<Device<D>>,
     usage: EventUse,
     pub(crate) raw: D::Event,
+    /// Whether it is still among the live events (see [`GpuEvent::uncount`]).
+    counted: AtomicBool,
 }
 
 impl<D: Driver> GpuEvent<D> {
@@ -27,7 +29,21 @@ impl<D: Driver> GpuEvent<D> {
             None => device.driver.event_create(usage)?,
         };
         device.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(GpuEvent { device: device.clone(), usage, raw })
+        Ok(GpuEvent { device: device.clone(), usage, raw, counted: AtomicBool::new(true) })
+    }
+
+    /// The device it belongs to, alive while the event is.
+    pub(crate) fn device(&self) -> &Arc<Device<D>> {
+        &self.device
+    }
+
+    /// Takes it off the live events once its work is done, before its
+    /// completion runs, though a second owner (a waiter and a wake-thread
+    /// probe share a fence's event) may drop it later.
+    pub(crate) fn uncount(&self) {
+        if self.counted.swap(false, Ordering::SeqCst) {
+            self.device.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 }
 
@@ -50,7 +66,7 @@ impl<D: Driver> DeviceTimestamp for GpuTimestamp<D> {
 
 impl<D: Driver> Drop for GpuEvent<D> {
     fn drop(&mut self) {
-        self.device.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+        self.uncount();
         if let Some(spare) = self.device.events.give_back(self.usage, self.raw) {
             // The pool is full. Dropped on the waiter thread or under the
             // scheduler's lock: bind, since either may not have the device

@@ -9,7 +9,12 @@
 //! - on one waiter thread per stream (`Wake::Waiter`), which sleeps in an
 //!   event synchronisation (a blocking-sync event, so it does not spin).
 //!   A stream's events complete in order, so one thread per stream never
-//!   waits behind another stream's work.
+//!   waits behind another stream's work. A fence likely to complete soon is
+//!   also watched by the wake thread (`completion::watch`), which queries its
+//!   event as it spins and, once every earlier completion of the stream ran,
+//!   completes it itself and runs its wakers: one thread, already awake, sees
+//!   the device finish and resumes the task. Whichever of the two takes the
+//!   completion first runs it; completions still run in stream order.
 //!
 //! A device error seen by any callback poisons the stream: later callbacks
 //! report it too. A fault that poisons the context (see `Loss`) loses the
@@ -30,6 +35,7 @@ use std::time::{Duration, Instant};
 use super::device::Device;
 use super::driver::{Callback, Driver, EventUse, Status};
 use super::owners::GpuEvent;
+use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -56,8 +62,9 @@ impl Wake {
 /// `WEIR_GPU_SPIN_US` says otherwise (0: never spin).
 const SPIN_BUDGET: Duration = Duration::from_micros(200);
 
-/// Read when a stream's waiter starts, so a benchmark can compare both.
-fn spin_budget() -> Duration {
+/// Read when a stream's waiter starts, so a benchmark can compare both
+/// (what [`Driver::spin_budget`] answers unless a driver says otherwise).
+pub(crate) fn spin_budget() -> Duration {
     std::env::var("WEIR_GPU_SPIN_US")
         .ok()
         .and_then(|micros| micros.parse().ok())
@@ -70,13 +77,14 @@ fn spin_budget() -> Duration {
 /// there; a query loop sees it at once. So a waiter spins, for at most the
 /// budget per event, while recent events were reached within the budget
 /// (an average of the last few waits), and blocks at once behind long
-/// work, where spinning would only burn a core. While a fence is likely to
-/// be quick, the wake thread spins until it is handed on
-/// (`completion::Awake`), so the waker runs without a wake-up of its own.
+/// work, where spinning would only burn a core. A fence the wake thread
+/// watches (see the module doc) it does not spin for: one spinning thread
+/// is enough.
 struct Spin {
     budget: Duration,
     /// The recent time from taking an event to reaching it, in nanoseconds;
-    /// shared with the stream, which keeps the wake thread awake by it.
+    /// shared with the stream, which has the wake thread watch its fences
+    /// while it is short.
     expected: Arc<AtomicU64>,
 }
 
@@ -90,10 +98,10 @@ impl Spin {
     ///
     /// # Safety
     /// `event` was made and recorded by `driver` and stays alive for the call.
-    unsafe fn wait<D: Driver>(&mut self, driver: &D, event: D::Event) -> Status {
+    unsafe fn wait<D: Driver>(&mut self, driver: &D, event: D::Event, watched: bool) -> Status {
         let start = Instant::now();
         let mut reached = None;
-        if Self::is_quick(self.budget, &self.expected) {
+        if !watched && Self::is_quick(self.budget, &self.expected) {
             // SAFETY: this function's contract.
             while let Some(status) = unsafe { driver.event_query(event) } {
                 match status {
@@ -115,11 +123,42 @@ impl Spin {
     }
 }
 
+/// A completion taken by whichever of the waiter and the wake thread's probe
+/// comes first.
+type Claim = Arc<Mutex<Option<Callback>>>;
+
+/// One completion on a waiter's queue: its place among the stream's
+/// completions, its event, and whether the wake thread watches it too.
+struct Entry<D: Driver> {
+    place: u64,
+    event: Arc<GpuEvent<D>>,
+    claim: Claim,
+    watched: bool,
+}
+
 struct Waiter<D: Driver> {
-    queue: Option<Sender<(GpuEvent<D>, Callback)>>,
+    /// The queue and the count of what it was given, under one lock so that
+    /// places follow the queue's order.
+    queue: Mutex<Option<(u64, Sender<Entry<D>>)>>,
+    ran: Arc<AtomicU64>,
     thread: Option<JoinHandle<()>>,
     budget: Duration,
     expected: Arc<AtomicU64>,
+}
+
+/// Runs `claim`'s completion if nobody took it yet, once the completions
+/// before `place` ran; counts it as run either way it ends. False if it was
+/// taken already.
+fn run_claimed(claim: &Claim, place: u64, ran: &AtomicU64, status: Status) -> bool {
+    let Some(callback) = lock(claim).take() else { return false };
+    while ran.load(Ordering::SeqCst) < place {
+        // The one before is being run by the other side: a completion's moment.
+        std::thread::yield_now();
+    }
+    // A panicking callback must not end the completions behind it.
+    let _ = catch_unwind(AssertUnwindSafe(move || callback(status)));
+    ran.fetch_add(1, Ordering::SeqCst);
+    true
 }
 
 /// A device stream (non-blocking with respect to the legacy default stream).
@@ -158,32 +197,38 @@ impl<D: Driver> GpuStream<D> {
     }
 
     fn spawn_waiter(&self) -> Result<Waiter<D>> {
-        let (queue, pending) = channel::<(GpuEvent<D>, Callback)>();
+        let (queue, pending) = channel::<Entry<D>>();
         let device = self.device.clone();
-        let budget = spin_budget();
+        let budget = device.driver.spin_budget();
         let expected = Arc::new(AtomicU64::new(0));
+        let ran = Arc::new(AtomicU64::new(0));
         let mut spin = Spin { budget, expected: expected.clone() };
+        let counted = ran.clone();
         let thread = std::thread::Builder::new()
             .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
             .spawn(move || {
                 let bound = device.driver.bind();
-                for (event, callback) in pending {
+                for Entry { place, event, claim, watched } in pending {
+                    if lock(&claim).is_none() {
+                        // The wake thread saw it done and ran it.
+                        continue;
+                    }
                     // Once the context is lost its events may be gone with it.
                     let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
                         // SAFETY: the event was made and recorded by this driver and
                         // stays alive until after this call (dropped below).
-                        Ok(()) => unsafe { spin.wait(&*device.driver, event.raw) },
+                        Ok(()) => unsafe { spin.wait(&*device.driver, event.raw, watched) },
                         Err(error) => Err(error),
                     };
-                    // Release the event before completing, so a caller woken by
+                    // Off the live events before completing, so a caller woken by
                     // the completion sees no event of it still alive.
+                    event.uncount();
                     drop(event);
-                    // A panicking callback must not end the completions behind it.
-                    let _ = catch_unwind(AssertUnwindSafe(move || callback(status)));
+                    run_claimed(&claim, place, &counted, status);
                 }
             })
             .map_err(|e| Error::backend(D::KIND, format!("cannot start a completion thread: {e}")))?;
-        Ok(Waiter { queue: Some(queue), thread: Some(thread), budget, expected })
+        Ok(Waiter { queue: Mutex::new(Some((0, queue))), ran, thread: Some(thread), budget, expected })
     }
 
     /// Runs `callback` once all work enqueued on this stream so far is done,
@@ -191,31 +236,71 @@ impl<D: Driver> GpuStream<D> {
     /// is likely to wait for it (a fence), so a quick one is worth spinning for.
     pub(crate) fn after(&self, callback: Callback, awaited: bool) -> Result<()> {
         let callback = self.poisoning(callback);
-        match &self.waiter {
-            None => {
-                // SAFETY: `raw` is this stream, alive while `self` is; the callback
-                // only completes cells, copies host bytes and drops staging loans.
-                unsafe { self.device.driver.add_callback(self.raw, callback) }
-            }
-            Some(waiter) => {
-                let event = GpuEvent::new(&self.device, EventUse::HostWait)?;
-                // SAFETY: both handles are alive and belong to this driver.
-                unsafe { self.device.driver.event_record(event.raw, self.raw)? };
-                let queue = waiter.queue.as_ref().ok_or(Error::Closed)?;
-                let callback: Callback = if awaited && Spin::is_quick(waiter.budget, &waiter.expected) {
-                    // The wake thread wakes now, while the device works, and
-                    // spins until this completion is handed on.
-                    let awake = crate::completion::Awake::for_at_most(waiter.budget);
-                    Box::new(move |status| {
-                        callback(status);
-                        drop(awake);
-                    })
-                } else {
-                    callback
-                };
-                queue.send((event, callback)).map_err(|_| Error::backend(D::KIND, "the completion thread has stopped"))
-            }
+        let Some(waiter) = &self.waiter else {
+            // SAFETY: `raw` is this stream, alive while `self` is; the callback
+            // only completes cells, copies host bytes and drops staging loans.
+            return unsafe { self.device.driver.add_callback(self.raw, callback) };
+        };
+        let event = Arc::new(GpuEvent::new(&self.device, EventUse::HostWait)?);
+        // SAFETY: both handles are alive and belong to this driver.
+        unsafe { self.device.driver.event_record(event.raw, self.raw)? };
+        let claim: Claim = Arc::new(Mutex::new(Some(callback)));
+        let watched = awaited && Spin::is_quick(waiter.budget, &waiter.expected);
+        let mut queue = lock(&waiter.queue);
+        let (queued, sender) = queue.as_mut().ok_or(Error::Closed)?;
+        let place = *queued;
+        if watched {
+            crate::completion::watch(self.probe(&event, &claim, place, waiter));
         }
+        let entry = Entry { place, event, claim, watched };
+        sender.send(entry).map_err(|_| Error::backend(D::KIND, "the completion thread has stopped"))?;
+        *queued += 1;
+        Ok(())
+    }
+
+    /// The wake thread's check for a watched completion: once the ones
+    /// before it ran, it queries the event and, if the device got there,
+    /// runs the completion itself. Done once run (by either side), after
+    /// the spin budget from its first check, or on any error, which the
+    /// waiter reports. Its share of the event, and through it of the device,
+    /// is dropped on the release thread: it may be the device's last.
+    fn probe(&self, event: &Arc<GpuEvent<D>>, claim: &Claim, place: u64, waiter: &Waiter<D>) -> Probe {
+        let (claim, ran) = (claim.clone(), waiter.ran.clone());
+        let mut event = Some(event.clone());
+        let budget = waiter.budget;
+        let mut first_check: Option<Instant> = None;
+        let mut check = move |event: &GpuEvent<D>| {
+            if lock(&claim).is_none() || first_check.get_or_insert_with(Instant::now).elapsed() > budget {
+                return true;
+            }
+            if ran.load(Ordering::SeqCst) != place {
+                return false;
+            }
+            let driver = &event.device().driver;
+            if driver.bind().and_then(|()| driver.loss().check()).is_err() {
+                return true;
+            }
+            // SAFETY: made and recorded by this driver; this probe holds it alive.
+            match unsafe { driver.event_query(event.raw) } {
+                Some(Ok(true)) => {
+                    event.uncount();
+                    run_claimed(&claim, place, &ran, Ok(()));
+                    true
+                }
+                Some(Ok(false)) => false,
+                _ => true,
+            }
+        };
+        Box::new(move || {
+            let Some(held) = &event else { return true };
+            let done = check(held);
+            if done {
+                if let Some(held) = event.take() {
+                    crate::completion::release(move || drop(held));
+                }
+            }
+            done
+        })
     }
 
     /// True when all work enqueued so far is done and no failure was seen:
@@ -265,7 +350,7 @@ impl<D: Driver> Drop for GpuStream<D> {
         }
         if let Some(mut waiter) = self.waiter.take() {
             // Closing the queue ends the waiter once it ran what is queued.
-            waiter.queue.take();
+            lock(&waiter.queue).take();
             if let Some(thread) = waiter.thread.take() {
                 // A drop on the waiter itself (a completion that could not be
                 // delivered elsewhere ran there) must not wait for itself.

@@ -63,6 +63,10 @@ enum Call {
     },
 }
 
+const NO_QUERY: u8 = 0;
+const REACHED_ON_WAKE_THREAD: u8 = 1;
+const REACHED: u8 = 2;
+
 /// A latch a compile waits on, to hold it while the test looks around.
 #[derive(Default)]
 struct Latch {
@@ -101,6 +105,13 @@ struct Shared {
     image_param_sizes: Mutex<Option<Vec<usize>>>,
     /// Driver calls made after the context was lost (`bind` aside).
     calls_after_loss: AtomicUsize,
+    /// How `event_query` answers: [`NO_QUERY`] (as a driver may have none),
+    /// [`REACHED_ON_WAKE_THREAD`] (not reached elsewhere) or [`REACHED`].
+    queries: std::sync::atomic::AtomicU8,
+    /// The waiters' spin budget, if not the default.
+    spin_budget: Mutex<Option<Duration>>,
+    /// When set, `event_synchronize` returns only once this opens.
+    slow_sync: Mutex<Option<Arc<Latch>>>,
     /// Sources containing "slow" compile only once this opens; told when one starts.
     slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
     free_waits: bool,
@@ -228,7 +239,24 @@ impl Driver for Fake {
     }
 
     unsafe fn event_synchronize(&self, _event: u64) -> Status {
+        let slow = lock(&self.0.slow_sync).clone();
+        if let Some(latch) = slow {
+            latch.pass();
+        }
         self.0.check("event_synchronize")
+    }
+
+    unsafe fn event_query(&self, _event: u64) -> Option<Result<bool>> {
+        let reached = match self.0.queries.load(Ordering::SeqCst) {
+            NO_QUERY => return None,
+            REACHED_ON_WAKE_THREAD => std::thread::current().name() == Some("weir-wake"),
+            _ => true,
+        };
+        Some(self.0.check("event_query").map(|()| reached))
+    }
+
+    fn spin_budget(&self) -> Duration {
+        lock(&self.0.spin_budget).unwrap_or_else(super::stream::spin_budget)
     }
 
     unsafe fn event_destroy(&self, _event: u64) {
@@ -896,4 +924,74 @@ fn a_communicator_that_cannot_be_made_is_the_drivers_error() {
     let ((a, _), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
     shared_b.fail("communicator");
     assert!(matches!(GpuBackend::communicator(&[&a, &b]), Err(Error::Backend { .. })));
+}
+
+struct OpenOnDrop(Arc<Latch>);
+
+impl Drop for OpenOnDrop {
+    fn drop(&mut self) {
+        self.0.open();
+    }
+}
+
+/// Polls `done` for up to five seconds.
+fn soon(done: impl Fn() -> bool) -> bool {
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while std::time::Instant::now() < deadline {
+        if done() {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done()
+}
+
+#[test]
+fn the_wake_thread_completes_a_quick_fence_its_waiter_has_not_seen_reached_in_stream_order() {
+    let (backend, shared) = backend(Wake::Waiter);
+    // Only the wake thread sees events reached; the waiter spins, then sleeps in a synchronisation.
+    shared.queries.store(REACHED_ON_WAKE_THREAD, Ordering::SeqCst);
+    *lock(&shared.spin_budget) = Some(Duration::from_secs(10));
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let stream = backend.create_stream().unwrap();
+    // Opened however the test ends (dropped first), so the stream's drop does not wait forever.
+    let _open = OpenOnDrop(latch.clone());
+
+    let first = completion();
+    backend.signal(&stream, first.clone(), SignalKind::Fence).unwrap();
+    assert!(soon(|| first.is_complete()), "a quick fence waited for its waiter");
+    assert_eq!(first.outcome(), Some(Ok(())));
+    assert_eq!(backend.counters().live_events, 0, "the completed fence's event still counts as live");
+
+    // A drain queued before the next fence (a completion nobody awaits, so
+    // not watched), which the waiter does not see reached: the fence is not
+    // completed ahead of it, though the wake thread sees its event reached.
+    let drained = completion();
+    backend.signal(&stream, drained.clone(), SignalKind::Drain).unwrap();
+    let second = completion();
+    backend.signal(&stream, second.clone(), SignalKind::Fence).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!drained.is_complete());
+    assert!(!second.is_complete(), "a fence completed before the completion queued ahead of it");
+    shared.queries.store(REACHED, Ordering::SeqCst);
+    latch.open();
+    second.wait().unwrap();
+    assert!(drained.is_complete(), "the fence completed before the completion ahead of it");
+    assert!(soon(|| backend.counters().live_events == 0));
+}
+
+#[test]
+fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let stream = backend.create_stream().unwrap();
+    let _open = OpenOnDrop(latch.clone());
+    let done = completion();
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!done.is_complete(), "a fence completed with its event neither queried nor synchronised");
+    latch.open();
+    done.wait().unwrap();
 }
