@@ -21,9 +21,9 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use cell::{Cell, Registration};
+pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread, release};
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub(crate) use delivery::{watch, Probe};
-pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread, release};
 
 use crate::diagnostics::LiveCounters;
 use crate::error::Result;
