@@ -300,7 +300,11 @@ impl Stream {
         if bytes.is_empty() {
             return Err(Error::invalid("nothing to write"));
         }
-        self.submit(Command::Upload { dst, data: bytes.to_vec() })
+        match &self.0.recording {
+            // A recording keeps its bytes for every replay.
+            Some(_) => self.submit(Command::Upload { dst, data: bytes.to_vec() }),
+            None => self.engine().submit_upload(self.0.index, dst, bytes),
+        }
     }
 
     /// Writes `data` into `buffer` at element `offset`, then waits for this stream to finish it.

@@ -97,7 +97,9 @@ pub enum Command<R> {
     Fill { dst: Span<R>, word: u32 },
     /// `src` copied to `dst` (same length).
     Copy { src: Span<R>, dst: Span<R> },
-    /// Host bytes copied into `dst`.
+    /// Host bytes copied into `dst`. `data` is empty where the backend
+    /// staged the bytes while preparing it ([`Backend::prepare_upload`]):
+    /// then its preparation holds them.
     Upload { dst: Span<R>, data: Vec<u8> },
     /// `src` copied to the host; the backend fills `sink` when the bytes are there.
     Download { src: Span<R>, sink: Arc<HostSink> },
@@ -522,6 +524,14 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Called before the ordering boundary is taken, from any thread; an error
     /// refuses the command (nothing is admitted).
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Self::Prepared>;
+    /// An upload of `bytes` into `dst`, prepared: by default an owned copy,
+    /// prepared as any command. A backend whose `prepare` stages host bytes
+    /// stages these at once instead, so the caller's bytes are copied once.
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, Self::Prepared)> {
+        let command = Command::Upload { dst, data: bytes.to_vec() };
+        let prepared = self.prepare(&command)?;
+        Ok((command, prepared))
+    }
     /// Enqueues a prepared command: only the ordered driver calls. Must not
     /// wait for the device.
     ///

@@ -71,6 +71,9 @@ pub(crate) trait Engine: Send + Sync {
     fn create(&self, stream: usize, len: u64, init: Init) -> Result<BufferKey>;
     fn release(&self, buffer: BufferKey);
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()>;
+    /// Admits an upload of `bytes` into `dst`, staged by the backend from the
+    /// caller's bytes where it can (see [`Backend::prepare_upload`]).
+    fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()>;
     /// Admits `commands` on `stream` in order, each its own op, in one
     /// critical section; see [`crate::Stream::batch`].
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
@@ -735,6 +738,12 @@ impl<B: Backend> Engine for Scheduler<B> {
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()> {
         let prepared = self.backend.prepare(&command)?;
         // Only while an external write is in flight does admission look at what a command needs.
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
+        self.admit(&mut state, stream, command, prepared)
+    }
+
+    fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()> {
+        let (command, prepared) = self.backend.prepare_upload(dst, bytes)?;
         let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
         self.admit(&mut state, stream, command, prepared)
     }

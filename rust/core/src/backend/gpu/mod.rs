@@ -73,8 +73,8 @@ pub(crate) enum Prepared<D: Driver> {
     Direct,
     /// A kernel launch.
     Launch(PreparedLaunch<D>),
-    /// An upload: the host bytes already in page-locked memory.
-    Upload(Loan),
+    /// An upload: the host bytes already in page-locked memory, and how many.
+    Upload(Loan, u64),
     /// A download: the page-locked memory the bytes will land in.
     Download(Loan),
 }
@@ -272,11 +272,17 @@ impl<D: Driver> GpuBackend<D> {
     }
 
     /// A page-locked loan holding `data`.
-    fn stage_upload(&self, data: &[u8]) -> Result<Loan> {
+    /// `data`, to be uploaded into `dst`, in page-locked memory.
+    fn stage_upload<R>(&self, dst: &Span<R>, data: &[u8]) -> Result<Prepared<D>> {
+        if data.len() as u64 != dst.len {
+            return Err(Error::invalid("upload size differs from its destination"));
+        }
+        // Page-locked allocations need the device current on this thread, which may be any.
+        self.driver().bind()?;
         let mut loan = self.device.stage(data.len())?;
         // SAFETY: a fresh loan of at least `data.len()` bytes; no copy uses it yet.
         unsafe { loan.bytes_mut(data.len()) }.copy_from_slice(data);
-        Ok(loan)
+        Ok(Prepared::Upload(loan, dst.len))
     }
 
     fn launch<'m>(
@@ -382,8 +388,8 @@ impl<D: Driver> GpuBackend<D> {
                 // SAFETY: both ranges checked; the scheduler ordered the copy.
                 unsafe { self.driver().copy_d2d(to, from, dst.len, stream.raw) }.map_err(EnqueueError::Failed)
             }
-            (Command::Upload { dst, data }, Prepared::Upload(loan)) => {
-                if data.len() as u64 != dst.len {
+            (Command::Upload { dst, .. }, Prepared::Upload(loan, staged)) => {
+                if staged != dst.len {
                     return Err(rejected("upload size differs from its destination"));
                 }
                 let to = Self::address(&dst)?;
@@ -504,14 +510,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
             Command::Fill { dst, word } => {
                 self.builtin(Entry::Fill, words(dst), &[pointer, Param::U32(*word), Param::U64(words(dst))])
             }
-            Command::Upload { dst, data } => {
-                if data.len() as u64 != dst.len {
-                    return Err(Error::invalid("upload size differs from its destination"));
-                }
-                // Page-locked allocations need the device current on this thread, which may be any.
-                self.driver().bind()?;
-                Prepared::Upload(self.stage_upload(data)?)
-            }
+            Command::Upload { dst, data } => self.stage_upload(dst, data)?,
             Command::Download { src, .. } => {
                 let len = usize::try_from(src.len)
                     .map_err(|_| Error::invalid("a download larger than the host's address space"))?;
@@ -541,6 +540,12 @@ impl<D: Driver> Backend for GpuBackend<D> {
             }
             Command::Custom { kernel, grid, args } => self.prepare_custom(kernel, grid, args)?,
         })
+    }
+
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, Prepared<D>)> {
+        // Straight from the caller's bytes into page-locked memory.
+        let prepared = self.stage_upload(&dst, bytes)?;
+        Ok((Command::Upload { dst, data: Vec::new() }, prepared))
     }
 
     unsafe fn enqueue(

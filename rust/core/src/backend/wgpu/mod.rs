@@ -71,7 +71,7 @@ pub use timestamps::WgpuTimestamp;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind};
+use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -184,6 +184,12 @@ impl Backend for WgpuBackend {
 
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
         prepare::prepare(self.gpu(), command)
+    }
+
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, WgpuPrepared)> {
+        // Straight from the caller's bytes into the staging buffer.
+        let prepared = prepare::prepare_upload(self.gpu(), &dst, bytes)?;
+        Ok((Command::Upload { dst, data: Vec::new() }, prepared))
     }
 
     /// Rejected: the command does not fit its buffers, or its stream is

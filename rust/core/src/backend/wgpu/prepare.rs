@@ -98,12 +98,7 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
     let plan = match command {
         Command::Delay { .. } | Command::Copy { .. } => Plan::Nothing,
         Command::Zero { dst } => Plan::Write(plan_write(gpu, dst, None)?),
-        Command::Upload { dst, data } => {
-            if data.len() as u64 != dst.len {
-                return Err(Error::invalid(format!("{} bytes to upload into {} bytes", data.len(), dst.len)));
-            }
-            Plan::Write(plan_write(gpu, dst, Some(data))?)
-        }
+        Command::Upload { dst, data } => return prepare_upload(gpu, dst, data),
         Command::Fill { dst, word } => elementwise(Elementwise::Fill, dst, *word)?,
         Command::Iota { out, start } => elementwise(Elementwise::Iota, out, *start)?,
         Command::Binary { op, a, .. } => {
@@ -133,6 +128,14 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
         Command::Custom { kernel, grid, args } => prepare_custom(gpu, kernel, grid, args)?,
     };
     Ok(WgpuPrepared(plan))
+}
+
+/// An upload of `bytes` into `dst`, staged straight from them.
+pub(crate) fn prepare_upload<R>(gpu: &Gpu, dst: &Span<R>, bytes: &[u8]) -> Result<WgpuPrepared, Error> {
+    if bytes.len() as u64 != dst.len {
+        return Err(Error::invalid(format!("{} bytes to upload into {} bytes", bytes.len(), dst.len)));
+    }
+    Ok(WgpuPrepared(Plan::Write(plan_write(gpu, dst, Some(bytes))?)))
 }
 
 /// True when an element-wise op reads a range of the buffer it writes.
