@@ -189,9 +189,11 @@ fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
                 run_probes();
                 std::hint::spin_loop();
             }
-            Err(TryRecvError::Empty) => {
-                PARKED.store(spins, Ordering::SeqCst);
-                if spins && WATCHED.load(Ordering::SeqCst) > 0 {
+            // The flag is the wake thread's alone: the release line sleeping
+            // must not make a probe believe the wake thread awake.
+            Err(TryRecvError::Empty) if spins => {
+                PARKED.store(true, Ordering::SeqCst);
+                if WATCHED.load(Ordering::SeqCst) > 0 {
                     // A probe came after the check, and saw no sleeper to wake.
                     PARKED.store(false, Ordering::SeqCst);
                     continue;
@@ -200,6 +202,7 @@ fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
                 PARKED.store(false, Ordering::SeqCst);
                 return job;
             }
+            Err(TryRecvError::Empty) => return jobs.recv().ok(),
         }
     }
 }
