@@ -90,6 +90,10 @@ pub(crate) struct PreparedLaunch<D: Driver> {
     pointers: smallvec::SmallVec<[usize; 8]>,
 }
 
+/// The largest read the wake thread watches (see `stream`): a bigger one's
+/// copy out of page-locked memory stays on its stream's waiter.
+const WATCHED_READ_BYTES: u64 = 64 * 1024;
+
 /// A staging loan a device copy may still read or write. Only the copy's
 /// completion callback hands it back to the pool; dropped unrun (the driver
 /// refused the callback, so nobody learns when the copy ends), it is
@@ -355,7 +359,10 @@ impl<D: Driver> GpuBackend<D> {
                     (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
                     (Err(error), _) => sink.fail(error),
                 }),
-                true,
+                // Its callback copies the bytes out: where the wake thread
+                // would run it, only a small read's is quick enough not to
+                // delay other wake-ups.
+                len <= WATCHED_READ_BYTES,
             )
             // Nobody else will complete the read: fail it here.
             .inspect_err(|error| failed.fail(error.clone()))
