@@ -164,7 +164,7 @@ impl Stream {
         &self.0.engine
     }
 
-    fn create(&self, element: ElementType, count: u64, init: Init) -> Result<Buffer> {
+    fn create(&self, element: ElementType, count: u64, init: Init<'_>) -> Result<Buffer> {
         self.admitting()?;
         let bytes = count
             .checked_mul(element.size_bytes())
@@ -195,7 +195,7 @@ impl Stream {
     /// number of elements, little-endian as devices store them.
     pub fn upload_as(&self, element: ElementType, bytes: &[u8]) -> Result<Buffer> {
         let count = whole_elements(element, bytes.len())?;
-        self.create(element, count, Init::Data(bytes.to_vec()))
+        self.create(element, count, Init::Data(bytes))
     }
 
     fn submit(&self, command: Command<BufferKey>) -> Result<()> {

@@ -41,13 +41,14 @@ use crate::lock::lock;
 pub(crate) type BufferKey = u64;
 
 /// How a new buffer starts.
-pub(crate) enum Init {
+pub(crate) enum Init<'a> {
     /// No definition: contents unspecified until written.
     Empty,
     /// Zero-filled on the device, no host data involved.
     Zero,
-    /// Host bytes uploaded.
-    Data(Vec<u8>),
+    /// Host bytes uploaded, staged from the caller's bytes where the backend
+    /// can (see [`Backend::prepare_upload`]).
+    Data(&'a [u8]),
 }
 
 /// A deliberate scheduler bug, for tests that prove the suite catches it.
@@ -68,7 +69,7 @@ pub(crate) trait Engine: Send + Sync {
     fn new_stream(&self) -> Result<usize>;
     /// The last handle of `stream` went: retire it once its work is done.
     fn retire_stream(&self, stream: usize);
-    fn create(&self, stream: usize, len: u64, init: Init) -> Result<BufferKey>;
+    fn create(&self, stream: usize, len: u64, init: Init<'_>) -> Result<BufferKey>;
     fn release(&self, buffer: BufferKey);
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()>;
     /// Admits an upload of `bytes` into `dst`, staged by the backend from the
@@ -693,7 +694,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.retire(stream);
     }
 
-    fn create(&self, stream: usize, len: u64, init: Init) -> Result<BufferKey> {
+    fn create(&self, stream: usize, len: u64, init: Init<'_>) -> Result<BufferKey> {
         if len == 0 {
             return Err(Error::invalid("a buffer needs at least one byte"));
         }
@@ -703,13 +704,16 @@ impl<B: Backend> Engine for Scheduler<B> {
         }
         drop(self.open_state()?);
         let span = Span { buffer: (), offset: 0, len };
+        // Prepare and allocate outside the boundary: nobody can see the buffer yet.
         let initialise = match init {
             Init::Empty => None,
-            Init::Zero => Some(Command::Zero { dst: span }),
-            Init::Data(data) => Some(Command::Upload { dst: span, data }),
+            Init::Zero => {
+                let command = Command::Zero { dst: span };
+                let prepared = self.backend.prepare(&command)?;
+                Some((command, prepared))
+            }
+            Init::Data(bytes) => Some(self.backend.prepare_upload(span, bytes)?),
         };
-        // Prepare and allocate outside the boundary: nobody can see the buffer yet.
-        let prepared = initialise.as_ref().map(|command| self.backend.prepare(command)).transpose()?;
         let memory = Arc::new(self.backend.allocate(len)?);
         let mut state = self.open_state_when(|state| state.is_busy(stream))?;
         let key = state.next_key;
@@ -720,7 +724,7 @@ impl<B: Backend> Engine for Scheduler<B> {
             None => History::default(),
         };
         state.buffers.insert(key, BufferEntry { memory, len, history, pins: 0, released: false });
-        if let (Some(command), Some(prepared)) = (initialise, prepared) {
+        if let Some((command, prepared)) = initialise {
             if let Err(error) = self.admit(&mut state, stream, command.map(|()| key), prepared) {
                 let entry = state.buffers.remove(&key);
                 drop(state);
