@@ -11,7 +11,10 @@
 //! also what the JVM wants (JNA keeps such a thread attached).
 //!
 //! A waker that blocks delays other wake-ups, never device progress or the
-//! completion of cells: blocking waits are woken by the cell itself. Drops of
+//! completion of cells: blocking waits are woken by the cell itself. (The
+//! quick path for GPU fences, [`watch`], completes a cell on this thread
+//! too; what a busy wake thread leaves undone there, the fence's stream
+//! waiter completes as usual.) Drops of
 //! backend objects (freed memory, retired streams) run on a second thread,
 //! `weir-release`, so that a driver call waiting on a device lock never
 //! delays a wake-up.
