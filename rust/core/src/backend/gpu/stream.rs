@@ -249,12 +249,14 @@ impl<D: Driver> GpuStream<D> {
         let mut queue = lock(&waiter.queue);
         let (queued, sender) = queue.as_mut().ok_or(Error::Closed)?;
         let place = *queued;
-        if watched {
-            crate::completion::watch(self.probe(&event, &claim, place, waiter));
-        }
+        let probe = watched.then(|| self.probe(&event, &claim, place, waiter));
         let entry = Entry { place, event, claim, watched };
         sender.send(entry).map_err(|_| Error::backend(D::KIND, "the completion thread has stopped"))?;
         *queued += 1;
+        // Only once the waiter has it: whichever takes it first runs it.
+        if let Some(probe) = probe {
+            crate::completion::watch(probe);
+        }
         Ok(())
     }
 
