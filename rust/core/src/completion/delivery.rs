@@ -96,7 +96,7 @@ fn run_probes() {
     if WATCHED.load(Ordering::SeqCst) == 0 {
         return;
     }
-    // Out of the lock while they run: a probe's completion may register another.
+    // Out of the lock while they run, so registering a probe never waits for them.
     let mut probes = std::mem::take(&mut *lock(&PROBES));
     let before = probes.len();
     probes.retain_mut(|probe| !catch_unwind(AssertUnwindSafe(&mut *probe)).unwrap_or(true));
