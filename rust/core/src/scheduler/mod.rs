@@ -449,6 +449,13 @@ impl<B: Backend> Scheduler<B> {
         Ok((io, failed))
     }
 
+    /// Takes the boundary and admits one prepared `command` on `stream`.
+    fn admit_prepared(&self, stream: usize, command: Command<BufferKey>, prepared: B::Prepared) -> Result<()> {
+        // Only while an external write is in flight does admission look at what a command needs.
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
+        self.admit(&mut state, stream, command, prepared)
+    }
+
     /// Admits a prepared `command` on `stream`: waits, enqueue and publication
     /// in one critical section. An op that reads a failed version does not
     /// run; it, and an op the backend failed, publishes failed versions.
@@ -741,15 +748,12 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()> {
         let prepared = self.backend.prepare(&command)?;
-        // Only while an external write is in flight does admission look at what a command needs.
-        let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
-        self.admit(&mut state, stream, command, prepared)
+        self.admit_prepared(stream, command, prepared)
     }
 
     fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()> {
         let (command, prepared) = self.backend.prepare_upload(dst, bytes)?;
-        let mut state = self.open_state_when(|state| state.needs_busy(stream, &command.accesses()))?;
-        self.admit(&mut state, stream, command, prepared)
+        self.admit_prepared(stream, command, prepared)
     }
 
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {
