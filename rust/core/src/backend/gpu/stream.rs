@@ -297,9 +297,8 @@ impl<D: Driver> GpuStream<D> {
             let Some(held) = &event else { return true };
             let done = check(held);
             if done {
-                if let Some(held) = event.take() {
-                    crate::completion::release(move || drop(held));
-                }
+                let held = event.take();
+                crate::completion::release(move || drop(held));
             }
             done
         })
