@@ -8,6 +8,7 @@ use std::task::{Context, Poll, Waker};
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
 use crate::error::{Result, WeirError};
+use crate::lock::lock;
 use crate::records::{Backend, ReduceOp};
 use crate::runtime::WeirRuntime;
 use crate::stream::WeirStream;
@@ -269,7 +270,7 @@ impl<T> Future for OffThread<T> {
     type Output = T;
 
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<T> {
-        let mut handoff = self.0.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut handoff = lock(&self.0);
         match handoff.value.take() {
             Some(value) => Poll::Ready(value),
             None => {
@@ -288,7 +289,7 @@ fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> i
     let spawned = std::thread::Builder::new().name("weir-join".into()).spawn(move || {
         let value = work();
         let waker = {
-            let mut handoff = theirs.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut handoff = lock(&theirs);
             handoff.value = Some(value);
             handoff.waker.take()
         };

@@ -44,6 +44,7 @@ mod fence;
 mod group;
 mod host_kernel;
 mod kernel;
+mod lock;
 mod quick_wait;
 mod records;
 mod runtime;

@@ -10,6 +10,7 @@ use crate::cancel::{cancellable, CancelToken};
 use crate::error::{Result, WeirError};
 use crate::fence::Fence;
 use crate::kernel::Kernel;
+use crate::lock::lock;
 use crate::quick_wait::{QuickWaits, Timed};
 use crate::records::{Arg, ElementType, Grid};
 use crate::timestamp::Timestamp;
@@ -58,7 +59,7 @@ impl WeirStream {
     fn completion(&self) -> Result<Timed<Waits>> {
         let fence = self.inner.fence()?;
         // After the new fence: one made at the same place is the same fence.
-        let earlier = self.unfinished.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let earlier = lock(&self.unfinished).take();
         let both = || fence.is_complete() && earlier.as_ref().is_none_or(weir_core::Fence::is_complete);
         let waits = Waits {
             earlier: earlier.as_ref().map(weir_core::Fence::wait_async),
@@ -235,7 +236,7 @@ impl WeirStream {
     pub fn sync_quickly(&self) -> Result<bool> {
         {
             // An earlier call's fence first: what it carries is reported here.
-            let mut unfinished = self.unfinished.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+            let mut unfinished = lock(&self.unfinished);
             if let Some(fence) = unfinished.as_ref() {
                 let Some(outcome) = fence.outcome() else { return Ok(false) };
                 *unfinished = None;
@@ -256,7 +257,7 @@ impl WeirStream {
                 return outcome.map(|()| true).map_err(WeirError::from);
             }
         }
-        *self.unfinished.lock().unwrap_or_else(|poisoned| poisoned.into_inner()) = Some(fence);
+        *lock(&self.unfinished) = Some(fence);
         Ok(false)
     }
 }
@@ -329,7 +330,7 @@ pub struct Hold {
 impl Hold {
     /// Lets the stream go on. Releasing again does nothing.
     pub fn release(&self) {
-        let gate = self.gate.lock().unwrap_or_else(|poisoned| poisoned.into_inner()).take();
+        let gate = lock(&self.gate).take();
         drop(gate);
     }
 }
