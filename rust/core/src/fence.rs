@@ -9,6 +9,7 @@ use std::task::{Context, Poll};
 use crate::backend::HostSink;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
+use crate::host::HostBuffer;
 use crate::scheduler::Engine;
 
 /// "All work admitted on a stream (or on every stream) up to now."
@@ -129,6 +130,12 @@ impl PendingRead {
     /// Blocks until the bytes are there (see [`Fence::wait`] for the one case
     /// it refuses).
     pub fn wait(self) -> Result<Vec<u8>> {
+        self.wait_host().map(HostBuffer::into_vec)
+    }
+
+    /// Blocks until the bytes are there, as the host memory the device
+    /// copied them into: page-locked on CUDA and HIP, with no host copy.
+    pub fn wait_host(self) -> Result<HostBuffer> {
         if !self.sink.completion.is_complete() {
             self.engine.check_can_wait(Some(self.stream))?;
         }
@@ -136,25 +143,33 @@ impl PendingRead {
         self.bytes()
     }
 
+    /// Waits without blocking a thread, as [`PendingRead::wait_host`] blocks.
+    pub async fn host(mut self) -> Result<HostBuffer> {
+        std::future::poll_fn(|cx| self.poll_host(cx)).await
+    }
+
     /// True once the read finished. Never blocks.
     pub fn is_complete(&self) -> bool {
         self.sink.completion.is_complete()
     }
 
-    fn bytes(&self) -> Result<Vec<u8>> {
+    fn bytes(&self) -> Result<HostBuffer> {
         self.sink.take().ok_or_else(|| Error::internal("a read completed without its bytes"))
+    }
+
+    fn poll_host(&mut self, cx: &mut Context<'_>) -> Poll<Result<HostBuffer>> {
+        match self.sink.completion.poll_wait(cx, &mut self.slot) {
+            Poll::Ready(Ok(())) => Poll::Ready(self.bytes()),
+            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
+            Poll::Pending => Poll::Pending,
+        }
     }
 }
 
 impl Future for PendingRead {
     type Output = Result<Vec<u8>>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
-        let this = self.get_mut();
-        match this.sink.completion.poll_wait(cx, &mut this.slot) {
-            Poll::Ready(Ok(())) => Poll::Ready(this.bytes()),
-            Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
-            Poll::Pending => Poll::Pending,
-        }
+        self.get_mut().poll_host(cx).map(|bytes| bytes.map(HostBuffer::into_vec))
     }
 }
 

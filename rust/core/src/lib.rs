@@ -116,6 +116,7 @@ mod error;
 mod fence;
 mod graph;
 mod group;
+mod host;
 mod kernel;
 mod lock;
 mod ops;
@@ -144,6 +145,7 @@ pub use error::{DriverStatus, Error, Result};
 pub use fence::{CompletionWait, Fence, PendingRead};
 pub use graph::Graph;
 pub use group::{DeviceGroup, GroupId};
+pub use host::HostBuffer;
 pub use kernel::{
     Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
 };

@@ -6,8 +6,10 @@ use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::Diagnostics;
+use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::fence::Fence;
+use crate::host::HostBuffer;
 use crate::scheduler::{Engine, Fault, Scheduler};
 use crate::stream::Stream;
 
@@ -121,6 +123,13 @@ impl Runtime {
     /// A new stream.
     pub fn new_stream(&self) -> Result<Stream> {
         Ok(Stream::new(self.engine.clone(), self.engine.new_stream()?))
+    }
+
+    /// Host memory holding a copy of `data`, for
+    /// [`Stream::write_host`]: page-locked on CUDA and HIP, so that uploads
+    /// from it need no host copy (on other backends, plain memory).
+    pub fn host_buffer<T: Element>(&self, data: &[T]) -> Result<HostBuffer> {
+        self.engine.host_buffer(bytemuck::cast_slice(data))
     }
 
     /// A fence on all work admitted on every stream so far.

@@ -11,6 +11,7 @@ use crate::element::{Element, ElementType};
 use crate::error::{Error, Result};
 use crate::fence::{Fence, PendingRead};
 use crate::graph::Graph;
+use crate::host::HostBuffer;
 use crate::kernel::{Builtin, Grid, Kernel};
 use crate::ops::{self, Arg};
 use crate::runtime::Runtime;
@@ -304,6 +305,24 @@ impl Stream {
             // A recording keeps its bytes for every replay.
             Some(_) => self.submit(Command::Upload { dst, data: bytes.to_vec() }),
             None => self.engine().submit_upload(self.0.index, dst, bytes),
+        }
+    }
+
+    /// Enqueues a copy of all of `host`, a whole number of the buffer's
+    /// elements, into `buffer` at element `offset`. Where `host` is
+    /// page-locked by this runtime the device copies from it directly, and
+    /// the upload holds a clone of it until the copy is done (so
+    /// [`HostBuffer::get_mut`] gives `None` until then); otherwise its bytes
+    /// are copied as [`Stream::write`] copies a slice.
+    pub fn write_host(&self, buffer: &Buffer, offset: u64, host: &HostBuffer) -> Result<()> {
+        let count = whole_elements(buffer.element_type(), host.len())?;
+        let dst = buffer.span_in(self.engine(), offset, count)?;
+        if host.is_empty() {
+            return Err(Error::invalid("nothing to write"));
+        }
+        match &self.0.recording {
+            Some(_) => self.submit(Command::Upload { dst, data: host.to_vec() }),
+            None => self.engine().submit_host_upload(self.0.index, dst, host),
         }
     }
 

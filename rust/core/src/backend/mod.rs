@@ -47,6 +47,7 @@ pub use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 pub use crate::diagnostics::BackendCounters;
 pub(crate) use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
+use crate::host::HostBuffer;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 use crate::lock::lock;
 
@@ -280,7 +281,7 @@ pub struct CollectivePart<'a, B: Backend> {
 /// Where a download lands: the bytes, plus the completion a reader awaits.
 #[derive(Debug)]
 pub struct HostSink {
-    bytes: Mutex<Option<Vec<u8>>>,
+    bytes: Mutex<Option<HostBuffer>>,
     pub(crate) completion: Arc<Completion>,
 }
 
@@ -291,6 +292,12 @@ impl HostSink {
 
     /// Delivers the downloaded bytes and completes the read.
     pub fn deliver(&self, bytes: Vec<u8>) {
+        self.deliver_host(HostBuffer::heap(bytes));
+    }
+
+    /// Delivers the host memory the bytes were downloaded into, as it is,
+    /// and completes the read.
+    pub(crate) fn deliver_host(&self, bytes: HostBuffer) {
         *lock(&self.bytes) = Some(bytes);
         self.completion.complete(Ok(()));
     }
@@ -300,7 +307,7 @@ impl HostSink {
         self.completion.complete(Err(error));
     }
 
-    pub(crate) fn take(&self) -> Option<Vec<u8>> {
+    pub(crate) fn take(&self) -> Option<HostBuffer> {
         lock(&self.bytes).take()
     }
 }
@@ -531,6 +538,21 @@ pub trait Backend: Send + Sync + Sized + 'static {
         let command = Command::Upload { dst, data: bytes.to_vec() };
         let prepared = self.prepare(&command)?;
         Ok((command, prepared))
+    }
+    /// An upload of `host` into `dst`, prepared: a backend that page-locks
+    /// host memory copies from `host` directly when it locked it, and holds
+    /// a clone until the copy is done; by default, as any upload.
+    fn prepare_host_upload<R: PartialEq>(
+        &self,
+        dst: Span<R>,
+        host: &HostBuffer,
+    ) -> Result<(Command<R>, Self::Prepared)> {
+        self.prepare_upload(dst, host)
+    }
+    /// A [`HostBuffer`] holding a copy of `bytes`: page-locked where the
+    /// backend copies from such memory directly; by default, plain memory.
+    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
+        Ok(HostBuffer::heap(bytes.to_vec()))
     }
     /// Enqueues a prepared command: only the ordered driver calls. Must not
     /// wait for the device.

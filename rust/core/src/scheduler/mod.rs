@@ -34,6 +34,7 @@ use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
+use crate::host::HostBuffer;
 use crate::kernel::Access;
 use crate::lock::lock;
 
@@ -77,6 +78,11 @@ pub(crate) trait Engine: Send + Sync {
     fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()>;
     /// Admits `commands` on `stream` in order, each its own op, in one
     /// critical section; see [`crate::Stream::batch`].
+    /// Admits an upload of `host` into `dst`, copied from it directly where
+    /// the backend locked it (see [`Backend::prepare_host_upload`]).
+    fn submit_host_upload(&self, stream: usize, dst: Span<BufferKey>, host: &HostBuffer) -> Result<()>;
+    /// A host buffer holding a copy of `bytes`; see [`crate::Runtime::host_buffer`].
+    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer>;
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
     /// Admits `commands` on `stream` as one op whose reads and writes are
     /// the union of theirs; see [`crate::Stream::replay`].
@@ -754,6 +760,15 @@ impl<B: Backend> Engine for Scheduler<B> {
     fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()> {
         let (command, prepared) = self.backend.prepare_upload(dst, bytes)?;
         self.admit_prepared(stream, command, prepared)
+    }
+
+    fn submit_host_upload(&self, stream: usize, dst: Span<BufferKey>, host: &HostBuffer) -> Result<()> {
+        let (command, prepared) = self.backend.prepare_host_upload(dst, host)?;
+        self.admit_prepared(stream, command, prepared)
+    }
+
+    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
+        self.backend.host_buffer(bytes)
     }
 
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {

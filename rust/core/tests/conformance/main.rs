@@ -47,6 +47,7 @@ mod common;
 mod errors;
 mod fences;
 mod graphs;
+mod host_buffers;
 mod lifecycle;
 mod ordering;
 mod portable;

@@ -12,6 +12,7 @@ use super::kernels::Kernels;
 use crate::backend::Counters;
 use crate::device::DeviceInfo;
 use crate::error::Result;
+use crate::host::{HostBuffer, PinnedBytes};
 use crate::lock::lock;
 
 /// One page-locked host buffer. Plain data: the pool's owner frees it.
@@ -55,6 +56,47 @@ impl Loan {
             Some(s) => unsafe { std::slice::from_raw_parts_mut(s.ptr.0, len) },
             None => &mut [],
         }
+    }
+}
+
+/// A staging buffer handed to the app as a [`HostBuffer`]: a finished
+/// download's bytes, or host data to upload from. It keeps its device, and
+/// so the pool's memory, alive, and goes back to the pool when dropped.
+pub(crate) struct LentToHost<D: Driver> {
+    loan: Loan,
+    len: usize,
+    device: Arc<Device<D>>,
+}
+
+impl<D: Driver> LentToHost<D> {
+    /// # Safety
+    /// The loan holds at least `len` bytes, and no device copy into it is in flight.
+    pub unsafe fn host_buffer(loan: Loan, len: usize, device: Arc<Device<D>>) -> HostBuffer {
+        HostBuffer::pinned(Box::new(LentToHost { loan, len, device }))
+    }
+}
+
+impl<D: Driver> PinnedBytes for LentToHost<D> {
+    fn bytes(&self) -> &[u8] {
+        match &self.loan.staging {
+            // SAFETY: `len` is within the loan (`host_buffer`'s contract); a
+            // device copy may read the bytes meanwhile (an upload holding a
+            // clone of the buffer) but none writes them: downloads land
+            // before the buffer is made, and `bytes_mut` needs the only handle.
+            Some(s) => unsafe { std::slice::from_raw_parts(s.ptr.0, self.len) },
+            None => &[],
+        }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: `len` is within the loan; `&mut self` comes only through
+        // the buffer's only handle, and every upload from it holds a handle
+        // until its copy is done, so no device copy uses it now.
+        unsafe { self.loan.bytes_mut(self.len) }
+    }
+
+    fn device(&self) -> usize {
+        Arc::as_ptr(&self.device) as *const () as usize
     }
 }
 

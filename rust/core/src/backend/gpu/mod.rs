@@ -42,10 +42,11 @@ use crate::backend::{
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
+use crate::host::HostBuffer;
 use crate::kernel::{CustomKernel, Grid};
 use crate::lock::lock;
 
-use device::{Device, Loan};
+use device::{Device, LentToHost, Loan};
 pub use driver::DeviceBuffer;
 pub(crate) use driver::{
     callback_run, handle_calls, milliseconds, pass_callback, status_error, Callback, Driver, EventUse, GraphExec,
@@ -74,7 +75,7 @@ pub(crate) enum Prepared<D: Driver> {
     /// A kernel launch.
     Launch(PreparedLaunch<D>),
     /// An upload: the host bytes already in page-locked memory, and how many.
-    Upload(Loan, u64),
+    Upload(Staged, u64),
     /// A download: the page-locked memory the bytes will land in.
     Download(Loan),
 }
@@ -90,26 +91,61 @@ pub(crate) struct PreparedLaunch<D: Driver> {
     pointers: smallvec::SmallVec<[usize; 8]>,
 }
 
-/// The largest read the wake thread watches (see `stream`): a bigger one's
-/// copy out of page-locked memory stays on its stream's waiter.
-const WATCHED_READ_BYTES: u64 = 64 * 1024;
+/// Where an upload's bytes wait in page-locked memory.
+pub(crate) enum Staged {
+    /// Copied into a loan while the upload was prepared.
+    Loan(Loan),
+    /// The app's own buffer, locked by this device: held until the copy is done.
+    Host(HostBuffer),
+}
 
-/// A staging loan a device copy may still read or write. Only the copy's
-/// completion callback hands it back to the pool; dropped unrun (the driver
-/// refused the callback, so nobody learns when the copy ends), it is
-/// abandoned to the device rather than lent again under a running copy.
-struct InFlight(Option<Loan>);
+impl Staged {
+    fn ptr(&self) -> *const u8 {
+        match self {
+            Staged::Loan(loan) => loan.ptr(),
+            Staged::Host(host) => host.as_ptr(),
+        }
+    }
+}
 
-impl InFlight {
-    fn release(mut self) -> Option<Loan> {
+/// Page-locked memory a device copy may still read or write. Only the
+/// copy's completion callback lets it go; dropped unrun (the driver refused
+/// the callback, so nobody learns when the copy ends), it is abandoned
+/// rather than reused under a running copy.
+struct InFlight<T: Abandon>(Option<T>);
+
+impl<T: Abandon> InFlight<T> {
+    fn release(mut self) -> Option<T> {
         self.0.take()
     }
 }
 
-impl Drop for InFlight {
+impl<T: Abandon> Drop for InFlight<T> {
     fn drop(&mut self) {
-        if let Some(loan) = self.0.take() {
-            loan.abandon();
+        if let Some(memory) = self.0.take() {
+            memory.abandon();
+        }
+    }
+}
+
+/// Giving up page-locked memory that a copy nobody will see end may still use.
+trait Abandon {
+    fn abandon(self);
+}
+
+impl Abandon for Loan {
+    fn abandon(self) {
+        // Stays lent until the device goes, which frees it after every stream synchronised.
+        Loan::abandon(self)
+    }
+}
+
+impl Abandon for Staged {
+    fn abandon(self) {
+        match self {
+            Staged::Loan(loan) => loan.abandon(),
+            // Never unique again, so never written or returned to the pool.
+            Staged::Host(host) => std::mem::forget(host),
         }
     }
 }
@@ -275,18 +311,22 @@ impl<D: Driver> GpuBackend<D> {
         )))
     }
 
-    /// A page-locked loan holding `data`.
     /// `data`, to be uploaded into `dst`, in page-locked memory.
     fn stage_upload<R>(&self, dst: &Span<R>, data: &[u8]) -> Result<Prepared<D>> {
         if data.len() as u64 != dst.len {
             return Err(Error::invalid("upload size differs from its destination"));
         }
+        Ok(Prepared::Upload(Staged::Loan(self.staged_copy(data)?), dst.len))
+    }
+
+    /// A page-locked loan holding a copy of `data`.
+    fn staged_copy(&self, data: &[u8]) -> Result<Loan> {
         // Page-locked allocations need the device current on this thread, which may be any.
         self.driver().bind()?;
         let mut loan = self.device.stage(data.len())?;
         // SAFETY: a fresh loan of at least `data.len()` bytes; no copy uses it yet.
         unsafe { loan.bytes_mut(data.len()) }.copy_from_slice(data);
-        Ok(Prepared::Upload(loan, dst.len))
+        Ok(loan)
     }
 
     fn launch<'m>(
@@ -334,14 +374,14 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
-    fn upload(&self, stream: &GpuStream<D>, dst: u64, len: u64, loan: Loan) -> Result<()> {
-        // SAFETY: the loan holds `len` bytes (staged by `prepare` for this
-        // command) and stays alive until the callback below, which runs after
-        // the copy; `dst` was range-checked.
-        unsafe { self.driver().copy_h2d(dst, loan.ptr(), len, stream.raw)? };
+    fn upload(&self, stream: &GpuStream<D>, dst: u64, len: u64, staged: Staged) -> Result<()> {
+        // SAFETY: `staged` holds `len` bytes (checked by `prepare` for this
+        // command) and stays alive, unwritten, until the callback below,
+        // which runs after the copy; `dst` was range-checked.
+        unsafe { self.driver().copy_h2d(dst, staged.ptr(), len, stream.raw)? };
         self.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
-        let loan = InFlight(Some(loan));
-        stream.after(Box::new(move |_| drop(loan.release())), false)
+        let staged = InFlight(Some(staged));
+        stream.after(Box::new(move |_| drop(staged.release())), false)
     }
 
     fn download(&self, stream: &GpuStream<D>, src: u64, len: u64, sink: Arc<HostSink>, loan: Loan) -> Result<()> {
@@ -351,18 +391,21 @@ impl<D: Driver> GpuBackend<D> {
         self.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
         let loan = InFlight(Some(loan));
         let failed = sink.clone();
+        let device = self.device.clone();
         stream
             .after(
                 Box::new(move |status| match (status, loan.release()) {
+                    // The reader gets the page-locked bytes as they are: any
+                    // copy out of them is the reader's, off the stream's
+                    // completion order.
                     // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
-                    (Ok(()), Some(mut loan)) => sink.deliver(unsafe { loan.bytes_mut(len as usize) }.to_vec()),
+                    (Ok(()), Some(loan)) => {
+                        sink.deliver_host(unsafe { LentToHost::host_buffer(loan, len as usize, device) })
+                    }
                     (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
                     (Err(error), _) => sink.fail(error),
                 }),
-                // Its callback copies the bytes out: where the wake thread
-                // would run it, only a small read's is quick enough not to
-                // delay other wake-ups.
-                len <= WATCHED_READ_BYTES,
+                true,
             )
             // Nobody else will complete the read: fail it here.
             .inspect_err(|error| failed.fail(error.clone()))
@@ -395,13 +438,13 @@ impl<D: Driver> GpuBackend<D> {
                 // SAFETY: both ranges checked; the scheduler ordered the copy.
                 unsafe { self.driver().copy_d2d(to, from, dst.len, stream.raw) }.map_err(EnqueueError::Failed)
             }
-            (Command::Upload { dst, .. }, Prepared::Upload(loan, staged)) => {
-                if staged != dst.len {
+            (Command::Upload { dst, .. }, Prepared::Upload(staged, len)) => {
+                if len != dst.len {
                     return Err(rejected("upload size differs from its destination"));
                 }
                 let to = Self::address(&dst)?;
                 self.bind()?;
-                self.upload(stream, to, dst.len, loan).map_err(EnqueueError::Failed)
+                self.upload(stream, to, dst.len, staged).map_err(EnqueueError::Failed)
             }
             (Command::Download { src, sink }, Prepared::Download(loan)) => {
                 let from = Self::address(&src)?;
@@ -553,6 +596,27 @@ impl<D: Driver> Backend for GpuBackend<D> {
         // Straight from the caller's bytes into page-locked memory.
         let prepared = self.stage_upload(&dst, bytes)?;
         Ok((Command::Upload { dst, data: Vec::new() }, prepared))
+    }
+
+    fn prepare_host_upload<R: PartialEq>(&self, dst: Span<R>, host: &HostBuffer) -> Result<(Command<R>, Prepared<D>)> {
+        // Memory another device locked is staged like any host bytes.
+        if host.locked_by() != Some(Arc::as_ptr(&self.device) as *const () as usize) {
+            return self.prepare_upload(dst, host);
+        }
+        if host.len() as u64 != dst.len {
+            return Err(Error::invalid("upload size differs from its destination"));
+        }
+        let len = dst.len;
+        Ok((Command::Upload { dst, data: Vec::new() }, Prepared::Upload(Staged::Host(host.clone()), len)))
+    }
+
+    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
+        if bytes.is_empty() {
+            return Ok(HostBuffer::heap(Vec::new()));
+        }
+        let loan = self.staged_copy(bytes)?;
+        // SAFETY: the loan holds `bytes.len()` bytes, and no copy uses it.
+        Ok(unsafe { LentToHost::host_buffer(loan, bytes.len(), self.device.clone()) })
     }
 
     unsafe fn enqueue(

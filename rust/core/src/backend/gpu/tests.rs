@@ -553,7 +553,68 @@ fn uploads_are_staged_in_prepare_and_the_staging_returns_after_the_copy() {
     let sink = HostSink::new(completion());
     submit(&backend, &stream, Command::Download { src: span(&memory, 0, 8), sink: sink.clone() }).unwrap();
     sink.completion.wait().unwrap();
-    assert_eq!(sink.take(), Some(vec![7; 8]));
+    assert_eq!(sink.take().map(HostBuffer::into_vec), Some(vec![7; 8]));
+}
+
+#[test]
+fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the_copy_is_done() {
+    let (backend, shared) = backend(Wake::Waiter);
+    // The waiter cannot see the copy end until the latch opens.
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let stream = backend.create_stream().unwrap();
+    let _open = OpenOnDrop(latch.clone());
+    let memory = backend.allocate(8).unwrap();
+    let mut host = backend.host_buffer(&[5; 8]).unwrap();
+    assert!(host.is_page_locked());
+    assert_eq!(backend.counters().host_staging_buffers, 1);
+
+    let wrong = backend.prepare_host_upload(span(&memory, 0, 4), &host);
+    assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "a size that is not its destination's");
+    let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &host).unwrap();
+    // SAFETY: the fake touches no device memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    assert_eq!(shared.device_calls(), vec![Call::CopyH2D { dst: memory.ptr, bytes: vec![5; 8] }]);
+    assert_eq!(backend.counters().host_staging_buffers, 1, "staged beside the host buffer");
+    assert!(host.get_mut().is_none(), "writable while the copy may read it");
+    latch.open();
+    // Completions run in stream order: the upload's ran before the fence's.
+    fence(&backend, &stream).unwrap();
+    host.get_mut().expect("the copy is done").fill(9);
+
+    // Another device's locked memory is staged like any bytes.
+    let (other, _) = super::tests::backend(Wake::Waiter);
+    let foreign = other.host_buffer(&[6; 8]).unwrap();
+    let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &foreign).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 2, "staged in this device's memory");
+    // SAFETY: as above.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    fence(&backend, &stream).unwrap();
+    assert_eq!(shared.device_calls()[1], Call::CopyH2D { dst: memory.ptr, bytes: vec![6; 8] });
+}
+
+#[test]
+fn a_download_hands_its_page_locked_memory_to_the_reader_until_dropped() {
+    let (backend, _shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(8).unwrap();
+    let read = || {
+        let sink = HostSink::new(completion());
+        submit(&backend, &stream, Command::Download { src: span(&memory, 0, 8), sink: sink.clone() }).unwrap();
+        sink.completion.wait().unwrap();
+        sink.take().unwrap()
+    };
+    let first = read();
+    assert!(first.is_page_locked());
+    assert_eq!(first.as_bytes(), &[7; 8]);
+    let second = read();
+    assert_eq!(backend.counters().host_staging_buffers, 2, "a held read keeps its memory");
+    drop((first, second));
+    let third = read();
+    assert_eq!(backend.counters().host_staging_buffers, 2, "a dropped read's memory is lent again");
+    // It stays readable after its backend is gone: it keeps the device.
+    drop((stream, memory, backend));
+    assert_eq!(third.into_vec(), vec![7; 8]);
 }
 
 #[test]
