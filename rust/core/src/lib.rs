@@ -118,6 +118,7 @@ mod graph;
 mod group;
 mod host;
 mod kernel;
+mod key_map;
 mod lock;
 mod ops;
 mod runtime;

@@ -43,13 +43,13 @@ struct Bound {
     op: &'static str,
     args: Vec<KernelArg<BufferKey>>,
     /// The element type of each argument that is a buffer.
-    elements: Vec<Option<ElementType>>,
+    elements: smallvec::SmallVec<[Option<ElementType>; 8]>,
 }
 
 impl Bound {
     fn new(engine: &Arc<dyn Engine>, op: &'static str, args: &[Arg<'_>]) -> Result<Bound> {
         let mut bound = Vec::with_capacity(args.len());
-        let mut elements = Vec::with_capacity(args.len());
+        let mut elements = smallvec::SmallVec::with_capacity(args.len());
         for arg in args {
             bound.push(match *arg {
                 Arg::Buffer(buffer, access) => KernelArg::Buffer(buffer.whole_in(engine)?, access),
@@ -60,7 +60,8 @@ impl Bound {
                 Arg::Scalar(_) => None,
             });
         }
-        let spans: Vec<(Span<BufferKey>, Access)> = bound.iter().filter_map(KernelArg::span).collect();
+        let spans: smallvec::SmallVec<[(Span<BufferKey>, Access); 8]> =
+            bound.iter().filter_map(KernelArg::span).collect();
         reject_overlap(&spans)?;
         Ok(Bound { op, args: bound, elements })
     }

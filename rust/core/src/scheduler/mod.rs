@@ -16,8 +16,6 @@ mod lifecycle;
 mod peer;
 mod versions;
 
-use std::collections::HashMap;
-use std::hash::{BuildHasherDefault, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -36,6 +34,7 @@ use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::kernel::Access;
+use crate::key_map::KeyMap;
 use crate::lock::lock;
 
 /// Names a buffer inside one runtime. Keys are never reused.
@@ -228,7 +227,7 @@ struct State<B: Backend> {
     /// Set by the first `close()`; completes once teardown is over.
     closed: Option<Arc<Completion>>,
     streams: Vec<StreamSlot<B>>,
-    buffers: HashMap<BufferKey, BufferEntry<B::Memory>, BuildHasherDefault<KeyHasher>>,
+    buffers: KeyMap<BufferKey, BufferEntry<B::Memory>>,
     next_key: BufferKey,
     /// Streams with an external write in flight.
     busy_streams: usize,
@@ -314,7 +313,7 @@ impl<B: Backend> Scheduler<B> {
             state: Mutex::new(State {
                 closed: None,
                 streams: vec![StreamSlot::new(default_stream)],
-                buffers: HashMap::default(),
+                buffers: KeyMap::default(),
                 next_key: 1,
                 busy_streams: 0,
                 deferred_releases: Vec::new(),
@@ -608,25 +607,6 @@ impl<B: Backend> Scheduler<B> {
             }
         }
         self.admitted_ops.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Buffer keys are distinct counters chosen by the scheduler, not by users, so
-/// a multiplicative hash spreads them well without SipHash's cost.
-#[derive(Default)]
-struct KeyHasher(u64);
-
-impl Hasher for KeyHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &byte in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(byte)).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-        }
-    }
-    fn write_u64(&mut self, key: u64) {
-        self.0 = key.wrapping_mul(0x9E37_79B9_7F4A_7C15);
     }
 }
 

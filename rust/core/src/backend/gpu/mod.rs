@@ -44,6 +44,7 @@ use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::kernel::{CustomKernel, Grid};
+use crate::key_map::KeyMap;
 use crate::lock::lock;
 
 use device::{Device, LentToHost, Loan};
@@ -175,7 +176,7 @@ pub(crate) struct GpuBackend<D: Driver> {
     device: Arc<Device<D>>,
     builtins: Builtins<D::Function>,
     /// Custom kernels' functions, by kernel (see `custom_function`).
-    by_kernel: Mutex<HashMap<usize, KnownKernel<D>>>,
+    by_kernel: Mutex<KeyMap<usize, KnownKernel<D>>>,
     /// Captured replays, by recording.
     graphs: Mutex<HashMap<u64, GraphExec>>,
     /// Where replays are captured; made at the first capture.
