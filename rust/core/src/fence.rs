@@ -143,9 +143,10 @@ impl PendingRead {
         self.bytes()
     }
 
-    /// Waits without blocking a thread, as [`PendingRead::wait_host`] blocks.
-    pub async fn host(mut self) -> Result<HostBuffer> {
-        std::future::poll_fn(|cx| self.poll_host(cx)).await
+    /// The read as a future of the host memory the device copied into, as
+    /// [`PendingRead::wait_host`] returns it, awaited without blocking a thread.
+    pub fn into_host(self) -> PendingHostRead {
+        PendingHostRead(self)
     }
 
     /// True once the read finished. Never blocks.
@@ -170,6 +171,16 @@ impl Future for PendingRead {
     type Output = Result<Vec<u8>>;
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<Vec<u8>>> {
         self.get_mut().poll_host(cx).map(|bytes| bytes.map(HostBuffer::into_vec))
+    }
+}
+
+/// A [`PendingRead`] awaited for its host memory; see [`PendingRead::into_host`].
+pub struct PendingHostRead(PendingRead);
+
+impl Future for PendingHostRead {
+    type Output = Result<HostBuffer>;
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<HostBuffer>> {
+        self.get_mut().0.poll_host(cx)
     }
 }
 

@@ -143,7 +143,7 @@ pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};
 pub use element::{Element, ElementType};
 pub use error::{DriverStatus, Error, Result};
-pub use fence::{CompletionWait, Fence, PendingRead};
+pub use fence::{CompletionWait, Fence, PendingHostRead, PendingRead};
 pub use graph::Graph;
 pub use group::{DeviceGroup, GroupId};
 pub use host::HostBuffer;

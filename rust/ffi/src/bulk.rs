@@ -4,11 +4,14 @@
 //! foreign side copies its array into one (and, for a result, out of one),
 //! on top of the copy the core makes. Here uploads borrow the caller's
 //! memory for the call (UniFFI's `&[u8]`: a direct `ByteBuffer` in Kotlin,
-//! `Data` in Swift), and reads hand back the core's bytes in a [`HostBytes`]
-//! the caller copies out of once, into an array of its own.
+//! `Data` in Swift), and reads hand back the memory the device copied into
+//! (page-locked on CUDA and HIP) in a [`HostBytes`] the caller copies out of
+//! once, into an array of its own.
 
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, OnceLock};
+
+use weir_core::HostBuffer;
 
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
@@ -20,13 +23,14 @@ use crate::stream::WeirStream;
 /// bindings copy them straight into the caller's array (Kotlin through JNA,
 /// Swift from the pointer) and close it.
 ///
-/// Large ones are freed on a thread of their own (`weir-ffi-free`), not
-/// on the thread that closes the handle: unmapping hundreds of MiB takes
+/// Large plain ones are freed on a thread of their own (`weir-ffi-free`),
+/// not on the thread that closes the handle: unmapping hundreds of MiB takes
 /// milliseconds the caller, whose data is already in its array, need not
-/// wait for. At most one waits for that thread; beyond it they are freed at once.
+/// wait for. At most one waits for that thread; beyond it they are freed at
+/// once. Page-locked ones go back to their runtime's pool, which is quick.
 #[derive(Debug, uniffi::Object)]
 pub struct HostBytes {
-    bytes: Vec<u8>,
+    bytes: Option<HostBuffer>,
 }
 
 /// From this size on, [`HostBytes`] are freed on the release thread.
@@ -34,11 +38,11 @@ const RELEASE_OFF_THREAD_BYTES: usize = 8 << 20;
 
 impl Drop for HostBytes {
     fn drop(&mut self) {
-        if self.bytes.len() < RELEASE_OFF_THREAD_BYTES {
+        let Some(bytes) = self.bytes.take() else { return };
+        if bytes.len() < RELEASE_OFF_THREAD_BYTES || bytes.is_page_locked() {
             return;
         }
         let Some(release) = release_thread() else { return };
-        let bytes = std::mem::take(&mut self.bytes);
         // Full (one already waits) or gone: freed here after all.
         if let Err(TrySendError::Full(bytes) | TrySendError::Disconnected(bytes)) = release.try_send(bytes) {
             drop(bytes);
@@ -47,11 +51,11 @@ impl Drop for HostBytes {
 }
 
 /// The release thread's queue, started on first use; `None` if it cannot start.
-fn release_thread() -> Option<&'static SyncSender<Vec<u8>>> {
-    static RELEASE: OnceLock<Option<SyncSender<Vec<u8>>>> = OnceLock::new();
+fn release_thread() -> Option<&'static SyncSender<HostBuffer>> {
+    static RELEASE: OnceLock<Option<SyncSender<HostBuffer>>> = OnceLock::new();
     RELEASE
         .get_or_init(|| {
-            let (sender, receiver) = sync_channel::<Vec<u8>>(1);
+            let (sender, receiver) = sync_channel::<HostBuffer>(1);
             let spawned = std::thread::Builder::new()
                 .name("weir-ffi-free".to_owned())
                 .spawn(move || receiver.into_iter().for_each(drop));
@@ -65,17 +69,23 @@ impl HostBytes {
     /// The address of the first byte; valid while this handle is alive
     /// (every byte up to [`HostBytes::len`] is initialised and never moves).
     pub fn address(&self) -> u64 {
-        self.bytes.as_ptr() as usize as u64
+        self.bytes().as_ptr() as usize as u64
     }
 
     /// How many bytes there are.
     pub fn len(&self) -> u64 {
-        self.bytes.len() as u64
+        self.bytes().len() as u64
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.bytes.is_empty()
+        self.bytes().is_empty()
+    }
+}
+
+impl HostBytes {
+    fn bytes(&self) -> &[u8] {
+        self.bytes.as_deref().unwrap_or_default()
     }
 }
 
@@ -111,6 +121,6 @@ impl WeirStream {
     ) -> Result<Arc<HostBytes>> {
         buffer.expect_data(element, "a read")?;
         let pending = self.core().enqueue_read_at(buffer.core(), offset, len)?;
-        Ok(Arc::new(HostBytes { bytes: cancellable(pending, cancel).await? }))
+        Ok(Arc::new(HostBytes { bytes: Some(cancellable(pending.into_host(), cancel).await?) }))
     }
 }

@@ -34,7 +34,7 @@ conformance! {
         let bytes = host.get_mut().expect("nothing holds the host buffer after its upload");
         bytes.copy_from_slice(bytemuck::cast_slice(&vec![2.5f32; 4096]));
         s.write_host(&x, 0, &host).unwrap();
-        let again = block_on(t.enqueue_read(&x).unwrap().host()).unwrap();
+        let again = block_on(t.enqueue_read(&x).unwrap().into_host()).unwrap();
         assert!(again.as_slice::<f32>().unwrap().iter().all(|&v| v == 2.5));
         assert_eq!(t.read_as::<f32>(&x).unwrap(), vec![2.5; 4096], "a plain read sees the same bytes");
     }
