@@ -240,7 +240,7 @@ pub fn test() -> Result {
     install::consumer()
 }
 
-/// The Kotlin demo: a coroutine app running a two-stream pipeline.
+/// The Kotlin demo: the chunked pipeline of the Rust demo, from coroutines.
 pub fn demo(args: &[String]) -> Result {
     prepare(Profile::Release)?;
     run(maven().args(["-q", "-DskipTests", "package"]))?;

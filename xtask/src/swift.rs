@@ -184,7 +184,7 @@ fn archive(toolchain: &Toolchain, package: &Path, out: &Path) -> Result {
     Ok(())
 }
 
-/// The Swift demo (`Sources/WeirDemo`): the multi-stream pipeline, from Swift Tasks.
+/// The Swift demo (`Sources/WeirDemo`): the chunked pipeline of the Rust demo, from Swift Tasks.
 pub fn demo(args: &[String]) -> Result {
     run_release(&[&["weir-demo".to_owned()][..], args].concat())
 }

@@ -9,14 +9,16 @@
 //! once, into an array of its own.
 
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-use std::sync::{Arc, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use weir_core::HostBuffer;
 
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
 use crate::error::Result;
+use crate::lock::lock;
 use crate::records::ElementType;
+use crate::runtime::WeirRuntime;
 use crate::stream::WeirStream;
 
 /// Bytes read from a device, held in Rust until this handle goes: the
@@ -90,7 +92,34 @@ impl HostBytes {
 }
 
 #[uniffi::export]
+impl WeirRuntime {
+    /// Host memory holding a copy of `data` (borrowed for the call), for
+    /// [`WeirStream::write_host`]: page-locked on CUDA and HIP, so uploads
+    /// from it need no host copy; plain memory elsewhere. Keep it and upload
+    /// it as often as needed; close it when done.
+    pub fn host_bytes(&self, data: &[u8]) -> Result<Arc<HostBytes>> {
+        Ok(Arc::new(HostBytes { bytes: Some(self.core().host_buffer(data)?) }))
+    }
+}
+
+#[uniffi::export]
 impl WeirStream {
+    /// Enqueues a copy of all of `host` (a whole number of the buffer's
+    /// elements) into `buffer` at element `offset`, straight from it where
+    /// it is page-locked; the upload keeps the bytes alive until its copy is
+    /// done, so `host` may be closed at once. Returns once admitted.
+    pub fn write_host(
+        &self,
+        buffer: Arc<Buffer>,
+        offset: u64,
+        host: Arc<HostBytes>,
+        element: ElementType,
+    ) -> Result<()> {
+        buffer.expect_data(element, "a write")?;
+        let bytes = host.bytes.as_ref().ok_or_else(|| weir_core::Error::InvalidArgument("closed host bytes".into()))?;
+        Ok(self.core().write_host(buffer.core(), offset, bytes)?)
+    }
+
     /// A buffer of `element`s holding `data`, borrowed for the call (Kotlin:
     /// the remaining bytes of a direct `ByteBuffer`; Swift: `Data`): the core
     /// copies it once, as `upload` from Rust does, before this returns.
@@ -119,8 +148,53 @@ impl WeirStream {
         element: ElementType,
         cancel: Option<Arc<CancelToken>>,
     ) -> Result<Arc<HostBytes>> {
+        self.enqueue_read_host(buffer, offset, len, element)?.bytes(cancel).await
+    }
+
+    /// Admits a read of `len` elements of `buffer` from element `offset`,
+    /// for an array of `element`s, now, in order on this stream (an async
+    /// call admits only once it first runs), to await later: what a pipeline
+    /// that reuses the buffer needs, so the next write waits for this read.
+    pub fn enqueue_read_host(
+        &self,
+        buffer: Arc<Buffer>,
+        offset: u64,
+        len: u64,
+        element: ElementType,
+    ) -> Result<Arc<PendingRead>> {
         buffer.expect_data(element, "a read")?;
-        let pending = self.core().enqueue_read_at(buffer.core(), offset, len)?;
-        Ok(Arc::new(HostBytes { bytes: Some(cancellable(pending.into_host(), cancel).await?) }))
+        let read = self.core().enqueue_read_at(buffer.core(), offset, len)?;
+        Ok(Arc::new(PendingRead { read: Mutex::new(Some(read)) }))
+    }
+}
+
+/// A read admitted on a stream ([`WeirStream::enqueue_read_host`]); its
+/// bytes arrive when it completes. Dropping it leaks nothing.
+#[derive(uniffi::Object)]
+pub struct PendingRead {
+    read: Mutex<Option<weir_core::PendingRead>>,
+}
+
+impl std::fmt::Debug for PendingRead {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PendingRead").finish_non_exhaustive()
+    }
+}
+
+#[uniffi::export]
+impl PendingRead {
+    /// The bytes, once the read completes, without blocking a thread. Only
+    /// one call gets them: a later one is `InvalidArgument`.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn bytes(&self, cancel: Option<Arc<CancelToken>>) -> Result<Arc<HostBytes>> {
+        let taken = lock(&self.read).take();
+        let read =
+            taken.ok_or_else(|| weir_core::Error::InvalidArgument("this read's bytes were taken already".into()))?;
+        Ok(Arc::new(HostBytes { bytes: Some(cancellable(read.into_host(), cancel).await?) }))
+    }
+
+    /// True once the read finished. Never blocks.
+    pub fn is_complete(&self) -> bool {
+        lock(&self.read).as_ref().is_none_or(weir_core::PendingRead::is_complete)
     }
 }

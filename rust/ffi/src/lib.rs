@@ -52,7 +52,7 @@ mod stream;
 mod timestamp;
 
 pub use buffer::Buffer;
-pub use bulk::HostBytes;
+pub use bulk::{HostBytes, PendingRead};
 pub use cancel::CancelToken;
 pub use encoded::{take_execute_refusal, Java_dev_weir_NativeExecute_execute};
 #[cfg(feature = "test-support")]

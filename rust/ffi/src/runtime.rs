@@ -30,6 +30,10 @@ impl WeirRuntime {
     pub(crate) fn wrap(inner: weir_core::Runtime) -> Arc<Self> {
         Arc::new(WeirRuntime { inner })
     }
+
+    pub(crate) fn core(&self) -> &weir_core::Runtime {
+        &self.inner
+    }
 }
 
 /// Every device of every backend compiled in, best backend first (CUDA,

@@ -108,8 +108,9 @@ fn java_modules(lib: &Path) -> Result<String> {
 /// Unpacks the bundle, then runs the suites as `mvn verify` does: everything
 /// but `HeapTest`, then `HeapTest` in a JVM of its own at `-Xmx128m`; then,
 /// with `WEIR_BENCH_BACKEND` set, the bench as `cargo xtask bench --kotlin`
-/// runs it (the Rust baselines first, on the same backend). Extra arguments go
-/// to both launcher runs (a `--select-method`, `--details=flat`).
+/// runs it (the Rust baselines first, on the same backend), and with
+/// `WEIR_DEMO_BACKEND` set, the demo as `cargo xtask demo --kotlin` runs it.
+/// Extra arguments go to both launcher runs (a `--select-method`, `--details=flat`).
 const RUN: &str = r#"#!/bin/sh
 # Made by `cargo xtask bundle --kotlin`. Runs the Kotlin and Java JUnit suites
 # with the bundled Java runtime on every backend in WEIR_TEST_BACKENDS
@@ -133,6 +134,10 @@ if [ -n "${WEIR_BENCH_BACKEND:-}" ]; then
     baselines="$(kotlin/bin/round_trip --backend "$WEIR_BENCH_BACKEND") $(kotlin/bin/bulk --backend "$WEIR_BENCH_BACKEND")" || status=1
     "$java" -cp 'kotlin/lib/*' -Dweir.wakers.detach=false dev.weir.bench.BenchKt \
         --backend "$WEIR_BENCH_BACKEND" $baselines || status=1
+fi
+if [ -n "${WEIR_DEMO_BACKEND:-}" ]; then
+    echo "== demo (backend: $WEIR_DEMO_BACKEND)"
+    "$java" -cp 'kotlin/lib/*' dev.weir.demo.DemoKt --backend "$WEIR_DEMO_BACKEND" || status=1
 fi
 exit $status
 "#;

@@ -28,6 +28,9 @@ const TEST_BINARY: &str = "WeirPackageTests.xctest";
 /// The bench's executable (`cargo xtask bench --swift`), which the release build makes too.
 const BENCH_BINARY: &str = "weir-bench";
 
+/// The demo's executable (`cargo xtask demo --swift`), made by the release build too.
+const DEMO_BINARY: &str = "weir-demo";
+
 /// The name the bundled dynamic loader goes by in `lib/`.
 const LOADER: &str = "ld-linux.so";
 
@@ -42,11 +45,11 @@ pub fn bundle(args: &[String]) -> Result {
     let build = arguments(Profile::Release, &["build", "-c", "release", "--build-tests"], &[]);
     no_warnings(&toolchain.swift(&package(), &build, &environment())?)?;
     copy(&library, &lib.join(bindings::library_file()))?;
-    // The suite's binary and the bench's, with what either loads. Debug
+    // The suite's binary, the bench's and the demo's, with what each loads. Debug
     // sections are most of an unstripped binary's weight; the code stays as built.
     let mut strip = Command::new("strip");
     strip.arg("--strip-debug");
-    for name in [TEST_BINARY, BENCH_BINARY] {
+    for name in [TEST_BINARY, BENCH_BINARY, DEMO_BINARY] {
         let binary = package().join(".build/release").join(name);
         copy(&binary, &staging.join(name))?;
         for (name, path) in runtime_libraries(&toolchain, &binary)? {
@@ -103,8 +106,9 @@ fn copy(from: &Path, to: &Path) -> Result {
 /// library path, one test at a time as `cargo xtask test --swift` does (the
 /// prompt-cancellation checks must not share the pool with the 10 000-Task
 /// test); then, with `WEIR_BENCH_BACKEND` set, the bench as `cargo xtask
-/// bench --swift` runs it (the Rust baselines first, on the same backend).
-/// Extra arguments go to the test binary (`--filter BatchTests`).
+/// bench --swift` runs it (the Rust baselines first, on the same backend),
+/// and with `WEIR_DEMO_BACKEND` set, the demo as `cargo xtask demo --swift`
+/// runs it. Extra arguments go to the test binary (`--filter BatchTests`).
 const RUN: &str = r#"#!/bin/sh
 # Made by `cargo xtask bundle --swift`. Runs the Swift test suite with the
 # bundled Swift runtime on every backend in WEIR_TEST_BACKENDS (default here:
@@ -124,6 +128,10 @@ if [ -n "${WEIR_BENCH_BACKEND:-}" ]; then
     echo "== bench (backend: $WEIR_BENCH_BACKEND)"
     baselines="$(swift/bin/round_trip --backend "$WEIR_BENCH_BACKEND") $(swift/bin/bulk --backend "$WEIR_BENCH_BACKEND")" || status=1
     bundled swift/weir-bench --backend "$WEIR_BENCH_BACKEND" $baselines || status=1
+fi
+if [ -n "${WEIR_DEMO_BACKEND:-}" ]; then
+    echo "== demo (backend: $WEIR_DEMO_BACKEND)"
+    bundled swift/weir-demo --backend "$WEIR_DEMO_BACKEND" || status=1
 fi
 exit $status
 "#;

@@ -50,14 +50,59 @@ extension WeirStream {
     }
 }
 
+extension WeirRuntime {
+    /// Host memory holding a copy of `values`, for `write(host:to:offset:)`:
+    /// page-locked on CUDA and HIP, so uploads from it need no host copy
+    /// (plain memory elsewhere). Make it once and upload it as often as needed.
+    public func hostBytes<T: WeirElement>(_ values: [T]) throws -> HostBytes {
+        try values.withUnsafeBytes { try hostBytes(data: Data.borrowing($0)) }
+    }
+}
+
+extension WeirStream {
+    /// Enqueues a copy of all of `host` (a whole number of the buffer's
+    /// elements) into `buffer` from element `offset` on, straight from it
+    /// where it is page-locked; returns once admitted. The upload keeps the
+    /// bytes alive until its copy is done.
+    public func write(host: HostBytes, to buffer: Buffer, offset: UInt64 = 0) throws {
+        try writeHost(buffer: buffer, offset: offset, host: host, element: .bytes)
+    }
+}
+
+extension WeirStream {
+    /// Admits a read of all of `buffer` now, in order on this stream, to
+    /// await later with `bytes()` (an async read admits only once it runs):
+    /// what a pipeline that reuses `buffer` needs, so its next write waits
+    /// for this read. The bytes come back as `HostBytes`, page-locked on
+    /// CUDA and HIP.
+    public func enqueueRead(_ buffer: Buffer) throws -> PendingRead {
+        try enqueueReadHost(buffer: buffer, offset: 0, len: buffer.elementCount(), element: .bytes)
+    }
+}
+
+extension PendingRead {
+    /// The bytes, once the read completes; only one call gets them.
+    /// Cancelling the Task ends the wait with `CancellationError`.
+    public func bytes() async throws -> HostBytes {
+        try await cancellable { try await self.bytes(cancel: $0) }
+    }
+}
+
 extension HostBytes {
+    /// Calls `body` with the bytes, valid during the call.
+    public func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try withExtendedLifetime(self) {
+            // The handle keeps the bytes where `address()` says until it goes.
+            let base = UnsafeRawPointer(bitPattern: UInt(address()))
+            return try body(UnsafeRawBufferPointer(start: base, count: base == nil ? 0 : Int(len())))
+        }
+    }
+
     /// Copies every byte into the start of `destination` (as many as fit).
     func copy(into destination: UnsafeMutableRawBufferPointer) {
-        withExtendedLifetime(self) {
-            // The handle keeps the bytes where `address()` says until it goes.
-            guard let source = UnsafeRawPointer(bitPattern: UInt(address())) else { return }
-            let count = min(Int(len()), destination.count)
-            destination.baseAddress?.copyMemory(from: source, byteCount: count)
+        withUnsafeBytes { source in
+            guard let from = source.baseAddress else { return }
+            destination.baseAddress?.copyMemory(from: from, byteCount: min(source.count, destination.count))
         }
     }
 }

@@ -1,95 +1,308 @@
-// `cargo xtask demo --swift`: Weir's main job from Swift, on the CPU backend
-// unless `--backend NAME` says otherwise. The same pipeline as the Rust and
-// Kotlin demos.
+// `cargo xtask demo --swift`: Weir's main job from Swift, the chunked
+// pipeline of the Rust demo (`cargo xtask demo`), on the CPU backend unless
+// `--backend NAME` says otherwise.
 //
-// A three-stage pipeline over three streams: a loader stream brings chunks in,
-// a compute stream transforms each chunk as soon as its load is done (the
-// scheduler inserts exactly the waits the data needs), and a reduce stream
-// accumulates the results. Every chunk's fence is awaited by its own Task, and
-// the demo prints when each one resolved.
+// Host data is uploaded on one stream, a kernel transforms each chunk on a
+// second, and the results are read back on a third, with `--in-flight K`
+// chunks' device buffers reused in a ring. No wait is placed by hand: reusing
+// a slot is a write after the previous chunk's read of it, so Weir orders the
+// upload of chunk i + K after the compute of chunk i, and that compute's
+// output after the read of chunk i - K. The chunks live in `HostBytes`
+// (page-locked on CUDA and HIP), so uploads copy straight from them and reads
+// hand back the memory the device copied into. The demo prints each chunk's
+// timeline and the throughput beside each stage alone and beside the same
+// work on one stream.
+//
+// Options: `--chunks N` (16), `--chunk-mib M` (1 on the CPU, 16 on a GPU),
+// `--in-flight K` (4).
 
 import Foundation
 import Weir
 
-let chunks = 8
-let words = 1 << 16
+/// `y = x`, then `y = y / 2 + 1/2` `iters` times: work that scales with `iters`.
+let cudaSource = """
+    extern "C" __global__ void transform(const float* x, float* y, unsigned n, unsigned iters) {
+        for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+            float v = x[i];
+            for (unsigned k = 0; k < iters; ++k) v = v * 0.5f + 0.5f;
+            y[i] = v;
+        }
+    }
+    """
 
-func backend(from arguments: [String]) -> Backend? {
-    guard let index = arguments.firstIndex(of: "--backend") else { return .cpu }
-    guard index + 1 < arguments.count else { return nil }
-    switch arguments[index + 1].lowercased() {
-    case "auto": return .auto
-    case "cpu": return .cpu
-    case "wgpu": return .wgpu
-    case "cuda": return .cuda
-    case "hip": return .hip
-    default: return nil
+let wgslSource = """
+    @group(0) @binding(0) var<storage, read> x: array<f32>;
+    @group(0) @binding(1) var<storage, read_write> y: array<f32>;
+    struct Params { n: u32, iters: u32 }
+    @group(0) @binding(2) var<uniform> params: Params;
+    @compute @workgroup_size(256)
+    fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+        for (var i = id.x; i < params.n; i += groups.x * 256u) {
+            var v = x[i];
+            for (var k = 0u; k < params.iters; k += 1u) { v = v * 0.5 + 0.5; }
+            y[i] = v;
+        }
+    }
+    """
+
+func transformKernel() -> Kernel {
+    Kernel.custom(
+        name: "transform", wgsl: KernelSource(code: wgslSource, entry: "main"),
+        cuda: KernelSource(code: cudaSource, entry: "transform"), hip: KernelSource(code: cudaSource, entry: "transform")
+    ) { args in
+        let iters: UInt32 = try args.scalar(1)
+        let (x, y) = (try args.buffer(0, as: Float.self), try args.mutableBuffer(1, as: Float.self))
+        for i in 0..<x.count {
+            var v = x[i]
+            for _ in 0..<iters { v = v * 0.5 + 0.5 }
+            y[i] = v
+        }
     }
 }
 
-func milliseconds(_ duration: Duration) -> String {
-    let (seconds, attoseconds) = duration.components
-    return String(format: "%7.2f ms", Double(seconds) * 1e3 + Double(attoseconds) / 1e15)
+func expected(_ value: Float, _ iters: UInt32) -> Float {
+    (0..<iters).reduce(value) { v, _ in v * 0.5 + 0.5 }
 }
 
-func runDemo() async throws -> Bool {
-    guard let backend = backend(from: CommandLine.arguments) else {
-        print("usage: weir-demo [--backend auto|cpu|wgpu|cuda|hip]")
-        return false
-    }
-    let runtime = try WeirRuntime.open(backend: backend)
-    print("weir demo (Swift) on \(runtime.info().backend) (\(runtime.info().name))")
+struct Options {
+    var backend: Backend = .cpu
+    var chunks = 16
+    var chunkMiB: Int?
+    var inFlight = 4
 
-    let (load, compute, reduce) = (try runtime.newStream(), try runtime.newStream(), try runtime.newStream())
-    let total = try reduce.zeros(count: words, of: Float.self)
-    // The load's latency: the device-side delay op, a test-support hook that
-    // xtask builds the demo's library with.
-    let latency = Kernel.builtin(op: .delay)
-    let clock = ContinuousClock()
-    let start = clock.now
-    var fences: [(chunk: Int, fence: Fence)] = []
-    for chunk in 0..<chunks {
-        // Load: chunk i holds the value i everywhere, after a little I/O-like latency.
-        let input = try load.empty(count: words, of: Float.self)
-        try load.execute(kernel: latency, grid: Grid(), args: [.u32(value: 5_000)])  // 5 ms
-        try load.fill(input, with: Float(chunk))
-        // Compute: y = 2·x + 1, waiting only for this chunk's load.
-        let y = try compute.empty(count: words, of: Float.self)
-        try compute.fill(y, with: Float(1))
-        try compute.axpy(2, input, y)
-        // Reduce: total += y.
-        try reduce.axpy(1, y, total)
-        fences.append((chunk, try compute.fence()))
-    }
-    let diagnostics = runtime.diagnostics()
-    print("admitted \(diagnostics.admittedOps) ops in \(milliseconds(clock.now - start)); "
-        + "the scheduler inserted \(diagnostics.insertedWaits) cross-stream waits")
-
-    // One Task per chunk, each awaiting its fence; report in chunk order.
-    let resolved = try await withThrowingTaskGroup(of: (Int, Duration).self) { group in
-        for (chunk, fence) in fences {
-            group.addTask {
-                try await fence.await()
-                return (chunk, clock.now - start)
+    init?(_ arguments: [String]) {
+        func value(_ name: String) -> String? {
+            arguments.firstIndex(of: name).flatMap { $0 + 1 < arguments.count ? arguments[$0 + 1] : nil }
+        }
+        if let name = value("--backend") {
+            switch name.lowercased() {
+            case "auto": backend = .auto
+            case "cpu": backend = .cpu
+            case "wgpu": backend = .wgpu
+            case "cuda": backend = .cuda
+            case "hip": backend = .hip
+            default: return nil
             }
         }
-        return try await group.reduce(into: [:]) { $0[$1.0] = $1.1 }
-    }
-    for chunk in 0..<chunks {
-        if let at = resolved[chunk] {
-            print("  chunk \(chunk): compute fence resolved after \(milliseconds(at))")
+        for (name, field) in [("--chunks", \Options.chunks), ("--in-flight", \Options.inFlight)] {
+            if let text = value(name) {
+                guard let number = Int(text), number > 0 else { return nil }
+                self[keyPath: field] = number
+            }
+        }
+        if let text = value("--chunk-mib") {
+            guard let number = Int(text), number > 0 else { return nil }
+            chunkMiB = number
         }
     }
-    let synced = clock.now
-    try await reduce.sync()
-    print("  reduce stream synced \(milliseconds(clock.now - synced)) later")
+}
 
-    let expected = (0..<chunks).map { 2 * Float($0) + 1 }.reduce(0, +)
-    let values = try await reduce.read(total, as: Float.self)
-    let correct = values.count == words && values.allSatisfy { $0 == expected }
-    print("total = \(expected) everywhere: \(correct ? "correct" : "WRONG")")
+/// The device buffers of one in-flight chunk.
+struct Slot {
+    let input: Buffer
+    let output: Buffer
+}
+
+/// Where each stage of one chunk ended, from the start of its run.
+struct Ends {
+    let upload: Duration
+    let compute: Duration
+    let download: Duration
+}
+
+final class Pipeline: @unchecked Sendable {
+    let runtime: WeirRuntime
+    let kernel = transformKernel()
+    /// Each chunk's input, and the value all its floats hold.
+    let host: [(bytes: HostBytes, value: Float)]
+    let floats: Int
+    let slots: [Slot]
+    var iters: UInt32 = 1
+    let clock = ContinuousClock()
+
+    init(runtime: WeirRuntime, host: [(bytes: HostBytes, value: Float)], floats: Int, slots: [Slot]) {
+        (self.runtime, self.host, self.floats, self.slots) = (runtime, host, floats, slots)
+    }
+
+    var bytes: Double { Double(host.count * floats * 4) }
+
+    func slot(_ i: Int) -> Slot { slots[i % slots.count] }
+
+    func compute(_ stream: WeirStream, _ slot: Slot) throws {
+        try stream.execute(
+            kernel: kernel, grid: gridLinear(items: UInt32(min(floats, 4096 * 256)), block: 256),
+            args: [.read(slot.input), .write(slot.output), .u32(value: UInt32(floats)), .u32(value: iters)])
+    }
+
+    /// Runs every chunk on the streams given (the same stream three times
+    /// for the one-stream run). One Task per stage awaits that stage's
+    /// fences in order, so each end is taken as it happens; every chunk read
+    /// back is checked after the run.
+    func run(upload: WeirStream, compute: WeirStream, download: WeirStream) async throws -> (Duration, [Ends]) {
+        try await runtime.sync()
+        let start = clock.now
+        let (uploads, uploaded) = AsyncStream<Fence>.makeStream()
+        let (computes, computed) = AsyncStream<Fence>.makeStream()
+        let (downloads, downloaded) = AsyncStream<PendingRead>.makeStream()
+        let clock = self.clock
+        func ends(_ fences: AsyncStream<Fence>) -> Task<[Duration], Error> {
+            Task {
+                var ends: [Duration] = []
+                for await fence in fences {
+                    try await fence.await()
+                    ends.append(clock.now - start)
+                }
+                return ends
+            }
+        }
+        let (uploadEnds, computeEnds) = (ends(uploads), ends(computes))
+        let reads = Task {
+            var reads: [(Duration, HostBytes)] = []
+            for await pending in downloads {
+                let bytes = try await pending.bytes()
+                reads.append((clock.now - start, bytes))
+            }
+            return reads
+        }
+        // At most one chunk per slot in flight on the host side too: the next
+        // upload into a slot is admitted once that slot's previous chunk was
+        // read back, so page-locked memory stays bounded.
+        var readBack: [Fence] = []
+        for (i, chunk) in host.enumerated() {
+            if readBack.count == slots.count { try await readBack.removeFirst().await() }
+            let slot = slot(i)
+            try upload.write(host: chunk.bytes, to: slot.input)
+            uploaded.yield(try upload.fence())
+            try self.compute(compute, slot)
+            computed.yield(try compute.fence())
+            // Admitted now, in order on its stream, before the slot's next write; awaited by the reader.
+            downloaded.yield(try download.enqueueRead(slot.output))
+            readBack.append(try download.fence())
+        }
+        uploaded.finish()
+        computed.finish()
+        downloaded.finish()
+        let (ups, comps, read) = (try await uploadEnds.value, try await computeEnds.value, try await reads.value)
+        var timeline: [Ends] = []
+        for (i, (end, bytes)) in read.enumerated() {
+            let want = expected(host[i].value, iters)
+            let wrong = bytes.withUnsafeBytes { raw in
+                raw.bindMemory(to: Float.self).filter { abs($0 - want) > 1e-5 * max(abs(want), 1) }.count
+            }
+            guard wrong == 0 else { throw WeirError.invalidArgument(description: "chunk \(i): \(wrong) floats are not \(want)") }
+            timeline.append(Ends(upload: ups[i], compute: comps[i], download: end))
+        }
+        let elapsed = read.map { $0.0 }.max() ?? .zero
+        return (elapsed, timeline)
+    }
+
+    /// Each stage alone over every chunk, on one stream: (upload, compute, download).
+    func stagesAlone(_ stream: WeirStream) async throws -> [Duration] {
+        func timed(_ work: () async throws -> Void) async throws -> Duration {
+            try await runtime.sync()
+            let start = clock.now
+            try await work()
+            try await stream.sync()
+            return clock.now - start
+        }
+        let upload = try await timed {
+            for (i, chunk) in host.enumerated() { try stream.write(host: chunk.bytes, to: slot(i).input) }
+        }
+        let compute = try await timed { for i in host.indices { try self.compute(stream, slot(i)) } }
+        let download = try await timed {
+            let reads = try host.indices.map { try stream.enqueueRead(slot($0).output) }
+            for read in reads { _ = try await read.bytes() }
+        }
+        return [upload, compute, download]
+    }
+}
+
+func seconds(_ duration: Duration) -> Double {
+    let (whole, atto) = duration.components
+    return Double(whole) + Double(atto) / 1e18
+}
+
+func gbps(_ bytes: Double, _ time: Duration) -> Double { bytes / seconds(time) / 1e9 }
+
+func runDemo() async throws -> Bool {
+    guard let options = Options(CommandLine.arguments) else {
+        print("usage: weir-demo [--backend auto|cpu|wgpu|cuda|hip] [--chunks N] [--chunk-mib M] [--in-flight K]")
+        return false
+    }
+    let runtime = try WeirRuntime.open(backend: options.backend)
+    let info = runtime.info()
+    let gpu = info.backend != .cpu
+    let floats = ((options.chunkMiB ?? (gpu ? 16 : 1)) << 20) / 4
+    let inFlight = min(options.inFlight, options.chunks)
+    let backendName = "\(info.backend)".lowercased()
+    print("weir swift demo on \(backendName) (\(info.name)): \(options.chunks) chunks of \(floats * 4 >> 20) MiB, "
+        + "\(inFlight) in flight")
+    let s = runtime.defaultStream()
+    let host = try (0..<options.chunks).map { i in
+        (bytes: try runtime.hostBytes([Float](repeating: Float(i), count: floats)), value: Float(i))
+    }
+    let slots = try (0..<inFlight).map { _ in
+        Slot(input: try s.zeros(count: floats * 4, of: UInt8.self), output: try s.zeros(count: floats * 4, of: UInt8.self))
+    }
+    let pipeline = Pipeline(runtime: runtime, host: host, floats: floats, slots: slots)
+
+    // Balance the stages: the smallest power of two of iterations whose
+    // compute takes as long as the slower copy. The first run only warms up
+    // (it takes the page-locked memory the reads land in).
+    _ = try await pipeline.stagesAlone(s)
+    var alone = try await pipeline.stagesAlone(s)
+    while alone[1] < max(alone[0], alone[2]) && pipeline.iters < 1 << 16 {
+        pipeline.iters *= 2
+        alone = try await pipeline.stagesAlone(s)
+    }
+    let bytes = pipeline.bytes
+    let slowest = alone.max() ?? .zero
+    print(String(format: "stages alone on one stream: upload %.2f GB/s, compute (%d iterations) %.2f GB/s, download %.2f GB/s",
+                 gbps(bytes, alone[0]), pipeline.iters, gbps(bytes, alone[1]), gbps(bytes, alone[2])))
+
+    let (upload, compute, download) = (try runtime.newStream(), try runtime.newStream(), try runtime.newStream())
+    let waitsBefore = runtime.diagnostics().insertedWaits
+    let (pipelined, timeline) = try await pipeline.run(upload: upload, compute: compute, download: download)
+    let waits = runtime.diagnostics().insertedWaits - waitsBefore
+    let (oneStream, _) = try await pipeline.run(upload: s, compute: s, download: s)
+
+    print("timeline of the pipelined run (ms from its start; a stage starts once its input and its stream are free):")
+    print("\("chunk".padding(6))\("upload".padding(19))\("compute".padding(19))\("download".padding(19))")
+    for (i, end) in timeline.enumerated() {
+        func before(_ stage: (Ends) -> Duration) -> Duration { i > 0 ? stage(timeline[i - 1]) : .zero }
+        func slotFree(_ stage: (Ends) -> Duration) -> Duration { i >= inFlight ? stage(timeline[i - inFlight]) : .zero }
+        // The host admits a slot's next upload once its previous chunk was read back.
+        let uploadStart = max(before(\.upload), slotFree(\.download))
+        let computeStart = max(before(\.compute), end.upload, slotFree(\.download))
+        let downloadStart = max(before(\.download), end.compute)
+        func span(_ from: Duration, _ to: Duration) -> String {
+            String(format: "%7.2f - %7.2f", seconds(from) * 1e3, seconds(max(from, to)) * 1e3)
+        }
+        print("\(String(i).padding(6)) \(span(uploadStart, end.upload)) \(span(computeStart, end.compute)) "
+            + "\(span(downloadStart, end.download))")
+    }
+    let figures: [(String, Double, Double?)] = [
+        ("pipeline, 3 streams", gbps(bytes, pipelined), nil),
+        ("slowest stage alone", gbps(bytes, slowest), nil),
+        ("one stream", gbps(bytes, oneStream), nil),
+        ("pipeline / slowest stage", seconds(slowest) / seconds(pipelined), 0.85),
+        ("pipeline / one stream", seconds(oneStream) / seconds(pipelined), 2.0),
+    ]
+    for (name, value, target) in figures {
+        let target = target.map { "\($0)" } ?? "null"
+        print("{\"backend\":\"\(backendName)\",\"demo\":\"swift: \(name)\",\"value\":\(String(format: "%.3f", value)),\"target\":\(target)}")
+    }
+    print(String(format: "pipelined %.2f GB/s (%.2fx the slowest stage alone, %.2fx one stream); ", gbps(bytes, pipelined),
+                 seconds(slowest) / seconds(pipelined), seconds(oneStream) / seconds(pipelined))
+        + "\(waits) cross-stream waits inserted for \(options.chunks) chunks")
+    print("every chunk read back correct")
     try runtime.shutdown()
-    return correct
+    return true
+}
+
+extension String {
+    /// Right-aligned in `width` columns.
+    func padding(_ width: Int) -> String { String(repeating: " ", count: max(0, width - count)) + self }
 }
 
 do {

@@ -76,6 +76,41 @@ struct BulkTests {
         try runtime.shutdown()
     }
 
+    @Test("host bytes upload as often as needed, and a reader on another stream waits for the upload",
+          arguments: TestBackend.allCases)
+    func hostBytesUpload(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let (a, b) = (runtime.defaultStream(), try runtime.newStream())
+        let floats = BulkTests.floats
+        let host = try runtime.hostBytes(floats)
+        #expect(host.len() == UInt64(floats.count * 4))
+        let buffer = try a.zeros(count: floats.count, of: Float.self)
+        let gate = try Gate(a)
+        try a.write(host: host, to: buffer)
+        let read = Task { try await b.read(buffer, as: Float.self) }
+        if gate.isHeld {
+            try await Task.sleep(for: .milliseconds(20))
+            #expect(!(try b.fence().isComplete()), "the read must wait for the held upload")
+        }
+        gate.release()
+        #expect(try await read.value == floats)
+        try a.fill(buffer, with: Float(3))
+        try a.write(host: host, to: buffer)
+        #expect(try await b.read(buffer, as: Float.self) == floats, "a second upload of the same bytes")
+        await expectWeirError("OutOfRange", mentioning: ["offset 1"]) {
+            try a.write(host: host, to: buffer, offset: 1)
+        }
+        // A read admitted now is ordered before a write admitted after it.
+        let pending = try b.enqueueRead(buffer)
+        try a.fill(buffer, with: Float(5))
+        let bytes = try await pending.bytes()
+        #expect(bytes.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) } == floats,
+                "the read saw the write admitted after it")
+        await expectWeirError("InvalidArgument", mentioning: ["taken already"]) { _ = try await pending.bytes() }
+        #expect(try await b.read(buffer, as: Float.self) == [Float](repeating: 5, count: floats.count))
+        try runtime.shutdown()
+    }
+
     @Test("a read into an array on another stream waits for the latest write", arguments: TestBackend.allCases)
     func readIntoWaitsForTheLatestWrite(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }

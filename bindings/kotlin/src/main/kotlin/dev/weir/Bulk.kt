@@ -44,6 +44,40 @@ fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES
 }
 
 /**
+ * Host memory holding a copy of [data], for [writeHost]: page-locked on CUDA
+ * and HIP, so uploads from it need no host copy (plain memory elsewhere).
+ * Make it once, upload it as often as needed, close it when done. (From a
+ * direct `ByteBuffer`, the generated `hostBytes` takes its remaining bytes.)
+ */
+@Throws(WeirException::class)
+fun WeirRuntime.hostBytes(data: FloatArray): HostBytes {
+    val direct = ByteBuffer.allocateDirect(data.size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    direct.asFloatBuffer().put(data)
+    return hostBytes(direct)
+}
+
+/**
+ * Enqueues a copy of all of [host] (a whole number of [buffer]'s elements)
+ * into [buffer] at element [offset], straight from it where it is
+ * page-locked; returns once admitted. The upload keeps the bytes alive
+ * until its copy is done, so [host] may be closed at once.
+ */
+@JvmOverloads
+@Throws(WeirException::class)
+fun WeirStream.writeHost(buffer: Buffer, host: HostBytes, offset: Long = 0) =
+    writeHost(buffer, offset.toOffset(), host, ElementType.BYTES)
+
+/**
+ * Admits a read of all of [buffer] now, in order on this stream, to await
+ * later with [PendingRead.bytes] (a suspend read admits only once it runs):
+ * what a pipeline that reuses [buffer] needs, so its next write waits for
+ * this read. The bytes come back as [HostBytes], page-locked on CUDA and HIP.
+ */
+@Throws(WeirException::class)
+fun WeirStream.enqueueRead(buffer: Buffer): PendingRead =
+    enqueueReadHost(buffer, 0uL, buffer.elementCount(), ElementType.BYTES)
+
+/**
  * Reads [destination]`.size` `f32`s of [buffer] from element [offset] into
  * [destination], once its latest write (on any stream) is done: one copy out
  * of Rust, no array allocated. [buffer] holds `f32`s, or raw bytes, whose

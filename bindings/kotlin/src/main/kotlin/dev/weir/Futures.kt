@@ -80,6 +80,12 @@ object WeirFutures {
     fun await(fence: Fence, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<Void?> =
         launch(executor) { fence.await(cancel); null }
 
+    /** Completes with the bytes of [read] once it is done ([PendingRead.bytes]). */
+    @JvmStatic
+    @JvmOverloads
+    fun bytes(read: PendingRead, cancel: CancelToken? = null, executor: Executor = defaultExecutor): CompletableFuture<HostBytes> =
+        launch(executor) { read.bytes(cancel) }
+
     /** Enqueues [kernel] over [args] on [grid]; completes once [stream] has run it ([WeirStream.executeAndWait]). */
     @JvmStatic
     @JvmOverloads

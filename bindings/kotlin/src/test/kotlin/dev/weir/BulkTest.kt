@@ -83,6 +83,44 @@ class BulkTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
+    fun `host bytes upload as often as needed and a reader on another stream waits for the upload`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val (a, b) = rt.defaultStream() to rt.newStream()
+            runBlocking {
+                rt.hostBytes(floats).use { host ->
+                    assertEquals(floats.size * 4L, host.len().toLong())
+                    a.zeros(floats.size.toLong(), ElementType.F32).use { buffer ->
+                        Blocker(a).use { blocker ->
+                            a.writeHost(buffer, host)
+                            val back = FloatArray(floats.size)
+                            val read = async { b.readInto(buffer, back); back }
+                            delay(20)
+                            assertFalse(read.isCompleted, "the read finished while the upload was held")
+                            blocker.release()
+                            assertArrayEquals(floats, read.await())
+                        }
+                        a.execute(BuiltinOp.FILL_F32, buffer.writes(), scalar(3f))
+                        a.writeHost(buffer, host)
+                        assertArrayEquals(floats, b.readFloats(buffer), "a second upload of the same bytes")
+                        assertThrows<WeirException.OutOfRange> { a.writeHost(buffer, host, offset = 1) }
+                        // A read admitted now is ordered before a write admitted after it.
+                        b.enqueueRead(buffer).use { pending ->
+                            a.execute(BuiltinOp.FILL_F32, buffer.writes(), scalar(5f))
+                            pending.bytes().use { bytes ->
+                                val back = FloatArray(floats.size)
+                                com.sun.jna.Pointer(bytes.address().toLong()).read(0, back, 0, back.size)
+                                assertArrayEquals(floats, back, "the read saw the write admitted after it")
+                            }
+                            assertThrows<WeirException.InvalidArgument> { pending.bytes() }
+                        }
+                        assertArrayEquals(FloatArray(floats.size) { 5f }, b.readFloats(buffer))
+                    }
+                }
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
     fun `a read into an array on another stream waits for the latest write`(backend: String): Unit = onRuntime(backend) { rt ->
         val (a, b) = rt.defaultStream() to rt.newStream()
         runBlocking {

@@ -1,72 +1,274 @@
 /**
- * The Kotlin demo: a coroutine app running a two-stream pipeline.
+ * The Kotlin demo: Weir's main job, the chunked pipeline of the Rust demo
+ * (`cargo xtask demo`), from coroutines.
  *
- * A producer stream scales the input into a staging buffer while a consumer
- * stream clears its accumulator; the consumer then adds the staging buffer in
- * (Weir makes it wait for the producer's write, and makes the producer's next
- * write wait for that read). Each batch ends by awaiting both streams' fences
- * concurrently. Run it with `cargo xtask demo --kotlin [--backend cpu|wgpu|…]`.
+ * Host data is uploaded on one stream, a kernel transforms each chunk on a
+ * second, and the results are read back on a third, with `--in-flight K`
+ * chunks' device buffers reused in a ring. No wait is placed by hand: reusing
+ * a slot is a write after the previous chunk's read of it, so Weir orders the
+ * upload of chunk i + K after the compute of chunk i, and that compute's
+ * output after the read of chunk i - K. The chunks live in [HostBytes]
+ * (page-locked on CUDA and HIP), so uploads copy straight from them and reads
+ * hand back the memory the device copied into. The demo prints each chunk's
+ * timeline and the throughput beside each stage alone and beside the same
+ * work on one stream.
+ *
+ * Run it with `cargo xtask demo --kotlin [--backend cpu|wgpu|cuda|hip]
+ * [--chunks N] [--chunk-mib M] [--in-flight K]`.
  */
 package dev.weir.demo
 
-import dev.weir.ElementType
+import com.sun.jna.Pointer
 import dev.weir.Backend
-import dev.weir.BuiltinOp
+import dev.weir.Buffer
+import dev.weir.ElementType
+import dev.weir.Fence
+import dev.weir.Grid
+import dev.weir.HostBytes
+import dev.weir.Kernel
+import dev.weir.KernelSource
+import dev.weir.PendingRead
 import dev.weir.WeirRuntime
-import dev.weir.executeAndWait
-import dev.weir.readFloats
+import dev.weir.WeirStream
+import dev.weir.cpuKernel
+import dev.weir.enqueueRead
+import dev.weir.hostBytes
+import dev.weir.linear
 import dev.weir.reads
-import dev.weir.readsWrites
 import dev.weir.scalar
-import dev.weir.upload
+import dev.weir.writeHost
 import dev.weir.writes
 import dev.weir.zeros
-import dev.weir.empty
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
-import kotlinx.coroutines.awaitAll
+import kotlinx.coroutines.channels.Channel
+import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.runBlocking
+import kotlin.math.abs
 import kotlin.system.exitProcess
 
-private fun millis(since: Long) = "%.2f ms".format((System.nanoTime() - since) / 1e6)
+/** `y = x`, then `y = y / 2 + 1/2` `iters` times: work that scales with `iters`. */
+private const val CUDA = """extern "C" __global__ void transform(const float* x, float* y, unsigned n, unsigned iters) {
+    for (unsigned i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x) {
+        float v = x[i];
+        for (unsigned k = 0; k < iters; ++k) v = v * 0.5f + 0.5f;
+        y[i] = v;
+    }
+}"""
+
+private const val WGSL = """
+@group(0) @binding(0) var<storage, read> x: array<f32>;
+@group(0) @binding(1) var<storage, read_write> y: array<f32>;
+struct Params { n: u32, iters: u32 }
+@group(0) @binding(2) var<uniform> params: Params;
+@compute @workgroup_size(256)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {
+    for (var i = id.x; i < params.n; i += groups.x * 256u) {
+        var v = x[i];
+        for (var k = 0u; k < params.iters; k += 1u) { v = v * 0.5 + 0.5; }
+        y[i] = v;
+    }
+}"""
+
+private fun transformKernel(): Kernel = Kernel.custom(
+    "transform",
+    wgsl = KernelSource(WGSL, "main"),
+    cuda = KernelSource(CUDA, "transform"),
+    hip = KernelSource(CUDA, "transform"),
+    cpu = cpuKernel { args ->
+        val (x, y, iters) = Triple(args.floats(0), args.floats(1), args.uint(1).toInt())
+        for (i in 0 until x.limit()) {
+            var v = x[i]
+            repeat(iters) { v = v * 0.5f + 0.5f }
+            y.put(i, v)
+        }
+    },
+)
+
+private fun expected(value: Float, iters: Int): Float {
+    var v = value
+    repeat(iters) { v = v * 0.5f + 0.5f }
+    return v
+}
+
+/** The device buffers of one in-flight chunk. */
+private class Slot(val input: Buffer, val output: Buffer)
+
+/** Where each stage of one chunk ended, in ns from the start of its run. */
+private class Ends(val upload: Long, val compute: Long, val download: Long)
+
+private class Pipeline(
+    val runtime: WeirRuntime,
+    val kernel: Kernel,
+    /** Each chunk's input, and the value all its floats hold. */
+    val host: List<Pair<HostBytes, Float>>,
+    val floats: Int,
+    val slots: List<Slot>,
+) {
+    var iters = 1
+    val bytes: Double get() = host.size.toDouble() * floats * 4
+
+    fun compute(stream: WeirStream, slot: Slot) = stream.execute(
+        kernel,
+        Grid.linear(minOf(floats, 4096 * 256), 256),
+        listOf(slot.input.reads(), slot.output.writes(), scalar(floats.toUInt()), scalar(iters.toUInt())),
+    )
+
+    fun slot(i: Int) = slots[i % slots.size]
+
+    /**
+     * Runs every chunk on the streams given (the same stream three times for
+     * the one-stream run). One coroutine per stage awaits that stage's fences
+     * in order, so each end is taken as it happens. Returns the elapsed ns
+     * and each chunk's ends, after checking every chunk read back.
+     */
+    suspend fun run(upload: WeirStream, compute: WeirStream, download: WeirStream): Pair<Long, List<Ends>> = coroutineScope {
+        runtime.sync()
+        val start = System.nanoTime()
+        val (uploads, computes, downloads) = Triple(Channel<Fence>(Channel.UNLIMITED), Channel<Fence>(Channel.UNLIMITED), Channel<PendingRead>(Channel.UNLIMITED))
+        fun endsOf(fences: Channel<Fence>) = async {
+            val ends = mutableListOf<Long>()
+            for (fence in fences) fence.use { it.await(); ends += System.nanoTime() - start }
+            ends
+        }
+        val uploaded = endsOf(uploads)
+        val computed = endsOf(computes)
+        val read = async {
+            val ends = mutableListOf<Pair<Long, HostBytes>>()
+            for (pending in downloads) {
+                val result = pending.use { it.bytes() }
+                ends += (System.nanoTime() - start) to result
+            }
+            ends
+        }
+        // At most one chunk per slot in flight on the host side too: the next
+        // upload into a slot is admitted once that slot's previous chunk was
+        // read back, so page-locked memory stays bounded.
+        val readBack = ArrayDeque<Fence>()
+        for ((i, chunk) in host.withIndex()) {
+            if (readBack.size == slots.size) readBack.removeFirst().use { it.await() }
+            val slot = slot(i)
+            upload.writeHost(slot.input, chunk.first)
+            uploads.send(upload.fence())
+            compute(compute, slot)
+            computes.send(compute.fence())
+            // Admitted now, in order on its stream, before the next write of the slot; awaited by the reader.
+            downloads.send(download.enqueueRead(slot.output))
+            readBack.addLast(download.fence())
+        }
+        readBack.forEach { it.close() }
+        listOf(uploads, computes).forEach { it.close() }
+        downloads.close()
+        val (ups, comps, reads) = Triple(uploaded.await(), computed.await(), read.await())
+        val elapsed = reads.maxOf { it.first }
+        val chunk = FloatArray(floats)
+        val timeline = reads.mapIndexed { i, (end, bytes) ->
+            bytes.use { Pointer(it.address().toLong()).read(0, chunk, 0, floats) }
+            val want = expected(host[i].second, iters)
+            val wrong = chunk.count { abs(it - want) > 1e-5f * maxOf(abs(want), 1f) }
+            check(wrong == 0) { "chunk $i: $wrong floats are not $want" }
+            Ends(ups[i], comps[i], end)
+        }
+        elapsed to timeline
+    }
+
+    /** Each stage alone over every chunk, on one stream: (upload, compute, download) ns. */
+    suspend fun stagesAlone(stream: WeirStream): LongArray {
+        suspend fun timed(work: suspend () -> Unit): Long {
+            runtime.sync()
+            val start = System.nanoTime()
+            work()
+            stream.sync()
+            return System.nanoTime() - start
+        }
+        val upload = timed { host.forEachIndexed { i, (data, _) -> stream.writeHost(slot(i).input, data) } }
+        val compute = timed { host.indices.forEach { compute(stream, slot(it)) } }
+        val download = timed {
+            val reads = host.indices.map { stream.enqueueRead(slot(it).output) }
+            reads.forEach { pending -> pending.use { it.bytes().close() } }
+        }
+        return longArrayOf(upload, compute, download)
+    }
+}
+
+private fun gbps(bytes: Double, ns: Long) = bytes / ns
+
+private fun millis(ns: Long) = ns / 1e6
 
 fun main(args: Array<String>) {
-    val name = args.toList().windowed(2).firstOrNull { it[0] == "--backend" }?.get(1) ?: "auto"
+    val option = { name: String -> args.toList().windowed(2).firstOrNull { it[0] == name }?.get(1) }
+    val number = { name: String, default: Int ->
+        option(name)?.let { it.toIntOrNull() ?: run { System.err.println("$name takes a number, not $it"); exitProcess(2) } } ?: default
+    }
+    val name = option("--backend") ?: "cpu"
     val backend = Backend.entries.firstOrNull { it.name.equals(name, ignoreCase = true) }
         ?: run { System.err.println("unknown backend $name"); exitProcess(2) }
     WeirRuntime.open(backend).use { runtime ->
         val info = runtime.info()
-        println("weir kotlin demo on ${info.backend.name.lowercase()} (${info.name})")
-        val producer = runtime.defaultStream()
-        val consumer = runtime.newStream()
-        val n = 1 shl 20
-        val input = producer.upload(FloatArray(n) { (it % 1000).toFloat() })
-        val staging = producer.empty(n.toLong(), ElementType.F32)
-        val accumulator = consumer.zeros(n.toLong(), ElementType.F32)
+        val gpu = info.backend != Backend.CPU
+        val chunks = number("--chunks", 16).coerceAtLeast(1)
+        val floats = (number("--chunk-mib", if (gpu) 16 else 1).coerceAtLeast(1) shl 20) / 4
+        val inFlight = number("--in-flight", 4).coerceIn(1, chunks)
+        println("weir kotlin demo on ${info.backend.name.lowercase()} (${info.name}): $chunks chunks of ${floats * 4 shr 20} MiB, $inFlight in flight")
+        val s = runtime.defaultStream()
+        val host = (0 until chunks).map { runtime.hostBytes(FloatArray(floats) { _ -> it.toFloat() }) to it.toFloat() }
+        val slots = (0 until inFlight).map { Slot(s.zeros(floats * 4L, ElementType.BYTES), s.zeros(floats * 4L, ElementType.BYTES)) }
+        val pipeline = Pipeline(runtime, transformKernel(), host, floats, slots)
         runBlocking(Dispatchers.Default) {
-            for (batch in 1..4) {
-                val start = System.nanoTime()
-                val factor = batch.toFloat()
-                // Both streams at once: scale on the producer, clear on the consumer.
-                listOf(
-                    async { producer.executeAndWait(BuiltinOp.SCALE, input.reads(), staging.writes(), scalar(factor)) },
-                    async { consumer.memsetZeroAndWait(accumulator) },
-                ).awaitAll()
-                val staged = millis(start)
-                // The consumer reads what the producer wrote: Weir inserts exactly that wait.
-                consumer.executeAndWait(BuiltinOp.AXPY, staging.reads(), accumulator.readsWrites(), scalar(1.0f))
-                // Both streams' fences, awaited concurrently.
-                val fences = listOf(producer.fence(), consumer.fence())
-                fences.map { fence -> async { fence.await() } }.awaitAll()
-                fences.forEach { it.close() }
-                val result = consumer.readFloats(accumulator)
-                val wrong = (0 until n).count { result[it] != factor * (it % 1000) }
-                check(wrong == 0) { "batch $batch: $wrong wrong elements" }
-                println("batch $batch: staged in $staged, done in ${millis(start)}, $n elements exact")
+            // Balance the stages: the smallest power of two of iterations whose
+            // compute takes as long as the slower copy. The first run only
+            // warms up (it takes the page-locked memory the reads land in).
+            pipeline.stagesAlone(s)
+            var alone = pipeline.stagesAlone(s)
+            while (alone[1] < maxOf(alone[0], alone[2]) && pipeline.iters < 1 shl 16) {
+                pipeline.iters *= 2
+                alone = pipeline.stagesAlone(s)
             }
-            runtime.sync()
+            val bytes = pipeline.bytes
+            val slowest = alone.max()
+            println(
+                "stages alone on one stream: upload %.2f GB/s, compute (%d iterations) %.2f GB/s, download %.2f GB/s".format(
+                    gbps(bytes, alone[0]), pipeline.iters, gbps(bytes, alone[1]), gbps(bytes, alone[2]),
+                ),
+            )
+            val (upload, compute, download) = Triple(runtime.newStream(), runtime.newStream(), runtime.newStream())
+            val waitsBefore = runtime.diagnostics().insertedWaits
+            val (pipelined, timeline) = pipeline.run(upload, compute, download)
+            val waits = runtime.diagnostics().insertedWaits - waitsBefore
+            val (oneStream, _) = pipeline.run(s, s, s)
+            println("timeline of the pipelined run (ms from its start; a stage starts once its input and its stream are free):")
+            println("%6s %18s %18s %18s".format("chunk", "upload", "compute", "download"))
+            for ((i, end) in timeline.withIndex()) {
+                val before = { stage: (Ends) -> Long -> if (i > 0) stage(timeline[i - 1]) else 0L }
+                val slotFree = { stage: (Ends) -> Long -> if (i >= inFlight) stage(timeline[i - inFlight]) else 0L }
+                // The host admits a slot's next upload once its previous chunk was read back.
+                val uploadStart = maxOf(before { it.upload }, slotFree { it.download })
+                val computeStart = maxOf(before { it.compute }, end.upload, slotFree { it.download })
+                val downloadStart = maxOf(before { it.download }, end.compute)
+                val span = { from: Long, to: Long -> "%7.2f - %7.2f".format(millis(from), millis(maxOf(from, to))) }
+                println("%6d %18s %18s %18s".format(i, span(uploadStart, end.upload), span(computeStart, end.compute), span(downloadStart, end.download)))
+            }
+            val backendName = info.backend.name.lowercase()
+            val figures = listOf(
+                Triple("pipeline, 3 streams", gbps(bytes, pipelined), null),
+                Triple("slowest stage alone", gbps(bytes, slowest), null),
+                Triple("one stream", gbps(bytes, oneStream), null),
+                Triple("pipeline / slowest stage", slowest.toDouble() / pipelined, 0.85),
+                Triple("pipeline / one stream", oneStream.toDouble() / pipelined, 2.0),
+            )
+            for ((figure, value, target) in figures) {
+                println("{\"backend\":\"$backendName\",\"demo\":\"kotlin: $figure\",\"value\":${"%.3f".format(value)},\"target\":${target ?: "null"}}")
+            }
+            println(
+                "pipelined %.2f GB/s (%.2fx the slowest stage alone, %.2fx one stream); %d cross-stream waits inserted for %d chunks".format(
+                    gbps(bytes, pipelined), slowest.toDouble() / pipelined, oneStream.toDouble() / pipelined, waits.toLong(), chunks,
+                ),
+            )
+            println("every chunk read back correct")
+            listOf(upload, compute, download).forEach { it.close() }
         }
-        val d = runtime.diagnostics()
-        println("ops admitted ${d.admittedOps}, cross-stream waits inserted ${d.insertedWaits}, live waiters ${d.liveWaiters}")
+        slots.forEach { it.input.close(); it.output.close() }
+        host.forEach { it.first.close() }
+        pipeline.kernel.close()
     }
 }
