@@ -213,6 +213,24 @@ impl Pipeline<'_> {
         })?;
         Ok([upload, compute, download])
     }
+
+    /// Every chunk's upload and every chunk's read at once, on two streams
+    /// (a chunk's read reads another slot than its upload writes, so neither
+    /// waits for the other): how fast the copies go when they share the
+    /// link, the pipeline's ceiling beside the slowest stage alone.
+    fn copies_together(&self, upload: &Stream, download: &Stream) -> weir_core::Result<Duration> {
+        self.runtime.fence()?.wait()?;
+        let start = Instant::now();
+        let slots = self.slots.len();
+        let mut reads = Vec::with_capacity(self.host.len());
+        for (i, (data, _)) in self.host.iter().enumerate() {
+            upload.write_host(&self.slots[i % slots].input, 0, data)?;
+            reads.push(download.enqueue_read(&self.slots[(i + 1) % slots].output)?);
+        }
+        reads.into_iter().try_for_each(|read| read.wait_host().map(drop))?;
+        upload.fence()?.wait()?;
+        Ok(start.elapsed())
+    }
 }
 
 fn joined<T>(handle: std::thread::ScopedJoinHandle<'_, T>) -> weir_core::Result<T> {
@@ -277,6 +295,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
 
     let (upload, compute, download) = (runtime.new_stream()?, runtime.new_stream()?, runtime.new_stream()?);
+    let together = pipeline.copies_together(&upload, &download)?;
+    println!("uploads and downloads at once on two streams: {:.2} GB/s each way", gbps(bytes, together));
     let waits_before = runtime.diagnostics().inserted_waits;
     let (pipelined, timeline) = pipeline.run(&upload, &compute, &download)?;
     let waits = runtime.diagnostics().inserted_waits - waits_before;
@@ -306,6 +326,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let figures = [
         ("pipeline, 3 streams", gbps(bytes, pipelined), None),
         ("slowest stage alone", gbps(bytes, slowest), None),
+        ("uploads and downloads at once, each way", gbps(bytes, together), None),
         ("one stream", gbps(bytes, one_stream), None),
         ("pipeline / slowest stage", pipelined.as_secs_f64().recip() / slowest.as_secs_f64().recip(), Some(0.85)),
         ("pipeline / one stream", one_stream.as_secs_f64() / pipelined.as_secs_f64(), Some(2.0)),

@@ -326,6 +326,16 @@ impl Stream {
         }
     }
 
+    /// Host memory of `len` bytes to fill (through [`HostBuffer::get_mut`])
+    /// and then upload with [`Stream::write_host`]: page-locked on CUDA and
+    /// HIP, where it comes from the runtime's pool and holds whatever bytes
+    /// it held before (an earlier copy's), so fill all of it; zeros elsewhere.
+    /// For data that is not in memory yet: [`crate::Runtime::host_buffer`]
+    /// copies data that is.
+    pub fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
+        self.engine().staging_buffer(len)
+    }
+
     /// Writes `data` into `buffer` at element `offset`, then waits for this stream to finish it.
     pub async fn write_async<T: Element>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
         self.write(buffer, offset, data)?;

@@ -71,22 +71,23 @@ impl HostBytes {
     /// The address of the first byte; valid while this handle is alive
     /// (every byte up to [`HostBytes::len`] is initialised and never moves).
     pub fn address(&self) -> u64 {
-        self.bytes().as_ptr() as usize as u64
+        self.as_bytes().as_ptr() as usize as u64
     }
 
     /// How many bytes there are.
     pub fn len(&self) -> u64 {
-        self.bytes().len() as u64
+        self.as_bytes().len() as u64
     }
 
     /// True when there are none.
     pub fn is_empty(&self) -> bool {
-        self.bytes().is_empty()
+        self.as_bytes().is_empty()
     }
 }
 
 impl HostBytes {
-    fn bytes(&self) -> &[u8] {
+    /// The bytes, for Rust callers (the bench's baselines).
+    pub fn as_bytes(&self) -> &[u8] {
         self.bytes.as_deref().unwrap_or_default()
     }
 }
@@ -118,6 +119,19 @@ impl WeirStream {
         buffer.expect_data(element, "a write")?;
         let bytes = host.bytes.as_ref().ok_or_else(|| weir_core::Error::InvalidArgument("closed host bytes".into()))?;
         Ok(self.core().write_host(buffer.core(), offset, bytes)?)
+    }
+
+    /// Host memory of `len` bytes for this stream's runtime, to fill through
+    /// [`HostBytes::address`] and then upload with [`WeirStream::write_host`]:
+    /// page-locked on CUDA and HIP, where it comes from the runtime's pool
+    /// and holds an earlier copy's bytes until written, so fill all of it
+    /// (zeros elsewhere). Write it only before its first upload: an upload
+    /// copies from the memory until its copy is done. The bindings stage
+    /// their arrays in these, so an array upload costs one host copy.
+    pub fn staging(&self, len: u64) -> Result<Arc<HostBytes>> {
+        let len = usize::try_from(len)
+            .map_err(|_| weir_core::Error::InvalidArgument(format!("{len} bytes do not fit in this host's memory")))?;
+        Ok(Arc::new(HostBytes { bytes: Some(self.core().staging_buffer(len)?) }))
     }
 
     /// A buffer of `element`s holding `data`, borrowed for the call (Kotlin:

@@ -554,6 +554,12 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
         Ok(HostBuffer::heap(bytes.to_vec()))
     }
+    /// A [`HostBuffer`] of `len` bytes to fill before uploading it, as
+    /// [`Backend::host_buffer`] makes them; its bytes are whatever the
+    /// memory held (zeros by default).
+    fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
+        Ok(HostBuffer::heap(vec![0; len]))
+    }
     /// Enqueues a prepared command: only the ordered driver calls. Must not
     /// wait for the device.
     ///

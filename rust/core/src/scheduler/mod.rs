@@ -82,6 +82,8 @@ pub(crate) trait Engine: Send + Sync {
     fn submit_host_upload(&self, stream: usize, dst: Span<BufferKey>, host: &HostBuffer) -> Result<()>;
     /// A host buffer holding a copy of `bytes`; see [`crate::Runtime::host_buffer`].
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer>;
+    /// A host buffer of `len` bytes to fill; see [`crate::Stream::staging_buffer`].
+    fn staging_buffer(&self, len: usize) -> Result<HostBuffer>;
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
     /// Admits `commands` on `stream` as one op whose reads and writes are
     /// the union of theirs; see [`crate::Stream::replay`].
@@ -749,6 +751,10 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
         self.backend.host_buffer(bytes)
+    }
+
+    fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
+        self.backend.staging_buffer(len)
     }
 
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()> {

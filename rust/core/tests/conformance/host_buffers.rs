@@ -39,6 +39,22 @@ conformance! {
         assert_eq!(t.read_as::<f32>(&x).unwrap(), vec![2.5; 4096], "a plain read sees the same bytes");
     }
 
+    fn a_staging_buffer_is_filled_in_place_then_uploaded(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let locks = matches!(runtime.info().backend, BackendKind::Cuda | BackendKind::Hip);
+        let x = s.zeros(ElementType::U32, 1024).unwrap();
+        for round in 0..3u32 {
+            let mut staging = s.staging_buffer(4096).unwrap();
+            assert_eq!((staging.len(), staging.is_page_locked()), (4096, locks));
+            let words: Vec<u32> = (0..1024).map(|i| i * 3 + round).collect();
+            staging.get_mut().expect("a new staging buffer is the caller's").copy_from_slice(bytemuck::cast_slice(&words));
+            s.write_host(&x, 0, &staging).unwrap();
+            // Dropped at once: the upload holds its own handle until its copy is done.
+            drop(staging);
+            assert_eq!(s.read_as::<u32>(&x).unwrap(), words, "round {round}");
+        }
+    }
+
     fn a_host_buffer_of_the_wrong_size_is_refused_and_changes_nothing(runtime: &Runtime) {
         let s = runtime.default_stream();
         let x = s.upload(&[1.0f32, 2.0]).unwrap();

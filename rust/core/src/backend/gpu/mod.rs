@@ -611,6 +611,17 @@ impl<D: Driver> Backend for GpuBackend<D> {
         Ok((Command::Upload { dst, data: Vec::new() }, Prepared::Upload(Staged::Host(host.clone()), len)))
     }
 
+    fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
+        if len == 0 {
+            return Ok(HostBuffer::heap(Vec::new()));
+        }
+        // Page-locked allocations need the device current on this thread, which may be any.
+        self.driver().bind()?;
+        let loan = self.device.stage(len)?;
+        // SAFETY: a fresh loan of at least `len` bytes, and no copy uses it.
+        Ok(unsafe { LentToHost::host_buffer(loan, len, self.device.clone()) })
+    }
+
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
         if bytes.is_empty() {
             return Ok(HostBuffer::heap(Vec::new()));

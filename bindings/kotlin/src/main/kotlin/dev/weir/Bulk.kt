@@ -136,37 +136,43 @@ internal val ElementType.width: Int get() = if (this == ElementType.BYTES) 1 els
 
 /**
  * A buffer of [count] [element]s filled by [fill] (a chunk, the first element
- * it holds, how many) one staging chunk at a time, each lent to Rust, which
- * copies it. One chunk is one upload; more make an empty buffer and a write
- * per chunk, admitted before the buffer is returned, so nobody else can see
- * it half written.
+ * it holds, how many) one chunk at a time. One chunk is one upload from a
+ * direct buffer lent to Rust, which copies it. More make an empty buffer and
+ * fill the runtime's staging memory in place ([WeirStream.staging]:
+ * page-locked on CUDA and HIP, which the device copies from directly), one
+ * chunk per write, all admitted before the buffer is returned, so nobody else
+ * can see it half written: an array's upload then costs one host copy.
  */
 internal inline fun WeirStream.uploadStaged(count: Int, element: ElementType, fill: (ByteBuffer, Int, Int) -> Unit): Buffer {
-    val chunk = chunks.poll() ?: ByteBuffer.allocateDirect(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN)
     val width = element.width
     val perChunk = CHUNK_BYTES / width
-    try {
-        if (count <= perChunk) {
+    if (count <= perChunk) {
+        val chunk = chunks.poll() ?: ByteBuffer.allocateDirect(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN)
+        try {
             chunk.clear()
             fill(chunk, 0, count)
             return uploadBorrowed(chunk.slice(0, count * width), element)
+        } finally {
+            if (chunks.size < KEPT_CHUNKS) chunks.offer(chunk)
         }
-        val buffer = empty(count.toULong(), element)
-        try {
-            var at = 0
-            while (at < count) {
-                val length = minOf(perChunk, count - at)
-                chunk.clear()
-                fill(chunk, at, length)
-                writeBorrowed(buffer, at.toULong(), chunk.slice(0, length * width), element)
-                at += length
-            }
-        } catch (failure: Throwable) {
-            buffer.close()
-            throw failure
-        }
-        return buffer
-    } finally {
-        if (chunks.size < KEPT_CHUNKS) chunks.offer(chunk)
     }
+    val buffer = empty(count.toULong(), element)
+    try {
+        var at = 0
+        while (at < count) {
+            val length = minOf(perChunk, count - at)
+            val bytes = length.toLong() * width
+            // Written here before its one upload, which holds it until the copy is done.
+            staging(bytes.toULong()).use { host ->
+                val chunk = Pointer(host.address().toLong()).getByteBuffer(0, bytes).order(ByteOrder.LITTLE_ENDIAN)
+                fill(chunk, at, length)
+                writeHost(buffer, at.toULong(), host, element)
+            }
+            at += length
+        }
+    } catch (failure: Throwable) {
+        buffer.close()
+        throw failure
+    }
+    return buffer
 }
