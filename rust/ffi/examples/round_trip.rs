@@ -115,40 +115,35 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         ops
     };
     stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode())?;
-    let mut samples: Vec<u128> = (0..220)
-        .map(|_| {
-            let start = Instant::now();
-            let _ = stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode());
-            let elapsed = start.elapsed().as_nanos();
-            let _ = block_on(stream.sync(None));
-            elapsed
-        })
-        .skip(20)
-        .collect();
-    samples.sort_unstable();
-    let batch_per_op = samples[samples.len() / 2] as f64 / 1e3 / f64::from(BATCH);
+    // Median µs per op of 200 rounds of `BATCH` ops (after 20 untimed),
+    // the stream synced, untimed, after each.
+    let per_op_of_blocks = |round: &dyn Fn()| {
+        let mut samples: Vec<u128> = (0..220)
+            .map(|_| {
+                let start = Instant::now();
+                round();
+                let elapsed = start.elapsed().as_nanos();
+                let _ = block_on(stream.sync(None));
+                elapsed
+            })
+            .skip(20)
+            .collect();
+        samples.sort_unstable();
+        samples[samples.len() / 2] as f64 / 1e3 / f64::from(BATCH)
+    };
+    let batch_per_op = per_op_of_blocks(&|| {
+        let _ = stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode());
+    });
     // The same 1 000 fills admitted one by one, timed as a block like the
     // batch: what a batch saves. A median of single calls leaves out the
     // calls that pay for the device's queue (wgpu submits and applies
     // backpressure every so many ops), which every batch of 1 000 includes.
-    let one_by_one = || {
+    let one_by_one_per_op = per_op_of_blocks(&|| {
         for i in 0..BATCH {
             let args = vec![buffer(&a, Access::Write), Arg::U32 { value: i }];
             let _ = stream.execute(fill.clone(), Grid::default(), args);
         }
-    };
-    let mut samples: Vec<u128> = (0..220)
-        .map(|_| {
-            let start = Instant::now();
-            one_by_one();
-            let elapsed = start.elapsed().as_nanos();
-            let _ = block_on(stream.sync(None));
-            elapsed
-        })
-        .skip(20)
-        .collect();
-    samples.sort_unstable();
-    let one_by_one_per_op = samples[samples.len() / 2] as f64 / 1e3 / f64::from(BATCH);
+    });
     println!(
         "--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_and_wait_noop {execute:.4} \
          --baseline admit_1_buffer {admit_1:.4} --baseline admit_3_buffers {admit_3:.4} --baseline admit_4_buffers {admit_4:.4} \

@@ -235,7 +235,7 @@ func runDemo() async throws -> Bool {
     let floats = ((options.chunkMiB ?? (gpu ? 16 : 1)) << 20) / 4
     let inFlight = min(options.inFlight, options.chunks)
     let backendName = "\(info.backend)".lowercased()
-    print("weir swift demo on \(backendName) (\(info.name)): \(options.chunks) chunks of \(floats * 4 >> 20) MiB, "
+    print("weir swift demo on \(backendName) (\(info.name)): \(options.chunks) chunks of \((floats * 4) >> 20) MiB, "
         + "\(inFlight) in flight")
     let s = runtime.defaultStream()
     let host = try (0..<options.chunks).map { i in
