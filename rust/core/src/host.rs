@@ -32,7 +32,8 @@ enum Memory {
 /// to clone; clones share the bytes, which are read-only while shared.
 /// [`HostBuffer::get_mut`] gives them back for writing once this is the only
 /// handle and no copy in flight holds them. Made by
-/// [`crate::Runtime::host_buffer`] or by a read
+/// [`crate::Runtime::host_buffer`] (a copy of data),
+/// [`crate::Stream::staging_buffer`] (to fill in place) or a read
 /// ([`crate::PendingRead::wait_host`]); page-locked memory goes back to its
 /// runtime's pool when the last clone goes, and keeps the device open until then.
 #[derive(Clone)]
@@ -91,7 +92,7 @@ impl HostBuffer {
     pub fn into_vec(self) -> Vec<u8> {
         match Arc::try_unwrap(self.0) {
             Ok(Memory::Heap(bytes)) => bytes,
-            Ok(memory) => HostBuffer(Arc::new(memory)).as_bytes().to_vec(),
+            Ok(Memory::Pinned(pinned)) => pinned.bytes().to_vec(),
             Err(shared) => HostBuffer(shared).as_bytes().to_vec(),
         }
     }

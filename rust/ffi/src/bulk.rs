@@ -21,9 +21,11 @@ use crate::records::ElementType;
 use crate::runtime::WeirRuntime;
 use crate::stream::WeirStream;
 
-/// Bytes read from a device, held in Rust until this handle goes: the
-/// bindings copy them straight into the caller's array (Kotlin through JNA,
-/// Swift from the pointer) and close it.
+/// Host bytes held in Rust until this handle goes: a read's (the bindings
+/// copy them straight into the caller's array, Kotlin through JNA, Swift
+/// from the pointer, and close it), or bytes to upload with
+/// [`WeirStream::write_host`] ([`WeirRuntime::host_bytes`],
+/// [`WeirStream::staging`]). Page-locked on CUDA and HIP.
 ///
 /// Large plain ones are freed on a thread of their own (`weir-ffi-free`),
 /// not on the thread that closes the handle: unmapping hundreds of MiB takes
@@ -117,7 +119,10 @@ impl WeirStream {
         element: ElementType,
     ) -> Result<()> {
         buffer.expect_data(element, "a write")?;
-        let bytes = host.bytes.as_ref().ok_or_else(|| weir_core::Error::InvalidArgument("closed host bytes".into()))?;
+        let bytes = host
+            .bytes
+            .as_ref()
+            .ok_or_else(|| weir_core::Error::InvalidArgument("host bytes already released".into()))?;
         Ok(self.core().write_host(buffer.core(), offset, bytes)?)
     }
 
@@ -189,6 +194,13 @@ pub struct PendingRead {
     read: Mutex<Option<weir_core::PendingRead>>,
 }
 
+impl PendingRead {
+    fn take(&self) -> Result<weir_core::PendingRead> {
+        let taken = lock(&self.read).take();
+        Ok(taken.ok_or_else(|| weir_core::Error::InvalidArgument("this read's bytes were taken already".into()))?)
+    }
+}
+
 impl std::fmt::Debug for PendingRead {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PendingRead").finish_non_exhaustive()
@@ -201,10 +213,14 @@ impl PendingRead {
     /// one call gets them: a later one is `InvalidArgument`.
     #[uniffi::method(default(cancel = None))]
     pub async fn bytes(&self, cancel: Option<Arc<CancelToken>>) -> Result<Arc<HostBytes>> {
-        let taken = lock(&self.read).take();
-        let read =
-            taken.ok_or_else(|| weir_core::Error::InvalidArgument("this read's bytes were taken already".into()))?;
+        let read = self.take()?;
         Ok(Arc::new(HostBytes { bytes: Some(cancellable(read.into_host(), cancel).await?) }))
+    }
+
+    /// The bytes, blocking the calling thread until the read completes (a
+    /// wait that would wait for itself is `InvalidArgument`, never a hang).
+    pub fn bytes_blocking(&self) -> Result<Arc<HostBytes>> {
+        Ok(Arc::new(HostBytes { bytes: Some(self.take()?.wait_host()?) }))
     }
 
     /// True once the read finished. Never blocks.

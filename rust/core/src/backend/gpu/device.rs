@@ -96,7 +96,7 @@ impl<D: Driver> PinnedBytes for LentToHost<D> {
     }
 
     fn device(&self) -> usize {
-        Arc::as_ptr(&self.device) as *const () as usize
+        Device::address(&self.device)
     }
 }
 
@@ -236,6 +236,11 @@ impl<D: Driver> Device<D> {
     }
 
     /// Lends a page-locked buffer of at least `len` bytes.
+    /// The address that names this device while it lives (see `PinnedBytes::device`).
+    pub fn address(device: &Arc<Self>) -> usize {
+        Arc::as_ptr(device) as *const () as usize
+    }
+
     pub fn stage(&self, len: usize) -> Result<Loan> {
         let reused = {
             let mut free = lock(&self.free_staging);

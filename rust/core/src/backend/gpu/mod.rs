@@ -317,17 +317,12 @@ impl<D: Driver> GpuBackend<D> {
         if data.len() as u64 != dst.len {
             return Err(Error::invalid("upload size differs from its destination"));
         }
-        Ok(Prepared::Upload(Staged::Loan(self.staged_copy(data)?), dst.len))
-    }
-
-    /// A page-locked loan holding a copy of `data`.
-    fn staged_copy(&self, data: &[u8]) -> Result<Loan> {
         // Page-locked allocations need the device current on this thread, which may be any.
         self.driver().bind()?;
         let mut loan = self.device.stage(data.len())?;
         // SAFETY: a fresh loan of at least `data.len()` bytes; no copy uses it yet.
         unsafe { loan.bytes_mut(data.len()) }.copy_from_slice(data);
-        Ok(loan)
+        Ok(Prepared::Upload(Staged::Loan(loan), dst.len))
     }
 
     fn launch<'m>(
@@ -601,7 +596,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn prepare_host_upload<R: PartialEq>(&self, dst: Span<R>, host: &HostBuffer) -> Result<(Command<R>, Prepared<D>)> {
         // Memory another device locked is staged like any host bytes.
-        if host.locked_by() != Some(Arc::as_ptr(&self.device) as *const () as usize) {
+        if host.locked_by() != Some(Device::address(&self.device)) {
             return self.prepare_upload(dst, host);
         }
         if host.len() as u64 != dst.len {
@@ -623,12 +618,12 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
-        if bytes.is_empty() {
-            return Ok(HostBuffer::heap(Vec::new()));
+        let mut host = self.staging_buffer(bytes.len())?;
+        // A new buffer has one handle, so it is writable.
+        if let Some(into) = host.get_mut() {
+            into.copy_from_slice(bytes);
         }
-        let loan = self.staged_copy(bytes)?;
-        // SAFETY: the loan holds `bytes.len()` bytes, and no copy uses it.
-        Ok(unsafe { LentToHost::host_buffer(loan, bytes.len(), self.device.clone()) })
+        Ok(host)
     }
 
     unsafe fn enqueue(

@@ -14,6 +14,11 @@ package dev.weir
  * in [WeirFutures].
  */
 object WeirBlocking {
+    /** Blocks until [read] is done; its bytes ([PendingRead.bytes]). */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun bytes(read: PendingRead): HostBytes = read.bytesBlocking()
+
     /** Blocks until all work admitted on [stream] so far is done. */
     @JvmStatic
     @Throws(WeirException::class)

@@ -68,6 +68,13 @@ fun WeirStream.writeHost(buffer: Buffer, host: HostBytes, offset: Long = 0) =
     writeHost(buffer, offset.toOffset(), host, ElementType.BYTES)
 
 /**
+ * The bytes as a read-only little-endian direct buffer over Rust's memory,
+ * with no copy: valid until this is closed, so copy out what you keep.
+ */
+fun HostBytes.asByteBuffer(): ByteBuffer =
+    Pointer(address().toLong()).getByteBuffer(0, len().toLong()).asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN)
+
+/**
  * Admits a read of all of [buffer] now, in order on this stream, to await
  * later with [PendingRead.bytes] (a suspend read admits only once it runs):
  * what a pipeline that reuses [buffer] needs, so its next write waits for

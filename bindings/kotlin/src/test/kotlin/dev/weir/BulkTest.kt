@@ -108,7 +108,7 @@ class BulkTest {
                             a.execute(BuiltinOp.FILL_F32, buffer.writes(), scalar(5f))
                             pending.bytes().use { bytes ->
                                 val back = FloatArray(floats.size)
-                                com.sun.jna.Pointer(bytes.address().toLong()).read(0, back, 0, back.size)
+                                bytes.asByteBuffer().asFloatBuffer().get(back)
                                 assertArrayEquals(floats, back, "the read saw the write admitted after it")
                             }
                             assertThrows<WeirException.InvalidArgument> { pending.bytes() }

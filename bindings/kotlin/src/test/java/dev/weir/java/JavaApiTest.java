@@ -159,6 +159,17 @@ class JavaApiTest {
             assertArrayEquals(new int[] {3, 3, 3, 3}, WeirBlocking.readInts(stream, grid));
             WeirBlocking.memsetZeroAndWait(stream, grid);
             assertArrayEquals(new int[4], WeirBlocking.readInts(stream, grid));
+            // Host bytes from Java: an upload from them, and reads admitted now, awaited both ways.
+            try (HostBytes host = WeirBulk.hostBytes(runtime, new float[] {5f, 6f, 7f, 8f})) {
+                WeirBulk.writeHost(stream, y, host);
+            }
+            try (PendingRead blocking = WeirBulk.enqueueRead(stream, y); PendingRead future = WeirBulk.enqueueRead(stream, y);
+                    HostBytes first = WeirBlocking.bytes(blocking); HostBytes second = within(WeirFutures.bytes(future))) {
+                assertEquals(16, WeirBulk.asByteBuffer(first).remaining());
+                float[] back = new float[4];
+                WeirBulk.asByteBuffer(second).asFloatBuffer().get(back);
+                assertArrayEquals(new float[] {5f, 6f, 7f, 8f}, back);
+            }
             Weir.execute(stream, BuiltinOp.DELAY, WeirJava.unsignedScalar(20_000));
             try (Fence fence = stream.fence()) {
                 WeirBlocking.sync(runtime);

@@ -18,7 +18,6 @@
  */
 package dev.weir.demo
 
-import com.sun.jna.Pointer
 import dev.weir.Backend
 import dev.weir.Buffer
 import dev.weir.ElementType
@@ -30,6 +29,7 @@ import dev.weir.KernelSource
 import dev.weir.PendingRead
 import dev.weir.WeirRuntime
 import dev.weir.WeirStream
+import dev.weir.asByteBuffer
 import dev.weir.cpuKernel
 import dev.weir.enqueueRead
 import dev.weir.hostBytes
@@ -163,7 +163,7 @@ private class Pipeline(
         val elapsed = reads.maxOf { it.first }
         val chunk = FloatArray(floats)
         val timeline = reads.mapIndexed { i, (end, bytes) ->
-            bytes.use { Pointer(it.address().toLong()).read(0, chunk, 0, floats) }
+            bytes.use { it.asByteBuffer().asFloatBuffer().get(chunk) }
             val want = expected(host[i].second, iters)
             val wrong = chunk.count { abs(it - want) > 1e-5f * maxOf(abs(want), 1f) }
             check(wrong == 0) { "chunk $i: $wrong floats are not $want" }
