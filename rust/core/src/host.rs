@@ -14,7 +14,9 @@ use std::sync::Arc;
 use crate::element::Element;
 use crate::error::{Error, Result};
 
-/// Page-locked bytes of one device, lent out as a [`HostBuffer`].
+/// Page-locked bytes of one device, lent out as a [`HostBuffer`]. Only the
+/// GPU backends lock memory, so a build without them makes none.
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 pub(crate) trait PinnedBytes: Send + Sync {
     fn bytes(&self) -> &[u8];
     fn bytes_mut(&mut self) -> &mut [u8];
@@ -25,6 +27,7 @@ pub(crate) trait PinnedBytes: Send + Sync {
 
 enum Memory {
     Heap(Vec<u8>),
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     Pinned(Box<dyn PinnedBytes>),
 }
 
@@ -44,6 +47,7 @@ impl HostBuffer {
         HostBuffer(Arc::new(Memory::Heap(bytes)))
     }
 
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub(crate) fn pinned(bytes: Box<dyn PinnedBytes>) -> Self {
         HostBuffer(Arc::new(Memory::Pinned(bytes)))
     }
@@ -98,6 +102,7 @@ impl HostBuffer {
     }
 
     /// The device whose page-locked memory this is, if it is.
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub(crate) fn locked_by(&self) -> Option<usize> {
         match &*self.0 {
             Memory::Heap(_) => None,

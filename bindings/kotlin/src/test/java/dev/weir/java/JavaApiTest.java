@@ -164,10 +164,10 @@ class JavaApiTest {
                 WeirBulk.writeHost(stream, y, host);
             }
             try (PendingRead blocking = WeirBulk.enqueueRead(stream, y); PendingRead future = WeirBulk.enqueueRead(stream, y);
-                    HostBytes first = WeirBlocking.bytes(blocking); HostBytes second = within(WeirFutures.bytes(future))) {
-                assertEquals(16, WeirBulk.asByteBuffer(first).remaining());
+                    HostBytes blocked = WeirBlocking.bytes(blocking); HostBytes awaited = within(WeirFutures.bytes(future))) {
+                assertEquals(16, WeirBulk.asByteBuffer(blocked).remaining());
                 float[] back = new float[4];
-                WeirBulk.asByteBuffer(second).asFloatBuffer().get(back);
+                WeirBulk.asByteBuffer(awaited).asFloatBuffer().get(back);
                 assertArrayEquals(new float[] {5f, 6f, 7f, 8f}, back);
             }
             Weir.execute(stream, BuiltinOp.DELAY, WeirJava.unsignedScalar(20_000));

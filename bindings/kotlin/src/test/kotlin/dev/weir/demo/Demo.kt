@@ -125,7 +125,9 @@ private class Pipeline(
     suspend fun run(upload: WeirStream, compute: WeirStream, download: WeirStream): Pair<Long, List<Ends>> = coroutineScope {
         runtime.sync()
         val start = System.nanoTime()
-        val (uploads, computes, downloads) = Triple(Channel<Fence>(Channel.UNLIMITED), Channel<Fence>(Channel.UNLIMITED), Channel<PendingRead>(Channel.UNLIMITED))
+        val uploads = Channel<Fence>(Channel.UNLIMITED)
+        val computes = Channel<Fence>(Channel.UNLIMITED)
+        val downloads = Channel<PendingRead>(Channel.UNLIMITED)
         fun endsOf(fences: Channel<Fence>) = async {
             val ends = mutableListOf<Long>()
             for (fence in fences) fence.use { it.await(); ends += System.nanoTime() - start }
