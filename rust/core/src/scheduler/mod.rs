@@ -75,8 +75,6 @@ pub(crate) trait Engine: Send + Sync {
     /// Admits an upload of `bytes` into `dst`, staged by the backend from the
     /// caller's bytes where it can (see [`Backend::prepare_upload`]).
     fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()>;
-    /// Admits `commands` on `stream` in order, each its own op, in one
-    /// critical section; see [`crate::Stream::batch`].
     /// Admits an upload of `host` into `dst`, copied from it directly where
     /// the backend locked it (see [`Backend::prepare_host_upload`]).
     fn submit_host_upload(&self, stream: usize, dst: Span<BufferKey>, host: &HostBuffer) -> Result<()>;
@@ -84,6 +82,8 @@ pub(crate) trait Engine: Send + Sync {
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer>;
     /// A host buffer of `len` bytes to fill; see [`crate::Stream::staging_buffer`].
     fn staging_buffer(&self, len: usize) -> Result<HostBuffer>;
+    /// Admits `commands` on `stream` in order, each its own op, in one
+    /// critical section; see [`crate::Stream::batch`].
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
     /// Admits `commands` on `stream` as one op whose reads and writes are
     /// the union of theirs; see [`crate::Stream::replay`].
