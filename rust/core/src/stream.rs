@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Command, HostSink, RawAccess};
+use crate::backend::{Command, HostSink, RawAccess, Span};
 use crate::buffer::Buffer;
 use crate::completion::Completion;
 use crate::element::{Element, ElementType};
@@ -296,11 +296,7 @@ impl Stream {
     /// type (the bindings check their typed arrays with
     /// [`Buffer::expect_element`] first).
     pub fn write_bytes(&self, buffer: &Buffer, offset: u64, bytes: &[u8]) -> Result<()> {
-        let count = whole_elements(buffer.element_type(), bytes.len())?;
-        let dst = buffer.span_in(self.engine(), offset, count)?;
-        if bytes.is_empty() {
-            return Err(Error::invalid("nothing to write"));
-        }
+        let dst = self.write_target(buffer, offset, bytes.len())?;
         match &self.0.recording {
             // A recording keeps its bytes for every replay.
             Some(_) => self.submit(Command::Upload { dst, data: bytes.to_vec() }),
@@ -315,15 +311,23 @@ impl Stream {
     /// [`HostBuffer::get_mut`] gives `None` until then); otherwise its bytes
     /// are copied as [`Stream::write`] copies a slice.
     pub fn write_host(&self, buffer: &Buffer, offset: u64, host: &HostBuffer) -> Result<()> {
-        let count = whole_elements(buffer.element_type(), host.len())?;
-        let dst = buffer.span_in(self.engine(), offset, count)?;
-        if host.is_empty() {
-            return Err(Error::invalid("nothing to write"));
-        }
+        let dst = self.write_target(buffer, offset, host.len())?;
         match &self.0.recording {
             Some(_) => self.submit(Command::Upload { dst, data: host.to_vec() }),
             None => self.engine().submit_host_upload(self.0.index, dst, host),
         }
+    }
+
+    /// Where a write of `len` bytes into `buffer` at element `offset` lands:
+    /// refused unless they are a whole number of its elements, at least one,
+    /// within it.
+    fn write_target(&self, buffer: &Buffer, offset: u64, len: usize) -> Result<Span<BufferKey>> {
+        let count = whole_elements(buffer.element_type(), len)?;
+        let dst = buffer.span_in(self.engine(), offset, count)?;
+        if len == 0 {
+            return Err(Error::invalid("nothing to write"));
+        }
+        Ok(dst)
     }
 
     /// Host memory of `len` bytes to fill (through [`HostBuffer::get_mut`])
@@ -417,10 +421,7 @@ impl Stream {
         let mut spans = Vec::with_capacity(buffers.len());
         for buffer in buffers {
             let key = buffer.whole_allocation_in(self.engine(), "a foreign write")?;
-            spans.push((
-                crate::backend::Span { buffer: key, offset: 0, len: buffer.size_bytes() },
-                crate::Access::Write,
-            ));
+            spans.push((Span { buffer: key, offset: 0, len: buffer.size_bytes() }, crate::Access::Write));
         }
         ops::reject_overlap(&spans)?;
         let keys: Vec<BufferKey> = spans.iter().map(|(span, _)| span.buffer).collect();
