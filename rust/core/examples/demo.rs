@@ -132,6 +132,11 @@ impl Pipeline<'_> {
         )
     }
 
+    /// The ring slot of chunk `i`.
+    fn slot(&self, i: usize) -> &Slot {
+        &self.slots[i % self.slots.len()]
+    }
+
     fn bytes(&self) -> f64 {
         (self.host.len() * self.chunk_floats * 4) as f64
     }
@@ -160,7 +165,7 @@ impl Pipeline<'_> {
             });
             // At most one chunk per slot in flight on the host side too: the
             // next upload into a slot is admitted once that slot's previous
-            // chunk was read back, so staging memory stays bounded.
+            // chunk was read back, so page-locked memory stays bounded.
             let mut read_back: std::collections::VecDeque<Fence> = Default::default();
             for (i, (data, _)) in self.host.iter().enumerate() {
                 if read_back.len() == self.slots.len() {
@@ -168,7 +173,7 @@ impl Pipeline<'_> {
                         fence.wait()?;
                     }
                 }
-                let slot = &self.slots[i % self.slots.len()];
+                let slot = self.slot(i);
                 upload.write_host(&slot.input, 0, data)?;
                 let _ = uploads.0.send(upload.fence()?);
                 self.compute(compute, slot)?;
@@ -201,14 +206,14 @@ impl Pipeline<'_> {
             stream.fence()?.wait()?;
             Ok(start.elapsed())
         };
-        let slot_of = |i: usize| &self.slots[i % self.slots.len()];
         let upload = timed(&|| {
-            self.host.iter().enumerate().try_for_each(|(i, (data, _))| stream.write_host(&slot_of(i).input, 0, data))
+            self.host.iter().enumerate().try_for_each(|(i, (data, _))| stream.write_host(&self.slot(i).input, 0, data))
         })?;
-        let compute = timed(&|| (0..self.host.len()).try_for_each(|i| self.compute(stream, slot_of(i))))?;
+        let compute = timed(&|| (0..self.host.len()).try_for_each(|i| self.compute(stream, self.slot(i))))?;
         let download = timed(&|| {
-            let reads =
-                (0..self.host.len()).map(|i| stream.enqueue_read(&slot_of(i).output)).collect::<Result<Vec<_>, _>>()?;
+            let reads = (0..self.host.len())
+                .map(|i| stream.enqueue_read(&self.slot(i).output))
+                .collect::<Result<Vec<_>, _>>()?;
             reads.into_iter().try_for_each(|read| read.wait_host().map(drop))
         })?;
         Ok([upload, compute, download])
@@ -221,11 +226,10 @@ impl Pipeline<'_> {
     fn copies_together(&self, upload: &Stream, download: &Stream) -> weir_core::Result<Duration> {
         self.runtime.fence()?.wait()?;
         let start = Instant::now();
-        let slots = self.slots.len();
         let mut reads = Vec::with_capacity(self.host.len());
         for (i, (data, _)) in self.host.iter().enumerate() {
-            upload.write_host(&self.slots[i % slots].input, 0, data)?;
-            reads.push(download.enqueue_read(&self.slots[(i + 1) % slots].output)?);
+            upload.write_host(&self.slot(i).input, 0, data)?;
+            reads.push(download.enqueue_read(&self.slot(i + 1).output)?);
         }
         reads.into_iter().try_for_each(|read| read.wait_host().map(drop))?;
         upload.fence()?.wait()?;
