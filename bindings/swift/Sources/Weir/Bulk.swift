@@ -67,9 +67,7 @@ extension WeirStream {
     public func write(host: HostBytes, to buffer: Buffer, offset: UInt64 = 0) throws {
         try writeHost(buffer: buffer, offset: offset, host: host, element: .bytes)
     }
-}
 
-extension WeirStream {
     /// Admits a read of all of `buffer` now, in order on this stream, to
     /// await later with `bytes()` (an async read admits only once it runs):
     /// what a pipeline that reuses `buffer` needs, so its next write waits

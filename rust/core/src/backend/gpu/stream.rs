@@ -238,7 +238,7 @@ impl<D: Driver> GpuStream<D> {
         let callback = self.poisoning(callback);
         let Some(waiter) = &self.waiter else {
             // SAFETY: `raw` is this stream, alive while `self` is; the callback
-            // only completes cells, copies host bytes and drops staging loans.
+            // only completes cells, hands page-locked loans to readers and drops staging loans.
             return unsafe { self.device.driver.add_callback(self.raw, callback) };
         };
         let event = Arc::new(GpuEvent::new(&self.device, EventUse::HostWait)?);
