@@ -94,7 +94,7 @@ impl WeirStream {
 ///
 /// `handle` is a live UniFFI handle of a `T`, which the caller keeps alive
 /// for `'a`.
-unsafe fn borrowed<'a, T>(handle: i64) -> &'a T {
+pub(crate) unsafe fn borrowed<'a, T>(handle: i64) -> &'a T {
     // SAFETY: by the caller's promise the pointer is the `Arc`'s, alive for 'a.
     unsafe { &*uniffi::Handle::from_raw_unchecked(handle as u64).as_pointer::<T>() }
 }

@@ -34,6 +34,7 @@
 //!   Cancelling ends a *wait*, never the work: an admitted op still runs.
 //! - **Nothing panics across the FFI**: bad input is a [`WeirError`].
 
+mod array_copy;
 mod batch;
 mod buffer;
 mod bulk;
@@ -51,6 +52,10 @@ mod runtime;
 mod stream;
 mod timestamp;
 
+pub use array_copy::{
+    Java_dev_weir_NativeCopy_toBytes, Java_dev_weir_NativeCopy_toDirect, Java_dev_weir_NativeCopy_toFloats,
+    Java_dev_weir_NativeCopy_toInts,
+};
 pub use buffer::Buffer;
 pub use bulk::{HostBytes, PendingRead};
 pub use cancel::CancelToken;

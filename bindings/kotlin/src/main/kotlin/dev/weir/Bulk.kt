@@ -92,15 +92,15 @@ fun WeirStream.enqueueRead(buffer: Buffer): PendingRead =
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInto(buffer: Buffer, destination: FloatArray, offset: Long = 0, cancel: CancelToken? = null) =
-    readHostInto(buffer, offset, destination.size * 4L, ElementType.F32, cancel) { source ->
-        source.read(0, destination, 0, destination.size)
+    readHostInto(buffer, offset, destination.size * 4L, ElementType.F32, cancel) { host ->
+        host.copyOut({ NativeCopy.toFloats(it, 0, destination, 0, destination.size) }) { it.read(0, destination, 0, destination.size) }
     }
 
 /** Reads [destination]`.size` 32-bit integers of [buffer] (`i32`s, `u32`s or raw bytes) from element [offset] into [destination]. */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInto(buffer: Buffer, destination: IntArray, offset: Long = 0, cancel: CancelToken? = null) =
-    readHostInto(buffer, offset, destination.size * 4L, ElementType.I32, cancel) { source ->
-        source.read(0, destination, 0, destination.size)
+    readHostInto(buffer, offset, destination.size * 4L, ElementType.I32, cancel) { host ->
+        host.copyOut({ NativeCopy.toInts(it, 0, destination, 0, destination.size) }) { it.read(0, destination, 0, destination.size) }
     }
 
 /**
@@ -111,14 +111,22 @@ suspend fun WeirStream.readInto(buffer: Buffer, destination: IntArray, offset: L
 @Throws(WeirException::class)
 suspend fun WeirStream.readInto(buffer: Buffer, destination: ByteBuffer, offset: Long = 0, cancel: CancelToken? = null) {
     val bytes = destination.remaining()
-    readHostInto(buffer, offset, bytes.toLong(), ElementType.BYTES, cancel) { source ->
-        destination.put(source.getByteBuffer(0, bytes.toLong()))
+    readHostInto(buffer, offset, bytes.toLong(), ElementType.BYTES, cancel) { host ->
+        val at = destination.position()
+        host.copyOut({
+            when {
+                destination.isReadOnly -> false // NIO's put raises what a read-only buffer does
+                destination.isDirect -> NativeCopy.toDirect(it, 0, destination, at, bytes)
+                destination.hasArray() -> NativeCopy.toBytes(it, 0, destination.array(), destination.arrayOffset() + at, bytes)
+                else -> false
+            }.also { copied -> if (copied) destination.position(at + bytes) }
+        }) { destination.put(it.getByteBuffer(0, bytes.toLong())) }
     }
 }
 
 /**
  * Reads [bytes] bytes of [buffer] from its element [offset], for an array of
- * [element]s, and hands [copy] a pointer to them, valid during the call.
+ * [element]s, and hands them to [copy], open during the call.
  */
 private suspend inline fun WeirStream.readHostInto(
     buffer: Buffer,
@@ -126,7 +134,7 @@ private suspend inline fun WeirStream.readHostInto(
     bytes: Long,
     element: ElementType,
     cancel: CancelToken?,
-    copy: (Pointer) -> Unit,
+    copy: (HostBytes) -> Unit,
 ) {
     val start = offset.toOffset()
     if (bytes == 0L) return
@@ -135,7 +143,25 @@ private suspend inline fun WeirStream.readHostInto(
         throw WeirException.InvalidArgument("invalid argument: $bytes bytes are not a whole number of the buffer's elements")
     }
     // The handle keeps the bytes alive, and where they are, until `use` closes it.
-    readHost(buffer, start, (bytes / width).toULong(), element, cancel).use { host -> copy(Pointer(host.address().toLong())) }
+    readHost(buffer, start, (bytes / width).toULong(), element, cancel).use(copy)
+}
+
+/**
+ * Copies out of these bytes with [native] (given their lent handle) where the
+ * JNI entries are linked; else, or when [native] copied nothing, with
+ * [generated] (given their address: JNA's or NIO's copy).
+ */
+private inline fun HostBytes.copyOut(native: (Long) -> Boolean, generated: (Pointer) -> Unit) {
+    if (NativeLink.linked) {
+        val handle = uniffiBeginBorrow()
+        val copied = try {
+            native(handle)
+        } finally {
+            uniffiEndBorrow()
+        }
+        if (copied) return
+    }
+    generated(Pointer(address().toLong()))
 }
 
 /** Bytes per element. */

@@ -54,7 +54,7 @@ internal object EncodedOps {
      */
     @JvmStatic
     fun execute(stream: WeirStream, kernel: Kernel, grid: Grid, args: List<Arg>): Boolean {
-        if (!NativeExecute.linked) return false
+        if (!NativeLink.linked) return false
         val s = scratch.get()
         if (s.busy) return false
         s.busy = true

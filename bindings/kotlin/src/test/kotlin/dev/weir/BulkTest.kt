@@ -6,6 +6,7 @@ import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
@@ -137,4 +138,53 @@ class BulkTest {
             }
         }
     }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `reads copy natively into arrays and heap or direct buffers, and the copy refuses what does not fit`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            assertTrue(NativeLink.linked, "the library's JNI entries did not link: reads copy the JNA way")
+            val s = rt.defaultStream()
+            // More than two of the native copy's 8 MiB slices, and not a whole number of them.
+            val big = FloatArray((20 shl 20) / 4 + 5) { it * 0.25f }
+            runBlocking {
+                s.upload(big).use { buffer ->
+                    val back = FloatArray(big.size)
+                    s.readInto(buffer, back)
+                    assertArrayEquals(big, back)
+                    // A heap buffer's slice starts 8 bytes into its array; read into its bytes 4 to 12.
+                    val backing = ByteBuffer.allocate(32)
+                    val slice = backing.position(8).slice().position(4).limit(12)
+                    s.readInto(buffer, slice, offset = 2)
+                    assertEquals(12, slice.position())
+                    val landed = backing.order(ByteOrder.LITTLE_ENDIAN).position(12).slice().order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer()
+                    assertEquals(big[2], landed[0])
+                    assertEquals(big[3], landed[1])
+                    assertEquals(0f, landed[2], "bytes past the slice's limit were written")
+                    assertThrows<java.nio.ReadOnlyBufferException> { s.readInto(buffer, ByteBuffer.allocateDirect(8).asReadOnlyBuffer()) }
+                }
+            }
+            rt.hostBytes(floatArrayOf(1f, 2f, 3f, 4f)).use { host ->
+                val handle = host.uniffiBeginBorrow()
+                try {
+                    val into = FloatArray(6) { -1f }
+                    assertTrue(NativeCopy.toFloats(handle, 4, into, 2, 3))
+                    val copied = floatArrayOf(-1f, -1f, 2f, 3f, 4f, -1f)
+                    assertArrayEquals(copied, into)
+                    assertFalse(NativeCopy.toFloats(handle, 8, into, 0, 3), "past the host bytes' end")
+                    assertFalse(NativeCopy.toFloats(handle, 0, into, 4, 3), "past the array's end")
+                    assertFalse(NativeCopy.toFloats(handle, -4, into, 0, 1), "before the host bytes")
+                    assertFalse(NativeCopy.toInts(handle, 0, IntArray(2), -1, 1), "before the array")
+                    assertArrayEquals(copied, into, "a refused copy wrote")
+                    val direct = ByteBuffer.allocateDirect(12).order(ByteOrder.LITTLE_ENDIAN)
+                    assertTrue(NativeCopy.toDirect(handle, 8, direct, 4, 8))
+                    assertEquals(3f, direct.getFloat(4))
+                    assertEquals(4f, direct.getFloat(8))
+                    assertFalse(NativeCopy.toDirect(handle, 0, direct, 8, 8), "past the buffer's capacity")
+                    assertFalse(NativeCopy.toDirect(handle, 0, ByteBuffer.allocate(16), 0, 4), "a heap buffer is not direct")
+                } finally {
+                    host.uniffiEndBorrow()
+                }
+            }
+        }
 }

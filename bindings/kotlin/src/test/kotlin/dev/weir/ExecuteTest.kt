@@ -59,7 +59,7 @@ class ExecuteTest {
 
     @Test
     fun `the JNI entry is linked, so execute takes the encoded path`() {
-        assertTrue(NativeExecute.linked, "the library's JNI entry did not link: every execute goes the generated way")
+        assertTrue(NativeLink.linked, "the library's JNI entry did not link: every execute goes the generated way")
     }
 
     @Test

@@ -6,13 +6,13 @@ import java.io.File
 import java.io.IOException
 
 /**
- * The JNI entry of the library that the generated bindings load through JNA
- * (weir-ffi's `encoded.rs`), linked by loading that same file for the JVM
- * too, so that both use one copy of the library. Where it cannot be
- * ([linked] false), [EncodedOps] leaves every call to the generated path.
+ * The library that the generated bindings load through JNA, linked for the
+ * JVM's JNI too by loading that same file, so that both use one copy of the
+ * library: the JNI entries ([NativeExecute], [NativeCopy]) are in it. Where
+ * it cannot be ([linked] false), the bindings make every call the generated way.
  */
-internal object NativeExecute {
-    /** True when [execute] is linked. */
+internal object NativeLink {
+    /** True when the JNI entries are linked. */
     val linked: Boolean = try {
         // Named as the generated bindings name it, so this is the instance JNA loaded.
         val name = System.getProperty("uniffi.component.weir.libraryOverride") ?: LibraryFile.name(LibraryFile.NAME)
@@ -21,10 +21,16 @@ internal object NativeExecute {
         LibraryFile.loadedTwice()
         true
     } catch (failure: Throwable) {
-        System.getLogger("dev.weir").log(System.Logger.Level.WARNING, "execute goes the generated way: its JNI entry did not link", failure)
+        System.getLogger("dev.weir").log(System.Logger.Level.WARNING, "calls go the generated way: the library's JNI entries did not link", failure)
         false
     }
+}
 
+/**
+ * The JNI entry that admits an execute op (weir-ffi's `encoded.rs`), used
+ * by [EncodedOps] once [NativeLink.linked].
+ */
+internal object NativeExecute {
     /**
      * Admits the execute op in the [length] bytes at [encoding] on the stream
      * [stream] with the kernel [kernel] and buffers [buffer0]… ([count] of
@@ -48,6 +54,30 @@ internal object NativeExecute {
     const val NOT_TAKEN = 0
     const val ADMITTED = 1
     const val REFUSED = 2
+}
+
+/**
+ * The JNI entries that copy a read's [HostBytes] into the caller's memory
+ * with the C library's `memcpy` (weir-ffi's `array_copy.rs`): for large
+ * reads on a large server, JNA's and NIO's copies (the JVM's element loop)
+ * ran at about half its speed. Each takes the host bytes' lent handle and
+ * byte offset, then where to copy and how many elements; each answers false
+ * when it copied nothing (a range out of bounds, elements the JVM would not
+ * lend, a buffer that is not direct), and the caller copies the JNA way.
+ */
+internal object NativeCopy {
+    @JvmStatic
+    external fun toFloats(host: Long, hostOffset: Long, array: FloatArray, at: Int, count: Int): Boolean
+
+    @JvmStatic
+    external fun toInts(host: Long, hostOffset: Long, array: IntArray, at: Int, count: Int): Boolean
+
+    @JvmStatic
+    external fun toBytes(host: Long, hostOffset: Long, array: ByteArray, at: Int, count: Int): Boolean
+
+    /** Copies [length] bytes into the direct [buffer] from byte [at] of its capacity. */
+    @JvmStatic
+    external fun toDirect(host: Long, hostOffset: Long, buffer: java.nio.ByteBuffer, at: Int, length: Int): Boolean
 }
 
 /**

@@ -1,0 +1,222 @@
+//! Copies out of [`HostBytes`] into JVM arrays and direct buffers, through JNI.
+//!
+//! The Kotlin binding used to copy a read's bytes into the caller's array
+//! with JNA (`Pointer.read`, which is JNI's `Set<Type>ArrayRegion`) or NIO's
+//! bulk `put`: the JVM's own element loop, with ordinary stores. For a read
+//! of hundreds of MiB on a large server that loop ran at about half the
+//! speed of the C library's `memcpy` (which streams stores past the cache
+//! for copies this large), and the read with it. These entries take the
+//! array's elements in place (`GetPrimitiveArrayCritical`; a direct buffer's
+//! address) and copy with `memcpy`, in slices, so that a collector held back
+//! by a critical section is held for at most one slice.
+//!
+//! Every range is checked here against the [`HostBytes`] and the array's (or
+//! buffer's) real length: a bad one copies nothing and answers `false`, as
+//! does a JVM that cannot lend the elements; the binding then copies the
+//! generated way, which raises the error if there is one.
+
+use std::ffi::c_void;
+
+use crate::bulk::HostBytes;
+use crate::encoded::borrowed;
+
+/// A `JNIEnv*`: a pointer to the JVM's table of JNI functions.
+type Env = *mut *const *const c_void;
+
+/// Indices into the JNI function table (fixed by the JNI specification).
+const GET_ARRAY_LENGTH: usize = 171;
+const GET_PRIMITIVE_ARRAY_CRITICAL: usize = 222;
+const RELEASE_PRIMITIVE_ARRAY_CRITICAL: usize = 223;
+const GET_DIRECT_BUFFER_ADDRESS: usize = 230;
+const GET_DIRECT_BUFFER_CAPACITY: usize = 231;
+
+type GetArrayLength = unsafe extern "system" fn(Env, *mut c_void) -> i32;
+type GetPrimitiveArrayCritical = unsafe extern "system" fn(Env, *mut c_void, *mut u8) -> *mut c_void;
+type ReleasePrimitiveArrayCritical = unsafe extern "system" fn(Env, *mut c_void, *mut c_void, i32);
+type GetDirectBufferAddress = unsafe extern "system" fn(Env, *mut c_void) -> *mut c_void;
+type GetDirectBufferCapacity = unsafe extern "system" fn(Env, *mut c_void) -> i64;
+
+/// Bytes copied per critical section: about a millisecond of copying.
+const SLICE_BYTES: usize = 8 << 20;
+
+/// The JNI function at `index` of `env`'s table, as an `F`.
+///
+/// # Safety
+///
+/// `env` is the calling thread's live `JNIEnv`, and `F` is the type of the
+/// function the JNI specification puts at `index`.
+unsafe fn function<F: Copy>(env: Env, index: usize) -> F {
+    debug_assert_eq!(size_of::<F>(), size_of::<*const c_void>());
+    // SAFETY: `*env` is the JVM's function table, which holds a function
+    // pointer at every index below its length; `F` is that function's type.
+    unsafe { std::mem::transmute_copy(&*(*env).add(index)) }
+}
+
+/// `host`'s bytes `host_offset..host_offset + len`, when they exist.
+fn source(host: &HostBytes, host_offset: i64, len: usize) -> Option<&[u8]> {
+    let start = usize::try_from(host_offset).ok()?;
+    host.as_bytes().get(start..start.checked_add(len)?)
+}
+
+/// Copies `count` `WIDTH`-byte elements of `host` from byte `host_offset`
+/// into the Java array `array` from element `at`: true once all are copied.
+///
+/// # Safety
+///
+/// `env` is the calling thread's `JNIEnv`, `array` a live local reference to
+/// a Java primitive array of `WIDTH`-byte elements, and `host` a live UniFFI
+/// handle of a [`HostBytes`] that the caller keeps alive for the call.
+unsafe fn to_array<const WIDTH: usize>(
+    env: Env,
+    host: i64,
+    host_offset: i64,
+    array: *mut c_void,
+    at: i32,
+    count: i32,
+) -> u8 {
+    // SAFETY: the caller passes a live handle and keeps it for the call.
+    let host = unsafe { borrowed::<HostBytes>(host) };
+    // SAFETY: each is the function the specification puts at its index.
+    let (length, get, release) = unsafe {
+        (
+            function::<GetArrayLength>(env, GET_ARRAY_LENGTH),
+            function::<GetPrimitiveArrayCritical>(env, GET_PRIMITIVE_ARRAY_CRITICAL),
+            function::<ReleasePrimitiveArrayCritical>(env, RELEASE_PRIMITIVE_ARRAY_CRITICAL),
+        )
+    };
+    // SAFETY: `array` is a live reference to an array (the caller's promise).
+    let elements = unsafe { length(env, array) };
+    let (Ok(at), Ok(count), Ok(elements)) = (usize::try_from(at), usize::try_from(count), usize::try_from(elements))
+    else {
+        return 0;
+    };
+    if at.checked_add(count).is_none_or(|end| end > elements) {
+        return 0;
+    }
+    let Some(bytes) = count.checked_mul(WIDTH).and_then(|len| source(host, host_offset, len)) else { return 0 };
+    let first = at * WIDTH;
+    for (index, slice) in bytes.chunks(SLICE_BYTES).enumerate() {
+        // SAFETY: a live array reference; no other JNI call is made and the
+        // thread does not block while the elements are held, as a critical
+        // section requires.
+        let elements = unsafe { get(env, array, std::ptr::null_mut()) };
+        if elements.is_null() {
+            return 0;
+        }
+        // SAFETY: the array holds `elements` × WIDTH bytes, and this slice
+        // lands inside `first..first + count × WIDTH`, checked above against
+        // its length; the host bytes cannot overlap memory the JVM owns.
+        unsafe {
+            let to = elements.cast::<u8>().add(first + index * SLICE_BYTES);
+            std::ptr::copy_nonoverlapping(slice.as_ptr(), to, slice.len());
+            // Mode 0: written back if the JVM lent a copy, then released.
+            release(env, array, elements, 0);
+        }
+    }
+    1
+}
+
+/// `dev.weir.NativeCopy.toFloats`: copies `count` floats of `host` from byte
+/// `host_offset` into `array` from index `at`; 1 once done, 0 if it copied
+/// nothing (a bad range, or the JVM did not lend the elements).
+///
+/// # Safety
+///
+/// Called by the JVM for that native method, with `host` a live UniFFI
+/// handle of a [`HostBytes`] the caller keeps alive for the call.
+#[no_mangle]
+pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toFloats(
+    env: Env,
+    _class: *mut c_void,
+    host: i64,
+    host_offset: i64,
+    array: *mut c_void,
+    at: i32,
+    count: i32,
+) -> u8 {
+    // SAFETY: the JVM passes a `float[]` for this method's array parameter.
+    unsafe { to_array::<4>(env, host, host_offset, array, at, count) }
+}
+
+/// `dev.weir.NativeCopy.toInts`: as [`Java_dev_weir_NativeCopy_toFloats`], into an `int[]`.
+///
+/// # Safety
+///
+/// As for [`Java_dev_weir_NativeCopy_toFloats`].
+#[no_mangle]
+pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toInts(
+    env: Env,
+    _class: *mut c_void,
+    host: i64,
+    host_offset: i64,
+    array: *mut c_void,
+    at: i32,
+    count: i32,
+) -> u8 {
+    // SAFETY: the JVM passes an `int[]` for this method's array parameter.
+    unsafe { to_array::<4>(env, host, host_offset, array, at, count) }
+}
+
+/// `dev.weir.NativeCopy.toBytes`: as [`Java_dev_weir_NativeCopy_toFloats`], into a `byte[]`.
+///
+/// # Safety
+///
+/// As for [`Java_dev_weir_NativeCopy_toFloats`].
+#[no_mangle]
+pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toBytes(
+    env: Env,
+    _class: *mut c_void,
+    host: i64,
+    host_offset: i64,
+    array: *mut c_void,
+    at: i32,
+    count: i32,
+) -> u8 {
+    // SAFETY: the JVM passes a `byte[]` for this method's array parameter.
+    unsafe { to_array::<1>(env, host, host_offset, array, at, count) }
+}
+
+/// `dev.weir.NativeCopy.toDirect`: copies `len` bytes of `host` from byte
+/// `host_offset` into the direct `java.nio.ByteBuffer` `buffer` from byte
+/// `at` (of its capacity); 1 once done, 0 if it copied nothing (a bad range,
+/// or a buffer that is not direct).
+///
+/// # Safety
+///
+/// Called by the JVM for that native method, with `host` a live UniFFI
+/// handle of a [`HostBytes`] the caller keeps alive for the call, and a
+/// `buffer` whose memory nothing frees during the call (the reference keeps
+/// a direct buffer's memory alive).
+#[no_mangle]
+pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toDirect(
+    env: Env,
+    _class: *mut c_void,
+    host: i64,
+    host_offset: i64,
+    buffer: *mut c_void,
+    at: i32,
+    len: i32,
+) -> u8 {
+    // SAFETY: the caller passes a live handle and keeps it for the call.
+    let host = unsafe { borrowed::<HostBytes>(host) };
+    // SAFETY: each is the function the specification puts at its index,
+    // given a live reference; either answers null / -1 for a buffer that is
+    // not direct.
+    let (address, capacity) = unsafe {
+        let address = function::<GetDirectBufferAddress>(env, GET_DIRECT_BUFFER_ADDRESS);
+        let capacity = function::<GetDirectBufferCapacity>(env, GET_DIRECT_BUFFER_CAPACITY);
+        (address(env, buffer), capacity(env, buffer))
+    };
+    let (Ok(at), Ok(len), Ok(capacity)) = (usize::try_from(at), usize::try_from(len), usize::try_from(capacity)) else {
+        return 0;
+    };
+    if address.is_null() || at.checked_add(len).is_none_or(|end| end > capacity) {
+        return 0;
+    }
+    let Some(bytes) = source(host, host_offset, len) else { return 0 };
+    // SAFETY: `at..at + len` lies inside the buffer's capacity (checked
+    // above), whose memory lives as long as the reference. A direct buffer
+    // may be a view of these very host bytes, so the copy allows overlap.
+    unsafe { std::ptr::copy(bytes.as_ptr(), address.cast::<u8>().add(at), len) };
+    1
+}
