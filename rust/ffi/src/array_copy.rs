@@ -1,14 +1,15 @@
 //! Copies out of [`HostBytes`] into JVM arrays and direct buffers, through JNI.
 //!
-//! The Kotlin binding used to copy a read's bytes into the caller's array
-//! with JNA (`Pointer.read`, which is JNI's `Set<Type>ArrayRegion`) or NIO's
-//! bulk `put`: the JVM's own element loop, with ordinary stores. For a read
-//! of hundreds of MiB on a large server that loop ran at about half the
-//! speed of the C library's `memcpy` (which streams stores past the cache
-//! for copies this large), and the read with it. These entries take the
-//! array's elements in place (`GetPrimitiveArrayCritical`; a direct buffer's
-//! address) and copy with `memcpy`, in slices, so that a collector held back
-//! by a critical section is held for at most one slice.
+//! JNA copies into a Java array with the JVM's own element loop
+//! (`Pointer.read`, which is JNI's `Set<Type>ArrayRegion`), and NIO into a
+//! direct buffer likewise. On a large server, copying 256 MiB that way took
+//! 47–51 ms; the C library's `memcpy` took 24 ms into a direct buffer, but
+//! 39–41 ms into a Java array (the JVM's heap takes stores more slowly than
+//! `malloc`'s memory there; why, we did not find). So these entries take the
+//! elements in place (`GetPrimitiveArrayCritical`; a direct buffer's
+//! address), copy with `memcpy`, and split a large slice of an array among
+//! up to [`COPY_THREADS`] threads. Slices bound how long a critical section
+//! holds the JVM's collector back.
 //!
 //! Every range is checked here against the [`HostBytes`] and the array's (or
 //! buffer's) real length: a bad one copies nothing and answers `false`, as
@@ -36,8 +37,14 @@ type ReleasePrimitiveArrayCritical = unsafe extern "system" fn(Env, *mut c_void,
 type GetDirectBufferAddress = unsafe extern "system" fn(Env, *mut c_void) -> *mut c_void;
 type GetDirectBufferCapacity = unsafe extern "system" fn(Env, *mut c_void) -> i64;
 
-/// Bytes copied per critical section: about a millisecond of copying.
-const SLICE_BYTES: usize = 8 << 20;
+/// Bytes copied per critical section: a few milliseconds of copying.
+const SLICE_BYTES: usize = 32 << 20;
+
+/// Threads that copy one slice into an array at most (the calling one included).
+const COPY_THREADS: usize = 4;
+
+/// Bytes per copying thread at least: below it, a thread costs more than it saves.
+const BYTES_PER_THREAD: usize = 4 << 20;
 
 /// The JNI function at `index` of `env`'s table, as an `F`.
 ///
@@ -108,12 +115,44 @@ unsafe fn to_array<const WIDTH: usize>(
         // its length; the host bytes cannot overlap memory the JVM owns.
         unsafe {
             let to = elements.cast::<u8>().add(first + index * SLICE_BYTES);
-            std::ptr::copy_nonoverlapping(slice.as_ptr(), to, slice.len());
+            copy_in_parts(slice, to);
             // Mode 0: written back if the JVM lent a copy, then released.
             release(env, array, elements, 0);
         }
     }
     1
+}
+
+/// Copies `from` to `to`, split among up to [`COPY_THREADS`] threads; the
+/// calling thread copies the first part, and any part whose thread could
+/// not be started.
+///
+/// # Safety
+///
+/// `to` is valid for writes of `from.len()` bytes that nothing else reads
+/// or writes during the call, and does not overlap `from`.
+unsafe fn copy_in_parts(from: &[u8], to: *mut u8) {
+    let parallelism = std::thread::available_parallelism().map_or(1, usize::from);
+    let threads = (from.len() / BYTES_PER_THREAD).clamp(1, COPY_THREADS.min(parallelism));
+    let part = from.len().div_ceil(threads).max(1);
+    // An address, not a pointer, so that the parts can cross to their threads.
+    let to = to as usize;
+    let copy = move |index: usize, source: &[u8]| {
+        // SAFETY: part `index` lands at `to + index × part`, inside the
+        // `from.len()` bytes the caller lends, and no two parts overlap.
+        unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), (to + index * part) as *mut u8, source.len()) }
+    };
+    std::thread::scope(|scope| {
+        for (index, source) in from.chunks(part).enumerate().skip(1) {
+            let thread = std::thread::Builder::new().name("weir-copy".into());
+            if thread.spawn_scoped(scope, move || copy(index, source)).is_err() {
+                copy(index, source);
+            }
+        }
+        if let Some(source) = from.chunks(part).next() {
+            copy(0, source);
+        }
+    });
 }
 
 /// `dev.weir.NativeCopy.toFloats`: copies `count` floats of `host` from byte

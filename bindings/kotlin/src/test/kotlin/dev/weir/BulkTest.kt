@@ -145,8 +145,9 @@ class BulkTest {
         onRuntime(backend) { rt ->
             assertTrue(NativeLink.linked, "the library's JNI entries did not link: reads copy the JNA way")
             val s = rt.defaultStream()
-            // More than two of the native copy's 8 MiB slices, and not a whole number of them.
-            val big = FloatArray((20 shl 20) / 4 + 5) { it * 0.25f }
+            // More than two of the native copy's 32 MiB slices (each copied by
+            // several threads where there are cores), and not a whole number of them.
+            val big = FloatArray((72 shl 20) / 4 + 5) { it * 0.25f }
             runBlocking {
                 s.upload(big).use { buffer ->
                     val back = FloatArray(big.size)
