@@ -16,6 +16,7 @@ mod lifecycle;
 mod peer;
 mod versions;
 
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -192,7 +193,19 @@ struct StreamSlot<B: Backend> {
     /// with nothing admitted since, it still is, and asking again (a driver
     /// call on CUDA) can be skipped.
     settled_at: Option<u64>,
+    /// Ops up to here are known finished on the device: a fence after them
+    /// completed. Another stream needs no wait for them.
+    finished: u64,
+    /// The latest fences made on this stream that were not yet seen
+    /// complete, oldest first, with the positions they cover (at most
+    /// [`RECENT_FENCES`]): where [`StreamSlot::finished`] learns from.
+    recent_fences: VecDeque<(u64, std::sync::Weak<Completion>)>,
 }
+
+/// Fences kept per stream to learn from: a pipeline that fences each stage
+/// and reuses its buffers in a ring waits on the fence of the chunk a ring
+/// before, while newer fences are pending.
+const RECENT_FENCES: usize = 16;
 
 impl<B: Backend> StreamSlot<B> {
     fn new(raw: B::Stream) -> Self {
@@ -207,7 +220,37 @@ impl<B: Backend> StreamSlot<B> {
             last_fence: None,
             last_signal: None,
             settled_at: None,
+            finished: 0,
+            recent_fences: VecDeque::new(),
         }
+    }
+
+    /// True when op `position` is known finished on the device: by an
+    /// earlier stream of this slot, or by a completed fence after it (which
+    /// moves [`StreamSlot::finished`] on, and is then no longer kept).
+    fn has_finished(&mut self, position: u64) -> bool {
+        if position <= self.done_up_to.max(self.finished) {
+            return true;
+        }
+        let finished = &mut self.finished;
+        self.recent_fences.retain(|(covers, fence)| match fence.upgrade() {
+            Some(fence) if !fence.is_complete() => true,
+            // Dropped unseen: it may not have completed, so it teaches nothing.
+            None => false,
+            Some(_) => {
+                *finished = (*finished).max(*covers);
+                false
+            }
+        });
+        position <= self.finished
+    }
+
+    /// Keeps `fence`, which covers every op admitted so far, to learn from.
+    fn keep_fence(&mut self, fence: &Arc<Completion>) {
+        if self.recent_fences.len() == RECENT_FENCES {
+            self.recent_fences.pop_front();
+        }
+        self.recent_fences.push_back((self.position, Arc::downgrade(fence)));
     }
 
     fn raw(&self, index: usize) -> Result<&Arc<B::Stream>> {
@@ -401,7 +444,7 @@ impl<B: Backend> Scheduler<B> {
     /// Makes `target` wait for every foreign dependency it has not yet seen.
     fn order_after(&self, streams: &mut [StreamSlot<B>], target: usize, deps: &Dependencies) -> Result<()> {
         for (source, position) in deps.foreign(target) {
-            if streams[target].seen.covers(source, position) || position <= streams[source].done_up_to {
+            if streams[target].seen.covers(source, position) || streams[source].has_finished(position) {
                 continue;
             }
             let (source_slot, target_slot) = pick_two(streams, source, target);
@@ -875,7 +918,13 @@ impl<B: Backend> Engine for Scheduler<B> {
             Some(stream) => state.is_busy(stream),
             None => true,
         })?;
-        let Some(stream) = stream else { return self.fence_locked(&state, None, SignalKind::Fence) };
+        let Some(stream) = stream else {
+            let fence = self.fence_locked(&state, None, SignalKind::Fence)?;
+            for slot in state.streams.iter_mut().filter(|slot| slot.raw.is_some()) {
+                slot.keep_fence(&fence);
+            }
+            return Ok(fence);
+        };
         let slot = state.slot(stream)?;
         let pending = slot.last_fence.as_ref().and_then(|(position, last)| {
             let last = last.upgrade()?;
@@ -887,9 +936,10 @@ impl<B: Backend> Engine for Scheduler<B> {
             }
         }
         let fence = self.fence_locked(&state, Some(stream), SignalKind::Fence)?;
-        let position = state.streams[stream].position;
-        state.streams[stream].last_fence = Some((position, Arc::downgrade(&fence)));
-        state.streams[stream].last_signal = Some(Arc::downgrade(&fence));
+        let slot = &mut state.streams[stream];
+        slot.last_fence = Some((slot.position, Arc::downgrade(&fence)));
+        slot.last_signal = Some(Arc::downgrade(&fence));
+        slot.keep_fence(&fence);
         Ok(fence)
     }
 

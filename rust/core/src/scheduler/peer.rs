@@ -106,7 +106,7 @@ impl<B: Backend> Scheduler<B> {
         theirs.entry(src)?.history.dependencies(Access::Read, &mut deps);
         let target = mine.slot(stream)?.raw(stream)?.clone();
         for (source, position) in deps.foreign(usize::MAX) {
-            if position <= theirs.streams[source].done_up_to {
+            if theirs.streams[source].has_finished(position) {
                 continue;
             }
             if let Some(event) = from.event_after(theirs.slot(source)?)? {

@@ -84,3 +84,45 @@ conformance! {
         assert_eq!(s.read_as::<f32>(&a).unwrap(), vec![3.0; 256]);
     }
 }
+
+conformance! {
+    /// A use another stream finished, as a completed fence after it shows,
+    /// needs no wait: a writer does not wait behind the reader's stream's
+    /// newer work (the ring of a chunked pipeline, whose slot's previous
+    /// reader fenced long ago), nor does a reader behind the writer's.
+    fn uses_a_completed_fence_covers_need_no_wait(runtime: &Runtime) {
+        let (r, w) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let data = w.upload(&[5u32; 1024]).unwrap();
+        let out = r.empty(ElementType::Bytes, 4 * 1024).unwrap();
+        r.copy(&data, &out).unwrap();
+        let read = r.fence().unwrap();
+        // Newer work behind a hold, and its pending fence, do not hide the
+        // older completed one.
+        let later = r.empty(ElementType::Bytes, 16).unwrap();
+        let held = hold(&r);
+        r.fill_u32(&later, 1).unwrap();
+        let pending = r.fence().unwrap();
+        read.wait().unwrap();
+
+        let before = waits(runtime);
+        w.fill_u32(&data, 9).unwrap();
+        assert_eq!(waits(runtime) - before, 0, "the write waited for a read already finished");
+        let written = w.fence().unwrap();
+        if held.is_gate() {
+            written.wait().unwrap();
+            assert!(!pending.is_complete(), "the hold let go before the write finished");
+        }
+        // And a read of that write on the held stream's other side waits
+        // once: the write's fence is known complete only once awaited.
+        let again = runtime.new_stream().unwrap();
+        let copy = again.empty(ElementType::Bytes, 4 * 1024).unwrap();
+        written.wait().unwrap();
+        let before = waits(runtime);
+        again.copy(&data, &copy).unwrap();
+        assert_eq!(waits(runtime) - before, 0, "the read waited for a write already finished");
+        held.release();
+        assert_eq!(again.read_as::<u32>(&copy).unwrap(), vec![9; 1024]);
+        assert_eq!(r.read_as::<u32>(&out).unwrap(), vec![5; 1024]);
+        pending.wait().unwrap();
+    }
+}
