@@ -194,17 +194,19 @@ struct StreamSlot<B: Backend> {
     /// call on CUDA) can be skipped.
     settled_at: Option<u64>,
     /// Ops up to here are known finished on the device: a fence after them
-    /// completed. Another stream needs no wait for them.
-    finished: u64,
+    /// completed. Another stream needs no wait for them. Each fence moves it
+    /// on as it completes (shortly after: on the delivery thread).
+    finished: Arc<AtomicU64>,
     /// The latest fences made on this stream that were not yet seen
     /// complete, oldest first, with the positions they cover (at most
-    /// [`RECENT_FENCES`]): where [`StreamSlot::finished`] learns from.
+    /// [`RECENT_FENCES`]): one its caller has seen complete teaches
+    /// [`StreamSlot::finished`] at once.
     recent_fences: VecDeque<(u64, std::sync::Weak<Completion>)>,
 }
 
-/// Fences kept per stream to learn from: a pipeline that fences each stage
-/// and reuses its buffers in a ring waits on the fence of the chunk a ring
-/// before, while newer fences are pending.
+/// Fences kept per stream to learn from at once: a pipeline that fences
+/// each stage and reuses its buffers in a ring awaits the fence of the chunk
+/// a ring before, while newer fences are pending.
 const RECENT_FENCES: usize = 16;
 
 impl<B: Backend> StreamSlot<B> {
@@ -220,37 +222,41 @@ impl<B: Backend> StreamSlot<B> {
             last_fence: None,
             last_signal: None,
             settled_at: None,
-            finished: 0,
+            finished: Arc::default(),
             recent_fences: VecDeque::new(),
         }
     }
 
     /// True when op `position` is known finished on the device: by an
-    /// earlier stream of this slot, or by a completed fence after it (which
-    /// moves [`StreamSlot::finished`] on, and is then no longer kept).
+    /// earlier stream of this slot, or by a completed fence after it.
     fn has_finished(&mut self, position: u64) -> bool {
-        if position <= self.done_up_to.max(self.finished) {
+        let finished = &self.finished;
+        if position <= self.done_up_to.max(finished.load(Ordering::Acquire)) {
             return true;
         }
-        let finished = &mut self.finished;
         self.recent_fences.retain(|(covers, fence)| match fence.upgrade() {
             Some(fence) if !fence.is_complete() => true,
-            // Dropped unseen: it may not have completed, so it teaches nothing.
-            None => false,
             Some(_) => {
-                *finished = (*finished).max(*covers);
+                finished.fetch_max(*covers, Ordering::AcqRel);
                 false
             }
+            // Dropped: its completion action tells, if it completed.
+            None => false,
         });
-        position <= self.finished
+        position <= finished.load(Ordering::Acquire)
     }
 
-    /// Keeps `fence`, which covers every op admitted so far, to learn from.
+    /// Learns from `fence`, which covers every op admitted so far.
     fn keep_fence(&mut self, fence: &Arc<Completion>) {
+        let (finished, covers) = (self.finished.clone(), self.position);
+        fence.then(move |_| {
+            // Failed or not, the device passed every op it covers.
+            finished.fetch_max(covers, Ordering::AcqRel);
+        });
         if self.recent_fences.len() == RECENT_FENCES {
             self.recent_fences.pop_front();
         }
-        self.recent_fences.push_back((self.position, Arc::downgrade(fence)));
+        self.recent_fences.push_back((covers, Arc::downgrade(fence)));
     }
 
     fn raw(&self, index: usize) -> Result<&Arc<B::Stream>> {

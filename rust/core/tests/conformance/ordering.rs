@@ -112,8 +112,8 @@ conformance! {
             written.wait().unwrap();
             assert!(!pending.is_complete(), "the hold let go before the write finished");
         }
-        // And a read of that write on the held stream's other side waits
-        // once: the write's fence is known complete only once awaited.
+        // Nor does a reader of that write on a third stream, once the
+        // write's fence completed.
         let again = runtime.new_stream().unwrap();
         let copy = again.empty(ElementType::Bytes, 4 * 1024).unwrap();
         written.wait().unwrap();
@@ -123,6 +123,24 @@ conformance! {
         held.release();
         assert_eq!(again.read_as::<u32>(&copy).unwrap(), vec![9; 1024]);
         assert_eq!(r.read_as::<u32>(&out).unwrap(), vec![5; 1024]);
+
+        // A fence dropped once complete teaches as well, once its
+        // completion is delivered (diagnostics wait for deliveries due).
+        let more = again.upload(&[6u32; 16]).unwrap();
+        let read_back = r.empty(ElementType::Bytes, 64).unwrap();
+        r.copy(&more, &read_back).unwrap();
+        let read_more = r.fence().unwrap();
+        read_more.wait().unwrap();
+        drop(read_more);
+        let _ = runtime.diagnostics();
+        let held = hold(&r);
+        r.fill_u32(&later, 2).unwrap();
+        let before = waits(runtime);
+        again.fill_u32(&more, 7).unwrap();
+        assert_eq!(waits(runtime) - before, 0, "the write waited for a read whose dropped fence completed");
+        held.release();
+        assert_eq!(again.read_as::<u32>(&more).unwrap(), vec![7; 16]);
+        assert_eq!(r.read_as::<u32>(&read_back).unwrap(), vec![6; 16]);
         pending.wait().unwrap();
     }
 }
