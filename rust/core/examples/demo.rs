@@ -7,7 +7,9 @@
 //! wait is placed by hand: reusing a slot is a write after the previous
 //! chunk's read of it, so the scheduler orders the upload of chunk i + K
 //! after the compute of chunk i, and that compute's output after the read of
-//! chunk i - K, and nothing more. The demo prints each chunk's timeline and
+//! chunk i - K, and nothing more: where a stage's fence already showed that
+//! earlier use finished, it inserts no wait at all (at most one per chunk at
+//! each of the two stage boundaries). The demo prints each chunk's timeline and
 //! the throughput beside each stage alone and beside the same work on one
 //! stream.
 //!
@@ -16,8 +18,8 @@
 //! the device copied into, so no stage makes a host copy and each runs at the
 //! speed of its copy engine.
 //!
-//! Options: `--chunks N` (default 16), `--chunk-mib M` (default 1; 16 on a
-//! GPU), `--in-flight K` (default 4).
+//! Options: `--chunks N` (default 64), `--chunk-mib M` (default 1; 16 on a
+//! GPU), `--in-flight K` (default 8).
 
 use std::time::{Duration, Instant};
 
@@ -87,9 +89,9 @@ fn options() -> Result<Options, String> {
     let mib = number("--chunk-mib", if gpu { 16 } else { 1 })?;
     Ok(Options {
         backend,
-        chunks: number("--chunks", 16)?.max(1),
+        chunks: number("--chunks", 64)?.max(1),
         chunk_floats: (mib.max(1) << 20) / 4,
-        in_flight: number("--in-flight", 4)?.max(1),
+        in_flight: number("--in-flight", 8)?.max(1),
     })
 }
 

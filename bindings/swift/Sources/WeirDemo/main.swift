@@ -13,8 +13,8 @@
 // timeline and the throughput beside each stage alone and beside the same
 // work on one stream.
 //
-// Options: `--chunks N` (16), `--chunk-mib M` (1 on the CPU, 16 on a GPU),
-// `--in-flight K` (4).
+// Options: `--chunks N` (64), `--chunk-mib M` (1 on the CPU, 16 on a GPU),
+// `--in-flight K` (8).
 
 import Foundation
 import Weir
@@ -66,9 +66,9 @@ func expected(_ value: Float, _ iters: UInt32) -> Float {
 
 struct Options {
     var backend: Backend = .cpu
-    var chunks = 16
+    var chunks = 64
     var chunkMiB: Int?
-    var inFlight = 4
+    var inFlight = 8
 
     init?(_ arguments: [String]) {
         func value(_ name: String) -> String? {

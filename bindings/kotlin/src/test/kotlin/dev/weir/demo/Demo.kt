@@ -208,9 +208,9 @@ fun main(args: Array<String>) {
     WeirRuntime.open(backend).use { runtime ->
         val info = runtime.info()
         val gpu = info.backend != Backend.CPU
-        val chunks = number("--chunks", 16).coerceAtLeast(1)
+        val chunks = number("--chunks", 64).coerceAtLeast(1)
         val floats = (number("--chunk-mib", if (gpu) 16 else 1).coerceAtLeast(1) shl 20) / 4
-        val inFlight = number("--in-flight", 4).coerceIn(1, chunks)
+        val inFlight = number("--in-flight", 8).coerceIn(1, chunks)
         println("weir kotlin demo on ${info.backend.name.lowercase()} (${info.name}): $chunks chunks of ${floats * 4 shr 20} MiB, $inFlight in flight")
         val s = runtime.defaultStream()
         val host = (0 until chunks).map { runtime.hostBytes(FloatArray(floats) { _ -> it.toFloat() }) to it.toFloat() }
