@@ -155,64 +155,37 @@ unsafe fn copy_in_parts(from: &[u8], to: *mut u8) {
     });
 }
 
-/// `dev.weir.NativeCopy.toFloats`: copies `count` floats of `host` from byte
-/// `host_offset` into `array` from index `at`; 1 once done, 0 if it copied
-/// nothing (a bad range, or the JVM did not lend the elements).
-///
-/// # Safety
-///
-/// Called by the JVM for that native method, with `host` a live UniFFI
-/// handle of a [`HostBytes`] the caller keeps alive for the call.
-#[no_mangle]
-pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toFloats(
-    env: Env,
-    _class: *mut c_void,
-    host: i64,
-    host_offset: i64,
-    array: *mut c_void,
-    at: i32,
-    count: i32,
-) -> u8 {
-    // SAFETY: the JVM passes a `float[]` for this method's array parameter.
-    unsafe { to_array::<4>(env, host, host_offset, array, at, count) }
+/// One JNI entry per Java array type.
+macro_rules! to_array_entry {
+    ($($entry:ident: $java:literal, $width:literal;)*) => {$(
+        #[doc = concat!("A `dev.weir.NativeCopy` method: copies `count` elements of `host` from byte `host_offset` into the `", $java, "` `array` from index `at`; 1 once done, 0 if it copied nothing (a bad range, or the JVM did not lend the elements).")]
+        ///
+        /// # Safety
+        ///
+        /// Called by the JVM for that native method, whose array parameter
+        #[doc = concat!("is a `", $java, "`, with `host` a live UniFFI handle of a")]
+        /// [`HostBytes`] the caller keeps alive for the call.
+        #[no_mangle]
+        pub unsafe extern "system" fn $entry(
+            env: Env,
+            _class: *mut c_void,
+            host: i64,
+            host_offset: i64,
+            array: *mut c_void,
+            at: i32,
+            count: i32,
+        ) -> u8 {
+            // SAFETY: the JVM passes an array of this width's elements (the
+            // method's declared type), and the caller keeps `host` alive.
+            unsafe { to_array::<$width>(env, host, host_offset, array, at, count) }
+        }
+    )*};
 }
 
-/// `dev.weir.NativeCopy.toInts`: as [`Java_dev_weir_NativeCopy_toFloats`], into an `int[]`.
-///
-/// # Safety
-///
-/// As for [`Java_dev_weir_NativeCopy_toFloats`].
-#[no_mangle]
-pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toInts(
-    env: Env,
-    _class: *mut c_void,
-    host: i64,
-    host_offset: i64,
-    array: *mut c_void,
-    at: i32,
-    count: i32,
-) -> u8 {
-    // SAFETY: the JVM passes an `int[]` for this method's array parameter.
-    unsafe { to_array::<4>(env, host, host_offset, array, at, count) }
-}
-
-/// `dev.weir.NativeCopy.toBytes`: as [`Java_dev_weir_NativeCopy_toFloats`], into a `byte[]`.
-///
-/// # Safety
-///
-/// As for [`Java_dev_weir_NativeCopy_toFloats`].
-#[no_mangle]
-pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toBytes(
-    env: Env,
-    _class: *mut c_void,
-    host: i64,
-    host_offset: i64,
-    array: *mut c_void,
-    at: i32,
-    count: i32,
-) -> u8 {
-    // SAFETY: the JVM passes a `byte[]` for this method's array parameter.
-    unsafe { to_array::<1>(env, host, host_offset, array, at, count) }
+to_array_entry! {
+    Java_dev_weir_NativeCopy_toFloats: "float[]", 4;
+    Java_dev_weir_NativeCopy_toInts: "int[]", 4;
+    Java_dev_weir_NativeCopy_toBytes: "byte[]", 1;
 }
 
 /// `dev.weir.NativeCopy.toDirect`: copies `len` bytes of `host` from byte
