@@ -103,8 +103,9 @@ unsafe fn to_array<const WIDTH: usize>(
     let Some(bytes) = count.checked_mul(WIDTH).and_then(|len| source(host, host_offset, len)) else { return 0 };
     let first = at * WIDTH;
     for (index, slice) in bytes.chunks(SLICE_BYTES).enumerate() {
-        // SAFETY: a live array reference; no other JNI call is made and the
-        // thread does not block while the elements are held, as a critical
+        // SAFETY: a live array reference. While the elements are held this
+        // thread makes no JNI call and waits only for the copying threads,
+        // which are not the JVM's and call nothing of it, as a critical
         // section requires.
         let elements = unsafe { get(env, array, std::ptr::null_mut()) };
         if elements.is_null() {
