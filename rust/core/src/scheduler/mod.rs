@@ -193,21 +193,22 @@ struct StreamSlot<B: Backend> {
     /// with nothing admitted since, it still is, and asking again (a driver
     /// call on CUDA) can be skipped.
     settled_at: Option<u64>,
-    /// Ops up to here are known finished on the device: a fence after them
-    /// completed. Another stream needs no wait for them. Each fence moves it
-    /// on as it completes (shortly after: on the delivery thread).
+    /// Ops up to here are known finished on the device: a fence after them,
+    /// or a read after them, completed. Another stream needs no wait for
+    /// them. Each such completion moves it on as it succeeds (shortly after:
+    /// on the delivery thread).
     finished: Arc<AtomicU64>,
-    /// The latest fences made on this stream that were not yet seen
-    /// complete, oldest first, with the positions they cover (at most
-    /// [`RECENT_FENCES`]): one its caller has seen complete teaches
+    /// The latest fences and reads of this stream not yet seen complete,
+    /// oldest first, with the positions they cover (at most
+    /// [`RECENT_COMPLETIONS`]): one its caller has seen succeed teaches
     /// [`StreamSlot::finished`] at once.
-    recent_fences: VecDeque<(u64, std::sync::Weak<Completion>)>,
+    recent_completions: VecDeque<(u64, std::sync::Weak<Completion>)>,
 }
 
-/// Fences kept per stream to learn from at once: a pipeline that fences
-/// each stage and reuses its buffers in a ring awaits the fence of the chunk
-/// a ring before, while newer fences are pending.
-const RECENT_FENCES: usize = 16;
+/// Completions kept per stream to learn from at once: a pipeline that reuses
+/// its buffers in a ring awaits the fence or read of the chunk a ring
+/// before, while newer ones are pending.
+const RECENT_COMPLETIONS: usize = 16;
 
 impl<B: Backend> StreamSlot<B> {
     fn new(raw: B::Stream) -> Self {
@@ -223,40 +224,49 @@ impl<B: Backend> StreamSlot<B> {
             last_signal: None,
             settled_at: None,
             finished: Arc::default(),
-            recent_fences: VecDeque::new(),
+            recent_completions: VecDeque::new(),
         }
     }
 
     /// True when op `position` is known finished on the device: by an
-    /// earlier stream of this slot, or by a completed fence after it.
+    /// earlier stream of this slot, or by a completion after it.
     fn has_finished(&mut self, position: u64) -> bool {
         let finished = &self.finished;
         if position <= self.done_up_to.max(finished.load(Ordering::Acquire)) {
             return true;
         }
-        self.recent_fences.retain(|(covers, fence)| match fence.upgrade() {
-            Some(fence) if !fence.is_complete() => true,
-            Some(_) => {
-                finished.fetch_max(*covers, Ordering::AcqRel);
-                false
-            }
-            // Dropped: its completion action tells, if it completed.
+        self.recent_completions.retain(|(covers, completion)| match completion.upgrade() {
+            Some(completion) => match completion.outcome() {
+                None => true,
+                Some(outcome) => {
+                    if outcome.is_ok() {
+                        finished.fetch_max(*covers, Ordering::AcqRel);
+                    }
+                    false
+                }
+            },
+            // Dropped: its completion action tells, if it succeeded.
             None => false,
         });
         position <= finished.load(Ordering::Acquire)
     }
 
-    /// Learns from `fence`, which covers every op admitted so far.
-    fn keep_fence(&mut self, fence: &Arc<Completion>) {
+    /// Learns from `completion`, which completes once the device passed
+    /// every op admitted on this stream so far: a fence, or a read's
+    /// delivery (the stream runs its ops in order). Only a success teaches:
+    /// a read refused at admission fails at once, with the device nowhere
+    /// near it.
+    fn learn_from(&mut self, completion: &Arc<Completion>) {
         let (finished, covers) = (self.finished.clone(), self.position);
-        fence.then(move |_| {
-            // Failed or not, the device passed every op it covers.
-            finished.fetch_max(covers, Ordering::AcqRel);
+        completion.then(move |outcome| {
+            if outcome.is_ok() {
+                finished.fetch_max(covers, Ordering::AcqRel);
+            }
         });
-        if self.recent_fences.len() == RECENT_FENCES {
-            self.recent_fences.pop_front();
+        if self.recent_completions.len() == RECENT_COMPLETIONS {
+            self.recent_completions.pop_front();
         }
-        self.recent_fences.push_back((covers, Arc::downgrade(fence)));
+        self.recent_completions.push_back((covers, Arc::downgrade(completion)));
     }
 
     fn raw(&self, index: usize) -> Result<&Arc<B::Stream>> {
@@ -523,6 +533,11 @@ impl<B: Backend> Scheduler<B> {
         prepared: B::Prepared,
     ) -> Result<()> {
         let spans = command.spans();
+        // A read's delivery shows how far its stream got, as a fence does.
+        let read = match &command {
+            Command::Download { sink, .. } => Some(sink.completion.clone()),
+            _ => None,
+        };
         let accesses: Accesses<BufferKey> = spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
         // Even an op that will not run is ordered: a later writer that waits
         // for its (failed) version must also be after the readers before it.
@@ -543,6 +558,9 @@ impl<B: Backend> Scheduler<B> {
             Ok(()) => {
                 state.streams[stream].position += 1;
                 self.publish(state, stream, &accesses, outcome.as_ref());
+                if let Some(read) = read {
+                    state.streams[stream].learn_from(&read);
+                }
                 Ok(())
             }
             Err(EnqueueError::Rejected(error)) => Err(error),
@@ -927,7 +945,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         let Some(stream) = stream else {
             let fence = self.fence_locked(&state, None, SignalKind::Fence)?;
             for slot in state.streams.iter_mut().filter(|slot| slot.raw.is_some()) {
-                slot.keep_fence(&fence);
+                slot.learn_from(&fence);
             }
             return Ok(fence);
         };
@@ -945,7 +963,7 @@ impl<B: Backend> Engine for Scheduler<B> {
         let slot = &mut state.streams[stream];
         slot.last_fence = Some((slot.position, Arc::downgrade(&fence)));
         slot.last_signal = Some(Arc::downgrade(&fence));
-        slot.keep_fence(&fence);
+        slot.learn_from(&fence);
         Ok(fence)
     }
 

@@ -126,3 +126,33 @@ conformance! {
         assert_eq!(words(&s.read(&target).unwrap()), vec![2; 16]);
     }
 }
+
+conformance! {
+    /// A read refused for its failed input says nothing of how far its
+    /// stream got: a writer still waits for that stream's earlier reader.
+    fn a_failed_read_does_not_count_as_its_stream_finished(runtime: &Runtime) {
+        let (r, w, check) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let data = w.upload(&[5u32; 256]).unwrap();
+        let failed = w.upload(&[1u32; 256]).unwrap();
+        if !admit_failing_write(runtime, &w, &failed) {
+            return;
+        }
+        assert!(w.fence().unwrap().wait().is_err(), "the failing write did not fail");
+        let out = r.empty(ElementType::Bytes, 1024).unwrap();
+        let held = crate::common::hold(&r);
+        r.copy(&data, &out).unwrap();
+        assert!(r.enqueue_read(&failed).is_err(), "a read of a failed buffer was admitted");
+        let before = runtime.diagnostics().inserted_waits;
+        w.fill_u32(&data, 9).unwrap();
+        assert_eq!(runtime.diagnostics().inserted_waits - before, 1, "the write must wait for the held copy");
+        let written = w.fence().unwrap();
+        if held.is_gate() {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            assert!(!written.is_complete(), "the write ran before the held copy read");
+        }
+        held.release();
+        written.wait().unwrap();
+        assert_eq!(check.read_as::<u32>(&out).unwrap(), vec![5; 256]);
+        assert_eq!(check.read_as::<u32>(&data).unwrap(), vec![9; 256]);
+    }
+}

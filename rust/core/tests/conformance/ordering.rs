@@ -86,11 +86,11 @@ conformance! {
 }
 
 conformance! {
-    /// A use another stream finished, as a completed fence after it shows,
+    /// A use another stream finished, as a completed fence or read after it shows,
     /// needs no wait: a writer does not wait behind the reader's stream's
     /// newer work (the ring of a chunked pipeline, whose slot's previous
     /// reader fenced long ago), nor does a reader behind the writer's.
-    fn uses_a_completed_fence_covers_need_no_wait(runtime: &Runtime) {
+    fn uses_a_completed_fence_or_read_covers_need_no_wait(runtime: &Runtime) {
         let (r, w) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
         let data = w.upload(&[5u32; 1024]).unwrap();
         let out = r.empty(ElementType::Bytes, 4 * 1024).unwrap();
@@ -141,6 +141,17 @@ conformance! {
         held.release();
         assert_eq!(again.read_as::<u32>(&more).unwrap(), vec![7; 16]);
         assert_eq!(r.read_as::<u32>(&read_back).unwrap(), vec![6; 16]);
+
+        // A read's delivery teaches as a fence does: the stream ran in order.
+        let pending_read = r.enqueue_read(&more).unwrap();
+        assert_eq!(bytemuck::cast_slice::<u8, u32>(&pending_read.wait().unwrap()), &[7u32; 16][..]);
+        let held = hold(&r);
+        r.fill_u32(&later, 3).unwrap();
+        let before = waits(runtime);
+        again.fill_u32(&more, 8).unwrap();
+        assert_eq!(waits(runtime) - before, 0, "the write waited for a read already delivered");
+        held.release();
+        assert_eq!(again.read_as::<u32>(&more).unwrap(), vec![8; 16]);
         pending.wait().unwrap();
     }
 }

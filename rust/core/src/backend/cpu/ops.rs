@@ -50,7 +50,10 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
             counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Download { src, sink } => {
-            sink.deliver(read(&src)?.bytes().to_vec());
+            // The read ends before its delivery, as on a device: a reader
+            // woken by it may let another stream overwrite the source at once.
+            let bytes = read(&src)?.bytes().to_vec();
+            sink.deliver(bytes);
             counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Binary { op, a, b, out } => {
