@@ -88,8 +88,8 @@ fun WeirStream.enqueueRead(buffer: Buffer): PendingRead =
  * Reads [destination]`.size` `f32`s of [buffer] from element [offset] into
  * [destination], once its latest write (on any stream) is done: one copy out
  * of Rust, no array allocated (a copy of many MiB is split among up to four
- * threads: one thread writes the JVM's heap more slowly than other memory). [buffer] holds `f32`s, or raw bytes, whose
- * [offset] then counts bytes.
+ * threads: one thread writes the JVM's heap more slowly than other memory).
+ * [buffer] holds `f32`s, or raw bytes, whose [offset] then counts bytes.
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInto(buffer: Buffer, destination: FloatArray, offset: Long = 0, cancel: CancelToken? = null) =
