@@ -11,6 +11,12 @@
 //! up to [`COPY_THREADS`] threads. Slices bound how long a critical section
 //! holds the JVM's collector back.
 //!
+//! Uploads go the other way: [`Java_dev_weir_NativeCopy_stageFloats`] and
+//! its siblings fill staging memory of the runtime's (page-locked on CUDA
+//! and HIP) from an array in the same way, and hand it back as a new
+//! [`HostBytes`] for the binding's `writeHost`, where the binding used to
+//! fill it with NIO's copy.
+//!
 //! Every range is checked here against the [`HostBytes`] and the array's (or
 //! buffer's) real length: a bad one copies nothing and answers `false`, as
 //! does a JVM that cannot lend the elements; the binding then copies the
@@ -18,8 +24,11 @@
 
 use std::ffi::c_void;
 
+use std::sync::Arc;
+
 use crate::bulk::HostBytes;
 use crate::encoded::borrowed;
+use crate::stream::WeirStream;
 
 /// A `JNIEnv*`: a pointer to the JVM's table of JNI functions.
 type Env = *mut *const *const c_void;
@@ -83,45 +92,118 @@ unsafe fn to_array<const WIDTH: usize>(
 ) -> u8 {
     // SAFETY: the caller passes a live handle and keeps it for the call.
     let host = unsafe { borrowed::<HostBytes>(host) };
+    // SAFETY: as this function's own contract.
+    let Some(range) = (unsafe { array_range::<WIDTH>(env, array, at, count) }) else { return 0 };
+    let Some(bytes) = source(host, host_offset, range.len()) else { return 0 };
+    // SAFETY: as this function's own contract; the host bytes are not the JVM's.
+    let copied = unsafe {
+        with_elements(env, array, range.clone(), JNI_COMMIT_AND_FREE, |elements, slice| {
+            copy_in_parts(&bytes[slice.start - range.start..slice.end - range.start], elements.add(slice.start));
+        })
+    };
+    u8::from(copied)
+}
+
+/// Fills new staging memory of `stream`'s runtime with `count` `WIDTH`-byte
+/// elements of the Java array `array` from element `at`: its [`HostBytes`]
+/// handle (owned by the caller), or 0 if it made none.
+///
+/// # Safety
+///
+/// `env` is the calling thread's `JNIEnv`, `array` a live local reference to
+/// a Java primitive array of `WIDTH`-byte elements, and `stream` a live
+/// UniFFI handle of a [`WeirStream`] that the caller keeps alive for the call.
+unsafe fn stage_array<const WIDTH: usize>(env: Env, stream: i64, array: *mut c_void, at: i32, count: i32) -> i64 {
+    // SAFETY: the caller passes a live handle and keeps it for the call.
+    let stream = unsafe { borrowed::<WeirStream>(stream) };
+    // SAFETY: as this function's own contract.
+    let Some(range) = (unsafe { array_range::<WIDTH>(env, array, at, count) }) else { return 0 };
+    let Ok(mut staging) = stream.core().staging_buffer(range.len()) else { return 0 };
+    let Some(bytes) = staging.get_mut().filter(|bytes| bytes.len() == range.len()) else { return 0 };
+    let to = bytes.as_mut_ptr();
+    // SAFETY: as this function's own contract; `to` holds `range.len()`
+    // bytes of fresh staging memory nothing else holds.
+    let copied = unsafe {
+        with_elements(env, array, range.clone(), JNI_ABORT, |elements, slice| {
+            let from = std::slice::from_raw_parts(elements.add(slice.start), slice.len());
+            copy_in_parts(from, to.add(slice.start - range.start));
+        })
+    };
+    if !copied {
+        return 0;
+    }
+    let host = Arc::new(HostBytes::new(staging));
+    <HostBytes as uniffi::HandleAlloc<crate::UniFfiTag>>::new_handle(host).as_raw() as i64
+}
+
+/// The bytes of elements `at..at + count` of `array`, checked against its
+/// length; `None` for a range outside it.
+///
+/// # Safety
+///
+/// `env` is the calling thread's `JNIEnv` and `array` a live local reference
+/// to a Java primitive array of `WIDTH`-byte elements.
+unsafe fn array_range<const WIDTH: usize>(
+    env: Env,
+    array: *mut c_void,
+    at: i32,
+    count: i32,
+) -> Option<std::ops::Range<usize>> {
+    // SAFETY: the function the specification puts at its index.
+    let length = unsafe { function::<GetArrayLength>(env, GET_ARRAY_LENGTH) };
+    // SAFETY: `array` is a live reference to an array (the caller's promise).
+    let elements = usize::try_from(unsafe { length(env, array) }).ok()?;
+    let (at, count) = (usize::try_from(at).ok()?, usize::try_from(count).ok()?);
+    let end = at.checked_add(count).filter(|&end| end <= elements)?;
+    Some(at * WIDTH..end * WIDTH)
+}
+
+/// Release mode 0: written back if the JVM lent a copy, then released.
+const JNI_COMMIT_AND_FREE: i32 = 0;
+/// Release mode `JNI_ABORT`: released without writing back (nothing changed).
+const JNI_ABORT: i32 = 2;
+
+/// Runs `copy` over `range` (bytes of `array`) in slices of at most
+/// [`SLICE_BYTES`], each with the array's elements held in place (the
+/// elements' address and the slice's byte range); false, after the slices
+/// done so far, if the JVM would not lend them.
+///
+/// # Safety
+///
+/// `env` is the calling thread's `JNIEnv`, `array` a live local reference to
+/// a Java primitive array whose bytes include `range`, and `copy` makes no
+/// JNI call and waits for nothing of the JVM's, as a critical section
+/// requires; `mode` says whether the array was written.
+unsafe fn with_elements(
+    env: Env,
+    array: *mut c_void,
+    range: std::ops::Range<usize>,
+    mode: i32,
+    mut copy: impl FnMut(*mut u8, std::ops::Range<usize>),
+) -> bool {
     // SAFETY: each is the function the specification puts at its index.
-    let (length, get, release) = unsafe {
+    let (get, release) = unsafe {
         (
-            function::<GetArrayLength>(env, GET_ARRAY_LENGTH),
             function::<GetPrimitiveArrayCritical>(env, GET_PRIMITIVE_ARRAY_CRITICAL),
             function::<ReleasePrimitiveArrayCritical>(env, RELEASE_PRIMITIVE_ARRAY_CRITICAL),
         )
     };
-    // SAFETY: `array` is a live reference to an array (the caller's promise).
-    let elements = unsafe { length(env, array) };
-    let (Ok(at), Ok(count), Ok(elements)) = (usize::try_from(at), usize::try_from(count), usize::try_from(elements))
-    else {
-        return 0;
-    };
-    if at.checked_add(count).is_none_or(|end| end > elements) {
-        return 0;
-    }
-    let Some(bytes) = count.checked_mul(WIDTH).and_then(|len| source(host, host_offset, len)) else { return 0 };
-    let first = at * WIDTH;
-    for (index, slice) in bytes.chunks(SLICE_BYTES).enumerate() {
-        // SAFETY: a live array reference. While the elements are held this
+    let mut start = range.start;
+    while start < range.end {
+        let end = range.end.min(start + SLICE_BYTES);
+        // SAFETY: a live array reference; while the elements are held this
         // thread makes no JNI call and waits only for the copying threads,
-        // which are not the JVM's and call nothing of it, as a critical
-        // section requires.
+        // which are not the JVM's and call nothing of it.
         let elements = unsafe { get(env, array, std::ptr::null_mut()) };
         if elements.is_null() {
-            return 0;
+            return false;
         }
-        // SAFETY: the array holds `elements` × WIDTH bytes, and this slice
-        // lands inside `first..first + count × WIDTH`, checked above against
-        // its length; the host bytes cannot overlap memory the JVM owns.
-        unsafe {
-            let to = elements.cast::<u8>().add(first + index * SLICE_BYTES);
-            copy_in_parts(slice, to);
-            // Mode 0: written back if the JVM lent a copy, then released.
-            release(env, array, elements, 0);
-        }
+        copy(elements.cast::<u8>(), start..end);
+        // SAFETY: the elements just taken, released once, in `mode`.
+        unsafe { release(env, array, elements, mode) };
+        start = end;
     }
-    1
+    true
 }
 
 /// Copies `from` to `to`, split among up to [`COPY_THREADS`] threads; the
@@ -187,6 +269,30 @@ to_array_entry! {
     Java_dev_weir_NativeCopy_toFloats: "float[]", 4;
     Java_dev_weir_NativeCopy_toInts: "int[]", 4;
     Java_dev_weir_NativeCopy_toBytes: "byte[]", 1;
+}
+
+/// One staging entry per Java array type.
+macro_rules! stage_array_entry {
+    ($($entry:ident: $java:literal, $width:literal;)*) => {$(
+        #[doc = concat!("A `dev.weir.NativeCopy` method: new staging memory of `stream`'s runtime holding `count` elements of the `", $java, "` `array` from index `at`, as a `HostBytes` handle the caller owns; 0 if it made none (a bad range, no memory, or the JVM did not lend the elements).")]
+        ///
+        /// # Safety
+        ///
+        /// Called by the JVM for that native method, whose array parameter
+        #[doc = concat!("is a `", $java, "`, with `stream` a live UniFFI handle of a")]
+        /// [`WeirStream`] the caller keeps alive for the call.
+        #[no_mangle]
+        pub unsafe extern "system" fn $entry(env: Env, _class: *mut c_void, stream: i64, array: *mut c_void, at: i32, count: i32) -> i64 {
+            // SAFETY: the JVM passes an array of this width's elements (the
+            // method's declared type), and the caller keeps `stream` alive.
+            unsafe { stage_array::<$width>(env, stream, array, at, count) }
+        }
+    )*};
+}
+
+stage_array_entry! {
+    Java_dev_weir_NativeCopy_stageFloats: "float[]", 4;
+    Java_dev_weir_NativeCopy_stageInts: "int[]", 4;
 }
 
 /// `dev.weir.NativeCopy.toDirect`: copies `len` bytes of `host` from byte

@@ -88,6 +88,11 @@ impl HostBytes {
 }
 
 impl HostBytes {
+    /// Hands `bytes` to a new handle.
+    pub(crate) fn new(bytes: HostBuffer) -> Self {
+        HostBytes { bytes: Some(bytes) }
+    }
+
     /// The bytes, for Rust callers (the bench's baselines).
     pub fn as_bytes(&self) -> &[u8] {
         self.bytes.as_deref().unwrap_or_default()

@@ -53,8 +53,8 @@ mod stream;
 mod timestamp;
 
 pub use array_copy::{
-    Java_dev_weir_NativeCopy_toBytes, Java_dev_weir_NativeCopy_toDirect, Java_dev_weir_NativeCopy_toFloats,
-    Java_dev_weir_NativeCopy_toInts,
+    Java_dev_weir_NativeCopy_stageFloats, Java_dev_weir_NativeCopy_stageInts, Java_dev_weir_NativeCopy_toBytes,
+    Java_dev_weir_NativeCopy_toDirect, Java_dev_weir_NativeCopy_toFloats, Java_dev_weir_NativeCopy_toInts,
 };
 pub use buffer::Buffer;
 pub use bulk::{HostBytes, PendingRead};

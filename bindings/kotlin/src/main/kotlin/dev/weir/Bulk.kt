@@ -17,6 +17,9 @@ import java.util.concurrent.ConcurrentLinkedQueue
 @PublishedApi
 internal const val CHUNK_BYTES = 1 shl 21
 
+/** Bytes per staging chunk of an array copied natively (see [NativeCopy]). */
+internal const val NATIVE_CHUNK_BYTES = 32 shl 20
+
 /** Staging chunks kept for the next upload, at most [KEPT_CHUNKS]. */
 @PublishedApi
 internal val chunks = ConcurrentLinkedQueue<ByteBuffer>()
@@ -38,7 +41,7 @@ fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES
     if (source.remaining() % width != 0) {
         throw WeirException.InvalidArgument("invalid argument: ${source.remaining()} bytes are not a whole number of ${element.rustName} elements")
     }
-    return uploadStaged(source.remaining() / width, element) { chunk, at, count ->
+    return uploadStaged(source.remaining() / width, element, { _, _, _ -> 0L }) { chunk, at, count ->
         chunk.put(source.slice(at * width, count * width))
     }
 }
@@ -172,15 +175,22 @@ internal val ElementType.width: Int get() = if (this == ElementType.BYTES) 1 els
  * A buffer of [count] [element]s filled by [fill] (a chunk, the first element
  * it holds, how many) one chunk at a time. One chunk is one upload from a
  * direct buffer lent to Rust, which copies it. More make an empty buffer and
- * fill the runtime's staging memory in place ([WeirStream.staging]:
- * page-locked on CUDA and HIP, which the device copies from directly), one
- * chunk per write, all admitted before the buffer is returned, so nobody else
- * can see it half written: an array's upload then costs one host copy.
+ * fill the runtime's staging memory ([WeirStream.staging]: page-locked on
+ * CUDA and HIP, which the device copies from directly), one chunk per write,
+ * all admitted before the buffer is returned, so nobody else can see it half
+ * written: an array's upload then costs one host copy. [stage] (the lent
+ * stream handle, the first element, how many) fills staging memory natively
+ * (`NativeCopy.stageFloats`: `memcpy`, on several threads for a large
+ * chunk) and gives its handle, or 0 to leave the chunk to [fill].
  */
-internal inline fun WeirStream.uploadStaged(count: Int, element: ElementType, fill: (ByteBuffer, Int, Int) -> Unit): Buffer {
+internal inline fun WeirStream.uploadStaged(
+    count: Int,
+    element: ElementType,
+    stage: (Long, Int, Int) -> Long,
+    fill: (ByteBuffer, Int, Int) -> Unit,
+): Buffer {
     val width = element.width
-    val perChunk = CHUNK_BYTES / width
-    if (count <= perChunk) {
+    if (count <= CHUNK_BYTES / width) {
         val chunk = chunks.poll() ?: ByteBuffer.allocateDirect(CHUNK_BYTES).order(ByteOrder.LITTLE_ENDIAN)
         try {
             chunk.clear()
@@ -190,18 +200,33 @@ internal inline fun WeirStream.uploadStaged(count: Int, element: ElementType, fi
             if (chunks.size < KEPT_CHUNKS) chunks.offer(chunk)
         }
     }
+    // Larger chunks where they are copied natively, so that several threads share each.
+    val perChunk = (if (NativeLink.linked) NATIVE_CHUNK_BYTES else CHUNK_BYTES) / width
     val buffer = empty(count.toULong(), element)
     try {
         var at = 0
         while (at < count) {
             val length = minOf(perChunk, count - at)
             val bytes = length.toLong() * width
-            // Written here before its one upload, which holds it until the copy is done.
-            staging(bytes.toULong()).use { host ->
-                val chunk = Pointer(host.address().toLong()).getByteBuffer(0, bytes).order(ByteOrder.LITTLE_ENDIAN)
-                fill(chunk, at, length)
-                writeHost(buffer, at.toULong(), host, element)
+            val staged = if (NativeLink.linked) {
+                val handle = uniffiBeginBorrow()
+                try {
+                    stage(handle, at, length)
+                } finally {
+                    uniffiEndBorrow()
+                }
+            } else {
+                0L
             }
+            // Written here before its one upload, which holds it until the copy is done.
+            val host = if (staged != 0L) {
+                HostBytes(UniffiWithHandle, staged)
+            } else {
+                staging(bytes.toULong()).also { host ->
+                    fill(Pointer(host.address().toLong()).getByteBuffer(0, bytes).order(ByteOrder.LITTLE_ENDIAN), at, length)
+                }
+            }
+            host.use { writeHost(buffer, at.toULong(), it, element) }
             at += length
         }
     } catch (failure: Throwable) {

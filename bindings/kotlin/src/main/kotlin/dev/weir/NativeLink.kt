@@ -57,13 +57,15 @@ internal object NativeExecute {
 }
 
 /**
- * The JNI entries that copy a read's [HostBytes] into the caller's memory
- * with the C library's `memcpy` (weir-ffi's `array_copy.rs`): for large
- * reads on a large server, JNA's and NIO's copies (the JVM's element loop)
- * ran at about half its speed. Each takes the host bytes' lent handle and
- * byte offset, then where to copy and how many elements; each answers false
- * when it copied nothing (a range out of bounds, elements the JVM would not
- * lend, a buffer that is not direct), and the caller copies the JNA way.
+ * The JNI entries that copy between the caller's arrays and Rust's host
+ * memory with the C library's `memcpy` (weir-ffi's `array_copy.rs`): for
+ * large copies on a large server, JNA's and NIO's copies (the JVM's element
+ * loop) ran at about half its speed. The `to…` ones copy a read's
+ * [HostBytes] (given its lent handle and a byte offset) into an array or a
+ * direct buffer and answer false when they copied nothing (a range out of
+ * bounds, elements the JVM would not lend, a buffer that is not direct); the
+ * `stage…` ones fill new staging memory for an upload. Where one does
+ * nothing, the caller copies the JNA way.
  */
 internal object NativeCopy {
     @JvmStatic
@@ -78,6 +80,17 @@ internal object NativeCopy {
     /** Copies [length] bytes into the direct [buffer] from byte [at] of its capacity. */
     @JvmStatic
     external fun toDirect(host: Long, hostOffset: Long, buffer: java.nio.ByteBuffer, at: Int, length: Int): Boolean
+
+    /**
+     * New staging memory of the lent [stream]'s runtime holding [count]
+     * elements of [array] from [at], as the handle of a `HostBytes` the
+     * caller owns; 0 when it made none (the caller stages the JNA way).
+     */
+    @JvmStatic
+    external fun stageFloats(stream: Long, array: FloatArray, at: Int, count: Int): Long
+
+    @JvmStatic
+    external fun stageInts(stream: Long, array: IntArray, at: Int, count: Int): Long
 }
 
 /**

@@ -42,18 +42,22 @@ fun WeirStream.empty(count: Long, element: ElementType): Buffer = empty(count.to
 
 /**
  * An `f32` buffer holding [data] (little-endian, as devices store them),
- * copied to Rust through staging chunks of 2 MiB, never as a second whole array.
+ * copied into the runtime's staging memory chunk by chunk (32 MiB, with
+ * `memcpy` on up to four threads; 2 MiB through NIO where the library's JNI
+ * entries did not link), never as a second whole array.
  */
 @Throws(WeirException::class)
-fun WeirStream.upload(data: FloatArray): Buffer = uploadStaged(data.size, ElementType.F32) { chunk, at, count ->
-    chunk.asFloatBuffer().put(data, at, count)
-}
+fun WeirStream.upload(data: FloatArray): Buffer =
+    uploadStaged(data.size, ElementType.F32, { stream, at, count -> NativeCopy.stageFloats(stream, data, at, count) }) { chunk, at, count ->
+        chunk.asFloatBuffer().put(data, at, count)
+    }
 
-/** An `i32` buffer holding [data], copied through staging chunks of 2 MiB. */
+/** An `i32` buffer holding [data], copied through staging chunks as `upload(FloatArray)` does. */
 @Throws(WeirException::class)
-fun WeirStream.upload(data: IntArray): Buffer = uploadStaged(data.size, ElementType.I32) { chunk, at, count ->
-    chunk.asIntBuffer().put(data, at, count)
-}
+fun WeirStream.upload(data: IntArray): Buffer =
+    uploadStaged(data.size, ElementType.I32, { stream, at, count -> NativeCopy.stageInts(stream, data, at, count) }) { chunk, at, count ->
+        chunk.asIntBuffer().put(data, at, count)
+    }
 
 /**
  * Enqueues writing [data] into [buffer] (of `f32`s, or raw bytes) at element

@@ -141,12 +141,13 @@ class BulkTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
-    fun `reads copy natively into arrays and heap or direct buffers, and the copy refuses what does not fit`(backend: String): Unit =
+    fun `arrays upload and read natively, into heap or direct buffers too, and the copies refuse what does not fit`(backend: String): Unit =
         onRuntime(backend) { rt ->
             assertTrue(NativeLink.linked, "the library's JNI entries did not link: reads copy the JNA way")
             val s = rt.defaultStream()
             // More than two of the native copy's 32 MiB slices (each copied by
-            // several threads where there are cores), and not a whole number of them.
+            // several threads where there are cores), and not a whole number
+            // of them; its upload is staged natively in as many chunks.
             val big = FloatArray((72 shl 20) / 4 + 5) { it * 0.25f }
             runBlocking {
                 s.upload(big).use { buffer ->
@@ -186,6 +187,23 @@ class BulkTest {
                 } finally {
                     host.uniffiEndBorrow()
                 }
+            }
+            // Staging for uploads: filled from the range asked, none for a range outside the array.
+            val stream = s.uniffiBeginBorrow()
+            try {
+                val source = floatArrayOf(1f, 2f, 3f, 4f)
+                assertEquals(0L, NativeCopy.stageFloats(stream, source, 3, 2), "past the array's end")
+                assertEquals(0L, NativeCopy.stageInts(stream, IntArray(2), -1, 1), "before the array")
+                val staged = NativeCopy.stageFloats(stream, source, 1, 2)
+                assertTrue(staged != 0L, "no staging memory was made")
+                HostBytes(UniffiWithHandle, staged).use { host ->
+                    val view = host.asByteBuffer().order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer()
+                    assertEquals(2, view.remaining())
+                    assertEquals(2f, view[0])
+                    assertEquals(3f, view[1])
+                }
+            } finally {
+                s.uniffiEndBorrow()
             }
         }
 }
