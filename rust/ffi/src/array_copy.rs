@@ -1,4 +1,4 @@
-//! Copies out of [`HostBytes`] into JVM arrays and direct buffers, through JNI.
+//! Copies between JVM arrays (and direct buffers) and Rust's host memory, through JNI.
 //!
 //! JNA copies into a Java array with the JVM's own element loop
 //! (`Pointer.read`, which is JNI's `Set<Type>ArrayRegion`), and NIO into a
@@ -23,7 +23,6 @@
 //! generated way, which raises the error if there is one.
 
 use std::ffi::c_void;
-
 use std::sync::Arc;
 
 use crate::bulk::HostBytes;
@@ -225,15 +224,17 @@ unsafe fn copy_in_parts(from: &[u8], to: *mut u8) {
         // `from.len()` bytes the caller lends, and no two parts overlap.
         unsafe { std::ptr::copy_nonoverlapping(source.as_ptr(), (to + index * part) as *mut u8, source.len()) }
     };
+    let mut parts = from.chunks(part).enumerate();
+    let first = parts.next();
     std::thread::scope(|scope| {
-        for (index, source) in from.chunks(part).enumerate().skip(1) {
+        for (index, source) in parts {
             let thread = std::thread::Builder::new().name("weir-copy".into());
             if thread.spawn_scoped(scope, move || copy(index, source)).is_err() {
                 copy(index, source);
             }
         }
-        if let Some(source) = from.chunks(part).next() {
-            copy(0, source);
+        if let Some((index, source)) = first {
+            copy(index, source);
         }
     });
 }
