@@ -194,21 +194,35 @@ struct StreamSlot<B: Backend> {
     /// call on CUDA) can be skipped.
     settled_at: Option<u64>,
     /// Ops up to here are known finished on the device: a fence after them,
-    /// or a read after them, completed. Another stream needs no wait for
-    /// them. Each such completion moves it on as it succeeds (shortly after:
-    /// on the delivery thread).
-    finished: Arc<AtomicU64>,
+    /// or a read after them, completed. Another stream needs no wait for them.
+    finished: u64,
     /// The latest fences and reads of this stream not yet seen complete,
     /// oldest first, with the positions they cover (at most
-    /// [`RECENT_COMPLETIONS`]): one its caller has seen succeed teaches
-    /// [`StreamSlot::finished`] at once.
-    recent_completions: VecDeque<(u64, std::sync::Weak<Completion>)>,
+    /// [`RECENT_COMPLETIONS`]): one seen to have succeeded moves
+    /// [`StreamSlot::finished`] on. Held, not watched: whether its caller
+    /// still holds it or not, it is known complete as soon as it is.
+    recent_completions: VecDeque<(u64, Arc<Completion>)>,
 }
 
-/// Completions kept per stream to learn from at once: a pipeline that reuses
-/// its buffers in a ring awaits the fence or read of the chunk a ring
-/// before, while newer ones are pending.
+/// Completions kept per stream to learn from: a pipeline that reuses its
+/// buffers in a ring awaits the fence or read of the chunk a ring before,
+/// while newer ones are pending.
 const RECENT_COMPLETIONS: usize = 16;
+
+/// True once `completion`, covering ops up to `covers`, is complete; moves
+/// `finished` to `covers` if it succeeded. Only a success teaches: a read
+/// refused at admission fails at once, with the device nowhere near it.
+fn learnt(finished: &mut u64, covers: u64, completion: &Completion) -> bool {
+    match completion.outcome() {
+        None => false,
+        Some(outcome) => {
+            if outcome.is_ok() {
+                *finished = (*finished).max(covers);
+            }
+            true
+        }
+    }
+}
 
 impl<B: Backend> StreamSlot<B> {
     fn new(raw: B::Stream) -> Self {
@@ -223,7 +237,7 @@ impl<B: Backend> StreamSlot<B> {
             last_fence: None,
             last_signal: None,
             settled_at: None,
-            finished: Arc::default(),
+            finished: 0,
             recent_completions: VecDeque::new(),
         }
     }
@@ -231,42 +245,25 @@ impl<B: Backend> StreamSlot<B> {
     /// True when op `position` is known finished on the device: by an
     /// earlier stream of this slot, or by a completion after it.
     fn has_finished(&mut self, position: u64) -> bool {
-        let finished = &self.finished;
-        if position <= self.done_up_to.max(finished.load(Ordering::Acquire)) {
+        if position <= self.done_up_to.max(self.finished) {
             return true;
         }
-        self.recent_completions.retain(|(covers, completion)| match completion.upgrade() {
-            Some(completion) => match completion.outcome() {
-                None => true,
-                Some(outcome) => {
-                    if outcome.is_ok() {
-                        finished.fetch_max(*covers, Ordering::AcqRel);
-                    }
-                    false
-                }
-            },
-            // Dropped: its completion action tells, if it succeeded.
-            None => false,
-        });
-        position <= finished.load(Ordering::Acquire)
+        let finished = &mut self.finished;
+        self.recent_completions.retain(|(covers, completion)| !learnt(finished, *covers, completion));
+        position <= self.finished
     }
 
     /// Learns from `completion`, which completes once the device passed
     /// every op admitted on this stream so far: a fence, or a read's
-    /// delivery (the stream runs its ops in order). Only a success teaches:
-    /// a read refused at admission fails at once, with the device nowhere
-    /// near it.
+    /// delivery (the stream runs its ops in order).
     fn learn_from(&mut self, completion: &Arc<Completion>) {
-        let (finished, covers) = (self.finished.clone(), self.position);
-        completion.then(move |outcome| {
-            if outcome.is_ok() {
-                finished.fetch_max(covers, Ordering::AcqRel);
-            }
-        });
         if self.recent_completions.len() == RECENT_COMPLETIONS {
-            self.recent_completions.pop_front();
+            // The oldest goes; if it is done already, it still teaches.
+            if let Some((covers, oldest)) = self.recent_completions.pop_front() {
+                learnt(&mut self.finished, covers, &oldest);
+            }
         }
-        self.recent_completions.push_back((covers, Arc::downgrade(completion)));
+        self.recent_completions.push_back((self.position, completion.clone()));
     }
 
     fn raw(&self, index: usize) -> Result<&Arc<B::Stream>> {
