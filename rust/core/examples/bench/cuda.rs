@@ -122,7 +122,7 @@ fn open(wake: &str, spin_micros: Option<u32>) -> Option<Runtime> {
     }
 }
 
-pub fn run(report: &mut Report) {
+pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
     let Some(runtime) = open("waiter", None) else {
         return;
     };
@@ -137,20 +137,30 @@ pub fn run(report: &mut Report) {
     };
     let raw = Raw::open();
     eprintln!("cuda: {}", runtime.info().name);
-    memset_bandwidth(report, &runtime, &raw);
-    spin_floor(report, &raw);
-    for (wake, runtime) in [
-        ("waiter, spins first", &runtime),
-        ("waiter, spins up to 200 us", &long_spin_runtime),
-        ("waiter, blocks at once", &blocking_runtime),
-        ("callback", &callback_runtime),
-    ] {
-        wake_latency(report, runtime, &raw, wake, IDLE_BETWEEN_FENCES);
+    if part("memset") {
+        memset_bandwidth(report, &runtime, &raw);
     }
-    wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
-    admission(report, &runtime, &raw);
-    graph_replay(report, &runtime);
-    pipeline(report, &runtime, &raw);
+    if part("fence") {
+        spin_floor(report, &raw);
+        for (wake, runtime) in [
+            ("waiter, spins first", &runtime),
+            ("waiter, spins up to 200 us", &long_spin_runtime),
+            ("waiter, blocks at once", &blocking_runtime),
+            ("callback", &callback_runtime),
+        ] {
+            wake_latency(report, runtime, &raw, wake, IDLE_BETWEEN_FENCES);
+        }
+        wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
+    }
+    if part("launches") {
+        admission(report, &runtime, &raw);
+    }
+    if part("replay") {
+        graph_replay(report, &runtime);
+    }
+    if part("pipeline") {
+        pipeline(report, &runtime, &raw);
+    }
 }
 
 fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {

@@ -2,9 +2,10 @@
 //!
 //! Prints one JSON line per figure, then a readable table.
 //! `--backend NAME` (repeatable) limits the run to some backends; `--only
-//! PART` (repeatable) to some parts of them: `scaling`, and on wgpu `fence`,
-//! `queued`, `launches`, `fills`, `compiles`, `live` (a quick run while
-//! iterating on one figure).
+//! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
+//! `queued`, `launches`, `fills`, `compiles`, `live`; on CUDA `memset`,
+//! `fence`, `launches`, `replay`, `pipeline` (a quick run while iterating on
+//! one figure).
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -21,8 +22,7 @@ fn main() {
     let wanted: Vec<&str> = args.windows(2).filter(|w| w[0] == "--backend").map(|w| w[1].as_str()).collect();
     let wants = |name: &str| wanted.is_empty() || wanted.contains(&name);
     let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
-    // Only wgpu's figures come in parts.
-    #[cfg_attr(not(feature = "wgpu"), allow(unused_variables))]
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
     let part = |name: &str| parts.is_empty() || parts.contains(&name);
     let mut report = Report::default();
     if wants("cpu") {
@@ -39,8 +39,10 @@ fn main() {
     }
     #[cfg(feature = "cuda")]
     if wants("cuda") {
-        cuda::run(&mut report);
-        scaling::run(&mut report, weir_core::BackendKind::Cuda);
+        cuda::run(&mut report, &part);
+        if part("scaling") {
+            scaling::run(&mut report, weir_core::BackendKind::Cuda);
+        }
     }
     report.print_table();
 }

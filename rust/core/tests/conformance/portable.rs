@@ -44,7 +44,44 @@ fn portable_kernel() -> Kernel {
         .build()
 }
 
+/// A kernel that writes `value` to its buffer's first word, in each backend's language.
+fn writing(value: u32) -> Kernel {
+    Kernel::custom("write_value")
+        .cpu(move |args| {
+            args.u32s_mut(0)?[0] = value;
+            Ok(())
+        })
+        .wgsl(
+            format!(
+                "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
+                 @compute @workgroup_size(1)\nfn main() {{ out[0] = {value}u; }}"
+            ),
+            "main",
+        )
+        .cuda(
+            format!("extern \"C\" __global__ void write_value(unsigned int* out) {{ out[0] = {value}u; }}"),
+            "write_value",
+        )
+        .hip(
+            format!("extern \"C\" __global__ void write_value(unsigned int* out) {{ out[0] = {value}u; }}"),
+            "write_value",
+        )
+        .build()
+}
+
 conformance! {
+    fn a_kernel_made_after_another_was_dropped_runs_its_own_source(runtime: &Runtime) {
+        // Backends find a kernel's compiled form by its address: a new
+        // kernel at a dropped one's address must not be taken for it.
+        let s = runtime.default_stream();
+        let out = s.zeros(ElementType::U32, 1).unwrap();
+        for value in 1..=12u32 {
+            let kernel = writing(value);
+            s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&out)]).unwrap();
+            assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![value], "kernel {value} ran another's source");
+        }
+    }
+
     fn one_kernel_runs_with_the_grid_s_block_and_the_same_arguments_everywhere(runtime: &Runtime) {
         let s = runtime.default_stream();
         let n = 1000u32;

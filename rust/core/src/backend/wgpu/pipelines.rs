@@ -15,11 +15,15 @@
 //! software ones) never holds up admissions on other streams.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
+
+use smallvec::SmallVec;
 
 use super::device::Gpu;
 use super::interface::{self, Arguments, ScalarType};
 use super::scope::{scoped, Failure};
+use crate::kernel::CustomKernel;
+use crate::key_map::KeyMap;
 use crate::lock::lock;
 
 /// The stack of the thread a shader compiles on. naga parses, lowers and
@@ -83,6 +87,43 @@ pub(crate) struct Signature<'a> {
 #[derive(Default)]
 pub(crate) struct PipelineCache {
     entries: Mutex<HashMap<Key, Result<Arc<Pipeline>, String>>>,
+    /// Custom kernels' pipelines by the kernel's address, each entry holding
+    /// a weak handle of its kernel until the kernel is gone: a launch then
+    /// neither copies nor hashes its source.
+    by_kernel: Mutex<KeyMap<usize, KnownKernel>>,
+}
+
+/// The pipelines of one custom kernel, one per binding shape it was launched with.
+struct KnownKernel {
+    kernel: Weak<CustomKernel>,
+    shapes: Vec<(Shape, Arc<Pipeline>)>,
+}
+
+/// A custom kernel's [`Signature`] without its source: what else tells its pipelines apart.
+#[derive(PartialEq)]
+struct Shape {
+    read_only: SmallVec<[bool; 8]>,
+    checked: SmallVec<[ScalarType; 8]>,
+    immediate_bytes: u32,
+    block: Option<[u32; 3]>,
+}
+
+impl Shape {
+    fn of(signature: &Signature<'_>) -> Shape {
+        Shape {
+            read_only: SmallVec::from_slice(signature.read_only),
+            checked: signature.checked.map(SmallVec::from_slice).unwrap_or_default(),
+            immediate_bytes: signature.immediate_bytes,
+            block: signature.block,
+        }
+    }
+
+    fn is(&self, signature: &Signature<'_>) -> bool {
+        *self.read_only == *signature.read_only
+            && *self.checked == *signature.checked.unwrap_or_default()
+            && self.immediate_bytes == signature.immediate_bytes
+            && self.block == signature.block
+    }
 }
 
 fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntry {
@@ -126,6 +167,37 @@ impl PipelineCache {
         };
         lock(&self.entries).insert(key, built.clone());
         built.map_err(CompileError::Invalid)
+    }
+
+    /// The pipeline of custom `kernel`, whose source for this backend is
+    /// `code`/`entry`, bound as `signature` says: found by the kernel's
+    /// address once it compiled (see [`PipelineCache::get`] otherwise).
+    pub fn get_custom(
+        &self,
+        device: &wgpu::Device,
+        kernel: &Arc<CustomKernel>,
+        code: &str,
+        entry: &str,
+        signature: Signature<'_>,
+    ) -> Result<Arc<Pipeline>, CompileError> {
+        let address = Arc::as_ptr(kernel) as usize;
+        // An entry's weak handle keeps its kernel's allocation, so no other
+        // kernel is made at that address while the entry stays: the entry at
+        // a live kernel's address is that kernel's.
+        if let Some(known) = lock(&self.by_kernel).get(&address) {
+            if let Some((_, pipeline)) = known.shapes.iter().find(|(shape, _)| shape.is(&signature)) {
+                return Ok(pipeline.clone());
+            }
+        }
+        let shape = Shape::of(&signature);
+        let pipeline = self.get(device, code, entry, signature)?;
+        let mut by_kernel = lock(&self.by_kernel);
+        by_kernel.retain(|_, known| known.kernel.strong_count() > 0);
+        let known = by_kernel
+            .entry(address)
+            .or_insert_with(|| KnownKernel { kernel: Arc::downgrade(kernel), shapes: Vec::new() });
+        known.shapes.push((shape, pipeline.clone()));
+        Ok(pipeline)
     }
 }
 
@@ -251,11 +323,14 @@ fn build(
     })
 }
 
+/// Immediate bytes a launch keeps inline: a custom kernel's few scalars, no allocation.
+const IMMEDIATE_INLINE_BYTES: usize = 32;
+
 /// The parameter blocks of one command's dispatches, one block per dispatch:
 /// immediate data recorded with each dispatch where the pipeline takes it (no
 /// device object at all), else a uniform buffer.
 pub(crate) enum Params {
-    Immediate { bytes: Vec<u8>, block: usize },
+    Immediate { bytes: SmallVec<[u8; IMMEDIATE_INLINE_BYTES]>, block: usize },
     Uniform(Uniforms),
 }
 
@@ -263,7 +338,8 @@ impl Params {
     /// Bytes of our own it holds beyond its inline size.
     pub fn heap_bytes(&self) -> usize {
         match self {
-            Params::Immediate { bytes, .. } => bytes.capacity(),
+            Params::Immediate { bytes, .. } if bytes.spilled() => bytes.capacity(),
+            Params::Immediate { .. } => 0,
             Params::Uniform(_) => 0,
         }
     }
@@ -275,7 +351,7 @@ impl Params {
             return Uniforms::new(device, align, blocks).map(Params::Uniform);
         }
         let block = pipeline.immediate_bytes as usize;
-        let mut bytes = vec![0u8; block * blocks.len()];
+        let mut bytes = SmallVec::from_elem(0u8, block * blocks.len());
         for (index, words) in blocks.iter().enumerate() {
             for (word, value) in words.iter().enumerate().take(block / 4) {
                 let at = index * block + word * 4;

@@ -8,6 +8,8 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use smallvec::SmallVec;
+
 use super::builtin::{params, plan_elementwise, plan_patches, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
 use super::device::Gpu;
 use super::interface::ScalarType;
@@ -208,10 +210,13 @@ fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[Kernel
 /// ([`super::interface`]), or that disagrees with the declared accesses, is
 /// the caller's error: it refuses the command with the
 /// compiler's message, before anything is admitted.
-fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<Plan, Error> {
+fn prepare_custom<R>(gpu: &Gpu, kernel: &Arc<CustomKernel>, grid: &Grid, args: &[KernelArg<R>]) -> Result<Plan, Error> {
     let source =
         kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
-    let (mut read_only, mut scalars, mut types) = (Vec::new(), Vec::new(), Vec::new());
+    // Inline: a launch allocates nothing to describe its arguments.
+    let mut read_only: SmallVec<[bool; 8]> = SmallVec::new();
+    let mut scalars: SmallVec<[u32; 8]> = SmallVec::new();
+    let mut types: SmallVec<[ScalarType; 8]> = SmallVec::new();
     for arg in args {
         match arg {
             KernelArg::Buffer(_, access) => read_only.push(*access == Access::Read),
@@ -232,9 +237,11 @@ fn prepare_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[Kern
         block: Some(grid.block),
     };
     let pipeline =
-        gpu.pipelines.get(&gpu.device, &source.code, &source.entry, signature).map_err(|error| match error {
-            CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),
-            CompileError::NoThread(message) => Error::backend(BACKEND, message),
+        gpu.pipelines.get_custom(&gpu.device, kernel, &source.code, &source.entry, signature).map_err(|error| {
+            match error {
+                CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),
+                CompileError::NoThread(message) => Error::backend(BACKEND, message),
+            }
         })?;
     let params = if scalars.is_empty() { None } else { Some(params(gpu, &pipeline, &[&scalars])?) };
     Ok(Plan::Custom { pipeline, params })

@@ -105,7 +105,8 @@ type Origin = (u32, Arc<FailureTally>);
 pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Vec<wgpu::CommandBuffer> {
     let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
     let mut recorded = Vec::new();
-    let mut ops = Vec::new();
+    // Sized once: a queued op is large, and a batch holds dozens.
+    let mut ops = Vec::with_capacity(runs.iter().map(|(_, _, run)| run.len()).sum());
     for (stream, tally, run) in runs {
         let origin = origins.len();
         origins.push((stream, tally));
