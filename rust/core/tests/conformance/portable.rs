@@ -46,6 +46,8 @@ fn portable_kernel() -> Kernel {
 
 /// A kernel that writes `value` to its buffer's first word, in each backend's language.
 fn writing(value: u32) -> Kernel {
+    // CUDA C and HIP C read the same.
+    let c_source = format!("extern \"C\" __global__ void write_value(unsigned int* out) {{ out[0] = {value}u; }}");
     Kernel::custom("write_value")
         .cpu(move |args| {
             args.u32s_mut(0)?[0] = value;
@@ -58,14 +60,8 @@ fn writing(value: u32) -> Kernel {
             ),
             "main",
         )
-        .cuda(
-            format!("extern \"C\" __global__ void write_value(unsigned int* out) {{ out[0] = {value}u; }}"),
-            "write_value",
-        )
-        .hip(
-            format!("extern \"C\" __global__ void write_value(unsigned int* out) {{ out[0] = {value}u; }}"),
-            "write_value",
-        )
+        .cuda(c_source.clone(), "write_value")
+        .hip(c_source, "write_value")
         .build()
 }
 

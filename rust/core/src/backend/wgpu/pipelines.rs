@@ -117,13 +117,6 @@ impl Shape {
             block: signature.block,
         }
     }
-
-    fn is(&self, signature: &Signature<'_>) -> bool {
-        *self.read_only == *signature.read_only
-            && *self.checked == *signature.checked.unwrap_or_default()
-            && self.immediate_bytes == signature.immediate_bytes
-            && self.block == signature.block
-    }
 }
 
 fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntry {
@@ -181,15 +174,16 @@ impl PipelineCache {
         signature: Signature<'_>,
     ) -> Result<Arc<Pipeline>, CompileError> {
         let address = Arc::as_ptr(kernel) as usize;
+        // Inline: finding a known shape allocates nothing.
+        let shape = Shape::of(&signature);
         // An entry's weak handle keeps its kernel's allocation, so no other
         // kernel is made at that address while the entry stays: the entry at
         // a live kernel's address is that kernel's.
         if let Some(known) = lock(&self.by_kernel).get(&address) {
-            if let Some((_, pipeline)) = known.shapes.iter().find(|(shape, _)| shape.is(&signature)) {
+            if let Some((_, pipeline)) = known.shapes.iter().find(|(known, _)| *known == shape) {
                 return Ok(pipeline.clone());
             }
         }
-        let shape = Shape::of(&signature);
         let pipeline = self.get(device, code, entry, signature)?;
         let mut by_kernel = lock(&self.by_kernel);
         by_kernel.retain(|_, known| known.kernel.strong_count() > 0);
