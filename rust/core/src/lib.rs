@@ -134,7 +134,7 @@ pub use backend::gpu::DeviceBuffer;
 #[cfg(feature = "hip")]
 pub use backend::hip::hip_sys;
 #[cfg(feature = "wgpu")]
-pub use backend::wgpu::{wgpu, WgpuRawAccess};
+pub use backend::wgpu::{wgpu, WgpuBufferRange, WgpuRawAccess};
 pub use backend::{RawAccess, ReduceOp};
 pub use buffer::Buffer;
 pub use cancel::CancelToken;

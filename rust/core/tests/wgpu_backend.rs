@@ -266,8 +266,8 @@ fn work_issued_before_a_failed_external_write_still_runs() {
     s.fill_u32(&x, 7).unwrap();
     let copy_onto_itself = s.external_write(&[&y], |raw| {
         let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
-        let buffer = raw.buffers()[0].clone();
-        raw.encoder().copy_buffer_to_buffer(&buffer, 0, &buffer, 0, 4);
+        let range = raw.buffers()[0].clone();
+        raw.encoder().copy_buffer_to_buffer(&range.buffer, range.offset, &range.buffer, range.offset, 4);
         Ok(())
     });
     assert!(copy_onto_itself.is_err(), "a copy of a buffer onto itself is refused");
@@ -485,8 +485,8 @@ fn a_panicking_wgpu_callback_does_not_stop_the_poll_thread() {
             s.external_write(&[&target], |raw| {
                 let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
                 raw.queue().on_submitted_work_done(|| panic!("a foreign callback's own bug"));
-                let buffer = raw.buffers()[0].clone();
-                raw.encoder().clear_buffer(&buffer, 0, None);
+                let range = raw.buffers()[0].clone();
+                raw.encoder().clear_buffer(&range.buffer, range.offset, Some(range.len));
                 Ok(())
             })
             .unwrap();
@@ -673,5 +673,123 @@ fn a_missing_entry_point_is_refused_naming_the_ones_there() {
     let out = s.zeros(ElementType::Bytes, 16).unwrap();
     let kernel = Kernel::custom("misnamed").wgsl(ONE_BUFFER, "mian").build();
     refused_at_first_launch(&runtime, &kernel, &[Arg::write(&out)], &["no compute entry point `mian`", "it has: main"]);
+    runtime.close().unwrap();
+}
+
+/// out = a + b, element by element.
+const ADD_TWO: &str = "
+@group(0) @binding(0) var<storage, read> a: array<f32>;
+@group(0) @binding(1) var<storage, read> b: array<f32>;
+@group(0) @binding(2) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(4)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = a[id.x] + b[id.x]; }
+";
+
+#[test]
+fn small_buffers_share_a_wgpu_buffer_and_keep_to_their_own_bytes() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let (x, y, z) =
+        (s.upload(&[1.0f32; 4]).unwrap(), s.upload(&[2.0f32; 4]).unwrap(), s.zeros(ElementType::F32, 4).unwrap());
+    let mut ranges = Vec::new();
+    s.external_write(&[&x, &y, &z], |raw| {
+        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+        ranges = raw.buffers().to_vec();
+        Ok(())
+    })
+    .unwrap();
+    assert!(ranges.iter().all(|range| range.buffer == ranges[0].buffer), "three 16-byte buffers share one: {ranges:?}");
+    let mut starts: Vec<u64> = ranges.iter().map(|range| range.offset).collect();
+    starts.sort_unstable();
+    assert!(starts.windows(2).all(|pair| pair[1] - pair[0] >= 16), "each has bytes of its own: {starts:?}");
+    // A kernel reading two of them and writing the third binds one wgpu
+    // buffer read-only and writable at once, which wgpu refuses unless the
+    // launch binds it writable throughout.
+    let add = Kernel::custom("add_two").wgsl(ADD_TWO, "main").build();
+    s.execute(&add, Grid::linear(4, 4), &[Arg::read(&x), Arg::read(&y), Arg::write(&z)]).unwrap();
+    assert_eq!(s.read_as::<f32>(&z).unwrap(), vec![3.0; 4]);
+    s.add(&z, &x, &y).unwrap();
+    assert_eq!(s.read_as::<f32>(&y).unwrap(), vec![4.0; 4]);
+    // A copy between two of them goes through a scratch buffer (wgpu copies between two buffers only).
+    s.copy(&y, &x).unwrap();
+    assert_eq!(s.read_as::<f32>(&x).unwrap(), vec![4.0; 4]);
+    assert_eq!(s.read_as::<f32>(&z).unwrap(), vec![3.0; 4], "the neighbours are untouched");
+    runtime.close().unwrap();
+}
+
+#[test]
+fn a_freed_small_buffers_slot_waits_for_the_work_queued_on_it() {
+    use weir_core::backend::wgpu::WgpuBackend;
+    use weir_core::backend::{direct, Backend, Command, Gate, SignalKind, Span};
+    let Some(runtime) = open() else { return };
+    runtime.close().unwrap();
+    let backend = WgpuBackend::open(0).unwrap();
+    let stream = backend.create_stream().unwrap();
+    let gate = Arc::new(Gate::default());
+    backend.hold(&stream, gate.clone()).unwrap();
+    let memory = backend.allocate(16).unwrap();
+    let slot = (memory.buffer().clone(), memory.offset());
+    // SAFETY: the memory is dropped below while the fill is queued, which
+    // the backend must allow (the queued op holds its slot); one stream uses it.
+    unsafe {
+        direct::submit(&backend, &stream, Command::Fill { dst: Span { buffer: &memory, offset: 0, len: 16 }, word: 7 })
+    }
+    .unwrap();
+    drop(memory);
+    let next = backend.allocate(16).unwrap();
+    assert_ne!((next.buffer().clone(), next.offset()), slot, "a slot is not handed out while work queued on it waits");
+    gate.open();
+    let done = direct::completion(1);
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !done.is_complete() {
+        assert!(Instant::now() < deadline, "the fence never completed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let again = backend.allocate(16).unwrap();
+    assert_eq!((again.buffer().clone(), again.offset()), slot, "once the work is recorded, the slot is free again");
+    drop((next, again));
+    assert!(backend.shared_buffers() <= 1, "an empty slab goes unless it is the only one with room");
+}
+
+#[test]
+fn a_hundred_thousand_small_buffers_are_a_few_wgpu_buffers() {
+    use weir_core::backend::wgpu::WgpuBackend;
+    use weir_core::backend::Backend;
+    let Some(runtime) = open() else { return };
+    runtime.close().unwrap();
+    let backend = WgpuBackend::open(0).unwrap();
+    let memories: Vec<_> = (0..100_000).map(|_| backend.allocate(4).unwrap()).collect();
+    let shared = backend.shared_buffers();
+    // 100 000 slots of at most 256 bytes are at most 25 MB: 25 slabs of 1 MiB.
+    assert!((1..=25).contains(&shared), "{shared} wgpu buffers hold 100 000 small ones");
+    let big = backend.allocate(1 << 20).unwrap();
+    assert_eq!(backend.shared_buffers(), shared, "a large allocation has a wgpu buffer of its own");
+    assert_eq!(big.offset(), 0);
+    drop(memories);
+    assert!(backend.shared_buffers() <= 1, "{} slabs stay once every small buffer is gone", backend.shared_buffers());
+}
+
+#[test]
+fn a_binding_declared_with_another_access_than_its_argument_is_refused() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.default_stream();
+    let (a, b, out) =
+        (s.upload(&[1.0f32; 4]).unwrap(), s.upload(&[2.0f32; 4]).unwrap(), s.zeros(ElementType::F32, 4).unwrap());
+    let kernel = Kernel::custom("add_two").wgsl(ADD_TWO, "main").build();
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::read(&a), Arg::read(&b), Arg::read(&out)],
+        &["`out` at @group(0) @binding(2) is declared read_write", "passed as a read"],
+    );
+    refused_at_first_launch(
+        &runtime,
+        &kernel,
+        &[Arg::read_write(&a), Arg::read(&b), Arg::write(&out)],
+        &["`a` at @group(0) @binding(0) is declared read-only", "passed writable"],
+    );
+    s.execute(&kernel, Grid::linear(4, 4), &[Arg::read(&a), Arg::read(&b), Arg::write(&out)]).unwrap();
+    assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![3.0; 4]);
     runtime.close().unwrap();
 }

@@ -153,10 +153,12 @@ pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
         #[cfg(feature = "wgpu")]
         RawAccess::Wgpu(gpu) => {
             use weir_core::backend::wgpu::wgpu;
-            for buffer in gpu.buffers().to_vec() {
+            for range in gpu.buffers().to_vec() {
+                // Its own bytes only: small buffers share a wgpu buffer.
+                let size = range.len.div_ceil(4) * 4;
                 let source = gpu.device().create_buffer(&wgpu::BufferDescriptor {
                     label: Some("raw fill"),
-                    size: buffer.size(),
+                    size,
                     usage: wgpu::BufferUsages::COPY_SRC,
                     mapped_at_creation: true,
                 });
@@ -166,7 +168,7 @@ pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
                     .slice(..)
                     .fill(value);
                 source.unmap();
-                gpu.encoder().copy_buffer_to_buffer(&source, 0, &buffer, 0, buffer.size());
+                gpu.encoder().copy_buffer_to_buffer(&source, 0, &range.buffer, range.offset, size);
             }
             Ok(())
         }

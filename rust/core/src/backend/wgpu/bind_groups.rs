@@ -61,11 +61,14 @@ impl BindGroups {
         lock(&self.entries).len()
     }
 
-    /// Drops every entry binding `buffer` (its memory is being freed).
-    pub fn forget(&self, buffer: &wgpu::Buffer) {
+    /// Drops every entry binding bytes `start..start + len` of `buffer`
+    /// (an allocation there is being freed).
+    pub fn forget(&self, buffer: &wgpu::Buffer, start: u64, len: u64) {
         let mut entries = lock(&self.entries);
         if !entries.is_empty() {
-            entries.retain(|key, _| !key.windows.iter().any(|(bound, ..)| bound == buffer));
+            let binds =
+                |(bound, offset, size): &Window| bound == buffer && *offset < start + len && start < offset + size;
+            entries.retain(|key, _| !key.windows.iter().any(binds));
         }
     }
 }

@@ -188,7 +188,7 @@ impl Builtins {
 /// reported as the backend's error.
 fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
     let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
-    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None };
+    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None, widened: false };
     gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
         CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
         CompileError::NoThread(message) => Error::backend(BACKEND, message),
@@ -316,17 +316,19 @@ pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan,
     Ok(PatchPlan { params: params(gpu, &pipeline, &blocks)?, pipeline, patches })
 }
 
-/// Records the planned masked writes `which` (indices into the plan) on `buffer`.
+/// Records the planned masked writes `which` (indices into the plan) on the
+/// allocation at `base` in `buffer` (a binding-aligned offset).
 pub(crate) fn record_patches(
     gpu: &Gpu,
     recorder: &mut Recorder,
     plan: &PatchPlan,
     which: &[usize],
     buffer: &wgpu::Buffer,
+    base: u64,
 ) {
     for &index in which {
         if let Some(patch) = plan.patches.get(index) {
-            let binding = Binding { buffer, offset: patch.offset, size: patch.size };
+            let binding = Binding { buffer, offset: base + patch.offset, size: patch.size };
             dispatch(gpu, recorder.pass(), &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
         }
     }

@@ -7,6 +7,7 @@ use super::bind_groups::BindGroups;
 use super::builtin::{Builtins, Shape};
 use super::memory::WgpuCounters;
 use super::pipelines::PipelineCache;
+use super::slabs::Slabs;
 use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::error::Result;
 
@@ -19,6 +20,8 @@ pub(crate) struct Gpu {
     pub builtins: Builtins,
     /// Shared with every allocation, which drops the groups binding it.
     pub bind_groups: Arc<BindGroups>,
+    /// The wgpu buffers small allocations share.
+    pub slabs: Arc<Slabs>,
     /// The most bytes of immediate data a dispatch may set (0: the device takes none).
     pub immediate_bytes: u32,
     /// The device takes timestamp queries (`Features::TIMESTAMP_QUERY`).
@@ -77,6 +80,7 @@ impl Gpu {
             timestamps: opened.features.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamp_period: opened.queue.get_timestamp_period(),
             shape: Shape::new(&opened.limits),
+            slabs: Slabs::new(&opened.device, u64::from(opened.limits.min_storage_buffer_offset_alignment)),
             device: opened.device,
             queue: opened.queue,
             limits: opened.limits,

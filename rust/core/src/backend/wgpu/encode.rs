@@ -141,13 +141,13 @@ fn check(command: &Op) -> Result<(), Error> {
 }
 
 fn operand(span: &Span<Held>) -> Operand<'_> {
-    Operand { buffer: &span.buffer.buffer, offset: span.offset }
+    Operand { buffer: &span.buffer.buffer, offset: span.buffer.at(span.offset) }
 }
 
 /// Records a planned write of `dst`: in bulk where the bytes allow, masked
 /// word writes for the rest.
 fn write(gpu: &Gpu, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan) {
-    let buffer = &dst.buffer.buffer;
+    let (held, buffer) = (&dst.buffer, &dst.buffer.buffer);
     let ends_buffer = dst.offset + dst.len == dst.buffer.len;
     let layout = match (&plan.to_buffer_end, ends_buffer) {
         (Some(layout), true) => layout,
@@ -155,13 +155,33 @@ fn write(gpu: &Gpu, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan)
     };
     if let Some((lo, hi)) = layout.bulk {
         match &plan.staging {
-            Some(staging) => recorder.encoder().copy_buffer_to_buffer(staging, 0, buffer, lo, hi - lo),
-            None => recorder.encoder().clear_buffer(buffer, lo, Some(hi - lo)),
+            Some(staging) => recorder.encoder().copy_buffer_to_buffer(staging, 0, buffer, held.at(lo), hi - lo),
+            None => recorder.encoder().clear_buffer(buffer, held.at(lo), Some(hi - lo)),
         }
     }
     if let Some(patches) = &plan.patches {
-        record_patches(gpu, recorder, patches, &layout.patches, buffer);
+        record_patches(gpu, recorder, patches, &layout.patches, buffer, held.at(0));
     }
+}
+
+/// Records a copy. wgpu copies between two buffers only, and two small
+/// allocations may be slots of one ([`super::slabs`]): such a copy goes
+/// through a scratch buffer, which wgpu keeps until the copy ran.
+fn copy(gpu: &Gpu, recorder: &mut Recorder, src: &Span<Held>, dst: &Span<Held>) {
+    let (from, to, len) = (src.buffer.at(src.offset), dst.buffer.at(dst.offset), align4(dst.len));
+    let encoder = recorder.encoder();
+    if src.buffer.buffer != dst.buffer.buffer {
+        encoder.copy_buffer_to_buffer(&src.buffer.buffer, from, &dst.buffer.buffer, to, len);
+        return;
+    }
+    let scratch = gpu.device.create_buffer(&wgpu::BufferDescriptor {
+        label: Some("weir copy within a buffer"),
+        size: len.max(4),
+        usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+        mapped_at_creation: false,
+    });
+    encoder.copy_buffer_to_buffer(&src.buffer.buffer, from, &scratch, 0, len);
+    encoder.copy_buffer_to_buffer(&scratch, 0, &dst.buffer.buffer, to, len);
 }
 
 /// Records `command` with what was prepared for it (`fits` was checked).
@@ -170,15 +190,9 @@ fn write(gpu: &Gpu, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan)
 pub(crate) fn record(gpu: &Gpu, recorder: &mut Recorder, command: &Op, plan: &Plan) {
     match (command, plan) {
         (Command::Zero { dst } | Command::Upload { dst, .. }, Plan::Write(plan)) => write(gpu, recorder, dst, plan),
-        (Command::Copy { src, dst }, _) => recorder.encoder().copy_buffer_to_buffer(
-            &src.buffer.buffer,
-            src.offset,
-            &dst.buffer.buffer,
-            dst.offset,
-            align4(dst.len),
-        ),
+        (Command::Copy { src, dst }, _) => copy(gpu, recorder, src, dst),
         (Command::Download { src, .. }, Plan::Download { staging, first, size }) => {
-            recorder.encoder().copy_buffer_to_buffer(&src.buffer.buffer, *first, staging, 0, *size)
+            recorder.encoder().copy_buffer_to_buffer(&src.buffer.buffer, src.buffer.at(*first), staging, 0, *size)
         }
         (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
             record_elementwise(gpu, recorder, plan, &[operand(dst)])
@@ -193,9 +207,11 @@ pub(crate) fn record(gpu: &Gpu, recorder: &mut Recorder, command: &Op, plan: &Pl
             let bindings: Vec<Binding<'_>> = args
                 .iter()
                 .filter_map(|arg| match arg {
-                    KernelArg::Buffer(span, _) => {
-                        Some(Binding { buffer: &span.buffer.buffer, offset: span.offset, size: align4(span.len) })
-                    }
+                    KernelArg::Buffer(span, _) => Some(Binding {
+                        buffer: &span.buffer.buffer,
+                        offset: span.buffer.at(span.offset),
+                        size: align4(span.len),
+                    }),
                     KernelArg::Scalar(_) => None,
                 })
                 .collect();

@@ -8,7 +8,9 @@
 //! struct does not hold, would run with the extra arguments ignored. The
 //! binding convention (see [`super::pipelines`]) says exactly what a kernel
 //! with these arguments must declare at group 0:
-//! - one storage buffer per buffer argument, at bindings `0..n`;
+//! - one storage buffer per buffer argument, at bindings `0..n`, read-only
+//!   (`var<storage, read>`) for an argument passed as a read, `read_write`
+//!   otherwise;
 //! - with scalars, one uniform at binding `n`: a struct of one 4-byte field
 //!   per scalar, in order and of the scalar's type, or a single such scalar;
 //! - nothing else.
@@ -53,9 +55,10 @@ impl ScalarType {
     }
 }
 
-/// The arguments a launch passes: how many buffers, the scalars' types in order.
+/// The arguments a launch passes: per buffer, whether it is passed as a
+/// read; the scalars' types in order.
 pub(crate) struct Arguments<'a> {
-    pub buffers: usize,
+    pub read_only: &'a [bool],
     pub scalars: &'a [ScalarType],
 }
 
@@ -72,7 +75,8 @@ pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_
         let found = if found.is_empty() { "none".to_owned() } else { found.join(", ") };
         return Err(format!("no compute entry point `{entry}` in the WGSL source (it has: {found})"));
     }
-    let n = arguments.buffers as u32;
+    let buffers = arguments.read_only.len();
+    let n = buffers as u32;
     let mut storage = Vec::new();
     let mut uniform = None;
     for (_, global) in module.global_variables.iter() {
@@ -83,7 +87,9 @@ pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_
             return Err(format!("{at}: kernel arguments bind at group 0 only"));
         }
         match global.space {
-            naga::AddressSpace::Storage { .. } => storage.push((binding.binding, at)),
+            naga::AddressSpace::Storage { access } => {
+                storage.push((binding.binding, at, access.contains(naga::StorageAccess::STORE)))
+            }
             naga::AddressSpace::Uniform if uniform.is_none() => uniform = Some((binding.binding, at, global.ty)),
             naga::AddressSpace::Uniform => {
                 return Err(format!("{at} is a second uniform: the scalars are one uniform block at binding {n}"))
@@ -97,21 +103,38 @@ pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_
     }
     storage.sort();
     let declared = storage.len();
-    if declared != arguments.buffers {
-        let bindings: Vec<&str> = storage.iter().map(|(_, at)| at.as_str()).collect();
+    if declared != buffers {
+        let bindings: Vec<&str> = storage.iter().map(|(_, at, _)| at.as_str()).collect();
         let listed = if bindings.is_empty() { String::new() } else { format!(": {}", bindings.join(", ")) };
         return Err(format!(
             "{} buffer argument{} passed, but the WGSL declares {declared} storage buffer{}{listed} (one per buffer \
              argument, at bindings 0..{n})",
-            arguments.buffers,
-            plural(arguments.buffers),
+            buffers,
+            plural(buffers),
             plural(declared)
         ));
     }
-    if let Some((_, at)) =
-        storage.iter().enumerate().find(|(index, (binding, _))| *binding != *index as u32).map(|(_, s)| s)
+    if let Some((_, at, _)) =
+        storage.iter().enumerate().find(|(index, (binding, ..))| *binding != *index as u32).map(|(_, s)| s)
     {
         return Err(format!("{at}: storage buffers bind at 0..{n} in argument order"));
+    }
+    for ((_, at, writable), &read) in storage.iter().zip(arguments.read_only) {
+        match (writable, read) {
+            (true, true) => {
+                return Err(format!(
+                    "{at} is declared read_write, but its argument is passed as a read: pass it writable or \
+                     declare it `var<storage, read>`"
+                ))
+            }
+            (false, false) => {
+                return Err(format!(
+                    "{at} is declared read-only, but its argument is passed writable: pass it as a read or \
+                     declare it `var<storage, read_write>`"
+                ))
+            }
+            _ => {}
+        }
     }
     match (uniform, arguments.scalars) {
         (None, []) => Ok(()),
@@ -228,6 +251,18 @@ pub(crate) fn block_constants(
         }
     }
     Ok(constants)
+}
+
+/// Makes every storage buffer of a module that passed [`check`] writable,
+/// for a launch that may bind a read-only and a writable argument in one
+/// wgpu buffer (see `super::slabs`): the kernel's code is unchanged, and
+/// [`check`] already held each binding to its argument's access.
+pub(crate) fn storage_writable(module: &mut naga::Module) {
+    for (_, global) in module.global_variables.iter_mut() {
+        if let naga::AddressSpace::Storage { access } = &mut global.space {
+            *access |= naga::StorageAccess::LOAD | naga::StorageAccess::STORE;
+        }
+    }
 }
 
 /// Turns the scalars' uniform of a module that passed [`check`] into

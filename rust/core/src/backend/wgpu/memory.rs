@@ -1,12 +1,16 @@
-//! Device memory: one wgpu buffer per allocation, its size rounded up to the
-//! 4-byte copy granule. The padding is private to the allocation, so ops that
-//! end at the buffer's end may round their range up to it.
+//! Device memory: a slot of a shared wgpu buffer for a small allocation
+//! ([`super::slabs`]), a wgpu buffer of its own for a larger one, its size
+//! rounded up to the 4-byte copy granule. The padding is private to the
+//! allocation, so ops that end at the buffer's end may round their range up
+//! to it. Offsets into an allocation are relative to its `base` in the wgpu
+//! buffer; [`Held::at`] turns them into the wgpu buffer's.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::bind_groups::BindGroups;
 use super::scope::{scoped, Failure, BACKEND};
+use super::slabs::{Slabs, Slot, SHARED_MAX};
 use crate::error::{Error, Result};
 
 #[derive(Debug, Default)]
@@ -26,15 +30,24 @@ pub(crate) struct WgpuCounters {
 }
 
 /// A buffer as a queued op holds it until the op is recorded: the wgpu
-/// handle, which keeps the buffer alive, and its size as Weir sees it.
+/// handle, which keeps the buffer alive, where the allocation starts in it,
+/// its size as Weir sees it, and its slot, which no other allocation takes
+/// while a queued op holds it.
 pub(crate) struct Held {
     pub buffer: wgpu::Buffer,
+    base: u64,
     pub len: u64,
+    _slot: Option<Arc<Slot>>,
 }
 
 impl Held {
     pub fn of(memory: &WgpuMemory) -> Held {
-        Held { buffer: memory.buffer.clone(), len: memory.len }
+        Held { buffer: memory.buffer.clone(), base: memory.base, len: memory.len, _slot: memory.slot.clone() }
+    }
+
+    /// Byte `offset` of the allocation, as an offset into the wgpu buffer.
+    pub fn at(&self, offset: u64) -> u64 {
+        self.base + offset
     }
 }
 
@@ -46,7 +59,10 @@ pub(crate) fn align4(bytes: u64) -> u64 {
 /// One allocation. Released on drop; wgpu keeps it alive for work in flight.
 pub struct WgpuMemory {
     pub(crate) buffer: wgpu::Buffer,
+    /// Where it starts in `buffer` (0 unless it is a slot of a slab).
+    pub(crate) base: u64,
     pub(crate) len: u64,
+    slot: Option<Arc<Slot>>,
     counters: Arc<WgpuCounters>,
     bind_groups: Arc<BindGroups>,
 }
@@ -66,16 +82,18 @@ impl std::fmt::Debug for WgpuMemory {
 
 impl Drop for WgpuMemory {
     fn drop(&mut self) {
-        self.bind_groups.forget(&self.buffer);
+        self.bind_groups.forget(&self.buffer, self.base, align4(self.len.max(1)));
         self.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
     }
 }
 
 #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 impl WgpuMemory {
+    /// `bytes` of device memory: a slot of `slabs` for a small allocation.
     pub(crate) fn allocate(
         device: &wgpu::Device,
         limits: &wgpu::Limits,
+        slabs: &Slabs,
         bytes: u64,
         counters: &Arc<WgpuCounters>,
         bind_groups: &Arc<BindGroups>,
@@ -87,28 +105,41 @@ impl WgpuMemory {
                 limits.max_buffer_size
             )));
         }
-        let buffer = scoped(device, || {
-            device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("weir buffer"),
-                size,
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                mapped_at_creation: false,
-            })
-        })
-        .map_err(|failure| match failure {
+        let refused = |failure| match failure {
             Failure::OutOfMemory => Error::OutOfMemory { bytes, host: false },
             Failure::Message(message) => Error::backend(BACKEND, message),
-        })?;
+        };
+        let (buffer, base, slot) = if size <= SHARED_MAX {
+            let placed = slabs.place(size).map_err(refused)?;
+            (placed.buffer, placed.base, Some(placed.slot))
+        } else {
+            let buffer = scoped(device, || {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("weir buffer"),
+                    size,
+                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })
+            .map_err(refused)?;
+            (buffer, 0, None)
+        };
         counters.live_allocations.fetch_add(1, Ordering::SeqCst);
-        Ok(WgpuMemory { buffer, len: bytes, counters: counters.clone(), bind_groups: bind_groups.clone() })
+        Ok(WgpuMemory { buffer, base, len: bytes, slot, counters: counters.clone(), bind_groups: bind_groups.clone() })
     }
 
-    /// The wgpu buffer, for raw access.
+    /// The wgpu buffer the allocation is in, for raw access: small
+    /// allocations share one, each from its own [`WgpuMemory::offset`].
     pub fn buffer(&self) -> &wgpu::Buffer {
         &self.buffer
     }
 
-    /// The allocation's size as Weir sees it (the wgpu buffer may be up to 3 bytes longer).
+    /// Where the allocation starts in [`WgpuMemory::buffer`].
+    pub fn offset(&self) -> u64 {
+        self.base
+    }
+
+    /// The allocation's size as Weir sees it (its range in the wgpu buffer may be up to 3 bytes longer).
     pub fn len(&self) -> u64 {
         self.len
     }

@@ -43,6 +43,7 @@ mod queued;
 mod raw;
 mod readback;
 mod scope;
+mod slabs;
 mod timestamps;
 
 #[cfg(feature = "test-support")]
@@ -63,7 +64,7 @@ pub use memory::WgpuMemory;
 use poll::Poller;
 pub use prepare::WgpuPrepared;
 use queued::Queued;
-pub use raw::WgpuRawAccess;
+pub use raw::{WgpuBufferRange, WgpuRawAccess};
 use scope::scoped;
 #[cfg(feature = "test-support")]
 use scope::BACKEND;
@@ -131,6 +132,12 @@ impl WgpuBackend {
         &self.shared.gpu
     }
 
+    /// Test support: the wgpu buffers that small allocations share, alive now.
+    #[cfg(feature = "test-support")]
+    pub fn shared_buffers(&self) -> usize {
+        self.gpu().slabs.count()
+    }
+
     /// Test support: the bind groups kept for reuse now; `None` where the
     /// device takes no immediate data (every group then holds a per-op
     /// uniform buffer, and none is kept).
@@ -174,7 +181,7 @@ impl Backend for WgpuBackend {
 
     fn allocate(&self, bytes: u64) -> Result<WgpuMemory> {
         let gpu = self.gpu();
-        WgpuMemory::allocate(&gpu.device, &gpu.limits, bytes, &gpu.counters, &gpu.bind_groups)
+        WgpuMemory::allocate(&gpu.device, &gpu.limits, &gpu.slabs, bytes, &gpu.counters, &gpu.bind_groups)
     }
 
     fn create_stream(&self) -> Result<WgpuStream> {
@@ -251,11 +258,12 @@ impl Backend for WgpuBackend {
             Ok::<_, Error>(raw.finish())
         });
         match recorded {
-            Ok(Ok(commands)) => {
-                self.shared.record(stream.lane, Queued::Commands(commands), None).map_err(|error| match error {
+            Ok(Ok((commands, buffers))) => self
+                .shared
+                .record(stream.lane, Queued::Commands { commands, _buffers: buffers }, None)
+                .map_err(|error| match error {
                     EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
-                })
-            }
+                }),
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {

@@ -48,6 +48,8 @@ struct Key {
     /// A custom kernel's block (the grid's): its `@workgroup_size` is this,
     /// as written or through `override` constants. `None` for built-ins.
     block: Option<[u32; 3]>,
+    /// A custom kernel compiled with every storage binding writable (see [`Signature::widened`]).
+    widened: bool,
 }
 
 /// A compiled kernel and the layout of its bindings.
@@ -81,6 +83,12 @@ pub(crate) struct Signature<'a> {
     pub immediate_bytes: u32,
     /// A custom kernel's block size, from its grid. `None` for built-ins.
     pub block: Option<[u32; 3]>,
+    /// A custom kernel whose launch may bind a read-only and a writable
+    /// argument in one wgpu buffer, which wgpu refuses: compiled with every
+    /// storage binding writable, read-only ones too (their accesses are
+    /// checked against the arguments' first). Built-ins make their own
+    /// writable variant.
+    pub widened: bool,
 }
 
 /// Pipelines by source; a source that failed to compile stays failed.
@@ -106,6 +114,7 @@ struct Shape {
     checked: SmallVec<[ScalarType; 8]>,
     immediate_bytes: u32,
     block: Option<[u32; 3]>,
+    widened: bool,
 }
 
 impl Shape {
@@ -115,6 +124,7 @@ impl Shape {
             checked: signature.checked.map(SmallVec::from_slice).unwrap_or_default(),
             immediate_bytes: signature.immediate_bytes,
             block: signature.block,
+            widened: signature.widened,
         }
     }
 }
@@ -146,6 +156,7 @@ impl PipelineCache {
             checked: signature.checked.map(<[ScalarType]>::to_vec),
             immediate_bytes: signature.immediate_bytes,
             block: signature.block,
+            widened: signature.widened,
         };
         if let Some(found) = lock(&self.entries).get(&key) {
             return found.clone().map_err(CompileError::Invalid);
@@ -254,27 +265,33 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// parse is left to wgpu, whose message says why.
 ///
 /// A custom kernel whose scalars go as immediate data has its uniform turned
-/// into an immediate in the parsed module, which is what wgpu compiles. Should
-/// that fail, the source as written is compiled for the message: it names
-/// lines and columns, which a parsed module cannot.
+/// into an immediate in the parsed module, and a widened one its storage
+/// made writable; that module is what wgpu compiles. Should that fail, the
+/// source as written is compiled for the message: it names lines and
+/// columns, which a parsed module cannot.
 fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     let Some(scalars) = &key.checked else {
         return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[]).map_err(|f| f.message());
     };
-    let as_written = Key { immediate_bytes: 0, ..key.clone() };
+    let as_written = Key { immediate_bytes: 0, widened: false, ..key.clone() };
     let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(&key.code) else {
         return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[])
             .map_err(|f| f.message());
     };
-    interface::check(&module, &key.entry, &Arguments { buffers: key.read_only.len(), scalars })?;
+    interface::check(&module, &key.entry, &Arguments { read_only: &key.read_only, scalars })?;
     let block = key.block.unwrap_or([1; 3]);
     let constants = interface::block_constants(&module, &key.entry, block)?;
     let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
-    if key.immediate_bytes == 0 {
+    if key.immediate_bytes == 0 && !key.widened {
         return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
             .map_err(|f| f.message());
     }
-    interface::scalars_as_immediates(&mut module);
+    if key.immediate_bytes > 0 {
+        interface::scalars_as_immediates(&mut module);
+    }
+    if key.widened {
+        interface::storage_writable(&mut module);
+    }
     build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &constants).or_else(|_| {
         build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
             .map_err(|f| f.message())
@@ -293,7 +310,9 @@ fn build(
             .read_only
             .iter()
             .enumerate()
-            .map(|(binding, &read_only)| entry(binding as u32, wgpu::BufferBindingType::Storage { read_only }))
+            .map(|(binding, &read_only)| {
+                entry(binding as u32, wgpu::BufferBindingType::Storage { read_only: read_only && !key.widened })
+            })
             .collect();
         if key.scalars && key.immediate_bytes == 0 {
             entries.push(entry(key.read_only.len() as u32, wgpu::BufferBindingType::Uniform));

@@ -16,6 +16,7 @@ use super::interface::ScalarType;
 use super::memory::{align4, staging_with};
 use super::pipelines::{CompileError, Params, Pipeline, Signature};
 use super::scope::{scoped, Failure, BACKEND};
+use super::slabs::SHARED_MAX;
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
 use crate::kernel::{Access, CustomKernel, Grid};
@@ -92,9 +93,9 @@ fn refused(failure: Failure, bytes: u64) -> Error {
 /// Makes what `command` needs before its buffers are known.
 pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<WgpuPrepared, Error> {
     check(gpu, command)?;
-    // Views of one buffer in one dispatch: wgpu refuses a buffer bound both
-    // read-only and writable there, so every binding is writable.
-    let shared = shares_a_buffer(command);
+    // wgpu refuses a buffer bound both read-only and writable in one
+    // dispatch: where that may happen, every binding is writable.
+    let shared = may_bind_a_buffer_both_ways(command);
     let elementwise =
         |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar, shared).map(Plan::Elementwise);
     let plan = match command {
@@ -140,13 +141,24 @@ pub(crate) fn prepare_upload<R>(gpu: &Gpu, dst: &Span<R>, bytes: &[u8]) -> Resul
     Ok(WgpuPrepared(Plan::Write(plan_write(gpu, dst, Some(bytes))?)))
 }
 
-/// True when an element-wise op reads a range of the buffer it writes.
-fn shares_a_buffer<R: PartialEq>(command: &Command<R>) -> bool {
+/// True when an element-wise op may bind one wgpu buffer read-only and
+/// writable in one dispatch (see [`one_buffer_both_ways`]).
+fn may_bind_a_buffer_both_ways<R: PartialEq>(command: &Command<R>) -> bool {
     match command {
-        Command::Binary { a, b, out, .. } => a.buffer == out.buffer || b.buffer == out.buffer,
-        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => x.buffer == y.buffer,
+        Command::Binary { a, b, out, .. } => one_buffer_both_ways(&[a, b], &[out]),
+        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => one_buffer_both_ways(&[x], &[y]),
         _ => false,
     }
+}
+
+/// True when a read of `reads` and a write of `writes` may be one wgpu
+/// buffer: views of one allocation, or two small allocations, which may be
+/// slots of one slab ([`super::slabs`]). Which slab an allocation is in is
+/// not known before the boundary, but a view longer than [`SHARED_MAX`] is
+/// of an allocation with a wgpu buffer of its own.
+fn one_buffer_both_ways<R: PartialEq>(reads: &[&Span<R>], writes: &[&Span<R>]) -> bool {
+    let small = |span: &Span<R>| span.len <= SHARED_MAX;
+    reads.iter().any(|read| writes.iter().any(|write| read.buffer == write.buffer || (small(read) && small(write))))
 }
 
 /// Checks what wgpu would otherwise reject by panicking or by failing the
@@ -210,16 +222,30 @@ fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[Kernel
 /// ([`super::interface`]), or that disagrees with the declared accesses, is
 /// the caller's error: it refuses the command with the
 /// compiler's message, before anything is admitted.
-fn prepare_custom<R>(gpu: &Gpu, kernel: &Arc<CustomKernel>, grid: &Grid, args: &[KernelArg<R>]) -> Result<Plan, Error> {
+fn prepare_custom<R: PartialEq>(
+    gpu: &Gpu,
+    kernel: &Arc<CustomKernel>,
+    grid: &Grid,
+    args: &[KernelArg<R>],
+) -> Result<Plan, Error> {
     let source =
         kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
     // Inline: a launch allocates nothing to describe its arguments.
     let mut read_only: SmallVec<[bool; 8]> = SmallVec::new();
     let mut scalars: SmallVec<[u32; 8]> = SmallVec::new();
     let mut types: SmallVec<[ScalarType; 8]> = SmallVec::new();
+    let mut reads: SmallVec<[&Span<R>; 8]> = SmallVec::new();
+    let mut writes: SmallVec<[&Span<R>; 8]> = SmallVec::new();
     for arg in args {
         match arg {
-            KernelArg::Buffer(_, access) => read_only.push(*access == Access::Read),
+            KernelArg::Buffer(span, access) => {
+                read_only.push(*access == Access::Read);
+                if *access == Access::Read {
+                    reads.push(span);
+                } else {
+                    writes.push(span);
+                }
+            }
             KernelArg::Scalar(scalar) => {
                 scalars.push(scalar.bits());
                 types.push(ScalarType::of(*scalar));
@@ -235,6 +261,7 @@ fn prepare_custom<R>(gpu: &Gpu, kernel: &Arc<CustomKernel>, grid: &Grid, args: &
         checked: Some(&types),
         immediate_bytes,
         block: Some(grid.block),
+        widened: one_buffer_both_ways(&reads, &writes),
     };
     let pipeline =
         gpu.pipelines.get_custom(&gpu.device, kernel, &source.code, &source.entry, signature).map_err(|error| {

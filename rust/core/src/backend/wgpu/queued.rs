@@ -45,8 +45,12 @@ pub(crate) struct QueuedOp {
 /// What a lane holds between admission and submission, in lane order.
 pub(crate) enum Queued {
     Op(Box<QueuedOp>),
-    /// Recorded already (an external write, a timestamp).
-    Commands(wgpu::CommandBuffer),
+    /// Recorded already (an external write, a timestamp), with the buffers
+    /// it holds until it is submitted.
+    Commands {
+        commands: wgpu::CommandBuffer,
+        _buffers: Vec<Held>,
+    },
 }
 
 impl QueuedOp {
@@ -113,7 +117,9 @@ pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queu
         for queued in run {
             match queued {
                 Queued::Op(op) => ops.push((origin, *op)),
-                Queued::Commands(commands) => {
+                // Its buffers' slots may go now: whatever takes them next is
+                // submitted after this, under the same lanes lock.
+                Queued::Commands { commands, .. } => {
                     record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
                     recorded.push(commands);
                 }

@@ -1,6 +1,6 @@
 //! Raw access for external writes on the wgpu backend.
 
-use super::memory::WgpuMemory;
+use super::memory::{Held, WgpuMemory};
 
 /// What an [`external_write`](crate::Stream::external_write) closure gets on
 /// the wgpu backend.
@@ -20,11 +20,26 @@ use super::memory::WgpuMemory;
 /// They must not call into Weir and should not block; a panic in one is
 /// contained and stops nothing.
 pub struct WgpuRawAccess {
-    pub(crate) device: wgpu::Device,
-    pub(crate) queue: wgpu::Queue,
-    pub(crate) buffers: Vec<wgpu::Buffer>,
-    pub(crate) lens: Vec<u64>,
-    pub(crate) encoder: wgpu::CommandEncoder,
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    ranges: Vec<WgpuBufferRange>,
+    /// The allocations' slots, kept until the commands are submitted.
+    held: Vec<Held>,
+    encoder: wgpu::CommandEncoder,
+}
+
+/// Where one Weir buffer's bytes are: a range of a wgpu buffer. Small Weir
+/// buffers share one wgpu buffer, each in a range of its own, so work on one
+/// must stay inside `offset..offset + len` (with `len` rounded up to 4
+/// bytes: that padding is the buffer's own); bytes outside it belong to
+/// other buffers.
+#[derive(Debug, Clone)]
+pub struct WgpuBufferRange {
+    pub buffer: wgpu::Buffer,
+    /// The Weir buffer's first byte in `buffer`; a legal storage binding offset.
+    pub offset: u64,
+    /// The Weir buffer's size.
+    pub len: u64,
 }
 
 impl WgpuRawAccess {
@@ -34,8 +49,11 @@ impl WgpuRawAccess {
                 .create_command_encoder(&wgpu::CommandEncoderDescriptor { label: Some("weir external write") }),
             device: device.clone(),
             queue: queue.clone(),
-            buffers: memory.iter().map(|m| m.buffer.clone()).collect(),
-            lens: memory.iter().map(|m| m.len).collect(),
+            ranges: memory
+                .iter()
+                .map(|m| WgpuBufferRange { buffer: m.buffer.clone(), offset: m.offset(), len: m.len })
+                .collect(),
+            held: memory.iter().map(|m| Held::of(m)).collect(),
         }
     }
 
@@ -49,15 +67,9 @@ impl WgpuRawAccess {
         &self.queue
     }
 
-    /// The buffers, in the order given to `external_write`. Each wgpu buffer
-    /// may be up to 3 bytes longer than the Weir buffer (see [`WgpuRawAccess::buffer_len`]).
-    pub fn buffers(&self) -> &[wgpu::Buffer] {
-        &self.buffers
-    }
-
-    /// The Weir size of buffer `index`.
-    pub fn buffer_len(&self, index: usize) -> Option<u64> {
-        self.lens.get(index).copied()
+    /// Where the buffers are, in the order given to `external_write`.
+    pub fn buffers(&self) -> &[WgpuBufferRange] {
+        &self.ranges
     }
 
     /// Commands recorded here run in the stream, at the write's position.
@@ -65,7 +77,8 @@ impl WgpuRawAccess {
         &mut self.encoder
     }
 
-    pub(crate) fn finish(self) -> wgpu::CommandBuffer {
-        self.encoder.finish()
+    /// The commands recorded, and what they hold until they are submitted.
+    pub(crate) fn finish(self) -> (wgpu::CommandBuffer, Vec<Held>) {
+        (self.encoder.finish(), self.held)
     }
 }

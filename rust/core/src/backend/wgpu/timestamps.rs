@@ -108,8 +108,10 @@ pub(crate) fn enqueue(
     let (commands, staging) = recorded.map_err(|failure| failure.on_stream(number))?;
     let sink = HostSink::new(completion);
     let readback = Readback::new(staging, 0, size as usize, sink.clone());
-    shared.record(lane, Queued::Commands(commands), Some(readback)).map_err(|error| match error {
-        EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
+    shared.record(lane, Queued::Commands { commands, _buffers: Vec::new() }, Some(readback)).map_err(|error| {
+        match error {
+            EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
+        }
     })?;
     gpu.counters.live_events.fetch_add(1, Ordering::SeqCst);
     Ok(WgpuTimestamp { sink, ticks: Mutex::new(None), period: gpu.timestamp_period, counters: gpu.counters.clone() })
