@@ -50,11 +50,15 @@ fn run_scenario(runtime: &Runtime, producer: Producer) -> Vec<u32> {
     let (s, t, unrelated) = (&s, &t, &unrelated);
     std::thread::scope(|scope| {
         scope.spawn(move || {
-            let out = match producer {
-                // memset_zero must overwrite something that is not zero.
-                Producer::MemsetZero => s.upload(&vec![0xFFFF_FFFFu32; WORDS]).unwrap(),
-                _ => s.empty(ElementType::Bytes, (WORDS * 4) as u64).unwrap(),
+            // A first version, written before the hold, is what a broken
+            // scheduler shows: never the producer's result (memset_zero must
+            // overwrite something that is not zero). An empty buffer would
+            // not do: its memory may hold an earlier buffer's result.
+            let stale = match producer {
+                Producer::MemsetZero => 0xFFFF_FFFFu32,
+                _ => 0,
             };
+            let out = s.upload(&vec![stale; WORDS]).unwrap();
             // Recording admits nothing: only the replay below writes.
             let graph = s.record(|r| r.fill_u32(&out, 7)).unwrap();
             a_to_b.send(None).unwrap();

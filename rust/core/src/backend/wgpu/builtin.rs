@@ -272,7 +272,7 @@ pub(crate) fn record_elementwise(gpu: &Gpu, recorder: &mut Recorder, plan: &Elem
             .iter()
             .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
             .collect();
-        dispatch(gpu, recorder.pass(), &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
+        dispatch(gpu, recorder, &plan.pipeline, &bindings, Some((&plan.params, index)), window.groups);
     }
 }
 
@@ -329,7 +329,7 @@ pub(crate) fn record_patches(
     for &index in which {
         if let Some(patch) = plan.patches.get(index) {
             let binding = Binding { buffer, offset: base + patch.offset, size: patch.size };
-            dispatch(gpu, recorder.pass(), &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
+            dispatch(gpu, recorder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
         }
     }
 }

@@ -38,28 +38,51 @@ type Op = Command<Held>;
 pub(crate) struct Recorder {
     // Dropped before the encoder it locks.
     pass: Option<wgpu::ComputePass<'static>>,
+    /// What the open pass has bound: a dispatch of the same pipeline over the
+    /// same group (a kernel launched again and again) sets neither again.
+    bound: Option<(wgpu::ComputePipeline, wgpu::BindGroup)>,
     encoder: wgpu::CommandEncoder,
 }
 
 impl Recorder {
     pub fn new(device: &wgpu::Device) -> Recorder {
-        Recorder { pass: None, encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }) }
+        Recorder {
+            pass: None,
+            bound: None,
+            encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }),
+        }
     }
 
     /// The encoder, for commands outside a compute pass (ends the open one).
     pub fn encoder(&mut self) -> &mut wgpu::CommandEncoder {
         self.pass = None;
+        self.bound = None;
         &mut self.encoder
     }
 
-    /// The open compute pass (begun if none is).
-    pub fn pass(&mut self) -> &mut wgpu::ComputePass<'static> {
+    /// The open compute pass (begun if none is) with `pipeline` and `group`
+    /// (at group 0) bound.
+    pub fn pass_with(
+        &mut self,
+        pipeline: &wgpu::ComputePipeline,
+        group: &wgpu::BindGroup,
+    ) -> &mut wgpu::ComputePass<'static> {
         let encoder = &mut self.encoder;
-        self.pass.get_or_insert_with(|| {
+        let pass = self.pass.get_or_insert_with(|| {
             encoder
                 .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
                 .forget_lifetime()
-        })
+        });
+        match &self.bound {
+            Some((bound_pipeline, bound_group)) if bound_pipeline == pipeline && bound_group == group => {}
+            Some((bound_pipeline, _)) if bound_pipeline == pipeline => pass.set_bind_group(0, group, &[]),
+            _ => {
+                pass.set_pipeline(pipeline);
+                pass.set_bind_group(0, group, &[]);
+            }
+        }
+        self.bound = Some((pipeline.clone(), group.clone()));
+        pass
     }
 
     pub fn finish(mut self) -> wgpu::CommandBuffer {
@@ -215,7 +238,7 @@ pub(crate) fn record(gpu: &Gpu, recorder: &mut Recorder, command: &Op, plan: &Pl
                     KernelArg::Scalar(_) => None,
                 })
                 .collect();
-            dispatch(gpu, recorder.pass(), pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
+            dispatch(gpu, recorder, pipeline, &bindings, params.as_ref().map(|p| (p, 0)), grid.groups);
         }
         // `fits` rules these out; a delay is not device work.
         _ => {}

@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, Weak};
 use smallvec::SmallVec;
 
 use super::device::Gpu;
+use super::encode::Recorder;
 use super::interface::{self, Arguments, ScalarType};
 use super::scope::{scoped, Failure};
 use crate::kernel::CustomKernel;
@@ -432,11 +433,12 @@ pub(crate) struct Binding<'a> {
 }
 
 /// Records one dispatch of `pipeline` over `buffers` (and block `index` of
-/// `params`, if the pipeline takes scalars) into `pass`. A group binding
-/// only storage windows is reused from the device's cache ([`super::bind_groups`]).
+/// `params`, if the pipeline takes scalars) into the recorder's compute
+/// pass. A group binding only storage windows is reused from the device's
+/// cache ([`super::bind_groups`]).
 pub(crate) fn dispatch(
     gpu: &Gpu,
-    pass: &mut wgpu::ComputePass<'_>,
+    recorder: &mut Recorder,
     pipeline: &Pipeline,
     buffers: &[Binding<'_>],
     params: Option<(&Params, usize)>,
@@ -476,8 +478,7 @@ pub(crate) fn dispatch(
             gpu.bind_groups.get(&pipeline.layout, windows, || make(None))
         }
     };
-    pass.set_pipeline(&pipeline.pipeline);
-    pass.set_bind_group(0, &bind_group, &[]);
+    let pass = recorder.pass_with(&pipeline.pipeline, &bind_group);
     if let Some(bytes) = immediates {
         pass.set_immediates(0, bytes);
     }
