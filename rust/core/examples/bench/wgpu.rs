@@ -2,7 +2,9 @@
 //! adapter, in the same run:
 //! - fence round trip: one 4-byte `clear_buffer` submitted, then the future
 //!   resolved (raw: `on_submitted_work_done` woken from a background poll
-//!   thread that blocks in `poll(Wait)` only while a callback is pending);
+//!   thread that blocks in `poll(Wait)` only while a callback is pending),
+//!   with the CPU time per fence of both, and the floor: the same clear seen
+//!   done by polling without blocking on the submitting thread;
 //! - zero fill of 1 GiB: `memset_zero` vs raw `clear_buffer`, in GB/s;
 //! - fill kernel over 1 GiB: `fill_u32` vs a raw WGSL fill dispatch, in GB/s.
 //!
@@ -19,7 +21,8 @@
 //!   (resident set before and after; raw: as many finished command buffers
 //!   of the same dispatch held unsubmitted, what one command buffer costs).
 //!
-//! Runs alternate Weir and raw, so both see the same device state.
+//! Runs alternate Weir and raw, so both see the same device state (the
+//! live-buffer figures alternate per phase: each side's ops alone).
 //!
 //! One figure has no raw side: the admission time of tiny ops on one stream
 //! while another thread makes first-use compiles of new WGSL kernels, beside
@@ -38,7 +41,7 @@ use futures::executor::block_on;
 use weir_core::backend::wgpu::wgpu;
 use weir_core::{Arg, BackendKind, Buffer, ElementType, Grid, Kernel, Runtime, Stream};
 
-use crate::report::{median, micros, Figure, Report};
+use crate::report::{cpu_time, median, micros, Figure, Report};
 
 const GIB: u64 = 1 << 30;
 
@@ -120,6 +123,18 @@ impl Raw {
             let _ = poll_device.poll(wgpu::PollType::wait_indefinitely());
         });
         Raw { device, queue, pending, thread: Some(thread) }
+    }
+
+    /// Submits `commands` and polls the device on this thread, without
+    /// blocking, until they are done: the soonest any waiter can see it.
+    fn submit_and_spin(&self, commands: wgpu::CommandBuffer) {
+        let done = Arc::new(AtomicBool::new(false));
+        self.queue.submit(Some(commands));
+        let fired = done.clone();
+        self.queue.on_submitted_work_done(move || fired.store(true, Ordering::Release));
+        while !done.load(Ordering::Acquire) {
+            let _ = self.device.poll(wgpu::PollType::Poll);
+        }
     }
 
     /// Submits `commands` and resolves once they are done, like a fence.
@@ -261,22 +276,32 @@ fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: u
     let stream = runtime.default_stream();
     let tiny = stream.zeros(ElementType::Bytes, 4).expect("zeros");
     let raw_tiny = raw.buffer(4);
-    let (mut weir, mut baseline) = (Vec::new(), Vec::new());
+    let (mut weir, mut baseline, mut floor) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut weir_cpu, mut raw_cpu) = (Duration::ZERO, Duration::ZERO);
+    let clear = || {
+        let mut encoder = raw.encoder();
+        encoder.clear_buffer(&raw_tiny, 0, None);
+        encoder.finish()
+    };
     for round in 0..rounds + rounds / 10 {
+        let cpu = cpu_time();
         let w = timed(|| {
             stream.memset_zero(&tiny).expect("memset");
             sync(&stream);
         });
-        let b = timed(|| {
-            let mut encoder = raw.encoder();
-            encoder.clear_buffer(&raw_tiny, 0, None);
-            raw.submit_and_wait(Some(encoder.finish()));
-        });
+        let between = cpu_time();
+        let b = timed(|| raw.submit_and_wait(Some(clear())));
+        let after = cpu_time();
+        let f = timed(|| raw.submit_and_spin(clear()));
         if round >= rounds / 10 {
             weir.push(w);
             baseline.push(b);
+            floor.push(f);
+            weir_cpu += between - cpu;
+            raw_cpu += after - between;
         }
     }
+    let per = |cpu: Duration| micros(cpu) / rounds as f64;
     report.add(Figure::beside(
         "wgpu",
         "fence round trip (4-byte clear, then future resolved)",
@@ -284,8 +309,22 @@ fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: u
         micros(median(&mut weir)),
         micros(median(&mut baseline)),
         false,
-        "median; raw = submit + on_submitted_work_done + background poll thread",
+        &format!(
+            "median; raw = submit + on_submitted_work_done + background poll thread blocking in poll(Wait); \
+             CPU per fence, all threads: weir {:.1} us, raw {:.1} us",
+            per(weir_cpu),
+            per(raw_cpu)
+        ),
     ));
+    report.add(Figure {
+        backend: "wgpu".into(),
+        name: "4-byte clear seen done, same-thread poll spin".into(),
+        unit: "us",
+        weir: micros(median(&mut floor)),
+        baseline: None,
+        higher_is_better: false,
+        note: "raw only, median: the floor under every fence figure".into(),
+    });
     // Weir needs no submission for a fence on an idle stream; raw still submits.
     let (mut weir, mut baseline) = (Vec::new(), Vec::new());
     for _ in 0..rounds {
@@ -663,19 +702,25 @@ fn admission_with_live_buffers(report: &mut Report, runtime: &Runtime, raw: &Raw
             raw_alive.push(raw.buffer(4));
         }
         let (mut weir, mut baseline, mut in_passes) = (Vec::new(), Vec::new(), Vec::new());
+        // Each side alone, one after another with the same buffers alive: the
+        // raw loops' submissions, and wgpu-core's clean-up of them, would
+        // otherwise land inside the other side's timed ops.
         for op in 0..ops {
             weir.push(timed(|| {
                 stream.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&counter), Arg::u32(1)]).expect("op")
             }));
-            baseline.push(timed(|| raw_launches.launch(raw, 1)));
             if op % RAW_BATCH == RAW_BATCH - 1 {
                 sync(&stream);
-                raw_launches.finish(raw);
             }
         }
         sync(&stream);
+        for op in 0..ops {
+            baseline.push(timed(|| raw_launches.launch(raw, 1)));
+            if op % RAW_BATCH == RAW_BATCH - 1 {
+                raw_launches.finish(raw);
+            }
+        }
         raw_launches.finish(raw);
-        // Alone: its submissions would land inside the others' timed ops.
         for op in 0..ops {
             in_passes.push(timed(|| pass_launches.launch(raw, 1)));
             if op % RAW_BATCH == RAW_BATCH - 1 {
