@@ -676,21 +676,12 @@ fn a_missing_entry_point_is_refused_naming_the_ones_there() {
     runtime.close().unwrap();
 }
 
-/// out = a + b, element by element.
-const ADD_TWO: &str = "
-@group(0) @binding(0) var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;
-@compute @workgroup_size(4)
-fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = a[id.x] + b[id.x]; }
-";
-
 #[test]
 fn small_buffers_share_a_wgpu_buffer_and_keep_to_their_own_bytes() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
     let (x, y, z) =
-        (s.upload(&[1.0f32; 4]).unwrap(), s.upload(&[2.0f32; 4]).unwrap(), s.zeros(ElementType::F32, 4).unwrap());
+        (s.upload(&[1u32; 4]).unwrap(), s.upload(&[2u32; 4]).unwrap(), s.zeros(ElementType::U32, 4).unwrap());
     let mut ranges = Vec::new();
     s.external_write(&[&x, &y, &z], |raw| {
         let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
@@ -705,15 +696,18 @@ fn small_buffers_share_a_wgpu_buffer_and_keep_to_their_own_bytes() {
     // A kernel reading two of them and writing the third binds one wgpu
     // buffer read-only and writable at once, which wgpu refuses unless the
     // launch binds it writable throughout.
-    let add = Kernel::custom("add_two").wgsl(ADD_TWO, "main").build();
+    let add = Kernel::custom("three_buffers").wgsl(THREE_BUFFERS, "main").build();
     s.execute(&add, Grid::linear(4, 4), &[Arg::read(&x), Arg::read(&y), Arg::write(&z)]).unwrap();
-    assert_eq!(s.read_as::<f32>(&z).unwrap(), vec![3.0; 4]);
-    s.add(&z, &x, &y).unwrap();
-    assert_eq!(s.read_as::<f32>(&y).unwrap(), vec![4.0; 4]);
+    assert_eq!(s.read_as::<u32>(&z).unwrap(), vec![3; 4]);
+    // A built-in the same way.
+    let (a, b, sum) =
+        (s.upload(&[1.0f32; 4]).unwrap(), s.upload(&[2.0f32; 4]).unwrap(), s.zeros(ElementType::F32, 4).unwrap());
+    s.add(&a, &b, &sum).unwrap();
+    assert_eq!(s.read_as::<f32>(&sum).unwrap(), vec![3.0; 4]);
     // A copy between two of them goes through a scratch buffer (wgpu copies between two buffers only).
-    s.copy(&y, &x).unwrap();
-    assert_eq!(s.read_as::<f32>(&x).unwrap(), vec![4.0; 4]);
-    assert_eq!(s.read_as::<f32>(&z).unwrap(), vec![3.0; 4], "the neighbours are untouched");
+    s.copy(&z, &x).unwrap();
+    assert_eq!(s.read_as::<u32>(&x).unwrap(), vec![3; 4]);
+    assert_eq!(s.read_as::<u32>(&y).unwrap(), vec![2; 4], "the neighbours are untouched");
     runtime.close().unwrap();
 }
 
@@ -775,8 +769,8 @@ fn a_binding_declared_with_another_access_than_its_argument_is_refused() {
     let Some(runtime) = open() else { return };
     let s = runtime.default_stream();
     let (a, b, out) =
-        (s.upload(&[1.0f32; 4]).unwrap(), s.upload(&[2.0f32; 4]).unwrap(), s.zeros(ElementType::F32, 4).unwrap());
-    let kernel = Kernel::custom("add_two").wgsl(ADD_TWO, "main").build();
+        (s.upload(&[1u32; 4]).unwrap(), s.upload(&[2u32; 4]).unwrap(), s.zeros(ElementType::U32, 4).unwrap());
+    let kernel = Kernel::custom("three_buffers").wgsl(THREE_BUFFERS, "main").build();
     refused_at_first_launch(
         &runtime,
         &kernel,
@@ -790,6 +784,6 @@ fn a_binding_declared_with_another_access_than_its_argument_is_refused() {
         &["`a` at @group(0) @binding(0) is declared read-only", "passed writable"],
     );
     s.execute(&kernel, Grid::linear(4, 4), &[Arg::read(&a), Arg::read(&b), Arg::write(&out)]).unwrap();
-    assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![3.0; 4]);
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![3; 4]);
     runtime.close().unwrap();
 }

@@ -136,7 +136,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// How long a stream's waiter (and the wake thread, for a fence) spins
     /// on an event before giving up on seeing it reached at once.
     fn spin_budget(&self) -> std::time::Duration {
-        super::stream::spin_budget()
+        crate::backend::spin::spin_budget()
     }
 
     fn stream_create(&self) -> Result<Self::Stream>;

@@ -58,19 +58,6 @@ impl Wake {
     }
 }
 
-/// How long a waiter spins on an event before it blocks, unless
-/// `WEIR_GPU_SPIN_US` says otherwise (0: never spin).
-const SPIN_BUDGET: Duration = Duration::from_micros(200);
-
-/// Read when a stream's waiter starts, so a benchmark can compare both
-/// (what [`Driver::spin_budget`] answers unless a driver says otherwise).
-pub(crate) fn spin_budget() -> Duration {
-    std::env::var("WEIR_GPU_SPIN_US")
-        .ok()
-        .and_then(|micros| micros.parse().ok())
-        .map_or(SPIN_BUDGET, Duration::from_micros)
-}
-
 /// A waiter's choice between spinning on an event and blocking on it.
 ///
 /// A blocking-sync event wakes its thread some 20 us after the device got

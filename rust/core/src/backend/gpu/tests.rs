@@ -256,7 +256,7 @@ impl Driver for Fake {
     }
 
     fn spin_budget(&self) -> Duration {
-        lock(&self.0.spin_budget).unwrap_or_else(super::stream::spin_budget)
+        lock(&self.0.spin_budget).unwrap_or_else(crate::backend::spin::spin_budget)
     }
 
     unsafe fn event_destroy(&self, _event: u64) {
