@@ -94,7 +94,7 @@ impl Drop for Slot {
     }
 }
 
-/// Where an allocation lives: its slab (or its own buffer) and its first byte there.
+/// Where a small allocation lives: its slab, and its first byte there.
 pub(crate) struct Placed {
     pub buffer: wgpu::Buffer,
     pub base: u64,
