@@ -251,6 +251,9 @@ fn millis(time: Duration) -> f64 {
     time.as_secs_f64() * 1e3
 }
 
+/// Runs of the pipelined and of the one-stream version; the best of each counts.
+const RUNS: usize = 3;
+
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let options = options()?;
     let runtime = Runtime::open(options.backend)?;
@@ -303,10 +306,20 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (upload, compute, download) = (runtime.new_stream()?, runtime.new_stream()?, runtime.new_stream()?);
     let together = pipeline.copies_together(&upload, &download)?;
     println!("uploads and downloads at once on two streams: {:.2} GB/s each way", gbps(bytes, together));
-    let waits_before = runtime.diagnostics().inserted_waits;
-    let (pipelined, timeline) = pipeline.run(&upload, &compute, &download)?;
-    let waits = runtime.diagnostics().inserted_waits - waits_before;
-    let (one_stream, _) = pipeline.run(&s, &s, &s)?;
+    // Best of a few runs of each, taken in turn, so that one slow moment of
+    // a shared machine lands on neither side alone; the timeline printed is
+    // the best pipelined run's.
+    let (mut pipelined, mut timeline, mut one_stream) = (Duration::MAX, Vec::new(), Duration::MAX);
+    let mut waits = 0;
+    for _ in 0..RUNS {
+        let waits_before = runtime.diagnostics().inserted_waits;
+        let (took, ends) = pipeline.run(&upload, &compute, &download)?;
+        waits = runtime.diagnostics().inserted_waits - waits_before;
+        if took < pipelined {
+            (pipelined, timeline) = (took, ends);
+        }
+        one_stream = one_stream.min(pipeline.run(&s, &s, &s)?.0);
+    }
 
     println!(
         "timeline of the pipelined run (ms from its start; a stage starts once its input and its stream are free):"
@@ -342,7 +355,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{{\"backend\":\"{backend}\",\"demo\":\"{name}\",\"value\":{value:.3},\"target\":{target}}}");
     }
     println!(
-        "pipelined {:.2} GB/s ({:.2}x the slowest stage alone, {:.2}x one stream); {} cross-stream waits inserted for {} chunks",
+        "pipelined {:.2} GB/s ({:.2}x the slowest stage alone, {:.2}x one stream; best of {RUNS} runs each); {} cross-stream waits inserted for {} chunks in a run",
         gbps(bytes, pipelined),
         slowest.as_secs_f64() / pipelined.as_secs_f64(),
         one_stream.as_secs_f64() / pipelined.as_secs_f64(),

@@ -97,10 +97,16 @@ pub fn micros(duration: Duration) -> f64 {
 /// scheduler's per-thread run time, in nanoseconds); zero elsewhere.
 pub fn cpu_time() -> Duration {
     let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Duration::ZERO };
-    let nanos: u64 = tasks
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("schedstat")).ok())
-        .filter_map(|stat| stat.split_whitespace().next()?.parse::<u64>().ok())
-        .sum();
+    let nanos: u64 = tasks.flatten().filter_map(|task| run_time(&task.path().join("schedstat"))).sum();
     Duration::from_nanos(nanos)
+}
+
+/// CPU time used so far by the calling thread; zero off Linux.
+pub fn thread_cpu_time() -> Duration {
+    Duration::from_nanos(run_time(std::path::Path::new("/proc/thread-self/schedstat")).unwrap_or(0))
+}
+
+/// The run time, in nanoseconds, in a task's `schedstat`.
+fn run_time(schedstat: &std::path::Path) -> Option<u64> {
+    std::fs::read_to_string(schedstat).ok()?.split_whitespace().next()?.parse().ok()
 }
