@@ -186,9 +186,10 @@ impl Builtins {
 
 /// A built-in pipeline; a built-in that does not compile is a bug of ours,
 /// reported as the backend's error.
-fn builtin(gpu: &Gpu, source: &str, read_only: &[bool]) -> Result<Arc<Pipeline>, Error> {
+/// `widened`: every binding writable (see [`Signature::widened`]).
+fn builtin(gpu: &Gpu, source: &str, read_only: &[bool], widened: bool) -> Result<Arc<Pipeline>, Error> {
     let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
-    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None, widened: false };
+    let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None, widened };
     gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
         CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
         CompileError::NoThread(message) => Error::backend(BACKEND, message),
@@ -244,14 +245,8 @@ pub(crate) fn plan_elementwise(
     shared: bool,
 ) -> Result<ElementwisePlan, Error> {
     let shape = gpu.shape;
-    let pipeline = gpu.builtins.get((Some(op), shared), || {
-        if shared {
-            let source = op.source(immediate(gpu)).replace("var<storage, read>", "var<storage, read_write>");
-            builtin(gpu, &source, &[false; 3][..op.read_only().len()])
-        } else {
-            builtin(gpu, &op.source(immediate(gpu)), op.read_only())
-        }
-    })?;
+    let pipeline =
+        gpu.builtins.get((Some(op), shared), || builtin(gpu, &op.source(immediate(gpu)), op.read_only(), shared))?;
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {
@@ -304,7 +299,7 @@ pub(crate) type MaskedWord = (u64, u32, u32);
 /// Plans masked writes of `words`.
 pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
     let align = gpu.shape.align;
-    let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false]))?;
+    let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false], false))?;
     let (mut patches, mut blocks) = (Vec::new(), Vec::new());
     for &(word, keep, bits) in words {
         let byte = word * 4;

@@ -253,10 +253,10 @@ pub(crate) fn block_constants(
     Ok(constants)
 }
 
-/// Makes every storage buffer of a module that passed [`check`] writable,
-/// for a launch that may bind a read-only and a writable argument in one
-/// wgpu buffer (see `super::slabs`): the kernel's code is unchanged, and
-/// [`check`] already held each binding to its argument's access.
+/// Makes every storage buffer of a module writable, for a launch that may
+/// bind a read-only and a writable argument in one wgpu buffer (see
+/// `super::slabs`): the kernel's code is unchanged, and a custom kernel's
+/// bindings were held to its arguments' accesses by [`check`].
 pub(crate) fn storage_writable(module: &mut naga::Module) {
     for (_, global) in module.global_variables.iter_mut() {
         if let naga::AddressSpace::Storage { access } = &mut global.space {

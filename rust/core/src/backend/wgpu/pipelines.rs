@@ -49,7 +49,7 @@ struct Key {
     /// A custom kernel's block (the grid's): its `@workgroup_size` is this,
     /// as written or through `override` constants. `None` for built-ins.
     block: Option<[u32; 3]>,
-    /// A custom kernel compiled with every storage binding writable (see [`Signature::widened`]).
+    /// Compiled with every storage binding writable (see [`Signature::widened`]).
     widened: bool,
 }
 
@@ -84,11 +84,10 @@ pub(crate) struct Signature<'a> {
     pub immediate_bytes: u32,
     /// A custom kernel's block size, from its grid. `None` for built-ins.
     pub block: Option<[u32; 3]>,
-    /// A custom kernel whose launch may bind a read-only and a writable
-    /// argument in one wgpu buffer, which wgpu refuses: compiled with every
-    /// storage binding writable, read-only ones too (their accesses are
-    /// checked against the arguments' first). Built-ins make their own
-    /// writable variant.
+    /// A kernel whose launch may bind a read-only and a writable argument
+    /// in one wgpu buffer, which wgpu refuses: compiled with every storage
+    /// binding writable, read-only ones too (a custom kernel's accesses are
+    /// checked against its arguments' first).
     pub widened: bool,
 }
 
@@ -271,9 +270,7 @@ fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
 /// source as written is compiled for the message: it names lines and
 /// columns, which a parsed module cannot.
 fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
-    let Some(scalars) = &key.checked else {
-        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[]).map_err(|f| f.message());
-    };
+    let Some(scalars) = &key.checked else { return compile_builtin(device, key) };
     let as_written = Key { immediate_bytes: 0, widened: false, ..key.clone() };
     let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(&key.code) else {
         return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[])
@@ -297,6 +294,17 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
         build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
             .map_err(|f| f.message())
     })
+}
+
+/// Compiles a built-in. A widened one is made writable as a custom kernel
+/// is, in its parsed module: one rewrite for every kernel.
+fn compile_builtin(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
+    if !key.widened {
+        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[]).map_err(|f| f.message());
+    }
+    let mut module = wgpu::naga::front::wgsl::parse_str(&key.code).map_err(|error| error.emit_to_string(&key.code))?;
+    interface::storage_writable(&mut module);
+    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &[]).map_err(|f| f.message())
 }
 
 fn build(
