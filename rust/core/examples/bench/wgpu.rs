@@ -137,13 +137,8 @@ impl Raw {
         }
     }
 
-    /// Submits `commands` and resolves once they are done, like a fence.
-    fn submit_and_wait(&self, commands: Option<wgpu::CommandBuffer>) {
-        self.submit_all_and_wait(commands.into_iter().collect());
-    }
-
-    /// Submits `commands` at once and waits until the device finished them.
-    fn submit_all_and_wait(&self, commands: Vec<wgpu::CommandBuffer>) {
+    /// Submits `commands` at once and resolves once they are done, like a fence.
+    fn submit_and_wait(&self, commands: impl IntoIterator<Item = wgpu::CommandBuffer>) {
         let signal = Arc::new(Signal::default());
         self.queue.submit(commands);
         let (fired, pending) = (signal.clone(), self.pending.clone());
@@ -354,7 +349,10 @@ fn gbps(bytes: u64, time: Duration) -> f64 {
 /// A bandwidth figure: the best round of each side (what the device sustains,
 /// as the CUDA figures report it), with both medians in the note, since one
 /// 1 GiB op is short enough for host noise to move a median by several percent.
-fn bandwidth(bytes: u64, name: &str, rounds: &str, weir: &mut [Duration], raw: &mut [Duration]) -> Figure {
+///
+/// Each round moved `bytes` `per_round` times.
+fn bandwidth(bytes: u64, per_round: usize, name: &str, weir: &mut [Duration], raw: &mut [Duration]) -> Figure {
+    let bytes = bytes * per_round as u64;
     let (weir_median, raw_median) = (gbps(bytes, median(weir)), gbps(bytes, median(raw)));
     let best = |samples: &[Duration]| samples.iter().min().copied().unwrap_or_default();
     Figure::beside(
@@ -365,7 +363,7 @@ fn bandwidth(bytes: u64, name: &str, rounds: &str, weir: &mut [Duration], raw: &
         gbps(bytes, best(raw)),
         true,
         &format!(
-            "best of {} rounds ({rounds}), submit to fence resolved; medians {weir_median:.0} vs {raw_median:.0} GB/s ({:.3})",
+            "best of {} rounds ({per_round} per round), submit to fence resolved; medians {weir_median:.0} vs {raw_median:.0} GB/s ({:.3})",
             weir.len(),
             weir_median / raw_median
         ),
@@ -386,7 +384,7 @@ fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: 
     stream.memset_zero(&buffer).expect("memset");
     stream.fill_u32(&buffer, 7).expect("fill");
     sync(&stream);
-    raw.submit_all_and_wait(vec![raw_fill.record(raw)]);
+    raw.submit_and_wait(Some(raw_fill.record(raw)));
     let (mut zero_w, mut zero_b, mut fill_w, mut fill_b) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for round in 0..rounds {
         zero_w.push(timed(|| {
@@ -401,7 +399,7 @@ fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: 
                 encoder.clear_buffer(&raw_buffer, 0, None);
                 encoder.finish()
             });
-            raw.submit_all_and_wait(clears.collect());
+            raw.submit_and_wait(clears);
         }));
         fill_w.push(timed(|| {
             for _ in 0..per_round {
@@ -409,24 +407,22 @@ fn fills(report: &mut Report, runtime: &Runtime, raw: &Raw, bytes: u64, rounds: 
             }
             sync(&stream);
         }));
-        fill_b.push(timed(|| raw.submit_all_and_wait((0..per_round).map(|_| raw_fill.record(raw)).collect())));
+        fill_b.push(timed(|| raw.submit_and_wait((0..per_round).map(|_| raw_fill.record(raw)))));
     }
     let check = stream.enqueue_read_at(&buffer, bytes - 4, 4).expect("read").wait().expect("read");
     assert_eq!(check, ((rounds - 1) as u32).to_le_bytes(), "the fill kernel did not write the last word");
     let size = format!("{} MiB", bytes >> 20);
-    let moved = bytes * per_round as u64;
-    let rounds = format!("{per_round} per round");
     report.add(bandwidth(
-        moved,
+        bytes,
+        per_round,
         &format!("zero fill {size} (memset_zero vs clear_buffer)"),
-        &rounds,
         &mut zero_w,
         &mut zero_b,
     ));
     report.add(bandwidth(
-        moved,
+        bytes,
+        per_round,
         &format!("fill kernel {size} (fill_u32 vs raw dispatch)"),
-        &rounds,
         &mut fill_w,
         &mut fill_b,
     ));
