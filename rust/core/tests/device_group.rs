@@ -159,6 +159,25 @@ fn bad_peer_copies(group: &DeviceGroup) {
     s.fill_u32(&broken, 5).unwrap();
     t.copy_from_peer(&broken, &big).unwrap();
     assert_eq!(t.read_as::<u32>(&big).unwrap(), vec![5; 4], "a healthy version heals the copy");
+    // Known only as it runs (CPU kernels fail as they run): the source comes
+    // from a kernel that fails behind a gate, after the copy was admitted.
+    if a.info().backend == BackendKind::Cpu {
+        let failing = Kernel::custom("fails_as_it_runs").cpu(|_| Err("the kernel gave up".to_owned())).build();
+        let held = hold(&s);
+        s.execute(&failing, Grid::linear(16, 16), &[Arg::write(&broken)]).unwrap();
+        t.copy_from_peer(&broken, &big).unwrap();
+        let read = t.enqueue_read(&big).unwrap();
+        drop(held);
+        match read.wait() {
+            Err(Error::OpFailed { message, .. }) => assert!(message.contains("the kernel gave up"), "{message}"),
+            other => panic!("a copy of a version that failed as it ran must fail its readers, got {other:?}"),
+        }
+        assert!(block_on(s.sync()).is_err(), "device 0's fence reports the kernel");
+        assert!(block_on(t.sync()).is_err(), "device 1's fence reports the copy");
+        s.fill_u32(&broken, 6).unwrap();
+        t.copy_from_peer(&broken, &big).unwrap();
+        assert_eq!(t.read_as::<u32>(&big).unwrap(), vec![6; 4], "a healthy version heals the copy");
+    }
     // From inside an external write on device 0, a copy would wait for that write.
     let mut inside = None;
     s.external_write(&[&small], |_| {

@@ -114,8 +114,9 @@ impl<B: Backend> Scheduler<B> {
                 self.inserted_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             }
         }
-        let failed = theirs.entry(src)?.history.outcome().and_then(|outcome| outcome.failure().cloned());
-        if let Some(cause) = failed {
+        // The source version's op may still fail as it runs: the copy then fails with it.
+        let source = theirs.entry(src)?.history.outcome().cloned();
+        if let Some(cause) = source.as_ref().and_then(|outcome| outcome.failure().cloned()) {
             let error = Error::dependency_failed(stream as u32, &cause);
             return Err(self.publish_failed(mine, stream, &[(dst, Access::Write)], None, error));
         }
@@ -123,7 +124,7 @@ impl<B: Backend> Scheduler<B> {
         let dst_memory = mine.entry(dst)?.memory.clone();
         let command = Command::Copy { src: whole(&*src_memory, len), dst: whole(&*dst_memory, len) };
         let outcome = (B::FAILS_AS_IT_RUNS).then(|| Arc::new(crate::backend::OpOutcome::default()));
-        let io = OpIo { inputs: Default::default(), outcome: outcome.clone() };
+        let io = OpIo { inputs: source.into_iter().collect(), outcome: outcome.clone() };
         // SAFETY: both memories stay alive in their runtimes' entries until
         // released, which frees them only after a signal on every stream in
         // their histories: T for dst, and for src the link stream, which
