@@ -12,8 +12,9 @@
 //!
 //! What a backend guarantees to the scheduler:
 //! - `prepare` does everything slow, before the boundary; `enqueue`,
-//!   `record_event`, `wait_event` and `signal` only make ordered driver calls
-//!   and never wait for the device;
+//!   `record_event`, `wait_event` and `signal` only make (or queue, in
+//!   order, for a thread of the backend's) ordered driver calls and never
+//!   wait for the device;
 //! - `enqueue` says what happened: done, rejected (bad input, the stream is
 //!   untouched) or failed (see [`EnqueueError`]), never by an error's variant;
 //! - a [`Completion`] handed to `signal` is completed exactly once, from the
@@ -516,10 +517,6 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn info(&self) -> DeviceInfo;
     /// The language custom kernels are given in for this backend.
     fn kernel_language(&self) -> KernelLanguage;
-    /// False for a backend whose ops fail only in [`Backend::enqueue`] (or
-    /// lose the device): the scheduler then hands it no [`OpIo`] and makes
-    /// an op's outcome only when the op fails.
-    const FAILS_AS_IT_RUNS: bool = true;
     /// True when one instance's stream can copy from another instance's
     /// memory and wait for its events (the devices of a group): host memory
     /// on the CPU, device pointers and events across contexts on CUDA.
@@ -571,10 +568,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// this call has completed. `prepared` came from [`Backend::prepare`] on
     /// this backend for this command.
     ///
-    /// A backend whose ops can fail as they run checks `io`: an op whose input
-    /// failed does not run, and a failure sets `io.outcome` and counts for the
-    /// stream's next fence. A backend whose ops fail only here, at enqueue
-    /// (GPU launches), may ignore it.
+    /// Ops may fail as they run (a CPU kernel, a GPU driver call made on the
+    /// issuing thread), so the backend checks `io` when the op runs: an op
+    /// whose input failed does not run, and a failure sets `io.outcome` and
+    /// counts for the stream's next fence.
     unsafe fn enqueue(
         &self,
         stream: &Self::Stream,

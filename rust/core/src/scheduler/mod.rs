@@ -486,9 +486,6 @@ impl<B: Backend> Scheduler<B> {
     /// What `command` reads and publishes: the outcomes of the versions it
     /// reads (a partial write reads what it leaves in place), and a cell for
     /// its own outcome if it writes.
-    ///
-    /// For a backend whose ops fail only at enqueue, the inputs' outcomes are
-    /// only checked (the first failure comes back) and the op gets no cell.
     fn op_io(state: &State<B>, spans: &[(Span<BufferKey>, Access)], stream: usize) -> Result<(OpIo, Option<Error>)> {
         let mut io = OpIo::default();
         let mut writes = false;
@@ -502,13 +499,13 @@ impl<B: Backend> Scheduler<B> {
                     if failed.is_none() {
                         failed = outcome.failure().map(|cause| Error::dependency_failed(stream as u32, cause));
                     }
-                    if B::FAILS_AS_IT_RUNS && !io.inputs.iter().any(|known| Arc::ptr_eq(known, outcome)) {
+                    if !io.inputs.iter().any(|known| Arc::ptr_eq(known, outcome)) {
                         io.inputs.push(outcome.clone());
                     }
                 }
             }
         }
-        io.outcome = (writes && (B::FAILS_AS_IT_RUNS || failed.is_some())).then(|| Arc::new(OpOutcome::default()));
+        io.outcome = writes.then(|| Arc::new(OpOutcome::default()));
         Ok((io, failed))
     }
 
@@ -646,7 +643,7 @@ impl<B: Backend> Scheduler<B> {
         outcome: Option<Arc<OpOutcome>>,
         error: Error,
     ) -> Error {
-        // A backend that fails ops only at enqueue gave the op no cell yet.
+        // An op refused before `op_io` (a busy or failed input) has no cell yet.
         let writes = accesses.iter().any(|(_, access)| access.writes());
         let outcome = outcome.or_else(|| writes.then(|| Arc::new(OpOutcome::default())));
         if let Some(outcome) = &outcome {

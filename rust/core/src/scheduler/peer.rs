@@ -123,7 +123,7 @@ impl<B: Backend> Scheduler<B> {
         let src_memory = theirs.entry(src)?.memory.clone();
         let dst_memory = mine.entry(dst)?.memory.clone();
         let command = Command::Copy { src: whole(&*src_memory, len), dst: whole(&*dst_memory, len) };
-        let outcome = (B::FAILS_AS_IT_RUNS).then(|| Arc::new(crate::backend::OpOutcome::default()));
+        let outcome = Some(Arc::new(crate::backend::OpOutcome::default()));
         let io = OpIo { inputs: source.into_iter().collect(), outcome: outcome.clone() };
         // SAFETY: both memories stay alive in their runtimes' entries until
         // released, which frees them only after a signal on every stream in

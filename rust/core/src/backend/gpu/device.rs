@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
 use super::driver::{Driver, EventUse, Handle};
+use super::issue::Issuer;
 use super::kernels::Kernels;
 use crate::backend::Counters;
 use crate::device::DeviceInfo;
@@ -193,6 +194,8 @@ pub(crate) struct Device<D: Driver> {
     all_staging: Mutex<Vec<Staging>>,
     /// `None` where the driver's free returns at once (or no thread could start).
     reclaimer: Option<Reclaimer>,
+    /// Makes the stream-ordered driver calls of admitted ops, in order.
+    pub issuer: Issuer<D>,
     pub driver: Arc<D>,
 }
 
@@ -212,6 +215,7 @@ impl<D: Driver> Device<D> {
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
             reclaimer,
+            issuer: Issuer::new(),
             driver,
         })
     }

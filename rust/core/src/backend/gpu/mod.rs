@@ -7,7 +7,9 @@
 //!   part of a command before the scheduler's ordering boundary (compiling and
 //!   loading custom kernels, staging upload bytes in page-locked memory,
 //!   building launch parameters), and `enqueue` only checks the buffers'
-//!   ranges, writes their addresses and makes the ordered driver calls;
+//!   ranges, writes their addresses and queues the driver calls for the
+//!   device's issuing thread (see [`issue`]), which makes them in admission
+//!   order;
 //! - owners for streams, events and allocations, each releasing its handle
 //!   exactly once in `Drop`, with live counts;
 //! - the completion path: a host callback or a per-stream waiter thread
@@ -23,6 +25,7 @@
 
 mod device;
 mod driver;
+mod issue;
 mod kernels;
 mod owners;
 mod rtc;
@@ -36,8 +39,8 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use crate::backend::{
-    Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, HostSink, KernelArg, OpIo,
-    RawAccess, SignalKind, Span,
+    Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, KernelArg, OpIo, RawAccess,
+    SignalKind, Span,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
@@ -56,11 +59,13 @@ pub(crate) use driver::{
 use kernels::{Builtins, Entry, Function, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
 // public only with `test-support`); the backend itself indexes by `Entry`.
+use issue::{Issue, Job, QueuedEvent};
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
 pub use kernels::BUILTIN_ENTRIES;
 pub use kernels::BUILTIN_SOURCE;
 pub(crate) use owners::{GpuEvent, GpuMemory, GpuTimestamp};
 pub(crate) use rtc::{compile, rtc_calls, Rtc};
+use stream::StreamRef;
 pub(crate) use stream::{GpuStream, Wake};
 
 /// Threads per block of the built-in kernels.
@@ -116,6 +121,10 @@ impl Staged {
 struct InFlight<T: Abandon>(Option<T>);
 
 impl<T: Abandon> InFlight<T> {
+    fn new(memory: T) -> Self {
+        InFlight(Some(memory))
+    }
+
     fn release(mut self) -> Option<T> {
         self.0.take()
     }
@@ -157,6 +166,8 @@ fn rejected(message: &str) -> EnqueueError {
 
 impl<D: Driver> Drop for GpuBackend<D> {
     fn drop(&mut self) {
+        // Every queued driver call is made, then the thread lets the device go.
+        self.device.issuer.stop();
         let graphs: Vec<GraphExec> = lock(&self.graphs).drain().map(|(_, exec)| exec).collect();
         if !graphs.is_empty() && self.driver().bind().is_ok() {
             for exec in graphs {
@@ -199,7 +210,7 @@ impl<D: Driver> GpuBackend<D> {
         device.driver.bind()?;
         let builtins =
             Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry).map(|f| f.raw))?;
-        Ok(GpuBackend {
+        let backend = GpuBackend {
             device,
             builtins,
             by_kernel: Mutex::default(),
@@ -207,7 +218,11 @@ impl<D: Driver> GpuBackend<D> {
             capture_stream: Mutex::default(),
             wake,
             next_stream: AtomicU32::new(0),
-        })
+        };
+        // Last: a backend that fails to open stops no thread.
+        let linger = backend.driver().spin_budget();
+        backend.device.issuer.start(backend.device.clone(), linger)?;
+        Ok(backend)
     }
 
     fn driver(&self) -> &D {
@@ -325,12 +340,12 @@ impl<D: Driver> GpuBackend<D> {
         Ok(Prepared::Upload(Staged::Loan(loan), dst.len))
     }
 
-    fn launch<'m>(
-        &self,
-        stream: &GpuStream<D>,
+    /// The pointers of `launch` filled with the addresses of `buffers`, in
+    /// order; a rejection if they do not match what it was prepared for.
+    fn resolve_launch<'m>(
         mut launch: PreparedLaunch<D>,
         buffers: impl IntoIterator<Item = Span<&'m GpuMemory<D>>>,
-    ) -> Result<(), EnqueueError> {
+    ) -> Result<Issue<D>, EnqueueError> {
         let mut filled = 0;
         for span in buffers {
             let index = launch.pointers.get(filled).copied();
@@ -342,120 +357,45 @@ impl<D: Driver> GpuBackend<D> {
         if filled != launch.pointers.len() {
             return Err(rejected("a launch was prepared for another command"));
         }
-        let mut pointers = launch.params.pointers();
-        self.bind()?;
-        // SAFETY: `function` was loaded by this driver and lives as long as the
-        // device; the pointers point into `launch.params`, which outlives the
-        // call; every buffer address was range-checked above.
-        unsafe {
-            self.driver().launch(Launch {
-                function: launch.function,
-                grid: &launch.grid,
-                stream: stream.raw,
-                params: &mut pointers,
-            })
-        }
-        .map_err(EnqueueError::Failed)
+        Ok(Issue::Launch(launch))
     }
 
-    fn zero(&self, stream: &GpuStream<D>, dst: u64, len: u64) -> Result<()> {
-        // The widest memset the alignment allows: 32-bit stores fill faster.
-        // SAFETY: `dst..dst + len` lies in a live allocation (range-checked by the caller).
-        unsafe {
-            if dst.is_multiple_of(4) && len.is_multiple_of(4) {
-                self.driver().memset_d32(dst, 0, len / 4, stream.raw)
-            } else {
-                self.driver().memset_d8(dst, 0, len, stream.raw)
-            }
-        }
-    }
-
-    fn upload(&self, stream: &GpuStream<D>, dst: u64, len: u64, staged: Staged) -> Result<()> {
-        // SAFETY: `staged` holds `len` bytes (checked by `prepare` for this
-        // command) and stays alive, unwritten, until the callback below,
-        // which runs after the copy; `dst` was range-checked.
-        unsafe { self.driver().copy_h2d(dst, staged.ptr(), len, stream.raw)? };
-        self.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
-        let staged = InFlight(Some(staged));
-        stream.after(Box::new(move |_| drop(staged.release())), false)
-    }
-
-    fn download(&self, stream: &GpuStream<D>, src: u64, len: u64, sink: Arc<HostSink>, loan: Loan) -> Result<()> {
-        // SAFETY: the loan holds `len` bytes and outlives the copy (it is only
-        // touched again in the callback, after the copy); `src` was range-checked.
-        unsafe { self.driver().copy_d2h(loan.ptr(), src, len, stream.raw)? };
-        self.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
-        let loan = InFlight(Some(loan));
-        let failed = sink.clone();
-        let device = self.device.clone();
-        stream
-            .after(
-                Box::new(move |status| match (status, loan.release()) {
-                    // The reader gets the page-locked bytes as they are: any
-                    // copy out of them is the reader's, off the stream's
-                    // completion order.
-                    // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
-                    (Ok(()), Some(loan)) => {
-                        sink.deliver_host(unsafe { LentToHost::host_buffer(loan, len as usize, device) })
-                    }
-                    (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
-                    (Err(error), _) => sink.fail(error),
-                }),
-                true,
-            )
-            // Nobody else will complete the read: fail it here.
-            .inspect_err(|error| failed.fail(error.clone()))
-    }
-
-    /// The driver calls of one prepared command. Every check comes before the
-    /// first driver call, so a rejection leaves the stream untouched; a
-    /// driver call that fails fails the op.
-    ///
-    /// # Safety
-    /// As for [`Backend::enqueue`].
-    unsafe fn enqueue_prepared(
-        &self,
-        stream: &GpuStream<D>,
-        command: Command<&GpuMemory<D>>,
-        prepared: Prepared<D>,
-    ) -> Result<(), EnqueueError> {
+    /// What the driver is to do for one prepared command, every check made:
+    /// the buffers' ranges, and that `prepared` was made for `command`. A
+    /// rejection leaves the stream untouched.
+    fn resolve(command: Command<&GpuMemory<D>>, prepared: Prepared<D>) -> Result<Issue<D>, EnqueueError> {
         match (command, prepared) {
-            (Command::Zero { dst }, Prepared::Direct) => {
-                let to = Self::address(&dst)?;
-                self.bind()?;
-                self.zero(stream, to, dst.len).map_err(EnqueueError::Failed)
-            }
+            (Command::Zero { dst }, Prepared::Direct) => Ok(Issue::Zero { to: Self::address(&dst)?, len: dst.len }),
             (Command::Copy { src, dst }, Prepared::Direct) => {
                 if src.len != dst.len {
                     return Err(rejected("a copy's source and destination differ in size"));
                 }
-                let (from, to) = (Self::address(&src)?, Self::address(&dst)?);
-                self.bind()?;
-                // SAFETY: both ranges checked; the scheduler ordered the copy.
-                unsafe { self.driver().copy_d2d(to, from, dst.len, stream.raw) }.map_err(EnqueueError::Failed)
+                Ok(Issue::Copy { to: Self::address(&dst)?, from: Self::address(&src)?, len: dst.len })
             }
             (Command::Upload { dst, .. }, Prepared::Upload(staged, len)) => {
                 if len != dst.len {
                     return Err(rejected("upload size differs from its destination"));
                 }
-                let to = Self::address(&dst)?;
-                self.bind()?;
-                self.upload(stream, to, dst.len, staged).map_err(EnqueueError::Failed)
+                Ok(Issue::Upload { to: Self::address(&dst)?, len, staged })
             }
-            (Command::Download { src, sink }, Prepared::Download(loan)) => {
-                let from = Self::address(&src)?;
-                self.bind()?;
-                self.download(stream, from, src.len, sink, loan).map_err(EnqueueError::Failed)
-            }
+            (Command::Download { src, sink }, Prepared::Download(loan)) => match Self::address(&src) {
+                Ok(from) => Ok(Issue::Download { from, len: src.len, sink, loan }),
+                Err(refused) => {
+                    if let EnqueueError::Rejected(error) = &refused {
+                        sink.fail(error.clone());
+                    }
+                    Err(refused)
+                }
+            },
             (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Prepared::Launch(launch)) => {
-                self.launch(stream, launch, [dst])
+                Self::resolve_launch(launch, [dst])
             }
-            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, [a, b, out]),
-            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, [x, out]),
-            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => self.launch(stream, launch, [x, y]),
-            (Command::Delay { .. }, Prepared::Launch(launch)) => self.launch(stream, launch, []),
+            (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, [a, b, out]),
+            (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, [x, out]),
+            (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, [x, y]),
+            (Command::Delay { .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, []),
             (Command::Custom { args, .. }, Prepared::Launch(launch)) => {
-                self.launch(stream, launch, args.iter().filter_map(|arg| arg.span().map(|(span, _)| span)))
+                Self::resolve_launch(launch, args.iter().filter_map(|arg| arg.span().map(|(span, _)| span)))
             }
             (Command::Download { sink, .. }, _) => {
                 let error = Error::invalid("a download was prepared for another command");
@@ -464,6 +404,11 @@ impl<D: Driver> GpuBackend<D> {
             }
             _ => Err(rejected("the command was prepared for another command")),
         }
+    }
+
+    /// Queues `job` for the issuing thread; a stopped one fails the op.
+    fn submit(&self, job: Job<D>) -> Result<(), EnqueueError> {
+        self.device.issuer.submit(job, &self.device).map_err(EnqueueError::Failed)
     }
 
     /// Captures `commands` on the capture stream as one graph; `None` where
@@ -488,12 +433,13 @@ impl<D: Driver> GpuBackend<D> {
         let mut commands = Some(commands);
         let mut enqueue = || {
             for (command, prepared) in commands.take().into_iter().flatten() {
-                // SAFETY: this function's contract.
-                unsafe { self.enqueue_prepared(on, command, prepared) }?;
+                Self::resolve(command, prepared)?.issue(on).map_err(EnqueueError::Failed)?;
             }
             Ok(())
         };
-        // SAFETY: the capture stream is used for captures only, under its lock.
+        // SAFETY: the capture stream is used for captures only, under its
+        // lock; the commands' memory is alive and ordered (this function's
+        // contract), and nothing is queued for it (captures run inline).
         unsafe { self.driver().capture(on.raw, &mut enqueue) }.transpose()
     }
 
@@ -516,7 +462,7 @@ impl<D: Driver> PreparedLaunch<D> {
 
 impl<D: Driver> Backend for GpuBackend<D> {
     type Stream = GpuStream<D>;
-    type Event = GpuEvent<D>;
+    type Event = Arc<QueuedEvent<D>>;
     type Memory = GpuMemory<D>;
     type Prepared = Prepared<D>;
     type Timestamp = GpuTimestamp<D>;
@@ -534,8 +480,6 @@ impl<D: Driver> Backend for GpuBackend<D> {
         D::LANGUAGE
     }
 
-    // Launches and copies fail when enqueued; a fault on the device loses it.
-    const FAILS_AS_IT_RUNS: bool = false;
     const PEER_COPIES: bool = D::PEER_COPIES;
 
     fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
@@ -631,34 +575,40 @@ impl<D: Driver> Backend for GpuBackend<D> {
         stream: &GpuStream<D>,
         command: Command<&GpuMemory<D>>,
         prepared: Prepared<D>,
-        // GPU ops fail at enqueue (a launch) or fail the device: none fails later alone.
-        _io: OpIo,
+        io: OpIo,
     ) -> Result<(), EnqueueError> {
-        // SAFETY: the caller upholds this function's contract.
-        let enqueued = unsafe { self.enqueue_prepared(stream, command, prepared) };
-        if let Err(EnqueueError::Failed(error)) = &enqueued {
-            self.driver().loss().record(error);
+        // A lost device takes no more work, before any driver call.
+        self.driver().loss().check().map_err(EnqueueError::Failed)?;
+        let issue = Self::resolve(command, prepared)?;
+        // The caller's contract keeps the memory alive and ordered until a
+        // signal queued after this job completes.
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue, io })
+    }
+
+    fn record_event(&self, stream: &GpuStream<D>) -> Result<Arc<QueuedEvent<D>>> {
+        self.driver().loss().check()?;
+        let event = Arc::new(QueuedEvent::new(&self.device));
+        self.device
+            .issuer
+            .submit(Job::Record { stream: StreamRef::new(stream), event: event.clone() }, &self.device)?;
+        Ok(event)
+    }
+
+    fn wait_event(&self, stream: &GpuStream<D>, event: &Arc<QueuedEvent<D>>) -> Result<()> {
+        self.driver().loss().check()?;
+        // An event of another device (a peer's) is recorded by that device's
+        // issuing thread: recorded before this wait is queued.
+        if !Arc::ptr_eq(&event.device, &self.device) {
+            event.device.issuer.flush();
         }
-        enqueued
-    }
-
-    fn record_event(&self, stream: &GpuStream<D>) -> Result<GpuEvent<D>> {
-        self.driver().bind()?;
-        let event = GpuEvent::new(&self.device, EventUse::StreamOrder)?;
-        // SAFETY: both handles are alive and belong to this driver.
-        self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) }.map(|()| event))
-    }
-
-    fn wait_event(&self, stream: &GpuStream<D>, event: &GpuEvent<D>) -> Result<()> {
-        self.driver().bind()?;
-        // SAFETY: both handles are alive; the driver keeps the event's recorded
-        // state for the wait even if the event is destroyed right after.
-        self.noting_loss(unsafe { self.driver().stream_wait_event(stream.raw, event.raw) })
+        self.device.issuer.submit(Job::Wait { stream: StreamRef::new(stream), event: event.clone() }, &self.device)
     }
 
     fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuTimestamp<D>> {
-        self.driver().bind()?;
         self.driver().can_time()?;
+        // Rare: made here, once every queued driver call has been made.
+        self.device.issuer.flush();
+        self.driver().bind()?;
         let event = GpuEvent::new(&self.device, EventUse::Timing)?;
         // SAFETY: both handles are alive and belong to this driver.
         self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) })?;
@@ -668,9 +618,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
-        self.driver().bind()?;
-        let awaited = kind == SignalKind::Fence;
-        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), awaited))
+        self.driver().loss().check()?;
+        self.device.issuer.submit(Job::Signal { stream: StreamRef::new(stream), completion, kind }, &self.device)
     }
 
     fn lost(&self) -> Option<Error> {
@@ -689,6 +638,20 @@ impl<D: Driver> Backend for GpuBackend<D> {
         io: &OpIo,
     ) -> Result<(), EnqueueError> {
         let cached = lock(&self.graphs).get(&id).copied();
+        let graphed = cached.is_some()
+            || (D::GRAPHS && !commands.iter().any(|(command, _)| matches!(command, Command::Upload { .. })));
+        if graphed {
+            // A graph launches here, after every queued driver call, once
+            // the ops it reads have run (their failures are known by then).
+            self.device.issuer.flush();
+            if let Some(error) = io.failed_input(stream.index) {
+                stream.failed_ops.record(&error);
+                if let Some(outcome) = &io.outcome {
+                    outcome.fail(error);
+                }
+                return Ok(());
+            }
+        }
         let exec = match cached {
             Some(exec) => exec,
             // Without graphs, or with host copies (through staging buffers
@@ -734,6 +697,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         buffers: &[&GpuMemory<D>],
         write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
+        // The closure's work follows every op queued before it.
+        self.device.issuer.flush();
         self.driver().bind()?;
         let raw: Vec<DeviceBuffer> =
             buffers.iter().map(|memory| DeviceBuffer { ptr: memory.ptr, len: memory.len }).collect();
@@ -774,6 +739,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         collective: &Collective,
         parts: Vec<CollectivePart<'_, Self>>,
     ) -> Result<(), EnqueueError> {
+        // Made here, after every member's queued driver calls.
+        parts.iter().for_each(|part| part.backend.device.issuer.flush());
         let whole = |memory: &GpuMemory<D>| DeviceBuffer { ptr: memory.ptr, len: memory.len };
         let raw: Vec<RawPart<'_, D>> = parts
             .iter()

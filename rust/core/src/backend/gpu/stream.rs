@@ -35,6 +35,7 @@ use std::time::{Duration, Instant};
 use super::device::Device;
 use super::driver::{Callback, Driver, EventUse, Status};
 use super::owners::GpuEvent;
+use crate::backend::FailureTally;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -128,7 +129,6 @@ struct Waiter<D: Driver> {
     /// places follow the queue's order.
     queue: Mutex<Option<(u64, Sender<Entry<D>>)>>,
     ran: Arc<AtomicU64>,
-    thread: Option<JoinHandle<()>>,
     budget: Duration,
     expected: Arc<AtomicU64>,
 }
@@ -149,22 +149,70 @@ fn run_claimed(claim: &Claim, place: u64, ran: &AtomicU64, status: Status) -> bo
 }
 
 /// A device stream (non-blocking with respect to the legacy default stream).
+///
+/// Its state lives in a box of its own ([`StreamCore`]), so that the jobs of
+/// the issuing thread can name it wherever the handle moves; the handle's
+/// drop runs every queued job first (see [`StreamRef`]).
 pub(crate) struct GpuStream<D: Driver> {
-    device: Arc<Device<D>>,
-    pub(crate) raw: D::Stream,
-    pub(crate) index: u32,
-    failure: Arc<Mutex<Option<Error>>>,
-    waiter: Option<Waiter<D>>,
+    core: Box<StreamCore<D>>,
+    waiter_thread: Option<JoinHandle<()>>,
     /// False for the backend's own capture stream, which no user made: the
     /// live count is of the streams of runtimes.
     counted: bool,
+}
+
+/// What a stream's driver calls and completions need.
+pub(crate) struct StreamCore<D: Driver> {
+    pub(crate) device: Arc<Device<D>>,
+    pub(crate) raw: D::Stream,
+    pub(crate) index: u32,
+    /// A device error seen by a completion: every later completion reports it.
+    failure: Arc<Mutex<Option<Error>>>,
+    /// Ops whose driver calls failed on the issuing thread, for the next fence.
+    pub(crate) failed_ops: FailureTally,
+    waiter: Option<Waiter<D>>,
+}
+
+impl<D: Driver> std::ops::Deref for GpuStream<D> {
+    type Target = StreamCore<D>;
+
+    fn deref(&self) -> &StreamCore<D> {
+        &self.core
+    }
+}
+
+/// A stream named by a job of the issuing thread.
+///
+/// A job runs before the drop of the stream it names gets past its
+/// [`super::issue::Issuer::flush`], and the stream's state is boxed, so it
+/// stays where this points until then, however the handle moves.
+pub(crate) struct StreamRef<D: Driver>(*const StreamCore<D>);
+
+// SAFETY: it only hands out a shared reference to a `StreamCore`, which is
+// `Sync` (its driver handles may be used from any thread, the rest is locked
+// or atomic); see the type's doc for why it stays valid.
+unsafe impl<D: Driver> Send for StreamRef<D> {}
+
+impl<D: Driver> StreamRef<D> {
+    pub(crate) fn new(stream: &GpuStream<D>) -> Self {
+        StreamRef(&*stream.core)
+    }
+
+    /// The stream, from a job.
+    pub(crate) fn get(&self) -> &StreamCore<D> {
+        // SAFETY: the stream's drop flushes the issuer, which runs this job
+        // first, and its core is boxed, never moved (the type's doc).
+        unsafe { &*self.0 }
+    }
 }
 
 impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let mut stream = Self::made(device, index, true)?;
         if wake == Wake::Waiter {
-            stream.waiter = Some(stream.spawn_waiter()?);
+            let (waiter, thread) = stream.spawn_waiter()?;
+            stream.core.waiter = Some(waiter);
+            stream.waiter_thread = Some(thread);
         }
         Ok(stream)
     }
@@ -180,10 +228,18 @@ impl<D: Driver> GpuStream<D> {
         if counted {
             device.counters.live_streams.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         }
-        Ok(GpuStream { device: device.clone(), raw, index, failure: Arc::default(), waiter: None, counted })
+        let core = StreamCore {
+            device: device.clone(),
+            raw,
+            index,
+            failure: Arc::default(),
+            failed_ops: FailureTally::default(),
+            waiter: None,
+        };
+        Ok(GpuStream { core: Box::new(core), waiter_thread: None, counted })
     }
 
-    fn spawn_waiter(&self) -> Result<Waiter<D>> {
+    fn spawn_waiter(&self) -> Result<(Waiter<D>, JoinHandle<()>)> {
         let (queue, pending) = channel::<Entry<D>>();
         let device = self.device.clone();
         let budget = device.driver.spin_budget();
@@ -215,9 +271,11 @@ impl<D: Driver> GpuStream<D> {
                 }
             })
             .map_err(|e| Error::backend(D::KIND, format!("cannot start a completion thread: {e}")))?;
-        Ok(Waiter { queue: Mutex::new(Some((0, queue))), ran, thread: Some(thread), budget, expected })
+        Ok((Waiter { queue: Mutex::new(Some((0, queue))), ran, budget, expected }, thread))
     }
+}
 
+impl<D: Driver> StreamCore<D> {
     /// Runs `callback` once all work enqueued on this stream so far is done,
     /// with the stream's first failure if it has one. `awaited` says a task
     /// is likely to wait for it (a fence), so a quick one is worth spinning for.
@@ -297,6 +355,10 @@ impl<D: Driver> GpuStream<D> {
         if lock(&self.failure).is_some() || self.device.driver.loss().get().is_some() {
             return false;
         }
+        // Driver calls still queued, or a failure the next fence reports.
+        if !self.device.issuer.is_idle() || !self.failed_ops.is_clear() {
+            return false;
+        }
         // SAFETY: `raw` is this stream, alive while `self` is.
         matches!(unsafe { self.device.driver.stream_query(self.raw) }, Some(Ok(true)))
     }
@@ -327,6 +389,8 @@ impl<D: Driver> GpuStream<D> {
 
 impl<D: Driver> Drop for GpuStream<D> {
     fn drop(&mut self) {
+        // Jobs of the issuing thread name this stream: they run first.
+        self.device.issuer.flush();
         // Usually the delivery thread, which never bound the device before.
         let bound = self.device.driver.bind().is_ok();
         if bound {
@@ -336,15 +400,15 @@ impl<D: Driver> Drop for GpuStream<D> {
             // SAFETY: `raw` is alive until `stream_destroy` below.
             let _ = unsafe { self.device.driver.stream_synchronize(self.raw) };
         }
-        if let Some(mut waiter) = self.waiter.take() {
+        if let Some(waiter) = &self.core.waiter {
             // Closing the queue ends the waiter once it ran what is queued.
             lock(&waiter.queue).take();
-            if let Some(thread) = waiter.thread.take() {
-                // A drop on the waiter itself (a completion that could not be
-                // delivered elsewhere ran there) must not wait for itself.
-                if thread.thread().id() != std::thread::current().id() {
-                    let _ = thread.join();
-                }
+        }
+        if let Some(thread) = self.waiter_thread.take() {
+            // A drop on the waiter itself (a completion that could not be
+            // delivered elsewhere ran there) must not wait for itself.
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
             }
         }
         if bound {

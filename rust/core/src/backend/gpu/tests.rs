@@ -14,6 +14,7 @@ use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use super::*;
+use crate::backend::{HostSink, OpOutcome};
 use crate::diagnostics::LiveCounters;
 use crate::kernel::{Access, KernelSource, ScalarArg};
 use crate::lock::lock;
@@ -62,6 +63,9 @@ enum Call {
         bytes: u64,
     },
 }
+
+/// The name of the fake device's issuing thread.
+const ISSUING_THREAD: &str = "weir-cuda-issue";
 
 const NO_QUERY: u8 = 0;
 const REACHED_ON_WAKE_THREAD: u8 = 1;
@@ -112,6 +116,10 @@ struct Shared {
     spin_budget: Mutex<Option<Duration>>,
     /// When set, `event_synchronize` returns only once this opens.
     slow_sync: Mutex<Option<Arc<Latch>>>,
+    /// When set, a launch on the issuing thread returns only once this opens.
+    slow_issue: Mutex<Option<Arc<Latch>>>,
+    /// The thread each launch was made on, in order.
+    launched_on: Mutex<Vec<Option<String>>>,
     /// Sources containing "slow" compile only once this opens; told when one starts.
     slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
     free_waits: bool,
@@ -370,6 +378,13 @@ impl Driver for Fake {
     }
 
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()> {
+        let thread = std::thread::current().name().map(str::to_owned);
+        let on_issuing_thread = thread.as_deref() == Some(ISSUING_THREAD);
+        lock(&self.0.launched_on).push(thread);
+        let slow = lock(&self.0.slow_issue).clone();
+        if let Some(latch) = slow.filter(|_| on_issuing_thread) {
+            latch.pass();
+        }
         self.0.check("launch")?;
         // SAFETY: each pointer is to one 8-byte parameter slot (`Params`).
         let params = launch.params.iter().map(|&p| unsafe { p.cast::<u64>().read() }).collect();
@@ -469,7 +484,26 @@ fn submit(
 ) -> Result<(), EnqueueError> {
     let prepared = backend.prepare(&command).map_err(EnqueueError::Rejected)?;
     // SAFETY: the fake touches no memory; the memory outlives the call.
-    unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) }
+    let enqueued = unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) };
+    // The driver calls are made on the issuing thread: once they are, the test looks.
+    backend.device.issuer.flush();
+    enqueued
+}
+
+/// Submits `command` as an op that writes, and returns how it ended once
+/// the issuing thread made its driver calls: its failure, if it failed.
+fn failure_of(
+    backend: &GpuBackend<Fake>,
+    stream: &GpuStream<Fake>,
+    command: Command<&GpuMemory<Fake>>,
+) -> Option<Error> {
+    let outcome = Arc::new(OpOutcome::default());
+    let prepared = backend.prepare(&command).unwrap();
+    let io = OpIo { inputs: Default::default(), outcome: Some(outcome.clone()) };
+    // SAFETY: the fake touches no memory; the memory outlives the call.
+    unsafe { backend.enqueue(stream, command, prepared, io) }.unwrap();
+    backend.device.issuer.flush();
+    outcome.failure().cloned()
 }
 
 fn fence(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>) -> Result<()> {
@@ -495,6 +529,7 @@ fn a_custom_kernel_compiles_and_loads_in_prepare_and_enqueue_only_launches() {
     assert!(shared.device_calls().is_empty(), "prepare makes no stream call");
     // SAFETY: the fake touches no memory.
     unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
     match shared.device_calls().as_slice() {
         [Call::Launch { params, .. }] => assert_eq!(params, &[memory.ptr + 16, 9]),
         calls => panic!("one launch with the buffer's address, got {calls:?}"),
@@ -544,6 +579,7 @@ fn uploads_are_staged_in_prepare_and_the_staging_returns_after_the_copy() {
     assert!(shared.device_calls().is_empty());
     // SAFETY: the fake touches no memory.
     unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
     assert_eq!(shared.device_calls(), vec![Call::CopyH2D { dst: memory.ptr, bytes: data }]);
     fence(&backend, &stream).unwrap();
     // The loan came back once the stream passed the copy: the next upload reuses it.
@@ -574,6 +610,7 @@ fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the
     let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &host).unwrap();
     // SAFETY: the fake touches no device memory.
     unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
     assert_eq!(shared.device_calls(), vec![Call::CopyH2D { dst: memory.ptr, bytes: vec![5; 8] }]);
     assert_eq!(backend.counters().host_staging_buffers, 1, "staged beside the host buffer");
     assert!(host.get_mut().is_none(), "writable while the copy may read it");
@@ -589,6 +626,7 @@ fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the
     assert_eq!(backend.counters().host_staging_buffers, 2, "staged in this device's memory");
     // SAFETY: as above.
     unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
     fence(&backend, &stream).unwrap();
     assert_eq!(shared.device_calls()[1], Call::CopyH2D { dst: memory.ptr, bytes: vec![6; 8] });
 }
@@ -749,24 +787,47 @@ fn a_fault_seen_by_a_completion_loses_the_device_and_no_driver_call_follows() {
 }
 
 #[test]
-fn a_fault_at_enqueue_loses_the_device_and_a_plain_failure_does_not() {
+fn a_fault_as_an_op_is_issued_loses_the_device_and_a_plain_failure_fails_its_op() {
     let (backend, shared) = backend(Wake::Callback);
     let stream = backend.create_stream().unwrap();
     let memory = backend.allocate(64).unwrap();
     shared.fail("launch");
-    assert!(matches!(
-        submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }),
-        Err(EnqueueError::Failed(Error::Backend { status: None, .. }))
-    ));
+    match failure_of(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }) {
+        Some(Error::OpFailed { message, .. }) => assert!(message.contains("launch failed"), "{message}"),
+        other => panic!("expected the op's versions to carry its failure, got {other:?}"),
+    }
     assert!(backend.lost().is_none(), "an ordinary failure fails its op only");
+    assert!(!backend.is_settled(&stream), "a failure waits for the next fence");
+    assert!(matches!(fence(&backend, &stream), Err(Error::OpFailed { .. })), "the next fence reports it");
+    fence(&backend, &stream).unwrap();
     lock(&shared.failing).clear();
     lock(&shared.fatal).push("launch");
-    assert!(matches!(
-        submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }),
-        Err(EnqueueError::Failed(Error::DeviceLost { .. }))
-    ));
+    let lost = failure_of(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 });
+    assert!(matches!(lost, Some(Error::DeviceLost { .. })), "{lost:?}");
     assert!(backend.lost().is_some());
     assert!(matches!(fence(&backend, &stream), Err(Error::DeviceLost { .. })));
+}
+
+#[test]
+fn an_op_whose_input_failed_as_it_ran_makes_no_driver_call_and_fails_too() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let failed = Arc::new(OpOutcome::default());
+    failed.fail(Error::OpFailed { stream: 0, message: "the producer failed".into() });
+    let outcome = Arc::new(OpOutcome::default());
+    let command = Command::Fill { dst: span(&memory, 0, 64), word: 1 };
+    let prepared = backend.prepare(&command).unwrap();
+    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()) };
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, io) }.unwrap();
+    backend.device.issuer.flush();
+    assert!(shared.device_calls().is_empty(), "the op did not run");
+    match outcome.failure() {
+        Some(Error::OpFailed { message, .. }) => assert!(message.contains("the producer failed"), "{message}"),
+        other => panic!("expected the dependency's failure, got {other:?}"),
+    }
+    assert!(fence(&backend, &stream).is_err(), "the next fence reports it");
 }
 
 #[test]
@@ -796,14 +857,15 @@ fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
     assert!(rejected(mismatched));
     assert!(shared.device_calls().is_empty(), "a rejection touches no stream");
 
+    // A driver call that fails on the issuing thread fails its op.
     shared.fail("memset_d32");
-    assert!(matches!(
-        submit(&backend, &stream, Command::Zero { dst: span(&memory, 0, 16) }),
-        Err(EnqueueError::Failed(_))
-    ));
+    assert!(failure_of(&backend, &stream, Command::Zero { dst: span(&memory, 0, 16) }).is_some());
     shared.fail("launch");
-    let iota = Command::Iota { out: span(&memory, 0, 16), start: 0 };
-    assert!(matches!(submit(&backend, &stream, iota), Err(EnqueueError::Failed(_))));
+    assert!(failure_of(&backend, &stream, Command::Iota { out: span(&memory, 0, 16), start: 0 }).is_some());
+    match fence(&backend, &stream) {
+        Err(Error::OpFailed { message, .. }) => assert!(message.contains("1 more failed op"), "{message}"),
+        other => panic!("expected the fence to report both failures, got {other:?}"),
+    }
 }
 
 #[test]
@@ -818,10 +880,10 @@ fn a_refused_completion_abandons_the_staging_and_fails_the_read() {
     // the loan must not be lent again while the copy may still read it.
     shared.fail("event_record");
     let upload = Command::Upload { dst: span(&memory, 0, 8), data: vec![2; 8] };
-    assert!(matches!(submit(&backend, &stream, upload), Err(EnqueueError::Failed(_))));
+    assert!(failure_of(&backend, &stream, upload).is_some(), "the upload fails as it is issued");
     let sink = HostSink::new(completion());
     let download = Command::Download { src: span(&memory, 0, 8), sink: sink.clone() };
-    assert!(matches!(submit(&backend, &stream, download), Err(EnqueueError::Failed(_))));
+    submit(&backend, &stream, download).unwrap();
     assert!(sink.completion.wait().is_err(), "nobody else completes the read");
     // Neither loan came back: the next one is a third buffer.
     drop(backend.prepare(&Command::Upload { dst: span(&memory, 0, 8), data: vec![3; 8] }).unwrap());
@@ -889,9 +951,10 @@ fn streams_and_memory_drop_on_a_thread_that_never_bound_the_device() {
         let counters = backend.counters();
         assert_eq!((counters.live_streams, counters.live_allocations, counters.live_events), (0, 0, 0));
         assert!(shared.calls().iter().any(|call| matches!(call, Call::Free { ptr: freed, .. } if *freed == ptr)));
-        // Only the backend holds the device now: the waiter thread has exited,
-        // and the wake thread's probe let its event go (on the release thread).
-        assert!(soon(|| Arc::strong_count(&backend.device) == 1), "{wake:?}");
+        // Only the backend and its issuing thread hold the device now: the
+        // waiter thread has exited, and the wake thread's probe let its event
+        // go (on the release thread).
+        assert!(soon(|| Arc::strong_count(&backend.device) == 2), "{wake:?}");
     }
 }
 
@@ -1056,4 +1119,80 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
     assert!(!done.is_complete(), "a fence completed with its event neither queried nor synchronised");
     latch.open();
     done.wait().unwrap();
+}
+
+/// Fills enqueued back to back on `stream`, each writing its own index,
+/// until one was launched on the issuing thread; how many.
+fn fill_until_issued_on_the_thread(
+    backend: &GpuBackend<Fake>,
+    stream: &GpuStream<Fake>,
+    shared: &Shared,
+    memory: &GpuMemory<Fake>,
+) -> u32 {
+    let on_thread = || lock(&shared.launched_on).iter().any(|thread| thread.as_deref() == Some(ISSUING_THREAD));
+    let mut word = 0;
+    while !on_thread() && word < 100_000 {
+        let command = Command::Fill { dst: span(memory, 0, 64), word };
+        let prepared = backend.prepare(&command).unwrap();
+        // SAFETY: the fake touches no memory.
+        unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) }.unwrap();
+        word += 1;
+    }
+    word
+}
+
+#[test]
+fn a_streak_of_admissions_moves_to_the_issuing_thread_in_admission_order() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    // One op alone is issued by the thread that admits it: no hand-off.
+    submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 7 }).unwrap();
+    assert_ne!(lock(&shared.launched_on)[0].as_deref(), Some(ISSUING_THREAD));
+    lock(&shared.calls).clear();
+    let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    assert!(admitted < 100_000, "a streak of admissions moved to the issuing thread");
+    backend.device.issuer.flush();
+    let words: Vec<u64> = shared
+        .device_calls()
+        .iter()
+        .map(|call| match call {
+            Call::Launch { params, .. } => params[1],
+            other => panic!("only launches were admitted, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(words, (0..u64::from(admitted)).collect::<Vec<_>>(), "issued in admission order");
+    fence(&backend, &stream).unwrap();
+    assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let latch = Arc::new(Latch::default());
+    let _open = OpenOnDrop(latch.clone());
+    *lock(&shared.slow_issue) = Some(latch.clone());
+    let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    // The issuing thread is held in that launch; more queue behind it.
+    for word in admitted..admitted + 8 {
+        let command = Command::Fill { dst: span(&memory, 0, 64), word };
+        let prepared = backend.prepare(&command).unwrap();
+        // SAFETY: the fake touches no memory.
+        unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    }
+    assert!(!backend.is_settled(&stream), "driver calls are still queued");
+    let (dropped, was_dropped) = mpsc::channel();
+    let dropping = std::thread::spawn(move || {
+        drop(stream);
+        let _ = dropped.send(());
+    });
+    assert!(was_dropped.recv_timeout(Duration::from_millis(100)).is_err(), "the drop waits for the queued calls");
+    latch.open();
+    was_dropped.recv_timeout(Duration::from_secs(10)).expect("the drop returns once they are made");
+    dropping.join().unwrap();
+    let launches = shared.device_calls().iter().filter(|call| matches!(call, Call::Launch { .. })).count();
+    assert_eq!(launches as u32, admitted + 8, "every queued launch was made before the stream went");
+    assert_eq!(backend.counters().live_streams, 0);
 }

@@ -1,0 +1,443 @@
+//! The issuing thread: one per device, it makes the stream-ordered driver
+//! calls of admitted ops (launches, memsets, copies, event records and
+//! waits, completion hand-offs) in the order they were admitted.
+//!
+//! Why a thread: a CUDA launch costs the calling thread 2–3 µs in the
+//! driver, more than all of Weir's admission. Admission still happens
+//! under the scheduler's boundary, where each op's place, waits and
+//! versions are fixed; only the driver calls it decided move here, in a
+//! queue filled in admission order. The admitting thread returns as soon
+//! as its op is queued, and a stream of small launches runs at the
+//! driver's pace rather than the driver's plus Weir's.
+//!
+//! What follows from it:
+//! - a driver call that fails here fails its op as it runs: its versions
+//!   carry the failure (`OpIo`), and the stream's next fence reports it;
+//! - anything that must see the driver calls made so far (an external
+//!   write's closure, a graph capture, a collective, a stream's
+//!   destruction) first [`Issuer::flush`]es the queue;
+//! - the queue holds at most [`MAX_QUEUED`] jobs: beyond, the admitting
+//!   thread waits for room, as it would in a full driver queue;
+//! - the thread polls for more work for a moment before it sleeps, since a
+//!   sleeping thread takes 10–30 µs to wake, which a fence would pay.
+
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::thread::{JoinHandle, ThreadId};
+use std::time::{Duration, Instant};
+
+use super::device::{Device, LentToHost, Loan};
+use super::driver::{Callback, Driver, EventUse, Launch, Status};
+use super::owners::GpuEvent;
+use super::stream::{StreamCore, StreamRef};
+use super::{InFlight, PreparedLaunch, Staged};
+use crate::backend::{HostSink, OpIo, SignalKind};
+use crate::completion::Completion;
+use crate::error::{Error, Result};
+use crate::lock::lock;
+
+/// One job: the driver calls of one admitted op, event or signal. Jobs
+/// are values in the queue, not boxes: a queue taken whole and handed back
+/// empty allocates nothing per job.
+pub(crate) enum Job<D: Driver> {
+    /// An op's driver calls; `io` says whether it may run and what its failure fails.
+    Op { stream: StreamRef<D>, issue: Issue<D>, io: OpIo },
+    /// Makes and records `event` after the work queued on `stream` so far.
+    Record { stream: StreamRef<D>, event: Arc<QueuedEvent<D>> },
+    /// Makes later work on `stream` wait for `event`.
+    Wait { stream: StreamRef<D>, event: Arc<QueuedEvent<D>> },
+    /// Completes `completion` once the work queued on `stream` so far is done.
+    Signal { stream: StreamRef<D>, completion: Arc<Completion>, kind: SignalKind },
+}
+
+impl<D: Driver> Job<D> {
+    fn run(self, device: &Device<D>) {
+        match self {
+            Job::Op { stream, issue, io } => issue.run(stream.get(), io),
+            Job::Record { stream, event } => {
+                let stream = stream.get();
+                // Made here, not at admission: the admitting thread then makes
+                // no driver call that would contend with this thread's.
+                let recorded = device.driver.bind().and_then(|()| {
+                    let made = GpuEvent::new(&stream.device, EventUse::StreamOrder)?;
+                    // SAFETY: both handles are alive and belong to this driver.
+                    unsafe { device.driver.event_record(made.raw, stream.raw) }?;
+                    let _ = event.recorded.set(made);
+                    Ok(())
+                });
+                fail_stream(stream, recorded);
+            }
+            Job::Wait { stream, event } => {
+                let stream = stream.get();
+                let waited = match event.recorded.get() {
+                    // SAFETY: both handles are alive (the job holds the event);
+                    // a peer's event was recorded before this wait was queued.
+                    Some(recorded) => device
+                        .driver
+                        .bind()
+                        .and_then(|()| unsafe { device.driver.stream_wait_event(stream.raw, recorded.raw) }),
+                    // Its record failed (and was reported there): this stream cannot be ordered after it.
+                    None => Err(Error::backend(D::KIND, "a cross-stream wait's event could not be recorded")),
+                };
+                fail_stream(stream, waited);
+            }
+            Job::Signal { stream, completion, kind } => {
+                let stream = stream.get();
+                // A fence reports the ops issued before it that failed, once.
+                let report = match kind {
+                    SignalKind::Fence => stream.failed_ops.take(),
+                    SignalKind::Drain => Ok(()),
+                };
+                let refused = completion.clone();
+                let callback: Callback = Box::new(move |status: Status| completion.complete(status.and(report)));
+                let awaited = kind == SignalKind::Fence;
+                if let Err(error) = device.driver.bind().and_then(|()| stream.after(callback, awaited)) {
+                    // The callback was dropped unrun: nobody else completes it.
+                    device.driver.loss().record(&error);
+                    refused.complete(Err(error));
+                }
+            }
+        }
+    }
+}
+
+/// An event another stream may wait for, made and recorded by a
+/// [`Job::Record`] where it runs (see [`Issuer::submit`]).
+pub(crate) struct QueuedEvent<D: Driver> {
+    /// The device whose issuing thread records it.
+    pub(crate) device: Arc<Device<D>>,
+    recorded: OnceLock<GpuEvent<D>>,
+}
+
+impl<D: Driver> QueuedEvent<D> {
+    pub(crate) fn new(device: &Arc<Device<D>>) -> Self {
+        QueuedEvent { device: device.clone(), recorded: OnceLock::new() }
+    }
+}
+
+/// A failed event record or wait: the stream's next fence reports it (and
+/// a fault loses the device).
+fn fail_stream<D: Driver>(stream: &StreamCore<D>, result: Result<()>) {
+    if let Err(error) = result {
+        stream.device.driver.loss().record(&error);
+        stream.failed_ops.record(&error.into_op_failure(stream.index, None));
+    }
+}
+
+/// The most jobs queued before admission waits for room: enough to keep
+/// the thread busy, few enough that admission runs only a little ahead.
+const MAX_QUEUED: usize = 1024;
+
+/// Admissions this close together are a streak: the caller is streaming ops.
+const STREAK_GAP: Duration = Duration::from_micros(10);
+
+/// Admissions in a streak before their driver calls move to the thread.
+const STREAK: u32 = 4;
+
+/// How long the idle thread polls for its next job before it sleeps, at most.
+const LINGER: Duration = Duration::from_micros(50);
+
+struct Queue<D: Driver> {
+    jobs: Vec<Job<D>>,
+    /// The thread is running a batch taken from `jobs`.
+    busy: bool,
+    /// The thread sleeps on `work`: a push must wake it.
+    sleeping: bool,
+    /// No more jobs: the thread ends once the queue is empty.
+    stopped: bool,
+    /// The thread ran its last job and ended.
+    ended: bool,
+    /// When the latest job was submitted, and how many came in a row, each
+    /// within [`STREAK_GAP`] of the one before.
+    last_submitted: Option<Instant>,
+    streak: u32,
+}
+
+struct Shared<D: Driver> {
+    queue: Mutex<Queue<D>>,
+    /// Signalled when a job arrives for a sleeping thread, or on stop.
+    work: Condvar,
+    /// Signalled when the thread takes a batch (room) or goes idle.
+    progress: Condvar,
+    /// Jobs pushed and not yet taken, read without the lock while polling.
+    queued: AtomicUsize,
+}
+
+/// The issuing thread of one device and its queue.
+pub(crate) struct Issuer<D: Driver> {
+    shared: Arc<Shared<D>>,
+    thread: Mutex<Option<JoinHandle<()>>>,
+    /// The thread's id, so that it never waits for itself.
+    id: OnceLock<ThreadId>,
+}
+
+impl<D: Driver> Issuer<D> {
+    /// An issuer with no thread yet: [`Issuer::start`] gives it one.
+    pub(crate) fn new() -> Self {
+        let queue = Queue {
+            jobs: Vec::new(),
+            busy: false,
+            sleeping: false,
+            stopped: false,
+            ended: false,
+            last_submitted: None,
+            streak: 0,
+        };
+        Issuer {
+            shared: Arc::new(Shared {
+                queue: Mutex::new(queue),
+                work: Condvar::new(),
+                progress: Condvar::new(),
+                queued: AtomicUsize::new(0),
+            }),
+            thread: Mutex::new(None),
+            id: OnceLock::new(),
+        }
+    }
+
+    /// Starts the thread over `device`, which it holds until [`Issuer::stop`].
+    pub(crate) fn start(&self, device: Arc<Device<D>>, linger: Duration) -> Result<()> {
+        let shared = self.shared.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("weir-{}-issue", D::KIND.name()))
+            .spawn(move || run(&shared, &device, linger.min(LINGER)))
+            .map_err(|e| Error::backend(D::KIND, format!("cannot start the issuing thread: {e}")))?;
+        let _ = self.id.set(thread.thread().id());
+        *lock(&self.thread) = Some(thread);
+        Ok(())
+    }
+
+    /// Has `job` run in admission order: here, at once, while the thread
+    /// is idle and admissions come one at a time (the thread would only add
+    /// a hand-off, and a wake-up if it slept); on the thread once they come
+    /// in a streak, or while it has jobs (behind them, so the order holds).
+    /// A signal on an idle thread always runs here: a fence is waited for.
+    ///
+    /// Jobs are submitted under the runtime's ordering boundary, so while
+    /// this caller runs one here nobody else queues one: the thread, idle,
+    /// makes no driver call meanwhile.
+    pub(crate) fn submit(&self, job: Job<D>, device: &Device<D>) -> Result<()> {
+        let mut queue = lock(&self.shared.queue);
+        let now = Instant::now();
+        let close = queue.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
+        queue.streak = if close { queue.streak.saturating_add(1) } else { 0 };
+        queue.last_submitted = Some(now);
+        let idle = !queue.busy && queue.jobs.is_empty();
+        if idle && (queue.streak < STREAK || matches!(job, Job::Signal { .. })) {
+            drop(queue);
+            job.run(device);
+            return Ok(());
+        }
+        self.push_locked(queue, job)
+    }
+
+    /// Queues `job` behind every job queued before it; waits while the
+    /// queue is full. A stopped issuer refuses it.
+    fn push_locked(&self, mut queue: MutexGuard<'_, Queue<D>>, job: Job<D>) -> Result<()> {
+        while queue.jobs.len() >= MAX_QUEUED && !queue.stopped && !self.is_own_thread() {
+            queue = self.shared.progress.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        if queue.stopped {
+            return Err(Error::Closed);
+        }
+        queue.jobs.push(job);
+        self.shared.queued.fetch_add(1, Ordering::Release);
+        if queue.sleeping {
+            queue.sleeping = false;
+            self.shared.work.notify_one();
+        }
+        Ok(())
+    }
+
+    /// Returns once every job queued so far has run. On the issuing thread
+    /// itself (a job's drop) it returns at once.
+    pub(crate) fn flush(&self) {
+        if self.is_own_thread() {
+            return;
+        }
+        let mut queue = lock(&self.shared.queue);
+        while (queue.busy || !queue.jobs.is_empty()) && !queue.ended {
+            queue = self.shared.progress.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+    }
+
+    /// True when no job is queued or running: every driver call of the ops
+    /// admitted so far has been made.
+    pub(crate) fn is_idle(&self) -> bool {
+        let queue = lock(&self.shared.queue);
+        !queue.busy && queue.jobs.is_empty()
+    }
+
+    /// Runs what is queued, then ends the thread and lets the device go.
+    pub(crate) fn stop(&self) {
+        {
+            let mut queue = lock(&self.shared.queue);
+            queue.stopped = true;
+            self.shared.work.notify_one();
+        }
+        let thread = lock(&self.thread).take();
+        if let Some(thread) = thread {
+            if thread.thread().id() != std::thread::current().id() {
+                let _ = thread.join();
+            }
+        }
+        self.shared.progress.notify_all();
+    }
+
+    fn is_own_thread(&self) -> bool {
+        self.id.get() == Some(&std::thread::current().id())
+    }
+}
+
+/// The thread: takes every queued job at once and runs them in order.
+fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
+    let mut batch: Vec<Job<D>> = Vec::new();
+    loop {
+        {
+            let mut queue = lock(&shared.queue);
+            let mut idle_since: Option<Instant> = None;
+            loop {
+                if !queue.jobs.is_empty() {
+                    std::mem::swap(&mut queue.jobs, &mut batch);
+                    shared.queued.store(0, Ordering::Relaxed);
+                    queue.busy = true;
+                    shared.progress.notify_all();
+                    break;
+                }
+                if queue.busy {
+                    queue.busy = false;
+                    shared.progress.notify_all();
+                }
+                if queue.stopped {
+                    queue.ended = true;
+                    shared.progress.notify_all();
+                    return;
+                }
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < linger {
+                    // Poll without the lock, so admissions push freely.
+                    drop(queue);
+                    while shared.queued.load(Ordering::Acquire) == 0 && since.elapsed() < linger {
+                        std::hint::spin_loop();
+                    }
+                    queue = lock(&shared.queue);
+                    continue;
+                }
+                queue.sleeping = true;
+                queue = shared.work.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+                queue.sleeping = false;
+                idle_since = None;
+            }
+        }
+        for job in batch.drain(..) {
+            // A panicking job must not end the jobs behind it.
+            let _ = catch_unwind(AssertUnwindSafe(|| job.run(device)));
+        }
+    }
+}
+
+/// The driver calls of one admitted op, made on the issuing thread (or,
+/// for a graph capture, on the capturing thread): every check was made at
+/// admission, so what is left can only fail in the driver.
+pub(crate) enum Issue<D: Driver> {
+    Zero { to: u64, len: u64 },
+    Copy { to: u64, from: u64, len: u64 },
+    Upload { to: u64, len: u64, staged: Staged },
+    Download { from: u64, len: u64, sink: Arc<HostSink>, loan: Loan },
+    Launch(PreparedLaunch<D>),
+}
+
+impl<D: Driver> Issue<D> {
+    /// Runs the op unless an input failed; a failure fails what it writes
+    /// (`io.outcome`) and is reported by the stream's next fence.
+    pub(crate) fn run(self, stream: &StreamCore<D>, io: OpIo) {
+        let failure = match io.failed_input(stream.index) {
+            Some(error) => {
+                if let Issue::Download { sink, .. } = &self {
+                    sink.fail(error.clone());
+                }
+                Some(error)
+            }
+            None => self.issue(stream).err().map(|error| {
+                stream.device.driver.loss().record(&error);
+                error.into_op_failure(stream.index, None)
+            }),
+        };
+        if let Some(error) = failure {
+            stream.failed_ops.record(&error);
+            if let Some(outcome) = &io.outcome {
+                outcome.fail(error);
+            }
+        }
+    }
+
+    /// The driver calls, on `stream`.
+    pub(crate) fn issue(self, stream: &StreamCore<D>) -> Result<()> {
+        let driver = &*stream.device.driver;
+        driver.bind()?;
+        match self {
+            // The widest memset the alignment allows: 32-bit stores fill faster.
+            // SAFETY (all arms): every address range was checked to lie in a
+            // live allocation at admission, and the scheduler keeps it alive
+            // and ordered until a signal after this op completes.
+            Issue::Zero { to, len } if to.is_multiple_of(4) && len.is_multiple_of(4) => unsafe {
+                driver.memset_d32(to, 0, len / 4, stream.raw)
+            },
+            Issue::Zero { to, len } => unsafe { driver.memset_d8(to, 0, len, stream.raw) },
+            Issue::Copy { to, from, len } => unsafe { driver.copy_d2d(to, from, len, stream.raw) },
+            Issue::Upload { to, len, staged } => {
+                // SAFETY: as above; `staged` holds `len` bytes (checked at
+                // prepare) and stays alive, unwritten, until the callback
+                // below, which runs after the copy.
+                unsafe { driver.copy_h2d(to, staged.ptr(), len, stream.raw)? };
+                stream.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
+                let staged = InFlight::new(staged);
+                stream.after(Box::new(move |_| drop(staged.release())), false)
+            }
+            Issue::Download { from, len, sink, loan } => {
+                // SAFETY: as above; the loan holds `len` bytes and outlives
+                // the copy (it is only touched again in the callback, after it).
+                if let Err(error) = unsafe { driver.copy_d2h(loan.ptr(), from, len, stream.raw) } {
+                    sink.fail(error.clone());
+                    return Err(error);
+                }
+                stream.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
+                let loan = InFlight::new(loan);
+                let failed = sink.clone();
+                let device = stream.device.clone();
+                stream
+                    .after(
+                        Box::new(move |status| match (status, loan.release()) {
+                            // The reader gets the page-locked bytes as they are: any
+                            // copy out of them is the reader's, off the stream's
+                            // completion order.
+                            // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
+                            (Ok(()), Some(loan)) => {
+                                sink.deliver_host(unsafe { LentToHost::host_buffer(loan, len as usize, device) })
+                            }
+                            (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
+                            (Err(error), _) => sink.fail(error),
+                        }),
+                        true,
+                    )
+                    // Nobody else will complete the read: fail it here.
+                    .inspect_err(|error| failed.fail(error.clone()))
+            }
+            Issue::Launch(mut launch) => {
+                let mut pointers = launch.params.pointers();
+                // SAFETY: `function` was loaded by this driver and lives as long
+                // as the device; the pointers point into `launch.params`, which
+                // outlives the call; every buffer address was range-checked.
+                unsafe {
+                    driver.launch(Launch {
+                        function: launch.function,
+                        grid: &launch.grid,
+                        stream: stream.raw,
+                        params: &mut pointers,
+                    })
+                }
+            }
+        }
+    }
+}
