@@ -429,18 +429,24 @@ fn graph_replay(report: &mut Report, runtime: &Runtime) {
     // The first replay captures and instantiates the graph: not timed.
     s.replay(&graph).unwrap();
     s.fence().unwrap().wait().unwrap();
-    let (mut one_by_one, mut replayed) = (Duration::MAX, Duration::MAX);
+    // Each side until its launches ran (admission, then the fence), and
+    // the admission alone: one by one, the issuing thread makes the driver
+    // calls after the admitting loop returned.
+    let (mut one_by_one, mut replayed) = ((Duration::MAX, Duration::MAX), (Duration::MAX, Duration::MAX));
+    let best = |best: &mut (Duration, Duration), admit: &dyn Fn()| {
+        let start = Instant::now();
+        admit();
+        let admitted = start.elapsed();
+        s.fence().unwrap().wait().unwrap();
+        *best = (best.0.min(start.elapsed()), best.1.min(admitted));
+    };
     for _ in 0..ROUNDS {
-        let start = Instant::now();
-        for _ in 0..OPS {
-            s.execute(&bump, grid, &[Arg::read_write(&counter)]).unwrap();
-        }
-        one_by_one = one_by_one.min(start.elapsed());
-        s.fence().unwrap().wait().unwrap();
-        let start = Instant::now();
-        s.replay(&graph).unwrap();
-        replayed = replayed.min(start.elapsed());
-        s.fence().unwrap().wait().unwrap();
+        best(&mut one_by_one, &|| {
+            for _ in 0..OPS {
+                s.execute(&bump, grid, &[Arg::read_write(&counter)]).unwrap();
+            }
+        });
+        best(&mut replayed, &|| s.replay(&graph).unwrap());
     }
     let counts: Vec<u32> = s.read_as(&counter).unwrap();
     assert_eq!(counts[0], OPS * (1 + 2 * ROUNDS), "every replayed and every admitted launch ran");
@@ -448,10 +454,14 @@ fn graph_replay(report: &mut Report, runtime: &Runtime) {
         backend: "cuda".into(),
         name: "replay of 1 000 recorded launches".into(),
         unit: "us",
-        weir: micros(replayed),
-        baseline: Some(micros(one_by_one)),
+        weir: micros(replayed.0),
+        baseline: Some(micros(one_by_one.0)),
         higher_is_better: false,
-        note: format!("best of {ROUNDS}; baseline: the same 1 000 launches admitted one by one (admission time)"),
+        note: format!(
+            "until all ran, best of {ROUNDS}; admission alone: replay {:.0} us, one by one {:.0} us; baseline: the same 1 000 launches admitted one by one",
+            micros(replayed.1),
+            micros(one_by_one.1)
+        ),
     });
 }
 
