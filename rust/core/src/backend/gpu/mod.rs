@@ -7,9 +7,9 @@
 //!   part of a command before the scheduler's ordering boundary (compiling and
 //!   loading custom kernels, staging upload bytes in page-locked memory,
 //!   building launch parameters), and `enqueue` only checks the buffers'
-//!   ranges, writes their addresses and queues the driver calls for the
-//!   device's issuing thread (see [`issue`]), which makes them in admission
-//!   order;
+//!   ranges and writes their addresses; the driver calls are made in
+//!   admission order, by the admitting thread or, once admissions come in a
+//!   streak, by the device's issuing thread (see [`issue`]);
 //! - owners for streams, events and allocations, each releasing its handle
 //!   exactly once in `Drop`, with live counts;
 //! - the completion path: a host callback or a per-stream waiter thread
@@ -56,10 +56,10 @@ pub(crate) use driver::{
     callback_run, handle_calls, milliseconds, pass_callback, status_error, Callback, Driver, EventUse, GraphExec,
     Handle, Launch, Loss, RawPart, Status,
 };
+use issue::{Issue, Job, QueuedEvent};
 use kernels::{Builtins, Entry, Function, Param, Params};
 // The entry list is for test suites and benchmarks (the backend module is
 // public only with `test-support`); the backend itself indexes by `Entry`.
-use issue::{Issue, Job, QueuedEvent};
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
 pub use kernels::BUILTIN_ENTRIES;
 pub use kernels::BUILTIN_SOURCE;
@@ -406,7 +406,8 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
-    /// Queues `job` for the issuing thread; a stopped one fails the op.
+    /// Has `job` run in admission order (see [`issue::Issuer::submit`]);
+    /// a stopped issuer fails the op.
     fn submit(&self, job: Job<D>) -> Result<(), EnqueueError> {
         self.device.issuer.submit(job, &self.device).map_err(EnqueueError::Failed)
     }
