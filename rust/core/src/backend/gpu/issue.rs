@@ -1,25 +1,28 @@
-//! The issuing thread: one per device, it makes the stream-ordered driver
-//! calls of admitted ops (launches, memsets, copies, event records and
-//! waits, completion hand-offs) in the order they were admitted.
+//! Where a GPU backend's stream-ordered driver calls are made (launches,
+//! memsets, copies, event records and waits, completion hand-offs): by the
+//! admitting thread, or by one issuing thread per device, always in the
+//! order the ops were admitted (see [`Issuer::submit`]).
 //!
-//! Why a thread: a CUDA launch costs the calling thread 2–3 µs in the
-//! driver, more than all of Weir's admission. Admission still happens
+//! Why a thread: a CUDA launch costs the calling thread 2–4 µs in the
+//! driver, several times Weir's whole admission. Admission still happens
 //! under the scheduler's boundary, where each op's place, waits and
-//! versions are fixed; only the driver calls it decided move here, in a
-//! queue filled in admission order. The admitting thread returns as soon
-//! as its op is queued, and a stream of small launches runs at the
-//! driver's pace rather than the driver's plus Weir's.
+//! versions are fixed; only the driver calls it decided are [`Job`]s. While
+//! ops come one at a time they run at once, on the admitting thread (a
+//! hand-off would only add a wake-up to a fence's latency); once they come
+//! in a streak they queue for the thread, so the admitting loop pays
+//! admission and the thread the driver, side by side.
 //!
 //! What follows from it:
-//! - a driver call that fails here fails its op as it runs: its versions
-//!   carry the failure (`OpIo`), and the stream's next fence reports it;
+//! - a driver call that fails on the thread fails its op as it runs: its
+//!   versions carry the failure (`OpIo`), and the stream's next fence
+//!   reports it;
 //! - anything that must see the driver calls made so far (an external
-//!   write's closure, a graph capture, a collective, a stream's
-//!   destruction) first [`Issuer::flush`]es the queue;
+//!   write's closure, a timestamp, a graph replay, a collective, a peer's
+//!   event, a stream's destruction) first [`Issuer::flush`]es the queue;
 //! - the queue holds at most [`MAX_QUEUED`] jobs: beyond, the admitting
 //!   thread waits for room, as it would in a full driver queue;
 //! - the thread polls for more work for a moment before it sleeps, since a
-//!   sleeping thread takes 10–30 µs to wake, which a fence would pay.
+//!   sleeping thread takes 10–30 µs to wake.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
