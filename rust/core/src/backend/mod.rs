@@ -383,6 +383,15 @@ impl OpIo {
     pub fn failed_input(&self, stream: u32) -> Option<Error> {
         self.inputs.iter().find_map(|input| input.failure()).map(|cause| Error::dependency_failed(stream, cause))
     }
+
+    /// The op failed with `error`: its versions carry it, and `tally` (its
+    /// stream's) hands it to the stream's next fence.
+    pub(crate) fn fail(&self, error: Error, tally: &FailureTally) {
+        tally.record(&error);
+        if let Some(outcome) = &self.outcome {
+            outcome.fail(error);
+        }
+    }
 }
 
 /// The failures of a stream not yet reported by a fence: the first, and how many.

@@ -79,10 +79,7 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally) {
                 ran.err().map(|message| Error::OpFailed { stream: index, message })
             });
             if let Some(error) = failure {
-                tally.record(&error);
-                if let Some(outcome) = &io.outcome {
-                    outcome.fail(error);
-                }
+                io.fail(error, tally);
             }
             progress.advance_after(|| {});
         }

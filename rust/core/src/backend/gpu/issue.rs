@@ -368,10 +368,7 @@ impl<D: Driver> Issue<D> {
             }),
         };
         if let Some(error) = failure {
-            stream.failed_ops.record(&error);
-            if let Some(outcome) = &io.outcome {
-                outcome.fail(error);
-            }
+            io.fail(error, &stream.failed_ops);
         }
     }
 

@@ -639,28 +639,22 @@ impl<D: Driver> Backend for GpuBackend<D> {
         io: &OpIo,
     ) -> Result<(), EnqueueError> {
         let cached = lock(&self.graphs).get(&id).copied();
-        let graphed = cached.is_some()
-            || (D::GRAPHS && !commands.iter().any(|(command, _)| matches!(command, Command::Upload { .. })));
-        if graphed {
-            // A graph launches here, after every queued driver call, once
-            // the ops it reads have run (their failures are known by then).
-            self.device.issuer.flush();
-            if let Some(error) = io.failed_input(stream.index) {
-                stream.failed_ops.record(&error);
-                if let Some(outcome) = &io.outcome {
-                    outcome.fail(error);
-                }
-                return Ok(());
-            }
+        // Without graphs, or with host copies (through staging buffers lent
+        // per copy, which a graph cannot hold): command by command.
+        let uploads = commands.iter().any(|(command, _)| matches!(command, Command::Upload { .. }));
+        if cached.is_none() && (!D::GRAPHS || uploads) {
+            // SAFETY: this function's contract.
+            return unsafe { crate::backend::enqueue_in_order(self, stream, commands, io) };
+        }
+        // A graph launches here, after every queued driver call, once the
+        // ops it reads have run (their failures are known by then).
+        self.device.issuer.flush();
+        if let Some(error) = io.failed_input(stream.index) {
+            io.fail(error, &stream.failed_ops);
+            return Ok(());
         }
         let exec = match cached {
             Some(exec) => exec,
-            // Without graphs, or with host copies (through staging buffers
-            // lent per copy, which a graph cannot hold): command by command.
-            _ if !D::GRAPHS || commands.iter().any(|(command, _)| matches!(command, Command::Upload { .. })) => {
-                // SAFETY: this function's contract.
-                return unsafe { crate::backend::enqueue_in_order(self, stream, commands, io) };
-            }
             // SAFETY: this function's contract, for the capture's commands.
             None => match unsafe { self.capture(commands) }? {
                 Some(exec) => {

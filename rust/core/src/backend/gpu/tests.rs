@@ -1121,6 +1121,14 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
     done.wait().unwrap();
 }
 
+/// Enqueues a fill of `memory` with `word` on `stream`, not waiting for its driver calls.
+fn enqueue_fill(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, memory: &GpuMemory<Fake>, word: u32) {
+    let command = Command::Fill { dst: span(memory, 0, 64), word };
+    let prepared = backend.prepare(&command).unwrap();
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) }.unwrap();
+}
+
 /// Fills enqueued back to back on `stream`, each writing its own index,
 /// until one was launched on the issuing thread; how many.
 fn fill_until_issued_on_the_thread(
@@ -1132,10 +1140,7 @@ fn fill_until_issued_on_the_thread(
     let on_thread = || lock(&shared.launched_on).iter().any(|thread| thread.as_deref() == Some(ISSUING_THREAD));
     let mut word = 0;
     while !on_thread() && word < 100_000 {
-        let command = Command::Fill { dst: span(memory, 0, 64), word };
-        let prepared = backend.prepare(&command).unwrap();
-        // SAFETY: the fake touches no memory.
-        unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) }.unwrap();
+        enqueue_fill(backend, stream, memory, word);
         word += 1;
     }
     word
@@ -1177,10 +1182,7 @@ fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() 
     let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
     // The issuing thread is held in that launch; more queue behind it.
     for word in admitted..admitted + 8 {
-        let command = Command::Fill { dst: span(&memory, 0, 64), word };
-        let prepared = backend.prepare(&command).unwrap();
-        // SAFETY: the fake touches no memory.
-        unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+        enqueue_fill(&backend, &stream, &memory, word);
     }
     assert!(!backend.is_settled(&stream), "driver calls are still queued");
     let (dropped, was_dropped) = mpsc::channel();

@@ -72,10 +72,7 @@ impl QueuedOp {
     /// The op failed (as recorded, or through an input): its versions, its
     /// read-back and the lane's next fence say so.
     fn fail(self, error: Error, tally: &FailureTally) {
-        tally.record(&error);
-        if let Some(outcome) = &self.io.outcome {
-            outcome.fail(error.clone());
-        }
+        self.io.fail(error.clone(), tally);
         if let Some(copy_failed) = &self.copy_failed {
             let _ = copy_failed.set(error);
         }
