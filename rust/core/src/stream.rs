@@ -143,8 +143,8 @@ impl Stream {
     /// whole replay: every buffer it writes gets the failed version.
     pub fn replay(&self, graph: &Graph) -> Result<()> {
         self.admitting()?;
-        let commands = graph.commands_in(self.engine())?;
-        self.engine().replay(self.0.index, graph.id(), commands)
+        graph.check_engine(self.engine())?;
+        self.engine().replay(self.0.index, graph)
     }
 
     /// An error on a stream that only collects ops (inside [`Stream::batch`]

@@ -33,6 +33,7 @@ use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
+use crate::graph::Graph;
 use crate::host::HostBuffer;
 use crate::kernel::Access;
 use crate::key_map::KeyMap;
@@ -88,7 +89,7 @@ pub(crate) trait Engine: Send + Sync {
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
     /// Admits `commands` on `stream` as one op whose reads and writes are
     /// the union of theirs; see [`crate::Stream::replay`].
-    fn replay(&self, stream: usize, id: u64, commands: Vec<Command<BufferKey>>) -> Result<()>;
+    fn replay(&self, stream: usize, graph: &Graph) -> Result<()>;
     /// The recording `id` will not be replayed again.
     fn forget_graph(&self, id: u64);
     /// Keeps the buffers of `keys` past their last handle until unpinned.
@@ -338,6 +339,9 @@ impl<B: Backend> State<B> {
     }
 }
 
+/// A graph's commands, each with what the backend prepared for it.
+type PreparedCommands<B> = Vec<(Command<BufferKey>, <B as Backend>::Prepared)>;
+
 /// The scheduler over one backend.
 pub(crate) struct Scheduler<B: Backend> {
     backend: Arc<B>,
@@ -565,60 +569,40 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
-    /// Admits prepared `commands` on `stream` as one op (a graph's replay):
-    /// ordered after everything any of them depends on, enqueued back to
-    /// back, and published once with the union of their accesses. A buffer
-    /// the replay reads counts as its input unless an earlier command of it
-    /// overwrote the whole buffer first.
+    /// Admits `graph` on `stream` as one op: ordered after everything any
+    /// of its ops depends on, enqueued back to back (with `commands`, the
+    /// prepared ops, unless the backend keeps the recording captured), and
+    /// published once with the union of their accesses.
     fn admit_as_one(
         &self,
         state: &mut State<B>,
         stream: usize,
-        id: u64,
-        commands: Vec<Command<BufferKey>>,
-        prepared: Option<Vec<B::Prepared>>,
+        graph: &Graph,
+        commands: Option<PreparedCommands<B>>,
     ) -> Result<()> {
-        let mut accesses: Vec<(BufferKey, Access)> = Vec::new();
-        let mut inputs: Vec<(Span<BufferKey>, Access)> = Vec::new();
-        let mut overwritten: Vec<BufferKey> = Vec::new();
-        for command in &commands {
-            for (span, access) in command.spans() {
-                let len = state.entry(span.buffer)?.len;
-                let whole = span.offset == 0 && span.len == len;
-                // What a partial write leaves in place is read, as by `admit`.
-                if (access.reads() || !whole) && !overwritten.contains(&span.buffer) {
-                    inputs.push((span, Access::Read));
-                }
-                if access.writes() {
-                    // The input side of a partial write is above: this only says the replay writes.
-                    inputs.push((Span { buffer: span.buffer, offset: 0, len }, Access::Write));
-                    if whole {
-                        overwritten.push(span.buffer);
-                    }
-                }
-                accesses.push((span.buffer, access));
-            }
-        }
-        self.wait_for_dependencies(state, stream, &accesses)?;
-        let (io, failed_input) = Self::op_io(state, &inputs, stream)?;
+        let accesses = graph.accesses();
+        let inputs = graph.inputs(|key| state.entry(key).map(|entry| entry.len))?;
+        self.wait_for_dependencies(state, stream, accesses)?;
+        let (io, failed_input) = Self::op_io(state, inputs, stream)?;
         if let Some(error) = failed_input {
-            return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
+            return Err(self.publish_failed(state, stream, accesses, io.outcome, error));
         }
-        let mapped = commands
-            .into_iter()
-            .map(|command| command.try_map(|key| state.entry(key).map(|entry| &*entry.memory)))
-            .collect::<Result<Vec<_>>>()?;
-        // Without prepared commands (the backend captured this recording
-        // whole), the backend gets none.
-        let pairs = match prepared {
-            Some(prepared) => mapped.into_iter().zip(prepared).collect(),
+        let pairs = match commands {
+            Some(commands) => commands
+                .into_iter()
+                .map(|(command, prepared)| {
+                    command
+                        .try_map(|key| state.entry(key).map(|entry| &*entry.memory))
+                        .map(|command| (command, prepared))
+                })
+                .collect::<Result<Vec<_>>>()?,
             None => Vec::new(),
         };
         let raw = state.slot(stream)?.raw(stream)?;
         // SAFETY: as in `admit`: the memories stay alive in `state.buffers`
         // (a graph pins them) until a signal after this op completed, and
         // every conflicting user was ordered before the replay above.
-        let failure = match unsafe { self.backend.enqueue_replay(raw, id, pairs, &io) } {
+        let failure = match unsafe { self.backend.enqueue_replay(raw, graph.id(), pairs, &io) } {
             Ok(()) => None,
             // Nothing of the replay was enqueued: a plain refusal.
             Err(EnqueueError::Rejected(error)) => return Err(error),
@@ -626,10 +610,10 @@ impl<B: Backend> Scheduler<B> {
         };
         if let Some(error) = failure {
             let error = error.into_op_failure(stream as u32, Some("replay"));
-            return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
+            return Err(self.publish_failed(state, stream, accesses, io.outcome, error));
         }
         state.streams[stream].position += 1;
-        self.publish(state, stream, &accesses, io.outcome.as_ref());
+        self.publish(state, stream, accesses, io.outcome.as_ref());
         Ok(())
     }
 
@@ -841,13 +825,20 @@ impl<B: Backend> Engine for Scheduler<B> {
         }
     }
 
-    fn replay(&self, stream: usize, id: u64, commands: Vec<Command<BufferKey>>) -> Result<()> {
-        let prepared = match self.backend.prepares_replay(id) {
-            true => Some(self.prepare_all(&commands)?),
+    fn replay(&self, stream: usize, graph: &Graph) -> Result<()> {
+        // A backend that keeps this recording captured needs neither its
+        // commands nor their preparation: the replay costs the same for any
+        // number of recorded ops.
+        let commands = match self.backend.prepares_replay(graph.id()) {
+            true => {
+                let commands = graph.commands()?;
+                let prepared = self.prepare_all(&commands)?;
+                Some(commands.into_iter().zip(prepared).collect())
+            }
             false => None,
         };
-        let mut state = self.open_state_for_all(stream, &commands)?;
-        self.admit_as_one(&mut state, stream, id, commands, prepared)
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, graph.accesses()))?;
+        self.admit_as_one(&mut state, stream, graph, commands)
     }
 
     fn forget_graph(&self, id: u64) {
