@@ -368,7 +368,7 @@ impl OpOutcome {
 }
 
 /// What an op reads and what it publishes, for failures found as it runs.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, Clone)]
 pub struct OpIo {
     /// The outcomes of the versions the op reads (a partial write reads what
     /// it leaves in place). If one of them failed, the op must not run: it

@@ -17,8 +17,8 @@
 //!   versions carry the failure (`OpIo`), and the stream's next fence
 //!   reports it;
 //! - anything that must see the driver calls made so far (an external
-//!   write's closure, a timestamp, a graph replay, a collective, a peer's
-//!   event, a stream's destruction) first [`Issuer::flush`]es the queue;
+//!   write's closure, a timestamp, a collective, a peer's event, a
+//!   stream's or a graph's destruction) first [`Issuer::flush`]es the queue;
 //! - the queue holds at most [`MAX_QUEUED`] jobs: beyond, the admitting
 //!   thread waits for room, as it would in a full driver queue;
 //! - the thread polls for more work for a moment before it sleeps, since a
@@ -31,7 +31,7 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use super::device::{Device, LentToHost, Loan};
-use super::driver::{Callback, Driver, EventUse, Launch, Status};
+use super::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status};
 use super::owners::GpuEvent;
 use super::stream::{StreamCore, StreamRef};
 use super::{InFlight, PreparedLaunch, Staged};
@@ -344,11 +344,29 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
 /// for a graph capture, on the capturing thread): every check was made at
 /// admission, so what is left can only fail in the driver.
 pub(crate) enum Issue<D: Driver> {
-    Zero { to: u64, len: u64 },
-    Copy { to: u64, from: u64, len: u64 },
-    Upload { to: u64, len: u64, staged: Staged },
-    Download { from: u64, len: u64, sink: Arc<HostSink>, loan: Loan },
+    Zero {
+        to: u64,
+        len: u64,
+    },
+    Copy {
+        to: u64,
+        from: u64,
+        len: u64,
+    },
+    Upload {
+        to: u64,
+        len: u64,
+        staged: Staged,
+    },
+    Download {
+        from: u64,
+        len: u64,
+        sink: Arc<HostSink>,
+        loan: Loan,
+    },
     Launch(PreparedLaunch<D>),
+    /// A replay of a captured graph.
+    Graph(GraphExec),
 }
 
 impl<D: Driver> Issue<D> {
@@ -438,6 +456,10 @@ impl<D: Driver> Issue<D> {
                     })
                 }
             }
+            // SAFETY: `exec` was captured by this driver, and its recording is
+            // forgotten (the instance destroyed) only after a flush, so after
+            // this call.
+            Issue::Graph(exec) => unsafe { driver.graph_launch(exec, stream.raw) },
         }
     }
 }

@@ -646,13 +646,6 @@ impl<D: Driver> Backend for GpuBackend<D> {
             // SAFETY: this function's contract.
             return unsafe { crate::backend::enqueue_in_order(self, stream, commands, io) };
         }
-        // A graph launches here, after every queued driver call, once the
-        // ops it reads have run (their failures are known by then).
-        self.device.issuer.flush();
-        if let Some(error) = io.failed_input(stream.index) {
-            io.fail(error, &stream.failed_ops);
-            return Ok(());
-        }
         let exec = match cached {
             Some(exec) => exec,
             // SAFETY: this function's contract, for the capture's commands.
@@ -664,11 +657,9 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 None => return Err(EnqueueError::Rejected(Error::internal("a replay was prepared for no commands"))),
             },
         };
-        self.bind()?;
-        // SAFETY: `exec` was captured by this driver and is destroyed only
-        // when its recording is forgotten, which no replay outlives.
-        let launched = unsafe { self.driver().graph_launch(exec, stream.raw) };
-        self.noting_loss(launched).map_err(EnqueueError::Failed)
+        // The launch is a job like a launch of one kernel: in admission
+        // order, and only once the replay's inputs ran without failing.
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue: Issue::Graph(exec), io: io.clone() })
     }
 
     fn prepares_replay(&self, id: u64) -> bool {
@@ -678,6 +669,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
     fn forget_replay(&self, id: u64) {
         let forgotten = lock(&self.graphs).remove(&id);
         if let Some(exec) = forgotten {
+            // A launch of it may still be queued: it is made before the graph goes.
+            self.device.issuer.flush();
             if self.driver().bind().is_ok() {
                 // SAFETY: captured by this driver, removed from the cache so
                 // destroyed once; launches in flight finish first.

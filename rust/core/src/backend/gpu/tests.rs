@@ -54,6 +54,16 @@ enum Call {
         ptr: u64,
         thread: Option<String>,
     },
+    /// A capture made a graph of the calls recorded since its start.
+    Captured {
+        exec: usize,
+    },
+    GraphLaunch {
+        exec: usize,
+    },
+    GraphDestroy {
+        exec: usize,
+    },
     /// One rank's part of a collective, with the group it was enqueued in.
     Collective {
         group: u64,
@@ -390,6 +400,30 @@ impl Driver for Fake {
         let params = launch.params.iter().map(|&p| unsafe { p.cast::<u64>().read() }).collect();
         self.0.record(Call::Launch { function: launch.function, params });
         Ok(())
+    }
+
+    const GRAPHS: bool = true;
+
+    unsafe fn capture(
+        &self,
+        _stream: u64,
+        enqueue: &mut dyn FnMut() -> Result<(), EnqueueError>,
+    ) -> Option<Result<GraphExec, EnqueueError>> {
+        Some(enqueue().map(|()| {
+            let exec = self.0.next() as usize;
+            self.0.record(Call::Captured { exec });
+            Handle(exec as *mut c_void)
+        }))
+    }
+
+    unsafe fn graph_launch(&self, exec: GraphExec, _stream: u64) -> Result<()> {
+        self.0.check("graph_launch")?;
+        self.0.record(Call::GraphLaunch { exec: exec.0 as usize });
+        Ok(())
+    }
+
+    unsafe fn graph_destroy(&self, exec: GraphExec) {
+        self.0.record(Call::GraphDestroy { exec: exec.0 as usize });
     }
 
     unsafe fn add_callback(&self, _stream: u64, callback: Callback) -> Result<()> {
@@ -1197,4 +1231,83 @@ fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() 
     let launches = shared.device_calls().iter().filter(|call| matches!(call, Call::Launch { .. })).count();
     assert_eq!(launches as u32, admitted + 8, "every queued launch was made before the stream went");
     assert_eq!(backend.counters().live_streams, 0);
+}
+
+/// Replays the recording `id` of two fills of `memory` on `stream` with
+/// `io` (the first replay captures it).
+fn replay(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, memory: &GpuMemory<Fake>, id: u64, io: &OpIo) {
+    let commands = match backend.prepares_replay(id) {
+        true => (0..2)
+            .map(|word| {
+                let command = Command::Fill { dst: span(memory, 0, 64), word };
+                let prepared = backend.prepare(&command).unwrap();
+                (command, prepared)
+            })
+            .collect(),
+        false => Vec::new(),
+    };
+    // SAFETY: the fake touches no memory; the memory outlives the graph.
+    unsafe { backend.enqueue_replay(stream, id, commands, io) }.unwrap();
+}
+
+/// The graph launches in the calls made so far.
+fn graph_launches(shared: &Shared) -> usize {
+    shared.calls().iter().filter(|call| matches!(call, Call::GraphLaunch { .. })).count()
+}
+
+#[test]
+fn a_replay_is_launched_in_admission_order_and_its_graph_goes_only_after_its_queued_launches() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    replay(&backend, &stream, &memory, 1, &OpIo::default());
+    backend.device.issuer.flush();
+    assert_eq!(graph_launches(&shared), 1, "the first replay captured the graph and launched it");
+    // Hold the issuing thread in a launch, and queue two replays behind it.
+    let latch = Arc::new(Latch::default());
+    let _open = OpenOnDrop(latch.clone());
+    *lock(&shared.slow_issue) = Some(latch.clone());
+    fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    replay(&backend, &stream, &memory, 1, &OpIo::default());
+    replay(&backend, &stream, &memory, 1, &OpIo::default());
+    assert_eq!(graph_launches(&shared), 1, "the replays wait behind the launch before them");
+    std::thread::scope(|scope| {
+        let forgetting = scope.spawn(|| backend.forget_replay(1));
+        std::thread::sleep(Duration::from_millis(100));
+        assert!(!forgetting.is_finished(), "the graph stays while launches of it are queued");
+        latch.open();
+        forgetting.join().unwrap();
+    });
+    let calls = shared.calls();
+    let destroyed = calls.iter().position(|call| matches!(call, Call::GraphDestroy { .. }));
+    let last_launch = calls.iter().rposition(|call| matches!(call, Call::GraphLaunch { .. }));
+    assert_eq!(graph_launches(&shared), 3);
+    assert!(last_launch < destroyed, "destroyed after its last launch: {calls:?}");
+    fence(&backend, &stream).unwrap();
+}
+
+#[test]
+fn a_replay_whose_input_failed_as_it_ran_launches_nothing_and_fails() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    replay(&backend, &stream, &memory, 1, &OpIo::default());
+    fence(&backend, &stream).unwrap();
+    let failed = Arc::new(OpOutcome::default());
+    failed.fail(Error::OpFailed { stream: 0, message: "the producer failed".into() });
+    let outcome = Arc::new(OpOutcome::default());
+    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()) };
+    replay(&backend, &stream, &memory, 1, &io);
+    backend.device.issuer.flush();
+    assert_eq!(graph_launches(&shared), 1, "only the first replay launched");
+    assert!(outcome.failure().is_some(), "what the replay writes carries the failure");
+    assert!(fence(&backend, &stream).is_err(), "the next fence reports it");
+    // A graph launch the driver refuses fails the replay the same way.
+    shared.fail("graph_launch");
+    let outcome = Arc::new(OpOutcome::default());
+    replay(&backend, &stream, &memory, 1, &OpIo { inputs: Default::default(), outcome: Some(outcome.clone()) });
+    backend.device.issuer.flush();
+    assert!(outcome.failure().is_some());
+    assert!(fence(&backend, &stream).is_err());
+    backend.forget_replay(1);
 }
