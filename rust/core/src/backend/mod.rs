@@ -41,6 +41,7 @@ mod spin;
 pub mod wgpu;
 
 #[cfg(feature = "test-support")]
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Condvar;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
@@ -348,16 +349,24 @@ impl Gate {
 
 /// Whether one admitted op failed. The scheduler gives each op that writes
 /// a cell, and every version it publishes carries it, so that the failure
-/// travels with the data: set at admission when the op cannot run, or by a
-/// backend whose ops can fail as they run (the CPU backend's kernels).
+/// travels with the data: set at admission when the op cannot run, or by
+/// the backend as the op runs.
 #[derive(Debug, Default)]
 pub struct OpOutcome {
     failure: OnceLock<Error>,
 }
 
+/// Set before the first failure of any op in this process. Until then no
+/// op's input can have failed, so an op about to run need not read its
+/// inputs' cells: on a GPU's issuing thread those are cache lines the
+/// admitting thread keeps writing, and reading each costs a transfer.
+static ANY_OP_FAILED: AtomicBool = AtomicBool::new(false);
+
 impl OpOutcome {
     /// Records that the op failed; the first failure stays.
     pub fn fail(&self, error: Error) {
+        // Before the failure itself: whoever sees the failure sees the flag.
+        ANY_OP_FAILED.store(true, Ordering::SeqCst);
         let _ = self.failure.set(error);
     }
 
@@ -381,6 +390,9 @@ pub struct OpIo {
 impl OpIo {
     /// The first failure among the inputs, as the error of an op that depends on it.
     pub fn failed_input(&self, stream: u32) -> Option<Error> {
+        if !ANY_OP_FAILED.load(Ordering::SeqCst) {
+            return None;
+        }
         self.inputs.iter().find_map(|input| input.failure()).map(|cause| Error::dependency_failed(stream, cause))
     }
 

@@ -55,9 +55,13 @@ pub(crate) enum Job<D: Driver> {
 }
 
 impl<D: Driver> Job<D> {
-    fn run(self, device: &Device<D>) {
+    /// Runs the job; an op's [`OpIo`] comes back, spent (see [`Queue::spent`]).
+    fn run(self, device: &Device<D>) -> Option<OpIo> {
         match self {
-            Job::Op { stream, issue, io } => issue.run(stream.get(), io),
+            Job::Op { stream, issue, io } => {
+                issue.run(stream.get(), &io);
+                return Some(io);
+            }
             Job::Record { stream, event } => {
                 let stream = stream.get();
                 // Made here, not at admission: the admitting thread then makes
@@ -102,6 +106,7 @@ impl<D: Driver> Job<D> {
                 }
             }
         }
+        None
     }
 }
 
@@ -155,6 +160,12 @@ struct Queue<D: Driver> {
     /// within [`STREAK_GAP`] of the one before.
     last_submitted: Option<Instant>,
     streak: u32,
+    /// The [`OpIo`]s of ops the thread ran, for the next admission to drop.
+    /// Their outcome cells are the admitting thread's: it made them, and the
+    /// versions it publishes hold them too. Dropped on the thread, each
+    /// would pull two of its cache lines across, then back; so in a streak
+    /// the thread only hands them back, and drops them itself once idle.
+    spent: Vec<OpIo>,
 }
 
 struct Shared<D: Driver> {
@@ -186,6 +197,7 @@ impl<D: Driver> Issuer<D> {
             ended: false,
             last_submitted: None,
             streak: 0,
+            spent: Vec::new(),
         };
         Issuer {
             shared: Arc::new(Shared {
@@ -226,13 +238,17 @@ impl<D: Driver> Issuer<D> {
         let close = queue.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
         queue.streak = if close { queue.streak.saturating_add(1) } else { 0 };
         queue.last_submitted = Some(now);
+        let spent = std::mem::take(&mut queue.spent);
         let idle = !queue.busy && queue.jobs.is_empty();
         if idle && (queue.streak < STREAK || matches!(job, Job::Signal { .. })) {
             drop(queue);
             job.run(device);
             return Ok(());
         }
-        self.push_locked(queue, job)
+        let pushed = self.push_locked(queue, job);
+        // After the push: the thread goes on meanwhile.
+        drop(spent);
+        pushed
     }
 
     /// Queues `job` behind every job queued before it; waits while the
@@ -296,6 +312,7 @@ impl<D: Driver> Issuer<D> {
 /// The thread: takes every queued job at once and runs them in order.
 fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
     let mut batch: Vec<Job<D>> = Vec::new();
+    let mut spent: Vec<OpIo> = Vec::new();
     loop {
         {
             let mut queue = lock(&shared.queue);
@@ -303,6 +320,10 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
             loop {
                 if !queue.jobs.is_empty() {
                     std::mem::swap(&mut queue.jobs, &mut batch);
+                    match queue.spent.is_empty() {
+                        true => std::mem::swap(&mut queue.spent, &mut spent),
+                        false => queue.spent.append(&mut spent),
+                    }
                     shared.queued.store(0, Ordering::Relaxed);
                     queue.busy = true;
                     shared.progress.notify_all();
@@ -311,6 +332,14 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
                 if queue.busy {
                     queue.busy = false;
                     shared.progress.notify_all();
+                }
+                if !spent.is_empty() || !queue.spent.is_empty() {
+                    // Idle: nothing to overlap with, so the thread drops them.
+                    spent.append(&mut queue.spent);
+                    drop(queue);
+                    spent.clear();
+                    queue = lock(&shared.queue);
+                    continue;
                 }
                 if queue.stopped {
                     queue.ended = true;
@@ -335,7 +364,9 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
         }
         for job in batch.drain(..) {
             // A panicking job must not end the jobs behind it.
-            let _ = catch_unwind(AssertUnwindSafe(|| job.run(device)));
+            if let Ok(Some(io)) = catch_unwind(AssertUnwindSafe(|| job.run(device))) {
+                spent.push(io);
+            }
         }
     }
 }
@@ -372,7 +403,7 @@ pub(crate) enum Issue<D: Driver> {
 impl<D: Driver> Issue<D> {
     /// Runs the op unless an input failed; a failure fails what it writes
     /// (`io.outcome`) and is reported by the stream's next fence.
-    pub(crate) fn run(self, stream: &StreamCore<D>, io: OpIo) {
+    pub(crate) fn run(self, stream: &StreamCore<D>, io: &OpIo) {
         let failure = match io.failed_input(stream.index) {
             Some(error) => {
                 if let Issue::Download { sink, .. } = &self {

@@ -1311,3 +1311,24 @@ fn a_replay_whose_input_failed_as_it_ran_launches_nothing_and_fails() {
     assert!(fence(&backend, &stream).is_err());
     backend.forget_replay(1);
 }
+
+#[test]
+fn the_outcome_cells_of_ops_run_on_the_issuing_thread_are_let_go_once_it_is_idle() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    assert!(admitted < 100_000, "a streak of admissions moved to the issuing thread");
+    // A streak whose ops each hold an outcome cell, as the scheduler gives them.
+    let cells: Vec<Arc<OpOutcome>> = (0..256).map(|_| Arc::new(OpOutcome::default())).collect();
+    for cell in &cells {
+        let command = Command::Fill { dst: span(&memory, 0, 64), word: 1 };
+        let prepared = backend.prepare(&command).unwrap();
+        let io = OpIo { inputs: [cell.clone()].into_iter().collect(), outcome: Some(cell.clone()) };
+        // SAFETY: the fake touches no memory.
+        unsafe { backend.enqueue(&stream, command, prepared, io) }.unwrap();
+    }
+    fence(&backend, &stream).unwrap();
+    let let_go = || cells.iter().all(|cell| Arc::strong_count(cell) == 1);
+    assert!(soon(let_go), "every op's cells were dropped once the thread had nothing left to run");
+}
