@@ -34,7 +34,7 @@ use super::device::{Device, LentToHost, Loan};
 use super::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status};
 use super::owners::GpuEvent;
 use super::stream::{StreamCore, StreamRef};
-use super::{InFlight, PreparedLaunch, Staged};
+use super::{InFlight, ReadyLaunch, Staged};
 use crate::backend::{HostSink, OpIo, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Result};
@@ -395,7 +395,7 @@ pub(crate) enum Issue<D: Driver> {
         sink: Arc<HostSink>,
         loan: Loan,
     },
-    Launch(PreparedLaunch<D>),
+    Launch(ReadyLaunch<D>),
     /// A replay of a captured graph.
     Graph(GraphExec),
 }

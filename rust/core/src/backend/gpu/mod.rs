@@ -89,12 +89,18 @@ pub(crate) enum Prepared<D: Driver> {
 /// A launch made ready outside the boundary: the function compiled and
 /// loaded, the grid, and every parameter but the buffer addresses.
 pub(crate) struct PreparedLaunch<D: Driver> {
-    function: D::Function,
-    grid: Grid,
-    params: Params,
+    launch: ReadyLaunch<D>,
     /// The parameters that take buffer addresses, in the order the command
     /// names its buffers.
     pointers: smallvec::SmallVec<[usize; 8]>,
+}
+
+/// A launch with every parameter filled: what the driver call takes, and
+/// no more, since it is queued by value for the issuing thread to read.
+pub(crate) struct ReadyLaunch<D: Driver> {
+    function: D::Function,
+    grid: Grid,
+    params: Params,
 }
 
 /// Where an upload's bytes wait in page-locked memory.
@@ -343,18 +349,18 @@ impl<D: Driver> GpuBackend<D> {
     /// The pointers of `launch` filled with the addresses of `buffers`, in
     /// order; a rejection if they do not match what it was prepared for.
     fn resolve_launch<'m>(
-        mut launch: PreparedLaunch<D>,
+        PreparedLaunch { mut launch, pointers }: PreparedLaunch<D>,
         buffers: impl IntoIterator<Item = Span<&'m GpuMemory<D>>>,
     ) -> Result<Issue<D>, EnqueueError> {
         let mut filled = 0;
         for span in buffers {
-            let index = launch.pointers.get(filled).copied();
+            let index = pointers.get(filled).copied();
             match index {
                 Some(index) if launch.params.set_pointer(index, Self::address(&span)?) => filled += 1,
                 _ => return Err(rejected("a launch was prepared for another command")),
             }
         }
-        if filled != launch.pointers.len() {
+        if filled != pointers.len() {
             return Err(rejected("a launch was prepared for another command"));
         }
         Ok(Issue::Launch(launch))
@@ -457,7 +463,7 @@ impl<D: Driver> PreparedLaunch<D> {
     fn new(function: D::Function, grid: Grid, params: &[Param]) -> Self {
         let pointers =
             params.iter().enumerate().filter(|(_, p)| matches!(p, Param::Pointer(_))).map(|(i, _)| i).collect();
-        PreparedLaunch { function, grid, params: Params::new(params), pointers }
+        PreparedLaunch { launch: ReadyLaunch { function, grid, params: Params::new(params) }, pointers }
     }
 }
 
