@@ -22,10 +22,13 @@ const MOST: usize = 1024;
 /// A storage window as bound: buffer, offset, size.
 pub(crate) type Window = (wgpu::Buffer, u64, u64);
 
+/// The windows of one group, at bindings `0..`.
+pub(crate) type Windows = SmallVec<[Window; 3]>;
+
 #[derive(PartialEq, Eq, Hash)]
 struct Key {
     layout: wgpu::BindGroupLayout,
-    windows: SmallVec<[Window; 3]>,
+    windows: Windows,
 }
 
 #[derive(Default)]
@@ -39,7 +42,7 @@ impl BindGroups {
     pub fn get(
         &self,
         layout: &wgpu::BindGroupLayout,
-        windows: SmallVec<[Window; 3]>,
+        windows: Windows,
         make: impl FnOnce() -> wgpu::BindGroup,
     ) -> wgpu::BindGroup {
         let key = Key { layout: layout.clone(), windows };

@@ -8,6 +8,7 @@
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use super::bind_groups::Windows;
 use super::builtin::{record_elementwise, record_patches, Operand};
 use super::device::Gpu;
 use super::memory::{align4, Held, WgpuMemory};
@@ -41,6 +42,9 @@ pub(crate) struct Recorder {
     /// What the open pass has bound: a dispatch of the same pipeline over the
     /// same group (a kernel launched again and again) sets neither again.
     bound: Option<(wgpu::ComputePipeline, wgpu::BindGroup)>,
+    /// The kept group the last dispatch bound, with its layout and windows:
+    /// a dispatch over the same windows takes it without asking the cache.
+    last_group: Option<(wgpu::BindGroupLayout, Windows, wgpu::BindGroup)>,
     encoder: wgpu::CommandEncoder,
 }
 
@@ -49,6 +53,7 @@ impl Recorder {
         Recorder {
             pass: None,
             bound: None,
+            last_group: None,
             encoder: device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None }),
         }
     }
@@ -83,6 +88,26 @@ impl Recorder {
         }
         self.bound = Some((pipeline.clone(), group.clone()));
         pass
+    }
+
+    /// The kept group of `layout` over `windows`: the one the last dispatch
+    /// bound if it is that, else `get`'s (remembered for the next).
+    pub fn kept_group(
+        &mut self,
+        layout: &wgpu::BindGroupLayout,
+        windows: Windows,
+        get: impl FnOnce(Windows) -> wgpu::BindGroup,
+    ) -> wgpu::BindGroup {
+        match &self.last_group {
+            Some((last_layout, last_windows, group)) if last_layout == layout && *last_windows == windows => {
+                group.clone()
+            }
+            _ => {
+                let group = get(windows.clone());
+                self.last_group = Some((layout.clone(), windows, group.clone()));
+                group
+            }
+        }
     }
 
     pub fn finish(mut self) -> wgpu::CommandBuffer {

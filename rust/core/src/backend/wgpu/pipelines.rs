@@ -483,7 +483,9 @@ pub(crate) fn dispatch(
                 immediates = bytes.get(index * block..(index + 1) * block);
             }
             let windows = buffers.iter().map(|window| (window.buffer.clone(), window.offset, window.size)).collect();
-            gpu.bind_groups.get(&pipeline.layout, windows, || make(None))
+            recorder.kept_group(&pipeline.layout, windows, |windows| {
+                gpu.bind_groups.get(&pipeline.layout, windows, || make(None))
+            })
         }
     };
     let pass = recorder.pass_with(&pipeline.pipeline, &bind_group);
