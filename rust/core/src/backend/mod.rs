@@ -40,8 +40,8 @@ mod spin;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
-#[cfg(feature = "test-support")]
 use std::sync::atomic::{AtomicBool, Ordering};
+#[cfg(feature = "test-support")]
 use std::sync::Condvar;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
