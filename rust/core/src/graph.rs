@@ -160,7 +160,7 @@ impl Graph {
     }
 }
 
-/// What one op does to a buffer when another did `a` to it first.
+/// What two ops do to one buffer, taken together: `a` and `b`.
 fn union(a: Access, b: Access) -> Access {
     match (a.reads() || b.reads(), a.writes() || b.writes()) {
         (true, true) => Access::ReadWrite,

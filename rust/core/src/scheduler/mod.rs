@@ -87,8 +87,8 @@ pub(crate) trait Engine: Send + Sync {
     /// Admits `commands` on `stream` in order, each its own op, in one
     /// critical section; see [`crate::Stream::batch`].
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
-    /// Admits `commands` on `stream` as one op whose reads and writes are
-    /// the union of theirs; see [`crate::Stream::replay`].
+    /// Admits `graph`'s ops on `stream` as one op whose reads and writes
+    /// are the union of theirs; see [`crate::Stream::replay`].
     fn replay(&self, stream: usize, graph: &Graph) -> Result<()>;
     /// The recording `id` will not be replayed again.
     fn forget_graph(&self, id: u64);
