@@ -143,8 +143,7 @@ impl Stream {
     /// whole replay: every buffer it writes gets the failed version.
     pub fn replay(&self, graph: &Graph) -> Result<()> {
         self.admitting()?;
-        graph.check_engine(self.engine())?;
-        self.engine().replay(self.0.index, graph)
+        self.engine().replay(self.0.index, graph.recording_in(self.engine())?)
     }
 
     /// An error on a stream that only collects ops (inside [`Stream::batch`]

@@ -14,6 +14,7 @@ mod clock;
 mod collective;
 mod lifecycle;
 mod peer;
+mod recording;
 mod versions;
 
 use std::collections::VecDeque;
@@ -22,6 +23,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
 use clock::VectorClock;
 pub(crate) use collective::{CommunicatorSlot, PartKeys};
+pub(crate) use recording::Recording;
 use versions::{Dependencies, History};
 
 #[cfg(feature = "test-support")]
@@ -33,7 +35,6 @@ use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
-use crate::graph::Graph;
 use crate::host::HostBuffer;
 use crate::kernel::Access;
 use crate::key_map::KeyMap;
@@ -87,9 +88,9 @@ pub(crate) trait Engine: Send + Sync {
     /// Admits `commands` on `stream` in order, each its own op, in one
     /// critical section; see [`crate::Stream::batch`].
     fn submit_batch(&self, stream: usize, commands: Vec<Command<BufferKey>>) -> Result<()>;
-    /// Admits `graph`'s ops on `stream` as one op whose reads and writes
-    /// are the union of theirs; see [`crate::Stream::replay`].
-    fn replay(&self, stream: usize, graph: &Graph) -> Result<()>;
+    /// Admits `recording`'s ops on `stream` as one op whose reads and
+    /// writes are the union of theirs; see [`crate::Stream::replay`].
+    fn replay(&self, stream: usize, recording: &Recording) -> Result<()>;
     /// The recording `id` will not be replayed again.
     fn forget_graph(&self, id: u64);
     /// Keeps the buffers of `keys` past their last handle until unpinned.
@@ -339,7 +340,7 @@ impl<B: Backend> State<B> {
     }
 }
 
-/// A graph's commands, each with what the backend prepared for it.
+/// A recording's commands, each with what the backend prepared for it.
 type PreparedCommands<B> = Vec<(Command<BufferKey>, <B as Backend>::Prepared)>;
 
 /// The scheduler over one backend.
@@ -569,19 +570,19 @@ impl<B: Backend> Scheduler<B> {
         }
     }
 
-    /// Admits `graph` on `stream` as one op: ordered after everything any
-    /// of its ops depends on, enqueued back to back (with `commands`, the
+    /// Admits `recording` on `stream` as one op: ordered after everything
+    /// any of its ops depends on, enqueued back to back (with `commands`, the
     /// prepared ops, unless the backend keeps the recording captured), and
     /// published once with the union of their accesses.
     fn admit_as_one(
         &self,
         state: &mut State<B>,
         stream: usize,
-        graph: &Graph,
+        recording: &Recording,
         commands: Option<PreparedCommands<B>>,
     ) -> Result<()> {
-        let accesses = graph.accesses();
-        let inputs = graph.inputs(|key| state.entry(key).map(|entry| entry.len))?;
+        let accesses = recording.accesses();
+        let inputs = recording.inputs(|key| state.entry(key).map(|entry| entry.len))?;
         self.wait_for_dependencies(state, stream, accesses)?;
         let (io, failed_input) = Self::op_io(state, inputs, stream)?;
         if let Some(error) = failed_input {
@@ -602,7 +603,7 @@ impl<B: Backend> Scheduler<B> {
         // SAFETY: as in `admit`: the memories stay alive in `state.buffers`
         // (a graph pins them) until a signal after this op completed, and
         // every conflicting user was ordered before the replay above.
-        let failure = match unsafe { self.backend.enqueue_replay(raw, graph.id(), pairs, &io) } {
+        let failure = match unsafe { self.backend.enqueue_replay(raw, recording.id(), pairs, &io) } {
             Ok(()) => None,
             // Nothing of the replay was enqueued: a plain refusal.
             Err(EnqueueError::Rejected(error)) => return Err(error),
@@ -825,20 +826,20 @@ impl<B: Backend> Engine for Scheduler<B> {
         }
     }
 
-    fn replay(&self, stream: usize, graph: &Graph) -> Result<()> {
+    fn replay(&self, stream: usize, recording: &Recording) -> Result<()> {
         // A backend that keeps this recording captured needs neither its
         // commands nor their preparation: the replay costs the same for any
         // number of recorded ops.
-        let commands = match self.backend.prepares_replay(graph.id()) {
+        let commands = match self.backend.prepares_replay(recording.id()) {
             true => {
-                let commands = graph.commands()?;
+                let commands = recording.commands()?;
                 let prepared = self.prepare_all(&commands)?;
                 Some(commands.into_iter().zip(prepared).collect())
             }
             false => None,
         };
-        let mut state = self.open_state_when(|state| state.needs_busy(stream, graph.accesses()))?;
-        self.admit_as_one(&mut state, stream, graph, commands)
+        let mut state = self.open_state_when(|state| state.needs_busy(stream, recording.accesses()))?;
+        self.admit_as_one(&mut state, stream, recording, commands)
     }
 
     fn forget_graph(&self, id: u64) {
