@@ -75,13 +75,10 @@ impl Graph {
         let swap = |key: BufferKey| map.iter().find(|(from, _)| *from == key).map_or(key, |(_, to)| *to);
         let commands = self
             .recording
-            .recorded()
-            .iter()
+            .commands()?
+            .into_iter()
             .map(|command| {
-                let command = command
-                    .replayable()
-                    .map(|command| command.map(swap))
-                    .ok_or_else(|| Error::internal("a recorded op cannot be replayed"))?;
+                let command = command.map(swap);
                 // Rebinding may make two arguments of one op the same memory.
                 crate::ops::reject_overlap(&command.spans())?;
                 Ok(command)

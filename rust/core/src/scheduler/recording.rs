@@ -53,11 +53,6 @@ impl Recording {
         &self.accesses
     }
 
-    /// The recorded commands, as recorded.
-    pub(crate) fn recorded(&self) -> &[Command<BufferKey>] {
-        &self.commands
-    }
-
     /// The spans whose versions a replay reads: what a command reads, or
     /// leaves in place of a partial write, unless an earlier command wrote
     /// the whole buffer first; and the whole of each buffer written, once
