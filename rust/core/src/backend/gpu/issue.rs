@@ -56,10 +56,13 @@ pub(crate) enum Job<D: Driver> {
 
 impl<D: Driver> Job<D> {
     /// Runs the job; an op's [`OpIo`] comes back, spent (see [`Queue::spent`]).
-    fn run(self, device: &Device<D>) -> Option<OpIo> {
+    /// `bound`: see [`Issue::issue`]; only an op that runs no other code
+    /// leaves it set.
+    fn run(self, device: &Device<D>, bound: &mut bool) -> Option<OpIo> {
+        *bound &= matches!(self, Job::Op { .. });
         match self {
             Job::Op { stream, issue, io } => {
-                issue.run(stream.get(), &io);
+                issue.run(stream.get(), &io, bound);
                 return Some(io);
             }
             Job::Record { stream, event } => {
@@ -242,7 +245,8 @@ impl<D: Driver> Issuer<D> {
         let idle = !queue.busy && queue.jobs.is_empty();
         if idle && (queue.streak < STREAK || matches!(job, Job::Signal { .. })) {
             drop(queue);
-            job.run(device);
+            // The caller's thread: any code may have made another context current.
+            job.run(device, &mut false);
             return Ok(());
         }
         let pushed = self.push_locked(queue, job);
@@ -362,10 +366,15 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
                 idle_since = None;
             }
         }
+        // Nothing but jobs runs on this thread, so the context an op bound
+        // stays current for the next, unless a job runs other code.
+        let mut bound = false;
         for job in batch.drain(..) {
             // A panicking job must not end the jobs behind it.
-            if let Ok(Some(io)) = catch_unwind(AssertUnwindSafe(|| job.run(device))) {
-                spent.push(io);
+            match catch_unwind(AssertUnwindSafe(|| job.run(device, &mut bound))) {
+                Ok(Some(io)) => spent.push(io),
+                Ok(None) => {}
+                Err(_) => bound = false,
             }
         }
     }
@@ -403,7 +412,7 @@ pub(crate) enum Issue<D: Driver> {
 impl<D: Driver> Issue<D> {
     /// Runs the op unless an input failed; a failure fails what it writes
     /// (`io.outcome`) and is reported by the stream's next fence.
-    pub(crate) fn run(self, stream: &StreamCore<D>, io: &OpIo) {
+    pub(crate) fn run(self, stream: &StreamCore<D>, io: &OpIo, bound: &mut bool) {
         let failure = match io.failed_input(stream.index) {
             Some(error) => {
                 if let Issue::Download { sink, .. } = &self {
@@ -411,20 +420,29 @@ impl<D: Driver> Issue<D> {
                 }
                 Some(error)
             }
-            None => self.issue(stream).err().map(|error| {
+            None => self.issue(stream, bound).err().map(|error| {
                 stream.device.driver.loss().record(&error);
                 error.into_op_failure(stream.index, None)
             }),
         };
         if let Some(error) = failure {
+            *bound = false;
             io.fail(error, &stream.failed_ops);
         }
     }
 
-    /// The driver calls, on `stream`.
-    pub(crate) fn issue(self, stream: &StreamCore<D>) -> Result<()> {
+    /// The driver calls, on `stream`. `bound`: the device's context is
+    /// known to be current on this thread, so it is not asked for (a
+    /// `cuCtxGetCurrent` costs about 2% of a launch); set when this op
+    /// leaves it current and runs no other code (an upload's or download's
+    /// completion hand-off may drop or wake what is not ours).
+    pub(crate) fn issue(self, stream: &StreamCore<D>, bound: &mut bool) -> Result<()> {
         let driver = &*stream.device.driver;
-        driver.bind()?;
+        match *bound {
+            true => driver.loss().check()?,
+            false => driver.bind()?,
+        }
+        *bound = matches!(self, Issue::Zero { .. } | Issue::Copy { .. } | Issue::Launch(_) | Issue::Graph(_));
         match self {
             // The widest memset the alignment allows: 32-bit stores fill faster.
             // SAFETY (all arms): every address range was checked to lie in a

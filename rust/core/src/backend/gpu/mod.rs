@@ -440,7 +440,7 @@ impl<D: Driver> GpuBackend<D> {
         let mut commands = Some(commands);
         let mut enqueue = || {
             for (command, prepared) in commands.take().into_iter().flatten() {
-                Self::resolve(command, prepared)?.issue(on).map_err(EnqueueError::Failed)?;
+                Self::resolve(command, prepared)?.issue(on, &mut false).map_err(EnqueueError::Failed)?;
             }
             Ok(())
         };

@@ -108,6 +108,9 @@ struct Shared {
     calls: Mutex<Vec<Call>>,
     /// Driver calls made on a thread where this fake was not bound.
     unbound_calls: AtomicUsize,
+    /// `bind` calls: every one asks the driver which context is current.
+    binds: AtomicUsize,
+    events_destroyed: AtomicUsize,
     /// Names of the calls that fail.
     failing: Mutex<Vec<&'static str>>,
     /// Names of the calls that fail with a fault that poisons the context.
@@ -223,6 +226,7 @@ impl Driver for Fake {
     }
 
     fn bind(&self) -> Result<()> {
+        self.0.binds.fetch_add(1, Ordering::SeqCst);
         self.0.loss.check()?;
         BOUND.with(|bound| bound.set(self.0.id));
         self.0.check("bind")
@@ -278,6 +282,7 @@ impl Driver for Fake {
     }
 
     unsafe fn event_destroy(&self, _event: u64) {
+        self.0.events_destroyed.fetch_add(1, Ordering::SeqCst);
         let _ = self.0.check("event_destroy");
     }
 
@@ -1231,6 +1236,57 @@ fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() 
     let launches = shared.device_calls().iter().filter(|call| matches!(call, Call::Launch { .. })).count();
     assert_eq!(launches as u32, admitted + 8, "every queued launch was made before the stream went");
     assert_eq!(backend.counters().live_streams, 0);
+}
+
+#[test]
+fn a_batch_of_launches_on_the_issuing_thread_binds_the_device_once() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let latch = Arc::new(Latch::default());
+    let _open = OpenOnDrop(latch.clone());
+    *lock(&shared.slow_issue) = Some(latch.clone());
+    let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    // The thread is held in that launch; 64 more queue behind it, one batch.
+    for word in admitted..admitted + 64 {
+        enqueue_fill(&backend, &stream, &memory, word);
+    }
+    shared.binds.store(0, Ordering::SeqCst);
+    latch.open();
+    backend.device.issuer.flush();
+    let binds = shared.binds.load(Ordering::SeqCst);
+    assert!(binds <= 2, "64 launches in one batch bound the device {binds} times");
+    assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0, "every launch ran with its device bound");
+}
+
+#[test]
+fn a_launch_after_a_job_that_bound_another_device_on_the_issuing_thread_binds_its_own_again() {
+    let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
+    let (stream_a, stream_b) = (a.create_stream().unwrap(), b.create_stream().unwrap());
+    let memory = a.allocate(64).unwrap();
+    // b's event pool is full when `peer` goes, so its drop destroys it, with b bound.
+    let spares: Vec<_> = (0..256).map(|_| b.record_event(&stream_b).unwrap()).collect();
+    let peer = b.record_event(&stream_b).unwrap();
+    b.device.issuer.flush();
+    drop(spares);
+    let latch = Arc::new(Latch::default());
+    let _open = OpenOnDrop(latch.clone());
+    *lock(&shared_a.slow_issue) = Some(latch.clone());
+    let admitted = fill_until_issued_on_the_thread(&a, &stream_a, &shared_a, &memory);
+    // Queued behind the held launch, in one batch: a launch, a wait that
+    // holds the last reference to b's event (its drop binds b on a's
+    // issuing thread), and a launch after it.
+    enqueue_fill(&a, &stream_a, &memory, admitted);
+    a.wait_event(&stream_a, &peer).unwrap();
+    drop(peer);
+    enqueue_fill(&a, &stream_a, &memory, admitted + 1);
+    latch.open();
+    a.device.issuer.flush();
+    assert_eq!(shared_b.events_destroyed.load(Ordering::SeqCst), 1, "b's event was destroyed");
+    assert_eq!(shared_b.unbound_calls.load(Ordering::SeqCst), 0, "b's event was dropped with b bound");
+    assert_eq!(shared_a.unbound_calls.load(Ordering::SeqCst), 0, "the launch after it bound a again");
+    let launches = shared_a.device_calls().iter().filter(|call| matches!(call, Call::Launch { .. })).count();
+    assert_eq!(launches as u32, admitted + 2, "every launch was made");
 }
 
 /// Replays the recording `id` of two fills of `memory` on `stream` with
