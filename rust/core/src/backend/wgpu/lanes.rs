@@ -27,7 +27,10 @@
 //! the highest submission any gone lane made ([`Lanes::gone_submit`]).
 //!
 //! A signal completes once the submission that covers it is done *and* every
-//! read issued before it on its lane has delivered ([`Reads`]).
+//! read issued before it on its lane has delivered ([`Reads`]). Signals
+//! complete in issue order as far as anyone can see: one that finds its work
+//! done at once never completes before an earlier one that waits for the
+//! same work ([`Progress`]).
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -217,13 +220,74 @@ impl Join {
     }
 }
 
+/// How far the device got, as the lanes know it: the highest submission known
+/// done, and the signals still waiting for theirs, in issue order.
+///
+/// Work-done callbacks and read map callbacks both learn that a submission is
+/// done, from different polls in no order between them. Whoever learns it
+/// first finishes every signal waiting for that submission or an earlier one,
+/// and only then raises the count: a signal that finds the count covering it
+/// completes at once, and must not complete before an earlier one whose
+/// callback has not run yet (a runtime fence resolving while the drain of a
+/// stream dropped before it still waits, and the stream still counts live).
+#[derive(Default)]
+pub(crate) struct Progress {
+    completed: AtomicU64,
+    waiting: Mutex<VecDeque<(u64, Arc<Join>)>>,
+}
+
+impl Progress {
+    /// The highest submission known done.
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::SeqCst)
+    }
+
+    /// Submission `submission`, and every one before it, is done.
+    pub fn done(&self, submission: u64) {
+        // Under the lock, so that no one sees the count raised before the
+        // signals it covers finished. Finishing one only completes a cell,
+        // whose wakers run on the delivery thread, not here.
+        let mut waiting = lock(&self.waiting);
+        waiting.retain(|(upto, join)| {
+            let due = *upto <= submission;
+            if due {
+                join.part_done();
+            }
+            !due
+        });
+        self.completed.fetch_max(submission, Ordering::SeqCst);
+    }
+
+    /// Finishes the device part of `join` once `submission` is done: at once if it already is.
+    fn wait_for(&self, submission: u64, join: Arc<Join>) {
+        let mut waiting = lock(&self.waiting);
+        // Raised meanwhile: the signals before this one were finished first.
+        if self.completed() >= submission {
+            join.part_done();
+        } else {
+            waiting.push_back((submission, join));
+        }
+    }
+
+    /// Finishes the device part of `join` if it still waits (its callback was
+    /// dropped uncalled: its submission is done, but the count stays as it is).
+    fn give_up(&self, join: &Arc<Join>) {
+        let mut waiting = lock(&self.waiting);
+        if let Some(at) = waiting.iter().position(|(_, waiter)| Arc::ptr_eq(waiter, join)) {
+            if let Some((_, join)) = waiting.remove(at) {
+                join.part_done();
+            }
+        }
+    }
+}
+
 /// The device state shared with the poll, gate and delay threads.
 pub(crate) struct Shared {
     pub gpu: Gpu,
     pub poll: Arc<PollState>,
     lanes: Mutex<Lanes>,
-    /// Highest submission count known complete (from fence and read callbacks).
-    completed: Arc<AtomicU64>,
+    /// Submissions known complete (from fence and read callbacks), and the signals waiting for them.
+    progress: Arc<Progress>,
     /// A device-wide failure (device lost, an error outside any scope): fails every lane.
     device_error: Arc<Mutex<Option<Error>>>,
     me: Weak<Shared>,
@@ -236,7 +300,7 @@ impl Shared {
             gpu,
             poll,
             lanes: Mutex::new(Lanes::default()),
-            completed: Arc::new(AtomicU64::new(0)),
+            progress: Arc::default(),
             device_error,
             me: me.clone(),
         })
@@ -351,7 +415,7 @@ impl Shared {
             && slot.status.is_ok()
             && slot.tally.is_clear()
             && slot.failed.is_none()
-            && slot.last_submit <= self.completed.load(Ordering::SeqCst)
+            && slot.last_submit <= self.progress.completed()
             && slot.reads.idle()
             && lock(&self.device_error).is_none()
     }
@@ -514,7 +578,7 @@ impl Shared {
                 Ok(()) => readback.start(ReadContext {
                     poll: &self.poll,
                     reads: &lane.reads,
-                    completed: &self.completed,
+                    progress: &self.progress,
                     submission: lane.last_submit,
                 }),
             },
@@ -586,8 +650,10 @@ impl Shared {
             SignalKind::Fence => lane.tally.take(),
             SignalKind::Drain => Ok(()),
         });
-        let device_busy = lane.last_submit > self.completed.load(Ordering::SeqCst);
-        // No read can start meanwhile: reads start only here, under the lanes lock.
+        let device_busy = lane.last_submit > self.progress.completed();
+        // No read can start meanwhile: reads start only here, under the lanes
+        // lock. Idle reads and a raised count mean the signals before this
+        // one that waited for them finished (see `Progress`, `Reads`).
         if !device_busy && lane.reads.idle() {
             // Already done: no callback, no wake-up.
             completion.complete(status);
@@ -599,19 +665,17 @@ impl Shared {
             unrun();
         }
         if device_busy {
-            let (poll, completed) = (self.poll.clone(), self.completed.clone());
+            let (poll, progress) = (self.poll.clone(), self.progress.clone());
+            // Finished by whichever callback learns first that the lane's
+            // submission is done: this one, or a read's of a later one.
+            progress.wait_for(lane.last_submit, join.clone());
             poll.register();
             // Runs once, also when wgpu drops it uncalled because a callback
             // fired before it panicked: its submission is done then as well.
             let body = once(move |called: Option<()>| {
-                // This signal first, then the count: a signal made meanwhile
-                // that finds the count covering it completes at once, and
-                // must not complete before this earlier one (a runtime
-                // fence returning while a stream fence made before it is
-                // still pending).
-                join.part_done();
-                if called.is_some() {
-                    completed.fetch_max(submits, Ordering::SeqCst);
+                match called {
+                    Some(()) => progress.done(submits),
+                    None => progress.give_up(&join),
                 }
                 poll.done();
             });

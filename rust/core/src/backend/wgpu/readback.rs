@@ -13,9 +13,9 @@
 //! delivered".
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::lanes::Progress;
 use super::poll::{once, PollState};
 use super::scope::BACKEND;
 use crate::backend::HostSink;
@@ -56,7 +56,8 @@ pub(crate) struct Reads {
 }
 
 impl Reads {
-    /// True when every read started so far has delivered.
+    /// True when every read started so far has delivered, and what waited
+    /// for them ran.
     pub fn idle(&self) -> bool {
         let state = lock(&self.state);
         state.delivered_below == state.started
@@ -83,28 +84,25 @@ impl Reads {
         number
     }
 
-    /// Read `number` delivered (or failed): runs what no longer waits, outside the lock.
+    /// Read `number` delivered (or failed): runs what no longer waits.
     fn delivered(&self, number: u64) {
-        let ready = {
-            let mut state = lock(&self.state);
-            let base = state.delivered_below;
-            if let Some(flag) = number.checked_sub(base).and_then(|at| state.delivered.get_mut(at as usize)) {
-                *flag = true;
+        let mut state = lock(&self.state);
+        let base = state.delivered_below;
+        if let Some(flag) = number.checked_sub(base).and_then(|at| state.delivered.get_mut(at as usize)) {
+            *flag = true;
+        }
+        while state.delivered.front() == Some(&true) {
+            state.delivered.pop_front();
+            state.delivered_below += 1;
+        }
+        // Under the lock, so that a signal that finds the reads idle (and
+        // completes at once) never completes before an earlier one waiting
+        // for them. What waits only completes a cell, whose wakers run on
+        // the delivery thread, not here.
+        while state.waiting.front().is_some_and(|(upto, _)| *upto <= state.delivered_below) {
+            if let Some((_, then)) = state.waiting.pop_front() {
+                then();
             }
-            while state.delivered.front() == Some(&true) {
-                state.delivered.pop_front();
-                state.delivered_below += 1;
-            }
-            let mut ready = Vec::new();
-            while state.waiting.front().is_some_and(|(upto, _)| *upto <= state.delivered_below) {
-                if let Some((_, then)) = state.waiting.pop_front() {
-                    ready.push(then);
-                }
-            }
-            ready
-        };
-        for then in ready {
-            then();
         }
     }
 }
@@ -113,9 +111,9 @@ impl Reads {
 pub(crate) struct ReadContext<'a> {
     pub poll: &'a Arc<PollState>,
     pub reads: &'a Arc<Reads>,
-    /// Raised to `submission` once the read delivered: its copy's submission,
-    /// and every one before it, is then known done.
-    pub completed: &'a Arc<AtomicU64>,
+    /// Told `submission` is done once the read delivered: its copy's
+    /// submission, and every one before it, is then known done.
+    pub progress: &'a Arc<Progress>,
     pub submission: u64,
 }
 
@@ -141,10 +139,10 @@ impl Readback {
             let error = error.clone();
             return self.fail(error);
         }
-        let ReadContext { poll, reads, completed, submission } = context;
+        let ReadContext { poll, reads, progress, submission } = context;
         poll.register();
         let number = reads.start();
-        let (poll, reads, completed) = (poll.clone(), reads.clone(), completed.clone());
+        let (poll, reads, progress) = (poll.clone(), reads.clone(), progress.clone());
         let Readback { staging, skip, len, sink, .. } = self;
         let mapped = staging.clone();
         // Runs once: when wgpu calls it, or when wgpu drops it uncalled (a
@@ -169,7 +167,7 @@ impl Readback {
             match bytes {
                 Ok(bytes) => {
                     sink.deliver(bytes);
-                    completed.fetch_max(submission, Ordering::SeqCst);
+                    progress.done(submission);
                 }
                 Err(message) => sink.fail(Error::backend(BACKEND, message)),
             }
