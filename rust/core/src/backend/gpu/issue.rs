@@ -56,10 +56,12 @@ pub(crate) enum Job<D: Driver> {
 
 impl<D: Driver> Job<D> {
     /// Runs the job; an op's [`OpIo`] comes back, spent (see [`Queue::spent`]).
-    /// `bound`: see [`Issue::issue`]; only an op that runs no other code
-    /// leaves it set.
+    /// `bound`: the device's context is known to be current on this
+    /// thread, so it need not be asked for (a `cuCtxGetCurrent` costs about
+    /// 2% of a launch). A job leaves it set only when it ran no code that
+    /// could make another context current: no failure, no completion (a
+    /// waker may run anything), no peer's event let go.
     fn run(self, device: &Device<D>, bound: &mut bool) -> Option<OpIo> {
-        *bound &= matches!(self, Job::Op { .. });
         match self {
             Job::Op { stream, issue, io } => {
                 issue.run(stream.get(), &io, bound);
@@ -69,13 +71,15 @@ impl<D: Driver> Job<D> {
                 let stream = stream.get();
                 // Made here, not at admission: the admitting thread then makes
                 // no driver call that would contend with this thread's.
-                let recorded = device.driver.bind().and_then(|()| {
+                let recorded = bind(&*device.driver, bound).and_then(|()| {
                     let made = GpuEvent::new(&stream.device, EventUse::StreamOrder)?;
                     // SAFETY: both handles are alive and belong to this driver.
                     unsafe { device.driver.event_record(made.raw, stream.raw) }?;
                     let _ = event.recorded.set(made);
                     Ok(())
                 });
+                // The event is this device's: its drop binds nothing else.
+                *bound = recorded.is_ok();
                 fail_stream(stream, recorded);
             }
             Job::Wait { stream, event } => {
@@ -83,16 +87,17 @@ impl<D: Driver> Job<D> {
                 let waited = match event.recorded.get() {
                     // SAFETY: both handles are alive (the job holds the event);
                     // a peer's event was recorded before this wait was queued.
-                    Some(recorded) => device
-                        .driver
-                        .bind()
+                    Some(recorded) => bind(&*device.driver, bound)
                         .and_then(|()| unsafe { device.driver.stream_wait_event(stream.raw, recorded.raw) }),
                     // Its record failed (and was reported there): this stream cannot be ordered after it.
                     None => Err(Error::backend(D::KIND, "a cross-stream wait's event could not be recorded")),
                 };
+                // A peer's event, dropped below, binds its own device.
+                *bound = waited.is_ok() && std::ptr::eq(&*event.device, device);
                 fail_stream(stream, waited);
             }
             Job::Signal { stream, completion, kind } => {
+                *bound = false;
                 let stream = stream.get();
                 // A fence reports the ops issued before it that failed, once.
                 let report = match kind {
@@ -110,6 +115,15 @@ impl<D: Driver> Job<D> {
             }
         }
         None
+    }
+}
+
+/// Makes `driver`'s device current on this thread, unless `bound` says it
+/// is (see [`Job::run`]); either way, a lost device refuses.
+fn bind<D: Driver>(driver: &D, bound: &bool) -> Result<()> {
+    match *bound {
+        true => driver.loss().check(),
+        false => driver.bind(),
     }
 }
 
@@ -431,17 +445,12 @@ impl<D: Driver> Issue<D> {
         }
     }
 
-    /// The driver calls, on `stream`. `bound`: the device's context is
-    /// known to be current on this thread, so it is not asked for (a
-    /// `cuCtxGetCurrent` costs about 2% of a launch); set when this op
-    /// leaves it current and runs no other code (an upload's or download's
-    /// completion hand-off may drop or wake what is not ours).
+    /// The driver calls, on `stream`. `bound`: as in [`Job::run`]; an
+    /// upload's or download's completion hand-off may drop or wake what is
+    /// not ours, so only the other ops leave it set.
     pub(crate) fn issue(self, stream: &StreamCore<D>, bound: &mut bool) -> Result<()> {
         let driver = &*stream.device.driver;
-        match *bound {
-            true => driver.loss().check()?,
-            false => driver.bind()?,
-        }
+        bind(driver, bound)?;
         *bound = matches!(self, Issue::Zero { .. } | Issue::Copy { .. } | Issue::Launch(_) | Issue::Graph(_));
         match self {
             // The widest memset the alignment allows: 32-bit stores fill faster.
