@@ -11,7 +11,7 @@ use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
 use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
 
-use crate::report::{cpu_time, median, micros, thread_cpu_time, Figure, Report};
+use crate::report::{cpu_time, median, micros, thread_cpu_time, Figure, InTurn, Report};
 
 const EMPTY: &str = r#"extern "C" __global__ void empty() {}"#;
 const BUMP: &str = r#"extern "C" __global__ void bump(unsigned int* p) { p[threadIdx.x] += 1u; }"#;
@@ -361,7 +361,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str, i
 
 fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     const LAUNCHES: u32 = 10_000;
-    const ROUNDS: u32 = 7;
+    const ROUNDS: usize = 25;
     let s = runtime.default_stream();
     let bump = Kernel::custom("bump").cuda(BUMP, "bump").build();
     let grid = Grid::new([1, 1, 1], [32, 1, 1]);
@@ -371,27 +371,24 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     let function = raw.function(BUMP, "bump");
     let stream = raw.stream();
     let ptr = raw.alloc(128);
-    // Best of 7, the two sides taken in turn (a shared host's noise only
-    // adds time): the time until every launch has run (the enqueue loop,
-    // then a wait for the stream), the loop's share of it, and the CPU time
-    // of the calling thread and of every thread (a Weir thread busy
-    // meanwhile shows). Weir's driver calls are made by its issuing thread,
-    // so its loop ends long before its launches are made: only the time
-    // until they ran compares the two.
-    let mut best = [(Duration::MAX, Duration::ZERO, Duration::ZERO, Duration::ZERO); 2];
-    let timed = |best: &mut (Duration, Duration, Duration, Duration), body: &mut dyn FnMut(), drain: &dyn Fn()| {
+    // 25 rounds, the two sides taken in turn (see `InTurn`). Each round
+    // times how long until every launch has run (the enqueue loop, then a
+    // wait for the stream), the loop's share of it, and the CPU time of the
+    // calling thread and of every thread (a Weir thread busy meanwhile
+    // shows). Weir's driver calls are made by its issuing thread, so its
+    // loop ends long before its launches are made: only the time until
+    // they ran compares the two.
+    let mut rounds: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
+    let timed = |body: &mut dyn FnMut(), drain: &dyn Fn()| {
         let (thread, all, start) = (thread_cpu_time(), cpu_time(), Instant::now());
         body();
         let looped = start.elapsed();
         drain();
-        let took = start.elapsed();
-        if took < best.0 {
-            *best = (took, looped, thread_cpu_time() - thread, cpu_time() - all);
-        }
+        Round { took: start.elapsed(), looped, thread: thread_cpu_time() - thread, all: cpu_time() - all }
     };
+    let mut in_turn = InTurn::default();
     for _ in 0..ROUNDS {
-        timed(
-            &mut best[0],
+        let weir = timed(
             &mut || {
                 for _ in 0..LAUNCHES {
                     s.execute(&bump, grid, &[Arg::read_write(&counter)]).unwrap();
@@ -399,8 +396,7 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
             },
             &|| s.fence().unwrap().wait().unwrap(),
         );
-        timed(
-            &mut best[1],
+        let raw = timed(
             &mut || {
                 for _ in 0..LAUNCHES {
                     let mut arg = ptr;
@@ -409,27 +405,45 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
             },
             &|| raw.sync(stream),
         );
+        in_turn.push(weir.took, raw.took);
+        rounds[0].push(weir);
+        rounds[1].push(raw);
     }
-    let per_launch = |time: Duration| micros(time) / f64::from(LAUNCHES);
     let counts: Vec<u32> = s.read_as(&counter).unwrap();
-    assert_eq!(counts[0], 1 + ROUNDS * LAUNCHES, "every admitted launch ran");
+    assert_eq!(counts[0], 1 + ROUNDS as u32 * LAUNCHES, "every admitted launch ran");
+    let per_launch = |time: Duration| micros(time) / f64::from(LAUNCHES);
+    let (weir, baseline) = in_turn.median_rounds();
+    let (weir, baseline) = (rounds[0][weir], rounds[1][baseline]);
     report.add(Figure {
         backend: "cuda".into(),
         name: "admission, 10 000 small launches".into(),
         unit: "us/launch",
-        weir: per_launch(best[0].0),
-        baseline: Some(per_launch(best[1].0)),
+        weir: per_launch(weir.took),
+        baseline: Some(per_launch(baseline.took)),
         higher_is_better: false,
         note: format!(
-            "until all ran, best of {ROUNDS}; the enqueue loop alone: weir {:.2} us, raw {:.2} us; CPU per launch, calling thread: weir {:.2} us, raw {:.2} us; all threads: weir {:.2} us, raw {:.2} us; baseline: cuLaunchKernel loop, then cuStreamSynchronize",
-            per_launch(best[0].1),
-            per_launch(best[1].1),
-            per_launch(best[0].2),
-            per_launch(best[1].2),
-            per_launch(best[0].3),
-            per_launch(best[1].3)
+            "until all ran; {}; in the median rounds, the enqueue loop alone: weir {:.2} us, raw {:.2} us; CPU per launch, calling thread: weir {:.2} us, raw {:.2} us; all threads: weir {:.2} us, raw {:.2} us; baseline: cuLaunchKernel loop, then cuStreamSynchronize",
+            in_turn.describe(per_launch, "us"),
+            per_launch(weir.looped),
+            per_launch(baseline.looped),
+            per_launch(weir.thread),
+            per_launch(baseline.thread),
+            per_launch(weir.all),
+            per_launch(baseline.all)
         ),
     });
+}
+
+/// One timed round of the launch figure.
+#[derive(Clone, Copy)]
+struct Round {
+    /// Until every launch ran.
+    took: Duration,
+    /// The enqueue loop alone.
+    looped: Duration,
+    /// CPU time of the calling thread, and of every thread.
+    thread: Duration,
+    all: Duration,
 }
 
 /// 1 000 small launches admitted one by one, against one replay of the same
@@ -577,30 +591,36 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         raw.sync(rt);
         (start.elapsed(), raw_waits)
     };
-    // Best of 3, taken in turn, so that a slow moment of the machine does
-    // not land on one side only.
-    let (mut weir, mut baseline, mut fresh_events) = (Duration::MAX, Duration::MAX, Duration::MAX);
+    // 15 runs, the sides taken in turn (see `InTurn`).
+    const RUNS: usize = 15;
+    let (mut in_turn, mut fresh_events) = (InTurn::default(), Vec::new());
     let (mut waits, mut raw_waits) = (Vec::new(), 0);
-    for _ in 0..3 {
-        let (took, inserted) = weir_pipeline();
-        weir = weir.min(took);
+    for _ in 0..RUNS {
+        let (weir, inserted) = weir_pipeline();
         waits.push(inserted);
-        let (took, placed) = raw_pipeline(false);
-        baseline = baseline.min(took);
+        let (raw, placed) = raw_pipeline(false);
         raw_waits = placed;
-        fresh_events = fresh_events.min(raw_pipeline(true).0);
+        in_turn.push(weir, raw);
+        fresh_events.push(raw_pipeline(true).0);
     }
+    let per_round = |time: Duration| micros(time) / f64::from(ROUNDS);
+    let (weir, baseline) = in_turn.medians();
     report.add(Figure {
         backend: "cuda".into(),
         name: "two-stream pipeline, 1000 rounds".into(),
         unit: "us/round",
-        weir: micros(weir) / f64::from(ROUNDS),
-        baseline: Some(micros(baseline) / f64::from(ROUNDS)),
+        weir: per_round(weir),
+        baseline: Some(per_round(baseline)),
         higher_is_better: false,
         note: format!(
-            "best of 3; inserted event waits per run: weir {waits:?}, hand-placed raw {raw_waits} (expected {}); raw with an event made per wait: {:.2} us/round",
+            "{}; inserted event waits per run: weir {}, hand-placed raw {raw_waits} (expected {}); raw with an event made per wait: {:.2} us/round (median)",
+            in_turn.describe(per_round, "us"),
+            match waits.windows(2).all(|pair| pair[0] == pair[1]) {
+                true => format!("{} in each run", waits[0]),
+                false => format!("{waits:?}"),
+            },
             2 * ROUNDS - 1,
-            micros(fresh_events) / f64::from(ROUNDS)
+            per_round(median(&mut fresh_events))
         ),
     });
     assert!(waits.iter().all(|&inserted| inserted == u64::from(2 * ROUNDS - 1)), "inserted waits {waits:?}");

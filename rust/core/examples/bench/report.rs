@@ -82,6 +82,58 @@ impl Report {
     }
 }
 
+/// Rounds of Weir and of its baseline, taken in turn, summed up so that a
+/// shared host's noise moves the figure least: each side's median round is
+/// the figure; each side's best round and the median of the rounds' own
+/// ratios (a round's two sides run moments apart, under the same load) go
+/// in its note. On these hosts one lucky baseline round moved a best-of
+/// ratio by 0.1 between runs of one binary; the medians held within a few
+/// percent.
+#[derive(Default)]
+pub struct InTurn {
+    pub weir: Vec<Duration>,
+    pub raw: Vec<Duration>,
+}
+
+impl InTurn {
+    pub fn push(&mut self, weir: Duration, raw: Duration) {
+        self.weir.push(weir);
+        self.raw.push(raw);
+    }
+
+    /// Each side's median round.
+    pub fn medians(&self) -> (Duration, Duration) {
+        (median(&mut self.weir.clone()), median(&mut self.raw.clone()))
+    }
+
+    /// The index of each side's median round, for what else was measured in it.
+    pub fn median_rounds(&self) -> (usize, usize) {
+        let at = |side: &[Duration]| {
+            let mut order: Vec<usize> = (0..side.len()).collect();
+            order.sort_by_key(|&i| side[i]);
+            order.get(side.len() / 2).copied().unwrap_or_default()
+        };
+        (at(&self.weir), at(&self.raw))
+    }
+
+    /// What the note says: the rounds, the median of their ratios, the best rounds.
+    pub fn describe(&self, per: impl Fn(Duration) -> f64, unit: &str) -> String {
+        let mut ratios: Vec<f64> =
+            self.weir.iter().zip(&self.raw).map(|(w, r)| w.as_secs_f64() / r.as_secs_f64()).collect();
+        ratios.sort_by(f64::total_cmp);
+        let best = |side: &[Duration]| side.iter().min().copied().unwrap_or_default();
+        let (weir, raw) = (best(&self.weir), best(&self.raw));
+        format!(
+            "median of {} rounds taken in turn; median of the rounds' ratios {:.3}; best rounds: weir {:.2} {unit}, raw {:.2} {unit} (ratio {:.3})",
+            ratios.len(),
+            ratios.get(ratios.len() / 2).copied().unwrap_or_default(),
+            per(weir),
+            per(raw),
+            weir.as_secs_f64() / raw.as_secs_f64()
+        )
+    }
+}
+
 /// Median of `samples`.
 pub fn median(samples: &mut [Duration]) -> Duration {
     samples.sort();
