@@ -595,14 +595,31 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     const RUNS: usize = 15;
     let (mut in_turn, mut fresh_events) = (InTurn::default(), Vec::new());
     let (mut waits, mut raw_waits) = (Vec::new(), 0);
+    // CPU time per run of the calling thread and of every thread, each side:
+    // whether the thread making the driver calls is what limits a round.
+    let mut cpu: [[Vec<Duration>; 2]; 2] = Default::default();
+    let mut with_cpu = |side: usize, run: &mut dyn FnMut()| {
+        let (thread, all) = (thread_cpu_time(), cpu_time());
+        run();
+        cpu[side][0].push(thread_cpu_time() - thread);
+        cpu[side][1].push(cpu_time() - all);
+    };
     for _ in 0..RUNS {
-        let (weir, inserted) = weir_pipeline();
-        waits.push(inserted);
-        let (raw, placed) = raw_pipeline(false);
-        raw_waits = placed;
+        let (mut weir, mut raw) = (Duration::ZERO, Duration::ZERO);
+        with_cpu(0, &mut || {
+            let (took, inserted) = weir_pipeline();
+            weir = took;
+            waits.push(inserted);
+        });
+        with_cpu(1, &mut || {
+            let (took, placed) = raw_pipeline(false);
+            raw = took;
+            raw_waits = placed;
+        });
         in_turn.push(weir, raw);
         fresh_events.push(raw_pipeline(true).0);
     }
+    let [[weir_thread, weir_all], [raw_thread, raw_all]] = cpu.map(|side| side.map(|mut runs| median(&mut runs)));
     let per_round = |time: Duration| micros(time) / f64::from(ROUNDS);
     let (weir, baseline) = in_turn.medians();
     report.add(Figure {
@@ -613,8 +630,12 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         baseline: Some(per_round(baseline)),
         higher_is_better: false,
         note: format!(
-            "{}; inserted event waits per run: weir {}, hand-placed raw {raw_waits} (expected {}); raw with an event made per wait: {:.2} us/round (median)",
+            "{}; CPU per round (median), calling thread: weir {:.2} us, raw {:.2} us; all threads: weir {:.2} us, raw {:.2} us; inserted event waits per run: weir {}, hand-placed raw {raw_waits} (expected {}); raw with an event made per wait: {:.2} us/round (median)",
             in_turn.describe(per_round, "us"),
+            per_round(weir_thread),
+            per_round(raw_thread),
+            per_round(weir_all),
+            per_round(raw_all),
             match waits.windows(2).all(|pair| pair[0] == pair[1]) {
                 true => format!("{} in each run", waits[0]),
                 false => format!("{waits:?}"),
