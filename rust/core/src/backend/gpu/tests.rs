@@ -1195,6 +1195,21 @@ fn fill_until_issued_on_the_thread(
     word
 }
 
+/// Fills as [`fill_until_issued_on_the_thread`], with the thread then held
+/// in that launch until the returned latch opens (or its guard drops, however
+/// the test ends); how many fills were admitted.
+fn hold_the_issuing_thread(
+    backend: &GpuBackend<Fake>,
+    stream: &GpuStream<Fake>,
+    shared: &Shared,
+    memory: &GpuMemory<Fake>,
+) -> (Arc<Latch>, OpenOnDrop, u32) {
+    let latch = Arc::new(Latch::default());
+    let open = OpenOnDrop(latch.clone());
+    *lock(&shared.slow_issue) = Some(latch.clone());
+    (latch, open, fill_until_issued_on_the_thread(backend, stream, shared, memory))
+}
+
 #[test]
 fn a_streak_of_admissions_moves_to_the_issuing_thread_in_admission_order() {
     let (backend, shared) = backend(Wake::Waiter);
@@ -1225,10 +1240,7 @@ fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() 
     let (backend, shared) = backend(Wake::Waiter);
     let stream = backend.create_stream().unwrap();
     let memory = backend.allocate(64).unwrap();
-    let latch = Arc::new(Latch::default());
-    let _open = OpenOnDrop(latch.clone());
-    *lock(&shared.slow_issue) = Some(latch.clone());
-    let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    let (latch, _open, admitted) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
     // The issuing thread is held in that launch; more queue behind it.
     for word in admitted..admitted + 8 {
         enqueue_fill(&backend, &stream, &memory, word);
@@ -1253,10 +1265,7 @@ fn a_batch_of_launches_records_and_waits_on_the_issuing_thread_binds_the_device_
     let (backend, shared) = backend(Wake::Waiter);
     let (stream, other) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
     let memory = backend.allocate(64).unwrap();
-    let latch = Arc::new(Latch::default());
-    let _open = OpenOnDrop(latch.clone());
-    *lock(&shared.slow_issue) = Some(latch.clone());
-    let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    let (latch, _open, admitted) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
     // The thread is held in that launch; behind it, in one batch, 32 rounds
     // of a launch, an event recorded on another stream and a wait for it
     // (a two-stream pipeline's driver calls).
@@ -1283,10 +1292,7 @@ fn a_launch_after_a_job_that_bound_another_device_on_the_issuing_thread_binds_it
     let peer = b.record_event(&stream_b).unwrap();
     b.device.issuer.flush();
     drop(spares);
-    let latch = Arc::new(Latch::default());
-    let _open = OpenOnDrop(latch.clone());
-    *lock(&shared_a.slow_issue) = Some(latch.clone());
-    let admitted = fill_until_issued_on_the_thread(&a, &stream_a, &shared_a, &memory);
+    let (latch, _open, admitted) = hold_the_issuing_thread(&a, &stream_a, &shared_a, &memory);
     // Queued behind the held launch, in one batch: a launch, a wait that
     // holds the last reference to b's event (its drop binds b on a's
     // issuing thread), and a launch after it.
@@ -1334,10 +1340,7 @@ fn a_replay_is_launched_in_admission_order_and_its_graph_goes_only_after_its_que
     backend.device.issuer.flush();
     assert_eq!(graph_launches(&shared), 1, "the first replay captured the graph and launched it");
     // Hold the issuing thread in a launch, and queue two replays behind it.
-    let latch = Arc::new(Latch::default());
-    let _open = OpenOnDrop(latch.clone());
-    *lock(&shared.slow_issue) = Some(latch.clone());
-    fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
+    let (latch, _open, _) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
     replay(&backend, &stream, &memory, 1, &OpIo::default());
     replay(&backend, &stream, &memory, 1, &OpIo::default());
     assert_eq!(graph_launches(&shared), 1, "the replays wait behind the launch before them");
