@@ -11,7 +11,7 @@ use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
 use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
 
-use crate::report::{cpu_time, median, micros, thread_cpu_time, Figure, InTurn, Report};
+use crate::report::{cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
 
 const EMPTY: &str = r#"extern "C" __global__ void empty() {}"#;
 const BUMP: &str = r#"extern "C" __global__ void bump(unsigned int* p) { p[threadIdx.x] += 1u; }"#;
@@ -380,11 +380,14 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     // they ran compares the two.
     let mut rounds: [Vec<Round>; 2] = [Vec::new(), Vec::new()];
     let timed = |body: &mut dyn FnMut(), drain: &dyn Fn()| {
-        let (thread, all, start) = (thread_cpu_time(), cpu_time(), Instant::now());
-        body();
-        let looped = start.elapsed();
-        drain();
-        Round { took: start.elapsed(), looped, thread: thread_cpu_time() - thread, all: cpu_time() - all }
+        let ((took, looped), cpu) = CpuSpent::measure(|| {
+            let start = Instant::now();
+            body();
+            let looped = start.elapsed();
+            drain();
+            (start.elapsed(), looped)
+        });
+        Round { took, looped, cpu }
     };
     let mut in_turn = InTurn::default();
     for _ in 0..ROUNDS {
@@ -426,10 +429,10 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
             in_turn.describe(per_launch, "us"),
             per_launch(weir.looped),
             per_launch(baseline.looped),
-            per_launch(weir.thread),
-            per_launch(baseline.thread),
-            per_launch(weir.all),
-            per_launch(baseline.all)
+            per_launch(weir.cpu.thread),
+            per_launch(baseline.cpu.thread),
+            per_launch(weir.cpu.all),
+            per_launch(baseline.cpu.all)
         ),
     });
 }
@@ -441,9 +444,7 @@ struct Round {
     took: Duration,
     /// The enqueue loop alone.
     looped: Duration,
-    /// CPU time of the calling thread, and of every thread.
-    thread: Duration,
-    all: Duration,
+    cpu: CpuSpent,
 }
 
 /// 1 000 small launches admitted one by one, against one replay of the same
@@ -595,31 +596,24 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     const RUNS: usize = 15;
     let (mut in_turn, mut fresh_events) = (InTurn::default(), Vec::new());
     let (mut waits, mut raw_waits) = (Vec::new(), 0);
-    // CPU time per run of the calling thread and of every thread, each side:
-    // whether the thread making the driver calls is what limits a round.
-    let mut cpu: [[Vec<Duration>; 2]; 2] = Default::default();
-    let mut with_cpu = |side: usize, run: &mut dyn FnMut()| {
-        let (thread, all) = (thread_cpu_time(), cpu_time());
-        run();
-        cpu[side][0].push(thread_cpu_time() - thread);
-        cpu[side][1].push(cpu_time() - all);
-    };
+    // CPU time per run, each side: whether the thread making the driver
+    // calls is what limits a round.
+    let mut cpu: [Vec<CpuSpent>; 2] = Default::default();
     for _ in 0..RUNS {
-        let (mut weir, mut raw) = (Duration::ZERO, Duration::ZERO);
-        with_cpu(0, &mut || {
-            let (took, inserted) = weir_pipeline();
-            weir = took;
-            waits.push(inserted);
-        });
-        with_cpu(1, &mut || {
-            let (took, placed) = raw_pipeline(false);
-            raw = took;
-            raw_waits = placed;
-        });
+        let ((weir, inserted), spent) = CpuSpent::measure(weir_pipeline);
+        waits.push(inserted);
+        cpu[0].push(spent);
+        let ((raw, placed), spent) = CpuSpent::measure(|| raw_pipeline(false));
+        raw_waits = placed;
+        cpu[1].push(spent);
         in_turn.push(weir, raw);
         fresh_events.push(raw_pipeline(true).0);
     }
-    let [[weir_thread, weir_all], [raw_thread, raw_all]] = cpu.map(|side| side.map(|mut runs| median(&mut runs)));
+    let [[weir_thread, weir_all], [raw_thread, raw_all]] = cpu.map(|side| {
+        let mut thread: Vec<Duration> = side.iter().map(|spent| spent.thread).collect();
+        let mut all: Vec<Duration> = side.iter().map(|spent| spent.all).collect();
+        [median(&mut thread), median(&mut all)]
+    });
     let per_round = |time: Duration| micros(time) / f64::from(ROUNDS);
     let (weir, baseline) = in_turn.medians();
     report.add(Figure {

@@ -103,7 +103,8 @@ impl InTurn {
 
     /// Each side's median round.
     pub fn medians(&self) -> (Duration, Duration) {
-        (median(&mut self.weir.clone()), median(&mut self.raw.clone()))
+        let (weir, raw) = self.median_rounds();
+        (self.weir.get(weir).copied().unwrap_or_default(), self.raw.get(raw).copied().unwrap_or_default())
     }
 
     /// The index of each side's median round, for what else was measured in it.
@@ -131,6 +132,30 @@ impl InTurn {
             per(raw),
             weir.as_secs_f64() / raw.as_secs_f64()
         )
+    }
+}
+
+/// CPU time some work took: on the calling thread, and on every thread of
+/// the process (a Weir thread busy meanwhile shows).
+#[derive(Clone, Copy, Default)]
+pub struct CpuSpent {
+    pub thread: Duration,
+    pub all: Duration,
+}
+
+impl CpuSpent {
+    /// Runs `body`; what it returned, and the CPU time it took.
+    pub fn measure<T>(body: impl FnOnce() -> T) -> (T, CpuSpent) {
+        let (thread, all) = (thread_cpu_time(), cpu_time());
+        let value = body();
+        (value, CpuSpent { thread: thread_cpu_time() - thread, all: cpu_time() - all })
+    }
+}
+
+impl std::ops::AddAssign for CpuSpent {
+    fn add_assign(&mut self, other: CpuSpent) {
+        self.thread += other.thread;
+        self.all += other.all;
     }
 }
 

@@ -41,7 +41,7 @@ use futures::executor::block_on;
 use weir_core::backend::wgpu::wgpu;
 use weir_core::{Arg, BackendKind, Buffer, ElementType, Grid, Kernel, Runtime, Stream};
 
-use crate::report::{cpu_time, median, micros, thread_cpu_time, Figure, Report};
+use crate::report::{cpu_time, median, micros, CpuSpent, Figure, Report};
 
 const GIB: u64 = 1 << 30;
 
@@ -644,38 +644,36 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
     raw_launches.finish(raw);
     pass_launches.finish(raw);
     let (mut weir, mut baseline, mut in_passes) = (Vec::new(), Vec::new(), Vec::new());
-    // CPU time of the calling thread and of every thread, per side, summed over the runs.
-    let mut cpu = [(Duration::ZERO, Duration::ZERO); 2];
-    let with_cpu = |cpu: &mut (Duration, Duration), f: &mut dyn FnMut()| {
-        let (thread, all) = (thread_cpu_time(), cpu_time());
-        f();
-        cpu.0 += thread_cpu_time() - thread;
-        cpu.1 += cpu_time() - all;
-    };
+    // CPU time per side, summed over the runs.
+    let mut cpu = [CpuSpent::default(); 2];
     let mut expected = (0..64).sum::<u32>();
     for _ in 0..LAUNCH_ROUNDS {
-        with_cpu(&mut cpu[0], &mut || {
-            weir.push(timed(|| {
+        let (took, spent) = CpuSpent::measure(|| {
+            timed(|| {
                 for k in 0..launches {
                     launch(k).expect("launch");
                 }
                 sync(&stream);
-            }))
+            })
         });
+        weir.push(took);
+        cpu[0] += spent;
         baseline.push(timed(|| {
             for k in 0..launches {
                 raw_launches.launch(raw, k);
             }
             raw_launches.finish(raw);
         }));
-        with_cpu(&mut cpu[1], &mut || {
-            in_passes.push(timed(|| {
+        let (took, spent) = CpuSpent::measure(|| {
+            timed(|| {
                 for k in 0..launches {
                     pass_launches.launch(raw, k);
                 }
                 pass_launches.finish(raw);
-            }))
+            })
         });
+        in_passes.push(took);
+        cpu[1] += spent;
         expected = expected.wrapping_add((0..launches).fold(0u32, u32::wrapping_add));
     }
     let cpu_per_launch = |time: Duration| micros(time) / f64::from(LAUNCH_ROUNDS * launches);
@@ -706,10 +704,10 @@ fn launches(report: &mut Report, runtime: &Runtime, raw: &Raw, launches: u32, ro
         &format!(
             "the same Weir run; raw = 32 dispatches per command buffer in one compute pass, as Weir records a batch; \
              CPU per launch, calling thread: weir {:.2} us, raw {:.2} us; all threads: weir {:.2} us, raw {:.2} us",
-            cpu_per_launch(cpu[0].0),
-            cpu_per_launch(cpu[1].0),
-            cpu_per_launch(cpu[0].1),
-            cpu_per_launch(cpu[1].1)
+            cpu_per_launch(cpu[0].thread),
+            cpu_per_launch(cpu[1].thread),
+            cpu_per_launch(cpu[0].all),
+            cpu_per_launch(cpu[1].all)
         ),
     ));
     let (mut weir, mut baseline) = (Vec::new(), Vec::new());
