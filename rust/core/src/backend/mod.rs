@@ -625,7 +625,6 @@ pub trait Backend: Send + Sync + Sized + 'static {
     }
     /// The recording `id` is gone: drop what the backend kept for it.
     fn forget_replay(&self, _id: u64) {}
-    /// Records an event covering all work enqueued on `stream` so far.
     /// The scheduler is about to admit several ops on `stream` back to back
     /// under one hold of its lock (a batch): the backend may hold back what
     /// it hands its device (a CPU worker's wake-up per op) until
@@ -639,9 +638,17 @@ pub trait Backend: Send + Sync + Sized + 'static {
         Ok(())
     }
 
+    /// Records an event covering all work enqueued on `stream` so far.
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;
     /// Makes later work on `stream` wait for `event`.
     fn wait_event(&self, stream: &Self::Stream, event: &Self::Event) -> Result<()>;
+    /// Makes later work on `stream` wait for all work enqueued on `source`
+    /// (a stream of this backend) so far. The default records an event and
+    /// waits for it; a backend that can do both in one step overrides it.
+    fn wait_for_stream(&self, stream: &Self::Stream, source: &Self::Stream) -> Result<()> {
+        let event = self.record_event(source)?;
+        self.wait_event(stream, &event)
+    }
     /// Enqueues a timestamp on `stream`, after all work enqueued on it so
     /// far: the device's clock once that work is done. Completes
     /// `completion` once the time is taken, as a [`SignalKind::Drain`]

@@ -446,17 +446,20 @@ impl<B: Backend> Scheduler<B> {
         self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))
     }
 
-    /// An event after all work admitted so far on `slot`'s stream, if any of
-    /// it may still run: none for a retired stream whose work is done, or a
-    /// free slot.
-    fn event_after(&self, slot: &StreamSlot<B>) -> Result<Option<B::Event>> {
+    /// Runs `f` on `slot`'s stream if any work admitted on it may still
+    /// run: not for a retired stream whose work is done, or a free slot.
+    fn if_running<T>(slot: &StreamSlot<B>, f: impl FnOnce(&B::Stream) -> Result<T>) -> Result<Option<T>> {
         match (&slot.raw, &slot.retired) {
-            (Some(raw), _) => self.backend.record_event(raw).map(Some),
-            (None, Some(retired)) if !retired.done.is_complete() => {
-                retired.with_stream(|raw| self.backend.record_event(raw)).transpose()
-            }
+            (Some(raw), _) => f(raw).map(Some),
+            (None, Some(retired)) if !retired.done.is_complete() => retired.with_stream(f).transpose(),
             _ => Ok(None),
         }
+    }
+
+    /// An event after all work admitted so far on `slot`'s stream, if any of
+    /// it may still run.
+    fn event_after(&self, slot: &StreamSlot<B>) -> Result<Option<B::Event>> {
+        Self::if_running(slot, |raw| self.backend.record_event(raw))
     }
 
     /// Makes `target` wait for every foreign dependency it has not yet seen.
@@ -467,9 +470,7 @@ impl<B: Backend> Scheduler<B> {
             }
             let (source_slot, target_slot) = pick_two(streams, source, target);
             let target_raw = target_slot.raw(target)?;
-            if let Some(event) = self.event_after(source_slot)? {
-                self.backend.wait_event(target_raw, &event)?;
-            }
+            Self::if_running(source_slot, |raw| self.backend.wait_for_stream(target_raw, raw))?;
             target_slot.seen.observe(source, source_slot.position, &source_slot.seen);
             self.inserted_waits.fetch_add(1, Ordering::Relaxed);
         }

@@ -46,6 +46,9 @@ use crate::lock::lock;
 pub(crate) enum Job<D: Driver> {
     /// An op's driver calls; `io` says whether it may run and what its failure fails.
     Op { stream: StreamRef<D>, issue: Issue<D>, io: OpIo },
+    /// Makes later work on `stream` wait for the work queued on `source`
+    /// (a stream of this device) so far, through an event of the pool.
+    Order { source: StreamRef<D>, stream: StreamRef<D> },
     /// Makes and records `event` after the work queued on `stream` so far.
     Record { stream: StreamRef<D>, event: Arc<QueuedEvent<D>> },
     /// Makes later work on `stream` wait for `event`.
@@ -66,6 +69,28 @@ impl<D: Driver> Job<D> {
             Job::Op { stream, issue, io } => {
                 issue.run(stream.get(), &io, bound);
                 return Some(io);
+            }
+            Job::Order { source, stream } => {
+                let (source, stream) = (source.get(), stream.get());
+                let recorded = bind(&*device.driver, bound).and_then(|()| {
+                    let event = GpuEvent::new(&source.device, EventUse::StreamOrder)?;
+                    // SAFETY: both handles are alive and belong to this driver.
+                    unsafe { device.driver.event_record(event.raw, source.raw) }?;
+                    Ok(event)
+                });
+                let waited = match recorded {
+                    // SAFETY: both handles are alive. The event goes back to
+                    // the pool after the call: a wait takes the record made
+                    // before it, whatever records follow.
+                    Ok(event) => unsafe { device.driver.stream_wait_event(stream.raw, event.raw) },
+                    Err(error) => {
+                        fail_stream(source, Err(error));
+                        Err(Error::backend(D::KIND, "a cross-stream wait's event could not be recorded"))
+                    }
+                };
+                // The event is this device's: giving it back binds nothing else.
+                *bound = waited.is_ok();
+                fail_stream(stream, waited);
             }
             Job::Record { stream, event } => {
                 let stream = stream.get();

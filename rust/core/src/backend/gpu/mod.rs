@@ -611,6 +611,15 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.device.issuer.submit(Job::Wait { stream: StreamRef::new(stream), event: event.clone() }, &self.device)
     }
 
+    fn wait_for_stream(&self, stream: &GpuStream<D>, source: &GpuStream<D>) -> Result<()> {
+        self.driver().loss().check()?;
+        // One job, not a record and a wait: nothing for another thread to
+        // hold, so the event goes back to the pool as soon as it is waited.
+        self.device
+            .issuer
+            .submit(Job::Order { source: StreamRef::new(source), stream: StreamRef::new(stream) }, &self.device)
+    }
+
     fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuTimestamp<D>> {
         self.driver().can_time()?;
         // Rare: made here, once every queued driver call has been made.

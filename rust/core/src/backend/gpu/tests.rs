@@ -112,6 +112,11 @@ struct Shared {
     /// context is current.
     issuing_binds: AtomicUsize,
     events_destroyed: AtomicUsize,
+    events_created: AtomicUsize,
+    /// Every event record, as (event, stream), and every stream wait, as
+    /// (stream, event), in the order they were made.
+    event_records: Mutex<Vec<(u64, u64)>>,
+    stream_waits: Mutex<Vec<(u64, u64)>>,
     /// Names of the calls that fail.
     failing: Mutex<Vec<&'static str>>,
     /// Names of the calls that fail with a fault that poisons the context.
@@ -252,15 +257,21 @@ impl Driver for Fake {
     }
 
     fn event_create(&self, _usage: EventUse) -> Result<u64> {
-        self.0.check("event_create").map(|()| self.0.next())
+        self.0.check("event_create")?;
+        self.0.events_created.fetch_add(1, Ordering::SeqCst);
+        Ok(self.0.next())
     }
 
-    unsafe fn event_record(&self, _event: u64, _stream: u64) -> Result<()> {
-        self.0.check("event_record")
+    unsafe fn event_record(&self, event: u64, stream: u64) -> Result<()> {
+        self.0.check("event_record")?;
+        lock(&self.0.event_records).push((event, stream));
+        Ok(())
     }
 
-    unsafe fn stream_wait_event(&self, _stream: u64, _event: u64) -> Result<()> {
-        self.0.check("stream_wait_event")
+    unsafe fn stream_wait_event(&self, stream: u64, event: u64) -> Result<()> {
+        self.0.check("stream_wait_event")?;
+        lock(&self.0.stream_waits).push((stream, event));
+        Ok(())
     }
 
     unsafe fn event_synchronize(&self, _event: u64) -> Status {
@@ -975,6 +986,48 @@ fn completions_run_no_waker_or_action_on_the_waiter() {
     done.wait().unwrap();
     let thread = ran_on.recv_timeout(Duration::from_secs(10)).unwrap();
     assert_eq!(thread.as_deref(), Some("weir-wake"), "actions run on the delivery thread");
+}
+
+#[test]
+fn a_stream_ordered_after_another_waits_for_one_record_of_a_pooled_event_given_back_at_once() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let (source, stream) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
+    for _ in 0..3 {
+        backend.wait_for_stream(&stream, &source).unwrap();
+        backend.device.issuer.flush();
+        assert_eq!(backend.counters().live_events, 0, "the event went back to the pool once waited");
+    }
+    let records = lock(&shared.event_records).clone();
+    let waits = lock(&shared.stream_waits).clone();
+    assert_eq!(records.len(), 3, "one record per order: {records:?}");
+    for ((event, on), (waiting, waited)) in records.iter().zip(&waits) {
+        assert_eq!((*on, *waiting, *waited), (source.raw, stream.raw, *event), "records {records:?}, waits {waits:?}");
+    }
+    assert_eq!(waits.len(), 3);
+    // The waits took their records as they were made: one event serves them all.
+    assert_eq!(shared.events_created.load(Ordering::SeqCst), 1, "each order made an event");
+}
+
+#[test]
+fn a_failed_record_fails_both_streams_of_an_order_and_a_failed_wait_the_waiting_one() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let (source, stream) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
+    shared.fail("event_record");
+    backend.wait_for_stream(&stream, &source).unwrap();
+    lock(&shared.failing).clear();
+    assert!(fence(&backend, &source).is_err(), "the stream the record failed on reports it");
+    let unordered = fence(&backend, &stream).expect_err("the stream left unordered reports it");
+    assert!(unordered.to_string().contains("could not be recorded"), "{unordered}");
+    assert!(lock(&shared.stream_waits).is_empty(), "a wait for an event never recorded was made");
+    shared.fail("stream_wait_event");
+    backend.wait_for_stream(&stream, &source).unwrap();
+    lock(&shared.failing).clear();
+    assert!(fence(&backend, &source).is_ok(), "the source of a failed wait is not failed");
+    assert!(fence(&backend, &stream).is_err(), "the waiting stream reports its failed wait");
+    // Reported once: both streams are usable again.
+    backend.wait_for_stream(&stream, &source).unwrap();
+    assert!(fence(&backend, &source).is_ok() && fence(&backend, &stream).is_ok());
+    assert_eq!(backend.counters().live_events, 0, "a failed order left an event live");
 }
 
 #[test]
