@@ -140,6 +140,19 @@ impl Reclaimer {
     }
 }
 
+/// A value on cache lines of its own (two: some CPUs fetch lines in
+/// pairs), so that writing it costs nothing to readers of its neighbours.
+#[repr(align(128))]
+pub(crate) struct OwnLine<T>(pub T);
+
+impl<T> std::ops::Deref for OwnLine<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
 /// Events not in use, by use, so that ordering two streams costs a record
 /// and a wait, not also a create and a destroy. Bounded: past it, events
 /// are destroyed.
@@ -184,11 +197,19 @@ impl<D: Driver> EventPool<D> {
 }
 
 /// Shared by a backend and all it made; the last owner releases the device.
+///
+/// Aligned to its own cache lines, and so are the parts the issuing thread
+/// writes per job (the event pool, the live counts): an `Arc` keeps its
+/// counts just before the value, and every event taken from the pool
+/// clones the device. Sharing a line with what every admission reads (the
+/// issuer, the driver), each such write would take it from the admitting
+/// thread.
+#[repr(align(128))]
 pub(crate) struct Device<D: Driver> {
     pub info: DeviceInfo,
-    pub counters: Counters,
+    pub counters: OwnLine<Counters>,
     pub kernels: Arc<Kernels<D>>,
-    pub events: EventPool<D>,
+    pub events: OwnLine<EventPool<D>>,
     free_staging: FreeList,
     /// Every staging buffer ever allocated, lent or not: freed with the device.
     all_staging: Mutex<Vec<Staging>>,
@@ -205,13 +226,13 @@ impl<D: Driver> Device<D> {
         let reclaimer = if driver.free_waits_for_device() { Reclaimer::start(&driver) } else { None };
         Arc::new(Device {
             info: driver.info(),
-            counters: Counters::default(),
+            counters: OwnLine(Counters::default()),
             kernels: Kernels::of_context(&driver),
-            events: EventPool {
+            events: OwnLine(EventPool {
                 stream_order: Mutex::new(Vec::new()),
                 host_wait: Mutex::new(Vec::new()),
                 timing: Mutex::new(Vec::new()),
-            },
+            }),
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
             reclaimer,
