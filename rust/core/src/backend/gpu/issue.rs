@@ -49,9 +49,12 @@ pub(crate) enum Job<D: Driver> {
     /// Makes later work on `stream` wait for the work queued on `source`
     /// (a stream of this device) so far, through an event of the pool.
     Order { source: StreamRef<D>, stream: StreamRef<D> },
-    /// Makes and records `event` after the work queued on `stream` so far.
+    /// Makes and records `event` after the work queued on `stream` so far,
+    /// for another runtime's stream to wait for (a peer copy; a runtime's
+    /// own streams are ordered by [`Job::Order`]).
     Record { stream: StreamRef<D>, event: Arc<QueuedEvent<D>> },
-    /// Makes later work on `stream` wait for `event`.
+    /// Makes later work on `stream` wait for `event`, which a peer copy's
+    /// other runtime, on this device or another, recorded.
     Wait { stream: StreamRef<D>, event: Arc<QueuedEvent<D>> },
     /// Completes `completion` once the work queued on `stream` so far is done.
     Signal { stream: StreamRef<D>, completion: Arc<Completion>, kind: SignalKind },
