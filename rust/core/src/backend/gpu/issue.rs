@@ -75,20 +75,14 @@ impl<D: Driver> Job<D> {
             }
             Job::Order { source, stream } => {
                 let (source, stream) = (source.get(), stream.get());
-                let recorded = bind(&*device.driver, bound).and_then(|()| {
-                    let event = GpuEvent::new(&source.device, EventUse::StreamOrder)?;
-                    // SAFETY: both handles are alive and belong to this driver.
-                    unsafe { device.driver.event_record(event.raw, source.raw) }?;
-                    Ok(event)
-                });
-                let waited = match recorded {
+                let waited = match record_after(source, bound) {
                     // SAFETY: both handles are alive. The event goes back to
                     // the pool after the call: a wait takes the record made
                     // before it, whatever records follow.
                     Ok(event) => unsafe { device.driver.stream_wait_event(stream.raw, event.raw) },
                     Err(error) => {
                         fail_stream(source, Err(error));
-                        Err(Error::backend(D::KIND, "a cross-stream wait's event could not be recorded"))
+                        Err(unrecorded::<D>())
                     }
                 };
                 // The event is this device's: giving it back binds nothing else.
@@ -99,12 +93,8 @@ impl<D: Driver> Job<D> {
                 let stream = stream.get();
                 // Made here, not at admission: the admitting thread then makes
                 // no driver call that would contend with this thread's.
-                let recorded = bind(&*device.driver, bound).and_then(|()| {
-                    let made = GpuEvent::new(&stream.device, EventUse::StreamOrder)?;
-                    // SAFETY: both handles are alive and belong to this driver.
-                    unsafe { device.driver.event_record(made.raw, stream.raw) }?;
+                let recorded = record_after(stream, bound).map(|made| {
                     let _ = event.recorded.set(made);
-                    Ok(())
                 });
                 // The event is this device's: its drop binds nothing else.
                 *bound = recorded.is_ok();
@@ -118,7 +108,7 @@ impl<D: Driver> Job<D> {
                     Some(recorded) => bind(&*device.driver, bound)
                         .and_then(|()| unsafe { device.driver.stream_wait_event(stream.raw, recorded.raw) }),
                     // Its record failed (and was reported there): this stream cannot be ordered after it.
-                    None => Err(Error::backend(D::KIND, "a cross-stream wait's event could not be recorded")),
+                    None => Err(unrecorded::<D>()),
                 };
                 // A peer's event, dropped below, binds its own device.
                 *bound = waited.is_ok() && std::ptr::eq(&*event.device, device);
@@ -144,6 +134,22 @@ impl<D: Driver> Job<D> {
         }
         None
     }
+}
+
+/// A pooled event of `stream`'s device, recorded after the work queued on
+/// `stream` so far (`bound`: as in [`Job::run`]).
+fn record_after<D: Driver>(stream: &StreamCore<D>, bound: &bool) -> Result<GpuEvent<D>> {
+    let driver = &*stream.device.driver;
+    bind(driver, bound)?;
+    let event = GpuEvent::new(&stream.device, EventUse::StreamOrder)?;
+    // SAFETY: both handles are alive and belong to this driver.
+    unsafe { driver.event_record(event.raw, stream.raw) }?;
+    Ok(event)
+}
+
+/// Why a stream waiting for an event whose record failed is not ordered.
+fn unrecorded<D: Driver>() -> Error {
+    Error::backend(D::KIND, "a cross-stream wait's event could not be recorded")
 }
 
 /// Makes `driver`'s device current on this thread, unless `bound` says it
