@@ -47,7 +47,7 @@ pub(crate) enum Job<D: Driver> {
     /// An op's driver calls; `io` says whether it may run and what its failure fails.
     Op { stream: StreamRef<D>, issue: Issue<D>, io: OpIo },
     /// Makes later work on `stream` wait for the work queued on `source`
-    /// (a stream of this device) so far, through an event of the pool.
+    /// (a stream of this device) so far, through `source`'s ordering event.
     Order { source: StreamRef<D>, stream: StreamRef<D> },
     /// Makes and records `event` after the work queued on `stream` so far,
     /// for another runtime's stream to wait for (a peer copy; a runtime's
@@ -75,17 +75,15 @@ impl<D: Driver> Job<D> {
             }
             Job::Order { source, stream } => {
                 let (source, stream) = (source.get(), stream.get());
-                let waited = match record_after(source, bound) {
-                    // SAFETY: both handles are alive. The event goes back to
-                    // the pool after the call: a wait takes the record made
-                    // before it, whatever records follow.
-                    Ok(event) => unsafe { device.driver.stream_wait_event(stream.raw, event.raw) },
+                let waited = match record_order(source, bound) {
+                    // SAFETY: both handles are alive (the source's event lives
+                    // as long as the source, which outlives this job).
+                    Ok(event) => unsafe { device.driver.stream_wait_event(stream.raw, event) },
                     Err(error) => {
                         fail_stream(source, Err(error));
                         Err(unrecorded::<D>())
                     }
                 };
-                // The event is this device's: giving it back binds nothing else.
                 *bound = waited.is_ok();
                 fail_stream(stream, waited);
             }
@@ -93,7 +91,7 @@ impl<D: Driver> Job<D> {
                 let stream = stream.get();
                 // Made here, not at admission: the admitting thread then makes
                 // no driver call that would contend with this thread's.
-                let recorded = record_after(stream, bound).map(|made| {
+                let recorded = record_for_peer(stream, bound).map(|made| {
                     let _ = event.recorded.set(made);
                 });
                 // The event is this device's: its drop binds nothing else.
@@ -136,9 +134,40 @@ impl<D: Driver> Job<D> {
     }
 }
 
+/// `source`'s ordering event, recorded after the work queued on it so far
+/// (`bound`: as in [`Job::run`]).
+///
+/// One event per source stream serves all its orders, as in a hand-written
+/// pipeline: a stream wait takes the record made before it, so the event
+/// may be recorded again at once; and only jobs, which run one at a time,
+/// record it. No pool, no live count, no device clone per order.
+fn record_order<D: Driver>(source: &StreamCore<D>, bound: &bool) -> Result<D::Event> {
+    let driver = &*source.device.driver;
+    bind(driver, bound)?;
+    let event = match source.order_event.get() {
+        Some(&event) => event,
+        None => {
+            let made = driver.event_create(EventUse::StreamOrder)?;
+            let mut stored = false;
+            let kept = *source.order_event.get_or_init(|| {
+                stored = true;
+                made
+            });
+            if !stored {
+                // SAFETY: made just above by this driver, never recorded.
+                unsafe { driver.event_destroy(made) };
+            }
+            kept
+        }
+    };
+    // SAFETY: both handles are alive and belong to this driver.
+    unsafe { driver.event_record(event, source.raw) }?;
+    Ok(event)
+}
+
 /// A pooled event of `stream`'s device, recorded after the work queued on
-/// `stream` so far (`bound`: as in [`Job::run`]).
-fn record_after<D: Driver>(stream: &StreamCore<D>, bound: &bool) -> Result<GpuEvent<D>> {
+/// `stream` so far, for a peer to wait for (`bound`: as in [`Job::run`]).
+fn record_for_peer<D: Driver>(stream: &StreamCore<D>, bound: &bool) -> Result<GpuEvent<D>> {
     let driver = &*stream.device.driver;
     bind(driver, bound)?;
     let event = GpuEvent::new(&stream.device, EventUse::StreamOrder)?;

@@ -613,8 +613,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn wait_for_stream(&self, stream: &GpuStream<D>, source: &GpuStream<D>) -> Result<()> {
         self.driver().loss().check()?;
-        // One job, not a record and a wait: nothing for another thread to
-        // hold, so the event goes back to the pool as soon as it is waited.
+        // One job, not a record and a wait: the source's own ordering event,
+        // recorded and waited for in one go, with nothing for another thread to hold.
         self.device
             .issuer
             .submit(Job::Order { source: StreamRef::new(source), stream: StreamRef::new(stream) }, &self.device)

@@ -28,7 +28,7 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -171,6 +171,11 @@ pub(crate) struct StreamCore<D: Driver> {
     /// Ops whose driver calls failed on the issuing thread, for the next fence.
     pub(crate) failed_ops: FailureTally,
     waiter: Option<Waiter<D>>,
+    /// The event this stream records for another stream of its device to
+    /// wait for (see `issue::record_order`): made at its first such order,
+    /// destroyed with the stream. Part of the stream, like its handle, so
+    /// not among the live events.
+    pub(crate) order_event: OnceLock<D::Event>,
 }
 
 impl<D: Driver> std::ops::Deref for GpuStream<D> {
@@ -235,6 +240,7 @@ impl<D: Driver> GpuStream<D> {
             failure: Arc::default(),
             failed_ops: FailureTally::default(),
             waiter: None,
+            order_event: OnceLock::new(),
         };
         Ok(GpuStream { core: Box::new(core), waiter_thread: None, counted })
     }
@@ -414,6 +420,12 @@ impl<D: Driver> Drop for GpuStream<D> {
         if bound {
             // SAFETY: made by this driver in `new`, synchronised above, destroyed once.
             unsafe { self.device.driver.stream_destroy(self.raw) };
+            if let Some(&event) = self.core.order_event.get() {
+                // SAFETY: made by this driver; its records were on this
+                // stream, done, and no job is left to record or wait on it
+                // (flushed above). Destroyed once, here.
+                unsafe { self.device.driver.event_destroy(event) };
+            }
         }
         if self.counted {
             self.device.counters.live_streams.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);

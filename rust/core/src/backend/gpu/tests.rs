@@ -989,23 +989,28 @@ fn completions_run_no_waker_or_action_on_the_waiter() {
 }
 
 #[test]
-fn a_stream_ordered_after_another_waits_for_one_record_of_a_pooled_event_given_back_at_once() {
+fn a_stream_ordered_after_another_waits_for_one_record_of_the_source_streams_own_event() {
     let (backend, shared) = backend(Wake::Waiter);
     let (source, stream) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
     for _ in 0..3 {
         backend.wait_for_stream(&stream, &source).unwrap();
-        backend.device.issuer.flush();
-        assert_eq!(backend.counters().live_events, 0, "the event went back to the pool once waited");
+        backend.wait_for_stream(&source, &stream).unwrap();
     }
+    backend.device.issuer.flush();
+    assert_eq!(backend.counters().live_events, 0, "a stream's ordering event counts as a live event");
     let records = lock(&shared.event_records).clone();
     let waits = lock(&shared.stream_waits).clone();
-    assert_eq!(records.len(), 3, "one record per order: {records:?}");
-    for ((event, on), (waiting, waited)) in records.iter().zip(&waits) {
-        assert_eq!((*on, *waiting, *waited), (source.raw, stream.raw, *event), "records {records:?}, waits {waits:?}");
+    assert_eq!((records.len(), waits.len()), (6, 6), "one record and one wait per order: {records:?}, {waits:?}");
+    for (order, ((event, on), (waiting, waited))) in records.iter().zip(&waits).enumerate() {
+        let (from, to) = if order % 2 == 0 { (&source, &stream) } else { (&stream, &source) };
+        assert_eq!((*on, *waiting, *waited), (from.raw, to.raw, *event), "records {records:?}, waits {waits:?}");
+        assert_eq!(Some(event), from.order_event.get(), "an order recorded another event than its source's");
     }
-    assert_eq!(waits.len(), 3);
-    // The waits took their records as they were made: one event serves them all.
-    assert_eq!(shared.events_created.load(Ordering::SeqCst), 1, "each order made an event");
+    // Made once per source stream, destroyed with it.
+    assert_eq!(shared.events_created.load(Ordering::SeqCst), 2, "orders made events beyond one per source");
+    let destroyed = shared.events_destroyed.load(Ordering::SeqCst);
+    drop((source, stream));
+    assert_eq!(shared.events_destroyed.load(Ordering::SeqCst), destroyed + 2, "a stream's ordering event outlived it");
 }
 
 #[test]
