@@ -11,7 +11,7 @@ use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
 use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
 
-use crate::report::{cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
+use crate::report::{self, cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
 
 const EMPTY: &str = r#"extern "C" __global__ void empty() {}"#;
 const BUMP: &str = r#"extern "C" __global__ void bump(unsigned int* p) { p[threadIdx.x] += 1u; }"#;
@@ -143,7 +143,9 @@ fn open(wake: &str, spin_micros: Option<u32>) -> Option<Runtime> {
     }
 }
 
-pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
+/// `processes`: see [`report::across_processes`], which measures the
+/// launches and the pipeline when above 1.
+pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
     let Some(runtime) = open("waiter", None) else {
         return;
     };
@@ -174,13 +176,19 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
         wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
     }
     if part("launches") {
-        admission(report, &runtime, &raw);
+        match processes {
+            1 => admission(report, &runtime, &raw),
+            _ => report.add(report::across_processes("cuda", "launches", processes)),
+        }
     }
     if part("replay") {
         graph_replay(report, &runtime, &raw);
     }
     if part("pipeline") {
-        pipeline(report, &runtime, &raw);
+        match processes {
+            1 => pipeline(report, &runtime, &raw),
+            _ => report.add(report::across_processes("cuda", "pipeline", processes)),
+        }
     }
 }
 
@@ -231,7 +239,7 @@ fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     report.add(Figure {
         backend: "cuda".into(),
         name: "memset_zero 1 GiB".into(),
-        unit: "GB/s",
+        unit: "GB/s".into(),
         weir: best_weir,
         baseline: Some(best_d8.max(best_d32)),
         higher_is_better: true,
@@ -263,7 +271,7 @@ fn spin_floor(report: &mut Report, raw: &Raw) {
     report.add(Figure {
         backend: "cuda".into(),
         name: "empty kernel seen done, same-thread spin".into(),
-        unit: "us",
+        unit: "us".into(),
         weir: micros(median(&mut seen)),
         baseline: None,
         higher_is_better: false,
@@ -345,7 +353,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str, i
     report.add(Figure {
         backend: "cuda".into(),
         name: format!("fence wake-up, empty kernel ({wake})"),
-        unit: "us",
+        unit: "us".into(),
         weir: micros(median(&mut weir)),
         baseline: Some(micros(median(&mut baseline))),
         higher_is_better: false,
@@ -420,7 +428,7 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     report.add(Figure {
         backend: "cuda".into(),
         name: "admission, 10 000 small launches".into(),
-        unit: "us/launch",
+        unit: "us/launch".into(),
         weir: per_launch(weir.took),
         baseline: Some(per_launch(baseline.took)),
         higher_is_better: false,
@@ -507,7 +515,7 @@ fn graph_replay(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     report.add(Figure {
         backend: "cuda".into(),
         name: "replay of 1 000 recorded launches".into(),
-        unit: "us",
+        unit: "us".into(),
         weir: micros(replayed.0),
         baseline: Some(micros(one_by_one.0)),
         higher_is_better: false,
@@ -619,7 +627,7 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     report.add(Figure {
         backend: "cuda".into(),
         name: "two-stream pipeline, 1000 rounds".into(),
-        unit: "us/round",
+        unit: "us/round".into(),
         weir: per_round(weir),
         baseline: Some(per_round(baseline)),
         higher_is_better: false,

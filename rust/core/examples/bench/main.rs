@@ -5,7 +5,9 @@
 //! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `live`; on CUDA `memset`,
 //! `fence`, `launches`, `replay`, `pipeline` (a quick run while iterating on
-//! one figure).
+//! one figure). `--processes N` (default 7): how many fresh processes
+//! measure each figure that sets a Weir thread against a raw loop on the
+//! main thread (see `report::across_processes`); 1 measures it here.
 
 mod cpu;
 #[cfg(feature = "cuda")]
@@ -24,6 +26,12 @@ fn main() {
     let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
     #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
     let part = |name: &str| parts.is_empty() || parts.contains(&name);
+    #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
+    let processes = match args.windows(2).find(|w| w[0] == "--processes").map(|w| w[1].parse::<usize>()) {
+        None => 7,
+        Some(Ok(processes)) if processes > 0 => processes,
+        Some(_) => panic!("--processes takes a count of at least 1"),
+    };
     let mut report = Report::default();
     if wants("cpu") {
         cpu::run(&mut report);
@@ -39,7 +47,7 @@ fn main() {
     }
     #[cfg(feature = "cuda")]
     if wants("cuda") {
-        cuda::run(&mut report, &part);
+        cuda::run(&mut report, &part, processes);
         if part("scaling") {
             scaling::run(&mut report, weir_core::BackendKind::Cuda);
         }

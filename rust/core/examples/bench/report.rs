@@ -6,7 +6,7 @@ use std::time::Duration;
 pub struct Figure {
     pub backend: String,
     pub name: String,
-    pub unit: &'static str,
+    pub unit: String,
     pub weir: f64,
     pub baseline: Option<f64>,
     /// True when a higher figure is better (throughput), false for latencies.
@@ -19,7 +19,7 @@ impl Figure {
     pub fn beside(
         backend: &str,
         name: &str,
-        unit: &'static str,
+        unit: &str,
         weir: f64,
         baseline: f64,
         higher_is_better: bool,
@@ -28,7 +28,7 @@ impl Figure {
         Figure {
             backend: backend.into(),
             name: name.into(),
-            unit,
+            unit: unit.into(),
             weir,
             baseline: Some(baseline),
             higher_is_better,
@@ -41,6 +41,83 @@ impl Figure {
     pub fn ratio(&self) -> Option<f64> {
         self.baseline.filter(|b| *b > 0.0).map(|b| self.weir / b)
     }
+
+    /// The line [`Report::add`] prints.
+    fn to_json(&self) -> String {
+        format!(
+            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"higher_is_better\":{},\"note\":\"{}\"}}",
+            self.backend,
+            self.name,
+            self.unit,
+            self.weir,
+            self.baseline.map_or("null".to_owned(), |b| format!("{b:.4}")),
+            self.ratio().map_or("null".to_owned(), |r| format!("{r:.3}")),
+            self.higher_is_better,
+            self.note.replace('"', "'"),
+        )
+    }
+
+    /// The figure a line of [`Figure::to_json`] describes.
+    fn from_json(line: &str) -> Option<Figure> {
+        // The note, last, has no quotes of its own.
+        let field = |key: &str| -> Option<&str> {
+            let value = &line[line.find(&format!("\"{key}\":"))? + key.len() + 3..];
+            match value.strip_prefix('"') {
+                Some(quoted) => quoted.find('"').map(|end| &quoted[..end]),
+                None => value.find([',', '}']).map(|end| &value[..end]),
+            }
+        };
+        Some(Figure {
+            backend: field("backend")?.into(),
+            name: field("bench")?.into(),
+            unit: field("unit")?.into(),
+            weir: field("weir")?.parse().ok()?,
+            baseline: field("baseline")?.parse().ok(),
+            higher_is_better: field("higher_is_better")? == "true",
+            note: line.split_once("\"note\":\"").map(|(_, note)| note.trim_end_matches("\"}").to_owned())?,
+        })
+    }
+}
+
+/// One figure of `backend`, the part `part` of this bench, measured again
+/// in `processes` fresh processes, one after another, and reported as the
+/// process whose ratio is the median, with every process's ratio in the
+/// note.
+///
+/// For figures that set a Weir thread making driver calls against a raw
+/// loop making them on the main thread: how fast each runs follows where
+/// the OS placed those threads, for the life of the process (on a shared
+/// GPU host one launch took 3.1 us on one vCPU, 4.1 on another, and one
+/// build's pipeline ratio ranged from 0.95 to 1.43 between processes). Rounds
+/// taken in turn within one process cannot average that out; each new
+/// process draws the places again.
+pub fn across_processes(backend: &str, part: &str, processes: usize) -> Figure {
+    let bench = std::env::current_exe().expect("this bench's own path");
+    let mut measured: Vec<Figure> = (0..processes)
+        .map(|_| {
+            let output = std::process::Command::new(&bench)
+                .args(["--backend", backend, "--only", part, "--processes", "1"])
+                .stderr(std::process::Stdio::inherit())
+                .output()
+                .expect("a bench process");
+            assert!(output.status.success(), "a {backend} {part} process failed: {}", output.status);
+            let stdout = String::from_utf8_lossy(&output.stdout);
+            let mut figures = stdout.lines().filter(|line| line.starts_with('{')).filter_map(Figure::from_json);
+            match (figures.next(), figures.next()) {
+                (Some(figure), None) => figure,
+                _ => panic!("a {backend} {part} process printed other than one figure:\n{stdout}"),
+            }
+        })
+        .collect();
+    measured.sort_by(|a, b| a.ratio().unwrap_or_default().total_cmp(&b.ratio().unwrap_or_default()));
+    let ratios: Vec<String> = measured.iter().map(|f| format!("{:.3}", f.ratio().unwrap_or_default())).collect();
+    let mut median = measured.swap_remove(processes / 2);
+    median.note = format!(
+        "the median of {processes} processes, each run afresh (their ratios: {}); in that process: {}",
+        ratios.join(", "),
+        median.note
+    );
+    median
 }
 
 #[derive(Default)]
@@ -50,18 +127,7 @@ pub struct Report {
 
 impl Report {
     pub fn add(&mut self, figure: Figure) {
-        let json = format!(
-            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"higher_is_better\":{},\"note\":\"{}\"}}",
-            figure.backend,
-            figure.name,
-            figure.unit,
-            figure.weir,
-            figure.baseline.map_or("null".to_owned(), |b| format!("{b:.4}")),
-            figure.ratio().map_or("null".to_owned(), |r| format!("{r:.3}")),
-            figure.higher_is_better,
-            figure.note.replace('"', "'"),
-        );
-        println!("{json}");
+        println!("{}", figure.to_json());
         self.figures.push(figure);
     }
 

@@ -319,7 +319,7 @@ fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: u
     report.add(Figure {
         backend: "wgpu".into(),
         name: "4-byte clear seen done, same-thread poll spin".into(),
-        unit: "us",
+        unit: "us".into(),
         weir: micros(median(&mut floor)),
         baseline: None,
         higher_is_better: false,
