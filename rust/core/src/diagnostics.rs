@@ -8,7 +8,8 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 /// Counters a backend keeps for tests and benchmarks.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct BackendCounters {
-    /// Backend events (CUevent, hipEvent, …) alive now.
+    /// Backend events (CUevent, hipEvent, …) alive now, beside the one a
+    /// GPU stream keeps, as part of itself, for other streams to wait on.
     pub live_events: u64,
     /// Device allocations alive now.
     pub live_allocations: u64,

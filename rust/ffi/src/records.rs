@@ -322,7 +322,8 @@ pub struct Diagnostics {
     pub inserted_waits: u64,
     /// Ops admitted.
     pub admitted_ops: u64,
-    /// Backend events (CUevent, hipEvent, …) alive.
+    /// Backend events (CUevent, hipEvent, …) alive, beside the one a GPU
+    /// stream keeps, as part of itself, for other streams to wait on.
     pub live_events: u64,
     /// Device allocations alive.
     pub live_allocations: u64,

@@ -145,7 +145,10 @@ object WeirJava {
         /** Ops admitted. */
         val admittedOps: Long get() = counts.admittedOps.toSignedOrMax()
 
-        /** Backend events (CUevent, hipEvent, …) alive. */
+        /**
+         * Backend events (CUevent, hipEvent, …) alive, beside the one a GPU
+         * stream keeps for other streams to wait on.
+         */
         val liveEvents: Long get() = counts.liveEvents.toSignedOrMax()
 
         /** Device allocations alive. */
