@@ -446,6 +446,10 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
         // Nothing but jobs runs on this thread, so the context an op bound
         // stays current for the next, unless a job runs other code.
         let mut bound = false;
+        // One allocation a batch, not one per doubling: the admitting thread
+        // frees these vectors, and a realloc here may wait for that free's
+        // lock on the allocator (seen in a profile of the pipeline).
+        spent.reserve(batch.len());
         for job in batch.drain(..) {
             // A panicking job must not end the jobs behind it.
             match catch_unwind(AssertUnwindSafe(|| job.run(device, &mut bound))) {
