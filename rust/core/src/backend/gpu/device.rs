@@ -153,9 +153,10 @@ impl<T> std::ops::Deref for OwnLine<T> {
     }
 }
 
-/// Events not in use, by use, so that ordering two streams costs a record
-/// and a wait, not also a create and a destroy. Bounded: past it, events
-/// are destroyed.
+/// Events not in use, by use, so that a fence, a timestamp or a peer copy's
+/// ordering costs a record, not also a create and a destroy (a runtime's
+/// own streams order each other through each stream's own event). Bounded:
+/// past it, events are destroyed.
 pub(crate) struct EventPool<D: Driver> {
     stream_order: Mutex<Vec<D::Event>>,
     host_wait: Mutex<Vec<D::Event>>,
@@ -199,11 +200,11 @@ impl<D: Driver> EventPool<D> {
 /// Shared by a backend and all it made; the last owner releases the device.
 ///
 /// Aligned to its own cache lines, and so are the parts the issuing thread
-/// writes per job (the event pool, the live counts): an `Arc` keeps its
-/// counts just before the value, and every event taken from the pool
-/// clones the device. Sharing a line with what every admission reads (the
-/// issuer, the driver), each such write would take it from the admitting
-/// thread.
+/// writes as it runs jobs (the event pool, the live and copy counts): an
+/// `Arc` keeps its counts just before the value, and every event taken
+/// from the pool (a fence's, a peer copy's) clones the device. Sharing a
+/// line with what every admission reads (the issuer, the driver), each
+/// such write would take it from the admitting thread.
 #[repr(align(128))]
 pub(crate) struct Device<D: Driver> {
     pub info: DeviceInfo,
