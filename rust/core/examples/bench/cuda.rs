@@ -175,20 +175,19 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
         }
         wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
     }
+    // Measured here, or in fresh processes (see `report::across_processes`).
+    let placed = |report: &mut Report, name: &str, here: fn(&mut Report, &Runtime, &Raw)| match processes {
+        1 => here(report, &runtime, &raw),
+        _ => report.add(report::across_processes("cuda", name, processes)),
+    };
     if part("launches") {
-        match processes {
-            1 => admission(report, &runtime, &raw),
-            _ => report.add(report::across_processes("cuda", "launches", processes)),
-        }
+        placed(report, "launches", admission);
     }
     if part("replay") {
         graph_replay(report, &runtime, &raw);
     }
     if part("pipeline") {
-        match processes {
-            1 => pipeline(report, &runtime, &raw),
-            _ => report.add(report::across_processes("cuda", "pipeline", processes)),
-        }
+        placed(report, "pipeline", pipeline);
     }
 }
 
