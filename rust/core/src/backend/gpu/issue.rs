@@ -218,7 +218,12 @@ fn fail_stream<D: Driver>(stream: &StreamCore<D>, result: Result<()>) {
 const MAX_QUEUED: usize = 1024;
 
 /// Admissions this close together are a streak: the caller is streaming ops.
-const STREAK_GAP: Duration = Duration::from_micros(10);
+/// The gap runs from the end of the previous submission, not its start: a
+/// job run here may wait in the driver (a launch blocks while the device's
+/// own queue is full), and that wait is no pause of the caller's. Counted
+/// from the start, a backlogged device would keep each op on the caller,
+/// which then waits in the driver op after op, as if no thread issued.
+pub(super) const STREAK_GAP: Duration = Duration::from_micros(10);
 
 /// Admissions in a streak before their driver calls move to the thread.
 const STREAK: u32 = 4;
@@ -236,8 +241,8 @@ struct Queue<D: Driver> {
     stopped: bool,
     /// The thread ran its last job and ended.
     ended: bool,
-    /// When the latest job was submitted, and how many came in a row, each
-    /// within [`STREAK_GAP`] of the one before.
+    /// When the latest submission returned, and how many came in a row,
+    /// each within [`STREAK_GAP`] of the one before.
     last_submitted: Option<Instant>,
     streak: u32,
     /// The [`OpIo`]s of ops the thread ran, for the next admission to drop.
@@ -324,6 +329,7 @@ impl<D: Driver> Issuer<D> {
             drop(queue);
             // The caller's thread: any code may have made another context current.
             job.run(device, &mut false);
+            lock(&self.shared.queue).last_submitted = Some(Instant::now());
             return Ok(());
         }
         let pushed = self.push_locked(queue, job);
@@ -335,8 +341,14 @@ impl<D: Driver> Issuer<D> {
     /// Queues `job` behind every job queued before it; waits while the
     /// queue is full. A stopped issuer refuses it.
     fn push_locked(&self, mut queue: MutexGuard<'_, Queue<D>>, job: Job<D>) -> Result<()> {
+        let mut waited = false;
         while queue.jobs.len() >= MAX_QUEUED && !queue.stopped && !self.is_own_thread() {
             queue = self.shared.progress.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+            waited = true;
+        }
+        if waited {
+            // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
+            queue.last_submitted = Some(Instant::now());
         }
         if queue.stopped {
             return Err(Error::Closed);

@@ -137,6 +137,9 @@ struct Shared {
     slow_sync: Mutex<Option<Arc<Latch>>>,
     /// When set, a launch on the issuing thread returns only once this opens.
     slow_issue: Mutex<Option<Arc<Latch>>>,
+    /// How long every launch takes, wherever it is made: a driver whose
+    /// queue to the device is full blocks its caller so.
+    launch_takes: Mutex<Option<Duration>>,
     /// The thread each launch was made on, in order.
     launched_on: Mutex<Vec<Option<String>>>,
     /// Sources containing "slow" compile only once this opens; told when one starts.
@@ -413,6 +416,10 @@ impl Driver for Fake {
         let slow = lock(&self.0.slow_issue).clone();
         if let Some(latch) = slow.filter(|_| on_issuing_thread) {
             latch.pass();
+        }
+        let takes = *lock(&self.0.launch_takes);
+        if let Some(takes) = takes {
+            std::thread::sleep(takes);
         }
         self.0.check("launch")?;
         // SAFETY: each pointer is to one 8-byte parameter slot (`Params`).
@@ -1291,6 +1298,32 @@ fn a_streak_of_admissions_moves_to_the_issuing_thread_in_admission_order() {
     assert_eq!(words, (0..u64::from(admitted)).collect::<Vec<_>>(), "issued in admission order");
     fence(&backend, &stream).unwrap();
     assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0);
+}
+
+#[test]
+fn launches_that_block_in_the_driver_still_make_a_streak_that_moves_to_the_issuing_thread() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream().unwrap();
+    let memory = backend.allocate(64).unwrap();
+    // Each launch blocks its caller far longer than the gap that ends a
+    // streak, as launches into a backlogged device do. The caller's own
+    // pause between admissions is what counts: ops admitted back to back
+    // still move to the thread, and the caller stops waiting in the driver.
+    *lock(&shared.launch_takes) = Some(issue::STREAK_GAP * 5);
+    let mut admitted = 0;
+    while backend.device.issuer.is_idle() && admitted < 50 {
+        enqueue_fill(&backend, &stream, &memory, admitted);
+        admitted += 1;
+    }
+    assert!(
+        !backend.device.issuer.is_idle(),
+        "{admitted} fills admitted back to back, each launched by the admitting thread"
+    );
+    backend.device.issuer.flush();
+    let on_thread = lock(&shared.launched_on).iter().any(|thread| thread.as_deref() == Some(ISSUING_THREAD));
+    assert!(on_thread, "the fills handed over were launched by the issuing thread");
+    *lock(&shared.launch_takes) = None;
+    fence(&backend, &stream).unwrap();
 }
 
 #[test]
