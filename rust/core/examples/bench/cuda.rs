@@ -189,6 +189,9 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
     if part("pipeline") {
         placed(report, "pipeline", pipeline);
     }
+    if part("pipeline-device-paced") {
+        pipeline_device_paced(report, &runtime, &raw);
+    }
 }
 
 fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
@@ -528,31 +531,52 @@ fn graph_replay(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     });
 }
 
+/// The two-stream pipeline with 1 MiB kernels: the host's driver calls
+/// and the cross-stream hops set the pace, so it shows what Weir's issuing
+/// costs beside a hand-placed loop.
 fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    pipeline_of(report, runtime, raw, 1 << 18, "two-stream pipeline, 1000 rounds");
+}
+
+/// The same pipeline with 16 MiB kernels, where the device sets the pace:
+/// what the ordering costs once kernels do real work. Steady across
+/// processes, so measured in this one.
+fn pipeline_device_paced(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    pipeline_of(report, runtime, raw, 1 << 22, "two-stream pipeline, 1000 rounds of 16 MiB");
+}
+
+/// Round after round, a fill of `floats` floats on one stream and a scale
+/// reading it on another: each round waits for the one before it across
+/// the streams both ways (the scale reads the fill; the next fill
+/// overwrites what the scale read).
+fn pipeline_of(report: &mut Report, runtime: &Runtime, raw: &Raw, floats: usize, name: &str) {
     const ROUNDS: u32 = 1000;
-    const FLOATS: usize = 1 << 18;
     let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
-    let x = s.zeros(ElementType::Bytes, 4 * FLOATS as u64).unwrap();
-    let y = t.zeros(ElementType::Bytes, 4 * FLOATS as u64).unwrap();
+    let x = s.zeros(ElementType::Bytes, 4 * floats as u64).unwrap();
+    let y = t.zeros(ElementType::Bytes, 4 * floats as u64).unwrap();
     runtime.fence().unwrap().wait().unwrap();
+    // The CPU time covers the rounds and their fence, not the check after
+    // them: reading 16 MiB back stages and copies it on the calling thread.
     let weir_pipeline = || {
         let waits_before = runtime.diagnostics().inserted_waits;
         let start = Instant::now();
-        for round in 0..ROUNDS {
-            s.fill_f32(&x, round as f32).unwrap();
-            t.scale(&x, 2.0, &y).unwrap();
-        }
-        runtime.fence().unwrap().wait().unwrap();
+        let ((), spent) = CpuSpent::measure(|| {
+            for round in 0..ROUNDS {
+                s.fill_f32(&x, round as f32).unwrap();
+                t.scale(&x, 2.0, &y).unwrap();
+            }
+            runtime.fence().unwrap().wait().unwrap();
+        });
         let took = start.elapsed();
         assert_eq!(t.read_as::<f32>(&y).unwrap()[0], 2.0 * (ROUNDS - 1) as f32);
-        (took, runtime.diagnostics().inserted_waits - waits_before)
+        (took, runtime.diagnostics().inserted_waits - waits_before, spent)
     };
 
     let scale = raw.function(BUILTIN_SOURCE, "weir_scale_f32");
     let fill = raw.function(BUILTIN_SOURCE, "weir_fill_u32");
     let (rs, rt) = (raw.stream(), raw.stream());
-    let (px, py) = (raw.alloc(4 * FLOATS), raw.alloc(4 * FLOATS));
-    let groups = (FLOATS as u32).div_ceil(256);
+    let (px, py) = (raw.alloc(4 * floats), raw.alloc(4 * floats));
+    let groups = (floats as u32).div_ceil(256);
     // `fresh`: an event made and destroyed per wait, as Weir does; else two reused events.
     let raw_pipeline = |fresh: bool| {
         let (mut written, mut read) = (raw.event(false), raw.event(false));
@@ -564,7 +588,7 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
                 ck("wait", unsafe { cu::cuStreamWaitEvent(rs, read, 0) });
                 raw_waits += 1;
             }
-            let (mut x, mut bits, mut count) = (px, (round as f32).to_bits(), FLOATS as u64);
+            let (mut x, mut bits, mut count) = (px, (round as f32).to_bits(), floats as u64);
             let mut fill_args =
                 [(&mut x as *mut u64).cast(), (&mut bits as *mut u32).cast(), (&mut count as *mut u64).cast()];
             launch(fill, groups, 256, rs, &mut fill_args);
@@ -579,7 +603,7 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
                 ck("wait", cu::cuStreamWaitEvent(rt, written, 0));
             }
             raw_waits += 1;
-            let (mut a, mut b, mut alpha, mut n) = (px, py, 2.0f32, FLOATS as u64);
+            let (mut a, mut b, mut alpha, mut n) = (px, py, 2.0f32, floats as u64);
             let mut scale_args = [
                 (&mut a as *mut u64).cast(),
                 (&mut b as *mut u64).cast(),
@@ -607,7 +631,7 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     // calls is what limits a round.
     let mut cpu: [Vec<CpuSpent>; 2] = Default::default();
     for _ in 0..RUNS {
-        let ((weir, inserted), spent) = CpuSpent::measure(weir_pipeline);
+        let (weir, inserted, spent) = weir_pipeline();
         waits.push(inserted);
         cpu[0].push(spent);
         let ((raw, placed), spent) = CpuSpent::measure(|| raw_pipeline(false));
@@ -625,7 +649,7 @@ fn pipeline(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     let (weir, baseline) = in_turn.medians();
     report.add(Figure {
         backend: "cuda".into(),
-        name: "two-stream pipeline, 1000 rounds".into(),
+        name: name.into(),
         unit: "us/round".into(),
         weir: per_round(weir),
         baseline: Some(per_round(baseline)),

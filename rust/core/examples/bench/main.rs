@@ -4,13 +4,13 @@
 //! `--backend NAME` (repeatable) limits the run to some backends; `--only
 //! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `live`; on CUDA `memset`,
-//! `fence`, `launches`, `replay`, `pipeline` (a quick run while iterating on
-//! one figure). `--processes N` (default 15): how many fresh processes
-//! measure each figure that sets a Weir thread against a raw loop on the
-//! main thread (see `report::across_processes`); 1 measures it here. 15,
-//! because the processes' ratios fall into two clusters by where their
-//! threads landed, and on one GPU host the median of 7 still moved from 1.02
-//! to 1.17 between three runs of one build.
+//! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced` (a
+//! quick run while iterating on one figure). `--processes N` (default 15):
+//! how many fresh processes measure each figure that sets a Weir thread
+//! against a raw loop on the main thread (see `report::across_processes`);
+//! 1 measures it here. 15, because the processes' ratios fall into two
+//! clusters by where their threads landed, and on one GPU host the median
+//! of 7 still moved from 1.02 to 1.17 between three runs of one build.
 
 mod cpu;
 #[cfg(feature = "cuda")]
