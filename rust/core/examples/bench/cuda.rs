@@ -556,7 +556,8 @@ fn pipeline_of(report: &mut Report, runtime: &Runtime, raw: &Raw, floats: usize,
     let y = t.zeros(ElementType::Bytes, 4 * floats as u64).unwrap();
     runtime.fence().unwrap().wait().unwrap();
     // The CPU time covers the rounds and their fence, not the check after
-    // them: reading 16 MiB back stages and copies it on the calling thread.
+    // them: reading the output back stages and copies it on the calling
+    // thread, and raw's side reads nothing back.
     let weir_pipeline = || {
         let waits_before = runtime.diagnostics().inserted_waits;
         let start = Instant::now();
@@ -577,7 +578,8 @@ fn pipeline_of(report: &mut Report, runtime: &Runtime, raw: &Raw, floats: usize,
     let (rs, rt) = (raw.stream(), raw.stream());
     let (px, py) = (raw.alloc(4 * floats), raw.alloc(4 * floats));
     let groups = (floats as u32).div_ceil(256);
-    // `fresh`: an event made and destroyed per wait, as Weir does; else two reused events.
+    // `fresh`: an event made and destroyed per wait; else two reused events,
+    // one per stream, as Weir records each stream's own ordering event.
     let raw_pipeline = |fresh: bool| {
         let (mut written, mut read) = (raw.event(false), raw.event(false));
         let mut raw_waits = 0u64;
