@@ -106,6 +106,7 @@ pub mod backend;
 #[cfg(not(feature = "test-support"))]
 mod backend;
 mod buffer;
+mod builder;
 mod cancel;
 mod collective;
 mod completion;
@@ -137,6 +138,7 @@ pub use backend::hip::hip_sys;
 pub use backend::wgpu::{wgpu, WgpuBufferRange, WgpuRawAccess};
 pub use backend::{RawAccess, ReduceOp};
 pub use buffer::Buffer;
+pub use builder::RuntimeBuilder;
 pub use cancel::CancelToken;
 pub use completion::Completion;
 pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};

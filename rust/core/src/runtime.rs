@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
+use crate::builder::{RuntimeBuilder, RuntimeOptions};
 use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::Diagnostics;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::host::HostBuffer;
-use crate::scheduler::{Engine, Fault, Scheduler};
+use crate::scheduler::{Engine, Scheduler};
 use crate::stream::Stream;
 
 /// One device on one backend. Cheap to clone; `Send + Sync`. Every handle made
@@ -26,38 +27,43 @@ impl std::fmt::Debug for Runtime {
     }
 }
 
-fn engine<B: Backend>(backend: B, fault: Option<Fault>) -> Result<Arc<dyn Engine>> {
+fn engine<B: Backend>(backend: B, options: &RuntimeOptions) -> Result<Arc<dyn Engine>> {
+    #[cfg(feature = "test-support")]
+    let fault = options.fault;
+    #[cfg(not(feature = "test-support"))]
+    let fault = {
+        let _ = options;
+        None
+    };
     Ok(Arc::new(Scheduler::new(backend, fault)?))
 }
 
-fn open_engine(kind: BackendKind, fault: Option<Fault>) -> Result<Arc<dyn Engine>> {
-    open_device_engine(kind, 0, fault)
-}
-
-/// Device `index` of `kind`: a CUDA or HIP ordinal, a wgpu adapter's place
-/// in the listing; any index on the CPU (each opening is a device of its own).
-fn open_device_engine(kind: BackendKind, index: usize, fault: Option<Fault>) -> Result<Arc<dyn Engine>> {
+/// The device `options.device` of `kind`: a CUDA or HIP ordinal, a wgpu
+/// adapter's place in the listing; any index on the CPU (each opening is a
+/// device of its own).
+fn open_engine(kind: BackendKind, options: &RuntimeOptions) -> Result<Arc<dyn Engine>> {
+    let index = options.device;
     if index > 0 && kind == BackendKind::Auto {
         return Err(Error::invalid(format!("device {index} of Auto: name the backend (see `devices`)")));
     }
     match kind {
         BackendKind::Auto => {
             for kind in [BackendKind::Cuda, BackendKind::Hip, BackendKind::Wgpu] {
-                if let Ok(engine) = open_engine(kind, fault) {
+                if let Ok(engine) = open_engine(kind, options) {
                     if !engine.info().software {
                         return Ok(engine);
                     }
                 }
             }
-            engine(CpuBackend::new(), fault)
+            engine(CpuBackend::new(), options)
         }
-        BackendKind::Cpu => engine(CpuBackend::with_index(index), fault),
+        BackendKind::Cpu => engine(CpuBackend::with_index(index), options),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open(index)?, fault),
+        BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open(index)?, options),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open(index)?, fault),
+        BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open(index)?, options),
         #[cfg(feature = "hip")]
-        BackendKind::Hip => engine(crate::backend::hip::HipBackend::open(index)?, fault),
+        BackendKind::Hip => engine(crate::backend::hip::HipBackend::open(index)?, options),
         #[allow(unreachable_patterns)]
         other => Err(Error::unavailable(other, "not compiled in (enable its cargo feature)")),
     }
@@ -89,25 +95,28 @@ pub fn devices() -> Vec<DeviceInfo> {
 }
 
 impl Runtime {
-    /// Opens the device of `kind`. A backend that cannot run here is [`Error::Unavailable`].
+    /// Opens the device of `kind` with every option at its default:
+    /// `Runtime::builder(kind).open()`. A backend that cannot run here is
+    /// [`Error::Unavailable`].
     pub fn open(kind: BackendKind) -> Result<Runtime> {
-        Ok(Runtime { engine: open_engine(kind, None)? })
+        Runtime::builder(kind).open()
+    }
+
+    /// Options for opening a runtime of `kind` (the device, and every knob a
+    /// runtime has): the one door for configuration.
+    pub fn builder(kind: BackendKind) -> RuntimeBuilder {
+        RuntimeBuilder::new(kind)
     }
 
     /// Opens device `index` of `kind`, as [`devices`] lists it (see
-    /// [`DeviceGroup`](crate::DeviceGroup) for several at once): a CUDA or
-    /// HIP device ordinal, a wgpu adapter's place in the listing (0 is the
-    /// one [`Runtime::open`] takes); on the CPU every opening is a device of
-    /// its own, whatever the index. No such device is [`Error::Unavailable`].
+    /// [`DeviceGroup`](crate::DeviceGroup) for several at once):
+    /// `Runtime::builder(kind).device(index).open()`.
     pub fn open_device(kind: BackendKind, index: usize) -> Result<Runtime> {
-        Ok(Runtime { engine: open_device_engine(kind, index, None)? })
+        Runtime::builder(kind).device(index).open()
     }
 
-    /// Opens a runtime whose scheduler has a deliberate bug. Only for tests
-    /// that prove the test suite detects that bug.
-    #[cfg(feature = "test-support")]
-    pub fn open_with_fault(kind: BackendKind, fault: Fault) -> Result<Runtime> {
-        Ok(Runtime { engine: open_engine(kind, Some(fault))? })
+    pub(crate) fn open_with(kind: BackendKind, options: &RuntimeOptions) -> Result<Runtime> {
+        Ok(Runtime { engine: open_engine(kind, options)? })
     }
 
     /// The device this runtime drives.

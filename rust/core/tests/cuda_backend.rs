@@ -61,7 +61,7 @@ fn open_alone(test: &str, fault: Option<Fault>) -> Option<Opened> {
 
 fn open_runtime(test: &str, fault: Option<Fault>) -> Option<Runtime> {
     let opened = match fault {
-        Some(fault) => Runtime::open_with_fault(BackendKind::Cuda, fault),
+        Some(fault) => Runtime::builder(BackendKind::Cuda).fault(fault).open(),
         None => Runtime::open(BackendKind::Cuda),
     };
     match opened {

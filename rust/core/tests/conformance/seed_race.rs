@@ -128,7 +128,7 @@ conformance! {
 #[test]
 fn seed_race_is_caught_when_versions_key_on_allocation() {
     for kind in BackendKind::CONCRETE {
-        let Ok(runtime) = Runtime::open_with_fault(kind, Fault::KeyVersionsAtAllocation) else { continue };
+        let Ok(runtime) = Runtime::builder(kind).fault(Fault::KeyVersionsAtAllocation).open() else { continue };
         // Only a gate holds the producer back deterministically.
         if runtime.default_stream().hold().is_err() {
             runtime.close().unwrap();
