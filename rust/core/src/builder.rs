@@ -3,20 +3,57 @@
 //! Every knob a runtime has is a method of [`RuntimeBuilder`]; the library
 //! reads no environment variable of its own for what a builder can say.
 
+use std::time::Duration;
+
 use crate::device::BackendKind;
 use crate::error::Result;
 use crate::runtime::Runtime;
 #[cfg(feature = "test-support")]
 use crate::scheduler::Fault;
 
+/// How long a GPU backend's waiting thread spins before it blocks, unless
+/// the builder says otherwise: a blocking wait wakes its thread well after
+/// the device got there (some 20 µs for a CUDA blocking-sync event, hundreds
+/// for some Vulkan drivers' fence waits); a polling loop sees it at once.
+/// Each waiter spins only while recent waits ended within the budget, so
+/// long work costs no core.
+pub(crate) const SPIN_BUDGET: Duration = Duration::from_micros(200);
+
+/// Where a CUDA or HIP runtime completes fences and reads (see
+/// [`RuntimeBuilder::wake`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GpuWake {
+    /// On the driver's host-callback thread, enqueued on the stream.
+    Callback,
+    /// On one waiter thread per stream, which sleeps in an event
+    /// synchronisation (and the wake thread, for fences likely to be quick).
+    Waiter,
+}
+
 /// What a runtime is opened with. Backends read what concerns them.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone)]
 pub(crate) struct RuntimeOptions {
     /// The device's place in [`devices`](crate::devices) for its backend.
     pub(crate) device: usize,
+    /// How long a GPU waiting thread spins before it blocks.
+    pub(crate) spin: Duration,
+    /// `None`: the driver's own choice.
+    pub(crate) wake: Option<GpuWake>,
     /// A deliberate scheduler bug (tests that prove the suite catches it).
     #[cfg(feature = "test-support")]
     pub(crate) fault: Option<Fault>,
+}
+
+impl Default for RuntimeOptions {
+    fn default() -> Self {
+        RuntimeOptions {
+            device: 0,
+            spin: SPIN_BUDGET,
+            wake: None,
+            #[cfg(feature = "test-support")]
+            fault: None,
+        }
+    }
 }
 
 /// How to open a [`Runtime`]: `Runtime::builder(kind).device(1).open()`.
@@ -42,6 +79,26 @@ impl RuntimeBuilder {
     /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
     pub fn device(mut self, index: usize) -> Self {
         self.options.device = index;
+        self
+    }
+
+    /// How long a thread that waits for the device spins before it blocks
+    /// (CUDA and HIP waiters, the wake thread, the issuing thread's linger,
+    /// the wgpu poll thread); default 200 µs, `Duration::ZERO` never spins.
+    /// A blocking wait wakes its thread well after the device got there
+    /// (some 20 µs for a CUDA blocking-sync event, hundreds for some Vulkan
+    /// drivers); spinning sees it at once, at the cost of a core for at most
+    /// the budget per wait, and only while recent waits ended within it.
+    pub fn spin(mut self, budget: Duration) -> Self {
+        self.options.spin = budget;
+        self
+    }
+
+    /// Where a CUDA or HIP runtime completes its fences and reads: CUDA's
+    /// default is [`GpuWake::Waiter`], HIP's [`GpuWake::Callback`]. Other
+    /// backends ignore it. For measuring one path against the other.
+    pub fn wake(mut self, wake: GpuWake) -> Self {
+        self.options.wake = Some(wake);
         self
     }
 

@@ -138,7 +138,7 @@ pub use backend::hip::hip_sys;
 pub use backend::wgpu::{wgpu, WgpuBufferRange, WgpuRawAccess};
 pub use backend::{RawAccess, ReduceOp};
 pub use buffer::Buffer;
-pub use builder::RuntimeBuilder;
+pub use builder::{GpuWake, RuntimeBuilder};
 pub use cancel::CancelToken;
 pub use completion::Completion;
 pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};

@@ -59,11 +59,11 @@ fn open_engine(kind: BackendKind, options: &RuntimeOptions) -> Result<Arc<dyn En
         }
         BackendKind::Cpu => engine(CpuBackend::with_index(index), options),
         #[cfg(feature = "wgpu")]
-        BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open(index)?, options),
+        BackendKind::Wgpu => engine(crate::backend::wgpu::WgpuBackend::open_with(options)?, options),
         #[cfg(feature = "cuda")]
-        BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open(index)?, options),
+        BackendKind::Cuda => engine(crate::backend::cuda::CudaBackend::open(options)?, options),
         #[cfg(feature = "hip")]
-        BackendKind::Hip => engine(crate::backend::hip::HipBackend::open(index)?, options),
+        BackendKind::Hip => engine(crate::backend::hip::HipBackend::open(options)?, options),
         #[allow(unreachable_patterns)]
         other => Err(Error::unavailable(other, "not compiled in (enable its cargo feature)")),
     }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use weir_core::backend::cuda::cudarc::driver::sys as cu;
 use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
-use weir_core::{Arg, BackendKind, ElementType, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, ElementType, GpuWake, Grid, Kernel, Runtime};
 
 use crate::report::{self, cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
 
@@ -125,15 +125,13 @@ fn raw_graph(function: cu::CUfunction, stream: cu::CUstream, ptr: u64, launches:
     exec
 }
 
-fn open(wake: &str, spin_micros: Option<u32>) -> Option<Runtime> {
-    // The completion path is read when the backend opens, the spin when a stream starts.
-    std::env::set_var("WEIR_GPU_WAKE", wake);
-    if let Some(micros) = spin_micros {
-        std::env::set_var("WEIR_GPU_SPIN_US", micros.to_string());
-    }
-    let runtime = Runtime::open(BackendKind::Cuda);
-    std::env::remove_var("WEIR_GPU_WAKE");
-    std::env::remove_var("WEIR_GPU_SPIN_US");
+fn open(wake: GpuWake, spin_micros: Option<u32>) -> Option<Runtime> {
+    let builder = Runtime::builder(BackendKind::Cuda).wake(wake);
+    let builder = match spin_micros {
+        Some(micros) => builder.spin(Duration::from_micros(micros.into())),
+        None => builder,
+    };
+    let runtime = builder.open();
     match runtime {
         Ok(runtime) => Some(runtime),
         Err(error) => {
@@ -146,16 +144,16 @@ fn open(wake: &str, spin_micros: Option<u32>) -> Option<Runtime> {
 /// `processes`: see [`report::across_processes`], which measures the
 /// launches and the pipeline when above 1.
 pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
-    let Some(runtime) = open("waiter", None) else {
+    let Some(runtime) = open(GpuWake::Waiter, None) else {
         return;
     };
-    let Some(blocking_runtime) = open("waiter", Some(0)) else {
+    let Some(blocking_runtime) = open(GpuWake::Waiter, Some(0)) else {
         return;
     };
-    let Some(callback_runtime) = open("callback", None) else {
+    let Some(callback_runtime) = open(GpuWake::Callback, None) else {
         return;
     };
-    let Some(long_spin_runtime) = open("waiter", Some(200)) else {
+    let Some(long_spin_runtime) = open(GpuWake::Waiter, Some(200)) else {
         return;
     };
     let raw = Raw::open();

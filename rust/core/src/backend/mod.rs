@@ -35,8 +35,6 @@ pub mod cuda;
 pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
-#[cfg(any(feature = "cuda", feature = "hip", feature = "wgpu"))]
-mod spin;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

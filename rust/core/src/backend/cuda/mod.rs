@@ -20,6 +20,7 @@ pub(crate) use driver::list;
 pub(crate) use nccl::unique_id as new_group_id;
 
 use crate::backend::gpu::GpuBackend;
+use crate::builder::RuntimeOptions;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
 
@@ -27,14 +28,15 @@ use crate::error::{Error, Result};
 pub(crate) type CudaBackend = GpuBackend<driver::Cuda>;
 
 impl GpuBackend<driver::Cuda> {
-    /// Opens device `ordinal`; no library, driver or device is `Unavailable`, never a panic.
-    pub(crate) fn open(ordinal: usize) -> Result<Self> {
+    /// Opens device `options.device`; no library, driver or device is `Unavailable`, never a panic.
+    pub(crate) fn open(options: &RuntimeOptions) -> Result<Self> {
+        let ordinal = options.device;
         // The checks in `Cuda::open` make cudarc's loader panic-free; this
         // catches anything they missed.
         std::panic::catch_unwind(|| driver::Cuda::open(ordinal))
             .unwrap_or_else(|_| {
                 Err(Error::unavailable(BackendKind::Cuda, "the CUDA driver library could not be loaded"))
             })
-            .and_then(GpuBackend::new)
+            .and_then(|driver| GpuBackend::new(driver, options))
     }
 }

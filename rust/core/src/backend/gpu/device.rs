@@ -6,6 +6,7 @@ use std::sync::atomic::Ordering;
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use super::driver::{Driver, EventUse, Handle};
 use super::issue::Issuer;
@@ -218,11 +219,15 @@ pub(crate) struct Device<D: Driver> {
     reclaimer: Option<Reclaimer>,
     /// Makes the stream-ordered driver calls of admitted ops, in order.
     pub issuer: Issuer<D>,
+    /// How long a stream's waiter (and the wake thread, for a fence) spins
+    /// on an event before giving up on seeing it reached at once.
+    pub spin_budget: Duration,
     pub driver: Arc<D>,
 }
 
 impl<D: Driver> Device<D> {
-    pub fn new(driver: D) -> Arc<Self> {
+    /// The device of `driver`, whose waiting threads spin for up to `spin_budget` per wait.
+    pub fn new(driver: D, spin_budget: Duration) -> Arc<Self> {
         let driver = Arc::new(driver);
         let reclaimer = if driver.free_waits_for_device() { Reclaimer::start(&driver) } else { None };
         Arc::new(Device {
@@ -238,6 +243,7 @@ impl<D: Driver> Device<D> {
             all_staging: Mutex::new(Vec::new()),
             reclaimer,
             issuer: Issuer::new(),
+            spin_budget,
             driver,
         })
     }

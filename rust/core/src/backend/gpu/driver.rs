@@ -115,7 +115,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     const KIND: BackendKind;
     /// The language its custom kernels are written in.
     const LANGUAGE: KernelLanguage;
-    /// The completion path this driver uses unless `WEIR_GPU_WAKE` says otherwise.
+    /// The completion path this driver uses unless the runtime's builder says otherwise.
     const WAKE: Wake;
 
     /// The device this driver is bound to.
@@ -133,11 +133,6 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn bind(&self) -> Result<()>;
     /// Whether this driver's context is lost.
     fn loss(&self) -> &Arc<Loss>;
-    /// How long a stream's waiter (and the wake thread, for a fence) spins
-    /// on an event before giving up on seeing it reached at once.
-    fn spin_budget(&self) -> std::time::Duration {
-        crate::backend::spin::spin_budget()
-    }
 
     fn stream_create(&self) -> Result<Self::Stream>;
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status;

@@ -37,11 +37,13 @@ mod tests;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use crate::backend::{
     Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, KernelArg, OpIo, RawAccess,
     SignalKind, Span,
 };
+use crate::builder::RuntimeOptions;
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -206,13 +208,14 @@ impl<D: Driver> GpuBackend<D> {
     /// A backend over `driver`, its built-in kernels compiled and loaded now:
     /// loading a module can synchronise the whole device, which must not
     /// happen later behind work in flight.
-    pub(crate) fn new(driver: D) -> Result<Self> {
-        Self::with_wake(driver, Wake::from_env(D::WAKE))
+    pub(crate) fn new(driver: D, options: &RuntimeOptions) -> Result<Self> {
+        Self::with(driver, options.wake.unwrap_or(D::WAKE), options.spin)
     }
 
-    /// As [`GpuBackend::new`], completing through `wake`.
-    pub(crate) fn with_wake(driver: D, wake: Wake) -> Result<Self> {
-        let device = Device::new(driver);
+    /// As [`GpuBackend::new`], completing through `wake`, its waiting
+    /// threads spinning for up to `spin` per wait.
+    pub(crate) fn with(driver: D, wake: Wake, spin: Duration) -> Result<Self> {
+        let device = Device::new(driver, spin);
         device.driver.bind()?;
         let builtins =
             Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry).map(|f| f.raw))?;
@@ -226,8 +229,7 @@ impl<D: Driver> GpuBackend<D> {
             next_stream: AtomicU32::new(0),
         };
         // Last: a backend that fails to open stops no thread.
-        let linger = backend.driver().spin_budget();
-        backend.device.issuer.start(backend.device.clone(), linger)?;
+        backend.device.issuer.start(backend.device.clone(), spin)?;
         Ok(backend)
     }
 

@@ -41,23 +41,7 @@ use crate::error::{Error, Result};
 use crate::lock::lock;
 
 /// Where completions run; see the module doc.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Wake {
-    Callback,
-    Waiter,
-}
-
-impl Wake {
-    /// `WEIR_GPU_WAKE=callback|waiter` overrides the driver's choice (to
-    /// measure both).
-    pub(crate) fn from_env(default: Wake) -> Wake {
-        match std::env::var("WEIR_GPU_WAKE").as_deref() {
-            Ok("callback") => Wake::Callback,
-            Ok("waiter") => Wake::Waiter,
-            _ => default,
-        }
-    }
-}
+pub(crate) type Wake = crate::builder::GpuWake;
 
 /// A waiter's choice between spinning on an event and blocking on it.
 ///
@@ -248,7 +232,7 @@ impl<D: Driver> GpuStream<D> {
     fn spawn_waiter(&self) -> Result<(Waiter<D>, JoinHandle<()>)> {
         let (queue, pending) = channel::<Entry<D>>();
         let device = self.device.clone();
-        let budget = device.driver.spin_budget();
+        let budget = device.spin_budget;
         let expected = Arc::new(AtomicU64::new(0));
         let ran = Arc::new(AtomicU64::new(0));
         let mut spin = Spin { budget, expected: expected.clone() };

@@ -15,6 +15,7 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::{HostSink, OpOutcome};
+use crate::builder::SPIN_BUDGET;
 use crate::diagnostics::LiveCounters;
 use crate::kernel::{Access, KernelSource, ScalarArg};
 use crate::lock::lock;
@@ -132,7 +133,6 @@ struct Shared {
     /// [`REACHED_ON_WAKE_THREAD`] (not reached elsewhere) or [`REACHED`].
     queries: std::sync::atomic::AtomicU8,
     /// The waiters' spin budget, if not the default.
-    spin_budget: Mutex<Option<Duration>>,
     /// When set, `event_synchronize` returns only once this opens.
     slow_sync: Mutex<Option<Arc<Latch>>>,
     /// When set, a launch on the issuing thread returns only once this opens.
@@ -292,10 +292,6 @@ impl Driver for Fake {
             _ => true,
         };
         Some(self.0.check("event_query").map(|()| reached))
-    }
-
-    fn spin_budget(&self) -> Duration {
-        lock(&self.0.spin_budget).unwrap_or_else(crate::backend::spin::spin_budget)
     }
 
     unsafe fn event_destroy(&self, _event: u64) {
@@ -511,8 +507,13 @@ impl Driver for Fake {
 }
 
 fn backend(wake: Wake) -> (GpuBackend<Fake>, Arc<Shared>) {
+    backend_spinning(wake, SPIN_BUDGET)
+}
+
+/// A fake backend whose waiting threads spin for up to `spin` per wait.
+fn backend_spinning(wake: Wake, spin: Duration) -> (GpuBackend<Fake>, Arc<Shared>) {
     let (fake, shared) = Fake::new(false);
-    match GpuBackend::with_wake(fake, wake) {
+    match GpuBackend::with(fake, wake, spin) {
         Ok(backend) => (backend, shared),
         Err(error) => panic!("the fake backend opens: {error}"),
     }
@@ -742,7 +743,7 @@ fn runtimes_on_one_context_share_its_loaded_modules() {
     let context = Some(NEXT_FAKE.fetch_add(1, Ordering::SeqCst) << 32);
     let on_context = || {
         let shared = Arc::new(Shared { id: NEXT_FAKE.fetch_add(1, Ordering::SeqCst), context, ..Shared::default() });
-        match GpuBackend::with_wake(Fake(shared.clone()), Wake::Waiter) {
+        match GpuBackend::with(Fake(shared.clone()), Wake::Waiter, SPIN_BUDGET) {
             Ok(backend) => (backend, shared),
             Err(error) => panic!("the fake backend opens: {error}"),
         }
@@ -1068,7 +1069,7 @@ fn streams_and_memory_drop_on_a_thread_that_never_bound_the_device() {
 #[test]
 fn a_free_that_waits_for_the_device_runs_on_its_own_thread() {
     let (fake, shared) = Fake::new(true);
-    let backend = GpuBackend::with_wake(fake, Wake::Waiter).unwrap();
+    let backend = GpuBackend::with(fake, Wake::Waiter, SPIN_BUDGET).unwrap();
     let memory = backend.allocate(64).unwrap();
     drop(memory);
     // The device's drop lets queued frees finish.
@@ -1180,10 +1181,9 @@ fn soon(done: impl Fn() -> bool) -> bool {
 
 #[test]
 fn the_wake_thread_completes_a_quick_fence_its_waiter_has_not_seen_reached_in_stream_order() {
-    let (backend, shared) = backend(Wake::Waiter);
+    let (backend, shared) = backend_spinning(Wake::Waiter, Duration::from_secs(10));
     // Only the wake thread sees events reached; the waiter spins, then sleeps in a synchronisation.
     shared.queries.store(REACHED_ON_WAKE_THREAD, Ordering::SeqCst);
-    *lock(&shared.spin_budget) = Some(Duration::from_secs(10));
     let latch = Arc::new(Latch::default());
     *lock(&shared.slow_sync) = Some(latch.clone());
     let stream = backend.create_stream().unwrap();

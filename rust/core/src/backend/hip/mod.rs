@@ -20,6 +20,7 @@ pub use toolchain::{check_arguments_for, compile_builtins_for, compile_for, para
 pub use hip_sys;
 
 use crate::backend::gpu::GpuBackend;
+use crate::builder::RuntimeOptions;
 use crate::error::Result;
 
 pub(crate) use driver::list;
@@ -28,8 +29,8 @@ pub(crate) use driver::list;
 pub(crate) type HipBackend = GpuBackend<driver::Hip>;
 
 impl GpuBackend<driver::Hip> {
-    /// Opens device `ordinal`; no such device is `Unavailable`, naming the cause.
-    pub(crate) fn open(ordinal: usize) -> Result<Self> {
-        driver::Hip::open(ordinal).and_then(GpuBackend::new)
+    /// Opens device `options.device`; no such device is `Unavailable`, naming the cause.
+    pub(crate) fn open(options: &RuntimeOptions) -> Result<Self> {
+        driver::Hip::open(options.device).and_then(|driver| GpuBackend::new(driver, options))
     }
 }

@@ -73,6 +73,7 @@ pub use timestamps::WgpuTimestamp;
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span};
+use crate::builder::RuntimeOptions;
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
@@ -120,10 +121,16 @@ impl Drop for WgpuEvent {
 }
 
 impl WgpuBackend {
-    /// Opens adapter `index` (0: the preferred one; see the module doc).
+    /// Opens adapter `index` (0: the preferred one; see the module doc)
+    /// with every other option at its default.
     pub fn open(index: usize) -> Result<WgpuBackend> {
-        let gpu = Gpu::open(index)?;
-        let poller = Poller::spawn(gpu.device.clone())?;
+        WgpuBackend::open_with(&RuntimeOptions { device: index, ..RuntimeOptions::default() })
+    }
+
+    /// Opens adapter `options.device` as `options` say.
+    pub(crate) fn open_with(options: &RuntimeOptions) -> Result<WgpuBackend> {
+        let gpu = Gpu::open(options.device)?;
+        let poller = Poller::spawn(gpu.device.clone(), options.spin)?;
         let shared = Shared::new(gpu, poller.state().clone());
         Ok(WgpuBackend { shared, _poller: poller })
     }

@@ -22,7 +22,6 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::scope::BACKEND;
-use crate::backend::spin::spin_budget;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -97,12 +96,14 @@ pub(crate) struct Poller {
 }
 
 impl Poller {
-    pub fn spawn(device: wgpu::Device) -> Result<Poller> {
+    /// The poll thread of `device`, which spins for up to `spin` per wait
+    /// (see [`Spin`]) before it blocks.
+    pub fn spawn(device: wgpu::Device, spin: Duration) -> Result<Poller> {
         let state = Arc::new(PollState::default());
         let shared = state.clone();
         let thread = std::thread::Builder::new()
             .name("weir-wgpu-poll".to_owned())
-            .spawn(move || run(&device, &shared))
+            .spawn(move || run(&device, &shared, spin))
             .map_err(|e| Error::backend(BACKEND, format!("cannot start the poll thread: {e}")))?;
         Ok(Poller { state, thread: Some(thread) })
     }
@@ -154,8 +155,8 @@ fn poll_once(device: &wgpu::Device, state: &PollState) -> bool {
     lock(&state.waiting).pending > 0
 }
 
-fn run(device: &wgpu::Device, state: &PollState) {
-    let mut spin = Spin { budget: spin_budget(), failed: 0, unspun: 0 };
+fn run(device: &wgpu::Device, state: &PollState, budget: Duration) {
+    let mut spin = Spin { budget, failed: 0, unspun: 0 };
     loop {
         let registered = {
             let mut waiting = lock(&state.waiting);
