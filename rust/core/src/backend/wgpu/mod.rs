@@ -122,7 +122,8 @@ impl Drop for WgpuEvent {
 
 impl WgpuBackend {
     /// Opens adapter `index` (0: the preferred one; see the module doc)
-    /// with every other option at its default.
+    /// with every other option at its default (backend-level tests).
+    #[cfg(feature = "test-support")]
     pub fn open(index: usize) -> Result<WgpuBackend> {
         WgpuBackend::open_with(&RuntimeOptions { device: index, ..RuntimeOptions::default() })
     }
