@@ -17,15 +17,6 @@ pub enum Profile {
 }
 
 impl Profile {
-    /// `--release` in `args` picks release; debug otherwise.
-    pub fn from_args(args: &[String]) -> Profile {
-        if args.iter().any(|a| a == "--release") {
-            Profile::Release
-        } else {
-            Profile::Debug
-        }
-    }
-
     fn dir(self) -> &'static str {
         match self {
             Profile::Debug => "debug",
@@ -106,20 +97,14 @@ pub fn generate(language: &str, library: &Path, out_dir: &Path) -> Result {
 
 /// `cargo xtask bindings kotlin|swift [--release] [--out DIR]`: builds the
 /// native library and generates one language's bindings.
-pub fn command(args: &[String]) -> Result {
-    let language = args
-        .first()
-        .map(String::as_str)
-        .filter(|l| matches!(*l, "kotlin" | "swift"))
-        .ok_or("usage: cargo xtask bindings kotlin|swift [--release] [--out DIR]")?;
-    let out = args.windows(2).find(|w| w[0] == "--out").map(|w| root().join(&w[1]));
+pub fn command(language: &str, profile: Profile, out: Option<PathBuf>) -> Result {
     let out = match (language, out) {
         // The Maven project's build: bindings, the waker-thread step and the library resource.
-        ("kotlin", None) => return crate::kotlin::prepare(Profile::from_args(args)),
-        (_, Some(out)) => out,
+        ("kotlin", None) => return crate::kotlin::prepare(profile),
+        (_, Some(out)) => root().join(out),
         (_, None) => root().join("target/bindings/swift"),
     };
-    let library = native(Profile::from_args(args))?;
+    let library = native(profile)?;
     generate(language, &library, &out)?;
     eprintln!("{language} bindings of {} in {}", library.display(), out.display());
     Ok(())

@@ -25,12 +25,9 @@ pub struct Staged {
 }
 
 impl Staged {
-    /// `--out DIR` from `args`, else `.device/bundle-NAME`, emptied.
-    pub fn new(args: &[String], name: &'static str) -> Result<Staged> {
-        let out = args
-            .windows(2)
-            .find(|w| w[0] == "--out")
-            .map_or_else(|| root().join(format!(".device/bundle-{name}")), |w| root().join(&w[1]));
+    /// `out`, else `.device/bundle-NAME`, emptied.
+    pub fn new(out: Option<PathBuf>, name: &'static str) -> Result<Staged> {
+        let out = out.map_or_else(|| root().join(format!(".device/bundle-{name}")), |out| root().join(out));
         if out.exists() {
             std::fs::remove_dir_all(&out).map_err(|e| format!("cannot empty {}: {e}", out.display()))?;
         }
@@ -66,9 +63,8 @@ const TESTS: [&str; 7] =
     ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "devices", "process_group", "wgpu_backend"];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 
-pub fn bundle(args: &[String]) -> Result {
-    let out =
-        args.windows(2).find(|w| w[0] == "--out").map_or_else(|| root().join(".device/bundle"), |w| root().join(&w[1]));
+pub fn bundle(out: Option<PathBuf>) -> Result {
+    let out = out.map_or_else(|| root().join(".device/bundle"), |out| root().join(out));
     std::fs::create_dir_all(&out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
     let mut tests = cargo();
     tests.args(["test", "--no-run", "-p", "weir-core", "--features", "test-support", "--message-format=json"]);

@@ -11,12 +11,8 @@ use std::path::{Path, PathBuf};
 use crate::util::{cargo, root, run, target_dir, Result};
 
 /// Builds all three into `--out DIR` (default `target/docs`).
-pub fn command(args: &[String]) -> Result {
-    let out = match args {
-        [] => target_dir().join("docs"),
-        [flag, dir] if flag == "--out" => PathBuf::from(dir),
-        _ => return Err("usage: cargo xtask docs [--out DIR]".to_owned()),
-    };
+pub fn command(out: Option<PathBuf>) -> Result {
+    let out = out.unwrap_or_else(|| target_dir().join("docs"));
     reset(&out)?;
     run(cargo().args(["doc", "--no-deps", "-p", "weir-core", "-p", "weir-ffi"]))?;
     copy_tree(&target_dir().join("doc"), &out.join("rust"))?;

@@ -9,95 +9,186 @@ mod rust;
 mod swift;
 mod util;
 
+use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: cargo xtask <command>
+use clap::{Args, Parser, Subcommand, ValueEnum};
 
-commands:
-  test [--lint|--rust|--kotlin|--swift]
-                  every check of the project: lints (rustfmt, clippy, rustdoc, warnings
-                  as errors; the Maven and Gradle builds' versions in step), Rust tests
-                  (all available backends, then the loom model check of the completion
-                  cell), Kotlin (the suites, then the installed artifact and the consumer
-                  project), Swift
-  demo [--kotlin|--swift] [--backend NAME]
-                  the main job: a multi-stream pipeline, timed fence by fence
-  install --swift --to DIR [--features LIST]
-                  the Swift package for apps: DIR/Weir, a release weir-ffi without test hooks
-                  and its bindings; depend on it with .package(path: \"DIR/Weir\")
-  bindings kotlin|swift [--release] [--out DIR]
-                  build the native library and generate one language's bindings
-  install --kotlin
-                  the release library without test hooks, its bindings and the jar,
-                  sources jar and Dokka javadoc jar of dev.weir:weir into the local
-                  Maven repository
-  soak [--ops N] [--threads T] [--backend NAME]
-                  a long mixed run (default 10^6 ops from 4 threads on cpu) with stream,
-                  buffer, fence and cancel churn: a JSON line and a table row every
-                  tenth; fails unless threads, live counters and RSS end flat
-  bundle [--out DIR]
-                  the Rust suites and benchmarks as stripped binaries with a run.sh, for a
-                  machine with a GPU and no Rust (default DIR: .device/bundle)
-  bundle --kotlin [--out DIR]
-                  the Kotlin and Java JUnit suites with a jlinked Java runtime and a
-                  run-kotlin.sh, for a machine with a GPU and no JDK (default DIR:
-                  .device/bundle-kotlin)
-  docs [--out DIR]
-                  the API documentation side by side (default DIR: target/docs): rustdoc
-                  in rust/, Dokka's HTML in kotlin/, a DocC archive in swift/
-  bench [--rust|--kotlin|--swift] [--backend NAME]
-                  benchmarks beside their raw baselines: JSON lines, then a table;
-                  Rust on every backend, then the Kotlin and Swift call overhead (cpu by default)
+use bindings::Profile;
 
-environment:
-  WEIR_REQUIRE_BACKENDS=cpu,wgpu   fail (instead of skip) when a listed backend is unavailable";
+/// The one entry point for building natives, generating bindings, testing,
+/// benchmarking and running the demos.
+#[derive(Parser)]
+#[command(
+    name = "cargo xtask",
+    bin_name = "cargo xtask",
+    after_help = "environment:\n  WEIR_REQUIRE_BACKENDS=cpu,wgpu   fail (instead of skip) when a listed backend is unavailable"
+)]
+struct Cli {
+    #[command(subcommand)]
+    task: Task,
+}
+
+/// Which language's side of a command runs; none: every one.
+#[derive(Args)]
+#[group(multiple = false)]
+struct Side {
+    /// Rust only
+    #[arg(long)]
+    rust: bool,
+    /// Kotlin (and Java) only
+    #[arg(long)]
+    kotlin: bool,
+    /// Swift only
+    #[arg(long)]
+    swift: bool,
+}
+
+/// The bindings' languages.
+#[derive(Clone, Copy, ValueEnum)]
+enum Language {
+    Kotlin,
+    Swift,
+}
+
+/// Arguments passed on, as given, to the program a command runs.
+#[derive(Args)]
+struct PassedOn {
+    /// e.g. --backend NAME; see the program's own options
+    #[arg(trailing_var_arg = true, allow_hyphen_values = true, value_name = "ARGS")]
+    args: Vec<String>,
+}
+
+#[derive(Subcommand)]
+enum Task {
+    /// Every check of the project: lints (rustfmt, clippy, rustdoc, warnings as errors;
+    /// the Maven and Gradle builds' versions in step), Rust tests (all available
+    /// backends, then the loom model check of the completion cell), Kotlin (the suites,
+    /// then the installed artifact and the consumer project), Swift
+    Test {
+        /// The lints alone
+        #[arg(long, conflicts_with_all = ["rust", "kotlin", "swift"])]
+        lint: bool,
+        #[command(flatten)]
+        side: Side,
+    },
+    /// The main job: a multi-stream pipeline, timed fence by fence (Rust, or from
+    /// Kotlin coroutines or Swift Tasks); --backend NAME and the demo's own options follow
+    Demo {
+        /// From Kotlin coroutines
+        #[arg(long, conflicts_with = "swift")]
+        kotlin: bool,
+        /// From Swift Tasks
+        #[arg(long)]
+        swift: bool,
+        #[command(flatten)]
+        passed_on: PassedOn,
+    },
+    /// Build the native library and generate one language's bindings
+    Bindings {
+        language: Language,
+        /// A release library (default: debug)
+        #[arg(long)]
+        release: bool,
+        /// Where the bindings go (Kotlin default: the Maven project's build; Swift: target/bindings/swift)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Install for apps: --kotlin puts the release library without test hooks, its
+    /// bindings and the jar, sources jar and Dokka javadoc jar of dev.weir:weir into the
+    /// local Maven repository; --swift --to DIR writes the Swift package DIR/Weir
+    /// (depend on it with .package(path: "DIR/Weir"))
+    Install {
+        /// The Kotlin/Java artifact
+        #[arg(long, required_unless_present = "swift", conflicts_with = "swift")]
+        kotlin: bool,
+        /// The Swift package
+        #[arg(long, requires = "to")]
+        swift: bool,
+        /// Where the Swift package goes (DIR/Weir)
+        #[arg(long, value_name = "DIR")]
+        to: Option<PathBuf>,
+        /// Cargo features of the Swift package's library
+        #[arg(long, value_name = "LIST")]
+        features: Option<String>,
+    },
+    /// A long mixed run (default 10^6 ops from 4 threads on cpu) with stream, buffer,
+    /// fence and cancel churn: a JSON line and a table row every tenth; fails unless
+    /// threads, live counters and RSS end flat (--ops N, --threads T, --backend NAME)
+    Soak {
+        #[command(flatten)]
+        passed_on: PassedOn,
+    },
+    /// The suites and benchmarks for a machine with a GPU and no toolchain: the Rust ones
+    /// as stripped binaries with a run.sh (default DIR .device/bundle); --kotlin, the
+    /// JUnit suites with a jlinked Java runtime; --swift, the Swift test binary with its runtime
+    Bundle {
+        /// The Kotlin and Java suites (default DIR .device/bundle-kotlin)
+        #[arg(long, conflicts_with = "swift")]
+        kotlin: bool,
+        /// The Swift suites (default DIR .device/bundle-swift)
+        #[arg(long)]
+        swift: bool,
+        /// Where the bundle goes
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// The API documentation side by side: rustdoc in rust/, Dokka's HTML in kotlin/,
+    /// a DocC archive in swift/
+    Docs {
+        /// Where it goes (default target/docs)
+        #[arg(long, value_name = "DIR")]
+        out: Option<PathBuf>,
+    },
+    /// Benchmarks beside their raw baselines: JSON lines, then a table; Rust on every
+    /// backend, then the Kotlin and Swift call overhead (cpu by default; --backend NAME)
+    Bench {
+        #[command(flatten)]
+        side: Side,
+        #[command(flatten)]
+        passed_on: PassedOn,
+    },
+}
+
+fn run_task(task: Task) -> util::Result {
+    match task {
+        Task::Test { lint: true, .. } => rust::lint().and_then(|()| kotlin::check_versions()),
+        Task::Test { side: Side { rust: true, .. }, .. } => rust::test(),
+        Task::Test { side: Side { kotlin: true, .. }, .. } => kotlin::test(),
+        Task::Test { side: Side { swift: true, .. }, .. } => swift::test(),
+        Task::Test { .. } => rust::lint()
+            .and_then(|()| kotlin::check_versions())
+            .and_then(|()| rust::test())
+            .and_then(|()| kotlin::test())
+            .and_then(|()| swift::test()),
+        Task::Demo { kotlin: true, passed_on, .. } => kotlin::demo(&passed_on.args),
+        Task::Demo { swift: true, passed_on, .. } => swift::demo(&passed_on.args),
+        Task::Demo { passed_on, .. } => rust::demo(&passed_on.args),
+        Task::Bindings { language, release, out } => {
+            let profile = if release { Profile::Release } else { Profile::Debug };
+            match language {
+                Language::Kotlin => bindings::command("kotlin", profile, out),
+                Language::Swift => bindings::command("swift", profile, out),
+            }
+        }
+        Task::Install { swift: true, to: Some(to), features, .. } => swift::install(&to, features.as_deref()),
+        Task::Install { .. } => kotlin::install(),
+        Task::Soak { passed_on } => rust::soak(&passed_on.args),
+        Task::Bundle { kotlin: true, out, .. } => kotlin::bundle(out),
+        Task::Bundle { swift: true, out, .. } => swift::bundle(out),
+        Task::Bundle { out, .. } => bundle::bundle(out),
+        Task::Docs { out } => docs::command(out),
+        Task::Bench { side: Side { rust: true, .. }, passed_on } => rust::bench(&passed_on.args),
+        Task::Bench { side: Side { kotlin: true, .. }, passed_on } => kotlin::bench(&passed_on.args),
+        Task::Bench { side: Side { swift: true, .. }, passed_on } => swift::bench(&passed_on.args),
+        Task::Bench { passed_on, .. } => rust::bench(&passed_on.args)
+            .and_then(|()| kotlin::bench(&passed_on.args))
+            .and_then(|()| swift::bench(&passed_on.args)),
+    }
+}
 
 fn main() -> ExitCode {
-    let args: Vec<String> = std::env::args().skip(1).collect();
-    let result = match args.first().map(String::as_str) {
-        Some("test") => match args.get(1).map(String::as_str) {
-            Some("--lint") => rust::lint().and_then(|()| kotlin::check_versions()),
-            Some("--rust") => rust::test(),
-            Some("--kotlin") => kotlin::test(),
-            Some("--swift") => swift::test(),
-            _ => rust::lint()
-                .and_then(|()| kotlin::check_versions())
-                .and_then(|()| rust::test())
-                .and_then(|()| kotlin::test())
-                .and_then(|()| swift::test()),
-        },
-        Some("demo") => match args.get(1).map(String::as_str) {
-            Some("--kotlin") => kotlin::demo(&args[2..]),
-            Some("--swift") => swift::demo(&args[2..]),
-            _ => rust::demo(&args[1..]),
-        },
-        Some("bindings") => bindings::command(&args[1..]),
-        Some("install") => match args.get(1).map(String::as_str) {
-            Some("--kotlin") => kotlin::install(),
-            Some("--swift") => swift::install(&args[1..]),
-            _ => Err("usage: cargo xtask install --kotlin | --swift --to DIR".to_owned()),
-        },
-        Some("soak") => rust::soak(&args[1..]),
-        Some("bundle") => match args.get(1).map(String::as_str) {
-            Some("--kotlin") => kotlin::bundle(&args[2..]),
-            Some("--swift") => swift::bundle(&args[2..]),
-            _ => bundle::bundle(&args[1..]),
-        },
-        Some("docs") => docs::command(&args[1..]),
-        Some("bench") => match args.get(1).map(String::as_str) {
-            Some("--rust") => rust::bench(&args[2..]),
-            Some("--kotlin") => kotlin::bench(&args[2..]),
-            Some("--swift") => swift::bench(&args[2..]),
-            _ => {
-                rust::bench(&args[1..]).and_then(|()| kotlin::bench(&args[1..])).and_then(|()| swift::bench(&args[1..]))
-            }
-        },
-        _ => {
-            eprintln!("{USAGE}");
-            return ExitCode::from(2);
-        }
-    };
-    match result {
+    match run_task(Cli::parse().task) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
             eprintln!("xtask: {message}");

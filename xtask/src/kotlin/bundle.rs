@@ -10,7 +10,7 @@
 //! `WEIR_REQUIRE_BACKENDS` to make a missing backend fail, and
 //! `WEIR_BENCH_BACKEND` to run `cargo xtask bench --kotlin` there too.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::{lay_out, maven, project, versions};
@@ -24,8 +24,8 @@ const CONSOLE_LAUNCHER: &str = "org.junit.platform:junit-platform-console-standa
 /// The dependency plugin, named in full (Maven's default binding is old).
 const DEPENDENCY_PLUGIN: &str = "org.apache.maven.plugins:maven-dependency-plugin:3.8.1";
 
-pub fn bundle(args: &[String]) -> Result {
-    let staged = Staged::new(args, "kotlin")?;
+pub fn bundle(out: Option<PathBuf>) -> Result {
+    let staged = Staged::new(out, "kotlin")?;
     let (staging, lib) = (&staged.staging, &staged.lib);
 
     // Release keeps the library small; the suites need the hooks.

@@ -34,8 +34,8 @@ const DEMO_BINARY: &str = "weir-demo";
 /// The name the bundled dynamic loader goes by in `lib/`.
 const LOADER: &str = "ld-linux.so";
 
-pub fn bundle(args: &[String]) -> Result {
-    let staged = Staged::new(args, "swift")?;
+pub fn bundle(out: Option<PathBuf>) -> Result {
+    let staged = Staged::new(out, "swift")?;
     let (staging, lib) = (&staged.staging, &staged.lib);
 
     // Release keeps the library and the binary small; the suite needs the hooks.

@@ -23,15 +23,9 @@ use crate::util::{cargo, root, run, target_dir, Result};
 const MARKER: &str = "cargo xtask install --swift --to DIR";
 
 /// `cargo xtask install --swift --to DIR [--features LIST]`.
-pub fn command(args: &[String]) -> Result {
-    const USAGE: &str = "usage: cargo xtask install --swift --to DIR [--features LIST]";
-    if !args.iter().any(|a| a == "--swift") {
-        return Err(USAGE.to_owned());
-    }
-    let value = |flag: &str| args.windows(2).find(|w| w[0] == flag).map(|w| w[1].clone());
-    let to = value("--to").ok_or(USAGE)?;
+pub fn command(to: &Path, features: Option<&str>) -> Result {
     let to = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?.join(to);
-    let package = install(&to, value("--features").as_deref())?;
+    let package = install(&to, features)?;
     eprintln!("swift: installed the Weir package in {}", package.display());
     eprintln!("swift: depend on it with .package(path: \"{}\")", package.display());
     Ok(())
