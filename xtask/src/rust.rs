@@ -34,7 +34,9 @@ pub fn loom() -> Result {
 }
 
 /// Every Rust test, on every backend compiled in; with ROCm's headers at
-/// `HIP_PATH`, the HIP backend's tests and the conformance suite built with it;
+/// `HIP_PATH`, the HIP backend's unit tests (its code-object reader among
+/// them: hiprtc compiles without a GPU), its suite and the conformance suite
+/// built with it;
 /// then the model check of the completion cell.
 pub fn test() -> Result {
     run(cargo().args([
@@ -68,6 +70,7 @@ pub fn test() -> Result {
                 "weir-core",
                 "--features",
                 "hip,test-support",
+                "--lib",
                 "--test",
                 "hip_backend",
                 "--test",
