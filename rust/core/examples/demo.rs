@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 
 use std::sync::mpsc::{channel, Receiver};
 
-use weir_core::{Arg, BackendKind, Buffer, ElementType, Fence, Grid, HostBuffer, Kernel, PendingRead, Runtime, Stream};
+use weir_core::{
+    Arg, BackendKind, Buffer, ElementType, Fence, Grid, HostBuffer, Kernel, PendingRead, Runtime, ScalarArg, Stream,
+};
 
 /// `y = x`, then `y = y / 2 + 1/2` `iters` times: work that scales with `iters`.
 fn transform_kernel() -> Kernel {
@@ -51,7 +53,7 @@ fn transform_kernel() -> Kernel {
         }"#;
     Kernel::custom("transform")
         .cpu(|args| {
-            let iters = args.scalar(1)?.bits();
+            let ScalarArg::U32(iters) = args.scalar(1)? else { return Err("transform takes (x, y, n, iters)".into()) };
             let x = args.f32s(0)?.to_vec();
             for (out, &v) in args.f32s_mut(1)?.iter_mut().zip(&x) {
                 *out = (0..iters).fold(v, |v, _| v * 0.5 + 0.5);

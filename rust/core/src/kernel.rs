@@ -124,27 +124,92 @@ impl<'a> CpuKernelArgs<'a> {
         bytemuck::try_cast_slice_mut(self.bytes_mut(index)?).map_err(|e| format!("buffer {index} as u32: {e}"))
     }
 
-    /// Scalar argument `index` (counting scalars only).
+    /// Scalar argument `index` (counting scalars only); a struct's bytes
+    /// are shared, not copied.
     pub fn scalar(&self, index: usize) -> Result<ScalarArg, String> {
-        self.scalars.get(index).copied().ok_or_else(|| format!("no scalar argument {index}"))
+        self.scalars.get(index).cloned().ok_or_else(|| format!("no scalar argument {index}"))
     }
 }
 
-/// A scalar kernel argument.
-#[derive(Debug, Clone, Copy, PartialEq)]
+/// A scalar kernel argument: a value of any width the kernel languages
+/// have, or the bytes of a struct passed by value. On CUDA and HIP each is
+/// checked against the size the kernel declares for its parameter; WGSL
+/// takes the 4-byte ones; a CPU closure reads whichever it was given.
+#[derive(Debug, Clone, PartialEq)]
 pub enum ScalarArg {
+    U8(u8),
+    I8(i8),
+    U16(u16),
+    I16(i16),
+    /// An IEEE half-precision value, as its bits (`__half`, `f16`).
+    F16Bits(u16),
     U32(u32),
     I32(i32),
     F32(f32),
+    U64(u64),
+    I64(i64),
+    F64(f64),
+    /// A struct (or any plain value) passed by value, as its bytes in the
+    /// device's layout: the kernel's parameter must be exactly this size.
+    Bytes(Arc<[u8]>),
 }
 
 impl ScalarArg {
-    /// The argument's 32 bits, as they are passed to device code.
-    pub fn bits(self) -> u32 {
+    /// The argument's size in bytes, as the device receives it.
+    pub fn size(&self) -> usize {
         match self {
-            ScalarArg::U32(v) => v,
-            ScalarArg::I32(v) => v as u32,
-            ScalarArg::F32(v) => v.to_bits(),
+            ScalarArg::U8(_) | ScalarArg::I8(_) => 1,
+            ScalarArg::U16(_) | ScalarArg::I16(_) | ScalarArg::F16Bits(_) => 2,
+            ScalarArg::U32(_) | ScalarArg::I32(_) | ScalarArg::F32(_) => 4,
+            ScalarArg::U64(_) | ScalarArg::I64(_) | ScalarArg::F64(_) => 8,
+            ScalarArg::Bytes(bytes) => bytes.len(),
+        }
+    }
+
+    /// The argument as the device receives it: its little-endian bytes
+    /// (every device Weir drives is little-endian).
+    pub fn to_bytes(&self) -> smallvec::SmallVec<[u8; 8]> {
+        match self {
+            ScalarArg::U8(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::I8(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::U16(v) | ScalarArg::F16Bits(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::I16(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::U32(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::I32(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::F32(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::U64(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::I64(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::F64(v) => v.to_le_bytes()[..].into(),
+            ScalarArg::Bytes(bytes) => bytes[..].into(),
+        }
+    }
+
+    /// The 32 bits of a 4-byte argument (`u32`, `i32`, `f32`), as they are
+    /// passed to device code; `None` for any other width.
+    pub fn bits(&self) -> Option<u32> {
+        match *self {
+            ScalarArg::U32(v) => Some(v),
+            ScalarArg::I32(v) => Some(v as u32),
+            ScalarArg::F32(v) => Some(v.to_bits()),
+            _ => None,
+        }
+    }
+
+    /// The type's name as kernels and errors write it.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ScalarArg::U8(_) => "u8",
+            ScalarArg::I8(_) => "i8",
+            ScalarArg::U16(_) => "u16",
+            ScalarArg::I16(_) => "i16",
+            ScalarArg::F16Bits(_) => "f16",
+            ScalarArg::U32(_) => "u32",
+            ScalarArg::I32(_) => "i32",
+            ScalarArg::F32(_) => "f32",
+            ScalarArg::U64(_) => "u64",
+            ScalarArg::I64(_) => "i64",
+            ScalarArg::F64(_) => "f64",
+            ScalarArg::Bytes(_) => "bytes",
         }
     }
 }

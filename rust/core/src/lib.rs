@@ -95,6 +95,9 @@
 //!   group 0, bindings `0..n`, and the scalars as one uniform struct at
 //!   binding `n` with one 4-byte field per scalar (checked against the source
 //!   before anything runs); a CPU closure reads `f32s(i)`/`scalar(j)`.
+//!   Scalars come in every width ([`ScalarArg`]: `u8` to `u64`, half bits,
+//!   `f32`, `f64`) and as a struct's bytes ([`Arg::bytes`]); CUDA and HIP
+//!   check each against the size the kernel declares for its parameter.
 //! - **The block is the grid's.** CUDA and HIP launch `grid.block`; a CPU
 //!   closure reads `args.grid`; WGSL declares its size with `override`
 //!   constants, which Weir sets from the grid:

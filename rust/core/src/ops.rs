@@ -11,7 +11,7 @@ use crate::kernel::{Access, Builtin, CustomKernel, KernelDef, ScalarArg};
 use crate::scheduler::{BufferKey, Engine};
 
 /// An argument of [`crate::Stream::execute`].
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone)]
 pub enum Arg<'a> {
     Buffer(&'a Buffer, Access),
     Scalar(ScalarArg),
@@ -36,6 +36,24 @@ impl<'a> Arg<'a> {
     pub fn f32(value: f32) -> Self {
         Arg::Scalar(ScalarArg::F32(value))
     }
+    pub fn u64(value: u64) -> Self {
+        Arg::Scalar(ScalarArg::U64(value))
+    }
+    pub fn i64(value: i64) -> Self {
+        Arg::Scalar(ScalarArg::I64(value))
+    }
+    pub fn f64(value: f64) -> Self {
+        Arg::Scalar(ScalarArg::F64(value))
+    }
+    /// Any other scalar: `u8`, `i16`, half-precision bits, …
+    pub fn scalar(value: ScalarArg) -> Self {
+        Arg::Scalar(value)
+    }
+    /// A struct passed by value, as its bytes in the device's layout (for a
+    /// `#[repr(C)]` Rust type of plain fields, `bytemuck::bytes_of(&value)`).
+    pub fn bytes(bytes: &[u8]) -> Self {
+        Arg::Scalar(ScalarArg::Bytes(bytes.into()))
+    }
 }
 
 /// Arguments bound to one runtime: the spans of buffers (or views) and scalars.
@@ -51,9 +69,9 @@ impl Bound {
         let mut bound = Vec::with_capacity(args.len());
         let mut elements = smallvec::SmallVec::with_capacity(args.len());
         for arg in args {
-            bound.push(match *arg {
-                Arg::Buffer(buffer, access) => KernelArg::Buffer(buffer.whole_in(engine)?, access),
-                Arg::Scalar(scalar) => KernelArg::Scalar(scalar),
+            bound.push(match arg {
+                Arg::Buffer(buffer, access) => KernelArg::Buffer(buffer.whole_in(engine)?, *access),
+                Arg::Scalar(scalar) => KernelArg::Scalar(scalar.clone()),
             });
             elements.push(match *arg {
                 Arg::Buffer(buffer, _) => Some(buffer.element_type()),
@@ -127,7 +145,7 @@ impl Bound {
 
     fn scalar(&self, index: usize) -> Result<ScalarArg> {
         match self.args.get(index) {
-            Some(KernelArg::Scalar(scalar)) => Ok(*scalar),
+            Some(KernelArg::Scalar(scalar)) => Ok(scalar.clone()),
             _ => Err(Error::invalid(format!("{} argument {index} must be a scalar", self.op))),
         }
     }
@@ -162,14 +180,15 @@ pub(crate) fn reject_overlap(spans: &[(Span<BufferKey>, Access)]) -> Result<()> 
 /// The command for a built-in op, its arguments checked.
 pub(crate) fn builtin(engine: &Arc<dyn Engine>, op: Builtin, args: &[Arg<'_>]) -> Result<Command<BufferKey>> {
     let b = Bound::new(engine, op.name(), args)?;
-    let typed_fill = |element: ElementType, want: fn(ScalarArg) -> bool| -> Result<Command<BufferKey>> {
+    let typed_fill = |element: ElementType, want: fn(&ScalarArg) -> bool| -> Result<Command<BufferKey>> {
         b.expect_count(2)?;
         let dst = b.typed(0, Access::Write, element)?;
         let value = b.scalar(1)?;
-        if !want(value) {
+        if !want(&value) {
             return Err(Error::invalid(format!("{} needs a {} value, got {value:?}", b.op, &b.op[5..])));
         }
-        Ok(Command::Fill { dst, word: value.bits() })
+        let word = value.bits().ok_or_else(|| Error::invalid(format!("{} needs a 4-byte scalar", b.op)))?;
+        Ok(Command::Fill { dst, word })
     };
     match op {
         Builtin::MemsetZero => {

@@ -62,7 +62,7 @@ impl CpuKernelCall {
         let count = self.scalars.len();
         self.scalars
             .get(index as usize)
-            .copied()
+            .cloned()
             .ok_or_else(|| WeirError::invalid(format!("no scalar argument {index}: the kernel has {count}")))
     }
 }

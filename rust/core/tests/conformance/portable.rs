@@ -117,3 +117,115 @@ conformance! {
         assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![1; 64]);
     }
 }
+
+/// The widths a kernel's scalars come in, and a struct by value: each
+/// arrives as the kernel declares it, on CUDA and HIP checked against the
+/// parameter's size. `out` gets every value as 32-bit words.
+const WIDTHS_C: &str = r#"
+struct Affine { double scale; float shift; int bias; };
+extern "C" __global__ void widths(unsigned int* out, unsigned char a, short b, unsigned short half_bits, int c,
+                                  long long d, unsigned long long e, double f, Affine g) {
+    out[0] = a;
+    out[1] = (unsigned int)(int)b;
+    out[2] = half_bits;
+    out[3] = (unsigned int)c;
+    out[4] = (unsigned int)((unsigned long long)d & 0xffffffffull);
+    out[5] = (unsigned int)((unsigned long long)d >> 32);
+    out[6] = (unsigned int)(e & 0xffffffffull);
+    out[7] = (unsigned int)(e >> 32);
+    unsigned long long bits = (unsigned long long)__double_as_longlong(f);
+    out[8] = (unsigned int)(bits & 0xffffffffull);
+    out[9] = (unsigned int)(bits >> 32);
+    out[10] = (unsigned int)(int)(g.scale * 2.0);
+    out[11] = __float_as_uint(g.shift);
+    out[12] = (unsigned int)g.bias;
+}
+"#;
+
+/// `Affine` in the device's layout: a double, a float, an int, 16 bytes.
+fn affine(scale: f64, shift: f32, bias: i32) -> Vec<u8> {
+    let mut bytes = scale.to_le_bytes().to_vec();
+    bytes.extend(shift.to_le_bytes());
+    bytes.extend(bias.to_le_bytes());
+    bytes
+}
+
+fn widths_kernel() -> Kernel {
+    Kernel::custom("widths")
+        .cpu(|args| {
+            let word = |value: u64| [(value & 0xffff_ffff) as u32, (value >> 32) as u32];
+            let (
+                ScalarArg::U8(a),
+                ScalarArg::I16(b),
+                ScalarArg::F16Bits(half),
+                ScalarArg::I32(c),
+                ScalarArg::I64(d),
+                ScalarArg::U64(e),
+                ScalarArg::F64(f),
+                ScalarArg::Bytes(g),
+            ) = (
+                args.scalar(0)?,
+                args.scalar(1)?,
+                args.scalar(2)?,
+                args.scalar(3)?,
+                args.scalar(4)?,
+                args.scalar(5)?,
+                args.scalar(6)?,
+                args.scalar(7)?,
+            )
+            else {
+                return Err("widths takes (u8, i16, f16, i32, i64, u64, f64, Affine)".into());
+            };
+            let field = |at: usize, len: usize| g.get(at..at + len).ok_or("Affine is 16 bytes");
+            let scale = f64::from_le_bytes(field(0, 8)?.try_into().map_err(|_| "scale")?);
+            let out = args.u32s_mut(0)?;
+            out[..4].copy_from_slice(&[u32::from(a), b as i32 as u32, u32::from(half), c as u32]);
+            out[4..6].copy_from_slice(&word(d as u64));
+            out[6..8].copy_from_slice(&word(e));
+            out[8..10].copy_from_slice(&word(f.to_bits()));
+            out[10] = (scale * 2.0) as i32 as u32;
+            out[11] = u32::from_le_bytes(field(8, 4)?.try_into().map_err(|_| "shift")?);
+            out[12] = u32::from_le_bytes(field(12, 4)?.try_into().map_err(|_| "bias")?);
+            Ok(())
+        })
+        .cuda(WIDTHS_C, "widths")
+        .hip(WIDTHS_C, "widths")
+        // WGSL's uniform in Weir's layout holds 4-byte scalars only.
+        .wgsl("@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n@compute @workgroup_size(1) fn main() { out[0] = 1u; }", "main")
+        .build()
+}
+
+conformance! {
+    fn scalars_of_every_width_and_a_struct_by_value_reach_the_kernel(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let out = s.zeros(ElementType::U32, 13).unwrap();
+        let (d, e, f) = (-5_000_000_000i64, 0x1234_5678_9abc_def0u64, -2.5f64);
+        let args = [
+            Arg::write(&out),
+            Arg::scalar(ScalarArg::U8(200)),
+            Arg::scalar(ScalarArg::I16(-300)),
+            Arg::scalar(ScalarArg::F16Bits(0x3c00)),
+            Arg::i32(-7),
+            Arg::i64(d),
+            Arg::u64(e),
+            Arg::f64(f),
+            Arg::bytes(&affine(10.5, 0.25, -3)),
+        ];
+        let ran = s.execute(&widths_kernel(), Grid::linear(1, 1), &args);
+        if runtime.info().backend == weir_core::BackendKind::Wgpu {
+            match ran {
+                Err(Error::InvalidArgument(message)) => assert!(message.contains("4-byte scalars"), "{message}"),
+                other => panic!("wgpu took a scalar its uniform layout cannot hold: {other:?}"),
+            }
+            return;
+        }
+        ran.unwrap();
+        let split = |value: u64| [(value & 0xffff_ffff) as u32, (value >> 32) as u32];
+        let mut expected = vec![200, -300i32 as u32, 0x3c00, -7i32 as u32];
+        expected.extend(split(d as u64));
+        expected.extend(split(e));
+        expected.extend(split(f.to_bits()));
+        expected.extend([21, 0.25f32.to_bits(), -3i32 as u32]);
+        assert_eq!(s.read_as::<u32>(&out).unwrap(), expected);
+    }
+}

@@ -95,7 +95,7 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
             for arg in &args {
                 match arg {
                     KernelArg::Buffer(span, access) => guards.push(CpuMemory::begin(span, access.writes())?),
-                    KernelArg::Scalar(scalar) => scalars.push(*scalar),
+                    KernelArg::Scalar(scalar) => scalars.push(scalar.clone()),
                 }
             }
             let mut buffers = Vec::with_capacity(guards.len());

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use super::driver::Driver;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
+use crate::kernel::ScalarArg;
 use crate::lock::lock;
 
 /// The built-in ops that run as kernels (zeroing and copies use the driver's own).
@@ -227,46 +228,51 @@ impl<D: Driver> Drop for Kernels<D> {
 /// One kernel parameter, as the launch passes it. A `Pointer` made in
 /// `prepare` is a placeholder: `enqueue` writes the buffer's address.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Param {
+pub(crate) enum Param<'a> {
     Pointer(u64),
     U32(u32),
     F32(f32),
     U64(u64),
+    /// A user's scalar of any width, or a struct's bytes.
+    Scalar(&'a ScalarArg),
 }
-
-/// An 8-byte cell per parameter; the driver reads each at the size the kernel declares.
-#[derive(Clone, Copy)]
-#[repr(C, align(8))]
-struct Slot([u8; 8]);
 
 /// Parameter storage for one launch: the values and the pointer array to them.
 pub(crate) struct Params {
-    /// Inline up to eight parameters: a launch then allocates nothing.
-    slots: smallvec::SmallVec<[Slot; 8]>,
+    /// Every parameter's bytes in whole 8-byte words of its own; inline up
+    /// to eight words, so a launch of small parameters allocates nothing.
+    words: smallvec::SmallVec<[u64; 8]>,
+    /// The word each parameter starts at.
+    starts: smallvec::SmallVec<[u32; 8]>,
 }
 
 impl Params {
-    pub fn new(params: &[Param]) -> Self {
-        let slots = params
-            .iter()
-            .map(|param| {
-                let mut slot = [0u8; 8];
-                match *param {
-                    Param::Pointer(value) | Param::U64(value) => slot.copy_from_slice(&value.to_ne_bytes()),
-                    Param::U32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
-                    Param::F32(value) => slot[..4].copy_from_slice(&value.to_ne_bytes()),
-                }
-                Slot(slot)
-            })
-            .collect();
-        Params { slots }
+    pub fn new(params: &[Param<'_>]) -> Self {
+        let mut words = smallvec::SmallVec::new();
+        let mut starts = smallvec::SmallVec::with_capacity(params.len());
+        for param in params {
+            let bytes: smallvec::SmallVec<[u8; 8]> = match *param {
+                Param::Pointer(value) | Param::U64(value) => value.to_ne_bytes()[..].into(),
+                Param::U32(value) => value.to_ne_bytes()[..].into(),
+                Param::F32(value) => value.to_ne_bytes()[..].into(),
+                Param::Scalar(scalar) => scalar.to_bytes(),
+            };
+            starts.push(words.len() as u32);
+            // At least one word: the driver reads a zero-sized struct from a valid address.
+            for chunk in bytes.chunks(8).chain((bytes.is_empty()).then_some(&[][..])) {
+                let mut word = [0u8; 8];
+                word[..chunk.len()].copy_from_slice(chunk);
+                words.push(u64::from_ne_bytes(word));
+            }
+        }
+        Params { words, starts }
     }
 
     /// Overwrites parameter `index` with a device address. False if there is no such parameter.
     pub fn set_pointer(&mut self, index: usize, address: u64) -> bool {
-        match self.slots.get_mut(index) {
-            Some(slot) => {
-                slot.0 = address.to_ne_bytes();
+        match self.starts.get(index).and_then(|&start| self.words.get_mut(start as usize)) {
+            Some(word) => {
+                *word = address;
                 true
             }
             None => false,
@@ -274,8 +280,46 @@ impl Params {
     }
 
     /// The `void**` array a launch takes; valid while `self` stays where it
-    /// is (the slots may be inline).
+    /// is (the words may be inline).
     pub fn pointers(&mut self) -> smallvec::SmallVec<[*mut c_void; 8]> {
-        self.slots.iter_mut().map(|slot| slot.0.as_mut_ptr().cast::<c_void>()).collect()
+        let base = self.words.as_mut_ptr();
+        // SAFETY: every start is the index of a word of `words` (see `new`).
+        self.starts.iter().map(|&start| unsafe { base.add(start as usize) }.cast::<c_void>()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `len` bytes parameter `index` points at.
+    fn read(params: &mut Params, index: usize, len: usize) -> Vec<u8> {
+        let pointer = params.pointers()[index].cast::<u8>();
+        // SAFETY: every parameter's words hold at least its bytes (see `Params::new`).
+        unsafe { std::slice::from_raw_parts(pointer, len) }.to_vec()
+    }
+
+    #[test]
+    fn each_parameter_points_at_its_own_bytes_whatever_its_width() {
+        let wide = ScalarArg::Bytes((1..=20).collect::<Vec<u8>>().into());
+        let (byte, half, double) = (ScalarArg::U8(7), ScalarArg::F16Bits(0x3c00), ScalarArg::F64(-2.5));
+        let mut params = Params::new(&[
+            Param::Pointer(0),
+            Param::Scalar(&byte),
+            Param::Scalar(&wide),
+            Param::U32(5),
+            Param::Scalar(&half),
+            Param::Scalar(&double),
+        ]);
+        assert!(params.set_pointer(0, 0xdead_beef_0000_1234));
+        assert!(!params.set_pointer(6, 1), "there is no parameter 6");
+        assert_eq!(read(&mut params, 0, 8), 0xdead_beef_0000_1234u64.to_ne_bytes());
+        assert_eq!(read(&mut params, 1, 1), [7]);
+        assert_eq!(read(&mut params, 2, 20), (1..=20).collect::<Vec<u8>>());
+        assert_eq!(read(&mut params, 3, 4), 5u32.to_ne_bytes());
+        assert_eq!(read(&mut params, 4, 2), 0x3c00u16.to_le_bytes());
+        assert_eq!(read(&mut params, 5, 8), (-2.5f64).to_le_bytes());
+        // Every parameter starts on a word of its own: 8-byte aligned.
+        assert!(params.pointers().iter().all(|pointer| pointer.align_offset(8) == 0));
     }
 }

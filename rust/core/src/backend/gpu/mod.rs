@@ -308,7 +308,7 @@ impl<D: Driver> GpuBackend<D> {
             .iter()
             .map(|arg| match arg {
                 KernelArg::Buffer(..) => Param::Pointer(0),
-                KernelArg::Scalar(scalar) => Param::U32(scalar.bits()),
+                KernelArg::Scalar(scalar) => Param::Scalar(scalar),
             })
             .collect();
         Ok(Prepared::Launch(PreparedLaunch::new(function, *grid, &params)))
@@ -316,9 +316,13 @@ impl<D: Driver> GpuBackend<D> {
 
     /// Refuses arguments that do not match the kernel's parameters, which
     /// the device would otherwise read as garbage: one parameter per
-    /// argument, a pointer (8 bytes) for each buffer, 4 bytes for each scalar.
+    /// argument, a pointer (8 bytes) for each buffer, each scalar its own
+    /// width, a struct's bytes its size.
     pub(crate) fn check_params<R>(kernel: &CustomKernel, sizes: &[usize], args: &[KernelArg<R>]) -> Result<()> {
-        let size = |arg: &KernelArg<R>| if matches!(arg, KernelArg::Buffer(..)) { 8 } else { 4 };
+        let size = |arg: &KernelArg<R>| match arg {
+            KernelArg::Buffer(..) => 8,
+            KernelArg::Scalar(scalar) => scalar.size(),
+        };
         if sizes.len() == args.len() && sizes.iter().zip(args).all(|(&declared, arg)| declared == size(arg)) {
             return Ok(());
         }
@@ -326,7 +330,7 @@ impl<D: Driver> GpuBackend<D> {
         let describe = |sizes: &[usize]| sizes.iter().map(|size| format!("{size}")).collect::<Vec<_>>().join(", ");
         Err(Error::invalid(format!(
             "kernel {} takes {} parameters of ({}) bytes, but its {} arguments need ({}) bytes: \
-             each buffer is a pointer (8 bytes) and each scalar 4 bytes, in the order given",
+             each buffer is a pointer (8 bytes) and each scalar its own width, in the order given",
             kernel.name,
             sizes.len(),
             describe(sizes),
@@ -462,7 +466,7 @@ impl<D: Driver> GpuBackend<D> {
 }
 
 impl<D: Driver> PreparedLaunch<D> {
-    fn new(function: D::Function, grid: Grid, params: &[Param]) -> Self {
+    fn new(function: D::Function, grid: Grid, params: &[Param<'_>]) -> Self {
         let pointers =
             params.iter().enumerate().filter(|(_, p)| matches!(p, Param::Pointer(_))).map(|(i, _)| i).collect();
         PreparedLaunch { launch: ReadyLaunch { function, grid, params: Params::new(params) }, pointers }

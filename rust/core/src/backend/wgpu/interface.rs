@@ -29,11 +29,14 @@ pub(crate) enum ScalarType {
 }
 
 impl ScalarType {
-    pub fn of(scalar: ScalarArg) -> ScalarType {
+    /// The uniform field type of `scalar`; `None` for a width other than
+    /// 4 bytes, which Weir's uniform layout does not hold.
+    pub fn of(scalar: &ScalarArg) -> Option<ScalarType> {
         match scalar {
-            ScalarArg::U32(_) => ScalarType::U32,
-            ScalarArg::I32(_) => ScalarType::I32,
-            ScalarArg::F32(_) => ScalarType::F32,
+            ScalarArg::U32(_) => Some(ScalarType::U32),
+            ScalarArg::I32(_) => Some(ScalarType::I32),
+            ScalarArg::F32(_) => Some(ScalarType::F32),
+            _ => None,
         }
     }
 

@@ -246,10 +246,19 @@ fn prepare_custom<R: PartialEq>(
                     writes.push(span);
                 }
             }
-            KernelArg::Scalar(scalar) => {
-                scalars.push(scalar.bits());
-                types.push(ScalarType::of(*scalar));
-            }
+            KernelArg::Scalar(scalar) => match (scalar.bits(), ScalarType::of(scalar)) {
+                (Some(bits), Some(ty)) => {
+                    scalars.push(bits);
+                    types.push(ty);
+                }
+                _ => {
+                    return Err(Error::invalid(format!(
+                        "kernel {}: a WGSL kernel takes 4-byte scalars (u32, i32, f32) in its uniform, not {}",
+                        kernel.name,
+                        scalar.type_name()
+                    )))
+                }
+            },
         }
     }
     // Scalars go as immediate data where the device takes that many bytes.
