@@ -61,11 +61,37 @@ impl Grid {
     }
 }
 
-/// Source text of a kernel for one backend and the function to launch.
+/// Source text of a WGSL kernel and the entry point to launch.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct KernelSource {
     pub code: String,
     pub entry: String,
+}
+
+/// CUDA or HIP device code, as its authors wrote or built it.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum DeviceCode {
+    /// C++ source, compiled at run time (NVRTC, hiprtc) for the device.
+    Source(String),
+    /// A module built elsewhere: PTX, CUBIN or a fatbin for CUDA (`nvcc
+    /// -ptx`, `-cubin`, `-fatbin`), an AMDGPU code object for HIP. Loaded
+    /// as it is; a module with no code for the device is refused.
+    Module(Arc<[u8]>),
+}
+
+/// A CUDA or HIP kernel: its code, the kernel to launch and, for source,
+/// the compiler's options.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct DeviceKernel {
+    pub code: DeviceCode,
+    /// The kernel as its source names it: an `extern "C"` name, or a C++
+    /// name (`ops::scale<float>`, an overload's plain name) that the
+    /// compiler resolves (NVRTC and hiprtc name expressions). A module's
+    /// kernel is named by its symbol (`extern "C"` or mangled).
+    pub entry: String,
+    /// Compiler options for source (`--use_fast_math`, `-DN=4`,
+    /// `-std=c++20`, `-I dir` or `--include-path=dir`); a module takes none.
+    pub options: Vec<String>,
 }
 
 /// The arguments a CPU kernel closure receives, in declaration order.
@@ -224,8 +250,8 @@ pub struct CustomKernel {
     pub name: String,
     pub cpu: Option<CpuKernelFn>,
     pub wgsl: Option<KernelSource>,
-    pub cuda: Option<KernelSource>,
-    pub hip: Option<KernelSource>,
+    pub cuda: Option<DeviceKernel>,
+    pub hip: Option<DeviceKernel>,
 }
 
 impl fmt::Debug for CustomKernel {
@@ -347,6 +373,16 @@ impl Kernel {
     }
 }
 
+impl DeviceKernel {
+    fn source(code: impl Into<String>, entry: impl Into<String>) -> Self {
+        DeviceKernel { code: DeviceCode::Source(code.into()), entry: entry.into(), options: Vec::new() }
+    }
+
+    fn module(image: impl Into<Arc<[u8]>>, entry: impl Into<String>) -> Self {
+        DeviceKernel { code: DeviceCode::Module(image.into()), entry: entry.into(), options: Vec::new() }
+    }
+}
+
 /// Builds a [`Kernel`] from per-backend sources.
 pub struct CustomKernelBuilder(CustomKernel);
 
@@ -364,15 +400,46 @@ impl CustomKernelBuilder {
         self.0.wgsl = Some(KernelSource { code: code.into(), entry: entry.into() });
         self
     }
-    /// CUDA C source and `extern "C"` entry point: its parameters are the
+    /// CUDA C++ source and the kernel to launch, by its name in the source:
+    /// `extern "C"` or C++ (a template instance such as `ops::scale<float>`,
+    /// a function in a namespace, an overload). Its parameters are the
     /// arguments in order (buffers as pointers), launched with the grid's block.
     pub fn cuda(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.cuda = Some(KernelSource { code: code.into(), entry: entry.into() });
+        self.0.cuda = Some(DeviceKernel::source(code, entry));
         self
     }
-    /// HIP C source and `extern "C"` entry point.
+    /// A CUDA module built elsewhere (PTX, CUBIN or fatbin bytes, as `nvcc`
+    /// wrote them) and the kernel to launch, by its symbol.
+    pub fn cuda_module(mut self, image: impl Into<Arc<[u8]>>, entry: impl Into<String>) -> Self {
+        self.0.cuda = Some(DeviceKernel::module(image, entry));
+        self
+    }
+    /// Options for compiling the CUDA source (`--use_fast_math`, `-DN=4`,
+    /// `-std=c++20`, `-I dir`), after Weir's own (the device's architecture,
+    /// C++17 unless an option says otherwise, and the CUDA toolkit's include
+    /// directory when it is installed).
+    pub fn cuda_options<S: Into<String>>(mut self, options: impl IntoIterator<Item = S>) -> Self {
+        if let Some(cuda) = &mut self.0.cuda {
+            cuda.options.extend(options.into_iter().map(Into::into));
+        }
+        self
+    }
+    /// HIP C++ source and the kernel to launch, named as for [`Self::cuda`].
     pub fn hip(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.hip = Some(KernelSource { code: code.into(), entry: entry.into() });
+        self.0.hip = Some(DeviceKernel::source(code, entry));
+        self
+    }
+    /// An AMDGPU code object built elsewhere (`hipcc --genco`) and the kernel
+    /// to launch, by its symbol.
+    pub fn hip_module(mut self, image: impl Into<Arc<[u8]>>, entry: impl Into<String>) -> Self {
+        self.0.hip = Some(DeviceKernel::module(image, entry));
+        self
+    }
+    /// Options for compiling the HIP source, after Weir's own.
+    pub fn hip_options<S: Into<String>>(mut self, options: impl IntoIterator<Item = S>) -> Self {
+        if let Some(hip) = &mut self.0.hip {
+            hip.options.extend(options.into_iter().map(Into::into));
+        }
         self
     }
     /// Finishes the kernel.

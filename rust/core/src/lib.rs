@@ -153,7 +153,8 @@ pub use graph::Graph;
 pub use group::{DeviceGroup, GroupId};
 pub use host::HostBuffer;
 pub use kernel::{
-    Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, Grid, Kernel, KernelSource, ScalarArg,
+    Access, Builtin, CpuKernelArgs, CustomKernel, CustomKernelBuilder, DeviceCode, DeviceKernel, Grid, Kernel,
+    KernelSource, ScalarArg,
 };
 pub use ops::Arg;
 pub use runtime::{devices, Runtime};

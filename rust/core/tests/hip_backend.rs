@@ -162,3 +162,49 @@ fn a_missing_hip_entry_point_is_an_invalid_argument_naming_it() {
         );
     }
 }
+
+/// A kernel written as projects write them: a template in a namespace, a
+/// `size_t`, a project header found through an include directory.
+const TEMPLATED: &str = r#"
+#include "weir_scale_factor.h"
+namespace ops {
+template <typename T>
+__global__ void scale(T* out, T factor, size_t n) {
+    size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
+    if (i < n) out[i] = out[i] * factor * WEIR_SCALE_FACTOR;
+}
+}
+"#;
+
+/// A folder of its own holding the header [`TEMPLATED`] includes.
+fn header_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-hip-include-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join("weir_scale_factor.h"), "#define WEIR_SCALE_FACTOR 2\n").unwrap();
+    dir
+}
+
+#[test]
+fn a_hip_template_in_a_namespace_is_launched_by_its_cpp_name_with_its_include_directory() {
+    let dir = header_dir();
+    let include = format!("-I{}", dir.display());
+    let kernel = |entry: &str| Kernel::custom("scale").hip(TEMPLATED, entry).hip_options([include.as_str()]).build();
+    let out = || KernelArg::Buffer(Span { buffer: (), offset: 0, len: 64 }, Access::ReadWrite);
+    let (f32, f64, size) = (
+        || KernelArg::Scalar(ScalarArg::F32(2.0)),
+        || KernelArg::Scalar(ScalarArg::F64(2.0)),
+        || KernelArg::Scalar(ScalarArg::U64(8)),
+    );
+    // Each instance resolves to its own symbol, with its own parameter sizes.
+    check_arguments_for("gfx90a", &kernel("ops::scale<float>"), &[out(), f32(), size()]).unwrap();
+    check_arguments_for("gfx90a", &kernel("ops::scale<double>"), &[out(), f64(), size()]).unwrap();
+    assert_refused(
+        check_arguments_for("gfx90a", &kernel("ops::scale<double>"), &[out(), f32(), size()]),
+        "kernel scale takes 3 parameters of (8, 8, 8) bytes, but its 3 arguments need (8, 4, 8) bytes",
+    );
+    // A name the source does not declare, and a header nowhere on the path.
+    assert_refused(check_arguments_for("gfx90a", &kernel("ops::shift<float>"), &[out(), f32(), size()]), "shift");
+    let without_include = Kernel::custom("scale").hip(TEMPLATED, "ops::scale<float>").build();
+    assert_refused(check_arguments_for("gfx90a", &without_include, &[out(), f32(), size()]), "weir_scale_factor.h");
+    let _ = std::fs::remove_dir_all(dir);
+}

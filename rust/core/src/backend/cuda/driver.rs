@@ -11,8 +11,8 @@ use cudarc::driver::sys::{
 
 use super::{nccl, nvrtc};
 use crate::backend::gpu::{
-    callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, GraphExec, Handle, Launch,
-    Loss, RawPart, Wake,
+    callback_run, handle_calls, milliseconds, status_error, Compiled, DeviceBuffer, Driver, EventUse, GraphExec,
+    Handle, Launch, Loss, RawPart, Wake,
 };
 use crate::backend::{EnqueueError, RawAccess};
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -70,6 +70,9 @@ const SYMBOLS: [&str; 42] = [
 /// Times two events; looked up at open rather than required, so an older
 /// driver still runs everything but timestamps.
 const ELAPSED_TIME: &str = "cuEventElapsedTime_v2";
+
+/// The first word of a fatbin (`nvcc -fatbin`), little-endian.
+const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 
 /// Dynamic shared memory beyond this needs an explicit opt-in per function.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
@@ -473,25 +476,46 @@ impl Driver for Cuda {
         check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream.0) })
     }
 
-    fn compile(&self, source: &str) -> Result<Vec<u8>> {
-        nvrtc::compile(source, &self.arch)
+    fn compile(&self, source: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
+        nvrtc::compile(source, &self.arch, options, name_expression)
     }
 
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
+        // A CUBIN is an ELF file and a fatbin starts with its magic; anything
+        // else is PTX, which the driver reads as a C string.
+        let binary = image.starts_with(b"\x7fELF") || image.starts_with(&FATBIN_MAGIC.to_le_bytes());
+        let text: Vec<u8>;
+        let image = match binary || image.last() == Some(&0) {
+            true => image,
+            false => {
+                text = image.iter().copied().chain([0]).collect();
+                &text
+            }
+        };
         let mut module = null_mut();
-        // SAFETY: `image` is a complete CUBIN from NVRTC; the driver copies it.
-        check("cuModuleLoadData", unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) })?;
-        Ok(Handle(module))
+        // SAFETY: `image` is a whole CUBIN or fatbin, or NUL-terminated PTX
+        // (see above); the driver reads it during the call and keeps a copy.
+        match unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) } {
+            CUresult::CUDA_SUCCESS => Ok(Handle(module)),
+            refused @ (CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+            | CUresult::CUDA_ERROR_INVALID_PTX
+            | CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+            | CUresult::CUDA_ERROR_INVALID_IMAGE
+            | CUresult::CUDA_ERROR_INVALID_SOURCE) => Err(Error::invalid(format!(
+                "the module cannot run on this {} ({}): {refused:?}: build it for {} (CUBIN, or a fatbin \
+                 holding it) or as PTX of a version this driver reads",
+                self.info.name, self.arch, self.arch
+            ))),
+            other => Err(failure("cuModuleLoadData", other)),
+        }
     }
 
-    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function> {
+    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>> {
         let mut function = null_mut();
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
         let result = unsafe { sys::cuModuleGetFunction(&mut function, module.0, entry.as_ptr()) };
         match result {
-            CUresult::CUDA_ERROR_NOT_FOUND => {
-                return Err(Error::invalid(format!("no kernel named {entry:?} in its source")))
-            }
+            CUresult::CUDA_ERROR_NOT_FOUND => return Ok(None),
             other => check("cuModuleGetFunction", other)?,
         }
         // With lazy loading (the default since CUDA 12.2) the function would load
@@ -501,7 +525,7 @@ impl Driver for Cuda {
             // SAFETY: a function of a loaded module; `cuFuncLoad` was found at open.
             check("cuFuncLoad", unsafe { sys::cuFuncLoad(function) })?;
         }
-        Ok(Handle(function))
+        Ok(Some(Handle(function)))
     }
 
     unsafe fn param_sizes(&self, function: Self::Function) -> Result<Option<Vec<usize>>> {

@@ -4,12 +4,14 @@ use std::ffi::c_void;
 
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 
-use crate::backend::gpu::rtc_calls;
+use crate::backend::gpu::{rtc_calls, Compiled};
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
 
-const SYMBOLS: [&str; 7] = [
+const SYMBOLS: [&str; 9] = [
     "nvrtcCreateProgram",
+    "nvrtcAddNameExpression",
+    "nvrtcGetLoweredName",
     "nvrtcCompileProgram",
     "nvrtcGetCUBINSize",
     "nvrtcGetCUBIN",
@@ -54,10 +56,60 @@ rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: s
     create: nvrtcCreateProgram, compile: nvrtcCompileProgram, destroy: nvrtcDestroyProgram,
     log_size: nvrtcGetProgramLogSize, log: nvrtcGetProgramLog,
     code_size: nvrtcGetCUBINSize, code: nvrtcGetCUBIN,
+    add_name_expression: nvrtcAddNameExpression, lowered_name: nvrtcGetLoweredName,
 }
 
-/// Compiles `source` to a CUBIN for `arch` (`sm_90`, …).
-pub(crate) fn compile(source: &str, arch: &str) -> Result<Vec<u8>> {
-    let options = [format!("--gpu-architecture={arch}"), "--std=c++17".to_owned()];
-    crate::backend::gpu::compile::<Nvrtc>(BackendKind::Cuda, source, &options)
+/// Compiles `source` to a CUBIN for `arch` (`sm_90`, …): C++17 unless
+/// `options` name another standard, with the toolkit's include directory
+/// (`cooperative_groups.h`, …) where it is installed, then `options`.
+pub(crate) fn compile(source: &str, arch: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
+    let mut all = vec![format!("--gpu-architecture={arch}")];
+    if !options.iter().any(|option| option.starts_with("-std") || option.starts_with("--std")) {
+        all.push("--std=c++17".to_owned());
+    }
+    if let Some(include) = toolkit_include() {
+        all.push(format!("--include-path={}", include.display()));
+    }
+    all.extend(options.iter().cloned());
+    crate::backend::gpu::compile::<Nvrtc>(BackendKind::Cuda, source, &all, name_expression)
+}
+
+/// The CUDA toolkit's include directory, beside the NVRTC library this
+/// process loaded (`…/lib64/libnvrtc.so` → `…/include`), if it holds the
+/// toolkit's headers. NVRTC has the device built-ins of its own; headers
+/// such as `cooperative_groups.h` come from the toolkit.
+fn toolkit_include() -> Option<std::path::PathBuf> {
+    static INCLUDE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
+    INCLUDE
+        .get_or_init(|| {
+            // SAFETY: the library is loaded (checked present before any compile); a lookup calls nothing.
+            let symbol = unsafe { sys::culib().get::<*const c_void>("nvrtcVersion") }.ok()?;
+            let library = loaded_from(*symbol)?;
+            // As loaded (`…/cuda/lib64/…`), then with links resolved
+            // (`…/cuda-13.0/targets/x86_64-linux/lib/…`): both sit two levels below the headers.
+            [Some(library.clone()), std::fs::canonicalize(&library).ok()]
+                .into_iter()
+                .flatten()
+                .filter_map(|library| Some(library.parent()?.parent()?.join("include")))
+                .find(|include| include.join("cooperative_groups.h").is_file())
+        })
+        .clone()
+}
+
+/// The file of the shared library that holds `address`.
+fn loaded_from(address: *const c_void) -> Option<std::path::PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut info = std::mem::MaybeUninit::<libc::Dl_info>::zeroed();
+    // SAFETY: `dladdr` only reads the address and fills `info`, whose file
+    // name points into the loader's own copy of the path, kept while the
+    // library is loaded (NVRTC stays loaded for the process).
+    let found = unsafe { libc::dladdr(address, info.as_mut_ptr()) };
+    // SAFETY: zeroed, then filled by `dladdr` where it found the address.
+    let info = unsafe { info.assume_init() };
+    if found == 0 || info.dli_fname.is_null() {
+        return None;
+    }
+    // SAFETY: a NUL-terminated path from the loader (see above).
+    let path = unsafe { std::ffi::CStr::from_ptr(info.dli_fname) };
+    Some(std::path::PathBuf::from(std::ffi::OsStr::from_bytes(path.to_bytes())))
 }

@@ -4,6 +4,7 @@ use std::ffi::{c_void, CStr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use super::rtc::Compiled;
 use super::stream::Wake;
 use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
@@ -183,11 +184,14 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
 
-    /// Compiles C source (CUDA C, or HIP C) for this device: NVRTC or hiprtc.
-    fn compile(&self, source: &str) -> Result<Vec<u8>>;
+    /// Compiles C++ source (CUDA, or HIP) for this device with `options`
+    /// after the driver's own: NVRTC or hiprtc. With a `name_expression`
+    /// (a kernel's C++ name), also the symbol it resolved to.
+    fn compile(&self, source: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled>;
     fn module_load(&self, image: &[u8]) -> Result<Self::Module>;
     unsafe fn module_unload(&self, module: Self::Module);
-    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function>;
+    /// Kernel `entry` of `module`; `None` if the module has none of that name.
+    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>>;
     /// The byte size of each parameter of `function`, in order, where the
     /// driver can tell (`None` where it cannot).
     unsafe fn param_sizes(&self, _function: Self::Function) -> Result<Option<Vec<usize>>> {

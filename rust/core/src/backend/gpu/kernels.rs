@@ -9,9 +9,10 @@ use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::driver::Driver;
+use super::rtc::Compiled;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
-use crate::kernel::ScalarArg;
+use crate::kernel::{DeviceCode, DeviceKernel, ScalarArg};
 use crate::lock::lock;
 
 /// The built-in ops that run as kernels (zeroing and copies use the driver's own).
@@ -100,15 +101,31 @@ impl<F: Copy> Builtins<F> {
     }
 }
 
-type ImageKey = (BackendKind, String, String);
+/// What a module is loaded from: source with its options (and the C++ name
+/// the compiler resolved in it, if it was asked to), or a module's bytes.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+enum ModuleKey {
+    Source { code: String, options: Vec<String>, name_expression: Option<String> },
+    Image(Arc<[u8]>),
+}
 
-fn images() -> &'static Mutex<HashMap<ImageKey, Arc<Vec<u8>>>> {
-    static IMAGES: OnceLock<Mutex<HashMap<ImageKey, Arc<Vec<u8>>>>> = OnceLock::new();
+/// A compiled image and the symbol its name expression resolved to.
+struct Image {
+    bytes: Arc<[u8]>,
+    lowered: Option<String>,
+}
+
+type ImageKey = (BackendKind, String, ModuleKey);
+
+fn images() -> &'static Mutex<HashMap<ImageKey, Arc<Image>>> {
+    static IMAGES: OnceLock<Mutex<HashMap<ImageKey, Arc<Image>>>> = OnceLock::new();
     IMAGES.get_or_init(Default::default)
 }
 
 struct Loaded<D: Driver> {
     module: D::Module,
+    image: Arc<Image>,
+    /// By the name the caller gave.
     functions: HashMap<String, Function<D>>,
 }
 
@@ -125,13 +142,14 @@ impl<D: Driver> Clone for Function<D> {
     }
 }
 
-/// The modules loaded in one driver context, by source, shared by every
-/// runtime of the process on that context (CUDA's primary context of a
-/// device): a module load can synchronise the whole context, so a runtime
-/// opened beside another's long-running work must not load its built-ins
-/// again. Unloaded when the last runtime on the context lets go.
+/// The modules loaded in one driver context, by what they were loaded
+/// from, shared by every runtime of the process on that context (CUDA's
+/// primary context of a device): a module load can synchronise the whole
+/// context, so a runtime opened beside another's long-running work must
+/// not load its built-ins again. Unloaded when the last runtime on the
+/// context lets go.
 pub(crate) struct Kernels<D: Driver> {
-    loaded: Mutex<HashMap<String, Loaded<D>>>,
+    loaded: Mutex<HashMap<ModuleKey, Loaded<D>>>,
     /// A driver on the context, to unload with (it keeps the context retained).
     driver: Arc<D>,
 }
@@ -139,6 +157,15 @@ pub(crate) struct Kernels<D: Driver> {
 /// Every context's kernels, by driver type and context, while a runtime holds them.
 type Registry = Mutex<Vec<(std::any::TypeId, u64, std::sync::Weak<dyn std::any::Any + Send + Sync>)>>;
 static SHARED: Registry = Mutex::new(Vec::new());
+
+/// True for a name a C linker would keep as it is (`extern "C"` kernels):
+/// such a kernel is looked up as written before the compiler is asked to
+/// resolve it as a C++ name.
+fn is_identifier(name: &str) -> bool {
+    let mut chars = name.chars();
+    chars.next().is_some_and(|first| first.is_ascii_alphabetic() || first == '_')
+        && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
 
 impl<D: Driver> Kernels<D> {
     /// The kernels of `driver`'s context: those another runtime on it
@@ -163,50 +190,112 @@ impl<D: Driver> Kernels<D> {
         kernels
     }
 
-    /// The function `entry` of `source`, compiling and loading on first use.
+    /// The function `kernel` names, compiling and loading on first use.
     ///
     /// Called from `prepare`, before the ordering boundary, from any thread:
     /// the compile runs outside this cache's lock, so a slow compile never
-    /// holds up a lookup of a kernel already loaded.
-    pub fn function(&self, driver: &D, source: &str, entry: &str) -> Result<Function<D>> {
-        if let Some(function) = lock(&self.loaded).get(source).and_then(|module| module.functions.get(entry)) {
-            return Ok(function.clone());
+    /// holds up a lookup of a kernel already loaded. A source whose kernel
+    /// is named as a C linker would keep it is compiled once for all its
+    /// kernels; any other name (a template instance, a namespace, a C++
+    /// function's plain name) has the compiler resolve it, once per name.
+    pub fn function(&self, driver: &D, kernel: &DeviceKernel) -> Result<Function<D>> {
+        let entry = &kernel.entry;
+        let source = |name_expression: Option<&String>| match &kernel.code {
+            DeviceCode::Source(code) => ModuleKey::Source {
+                code: code.clone(),
+                options: kernel.options.clone(),
+                name_expression: name_expression.cloned(),
+            },
+            DeviceCode::Module(image) => ModuleKey::Image(image.clone()),
+        };
+        let found = match &kernel.code {
+            DeviceCode::Module(_) if !kernel.options.is_empty() => {
+                return Err(Error::invalid(format!(
+                    "kernel {entry:?}: compiler options were given for a module built elsewhere, which is not compiled"
+                )))
+            }
+            DeviceCode::Module(_) => self.function_in(driver, source(None), entry)?,
+            DeviceCode::Source(_) => {
+                let as_written = match is_identifier(entry) {
+                    true => self.function_in(driver, source(None), entry)?,
+                    false => None,
+                };
+                match as_written {
+                    Some(function) => Some(function),
+                    // A C++ kernel's symbol is mangled: the compiler resolves its name.
+                    None => match self.function_in(driver, source(Some(entry)), entry) {
+                        // The compiler refused the name, or the source: the
+                        // source compiled alone says which.
+                        Err(Error::InvalidArgument(why)) => {
+                            Self::image(driver, &source(None))?;
+                            return Err(Error::invalid(format!("no kernel named {entry:?} in its source: {why}")));
+                        }
+                        resolved => resolved?,
+                    },
+                }
+            }
+        };
+        found.ok_or_else(|| Error::invalid(format!("no kernel named {entry:?} in its source")))
+    }
+
+    /// Function `entry` of the built-in source, loaded with the device.
+    pub fn builtin(&self, driver: &D, entry: &str) -> Result<Function<D>> {
+        let key = ModuleKey::Source { code: BUILTIN_SOURCE.to_owned(), options: Vec::new(), name_expression: None };
+        self.function_in(driver, key, entry)?
+            .ok_or_else(|| Error::backend(D::KIND, format!("the built-in kernels lack {entry}")))
+    }
+
+    /// Function `entry` of the module `key` names, loading it first; `None`
+    /// if the module has no such kernel.
+    fn function_in(&self, driver: &D, key: ModuleKey, entry: &str) -> Result<Option<Function<D>>> {
+        if let Some(function) = lock(&self.loaded).get(&key).and_then(|module| module.functions.get(entry)) {
+            return Ok(Some(function.clone()));
         }
+        let image = Self::image(driver, &key)?;
+        let symbol = image.lowered.as_deref().unwrap_or(entry);
         let name =
-            CString::new(entry).map_err(|_| Error::invalid(format!("kernel entry {entry:?} contains a NUL byte")))?;
-        let image = Self::image(driver, source)?;
+            CString::new(symbol).map_err(|_| Error::invalid(format!("kernel name {entry:?} contains a NUL byte")))?;
         let mut loaded = lock(&self.loaded);
-        // Loaded under the lock (rarely, once per source), so that two threads
+        // Loaded under the lock (rarely, once per module), so that two threads
         // that compiled the same source do not both load it.
-        if !loaded.contains_key(source) {
-            let module = driver.module_load(&image)?;
-            loaded.insert(source.to_owned(), Loaded { module, functions: HashMap::new() });
-        }
-        let module = loaded.get_mut(source).ok_or_else(|| Error::backend(D::KIND, "kernel module vanished"))?;
+        let module = match loaded.entry(key) {
+            std::collections::hash_map::Entry::Occupied(module) => module.into_mut(),
+            std::collections::hash_map::Entry::Vacant(vacant) => {
+                let module = driver.module_load(&image.bytes)?;
+                vacant.insert(Loaded { module, image: image.clone(), functions: HashMap::new() })
+            }
+        };
         if let Some(function) = module.functions.get(entry) {
-            return Ok(function.clone());
+            return Ok(Some(function.clone()));
         }
         // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
-        let raw = unsafe { driver.function(module.module, &name)? };
+        let Some(raw) = (unsafe { driver.function(module.module, &name)? }) else { return Ok(None) };
         // SAFETY: `raw` was just loaded by this driver.
         let param_sizes = match unsafe { driver.param_sizes(raw)? } {
             Some(sizes) => Some(sizes),
-            None => driver.image_param_sizes(&image, entry),
+            None => driver.image_param_sizes(&module.image.bytes, symbol),
         };
         let param_sizes = param_sizes.map(Arc::from);
         let function = Function { raw, param_sizes };
         module.functions.insert(entry.to_owned(), function.clone());
-        Ok(function)
+        Ok(Some(function))
     }
 
-    fn image(driver: &D, source: &str) -> Result<Arc<Vec<u8>>> {
-        let key = (D::KIND, driver.arch(), source.to_owned());
-        if let Some(image) = lock(images()).get(&key) {
+    /// What `key` loads: a module's own bytes, or its source compiled for
+    /// this device's architecture, once per process.
+    fn image(driver: &D, key: &ModuleKey) -> Result<Arc<Image>> {
+        let (code, options, name_expression) = match key {
+            ModuleKey::Image(bytes) => return Ok(Arc::new(Image { bytes: bytes.clone(), lowered: None })),
+            ModuleKey::Source { code, options, name_expression } => (code, options, name_expression),
+        };
+        let cache_key = (D::KIND, driver.arch(), key.clone());
+        if let Some(image) = lock(images()).get(&cache_key) {
             return Ok(image.clone());
         }
         // Compile outside the process-wide lock: other devices need not wait.
-        let image = Arc::new(driver.compile(source)?);
-        Ok(lock(images()).entry(key).or_insert(image).clone())
+        let Compiled { image, lowered } = driver.compile(code, options, name_expression.as_deref())?;
+        let image = Arc::new(Image { bytes: image.into(), lowered });
+        Ok(lock(images()).entry(cache_key).or_insert(image).clone())
     }
 }
 

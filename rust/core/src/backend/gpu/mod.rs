@@ -60,13 +60,13 @@ pub(crate) use driver::{
 };
 use issue::{Issue, Job, QueuedEvent};
 use kernels::{Builtins, Entry, Function, Param, Params};
-// The entry list is for test suites and benchmarks (the backend module is
-// public only with `test-support`); the backend itself indexes by `Entry`.
+// The built-ins' source and entry list are for test suites and benchmarks
+// (the backend module is public only with `test-support`); the backend
+// itself loads them through `Kernels::builtin` and indexes by `Entry`.
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
-pub use kernels::BUILTIN_ENTRIES;
-pub use kernels::BUILTIN_SOURCE;
+pub use kernels::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
 pub(crate) use owners::{GpuEvent, GpuMemory, GpuTimestamp};
-pub(crate) use rtc::{compile, rtc_calls, Rtc};
+pub(crate) use rtc::{compile, rtc_calls, Compiled, Rtc};
 use stream::StreamRef;
 pub(crate) use stream::{GpuStream, Wake};
 
@@ -217,8 +217,7 @@ impl<D: Driver> GpuBackend<D> {
     pub(crate) fn with(driver: D, wake: Wake, spin: Duration) -> Result<Self> {
         let device = Device::new(driver, spin);
         device.driver.bind()?;
-        let builtins =
-            Builtins::load(|entry| device.kernels.function(&device.driver, BUILTIN_SOURCE, entry).map(|f| f.raw))?;
+        let builtins = Builtins::load(|entry| device.kernels.builtin(&device.driver, entry).map(|f| f.raw))?;
         let backend = GpuBackend {
             device,
             builtins,
@@ -263,7 +262,7 @@ impl<D: Driver> GpuBackend<D> {
         Prepared::Launch(PreparedLaunch::new(self.builtins.get(entry), grid, params))
     }
 
-    fn custom_source(kernel: &CustomKernel) -> Option<&crate::KernelSource> {
+    fn custom_source(kernel: &CustomKernel) -> Option<&crate::DeviceKernel> {
         match D::KIND {
             BackendKind::Cuda => kernel.cuda.as_ref(),
             BackendKind::Hip => kernel.hip.as_ref(),
@@ -290,7 +289,7 @@ impl<D: Driver> GpuBackend<D> {
         })?;
         // Module loads need the device current on this thread, which may be any.
         self.driver().bind()?;
-        let function = self.device.kernels.function(self.driver(), &source.code, &source.entry)?;
+        let function = self.device.kernels.function(self.driver(), source)?;
         let mut by_kernel = lock(&self.by_kernel);
         by_kernel.retain(|_, (known, _)| known.strong_count() > 0);
         by_kernel.insert(key, (Arc::downgrade(kernel), function.clone()));

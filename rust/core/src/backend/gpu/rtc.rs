@@ -21,6 +21,11 @@ pub(crate) trait Rtc {
     unsafe fn code_size(program: Self::Program) -> Result<usize, String>;
     unsafe fn code(program: Self::Program, into: *mut c_char) -> Result<(), String>;
     unsafe fn destroy(program: Self::Program);
+    /// Asks the compiler to resolve `name` (a C++ expression naming a
+    /// kernel: `ops::scale<float>`), before compiling.
+    unsafe fn add_name_expression(program: Self::Program, name: &CStr) -> Result<(), String>;
+    /// The symbol `name` resolved to, after compiling.
+    unsafe fn lowered_name(program: Self::Program, name: &CStr) -> Result<String, String>;
 }
 
 /// Implements [`Rtc`] for a compiler from its seven functions in module
@@ -38,7 +43,9 @@ macro_rules! rtc_calls {
         log_size: $log_size:ident,
         log: $log:ident,
         code_size: $code_size:ident,
-        code: $code:ident $(,)?
+        code: $code:ident,
+        add_name_expression: $add_name:ident,
+        lowered_name: $lowered:ident $(,)?
     ) => {
         impl $crate::backend::gpu::Rtc for $rtc {
             type Program = $program;
@@ -97,6 +104,31 @@ macro_rules! rtc_calls {
                 // SAFETY: a live program, destroyed once by its owner (trait contract).
                 let _ = unsafe { $api::$destroy(&mut program) };
             }
+
+            unsafe fn add_name_expression(
+                program: $program,
+                name: &::std::ffi::CStr,
+            ) -> ::std::result::Result<(), String> {
+                // SAFETY: a live program, not yet compiled (trait contract); a NUL-terminated name.
+                $check(unsafe { $api::$add_name(program, name.as_ptr()) })
+            }
+
+            unsafe fn lowered_name(
+                program: $program,
+                name: &::std::ffi::CStr,
+            ) -> ::std::result::Result<String, String> {
+                let mut lowered: *const ::std::ffi::c_char = ::std::ptr::null();
+                // SAFETY: a compiled program to which `name` was added (trait
+                // contract); the compiler owns the string it points `lowered`
+                // at until the program is destroyed, so it is copied at once.
+                unsafe {
+                    $check($api::$lowered(program, name.as_ptr(), &mut lowered))?;
+                    if lowered.is_null() {
+                        return Err("no lowered name".to_owned());
+                    }
+                    Ok(::std::ffi::CStr::from_ptr(lowered).to_string_lossy().into_owned())
+                }
+            }
         }
     };
 }
@@ -125,9 +157,24 @@ impl<R: Rtc> Program<R> {
     }
 }
 
-/// Compiles `source` with `options` to the compiler's code image. A source
-/// that does not compile is an invalid argument, with the compiler's log.
-pub(crate) fn compile<R: Rtc>(backend: BackendKind, source: &str, options: &[String]) -> Result<Vec<u8>> {
+/// A compiled program: its code image, and the symbol its name expression
+/// resolved to, if it was given one.
+#[derive(Debug)]
+pub(crate) struct Compiled {
+    pub image: Vec<u8>,
+    pub lowered: Option<String>,
+}
+
+/// Compiles `source` with `options` to the compiler's code image, resolving
+/// `name_expression` (a C++ name of a kernel) if given. A source that does
+/// not compile, or names no such kernel, is an invalid argument, with the
+/// compiler's log.
+pub(crate) fn compile<R: Rtc>(
+    backend: BackendKind,
+    source: &str,
+    options: &[String],
+    name_expression: Option<&str>,
+) -> Result<Compiled> {
     let failed = |call: &str, message: String| Error::backend(backend, format!("{} {call}: {message}", R::NAME));
     let source = CString::new(source).map_err(|_| Error::invalid("kernel source contains a NUL byte"))?;
     let options = options
@@ -136,17 +183,32 @@ pub(crate) fn compile<R: Rtc>(backend: BackendKind, source: &str, options: &[Str
         .collect::<Result<Vec<_>, _>>()
         .map_err(|_| Error::invalid("compiler option contains a NUL byte"))?;
     let pointers: Vec<*const c_char> = options.iter().map(|o| o.as_ptr()).collect();
+    let name = name_expression
+        .map(|name| CString::new(name).map_err(|_| Error::invalid(format!("kernel name {name:?} contains a NUL byte"))))
+        .transpose()?;
     // SAFETY: NUL-terminated source and name.
     let program = Program::<R>(unsafe { R::create(&source, c"weir_kernels") }.map_err(|e| failed("create", e))?);
+    if let Some(name) = &name {
+        // SAFETY: a live program, not yet compiled; a NUL-terminated name.
+        unsafe { R::add_name_expression(program.0, name) }.map_err(|e| failed("add name expression", e))?;
+    }
     // SAFETY: a live program; `pointers` are valid C strings that outlive the call.
     if let Err(status) = unsafe { R::compile(program.0, &pointers) } {
         return Err(Error::invalid(format!("{backend} kernel does not compile ({status}): {}", program.log())));
     }
+    let lowered = match (&name, name_expression) {
+        // SAFETY: a compiled program to which `name` was added.
+        (Some(name), Some(expression)) => Some(
+            unsafe { R::lowered_name(program.0, name) }
+                .map_err(|status| Error::invalid(format!("no kernel named {expression:?} in its source ({status})")))?,
+        ),
+        _ => None,
+    };
     // SAFETY: a compiled program; the buffer has the size the compiler reported.
     unsafe {
         let size = R::code_size(program.0).map_err(|e| failed("code size", e))?;
         let mut image = vec![0u8; size];
         R::code(program.0, image.as_mut_ptr().cast()).map_err(|e| failed("code", e))?;
-        Ok(image)
+        Ok(Compiled { image, lowered })
     }
 }

@@ -17,7 +17,7 @@ use super::*;
 use crate::backend::{HostSink, OpOutcome};
 use crate::builder::SPIN_BUDGET;
 use crate::diagnostics::LiveCounters;
-use crate::kernel::{Access, KernelSource, ScalarArg};
+use crate::kernel::{Access, DeviceCode, DeviceKernel, KernelSource, ScalarArg};
 use crate::lock::lock;
 
 thread_local! {
@@ -361,7 +361,7 @@ impl Driver for Fake {
         Ok(())
     }
 
-    fn compile(&self, source: &str) -> Result<Vec<u8>> {
+    fn compile(&self, source: &str, _options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
         self.0.record(Call::Compile);
         if source.contains("slow") {
             let slow = lock(&self.0.slow_compile).clone();
@@ -373,7 +373,13 @@ impl Driver for Fake {
         if source.contains("broken") {
             return Err(Error::invalid("cuda kernel does not compile (FAKE_ERROR): error: broken is not CUDA"));
         }
-        Ok(source.as_bytes().to_vec())
+        if let Some(name) = name_expression.filter(|name| name.contains("absent")) {
+            return Err(Error::invalid(format!("cuda kernel does not compile (FAKE_ERROR): {name} is undefined")));
+        }
+        // The fake "lowers" a C++ name to the name itself, marked.
+        let lowered = name_expression.map(|name| format!("lowered:{name}"));
+        let image = source.as_bytes().iter().chain(lowered.iter().flat_map(|name| name.as_bytes())).copied().collect();
+        Ok(Compiled { image, lowered })
     }
 
     fn module_load(&self, image: &[u8]) -> Result<u64> {
@@ -387,12 +393,12 @@ impl Driver for Fake {
         let _ = self.0.check("module_unload");
     }
 
-    unsafe fn function(&self, module: u64, entry: &CStr) -> Result<u64> {
+    unsafe fn function(&self, module: u64, entry: &CStr) -> Result<Option<u64>> {
         self.0.check("function")?;
         let entry = entry.to_string_lossy();
         match lock(&self.0.modules).get(&module) {
-            Some(source) if source.contains(&*entry) => Ok(self.0.next()),
-            _ => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
+            Some(source) if source.contains(&*entry) => Ok(Some(self.0.next())),
+            _ => Ok(None),
         }
     }
 
@@ -532,7 +538,7 @@ fn custom(name: &str, code: &str) -> Arc<CustomKernel> {
         name: name.into(),
         cpu: None,
         wgsl: None,
-        cuda: Some(KernelSource { code: code.into(), entry: name.into() }),
+        cuda: Some(DeviceKernel { code: DeviceCode::Source(code.into()), entry: name.into(), options: Vec::new() }),
         hip: None,
     })
 }
@@ -601,6 +607,81 @@ fn a_custom_kernel_compiles_and_loads_in_prepare_and_enqueue_only_launches() {
     assert_eq!(shared.compiles(), compiles + 1);
     fence(&backend, &stream).unwrap();
     assert_eq!(shared.unbound_calls.load(Ordering::SeqCst), 0);
+}
+
+/// Prepares a launch of `kernel` with no arguments.
+fn prepare_kernel(backend: &GpuBackend<Fake>, kernel: &Arc<CustomKernel>) -> Result<Prepared<Fake>> {
+    let command =
+        Command::Custom { kernel: kernel.clone(), grid: Grid::linear(1, 1), args: Vec::<KernelArg<()>>::new() };
+    backend.prepare(&command)
+}
+
+fn with_cuda(name: &str, cuda: DeviceKernel) -> Arc<CustomKernel> {
+    Arc::new(CustomKernel { name: name.into(), cpu: None, wgsl: None, cuda: Some(cuda), hip: None })
+}
+
+#[test]
+fn a_kernel_named_as_cpp_is_resolved_by_the_compiler_and_one_named_as_c_only_when_needed() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let source = |code: &str, entry: &str| DeviceKernel {
+        code: DeviceCode::Source(code.into()),
+        entry: entry.into(),
+        options: vec!["-DX=1".into()],
+    };
+    let compiles = shared.compiles();
+    // Found as written: one compile, no name expression.
+    drop(prepare_kernel(&backend, &with_cuda("c", source("extern C plain_c", "plain_c"))).unwrap());
+    assert_eq!(shared.compiles(), compiles + 1);
+    // A C++ name: compiled once, resolving the name.
+    drop(prepare_kernel(&backend, &with_cuda("t", source("templates", "ops::scale<float>"))).unwrap());
+    assert_eq!(shared.compiles(), compiles + 2);
+    // A plain name the module lacks as written (a C++ function's mangled
+    // symbol): looked up as written, then resolved by the compiler.
+    drop(prepare_kernel(&backend, &with_cuda("m", source("c++ only", "mangled"))).unwrap());
+    assert_eq!(shared.compiles(), compiles + 4);
+    // Each is cached: none compiles again, for a new kernel object either.
+    for (code, entry) in [("extern C plain_c", "plain_c"), ("templates", "ops::scale<float>"), ("c++ only", "mangled")]
+    {
+        drop(prepare_kernel(&backend, &with_cuda("again", source(code, entry))).unwrap());
+    }
+    assert_eq!(shared.compiles(), compiles + 4);
+    // Other options are another program.
+    let mut other = source("templates", "ops::scale<float>");
+    other.options.push("--use_fast_math".into());
+    drop(prepare_kernel(&backend, &with_cuda("t", other)).unwrap());
+    assert_eq!(shared.compiles(), compiles + 5);
+    // A name the compiler cannot resolve in a source that compiles.
+    match prepare_kernel(&backend, &with_cuda("a", source("templates", "ops::absent<int>"))) {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.starts_with("no kernel named \"ops::absent<int>\" in its source"), "{message}")
+        }
+        other => panic!("an unresolvable name prepared: {:?}", other.err()),
+    }
+    assert!(shared.device_calls().is_empty(), "preparing makes no stream call");
+}
+
+#[test]
+fn a_module_built_elsewhere_loads_without_compiling_and_takes_no_options() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let image: Arc<[u8]> = b"a cubin holding module_kernel".as_slice().into();
+    let module = |entry: &str, options: Vec<String>| DeviceKernel {
+        code: DeviceCode::Module(image.clone()),
+        entry: entry.into(),
+        options,
+    };
+    let compiles = shared.compiles();
+    drop(prepare_kernel(&backend, &with_cuda("m", module("module_kernel", Vec::new()))).unwrap());
+    assert_eq!(shared.compiles(), compiles, "a module is never compiled");
+    match prepare_kernel(&backend, &with_cuda("m", module("absent_kernel", Vec::new()))) {
+        Err(Error::InvalidArgument(message)) => {
+            assert!(message.contains("no kernel named \"absent_kernel\""), "{message}")
+        }
+        other => panic!("a kernel the module lacks prepared: {:?}", other.err()),
+    }
+    match prepare_kernel(&backend, &with_cuda("m", module("module_kernel", vec!["-DX".into()]))) {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("module built elsewhere"), "{message}"),
+        other => panic!("options for a module were taken: {:?}", other.err()),
+    }
 }
 
 #[test]

@@ -10,7 +10,8 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 use super::ffi::{self, Status as HipStatus};
 use super::{hiprtc, metadata};
 use crate::backend::gpu::{
-    callback_run, handle_calls, milliseconds, status_error, DeviceBuffer, Driver, EventUse, Handle, Launch, Loss, Wake,
+    callback_run, handle_calls, milliseconds, status_error, Compiled, DeviceBuffer, Driver, EventUse, Handle, Launch,
+    Loss, Wake,
 };
 use crate::backend::RawAccess;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -283,8 +284,8 @@ impl Driver for Hip {
         })
     }
 
-    fn compile(&self, source: &str) -> Result<Vec<u8>> {
-        hiprtc::compile(source, None)
+    fn compile(&self, source: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
+        hiprtc::compile(source, None, options, name_expression)
     }
 
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
@@ -294,12 +295,12 @@ impl Driver for Hip {
             .map(|()| Handle(module))
     }
 
-    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Self::Function> {
+    unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>> {
         let mut function = null_mut();
         // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
         match unsafe { ffi::hipModuleGetFunction(&mut function, module.0, entry.as_ptr()) } {
-            ffi::ERROR_NOT_FOUND => Err(Error::invalid(format!("no kernel named {entry:?} in its source"))),
-            other => check("hipModuleGetFunction", other).map(|()| Handle(function)),
+            ffi::ERROR_NOT_FOUND => Ok(None),
+            other => check("hipModuleGetFunction", other).map(|()| Some(Handle(function))),
         }
     }
 

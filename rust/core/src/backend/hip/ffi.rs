@@ -112,4 +112,6 @@ extern "C" {
     pub fn hiprtcGetProgramLogSize(program: Program, size: *mut usize) -> Status;
     pub fn hiprtcGetProgramLog(program: Program, log: *mut c_char) -> Status;
     pub fn hiprtcDestroyProgram(program: *mut Program) -> Status;
+    pub fn hiprtcAddNameExpression(program: Program, name: *const c_char) -> Status;
+    pub fn hiprtcGetLoweredName(program: Program, name: *const c_char, lowered: *mut *const c_char) -> Status;
 }

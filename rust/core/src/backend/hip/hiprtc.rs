@@ -3,7 +3,7 @@
 use std::sync::Mutex;
 
 use super::ffi;
-use crate::backend::gpu::rtc_calls;
+use crate::backend::gpu::{rtc_calls, Compiled};
 use crate::error::Result;
 use crate::lock::lock;
 
@@ -23,6 +23,7 @@ rtc_calls! { impl Rtc for Hiprtc { NAME: "hiprtc", Program: ffi::Program, calls:
     create: hiprtcCreateProgram, compile: hiprtcCompileProgram, destroy: hiprtcDestroyProgram,
     log_size: hiprtcGetProgramLogSize, log: hiprtcGetProgramLog,
     code_size: hiprtcGetCodeSize, code: hiprtcGetCode,
+    add_name_expression: hiprtcAddNameExpression, lowered_name: hiprtcGetLoweredName,
 }
 
 /// Held while hiprtc compiles: ROCm 5.2's hiprtcCompileProgram crashes when
@@ -30,12 +31,19 @@ rtc_calls! { impl Rtc for Hiprtc { NAME: "hiprtc", Program: ffi::Program, calls:
 /// run in `prepare`, on any thread.
 static COMPILING: Mutex<()> = Mutex::new(());
 
-/// Compiles `source` for `arch` (`gfx90a`, …), or for the current device when `None`.
-pub(crate) fn compile(source: &str, arch: Option<&str>) -> Result<Vec<u8>> {
-    let mut options = vec!["-O3".to_owned()];
+/// Compiles `source` for `arch` (`gfx90a`, …), or for the current device
+/// when `None`, with `options` after Weir's own, resolving `name_expression`.
+pub(crate) fn compile(
+    source: &str,
+    arch: Option<&str>,
+    options: &[String],
+    name_expression: Option<&str>,
+) -> Result<Compiled> {
+    let mut all = vec!["-O3".to_owned()];
     if let Some(arch) = arch {
-        options.push(format!("--offload-arch={arch}"));
+        all.push(format!("--offload-arch={arch}"));
     }
+    all.extend(options.iter().cloned());
     let _compiling = lock(&COMPILING);
-    crate::backend::gpu::compile::<Hiprtc>(crate::device::BackendKind::Hip, source, &options)
+    crate::backend::gpu::compile::<Hiprtc>(crate::device::BackendKind::Hip, source, &all, name_expression)
 }

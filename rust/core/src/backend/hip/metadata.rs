@@ -166,7 +166,9 @@ extern "C" __global__ void nothing() {}
 "#;
 
     fn compiled(source: &str, arch: &str) -> Vec<u8> {
-        hiprtc::compile(source, Some(arch)).unwrap_or_else(|error| panic!("{arch}: {error}"))
+        hiprtc::compile(source, Some(arch), &[], None)
+            .map(|compiled| compiled.image)
+            .unwrap_or_else(|error| panic!("{arch}: {error}"))
     }
 
     #[test]

@@ -6,7 +6,7 @@ use crate::backend::gpu::BUILTIN_SOURCE;
 use crate::backend::KernelArg;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
-use crate::kernel::Kernel;
+use crate::kernel::{DeviceCode, Kernel};
 
 /// Compiles the built-in kernels for an AMD GPU architecture (`gfx90a`, …)
 /// without a device; returns the code object. For tests of the toolchain.
@@ -18,7 +18,7 @@ pub fn compile_builtins_for(arch: &str) -> Result<Vec<u8>> {
 /// Compiles HIP C `source` for an AMD GPU architecture without a device.
 #[doc(hidden)]
 pub fn compile_for(arch: &str, source: &str) -> Result<Vec<u8>> {
-    hiprtc::compile(source, Some(arch))
+    hiprtc::compile(source, Some(arch), &[], None).map(|compiled| compiled.image)
 }
 
 /// The byte size of each parameter of kernel `entry` in a code object from
@@ -47,6 +47,20 @@ pub fn check_arguments_for(arch: &str, kernel: &Kernel, args: &[KernelArg<()>]) 
         .hip
         .as_ref()
         .ok_or_else(|| Error::unsupported(BackendKind::Hip, format!("kernel {} has no HIP C source", custom.name)))?;
-    let sizes = param_sizes_in(&compile_for(arch, &source.code)?, &source.entry)?;
+    let sizes = match &source.code {
+        DeviceCode::Source(code) => {
+            // As a launch finds it: as written, else resolved as a C++ name.
+            let plain = hiprtc::compile(code, Some(arch), &source.options, None)?;
+            match param_sizes_in(&plain.image, &source.entry) {
+                Ok(sizes) => sizes,
+                Err(not_found) => {
+                    let resolved = hiprtc::compile(code, Some(arch), &source.options, Some(&source.entry))
+                        .map_err(|_| not_found)?;
+                    param_sizes_in(&resolved.image, resolved.lowered.as_deref().unwrap_or(&source.entry))?
+                }
+            }
+        }
+        DeviceCode::Module(image) => param_sizes_in(image, &source.entry)?,
+    };
     super::HipBackend::check_params(custom, &sizes, args)
 }
