@@ -3,8 +3,9 @@
 //!
 //! The bundle is a folder of stripped, gzipped binaries and a `run.sh` that
 //! unpacks and runs them: the conformance suite, the CUDA and wgpu backend
-//! tests (test-support builds, debug), and the benchmarks, the soak and the
-//! demo (release). Copy the folder over, then `sh run.sh` there; set
+//! tests (test-support builds, debug), the users' CUDA kernels (with the
+//! source nvcc builds their modules from, there), and the benchmarks, the
+//! soak and the demo (release). Copy the folder over, then `sh run.sh` there; set
 //! `LD_LIBRARY_PATH` to where the CUDA libraries (and a Vulkan loader) are.
 
 use std::path::{Path, PathBuf};
@@ -59,8 +60,16 @@ fn size_of(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
-const TESTS: [&str; 7] =
-    ["conformance", "cuda_backend", "cuda_device_lost", "device_group", "devices", "process_group", "wgpu_backend"];
+const TESTS: [&str; 8] = [
+    "conformance",
+    "cuda_backend",
+    "cuda_device_lost",
+    "cuda_kernels",
+    "device_group",
+    "devices",
+    "process_group",
+    "wgpu_backend",
+];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 
 pub fn bundle(out: Option<PathBuf>) -> Result {
@@ -86,6 +95,13 @@ pub fn bundle(out: Option<PathBuf>) -> Result {
     run(&mut examples)?;
     for example in EXAMPLES {
         pack(&target_dir().join("release/examples").join(example), &out.join(example))?;
+    }
+    // The users' kernels the CUDA suite also loads as nvcc's modules, built there.
+    let kernels = root().join("rust/core/tests/cuda");
+    std::fs::create_dir_all(out.join("cuda/weir_test")).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    for file in ["kernels.cu", "weir_test/affine.cuh"] {
+        std::fs::copy(kernels.join(file), out.join("cuda").join(file))
+            .map_err(|e| format!("cannot copy {file}: {e}"))?;
     }
     std::fs::write(out.join("run.sh"), RUN).map_err(|e| format!("cannot write run.sh: {e}"))?;
     eprintln!("xtask: bundle in {}", out.display());
@@ -116,7 +132,8 @@ fn pack(from: &Path, to: &Path) -> Result {
     run(Command::new("gzip").args(["-9", "-f"]).arg(to))
 }
 
-/// Unpacks the binaries, then runs the suites, the demo (on
+/// Unpacks the binaries, builds the users' kernels as PTX, CUBIN and fatbin
+/// where `nvcc` is (for `cuda_kernels`), then runs the suites, the demo (on
 /// `WEIR_DEMO_BACKEND`, default cuda) and the benchmarks; extra
 /// arguments go to every test binary (a filter, `--test-threads=1`).
 const RUN: &str = r#"#!/bin/sh
@@ -125,7 +142,19 @@ set -u
 cd "$(dirname "$0")"
 for packed in *.gz; do gunzip -f "$packed" && chmod +x "${packed%.gz}"; done
 status=0
-for test in conformance cuda_backend cuda_device_lost device_group devices process_group wgpu_backend; do
+nvcc=$(command -v nvcc || echo /usr/local/cuda/bin/nvcc)
+if [ -x "$nvcc" ]; then
+    # The device's architecture (9.0 -> sm_90), and another for the module that must be refused.
+    cap=$(nvidia-smi --query-gpu=compute_cap --format=csv,noheader 2>/dev/null | head -n 1 | tr -d '. ')
+    arch=sm_${cap:-90}; other=sm_80; [ "$arch" = sm_80 ] && other=sm_90
+    mkdir -p modules
+    ( cd cuda && "$nvcc" -I. -ptx kernels.cu -o ../modules/kernels.ptx &&
+      "$nvcc" -I. -cubin -arch=$arch kernels.cu -o ../modules/kernels.cubin &&
+      "$nvcc" -I. -fatbin -gencode arch=compute_${arch#sm_},code=$arch kernels.cu -o ../modules/kernels.fatbin &&
+      "$nvcc" -I. -cubin -arch=$other kernels.cu -o ../modules/kernels_other_arch.cubin ) &&
+        export WEIR_CUDA_MODULES="$PWD/modules" || echo "nvcc could not build the users' kernels"
+fi
+for test in conformance cuda_backend cuda_device_lost cuda_kernels device_group devices process_group wgpu_backend; do
     echo "== $test"
     ./"$test" "$@" > "$test.log" 2>&1 || status=1
     # Failures, skips and the totals; the whole output stays in $test.log.

@@ -125,6 +125,8 @@ pub(crate) struct Cuda {
     eager_load: bool,
     /// The driver can time events (`cuEventElapsedTime_v2`, CUDA 12.8 and later).
     elapsed_time: bool,
+    /// The driver lists a module's kernels (CUDA 12.4 and later).
+    lists_kernels: bool,
     info: DeviceInfo,
     loss: Arc<Loss>,
 }
@@ -135,6 +137,9 @@ struct Loaded {
     eager_load: bool,
     /// The driver has `cuEventElapsedTime_v2` (CUDA 12.8 and later).
     elapsed_time: bool,
+    /// The driver has `cuModuleGetFunctionCount`, `cuModuleEnumerateFunctions`
+    /// and `cuFuncGetName` (CUDA 12.4 and later).
+    lists_kernels: bool,
     /// Devices the driver sees.
     count: i32,
 }
@@ -160,6 +165,8 @@ fn loaded() -> Result<Loaded> {
     }
     let eager_load = has("cuFuncLoad") && has("cuFuncGetParamInfo");
     let elapsed_time = has(ELAPSED_TIME);
+    let lists_kernels =
+        ["cuModuleGetFunctionCount", "cuModuleEnumerateFunctions", "cuFuncGetName"].iter().all(|name| has(name));
     nvrtc::check_present()?;
     // SAFETY: every symbol used below was found above; `count` is a local.
     unsafe {
@@ -173,7 +180,7 @@ fn loaded() -> Result<Loaded> {
         if count < 1 {
             return Err(Error::unavailable(NAME, "no CUDA device"));
         }
-        Ok(Loaded { eager_load, elapsed_time, count })
+        Ok(Loaded { eager_load, elapsed_time, lists_kernels, count })
     }
 }
 
@@ -250,7 +257,7 @@ pub(crate) fn list() -> Vec<DeviceInfo> {
 impl Cuda {
     /// Opens device `ordinal`, or says why it cannot.
     pub fn open(ordinal: usize) -> Result<Cuda> {
-        let Loaded { eager_load, elapsed_time, count } = loaded()?;
+        let Loaded { eager_load, elapsed_time, lists_kernels, count } = loaded()?;
         let ordinal = match i32::try_from(ordinal) {
             Ok(ordinal) if ordinal < count => ordinal,
             _ => return Err(Error::unavailable(NAME, format!("no CUDA device {ordinal}: the machine has {count}"))),
@@ -273,6 +280,7 @@ impl Cuda {
                 arch,
                 eager_load,
                 elapsed_time,
+                lists_kernels,
                 info,
                 loss: Arc::default(),
             };
@@ -507,6 +515,33 @@ impl Driver for Cuda {
                 self.info.name, self.arch, self.arch
             ))),
             other => Err(failure("cuModuleLoadData", other)),
+        }
+    }
+
+    unsafe fn kernel_symbols(&self, module: Self::Module) -> Result<Option<Vec<String>>> {
+        if !self.lists_kernels {
+            return Ok(None);
+        }
+        let mut count = 0;
+        // SAFETY: a loaded module (trait contract); the symbols were found at
+        // open; every out-pointer is a local or `functions`, sized to `count`;
+        // a function's name is the driver's, copied before the next call.
+        unsafe {
+            check("cuModuleGetFunctionCount", sys::cuModuleGetFunctionCount(&mut count, module.0))?;
+            let mut functions = vec![null_mut(); count as usize];
+            check(
+                "cuModuleEnumerateFunctions",
+                sys::cuModuleEnumerateFunctions(functions.as_mut_ptr(), count, module.0),
+            )?;
+            let mut symbols = Vec::with_capacity(functions.len());
+            for function in functions {
+                let mut name = std::ptr::null();
+                check("cuFuncGetName", sys::cuFuncGetName(&mut name, function))?;
+                if !name.is_null() {
+                    symbols.push(CStr::from_ptr(name).to_string_lossy().into_owned());
+                }
+            }
+            Ok(Some(symbols))
         }
     }
 

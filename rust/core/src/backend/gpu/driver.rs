@@ -190,6 +190,11 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn compile(&self, source: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled>;
     fn module_load(&self, image: &[u8]) -> Result<Self::Module>;
     unsafe fn module_unload(&self, module: Self::Module);
+    /// The symbols of `module`'s kernels, where the driver can list them
+    /// (`None` where it cannot).
+    unsafe fn kernel_symbols(&self, _module: Self::Module) -> Result<Option<Vec<String>>> {
+        Ok(None)
+    }
     /// Kernel `entry` of `module`; `None` if the module has none of that name.
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>>;
     /// The byte size of each parameter of `function`, in order, where the

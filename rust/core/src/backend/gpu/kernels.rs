@@ -167,6 +167,35 @@ fn is_identifier(name: &str) -> bool {
         && chars.all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
+/// The one symbol of `symbols` whose C++ name, without its parameters and
+/// return type, is `entry` (spaces aside: `ops::scale<float>`); `None` if
+/// none is, an invalid argument listing them if several are (overloads:
+/// name one by its symbol).
+fn symbol_named<'a>(symbols: &'a [String], entry: &str) -> Result<Option<&'a str>> {
+    let bare = |name: &str| name.split_whitespace().collect::<String>();
+    let wanted = bare(entry);
+    let options = cpp_demangle::DemangleOptions::new().no_params().no_return_type();
+    let named: Vec<&str> = symbols
+        .iter()
+        .filter(|symbol| {
+            cpp_demangle::Symbol::new(symbol.as_bytes())
+                .ok()
+                .and_then(|demangled| demangled.demangle(&options).ok())
+                .is_some_and(|name| bare(&name) == wanted)
+        })
+        .map(String::as_str)
+        .collect();
+    match named.as_slice() {
+        [] => Ok(None),
+        [one] => Ok(Some(one)),
+        several => Err(Error::invalid(format!(
+            "{entry:?} names {} kernels of the module ({}): name one by its symbol",
+            several.len(),
+            several.join(", ")
+        ))),
+    }
+}
+
 impl<D: Driver> Kernels<D> {
     /// The kernels of `driver`'s context: those another runtime on it
     /// already loaded, or new ones (always new where the driver names no
@@ -269,7 +298,24 @@ impl<D: Driver> Kernels<D> {
             return Ok(Some(function.clone()));
         }
         // SAFETY: `module.module` was loaded by this driver and is unloaded only with the device.
-        let Some(raw) = (unsafe { driver.function(module.module, &name)? }) else { return Ok(None) };
+        let raw = match unsafe { driver.function(module.module, &name)? } {
+            Some(raw) => raw,
+            // A module built elsewhere has no compiler to resolve a C++ name:
+            // its kernels' symbols, demangled, say which one it names.
+            None if image.lowered.is_none() => {
+                // SAFETY: as above.
+                let Some(symbols) = (unsafe { driver.kernel_symbols(module.module)? }) else { return Ok(None) };
+                let Some(symbol) = symbol_named(&symbols, entry)? else { return Ok(None) };
+                let symbol =
+                    CString::new(symbol).map_err(|_| Error::backend(D::KIND, "a kernel symbol holds a NUL byte"))?;
+                // SAFETY: as above.
+                match unsafe { driver.function(module.module, &symbol)? } {
+                    Some(raw) => raw,
+                    None => return Ok(None),
+                }
+            }
+            None => return Ok(None),
+        };
         // SAFETY: `raw` was just loaded by this driver.
         let param_sizes = match unsafe { driver.param_sizes(raw)? } {
             Some(sizes) => Some(sizes),
@@ -386,6 +432,25 @@ mod tests {
         let pointer = params.pointers()[index].cast::<u8>();
         // SAFETY: every parameter's words hold at least its bytes (see `Params::new`).
         unsafe { std::slice::from_raw_parts(pointer, len) }.to_vec()
+    }
+
+    #[test]
+    fn a_cpp_name_finds_the_one_symbol_it_demangles_to() {
+        let symbols: Vec<String> =
+            ["_ZN3ops5scaleIfEEvPT_S1_m", "_ZN3ops5scaleIdEEvPT_S1_m", "_ZN3ops4overEPf", "_ZN3ops4overEPi", "plain"]
+                .map(String::from)
+                .to_vec();
+        let named = |entry| symbol_named(&symbols, entry);
+        assert_eq!(named("ops::scale<float>").unwrap(), Some("_ZN3ops5scaleIfEEvPT_S1_m"));
+        assert_eq!(named(" ops::scale< double > ").unwrap(), Some("_ZN3ops5scaleIdEEvPT_S1_m"));
+        assert_eq!(named("ops::scale<int>").unwrap(), None);
+        assert_eq!(named("scale<float>").unwrap(), None, "a name is matched whole, namespace included");
+        match named("ops::over") {
+            Err(Error::InvalidArgument(message)) => {
+                assert!(message.contains("names 2 kernels") && message.contains("_ZN3ops4overEPf"), "{message}")
+            }
+            other => panic!("an overloaded name picked one: {other:?}"),
+        }
     }
 
     #[test]
