@@ -31,10 +31,11 @@ fn open(test: &str) -> Option<Runtime> {
     }
 }
 
-/// A folder holding the project's header at `weir_test/affine.cuh`, as a
-/// project keeps its headers; `-I` this folder finds it.
-fn include_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("weir-cuda-include-{}", std::process::id()));
+/// A folder of `test`'s own holding the project's header at
+/// `weir_test/affine.cuh`, as a project keeps its headers; `-I` this folder
+/// finds it.
+fn include_dir(test: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("weir-cuda-include-{}-{test}", std::process::id()));
     std::fs::create_dir_all(dir.join("weir_test")).unwrap();
     std::fs::write(dir.join("weir_test/affine.cuh"), AFFINE_HEADER).unwrap();
     dir
@@ -121,7 +122,7 @@ fn from_source(name: &str, include: &std::path::Path) -> Kernel {
 #[test]
 fn cpp_kernels_from_source_run_by_their_names_with_a_project_header_on_three_streams() {
     let Some(runtime) = open("cpp_kernels_from_source") else { return };
-    let include = include_dir();
+    let include = include_dir("source");
     pipeline(
         &runtime,
         &from_source("weir_test::affine<float>", &include),
@@ -148,7 +149,7 @@ fn cpp_kernels_from_source_run_by_their_names_with_a_project_header_on_three_str
 fn what_a_users_kernel_gets_wrong_is_refused_by_name_before_anything_runs() {
     let Some(runtime) = open("what_a_users_kernel_gets_wrong") else { return };
     let s = runtime.default_stream();
-    let include = include_dir();
+    let include = include_dir("refusals");
     let (x, y) = (s.zeros(ElementType::F32, 16).unwrap(), s.zeros(ElementType::F32, 16).unwrap());
     let refused =
         |kernel: &Kernel, args: &[Arg<'_>], expected: &str| match s.execute(kernel, Grid::linear(16, 16), args) {

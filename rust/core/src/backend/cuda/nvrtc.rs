@@ -60,40 +60,44 @@ rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: s
 }
 
 /// Compiles `source` to a CUBIN for `arch` (`sm_90`, …): C++17 unless
-/// `options` name another standard, with the toolkit's include directory
+/// `options` name another standard, with the toolkit's include directories
 /// (`cooperative_groups.h`, …) where it is installed, then `options`.
 pub(crate) fn compile(source: &str, arch: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
     let mut all = vec![format!("--gpu-architecture={arch}")];
     if !options.iter().any(|option| option.starts_with("-std") || option.starts_with("--std")) {
         all.push("--std=c++17".to_owned());
     }
-    if let Some(include) = toolkit_include() {
-        all.push(format!("--include-path={}", include.display()));
-    }
+    all.extend(toolkit_includes().iter().map(|include| format!("--include-path={}", include.display())));
     all.extend(options.iter().cloned());
     crate::backend::gpu::compile::<Nvrtc>(BackendKind::Cuda, source, &all, name_expression)
 }
 
-/// The CUDA toolkit's include directory, beside the NVRTC library this
-/// process loaded (`…/lib64/libnvrtc.so` → `…/include`), if it holds the
-/// toolkit's headers. NVRTC has the device built-ins of its own; headers
-/// such as `cooperative_groups.h` come from the toolkit.
-fn toolkit_include() -> Option<std::path::PathBuf> {
-    static INCLUDE: std::sync::OnceLock<Option<std::path::PathBuf>> = std::sync::OnceLock::new();
-    INCLUDE
-        .get_or_init(|| {
-            // SAFETY: the library is loaded (checked present before any compile); a lookup calls nothing.
-            let symbol = unsafe { sys::culib().get::<*const c_void>("nvrtcVersion") }.ok()?;
-            let library = loaded_from(*symbol)?;
-            // As loaded (`…/cuda/lib64/…`), then with links resolved
-            // (`…/cuda-13.0/targets/x86_64-linux/lib/…`): both sit two levels below the headers.
-            [Some(library.clone()), std::fs::canonicalize(&library).ok()]
-                .into_iter()
-                .flatten()
-                .filter_map(|library| Some(library.parent()?.parent()?.join("include")))
-                .find(|include| include.join("cooperative_groups.h").is_file())
-        })
-        .clone()
+/// The CUDA toolkit's include directories, beside the NVRTC library this
+/// process loaded (`…/lib64/libnvrtc.so` → `…/include`), if they hold the
+/// toolkit's headers: NVRTC has the device built-ins of its own, while
+/// headers such as `cooperative_groups.h` come from the toolkit, and since
+/// CUDA 13 the C++ library they include (`cuda/std/…`) from its `cccl`
+/// folder, which nvcc adds as well.
+fn toolkit_includes() -> &'static [std::path::PathBuf] {
+    static INCLUDES: std::sync::OnceLock<Vec<std::path::PathBuf>> = std::sync::OnceLock::new();
+    INCLUDES.get_or_init(|| {
+        // SAFETY: the library is loaded (checked present before any compile); a lookup calls nothing.
+        let Ok(symbol) = (unsafe { sys::culib().get::<*const c_void>("nvrtcVersion") }) else { return Vec::new() };
+        let Some(library) = loaded_from(*symbol) else { return Vec::new() };
+        // As loaded (`…/cuda/lib64/…`), then with links resolved
+        // (`…/cuda-13.0/targets/x86_64-linux/lib/…`): both sit two levels below the headers.
+        let include = [Some(library.clone()), std::fs::canonicalize(&library).ok()]
+            .into_iter()
+            .flatten()
+            .filter_map(|library| Some(library.parent()?.parent()?.join("include")))
+            .find(|include| include.join("cooperative_groups.h").is_file());
+        let Some(include) = include else { return Vec::new() };
+        let cccl = include.join("cccl");
+        match cccl.is_dir() {
+            true => vec![include, cccl],
+            false => vec![include],
+        }
+    })
 }
 
 /// The file of the shared library that holds `address`.
