@@ -125,6 +125,7 @@ mod kernel;
 mod key_map;
 mod lock;
 mod ops;
+mod options;
 mod runtime;
 mod scheduler;
 mod stream;
@@ -141,7 +142,7 @@ pub use backend::hip::hip_sys;
 pub use backend::wgpu::{wgpu, WgpuBufferRange, WgpuRawAccess};
 pub use backend::{RawAccess, ReduceOp};
 pub use buffer::Buffer;
-pub use builder::{GpuWake, RuntimeBuilder};
+pub use builder::RuntimeBuilder;
 pub use cancel::CancelToken;
 pub use completion::Completion;
 pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -157,9 +158,10 @@ pub use kernel::{
     KernelSource, ScalarArg,
 };
 pub use ops::Arg;
+pub use options::GpuWake;
 pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
-pub use scheduler::Fault;
+pub use options::Fault;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;

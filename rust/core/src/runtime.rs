@@ -4,13 +4,14 @@ use std::sync::Arc;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
-use crate::builder::{RuntimeBuilder, RuntimeOptions};
+use crate::builder::RuntimeBuilder;
 use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::Diagnostics;
 use crate::element::Element;
 use crate::error::{Error, Result};
 use crate::fence::Fence;
 use crate::host::HostBuffer;
+use crate::options::RuntimeOptions;
 use crate::scheduler::{Engine, Scheduler};
 use crate::stream::Stream;
 

@@ -405,26 +405,41 @@ impl Stream {
         self.fence()?.await
     }
 
-    /// Admits a write by foreign code. Inside the ordering boundary the write
-    /// takes its waits and its position, and the buffers are published as
-    /// written there; then `write` runs, outside the runtime-wide lock, with the
-    /// backend's raw stream and memory. While it runs, calls that need this
-    /// stream wait for it; made from inside `write` they fail with
-    /// [`Error::InvalidArgument`] instead of waiting for themselves.
-    pub fn external_write(
+    /// Admits a write by foreign code: [`Stream::external`] with every
+    /// buffer declared [`Access::Write`](crate::Access::Write).
+    pub fn external_write(&self, buffers: &[&Buffer], write: impl FnMut(RawAccess<'_>) -> Result<()>) -> Result<()> {
+        let accesses: Vec<(&Buffer, crate::Access)> =
+            buffers.iter().map(|&buffer| (buffer, crate::Access::Write)).collect();
+        self.external(&accesses, write)
+    }
+
+    /// Admits an op of foreign code (a library call: a cuBLAS GEMM, a cuFFT
+    /// plan, hand-written driver calls) that touches `buffers` as declared.
+    /// Inside the ordering boundary the op takes its waits and its position,
+    /// and the buffers are published as read or written there; then `run`
+    /// runs, outside the runtime-wide lock, with the backend's raw stream and
+    /// the buffers' memory in the order given, to enqueue its work on that
+    /// stream. Failures follow the data as for any op: if a version it reads
+    /// failed, `run` does not run and what it writes fails with it; if `run`
+    /// fails, so does what it writes, and the stream's next fence reports
+    /// it. While `run` runs, calls that need this stream wait for it; made
+    /// from inside `run` they fail with [`Error::InvalidArgument`] instead of
+    /// waiting for themselves.
+    pub fn external(
         &self,
-        buffers: &[&Buffer],
-        mut write: impl FnMut(RawAccess<'_>) -> Result<()>,
+        buffers: &[(&Buffer, crate::Access)],
+        mut run: impl FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         self.admitting()?;
         let mut spans = Vec::with_capacity(buffers.len());
-        for buffer in buffers {
-            let key = buffer.whole_allocation_in(self.engine(), "a foreign write")?;
-            spans.push((Span { buffer: key, offset: 0, len: buffer.size_bytes() }, crate::Access::Write));
+        for &(buffer, access) in buffers {
+            let key = buffer.whole_allocation_in(self.engine(), "a foreign op")?;
+            spans.push((Span { buffer: key, offset: 0, len: buffer.size_bytes() }, access));
         }
         ops::reject_overlap(&spans)?;
-        let keys: Vec<BufferKey> = spans.iter().map(|(span, _)| span.buffer).collect();
-        self.engine().external_write(self.0.index, &keys, &mut write)
+        let accesses: Vec<(BufferKey, crate::Access)> =
+            spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
+        self.engine().external(self.0.index, &accesses, &mut run)
     }
 
     /// Admits an op that writes `buffer` and fails with `message`, as a failed

@@ -459,7 +459,7 @@ pub enum EnqueueError {
     Failed(Error),
 }
 
-/// Raw access handed to an [`external_write`](crate::Stream::external_write) closure.
+/// Raw access handed to an [`external`](crate::Stream::external) op's closure.
 #[non_exhaustive]
 pub enum RawAccess<'a> {
     /// CPU: enqueue host work on the stream's worker, over the buffers' bytes.
@@ -666,17 +666,20 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn is_settled(&self, _stream: &Self::Stream) -> bool {
         false
     }
-    /// Runs `write` with raw handles on `stream` and `buffers`, in admission
-    /// order. The caller holds no runtime-wide lock while it runs.
+    /// Runs `run` with raw handles on `stream` and `buffers`, in admission
+    /// order, unless a version it reads (`io`) failed by the time its work
+    /// would start: then it fails with that failure. The caller holds no
+    /// runtime-wide lock while it runs.
     ///
     /// # Safety
     /// As for [`Backend::enqueue`], for every memory in `buffers`, which the
     /// caller has ordered after every other user.
-    unsafe fn external_write(
+    unsafe fn external(
         &self,
         stream: &Self::Stream,
-        buffers: &[&Self::Memory],
-        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+        buffers: &[(&Self::Memory, Access)],
+        io: OpIo,
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()>;
     /// True when the calling thread runs `stream`'s work (a CPU kernel):
     /// waiting there for that stream would wait for itself.

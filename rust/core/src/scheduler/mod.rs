@@ -54,14 +54,7 @@ pub(crate) enum Init<'a> {
     Data(&'a [u8]),
 }
 
-/// A deliberate scheduler bug, for tests that prove the suite catches it.
-#[cfg_attr(not(feature = "test-support"), allow(dead_code))]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
-    /// Versions are keyed on the allocation position and writes publish
-    /// nothing: the CubeCL write-cursor bug.
-    KeyVersionsAtAllocation,
-}
+use crate::options::Fault;
 
 /// The runtime as the public handles see it, whatever the backend.
 pub(crate) trait Engine: Send + Sync {
@@ -131,11 +124,11 @@ pub(crate) trait Engine: Send + Sync {
     /// An error if waiting on the calling thread for `stream` (or all streams)
     /// would wait for itself: a CPU kernel waiting for its own stream.
     fn check_can_wait(&self, stream: Option<usize>) -> Result<()>;
-    fn external_write(
+    fn external(
         &self,
         stream: usize,
-        buffers: &[BufferKey],
-        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+        accesses: &[(BufferKey, Access)],
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()>;
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: usize) -> Result<Arc<Gate>>;
@@ -996,47 +989,60 @@ impl<B: Backend> Engine for Scheduler<B> {
         Ok(())
     }
 
-    fn external_write(
+    fn external(
         &self,
         stream: usize,
-        buffers: &[BufferKey],
-        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+        accesses: &[(BufferKey, Access)],
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
-        let accesses: Vec<(BufferKey, Access)> = buffers.iter().map(|&key| (key, Access::Write)).collect();
-        let outcome = Arc::new(OpOutcome::default());
-        let (raw, memories, reservation) = {
-            let mut state = self.open_state_when(|state| state.needs_busy(stream, &accesses))?;
-            self.wait_for_dependencies(&mut state, stream, &accesses)?;
-            let memories = buffers
+        let (raw, memories, reservation, io) = {
+            let mut state = self.open_state_when(|state| state.needs_busy(stream, accesses))?;
+            // Even an op that will not run is ordered (see `admit`).
+            self.wait_for_dependencies(&mut state, stream, accesses)?;
+            let spans = accesses
                 .iter()
-                .map(|&key| state.entry(key).map(|entry| entry.memory.clone()))
+                .map(|&(key, access)| {
+                    state.entry(key).map(|entry| (Span { buffer: key, offset: 0, len: entry.len }, access))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let (io, failed_input) = Self::op_io(&state, &spans, stream)?;
+            if let Some(error) = failed_input {
+                return Err(self.publish_failed(&mut state, stream, accesses, io.outcome, error));
+            }
+            let memories = accesses
+                .iter()
+                .map(|&(key, access)| state.entry(key).map(|entry| (entry.memory.clone(), access)))
                 .collect::<Result<Vec<_>>>()?;
             let raw = state.slot(stream)?.raw(stream)?.clone();
-            // The write takes its position now; until the closure returns, every
+            // The op takes its position now; until the closure returns, every
             // call that needs this stream (to enqueue on it, record an event on
-            // it or signal it) waits, so later users see the write as published.
+            // it or signal it) waits, so later users see the op as published.
             state.streams[stream].position += 1;
-            self.publish(&mut state, stream, &accesses, Some(&outcome));
+            self.publish(&mut state, stream, accesses, io.outcome.as_ref());
             state.streams[stream].busy = true;
             state.busy_streams += 1;
             let previous_writer = EXTERNAL_WRITER.with(|writer| writer.replace(Some((self.address(), stream))));
-            (raw, memories, Reservation { scheduler: self, stream, previous_writer })
+            (raw, memories, Reservation { scheduler: self, stream, previous_writer }, io)
         };
-        let memories: Vec<&B::Memory> = memories.iter().map(|memory| &**memory).collect();
+        let memories: Vec<(&B::Memory, Access)> =
+            memories.iter().map(|(memory, access)| (&**memory, *access)).collect();
+        let outcome = io.outcome.clone();
         // SAFETY: the memories are held alive here and in the buffers' entries
         // until released, which frees them only after a signal on this stream
-        // made after this write; the write was ordered after every other user
+        // made after this op; the op was ordered after every other user
         // above, and no other op can be enqueued on this stream meanwhile.
-        let written = unsafe { self.backend.external_write(&raw, &memories, write) };
-        if let Err(error) = &written {
-            // The buffers were published as written here: their readers must
-            // get this failure, not the bytes the write did not make.
-            let error = error.clone().into_op_failure(stream as u32, Some("external write"));
-            outcome.fail(error.clone());
+        let ran = unsafe { self.backend.external(&raw, &memories, io, run) };
+        if let Err(error) = &ran {
+            // What it writes was published as written here: its readers must
+            // get this failure, not the bytes the op did not make.
+            let error = error.clone().into_op_failure(stream as u32, Some("external op"));
+            if let Some(outcome) = outcome {
+                outcome.fail(error.clone());
+            }
             lock(&self.state).streams[stream].unreported.record(&error);
         }
         drop(reservation);
-        written
+        ran
     }
 
     #[cfg(feature = "test-support")]

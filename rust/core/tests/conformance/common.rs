@@ -144,9 +144,10 @@ pub fn raw_fill(raw: RawAccess<'_>, value: u8) -> weir_core::Result<()> {
     match raw {
         RawAccess::Cpu(cpu) => {
             cpu.enqueue(move |buffers| {
-                for bytes in buffers.iter_mut() {
-                    bytes.fill(value);
+                for index in 0..buffers.buffer_count() {
+                    buffers.bytes_mut(index)?.fill(value);
                 }
+                Ok(())
             });
             Ok(())
         }

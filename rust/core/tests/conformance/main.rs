@@ -45,6 +45,7 @@ macro_rules! conformance {
 mod bad_input;
 mod common;
 mod errors;
+mod external;
 mod fences;
 mod graphs;
 mod host_buffers;

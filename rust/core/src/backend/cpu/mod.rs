@@ -27,6 +27,7 @@ use crate::backend::{
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 use crate::error::{Error, Result};
+use crate::kernel::{Access, CpuKernelArgs, Grid};
 
 /// The CPU backend.
 #[derive(Debug, Default)]
@@ -82,20 +83,25 @@ impl DeviceTimestamp for CpuTimestamp {
     }
 }
 
-/// Host work an external write enqueues on a CPU stream.
-pub type CpuHostWrite = Box<dyn FnOnce(&mut [&mut [u8]]) + Send>;
+/// Host work an external op enqueues on a CPU stream.
+pub type CpuHostWork = Box<dyn FnOnce(&mut CpuKernelArgs<'_>) -> std::result::Result<(), String> + Send>;
 
 /// Raw access on the CPU backend: host closures that run on the stream's
-/// worker, in admission order, over the written buffers' bytes.
+/// worker, in admission order, over the op's buffers as a CPU kernel gets
+/// them (in the order given, each as declared: `bytes_mut` and `f32s_mut`
+/// for those it writes). An `Err` fails the op, as a kernel's does.
 #[derive(Default)]
 pub struct CpuRawAccess {
-    writes: Vec<CpuHostWrite>,
+    work: Vec<CpuHostWork>,
 }
 
 impl CpuRawAccess {
-    /// Enqueues `write` to run on the stream over the buffers, in the order given.
-    pub fn enqueue(&mut self, write: impl FnOnce(&mut [&mut [u8]]) + Send + 'static) {
-        self.writes.push(Box::new(write));
+    /// Enqueues `work` to run on the stream over the op's buffers.
+    pub fn enqueue(
+        &mut self,
+        work: impl FnOnce(&mut CpuKernelArgs<'_>) -> std::result::Result<(), String> + Send + 'static,
+    ) {
+        self.work.push(Box::new(work));
     }
 }
 
@@ -247,28 +253,26 @@ impl Backend for CpuBackend {
         stream.is_idle() && stream.tally.is_clear()
     }
 
-    unsafe fn external_write(
+    unsafe fn external(
         &self,
         stream: &CpuStream,
-        buffers: &[&CpuMemory],
-        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+        buffers: &[(&CpuMemory, Access)],
+        io: OpIo,
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
         let mut raw = CpuRawAccess::default();
-        write(RawAccess::Cpu(&mut raw))?;
-        let spans: Vec<Span<CpuMemory>> =
-            buffers.iter().map(|&memory| Span { buffer: memory.clone(), offset: 0, len: memory.len() }).collect();
+        run(RawAccess::Cpu(&mut raw))?;
+        let spans: Vec<(Span<CpuMemory>, Access)> = buffers
+            .iter()
+            .map(|&(memory, access)| (Span { buffer: memory.clone(), offset: 0, len: memory.len() }, access))
+            .collect();
         stream.work(
             Box::new(move || {
-                let mut guards =
-                    spans.iter().map(|span| CpuMemory::begin(span, true)).collect::<Result<Vec<_>, _>>()?;
-                let mut views = guards.iter_mut().filter_map(|guard| guard.bytes_mut()).collect::<Vec<_>>();
-                for host_write in raw.writes {
-                    host_write(&mut views);
-                }
-                Ok(())
+                let whole = Grid::new([1, 1, 1], [1, 1, 1]);
+                raw.work.into_iter().try_for_each(|work| ops::with_kernel_args(&spans, whole, Vec::new(), work))
             }),
-            // An external write reads nothing: its failures are the closure's, seen by the scheduler.
-            OpIo::default(),
+            // The worker skips (and fails) the host work if a version it reads failed.
+            io,
         )
     }
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use super::memory::{AccessGuard, CpuMemory};
 use crate::backend::{BinaryOp, Command, Counters, KernelArg, Span};
-use crate::kernel::{CpuKernelArgs, CpuView};
+use crate::kernel::{Access, CpuKernelArgs, CpuView, Grid, ScalarArg};
 
 type Run = Result<(), String>;
 
@@ -90,21 +90,34 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
         Command::Custom { kernel, grid, args } => {
             let body =
                 kernel.cpu.as_ref().ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
-            let mut guards = Vec::new();
+            let mut buffers = Vec::new();
             let mut scalars = Vec::new();
-            for arg in &args {
+            for arg in args {
                 match arg {
-                    KernelArg::Buffer(span, access) => guards.push(CpuMemory::begin(span, access.writes())?),
-                    KernelArg::Scalar(scalar) => scalars.push(scalar.clone()),
+                    KernelArg::Buffer(span, access) => buffers.push((span, access)),
+                    KernelArg::Scalar(scalar) => scalars.push(scalar),
                 }
             }
-            let mut buffers = Vec::with_capacity(guards.len());
-            for guard in &mut guards {
-                let write = guard.is_write();
-                buffers.push(if write { CpuView::Write(writable(guard)?) } else { CpuView::Read(guard.bytes()) });
-            }
-            body(&mut CpuKernelArgs { grid, buffers, scalars })?;
+            with_kernel_args(&buffers, grid, scalars, |args| body(args))?;
         }
     }
     Ok(())
+}
+
+/// Runs `body` over `buffers`, each opened as declared and in order, and
+/// `scalars`: what a CPU kernel, or an external op's host work, gets.
+pub(crate) fn with_kernel_args(
+    buffers: &[(Span<CpuMemory>, Access)],
+    grid: Grid,
+    scalars: Vec<ScalarArg>,
+    body: impl FnOnce(&mut CpuKernelArgs<'_>) -> Run,
+) -> Run {
+    let mut guards =
+        buffers.iter().map(|(span, access)| CpuMemory::begin(span, access.writes())).collect::<Result<Vec<_>, _>>()?;
+    let mut views = Vec::with_capacity(guards.len());
+    for guard in &mut guards {
+        let write = guard.is_write();
+        views.push(if write { CpuView::Write(writable(guard)?) } else { CpuView::Read(guard.bytes()) });
+    }
+    body(&mut CpuKernelArgs { grid, buffers: views, scalars })
 }

@@ -20,9 +20,9 @@ pub(crate) use driver::list;
 pub(crate) use nccl::unique_id as new_group_id;
 
 use crate::backend::gpu::GpuBackend;
-use crate::builder::RuntimeOptions;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
+use crate::options::RuntimeOptions;
 
 /// CUDA on one device.
 pub(crate) type CudaBackend = GpuBackend<driver::Cuda>;

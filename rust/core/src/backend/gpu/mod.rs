@@ -43,14 +43,14 @@ use crate::backend::{
     Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, KernelArg, OpIo, RawAccess,
     SignalKind, Span,
 };
-use crate::builder::RuntimeOptions;
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
-use crate::kernel::{CustomKernel, Grid};
+use crate::kernel::{Access, CustomKernel, Grid};
 use crate::key_map::KeyMap;
 use crate::lock::lock;
+use crate::options::RuntimeOptions;
 
 use device::{Device, LentToHost, Loan};
 pub use driver::DeviceBuffer;
@@ -699,18 +699,23 @@ impl<D: Driver> Backend for GpuBackend<D> {
         }
     }
 
-    unsafe fn external_write(
+    unsafe fn external(
         &self,
         stream: &GpuStream<D>,
-        buffers: &[&GpuMemory<D>],
-        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+        buffers: &[(&GpuMemory<D>, Access)],
+        io: OpIo,
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
-        // The closure's work follows every op queued before it.
+        // The closure's work follows every op queued before it, whose driver
+        // calls have then been made: a failure among them is known.
         self.device.issuer.flush();
+        if let Some(error) = io.failed_input(stream.index) {
+            return Err(error);
+        }
         self.driver().bind()?;
         let raw: Vec<DeviceBuffer> =
-            buffers.iter().map(|memory| DeviceBuffer { ptr: memory.ptr, len: memory.len }).collect();
-        let outcome = write(D::raw_access(stream.raw, &raw));
+            buffers.iter().map(|(memory, _)| DeviceBuffer { ptr: memory.ptr, len: memory.len }).collect();
+        let outcome = run(D::raw_access(stream.raw, &raw));
         // Foreign code may have switched the thread's current device.
         self.driver().bind()?;
         outcome

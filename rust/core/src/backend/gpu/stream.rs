@@ -41,7 +41,7 @@ use crate::error::{Error, Result};
 use crate::lock::lock;
 
 /// Where completions run; see the module doc.
-pub(crate) type Wake = crate::builder::GpuWake;
+pub(crate) type Wake = crate::options::GpuWake;
 
 /// A waiter's choice between spinning on an event and blocking on it.
 ///

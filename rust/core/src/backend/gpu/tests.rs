@@ -15,10 +15,10 @@ use std::time::Duration;
 
 use super::*;
 use crate::backend::{HostSink, OpOutcome};
-use crate::builder::SPIN_BUDGET;
 use crate::diagnostics::LiveCounters;
 use crate::kernel::{Access, DeviceCode, DeviceKernel, KernelSource, ScalarArg};
 use crate::lock::lock;
+use crate::options::SPIN_BUDGET;
 
 thread_local! {
     /// The fake bound on this thread (0: none).

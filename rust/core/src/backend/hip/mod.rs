@@ -20,8 +20,8 @@ pub use toolchain::{check_arguments_for, compile_builtins_for, compile_for, para
 pub use hip_sys;
 
 use crate::backend::gpu::GpuBackend;
-use crate::builder::RuntimeOptions;
 use crate::error::Result;
+use crate::options::RuntimeOptions;
 
 pub(crate) use driver::list;
 

@@ -73,10 +73,11 @@ pub use timestamps::WgpuTimestamp;
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span};
-use crate::builder::RuntimeOptions;
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{Error, Result};
+use crate::kernel::Access;
+use crate::options::RuntimeOptions;
 
 /// The wgpu backend.
 pub struct WgpuBackend {
@@ -253,16 +254,23 @@ impl Backend for WgpuBackend {
         self.shared.is_settled(stream.lane)
     }
 
-    unsafe fn external_write(
+    unsafe fn external(
         &self,
         stream: &WgpuStream,
-        buffers: &[&WgpuMemory],
-        write: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+        buffers: &[(&WgpuMemory, Access)],
+        io: OpIo,
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
+        // wgpu ops fail as they are recorded, which admission already saw for
+        // what this op reads.
+        if let Some(error) = io.failed_input(stream.number) {
+            return Err(error);
+        }
         let gpu = self.gpu();
-        let mut raw = WgpuRawAccess::new(&gpu.device, &gpu.queue, buffers);
+        let memories: Vec<&WgpuMemory> = buffers.iter().map(|&(memory, _)| memory).collect();
+        let mut raw = WgpuRawAccess::new(&gpu.device, &gpu.queue, &memories);
         let recorded = scoped(&gpu.device, || {
-            write(RawAccess::Wgpu(&mut raw))?;
+            run(RawAccess::Wgpu(&mut raw))?;
             Ok::<_, Error>(raw.finish())
         });
         match recorded {
