@@ -149,6 +149,27 @@ impl Buffer {
         Ok(Span { buffer: key, offset: self.start, len: self.size_bytes })
     }
 
+    /// The bytes of its allocation that this buffer (or view) covers, as a
+    /// buffer of `to`'s allocation, a whole buffer of the same size: `to`
+    /// itself, or a view of it, refused unless they are whole elements of
+    /// `to` (as every view of it is).
+    pub(crate) fn same_bytes_of(&self, to: &Buffer) -> Result<Buffer> {
+        if !self.is_view() {
+            return Ok(to.clone());
+        }
+        let unit = to.handle.element.size_bytes();
+        if !self.start.is_multiple_of(unit) || !self.size_bytes.is_multiple_of(unit) {
+            return Err(Error::invalid(format!(
+                "bytes {}..{} of a buffer are no view of a buffer of {}: its views hold whole {}",
+                self.start,
+                self.start + self.size_bytes,
+                to.handle.element,
+                to.handle.element.unit()
+            )));
+        }
+        to.view(self.start / unit, self.size_bytes / unit)
+    }
+
     /// The whole allocation, refusing a view: for what maps memory as a whole.
     pub(crate) fn whole_allocation_in(&self, engine: &Arc<dyn Engine>, what: &str) -> Result<BufferKey> {
         if self.is_view() {

@@ -101,16 +101,6 @@ impl Error {
         }
     }
 
-    /// `self`, as the first of `count` failures a fence reports.
-    pub(crate) fn first_of(self, count: u64) -> Self {
-        match self {
-            Error::OpFailed { stream, message } if count > 1 => {
-                Error::OpFailed { stream, message: format!("{message} (and {} more failed ops)", count - 1) }
-            }
-            other => other,
-        }
-    }
-
     pub(crate) fn backend(backend: BackendKind, message: impl Into<String>) -> Self {
         Error::Backend { backend, message: message.into(), status: None }
     }
@@ -150,3 +140,42 @@ pub struct DriverStatus {
 
 /// Weir's result type.
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What a fence reports, as its parts (one per stream, and the failures
+/// found at admission) bring it: the first failure, and how many ops failed
+/// in all, so that a fence over several streams counts every one's.
+#[derive(Debug, Clone)]
+pub(crate) struct Failures {
+    first: Error,
+    count: u64,
+}
+
+impl Failures {
+    /// `count` failed ops, the first of which failed with `first`.
+    pub(crate) fn new(first: Error, count: u64) -> Failures {
+        Failures { first, count }
+    }
+
+    /// Adds `later`'s failures to these; the first stays the first.
+    pub(crate) fn add(&mut self, later: Failures) {
+        self.count += later.count;
+    }
+
+    /// The error a fence reports: the first failure, saying how many more
+    /// ops failed.
+    pub(crate) fn into_error(self) -> Error {
+        match self.first {
+            Error::OpFailed { stream, message } if self.count > 1 => {
+                Error::OpFailed { stream, message: format!("{message} (and {} more failed ops)", self.count - 1) }
+            }
+            other => other,
+        }
+    }
+}
+
+/// One failure: an error that is no count of several.
+impl From<Error> for Failures {
+    fn from(error: Error) -> Failures {
+        Failures::new(error, 1)
+    }
+}

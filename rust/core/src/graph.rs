@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::backend::Command;
 use crate::buffer::Buffer;
 use crate::error::{Error, Result};
+use crate::ops::Recipe;
 use crate::runtime::Runtime;
 use crate::scheduler::{BufferKey, Engine, Recording};
 
@@ -17,6 +18,8 @@ use crate::scheduler::{BufferKey, Engine, Recording};
 pub struct Graph {
     engine: Arc<dyn Engine>,
     recording: Recording,
+    /// How each recorded command was made, in order: what a rebind makes again.
+    recipes: Vec<Recipe>,
     /// Every buffer the commands name, once each; pinned while the graph lives.
     keys: Vec<BufferKey>,
 }
@@ -28,12 +31,19 @@ impl std::fmt::Debug for Graph {
 }
 
 impl Graph {
-    pub(crate) fn new(engine: Arc<dyn Engine>, commands: Vec<Command<BufferKey>>) -> Result<Graph> {
+    pub(crate) fn new(
+        engine: Arc<dyn Engine>,
+        commands: Vec<Command<BufferKey>>,
+        recipes: Vec<Recipe>,
+    ) -> Result<Graph> {
+        if recipes.len() != commands.len() {
+            return Err(Error::internal("a graph recorded without a recipe for each op"));
+        }
         let recording = Recording::new(commands);
         let mut keys: Vec<BufferKey> = recording.accesses().iter().map(|&(key, _)| key).collect();
         keys.sort_unstable();
         engine.pin(&keys)?;
-        Ok(Graph { engine, recording, keys })
+        Ok(Graph { engine, recording, recipes, keys })
     }
 
     /// How many ops a replay runs.
@@ -55,10 +65,15 @@ impl Graph {
     }
 
     /// The same ops over other buffers: each `(from, to)` pair replaces
-    /// `from` by `to`, which must have the same size (ranges stay as recorded).
+    /// `from` by `to`, which must have the same size (ranges stay as
+    /// recorded: a view of `from` becomes the same bytes of `to`). Each op
+    /// is made again through the checks it passed when recorded, so the
+    /// rebound graph holds only ops that could be admitted directly: of
+    /// buffers of a type it takes, of fitting sizes, of this runtime, no
+    /// memory it writes named twice.
     pub fn rebind(&self, pairs: &[(&Buffer, &Buffer)]) -> Result<Graph> {
         let mut map = Vec::with_capacity(pairs.len());
-        for (from, to) in pairs {
+        for &(from, to) in pairs {
             if from.size_bytes() != to.size_bytes() {
                 return Err(Error::invalid(format!(
                     "a graph rebinds a buffer of {} bytes to one of {} bytes: sizes must match",
@@ -66,25 +81,21 @@ impl Graph {
                     to.size_bytes()
                 )));
             }
-            let (from, to) = (
-                from.whole_allocation_in(&self.engine, "rebinding a graph")?,
-                to.whole_allocation_in(&self.engine, "rebinding a graph")?,
-            );
+            let from = from.whole_allocation_in(&self.engine, "rebinding a graph")?;
+            to.whole_allocation_in(&self.engine, "rebinding a graph")?;
             map.push((from, to));
         }
-        let swap = |key: BufferKey| map.iter().find(|(from, _)| *from == key).map_or(key, |(_, to)| *to);
-        let commands = self
-            .recording
-            .commands()?
-            .into_iter()
-            .map(|command| {
-                let command = command.map(swap);
-                // Rebinding may make two arguments of one op the same memory.
-                crate::ops::reject_overlap(&command.spans())?;
-                Ok(command)
-            })
+        let swap = |buffer: &Buffer| match map.iter().find(|(from, _)| *from == buffer.owner().1) {
+            Some((_, to)) => buffer.same_bytes_of(to),
+            None => Ok(buffer.clone()),
+        };
+        let recipes = self.recipes.iter().map(|recipe| recipe.rebound(swap)).collect::<Result<Vec<_>>>()?;
+        let commands = recipes
+            .iter()
+            .zip(self.recording.commands()?)
+            .map(|(recipe, recorded)| recipe.command(&self.engine, recorded))
             .collect::<Result<Vec<_>>>()?;
-        Graph::new(self.engine.clone(), commands)
+        Graph::new(self.engine.clone(), commands, recipes)
     }
 }
 

@@ -136,6 +136,10 @@ impl DeviceGroup {
     /// collective on every rank, naming it; NCCL hangs or fails. A rank whose
     /// process is gone fails its peers' collectives on the CPU (and breaks
     /// the group); NCCL reports it, or hangs, as it is set up to.
+    ///
+    /// A CPU group has at most 65 536 ranks (every rank but 0 holds a
+    /// loopback port), NCCL's at most `i32::MAX`: more is
+    /// [`Error::InvalidArgument`] naming the limit, before anything is sized by it.
     pub fn join(kind: BackendKind, device: usize, id: &GroupId, ranks: usize, rank: usize) -> Result<DeviceGroup> {
         if id.kind != kind {
             return Err(Error::invalid(format!("a {} group joined with an id of a {} group", kind, id.kind)));

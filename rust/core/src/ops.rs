@@ -7,7 +7,7 @@ use crate::buffer::Buffer;
 use crate::device::KernelLanguage;
 use crate::element::ElementType;
 use crate::error::{Error, Result};
-use crate::kernel::{Access, Builtin, CustomKernel, KernelDef, ScalarArg};
+use crate::kernel::{Access, Builtin, CustomKernel, Grid, Kernel, KernelDef, ScalarArg};
 use crate::scheduler::{BufferKey, Engine};
 
 /// An argument of [`crate::Stream::execute`].
@@ -304,5 +304,132 @@ pub(crate) fn kernel(
     match &kernel.0 {
         KernelDef::Builtin(op) => builtin(engine, *op, args),
         KernelDef::Custom(custom_kernel) => custom(engine, custom_kernel, grid, args),
+    }
+}
+
+/// Where a write of `len` bytes into `buffer` at element `offset` lands:
+/// refused unless they are a whole number of its elements, at least one,
+/// within it, and (for data of an `element` type rather than raw bytes) of
+/// a type the buffer holds.
+pub(crate) fn write_target(
+    engine: &Arc<dyn Engine>,
+    buffer: &Buffer,
+    offset: u64,
+    element: Option<ElementType>,
+    len: usize,
+) -> Result<Span<BufferKey>> {
+    if let Some(element) = element {
+        buffer.expect_element(element, "a write")?;
+    }
+    let count = whole_elements(buffer.element_type(), len)?;
+    let dst = buffer.span_in(engine, offset, count)?;
+    if len == 0 {
+        return Err(Error::invalid("nothing to write"));
+    }
+    Ok(dst)
+}
+
+/// How many `element`s `bytes` hold, refusing a part of one.
+pub(crate) fn whole_elements(element: ElementType, bytes: usize) -> Result<u64> {
+    let bytes = bytes as u64;
+    if !bytes.is_multiple_of(element.size_bytes()) {
+        return Err(Error::invalid(format!("{bytes} bytes are not a whole number of {}", element.unit())));
+    }
+    Ok(bytes / element.size_bytes())
+}
+
+/// An argument as a recorded graph keeps it: the buffer itself (its type,
+/// its range), not only the span it bound.
+#[derive(Debug, Clone)]
+pub(crate) enum HeldArg {
+    Buffer(Buffer, Access),
+    Scalar(ScalarArg),
+}
+
+fn held(args: &[Arg<'_>]) -> Vec<HeldArg> {
+    args.iter()
+        .map(|arg| match arg {
+            Arg::Buffer(buffer, access) => HeldArg::Buffer((*buffer).clone(), *access),
+            Arg::Scalar(scalar) => HeldArg::Scalar(scalar.clone()),
+        })
+        .collect()
+}
+
+fn lent(args: &[HeldArg]) -> Vec<Arg<'_>> {
+    args.iter()
+        .map(|arg| match arg {
+            HeldArg::Buffer(buffer, access) => Arg::Buffer(buffer, *access),
+            HeldArg::Scalar(scalar) => Arg::Scalar(scalar.clone()),
+        })
+        .collect()
+}
+
+/// An op as its caller asked for it, kept by a recorded graph so that
+/// [`Graph::rebind`](crate::Graph::rebind) makes it again over other buffers
+/// through the very checks it passed when recorded ([`builtin`], [`kernel`],
+/// [`write_target`]): a rebound graph holds only ops that could be admitted.
+#[derive(Debug, Clone)]
+pub(crate) enum Recipe {
+    Builtin {
+        op: Builtin,
+        args: Vec<HeldArg>,
+    },
+    Kernel {
+        kernel: Kernel,
+        grid: Grid,
+        args: Vec<HeldArg>,
+    },
+    /// The recorded command's bytes written at element `offset` of
+    /// `buffer`, as data of `element` (`None`: raw bytes).
+    Write {
+        buffer: Buffer,
+        offset: u64,
+        element: Option<ElementType>,
+    },
+}
+
+impl Recipe {
+    pub(crate) fn builtin(op: Builtin, args: &[Arg<'_>]) -> Recipe {
+        Recipe::Builtin { op, args: held(args) }
+    }
+
+    pub(crate) fn kernel(kernel: &Kernel, grid: Grid, args: &[Arg<'_>]) -> Recipe {
+        Recipe::Kernel { kernel: kernel.clone(), grid, args: held(args) }
+    }
+
+    /// The same op with every buffer passed through `swap`.
+    pub(crate) fn rebound(&self, swap: impl Fn(&Buffer) -> Result<Buffer>) -> Result<Recipe> {
+        let args = |args: &[HeldArg]| -> Result<Vec<HeldArg>> {
+            args.iter()
+                .map(|arg| match arg {
+                    HeldArg::Buffer(buffer, access) => Ok(HeldArg::Buffer(swap(buffer)?, *access)),
+                    HeldArg::Scalar(scalar) => Ok(HeldArg::Scalar(scalar.clone())),
+                })
+                .collect()
+        };
+        Ok(match self {
+            Recipe::Builtin { op, args: held } => Recipe::Builtin { op: *op, args: args(held)? },
+            Recipe::Kernel { kernel, grid, args: held } => {
+                Recipe::Kernel { kernel: kernel.clone(), grid: *grid, args: args(held)? }
+            }
+            Recipe::Write { buffer, offset, element } => {
+                Recipe::Write { buffer: swap(buffer)?, offset: *offset, element: *element }
+            }
+        })
+    }
+
+    /// The op's command in `engine`, checked as an op admitted directly is;
+    /// `recorded` is the command first made from it, whose bytes a write keeps.
+    pub(crate) fn command(&self, engine: &Arc<dyn Engine>, recorded: Command<BufferKey>) -> Result<Command<BufferKey>> {
+        match self {
+            Recipe::Builtin { op, args } => builtin(engine, *op, &lent(args)),
+            Recipe::Kernel { kernel: k, grid, args } => kernel(engine, k, *grid, &lent(args)),
+            Recipe::Write { buffer, offset, element } => match recorded {
+                Command::Upload { data, .. } => {
+                    Ok(Command::Upload { dst: write_target(engine, buffer, *offset, *element, data.len())?, data })
+                }
+                _ => Err(Error::internal("a recorded write whose command is no upload")),
+            },
+        }
     }
 }

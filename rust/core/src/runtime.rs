@@ -142,7 +142,9 @@ impl Runtime {
         self.engine.host_buffer(bytemuck::cast_slice(data))
     }
 
-    /// A fence on all work admitted on every stream so far.
+    /// A fence on all work admitted on every stream so far. It reports
+    /// every stream's failures since that stream's previous fence: the
+    /// first, with their total.
     pub fn fence(&self) -> Result<Fence> {
         Ok(Fence::new(self.engine.fence(None)?, self.engine.clone(), None))
     }

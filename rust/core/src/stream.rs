@@ -13,7 +13,7 @@ use crate::fence::{Fence, PendingRead};
 use crate::graph::Graph;
 use crate::host::HostBuffer;
 use crate::kernel::{Builtin, Grid, Kernel};
-use crate::ops::{self, Arg};
+use crate::ops::{self, Arg, Recipe};
 use crate::runtime::Runtime;
 use crate::scheduler::{BufferKey, Engine, Init};
 use crate::timestamp::Timestamp;
@@ -40,7 +40,16 @@ struct Recording {
     _stream: Stream,
     /// `None` once the batch or recording is over: a clone of the collecting
     /// stream kept past it refuses ops rather than drop them unseen.
-    commands: std::sync::Mutex<Option<Vec<Command<BufferKey>>>>,
+    collected: std::sync::Mutex<Option<Collected>>,
+}
+
+/// The ops a batch or recording collected.
+#[derive(Default)]
+struct Collected {
+    commands: Vec<Command<BufferKey>>,
+    /// A recording's (not a batch's): how each command was made, for
+    /// [`Graph::rebind`] to make it again over other buffers.
+    recipes: Option<Vec<Recipe>>,
 }
 
 impl Drop for StreamHandle {
@@ -62,23 +71,25 @@ impl Stream {
         Stream(Arc::new(StreamHandle { engine, index, recording: None }))
     }
 
-    /// The ops `record` makes on the stream it is given, collected, not admitted.
-    fn collect(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Vec<Command<BufferKey>>> {
+    /// The ops `record` makes on the stream it is given, collected, not
+    /// admitted; with their recipes if `recipes`.
+    fn collect(&self, recipes: bool, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Collected> {
         if self.0.recording.is_some() {
             return Err(Error::invalid("batches and recordings do not nest"));
         }
-        let recording = Recording { _stream: self.clone(), commands: std::sync::Mutex::new(Some(Vec::new())) };
+        let collected = Collected { commands: Vec::new(), recipes: recipes.then(Vec::new) };
+        let recording = Recording { _stream: self.clone(), collected: std::sync::Mutex::new(Some(collected)) };
         let recorder = Stream(Arc::new(StreamHandle {
             engine: self.0.engine.clone(),
             index: self.0.index,
             recording: Some(recording),
         }));
         let recorded = record(&recorder);
-        let commands = match &recorder.0.recording {
-            Some(recording) => crate::lock::lock(&recording.commands).take(),
+        let collected = match &recorder.0.recording {
+            Some(recording) => crate::lock::lock(&recording.collected).take(),
             None => None,
         };
-        recorded.map(|()| commands.unwrap_or_default())
+        recorded.map(|()| collected.unwrap_or_default())
     }
 
     /// Admits every op `record` makes on the stream it is given, in order,
@@ -90,7 +101,7 @@ impl Stream {
     /// are admitted. The given stream collects: it may not create buffers,
     /// read, fence or wait.
     pub fn batch(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
-        let commands = self.collect(record)?;
+        let commands = self.collect(false, record)?.commands;
         if commands.is_empty() {
             return Ok(());
         }
@@ -101,11 +112,11 @@ impl Stream {
     /// as one op ([`Stream::replay`]) any number of times, on any stream of
     /// this runtime. The buffers named stay alive while the graph does.
     pub fn record(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Graph> {
-        let commands = self.collect(record)?;
+        let Collected { commands, recipes } = self.collect(true, record)?;
         if commands.is_empty() {
             return Err(Error::invalid("nothing was recorded"));
         }
-        Graph::new(self.engine().clone(), commands)
+        Graph::new(self.engine().clone(), commands, recipes.unwrap_or_default())
     }
 
     /// Copies all of `src`, a buffer of another runtime of the same backend
@@ -194,15 +205,20 @@ impl Stream {
     /// A buffer of `element`s holding `bytes` (the bindings' upload): a whole
     /// number of elements, little-endian as devices store them.
     pub fn upload_as(&self, element: ElementType, bytes: &[u8]) -> Result<Buffer> {
-        let count = whole_elements(element, bytes.len())?;
+        let count = ops::whole_elements(element, bytes.len())?;
         self.create(element, count, Init::Data(bytes))
     }
 
-    fn submit(&self, command: Command<BufferKey>) -> Result<()> {
+    /// Admits `command`, or collects it inside a batch or recording (a
+    /// recording with the `recipe` it was made by).
+    fn submit(&self, command: Command<BufferKey>, recipe: impl FnOnce() -> Recipe) -> Result<()> {
         match &self.0.recording {
-            Some(recording) => match &mut *crate::lock::lock(&recording.commands) {
-                Some(commands) => {
-                    commands.push(command);
+            Some(recording) => match &mut *crate::lock::lock(&recording.collected) {
+                Some(collected) => {
+                    collected.commands.push(command);
+                    if let Some(recipes) = &mut collected.recipes {
+                        recipes.push(recipe());
+                    }
                     Ok(())
                 }
                 None => Err(Error::invalid("this stream collected ops for a batch or recording that is over")),
@@ -213,7 +229,7 @@ impl Stream {
 
     /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
     pub fn execute(&self, kernel: &Kernel, grid: Grid, args: &[Arg<'_>]) -> Result<()> {
-        self.submit(ops::kernel(self.engine(), kernel, grid, args)?)
+        self.submit(ops::kernel(self.engine(), kernel, grid, args)?, || Recipe::kernel(kernel, grid, args))
     }
 
     /// Enqueues `kernel`, then waits for this stream to finish it.
@@ -223,7 +239,7 @@ impl Stream {
     }
 
     fn builtin(&self, op: Builtin, args: &[Arg<'_>]) -> Result<()> {
-        self.submit(ops::builtin(self.engine(), op, args)?)
+        self.submit(ops::builtin(self.engine(), op, args)?, || Recipe::builtin(op, args))
     }
 
     /// Zeroes every byte of `buffer` on the device.
@@ -286,8 +302,7 @@ impl Stream {
     /// Enqueues a copy of `data` into `buffer` at element `offset`. `T` is
     /// the buffer's element type, or anything for a raw-bytes buffer.
     pub fn write<T: Element>(&self, buffer: &Buffer, offset: u64, data: &[T]) -> Result<()> {
-        buffer.expect_element(T::TYPE, "a write")?;
-        self.write_bytes(buffer, offset, bytemuck::cast_slice(data))
+        self.write_as(buffer, offset, Some(T::TYPE), bytemuck::cast_slice(data))
     }
 
     /// Enqueues a copy of `bytes`, a whole number of the buffer's elements,
@@ -295,10 +310,20 @@ impl Stream {
     /// type (the bindings check their typed arrays with
     /// [`Buffer::expect_element`] first).
     pub fn write_bytes(&self, buffer: &Buffer, offset: u64, bytes: &[u8]) -> Result<()> {
-        let dst = self.write_target(buffer, offset, bytes.len())?;
+        self.write_as(buffer, offset, None, bytes)
+    }
+
+    /// Enqueues a copy of `bytes`, data of `element` (`None`: raw bytes),
+    /// into `buffer` at element `offset`.
+    fn write_as(&self, buffer: &Buffer, offset: u64, element: Option<ElementType>, bytes: &[u8]) -> Result<()> {
+        let dst = ops::write_target(self.engine(), buffer, offset, element, bytes.len())?;
         match &self.0.recording {
             // A recording keeps its bytes for every replay.
-            Some(_) => self.submit(Command::Upload { dst, data: bytes.to_vec() }),
+            Some(_) => self.submit(Command::Upload { dst, data: bytes.to_vec() }, || Recipe::Write {
+                buffer: buffer.clone(),
+                offset,
+                element,
+            }),
             None => self.engine().submit_upload(self.0.index, dst, bytes),
         }
     }
@@ -310,23 +335,15 @@ impl Stream {
     /// [`HostBuffer::get_mut`] gives `None` until then); otherwise its bytes
     /// are copied as [`Stream::write`] copies a slice.
     pub fn write_host(&self, buffer: &Buffer, offset: u64, host: &HostBuffer) -> Result<()> {
-        let dst = self.write_target(buffer, offset, host.len())?;
+        let dst = ops::write_target(self.engine(), buffer, offset, None, host.len())?;
         match &self.0.recording {
-            Some(_) => self.submit(Command::Upload { dst, data: host.to_vec() }),
+            Some(_) => self.submit(Command::Upload { dst, data: host.to_vec() }, || Recipe::Write {
+                buffer: buffer.clone(),
+                offset,
+                element: None,
+            }),
             None => self.engine().submit_host_upload(self.0.index, dst, host),
         }
-    }
-
-    /// Where a write of `len` bytes into `buffer` at element `offset` lands:
-    /// refused unless they are a whole number of its elements, at least one,
-    /// within it.
-    fn write_target(&self, buffer: &Buffer, offset: u64, len: usize) -> Result<Span<BufferKey>> {
-        let count = whole_elements(buffer.element_type(), len)?;
-        let dst = buffer.span_in(self.engine(), offset, count)?;
-        if len == 0 {
-            return Err(Error::invalid("nothing to write"));
-        }
-        Ok(dst)
     }
 
     /// Host memory of `len` bytes to fill (through [`HostBuffer::get_mut`])
@@ -356,7 +373,7 @@ impl Stream {
             return Err(Error::invalid("nothing to read"));
         }
         let sink = HostSink::new(Completion::new(1, self.engine().live().clone()));
-        self.submit(Command::Download { src, sink: sink.clone() })?;
+        self.engine().submit(self.0.index, Command::Download { src, sink: sink.clone() })?;
         Ok(PendingRead::new(sink, self.engine().clone(), self.0.index))
     }
 
@@ -379,7 +396,7 @@ impl Stream {
     /// its bytes hold a whole number of for a raw-bytes buffer.
     pub fn read_as<T: Element>(&self, buffer: &Buffer) -> Result<Vec<T>> {
         buffer.expect_element(T::TYPE, "a read")?;
-        whole_elements(T::TYPE, usize::try_from(buffer.size_bytes()).unwrap_or(usize::MAX))?;
+        ops::whole_elements(T::TYPE, usize::try_from(buffer.size_bytes()).unwrap_or(usize::MAX))?;
         let bytes = self.read(buffer)?;
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
@@ -505,13 +522,4 @@ impl Drop for Hold {
     fn drop(&mut self) {
         self.0.open();
     }
-}
-
-/// How many `element`s `bytes` hold, refusing a part of one.
-fn whole_elements(element: ElementType, bytes: usize) -> Result<u64> {
-    let bytes = bytes as u64;
-    if !bytes.is_multiple_of(element.size_bytes()) {
-        return Err(Error::invalid(format!("{bytes} bytes are not a whole number of {}", element.unit())));
-    }
-    Ok(bytes / element.size_bytes())
 }

@@ -356,3 +356,22 @@ fn bad_ids_and_ranks_are_refused_with_invalid_argument() {
         Err(Error::InvalidArgument(_))
     ));
 }
+
+#[test]
+fn a_rank_count_past_the_cpu_limit_is_refused_before_anything_is_sized_by_it() {
+    let id = GroupId::new(BackendKind::Cpu).unwrap();
+    // Past the limit is refused at once, for rank 0 and any other, naming it;
+    // the id is untouched, so a group that fits still joins with it.
+    for ranks in [usize::MAX, (1usize << 32) + 2, (1 << 16) + 1] {
+        for rank in [0, 1] {
+            match DeviceGroup::join(BackendKind::Cpu, 0, &id, ranks, rank) {
+                Err(Error::InvalidArgument(message)) => {
+                    assert!(message.contains(&format!("{ranks} ranks")) && message.contains("65536"), "{message}")
+                }
+                other => panic!("{ranks} ranks: expected InvalidArgument naming the limit, got {other:?}"),
+            }
+        }
+    }
+    let alone = DeviceGroup::join(BackendKind::Cpu, 0, &id, 1, 0).unwrap();
+    assert_eq!(alone.ranks(), 1);
+}

@@ -248,7 +248,7 @@ fn fence_and_wait<B: weir_core::backend::Backend>(backend: &B, stream: &B::Strea
 fn bind_groups_are_reused_and_dropped_with_their_buffers() {
     use weir_core::backend::{direct, Backend, Command, Span};
     let Some(backend) = open_backend() else { return };
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let (memory, other) = (backend.allocate(16).unwrap(), backend.allocate(16).unwrap());
     let fill = |memory, word| Command::Fill { dst: Span { buffer: memory, offset: 0, len: 16 }, word };
     for word in [1, 2, 3] {
@@ -740,7 +740,7 @@ fn small_buffers_share_a_wgpu_buffer_and_keep_to_their_own_bytes() {
 fn a_freed_small_buffers_slot_waits_for_the_work_queued_on_it() {
     use weir_core::backend::{direct, Backend, Command, Gate, Span};
     let Some(backend) = open_backend() else { return };
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let gate = Arc::new(Gate::default());
     backend.hold(&stream, gate.clone()).unwrap();
     let memory = backend.allocate(16).unwrap();

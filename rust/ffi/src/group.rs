@@ -50,7 +50,8 @@ impl DeviceGroup {
     /// two minutes on the CPU; as NCCL's bootstrap waits on CUDA); the wait
     /// runs on a thread of its own and cannot be cancelled. Every rank must
     /// then admit the group's collectives in one order. CPU (ranks in
-    /// processes of one host) and CUDA (NCCL, across hosts too).
+    /// processes of one host, at most 65 536) and CUDA (NCCL, across hosts
+    /// too); more ranks than the backend's limit is `InvalidArgument`.
     #[uniffi::constructor]
     pub async fn join(backend: Backend, device: u32, id: Arc<GroupId>, ranks: u32, rank: u32) -> Result<Arc<Self>> {
         let id = id.inner.clone();

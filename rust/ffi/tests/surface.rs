@@ -546,3 +546,19 @@ fn a_failure_in_a_fence_sync_quickly_left_unfinished_reaches_the_next_wait() {
     let diagnostics = runtime.diagnostics();
     assert_eq!((diagnostics.live_fences, diagnostics.live_waiters), (0, 0));
 }
+
+#[test]
+fn a_group_joined_with_more_ranks_than_the_cpu_limit_is_invalid_argument() {
+    let id = weir_ffi::GroupId::new(Backend::Cpu).unwrap();
+    // Kotlin's and Swift's join reach the blocking one on a thread of their own.
+    for (ranks, rank) in [(u32::MAX, 0), (u32::MAX, 7), (65_537, 1)] {
+        match weir_ffi::DeviceGroup::join_blocking(Backend::Cpu, 0, id.clone(), ranks, rank) {
+            Err(WeirError::InvalidArgument { description }) => {
+                assert!(description.contains("at most 65536"), "{description}")
+            }
+            other => panic!("{ranks} ranks: expected InvalidArgument naming the limit, got {other:?}"),
+        }
+    }
+    let joined = block_on(weir_ffi::DeviceGroup::join(Backend::Cpu, 0, id, u32::MAX, 0));
+    assert!(matches!(joined, Err(WeirError::InvalidArgument { .. })), "{joined:?}");
+}

@@ -33,7 +33,7 @@ fn admission(report: &mut Report, buffers: usize) {
     runtime.close().expect("close");
 
     let raw = CpuBackend::new();
-    let raw_stream = raw.create_stream().expect("stream");
+    let raw_stream = raw.create_stream(0).expect("stream");
     let memories: Vec<_> = (0..buffers).map(|_| raw.allocate(64).expect("allocate")).collect();
     let custom = noop.as_custom().expect("a custom kernel").clone();
     let start = Instant::now();
@@ -83,7 +83,7 @@ fn fence_wake_up(report: &mut Report) {
     runtime.close().expect("close");
 
     let raw = CpuBackend::new();
-    let raw_stream = raw.create_stream().expect("stream");
+    let raw_stream = raw.create_stream(0).expect("stream");
     let mut baseline: Vec<Duration> = (0..WAKE_UPS)
         .map(|_| {
             let start = Instant::now();
@@ -125,7 +125,7 @@ fn pipeline(report: &mut Report) {
     runtime.close().expect("close");
 
     let raw = CpuBackend::new();
-    let (p, c) = (raw.create_stream().expect("stream"), raw.create_stream().expect("stream"));
+    let (p, c) = (raw.create_stream(0).expect("stream"), raw.create_stream(1).expect("stream"));
     let (chunk, out) = (raw.allocate(4096).expect("allocate"), raw.allocate(4096).expect("allocate"));
     let start = Instant::now();
     for step in 0..PIPELINE_STEPS {

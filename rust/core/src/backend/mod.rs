@@ -48,7 +48,7 @@ use crate::completion::Completion;
 pub use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 pub use crate::diagnostics::BackendCounters;
 pub(crate) use crate::diagnostics::Counters;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 use crate::host::HostBuffer;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 use crate::lock::lock;
@@ -424,9 +424,9 @@ impl FailureTally {
     }
 
     /// What a fence reports: the first failure since the last take, with the count.
-    pub(crate) fn take(&self) -> Result<()> {
+    pub(crate) fn take(&self) -> Result<(), Failures> {
         match lock(&self.0).take() {
-            Some((first, count)) => Err(first.first_of(count)),
+            Some((first, count)) => Err(Failures::new(first, count)),
             None => Ok(()),
         }
     }
@@ -542,8 +542,10 @@ pub trait Backend: Send + Sync + Sized + 'static {
     const PEER_COPIES: bool = false;
     /// Allocates `bytes` of device memory with unspecified contents.
     fn allocate(&self, bytes: u64) -> Result<Self::Memory>;
-    /// Creates a stream.
-    fn create_stream(&self) -> Result<Self::Stream>;
+    /// Creates a stream, numbered `index`: the runtime's index of it
+    /// ([`Stream::index`](crate::Stream::index)), which the failures of its
+    /// ops name.
+    fn create_stream(&self, index: u32) -> Result<Self::Stream>;
     /// Everything slow a command needs that does not depend on its buffers'
     /// memory (compiling, pipeline lookup, staging host data, uniform data).
     /// Called before the ordering boundary is taken, from any thread; an error

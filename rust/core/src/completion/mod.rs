@@ -26,14 +26,18 @@ pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread, release
 pub(crate) use delivery::{watch, Probe};
 
 use crate::diagnostics::LiveCounters;
-use crate::error::Result;
+use crate::error::{Failures, Result};
 
 /// A one-shot completion made of `parts` signals; done when every part is.
-/// The first error reported by any part wins.
+/// The first error reported by any part wins, and the count of failed ops
+/// is every part's together (a fence over several streams reports them all).
 pub struct Completion {
-    cell: Cell<Result<()>>,
+    cell: Cell<Outcome>,
     counters: Arc<LiveCounters>,
 }
+
+/// The parts' outcome so far.
+type Outcome = std::result::Result<(), Failures>;
 
 impl std::fmt::Debug for Completion {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -41,16 +45,23 @@ impl std::fmt::Debug for Completion {
     }
 }
 
-fn first_error(outcome: &mut Result<()>, part: Result<()>) {
-    if let (Ok(()), Err(error)) = (&*outcome, part) {
-        *outcome = Err(error);
+fn first_error_counting_all(outcome: &mut Outcome, part: Outcome) {
+    match (&mut *outcome, part) {
+        (Ok(()), Err(failures)) => *outcome = Err(failures),
+        (Err(first), Err(later)) => first.add(later),
+        (_, Ok(())) => {}
     }
+}
+
+/// What a waiter sees of `outcome`.
+fn reported(outcome: Outcome) -> Result<()> {
+    outcome.map_err(Failures::into_error)
 }
 
 impl Completion {
     /// A completion that finishes after `parts` calls to [`Completion::complete`].
     pub(crate) fn new(parts: usize, counters: Arc<LiveCounters>) -> Arc<Self> {
-        Arc::new(Completion { cell: Cell::new(parts, Ok(()), first_error), counters })
+        Arc::new(Completion { cell: Cell::new(parts, Ok(()), first_error_counting_all), counters })
     }
 
     /// A completion that is already finished with `outcome`.
@@ -64,6 +75,12 @@ impl Completion {
     /// Wakers and actions run on the delivery thread, so the caller may hold
     /// its own locks.
     pub(crate) fn complete(&self, outcome: Result<()>) {
+        self.report(outcome.map_err(Failures::from));
+    }
+
+    /// Reports one part done as [`Completion::complete`] does, with a
+    /// fence's report of failed ops: their count adds to the other parts'.
+    pub(crate) fn report(&self, outcome: Outcome) {
         if let Some(finished) = self.cell.complete(outcome) {
             if !finished.is_empty() {
                 delivery::deliver(move || finished.run());
@@ -74,7 +91,7 @@ impl Completion {
     /// Reports one part done and runs what it finished on the calling thread,
     /// which must hold no Weir lock and owe Weir no progress (a user's thread).
     pub(crate) fn complete_here(&self, outcome: Result<()>) {
-        if let Some(finished) = self.cell.complete(outcome) {
+        if let Some(finished) = self.cell.complete(outcome.map_err(Failures::from)) {
             finished.run();
         }
     }
@@ -86,24 +103,25 @@ impl Completion {
 
     /// The outcome if complete.
     pub fn outcome(&self) -> Option<Result<()>> {
-        self.cell.outcome()
+        self.cell.outcome().map(reported)
     }
 
     /// Blocks the calling thread until complete.
     pub fn wait(&self) -> Result<()> {
         let waiters = &self.counters.waiters;
-        self.cell.wait(|blocking| {
+        reported(self.cell.wait(|blocking| {
             if blocking {
                 waiters.fetch_add(1, Ordering::SeqCst);
             } else {
                 waiters.fetch_sub(1, Ordering::SeqCst);
             }
-        })
+        }))
     }
 
     /// Runs `action` with the outcome once complete, on the wake thread (at
     /// once there if already complete). It must be quick and must not block.
     pub(crate) fn then(&self, action: impl FnOnce(&Result<()>) + Send + 'static) {
+        let action = move |outcome: &Outcome| action(&reported(outcome.clone()));
         if let Some((action, outcome)) = self.cell.then(Box::new(action)) {
             delivery::deliver(move || action(&outcome));
         }
@@ -132,7 +150,7 @@ impl Completion {
     pub(crate) fn poll_wait(&self, cx: &mut Context<'_>, slot: &mut Option<usize>) -> Poll<Result<()>> {
         let (poll, registration) = self.cell.poll(cx, slot);
         self.count(registration);
-        poll
+        poll.map(reported)
     }
 
     /// Drops the waker registered in `slot`, if any (a future dropped mid-wait).

@@ -19,7 +19,7 @@ use std::sync::Arc;
 use super::{Backend, BufferEntry, BufferKey, Retired, Scheduler, SignalKind, State, StreamSlot};
 use crate::completion::{flush_deliveries, on_delivery_thread, Completion};
 use crate::diagnostics::Diagnostics;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
 
 impl<B: Backend> Scheduler<B> {
@@ -147,14 +147,14 @@ impl<B: Backend> Scheduler<B> {
         // Failures found at admission travel in one extra part per stream; the
         // fence still resolves only after the work queued before it.
         let reports = kind == SignalKind::Fence;
-        let failed: Vec<Error> = if reports {
+        let failed: Vec<Failures> = if reports {
             targets.iter().filter_map(|&stream| state.streams[stream].unreported.take().err()).collect()
         } else {
             Vec::new()
         };
         let done = Completion::new(targets.len() + failed.len(), self.live.clone());
-        for error in failed {
-            done.complete(Err(error));
+        for failures in failed {
+            done.report(Err(failures));
         }
         for stream in targets {
             self.signal_into(&state.streams[stream], &done, kind)?;

@@ -221,8 +221,13 @@ fn learnt(finished: &mut u64, covers: u64, completion: &Completion) -> bool {
 
 impl<B: Backend> StreamSlot<B> {
     fn new(raw: B::Stream) -> Self {
+        StreamSlot { raw: Some(Arc::new(raw)), ..Self::vacant() }
+    }
+
+    /// A slot whose stream is being made: no stream, nothing retiring.
+    fn vacant() -> Self {
         StreamSlot {
-            raw: Some(Arc::new(raw)),
+            raw: None,
             position: 0,
             done_up_to: 0,
             seen: VectorClock::default(),
@@ -357,7 +362,7 @@ thread_local! {
 
 impl<B: Backend> Scheduler<B> {
     pub fn new(backend: B, fault: Option<Fault>) -> Result<Self> {
-        let default_stream = backend.create_stream()?;
+        let default_stream = backend.create_stream(0)?;
         Ok(Scheduler {
             info: backend.info(),
             backend: Arc::new(backend),
@@ -704,25 +709,37 @@ impl<B: Backend> Engine for Scheduler<B> {
     }
 
     fn new_stream(&self) -> Result<usize> {
-        drop(self.open_state()?);
-        // Creating a backend stream can take a while (a thread, a driver call).
-        let raw = self.backend.create_stream()?;
+        // The slot first: the backend stream is made knowing the index its
+        // failures name. Making it can take a while (a thread, a driver
+        // call), so it is made outside the boundary, the slot kept vacant
+        // (no stream, nothing retiring) and out of every other's reach.
+        let index = {
+            let mut state = self.open_state()?;
+            Self::sweep_retired(&mut state);
+            state.free_slots.pop().unwrap_or_else(|| {
+                state.streams.push(StreamSlot::vacant());
+                state.streams.len() - 1
+            })
+        };
+        let made = u32::try_from(index)
+            .map_err(|_| Error::invalid(format!("a runtime numbers at most {} streams", u32::MAX)))
+            .and_then(|number| self.backend.create_stream(number));
+        let raw = match made {
+            Ok(raw) => raw,
+            Err(error) => {
+                lock(&self.state).free_slots.push(index);
+                return Err(error);
+            }
+        };
+        // Closed or lost meanwhile: the stream goes (its slot with the runtime).
         let mut state = self.open_state()?;
-        Self::sweep_retired(&mut state);
+        // A reused slot goes on counting from where its previous stream stopped.
         let mut slot = StreamSlot::new(raw);
-        match state.free_slots.pop() {
-            Some(index) => {
-                let previous = &state.streams[index];
-                slot.position = previous.position;
-                slot.done_up_to = previous.position;
-                state.streams[index] = slot;
-                Ok(index)
-            }
-            None => {
-                state.streams.push(slot);
-                Ok(state.streams.len() - 1)
-            }
-        }
+        let previous = &state.streams[index];
+        slot.position = previous.position;
+        slot.done_up_to = previous.position;
+        state.streams[index] = slot;
+        Ok(index)
     }
 
     fn retire_stream(&self, stream: usize) {

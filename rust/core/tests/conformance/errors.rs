@@ -156,3 +156,93 @@ conformance! {
         assert_eq!(check.read_as::<u32>(&data).unwrap(), vec![9; 256]);
     }
 }
+
+conformance! {
+    fn a_stream_fence_counts_the_failures_found_at_admission_and_as_ops_ran(runtime: &Runtime) {
+        let s = runtime.new_stream().unwrap();
+        let (target, other) = (s.upload(&[1u32; 256]).unwrap(), s.zeros(ElementType::U32, 16).unwrap());
+        let held = crate::common::hold(&s);
+        // Found as it runs (at launch on CUDA), then one found at admission.
+        if !admit_failing_write(runtime, &s, &target) {
+            return;
+        }
+        assert!(s.fail_write(&other, "a deliberate failure").is_err());
+        held.release();
+        let error = s.fence().unwrap().wait().unwrap_err();
+        assert!(is_the_failure(&error), "{error}");
+        assert!(error.to_string().ends_with("(and 1 more failed ops)"), "both failures counted: {error}");
+        s.fence().unwrap().wait().expect("each failure is reported once");
+    }
+
+    fn a_runtime_fence_reports_the_total_of_every_streams_failures(runtime: &Runtime) {
+        let streams: Vec<Stream> = (0..3).map(|_| runtime.new_stream().unwrap()).collect();
+        for s in &streams {
+            for _ in 0..2 {
+                let target = s.upload(&[1u32; 256]).unwrap();
+                if !admit_failing_write(runtime, s, &target) {
+                    return;
+                }
+                assert!(s.fail_write(&s.zeros(ElementType::U32, 16).unwrap(), "a deliberate failure").is_err());
+            }
+        }
+        let error = runtime.fence().unwrap().wait().unwrap_err();
+        assert!(is_the_failure(&error), "{error}");
+        assert!(error.to_string().ends_with("(and 11 more failed ops)"), "12 failures on 3 streams: {error}");
+        for s in &streams {
+            s.fence().unwrap().wait().expect("the runtime fence reported every stream's failures");
+        }
+        runtime.fence().unwrap().wait().expect("once");
+    }
+
+    fn an_op_failing_for_a_failed_input_fails_on_its_own_stream_naming_the_original(runtime: &Runtime) {
+        // Retired streams' slots are reused: the numbers a runtime gives its
+        // streams are what every report names, whatever the backend counted.
+        let churned: Vec<Stream> = (0..4).map(|_| runtime.new_stream().unwrap()).collect();
+        drop(churned);
+        crate::common::settled_diagnostics(runtime);
+        let s = runtime.new_stream().unwrap();
+        let readers: Vec<Stream> = (0..3).map(|_| runtime.new_stream().unwrap()).collect();
+        let target = s.upload(&[1u32; 256]).unwrap();
+        let outs: Vec<_> = readers.iter().map(|r| r.empty(ElementType::U32, 256).unwrap()).collect();
+        let held = crate::common::hold(&s);
+        if !admit_failing_write(runtime, &s, &target) {
+            return;
+        }
+        // Admitted while the writer is held: their input fails as they run
+        // (at admission where the write failed at launch).
+        let reads: Vec<_> = readers
+            .iter()
+            .zip(&outs)
+            .map(|(r, out)| {
+                let _ = r.copy(&target, out);
+                r.enqueue_read(out)
+            })
+            .collect();
+        held.release();
+        let original = format!("op failed on stream {}", s.index());
+        for (r, read) in readers.iter().zip(reads) {
+            let error = read.and_then(|read| read.wait()).unwrap_err();
+            match &error {
+                Error::OpFailed { stream, message } => {
+                    assert_eq!(*stream, r.index() as u32, "a read on stream {} names another: {error}", r.index());
+                    assert!(message.contains(&original) && is_the_failure(&error), "the original is named: {error}");
+                }
+                other => panic!("expected OpFailed, got {other:?}"),
+            }
+            match r.fence().unwrap().wait() {
+                Err(Error::OpFailed { stream, message }) => {
+                    assert_eq!(stream, r.index() as u32, "stream {}'s fence: {message}", r.index());
+                    assert!(message.ends_with("(and 1 more failed ops)"), "its copy and its read: {message}");
+                }
+                other => panic!("expected stream {}'s fence to report its copy and read, got {other:?}", r.index()),
+            }
+        }
+        match s.fence().unwrap().wait() {
+            Err(Error::OpFailed { stream, message }) => {
+                assert_eq!(stream, s.index() as u32, "{message}");
+                assert!(!message.contains("more failed ops"), "the writer failed once: {message}");
+            }
+            other => panic!("expected the writer's failure, got {other:?}"),
+        }
+    }
+}

@@ -130,6 +130,51 @@ conformance! {
         assert_eq!(settled_diagnostics(runtime).live_buffers, baseline, "the graphs' buffers went with them");
     }
 
+    fn a_rebind_refuses_what_the_op_admitted_directly_refuses(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let invalid = |result: Result<weir_core::Graph, Error>, what: &str| {
+            assert!(matches!(result, Err(Error::InvalidArgument(_))), "{what}: {result:?}");
+        };
+        let (x, y) = (s.upload(&[1.0f32; 4]).unwrap(), s.upload(&[2.0f32; 4]).unwrap());
+        let (words, ints) = (s.upload(&[7u32; 4]).unwrap(), s.upload(&[5i32; 4]).unwrap());
+        // Types: f32 math over a u32 or an i32 buffer, a copy across types,
+        // f32s written into u32s: each refused admitted directly, and rebound.
+        assert!(matches!(s.scale(&x, 3.0, &words), Err(Error::InvalidArgument(_))));
+        let scaled = s.record(|r| r.scale(&x, 3.0, &y)).unwrap();
+        invalid(scaled.rebind(&[(&y, &words)]), "f32 math written into a u32 buffer");
+        assert!(matches!(s.axpy(2.0, &ints, &y), Err(Error::InvalidArgument(_))));
+        let axpy = s.record(|r| r.axpy(2.0, &x, &y)).unwrap();
+        invalid(axpy.rebind(&[(&x, &ints)]), "f32 math reading an i32 buffer");
+        assert!(matches!(s.copy(&x, &words), Err(Error::InvalidArgument(_))));
+        let copy = s.record(|r| r.copy(&x, &y)).unwrap();
+        invalid(copy.rebind(&[(&y, &words)]), "a copy across types");
+        assert!(matches!(s.write(&words, 0, &[1.0f32; 4]), Err(Error::InvalidArgument(_))));
+        let write = s.record(|r| r.write(&y, 0, &[1.0f32; 4])).unwrap();
+        invalid(write.rebind(&[(&y, &words)]), "f32s written into a u32 buffer");
+        // Views: bytes 2..6 of a raw buffer are no view of a buffer of f32s.
+        let raw = s.zeros(ElementType::Bytes, 16).unwrap();
+        let zero_part = s.record(|r| r.memset_zero(&raw.view(2, 4)?)).unwrap();
+        invalid(zero_part.rebind(&[(&raw, &y)]), "a view across f32 elements");
+        // Runtimes: a buffer of another runtime is no argument here.
+        let other = Runtime::open(runtime.info().backend).unwrap();
+        let foreign = other.default_stream().upload(&[0.0f32; 4]).unwrap();
+        let refused = scaled.rebind(&[(&y, &foreign)]);
+        assert!(matches!(refused, Err(Error::ForeignHandle(_))), "{refused:?}");
+        // What the ops take is rebound as before: raw bytes go with any op.
+        let (bytes, zeros) = (s.upload(&[4.0f32; 4]).unwrap(), s.zeros(ElementType::Bytes, 16).unwrap());
+        s.replay(&axpy.rebind(&[(&x, &bytes), (&y, &zeros)]).unwrap()).unwrap();
+        assert_eq!(floats(runtime, &zeros), vec![8.0; 4]);
+        s.replay(&write.rebind(&[(&y, &zeros)]).unwrap()).unwrap();
+        assert_eq!(floats(runtime, &zeros), vec![1.0; 4]);
+        s.replay(&zero_part.rebind(&[(&raw, &zeros)]).unwrap()).unwrap();
+        let mut expected = 1.0f32.to_le_bytes().repeat(4);
+        expected[2..6].fill(0);
+        assert_eq!(s.read(&zeros).unwrap(), expected, "the view's bytes of the raw buffer rebound to");
+        assert_eq!(floats(runtime, &y), vec![2.0; 4], "no refused rebind ran anything");
+        assert_eq!(s.read_as::<u32>(&words).unwrap(), vec![7; 4]);
+        other.close().unwrap();
+    }
+
     fn a_replay_that_reads_a_failed_version_fails_whole_and_an_overwrite_heals(runtime: &Runtime) {
         let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
         let x = s.upload(&[1.0f32; 4]).unwrap();

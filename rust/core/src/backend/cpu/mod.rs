@@ -11,7 +11,7 @@ mod ops;
 mod wire;
 mod worker;
 
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 pub use memory::CpuMemory;
@@ -33,7 +33,6 @@ use crate::kernel::{Access, CpuKernelArgs, Grid};
 #[derive(Debug, Default)]
 pub struct CpuBackend {
     counters: Arc<Counters>,
-    next_stream: AtomicU32,
     /// The index it was opened as (every opening is a device of its own).
     index: usize,
 }
@@ -138,8 +137,10 @@ impl CpuBackend {
         let counters = self.counters.clone();
         let command = match command {
             Command::Download { src, sink } => {
-                // A read of a failed version fails with that failure, never with stale bytes.
-                let index = stream.index;
+                // A read of a failed version fails with that failure, never
+                // with stale bytes; like any failed op, the stream's next
+                // fence counts it.
+                let (index, tally) = (stream.index, stream.tally.clone());
                 return stream.complete(Box::new(move || {
                     let outcome = match io.failed_input(index) {
                         Some(error) => Err(error),
@@ -147,6 +148,7 @@ impl CpuBackend {
                             .map_err(|message| Error::OpFailed { stream: index, message }),
                     };
                     if let Err(error) = outcome {
+                        tally.record(&error);
                         sink.fail(error);
                     }
                 }));
@@ -186,8 +188,8 @@ impl Backend for CpuBackend {
         CpuMemory::allocate(bytes, &self.counters).ok_or(Error::OutOfMemory { bytes, host: true })
     }
 
-    fn create_stream(&self) -> Result<CpuStream> {
-        CpuStream::spawn(self.next_stream.fetch_add(1, Ordering::Relaxed), &self.counters)
+    fn create_stream(&self, index: u32) -> Result<CpuStream> {
+        CpuStream::spawn(index, &self.counters)
     }
 
     fn prepare<R: PartialEq>(&self, _command: &Command<R>) -> Result<()> {
@@ -233,11 +235,11 @@ impl Backend for CpuBackend {
         };
         // An idle stream completes on the spot: no job, no wake-up.
         if stream.is_idle() {
-            completion.complete(report(&stream.tally));
+            completion.report(report(&stream.tally));
             return Ok(());
         }
         let tally = stream.tally.clone();
-        stream.complete(Box::new(move || completion.complete(report(&tally))))
+        stream.complete(Box::new(move || completion.report(report(&tally))))
     }
 
     fn begin_admissions(&self, stream: &CpuStream) {

@@ -43,6 +43,12 @@ const NONCE_BYTES: usize = 16;
 const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
 /// How long rank 0 waits for a connecting rank to say who it is.
 const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most ranks a CPU group has. Every rank but 0 holds a connection from
+/// this host's loopback address to rank 0's one port, and each needs a
+/// client port of its own: a 16-bit number, so no host fits more. Rank 0
+/// holds a slot per rank while they join: this bound keeps that allocation,
+/// and the ranks' hello (a 32-bit count), honest.
+const MAX_RANKS: usize = 1 << 16;
 
 /// What rank 0's process holds between making an id and joining with it.
 pub(crate) struct Listening {
@@ -137,6 +143,11 @@ impl std::fmt::Debug for Wire {
 
 /// Joins the group `id` names as `rank` of `ranks`; returns once every rank has.
 pub(crate) fn join(id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<Wire> {
+    if ranks > MAX_RANKS {
+        return Err(Error::invalid(format!(
+            "a CPU group of {ranks} ranks: one has at most {MAX_RANKS} (each rank but 0 holds a loopback port)"
+        )));
+    }
     let (port, nonce) = parse(id)?;
     let links = if rank == 0 { accept_all(nonce, ranks)? } else { connect(port, nonce, ranks, rank)? };
     Ok(Wire {

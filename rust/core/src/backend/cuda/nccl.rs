@@ -205,7 +205,9 @@ impl Communicator {
     /// context is current on this thread; returns once every rank joined.
     pub(crate) fn join(id: &[u8; 128], ranks: usize, rank: usize) -> Result<Communicator> {
         let nccl = nccl()?;
-        let count = c_int::try_from(ranks).map_err(|_| Error::invalid("a group of too many ranks"))?;
+        let count = c_int::try_from(ranks).map_err(|_| {
+            Error::invalid(format!("a group of {ranks} ranks: NCCL counts at most {} ranks", c_int::MAX))
+        })?;
         let rank = c_int::try_from(rank).map_err(|_| Error::invalid("a rank past any group's"))?;
         let id = UniqueId { internal: id.map(|byte| byte as c_char) };
         let mut comm: Comm = std::ptr::null_mut();

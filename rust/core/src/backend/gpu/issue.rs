@@ -37,7 +37,7 @@ use super::stream::{StreamCore, StreamRef};
 use super::{InFlight, ReadyLaunch, Staged};
 use crate::backend::{HostSink, OpIo, SignalKind};
 use crate::completion::Completion;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
 
 /// One job: the driver calls of one admitted op, event or signal. Jobs
@@ -121,7 +121,8 @@ impl<D: Driver> Job<D> {
                     SignalKind::Drain => Ok(()),
                 };
                 let refused = completion.clone();
-                let callback: Callback = Box::new(move |status: Status| completion.complete(status.and(report)));
+                let callback: Callback =
+                    Box::new(move |status: Status| completion.report(status.map_err(Failures::from).and(report)));
                 let awaited = kind == SignalKind::Fence;
                 if let Err(error) = device.driver.bind().and_then(|()| stream.after(callback, awaited)) {
                     // The callback was dropped unrun: nobody else completes it.

@@ -35,7 +35,6 @@ mod stream;
 mod tests;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
@@ -201,7 +200,6 @@ pub(crate) struct GpuBackend<D: Driver> {
     /// Where replays are captured; made at the first capture.
     capture_stream: Mutex<Option<GpuStream<D>>>,
     wake: Wake,
-    next_stream: AtomicU32,
 }
 
 impl<D: Driver> GpuBackend<D> {
@@ -225,7 +223,6 @@ impl<D: Driver> GpuBackend<D> {
             graphs: Mutex::default(),
             capture_stream: Mutex::default(),
             wake,
-            next_stream: AtomicU32::new(0),
         };
         // Last: a backend that fails to open stops no thread.
         backend.device.issuer.start(backend.device.clone(), spin)?;
@@ -498,9 +495,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.noting_loss(self.driver().bind().and_then(|()| GpuMemory::new(&self.device, bytes)))
     }
 
-    fn create_stream(&self) -> Result<GpuStream<D>> {
+    fn create_stream(&self, index: u32) -> Result<GpuStream<D>> {
         self.driver().bind()?;
-        let index = self.next_stream.fetch_add(1, Ordering::Relaxed);
         self.noting_loss(GpuStream::new(&self.device, index, self.wake))
     }
 

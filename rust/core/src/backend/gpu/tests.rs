@@ -582,7 +582,7 @@ fn fence(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>) -> Result<()> {
 #[test]
 fn a_custom_kernel_compiles_and_loads_in_prepare_and_enqueue_only_launches() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     let kernel = custom("put", "extern \"C\" __global__ void put(unsigned* out, unsigned v) {}");
     let command = Command::Custom {
@@ -712,7 +712,7 @@ fn a_source_that_does_not_compile_is_refused_by_prepare_with_the_compilers_log()
 #[test]
 fn uploads_are_staged_in_prepare_and_the_staging_returns_after_the_copy() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(8).unwrap();
     let data: Vec<u8> = (1..=8).collect();
     let command = Command::Upload { dst: span(&memory, 0, 8), data: data.clone() };
@@ -740,7 +740,7 @@ fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the
     // The waiter cannot see the copy end until the latch opens.
     let latch = Arc::new(Latch::default());
     *lock(&shared.slow_sync) = Some(latch.clone());
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let _open = OpenOnDrop(latch.clone());
     let memory = backend.allocate(8).unwrap();
     let mut host = backend.host_buffer(&[5; 8]).unwrap();
@@ -776,7 +776,7 @@ fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the
 #[test]
 fn a_download_hands_its_page_locked_memory_to_the_reader_until_dropped() {
     let (backend, _shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(8).unwrap();
     let read = || {
         let sink = HostSink::new(completion());
@@ -800,7 +800,7 @@ fn a_download_hands_its_page_locked_memory_to_the_reader_until_dropped() {
 #[test]
 fn built_ins_get_their_addresses_and_counts_at_enqueue() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let (a, b) = (backend.allocate(4096).unwrap(), backend.allocate(4096).unwrap());
     submit(&backend, &stream, Command::Axpy { x: span(&a, 0, 4096), y: span(&b, 0, 4096), alpha: 2.0 }).unwrap();
     submit(&backend, &stream, Command::Fill { dst: span(&b, 8, 8), word: 5 }).unwrap();
@@ -833,7 +833,7 @@ fn runtimes_on_one_context_share_its_loaded_modules() {
     assert_eq!(lock(&first_fake.modules).len(), 1, "the first runtime loads the built-ins");
     let (second, second_fake) = on_context();
     assert!(lock(&second_fake.modules).is_empty(), "the second finds them loaded on the context");
-    let stream = second.create_stream().unwrap();
+    let stream = second.create_stream(0).unwrap();
     let memory = second.allocate(64).unwrap();
     submit(&second, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }).unwrap();
     assert!(matches!(second_fake.device_calls().as_slice(), [Call::Launch { .. }]));
@@ -898,7 +898,7 @@ fn parameter_sizes_come_from_the_image_where_the_function_cannot_tell() {
 #[test]
 fn a_fault_seen_by_a_completion_loses_the_device_and_no_driver_call_follows() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }).unwrap();
     assert!(backend.lost().is_none());
@@ -931,7 +931,7 @@ fn a_fault_seen_by_a_completion_loses_the_device_and_no_driver_call_follows() {
 #[test]
 fn a_fault_as_an_op_is_issued_loses_the_device_and_a_plain_failure_fails_its_op() {
     let (backend, shared) = backend(Wake::Callback);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     shared.fail("launch");
     match failure_of(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }) {
@@ -953,7 +953,7 @@ fn a_fault_as_an_op_is_issued_loses_the_device_and_a_plain_failure_fails_its_op(
 #[test]
 fn an_op_whose_input_failed_as_it_ran_makes_no_driver_call_and_fails_too() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     let failed = Arc::new(OpOutcome::default());
     failed.fail(Error::OpFailed { stream: 0, message: "the producer failed".into() });
@@ -975,7 +975,7 @@ fn an_op_whose_input_failed_as_it_ran_makes_no_driver_call_and_fails_too() {
 #[test]
 fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(16).unwrap();
     let rejected = |outcome: Result<(), EnqueueError>| matches!(outcome, Err(EnqueueError::Rejected(_)));
     assert!(matches!(
@@ -1011,9 +1011,40 @@ fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
 }
 
 #[test]
+fn a_fence_over_several_streams_reports_their_failures_total_each_named_by_its_stream() {
+    let (backend, shared) = backend(Wake::Waiter);
+    // Numbered as a runtime numbers them: the failures name those numbers.
+    let streams = [3, 5].map(|index| (index, backend.create_stream(index).unwrap()));
+    let memory = backend.allocate(64).unwrap();
+    shared.fail("memset_d32");
+    for (index, stream) in &streams {
+        for _ in 0..2 {
+            match failure_of(&backend, stream, Command::Zero { dst: span(&memory, 0, 64) }) {
+                Some(Error::OpFailed { stream, .. }) => assert_eq!(stream, *index),
+                other => panic!("expected a failure on stream {index}, got {other:?}"),
+            }
+        }
+    }
+    let done = Completion::new(streams.len(), Arc::new(LiveCounters::default()));
+    for (_, stream) in &streams {
+        backend.signal(stream, done.clone(), SignalKind::Fence).unwrap();
+    }
+    match done.wait() {
+        Err(Error::OpFailed { stream, message }) => {
+            assert!(stream == 3 || stream == 5, "{stream}");
+            assert!(message.ends_with("(and 3 more failed ops)"), "every stream's failures counted: {message}");
+        }
+        other => panic!("expected the fence to report four failures, got {other:?}"),
+    }
+    for (_, stream) in &streams {
+        fence(&backend, stream).expect("each failure is reported once");
+    }
+}
+
+#[test]
 fn a_refused_completion_abandons_the_staging_and_fails_the_read() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(8).unwrap();
     submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![1; 8] }).unwrap();
     fence(&backend, &stream).unwrap();
@@ -1046,7 +1077,7 @@ fn fence_within(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, limit: Dur
 
 fn panicking_callback_does_not_stop_later_completions(wake: Wake) {
     let (backend, _shared) = backend(wake);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)")), false).unwrap();
     fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
     fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
@@ -1065,7 +1096,7 @@ fn a_panicking_callback_does_not_stop_later_completions_on_the_callback_thread()
 #[test]
 fn completions_run_no_waker_or_action_on_the_waiter() {
     let (backend, _shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let done = completion();
     let (tell, ran_on) = mpsc::channel();
     done.then(move |_| {
@@ -1080,7 +1111,7 @@ fn completions_run_no_waker_or_action_on_the_waiter() {
 #[test]
 fn a_stream_ordered_after_another_waits_for_one_record_of_the_source_streams_own_event() {
     let (backend, shared) = backend(Wake::Waiter);
-    let (source, stream) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
+    let (source, stream) = (backend.create_stream(0).unwrap(), backend.create_stream(0).unwrap());
     for _ in 0..3 {
         backend.wait_for_stream(&stream, &source).unwrap();
         backend.wait_for_stream(&source, &stream).unwrap();
@@ -1105,7 +1136,7 @@ fn a_stream_ordered_after_another_waits_for_one_record_of_the_source_streams_own
 #[test]
 fn a_failed_record_fails_both_streams_of_an_order_and_a_failed_wait_the_waiting_one() {
     let (backend, shared) = backend(Wake::Waiter);
-    let (source, stream) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
+    let (source, stream) = (backend.create_stream(0).unwrap(), backend.create_stream(0).unwrap());
     shared.fail("event_record");
     backend.wait_for_stream(&stream, &source).unwrap();
     lock(&shared.failing).clear();
@@ -1128,7 +1159,7 @@ fn a_failed_record_fails_both_streams_of_an_order_and_a_failed_wait_the_waiting_
 fn streams_and_memory_drop_on_a_thread_that_never_bound_the_device() {
     for wake in [Wake::Waiter, Wake::Callback] {
         let (backend, shared) = backend(wake);
-        let stream = backend.create_stream().unwrap();
+        let stream = backend.create_stream(0).unwrap();
         let memory = backend.allocate(64).unwrap();
         submit(&backend, &stream, Command::Zero { dst: span(&memory, 0, 64) }).unwrap();
         fence(&backend, &stream).unwrap();
@@ -1195,7 +1226,7 @@ fn a_collective_enqueues_every_ranks_part_in_one_group_on_its_stream() {
     use crate::backend::{Collective, CollectiveKind, CollectivePart, ReduceOp};
     let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
     let communicator = GpuBackend::communicator(&[&a, &b]).unwrap();
-    let (sa, sb) = (a.create_stream().unwrap(), b.create_stream().unwrap());
+    let (sa, sb) = (a.create_stream(0).unwrap(), b.create_stream(0).unwrap());
     let (send_a, send_b) = (a.allocate(64).unwrap(), b.allocate(64).unwrap());
     let (all_a, all_b) = (a.allocate(128).unwrap(), b.allocate(128).unwrap());
     let gather = Collective { kind: CollectiveKind::AllGather, element: crate::ElementType::F32 };
@@ -1267,7 +1298,7 @@ fn the_wake_thread_completes_a_quick_fence_its_waiter_has_not_seen_reached_in_st
     shared.queries.store(REACHED_ON_WAKE_THREAD, Ordering::SeqCst);
     let latch = Arc::new(Latch::default());
     *lock(&shared.slow_sync) = Some(latch.clone());
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     // Opened however the test ends (dropped first), so the stream's drop does not wait forever.
     let _open = OpenOnDrop(latch.clone());
 
@@ -1299,7 +1330,7 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
     let (backend, shared) = backend(Wake::Waiter);
     let latch = Arc::new(Latch::default());
     *lock(&shared.slow_sync) = Some(latch.clone());
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let _open = OpenOnDrop(latch.clone());
     let done = completion();
     backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
@@ -1359,7 +1390,7 @@ fn hold_the_issuing_thread(
 #[test]
 fn a_streak_of_admissions_moves_to_the_issuing_thread_in_admission_order() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     // One op alone is issued by the thread that admits it: no hand-off.
     submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 7 }).unwrap();
@@ -1384,7 +1415,7 @@ fn a_streak_of_admissions_moves_to_the_issuing_thread_in_admission_order() {
 #[test]
 fn launches_that_block_in_the_driver_still_make_a_streak_that_moves_to_the_issuing_thread() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     // Each launch blocks its caller far longer than the gap that ends a
     // streak, as launches into a backlogged device do. The caller's own
@@ -1410,7 +1441,7 @@ fn launches_that_block_in_the_driver_still_make_a_streak_that_moves_to_the_issui
 #[test]
 fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     let (latch, _open, admitted) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
     // The issuing thread is held in that launch; more queue behind it.
@@ -1435,7 +1466,7 @@ fn a_stream_dropped_with_driver_calls_queued_for_it_waits_until_they_are_made() 
 #[test]
 fn a_batch_of_launches_records_and_waits_on_the_issuing_thread_binds_the_device_once() {
     let (backend, shared) = backend(Wake::Waiter);
-    let (stream, other) = (backend.create_stream().unwrap(), backend.create_stream().unwrap());
+    let (stream, other) = (backend.create_stream(0).unwrap(), backend.create_stream(0).unwrap());
     let memory = backend.allocate(64).unwrap();
     let (latch, _open, admitted) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
     // The thread is held in that launch; behind it, in one batch, 32 rounds
@@ -1458,7 +1489,7 @@ fn a_batch_of_launches_records_and_waits_on_the_issuing_thread_binds_the_device_
 #[test]
 fn a_launch_after_a_job_that_bound_another_device_on_the_issuing_thread_binds_its_own_again() {
     let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
-    let (stream_a, stream_b) = (a.create_stream().unwrap(), b.create_stream().unwrap());
+    let (stream_a, stream_b) = (a.create_stream(0).unwrap(), b.create_stream(0).unwrap());
     let memory = a.allocate(64).unwrap();
     // b's event pool is full when `peer` goes, so its drop destroys it, with b bound.
     let spares: Vec<_> = (0..256).map(|_| b.record_event(&stream_b).unwrap()).collect();
@@ -1507,7 +1538,7 @@ fn graph_launches(shared: &Shared) -> usize {
 #[test]
 fn a_replay_is_launched_in_admission_order_and_its_graph_goes_only_after_its_queued_launches() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     replay(&backend, &stream, &memory, 1, &OpIo::default());
     backend.device.issuer.flush();
@@ -1535,7 +1566,7 @@ fn a_replay_is_launched_in_admission_order_and_its_graph_goes_only_after_its_que
 #[test]
 fn a_replay_whose_input_failed_as_it_ran_launches_nothing_and_fails() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     replay(&backend, &stream, &memory, 1, &OpIo::default());
     fence(&backend, &stream).unwrap();
@@ -1561,7 +1592,7 @@ fn a_replay_whose_input_failed_as_it_ran_launches_nothing_and_fails() {
 #[test]
 fn the_outcome_cells_of_ops_run_on_the_issuing_thread_are_let_go_once_it_is_idle() {
     let (backend, shared) = backend(Wake::Waiter);
-    let stream = backend.create_stream().unwrap();
+    let stream = backend.create_stream(0).unwrap();
     let memory = backend.allocate(64).unwrap();
     let admitted = fill_until_issued_on_the_thread(&backend, &stream, &shared, &memory);
     assert!(admitted < 100_000, "a streak of admissions moved to the issuing thread");

@@ -45,7 +45,7 @@ use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
 use crate::backend::{EnqueueError, FailureTally, SignalKind};
 use crate::completion::Completion;
-use crate::error::{Error, Result};
+use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
 
 /// A lane issues its batch once it holds this many ops, and the pending
@@ -143,8 +143,6 @@ pub(crate) struct Lanes {
     free: Vec<usize>,
     /// Generations handed out so far.
     generations: u64,
-    /// Streams created so far (numbers them).
-    streams: u32,
     /// Slots of lanes whose stream was dropped.
     retiring: Vec<usize>,
     /// Slots of the lanes with items to issue (see [`Lanes::note`]): what
@@ -209,13 +207,13 @@ pub(crate) struct Mark {
 struct Join {
     parts: AtomicUsize,
     completion: Arc<Completion>,
-    status: Result<()>,
+    status: Result<(), Failures>,
 }
 
 impl Join {
     fn part_done(&self) {
         if self.parts.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.completion.complete(self.status.clone());
+            self.completion.report(self.status.clone());
         }
     }
 }
@@ -306,13 +304,11 @@ impl Shared {
         })
     }
 
-    /// A new lane, and its stream's number.
-    pub fn add_lane(&self) -> (LaneId, u32) {
+    /// A new lane for stream `stream` (the runtime's number of it).
+    pub fn add_lane(&self, stream: u32) -> LaneId {
         let mut lanes = lock(&self.lanes);
         lanes.generations += 1;
         let generation = lanes.generations;
-        let stream = lanes.streams;
-        lanes.streams = lanes.streams.saturating_add(1);
         let lane = Lane {
             stream,
             generation,
@@ -339,7 +335,7 @@ impl Shared {
             }
         };
         self.gpu.counters.live_streams.fetch_add(1, Ordering::SeqCst);
-        (LaneId { slot, generation }, stream)
+        LaneId { slot, generation }
     }
 
     /// The stream of `lane` was dropped: flush its batch and let it go once
@@ -646,7 +642,7 @@ impl Shared {
     /// (`submits` is the count made) are done and the reads it issued so far
     /// delivered: at once if both already are.
     fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>, kind: SignalKind) {
-        let status = lane.status.clone().and_then(|()| match kind {
+        let status = lane.status.clone().map_err(Failures::from).and_then(|()| match kind {
             SignalKind::Fence => lane.tally.take(),
             SignalKind::Drain => Ok(()),
         });
@@ -656,7 +652,7 @@ impl Shared {
         // one that waited for them finished (see `Progress`, `Reads`).
         if !device_busy && lane.reads.idle() {
             // Already done: no callback, no wake-up.
-            completion.complete(status);
+            completion.report(status);
             return;
         }
         let join = Arc::new(Join { parts: AtomicUsize::new(1 + usize::from(device_busy)), completion, status });

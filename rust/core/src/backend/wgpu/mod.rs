@@ -193,8 +193,8 @@ impl Backend for WgpuBackend {
         WgpuMemory::allocate(&gpu.device, &gpu.limits, &gpu.slabs, bytes, &gpu.counters, &gpu.bind_groups)
     }
 
-    fn create_stream(&self) -> Result<WgpuStream> {
-        let (lane, number) = self.shared.add_lane();
+    fn create_stream(&self, number: u32) -> Result<WgpuStream> {
+        let lane = self.shared.add_lane(number);
         Ok(WgpuStream { lane, number, shared: Arc::downgrade(&self.shared) })
     }
 
