@@ -110,6 +110,8 @@
 pub mod backend;
 #[cfg(not(feature = "test-support"))]
 mod backend;
+#[cfg(feature = "cuda")]
+mod blas;
 mod buffer;
 mod builder;
 mod cancel;
@@ -143,6 +145,8 @@ pub use backend::hip::hip_sys;
 #[cfg(feature = "wgpu")]
 pub use backend::wgpu::{wgpu, WgpuBufferRange, WgpuRawAccess};
 pub use backend::{RawAccess, ReduceOp};
+#[cfg(feature = "cuda")]
+pub use blas::{Blas, Gemm};
 pub use buffer::Buffer;
 pub use builder::RuntimeBuilder;
 pub use cancel::CancelToken;
@@ -160,10 +164,10 @@ pub use kernel::{
     KernelSource, ScalarArg,
 };
 pub use ops::Arg;
-pub use options::GpuWake;
-pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
 pub use options::Fault;
+pub use options::GpuWake;
+pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;

@@ -1,17 +1,20 @@
-//! Users' CUDA kernels as their authors write them (`tests/cuda/kernels.cu`:
+//! Users' CUDA kernels and libraries. Kernels as their authors write them (`tests/cuda/kernels.cu`:
 //! templates in a namespace, cooperative groups, a project header found
 //! through an include directory, `size_t`, `double` and a struct by value),
 //! launched by their C++ names without edits: from source through NVRTC, and
 //! from the PTX, CUBIN and fatbin files nvcc builds from the same file (in
 //! the folder `WEIR_CUDA_MODULES` names). Each runs a pipeline over three
 //! streams sharing the same buffers, checked against the same arithmetic on
-//! the host. Without CUDA every test reports itself skipped, unless
-//! `WEIR_REQUIRE_BACKENDS` lists `cuda`.
+//! the host. A cuBLAS GEMM between Weir kernels on other streams is ordered
+//! by the versions it reads and writes. Without CUDA every test reports
+//! itself skipped, unless `WEIR_REQUIRE_BACKENDS` lists `cuda`.
 #![cfg(feature = "cuda")]
 
 use std::path::PathBuf;
 
-use weir_core::{Arg, BackendKind, ElementType, Error, Grid, Kernel, Runtime};
+use std::time::Duration;
+
+use weir_core::{Arg, BackendKind, Blas, ElementType, Error, Gemm, Grid, Kernel, Runtime};
 
 const KERNELS: &str = include_str!("cuda/kernels.cu");
 const AFFINE_HEADER: &str = include_str!("cuda/weir_test/affine.cuh");
@@ -217,4 +220,82 @@ fn a_module_built_for_another_architecture_is_refused_naming_the_device() {
         other => panic!("a CUBIN for another architecture was taken on {}: {other:?}", runtime.info().name),
     }
     runtime.close().unwrap();
+}
+
+/// `C = op(A) · op(B)` on the host, column-major, for `count` packed matrices.
+fn host_gemm(gemm: &Gemm, count: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
+    let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);
+    let at = |i: usize, l: usize| if gemm.transpose_a { l + i * k } else { i + l * m };
+    let bt = |l: usize, j: usize| if gemm.transpose_b { j + l * n } else { l + j * k };
+    let mut c = vec![0f32; m * n * count];
+    for batch in 0..count {
+        let (a, b) = (&a[batch * m * k..], &b[batch * k * n..]);
+        for j in 0..n {
+            for i in 0..m {
+                let sum: f64 = (0..k).map(|l| f64::from(a[at(i, l)]) * f64::from(b[bt(l, j)])).sum();
+                c[batch * m * n + i + j * m] = gemm.alpha * sum as f32;
+            }
+        }
+    }
+    c
+}
+
+#[test]
+fn a_cublas_gemm_between_weir_kernels_on_other_streams_waits_for_its_inputs_and_is_waited_for() {
+    let Some(runtime) = open("a_cublas_gemm_between_weir_kernels") else { return };
+    let blas = match Blas::new(&runtime) {
+        Ok(blas) => blas,
+        Err(error) => {
+            assert!(!required(), "cuBLAS is unavailable where cuda is required: {error}");
+            return eprintln!("[a_cublas_gemm_between_weir_kernels] cuBLAS: skipped: {error}");
+        }
+    };
+    let (s1, s2, s3) = (runtime.default_stream(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let mut gemm = Gemm::new(96, 80, 64);
+    gemm.transpose_b = true;
+    let values =
+        |count: usize, seed: usize| -> Vec<f32> { (0..count).map(|i| ((i * 7 + seed) % 13) as f32 - 6.0).collect() };
+    let (a_host, b_host) = (values(96 * 64, 1), values(80 * 64, 5));
+    let a = s1.upload(&a_host).unwrap();
+    let b = s1.upload(&b_host).unwrap();
+    let (a2, c, d) = (
+        s1.empty(ElementType::F32, a_host.len() as u64).unwrap(),
+        s2.empty(ElementType::F32, 96 * 80).unwrap(),
+        s3.empty(ElementType::F32, 96 * 80).unwrap(),
+    );
+    // A Weir kernel on stream 1 makes the GEMM's input, late: the GEMM on
+    // stream 2 must wait for it, and a Weir kernel on stream 3 for the GEMM.
+    s1.delay(Duration::from_millis(200)).unwrap();
+    s1.scale(&a, 2.0, &a2).unwrap();
+    blas.sgemm(&s2, &gemm, &a2, &b, &c).unwrap();
+    s3.scale(&c, 0.5, &d).unwrap();
+    let doubled: Vec<f32> = a_host.iter().map(|v| 2.0 * v).collect();
+    let expected: Vec<f32> = host_gemm(&gemm, 1, &doubled, &b_host).iter().map(|v| 0.5 * v).collect();
+    assert_close(&s3.read_as::<f32>(&d).unwrap(), &expected, 1e-5, "0.5 · (2A · Bᵀ)");
+    // Overwriting A after the GEMM waits for the GEMM's read of it.
+    s1.fill_f32(&a2, 0.0).unwrap();
+    assert_close(&s2.read_as::<f32>(&c).unwrap(), &host_gemm(&gemm, 1, &doubled, &b_host), 1e-5, "C after A changed");
+
+    // Four GEMMs of one shape in one call.
+    let batch = Gemm::new(32, 16, 8);
+    let (ba, bb) = (values(4 * 32 * 8, 2), values(4 * 8 * 16, 3));
+    let (ba_d, bb_d) = (s2.upload(&ba).unwrap(), s2.upload(&bb).unwrap());
+    let bc = s2.empty(ElementType::F32, 4 * 32 * 16).unwrap();
+    blas.sgemm_batched(&s2, &batch, 4, &ba_d, &bb_d, &bc).unwrap();
+    assert_close(&s2.read_as::<f32>(&bc).unwrap(), &host_gemm(&batch, 4, &ba, &bb), 1e-5, "batched");
+
+    // Bad input is refused before anything runs.
+    let admitted = runtime.diagnostics().admitted_ops;
+    match blas.sgemm(&s2, &Gemm::new(97, 80, 64), &a2, &b, &c) {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("sgemm's a is 97 × 64"), "{message}"),
+        other => panic!("a GEMM past its buffer was admitted: {other:?}"),
+    }
+    assert_eq!(runtime.diagnostics().admitted_ops, admitted);
+    runtime.close().unwrap();
+}
+
+#[test]
+fn blas_is_cuda_s_alone() {
+    let runtime = Runtime::open(BackendKind::Cpu).unwrap();
+    assert!(matches!(Blas::new(&runtime), Err(Error::Unsupported { .. })));
 }

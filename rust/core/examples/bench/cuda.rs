@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use weir_core::backend::cuda::cudarc::driver::sys as cu;
 use weir_core::backend::cuda::cudarc::nvrtc;
 use weir_core::backend::gpu::BUILTIN_SOURCE;
-use weir_core::{Arg, BackendKind, ElementType, GpuWake, Grid, Kernel, Runtime};
+use weir_core::{Arg, BackendKind, Blas, ElementType, Gemm, GpuWake, Grid, Kernel, Runtime};
 
 use crate::report::{self, cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
 
@@ -190,6 +190,101 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
     if part("pipeline-device-paced") {
         pipeline_device_paced(report, &runtime, &raw);
     }
+    if part("sgemm") {
+        sgemm(report, &runtime, &raw);
+    }
+}
+
+/// cuBLAS SGEMMs admitted through Weir (each an external op ordered by
+/// versions) against the same calls on a raw stream with a raw handle:
+/// GFLOP/s over a batch of GEMMs large enough that the device sets the pace.
+fn sgemm(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    use weir_core::backend::cuda::cudarc::cublas::{result as blas, sys as blas_sys};
+    const SIZE: u32 = 4096;
+    const CALLS: u32 = 20;
+    let blas_weir = match Blas::new(runtime) {
+        Ok(blas) => blas,
+        Err(error) => return eprintln!("cuda: sgemm skipped: {error}"),
+    };
+    let elements = u64::from(SIZE) * u64::from(SIZE);
+    let flops = 2.0 * f64::from(SIZE).powi(3) * f64::from(CALLS);
+    let s = runtime.default_stream();
+    let ones = vec![1.0f32; elements as usize];
+    let (a, b) = (s.upload(&ones).unwrap(), s.upload(&ones).unwrap());
+    let c = s.zeros(ElementType::F32, elements).unwrap();
+    let gemm = Gemm::new(SIZE, SIZE, SIZE);
+    let weir = || {
+        blas_weir.sgemm(&s, &gemm, &a, &b, &c).unwrap();
+        s.fence().unwrap().wait().unwrap();
+        let start = Instant::now();
+        for _ in 0..CALLS {
+            blas_weir.sgemm(&s, &gemm, &a, &b, &c).unwrap();
+        }
+        s.fence().unwrap().wait().unwrap();
+        flops / start.elapsed().as_secs_f64() / 1e9
+    };
+    let stream = raw.stream();
+    let bytes = elements as usize * 4;
+    let (ra, rb, rc) = (raw.alloc(bytes), raw.alloc(bytes), raw.alloc(bytes));
+    // SAFETY: the raw allocations hold `bytes` each.
+    unsafe {
+        ck("fill a", cu::cuMemsetD32Async(ra, 1.0f32.to_bits(), elements as usize, stream));
+        ck("fill b", cu::cuMemsetD32Async(rb, 1.0f32.to_bits(), elements as usize, stream));
+    }
+    let handle = blas::create_handle().expect("cuBLAS handle");
+    // SAFETY: a live handle and stream.
+    unsafe { blas::set_stream(handle, stream as blas_sys::cudaStream_t) }.expect("cublasSetStream");
+    let n = SIZE as i32;
+    let call = || {
+        let (alpha, beta) = (1.0f32, 0.0f32);
+        // SAFETY: three live n × n f32 allocations on the handle's stream.
+        unsafe {
+            blas::sgemm(
+                handle,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                blas_sys::cublasOperation_t::CUBLAS_OP_N,
+                n,
+                n,
+                n,
+                &alpha,
+                ra as usize as *const f32,
+                n,
+                rb as usize as *const f32,
+                n,
+                &beta,
+                rc as usize as *mut f32,
+                n,
+            )
+        }
+        .expect("cublasSgemm");
+    };
+    let raw_run = || {
+        call();
+        raw.sync(stream);
+        let start = Instant::now();
+        for _ in 0..CALLS {
+            call();
+        }
+        raw.sync(stream);
+        flops / start.elapsed().as_secs_f64() / 1e9
+    };
+    let (mut best_weir, mut best_raw) = (0f64, 0f64);
+    for _ in 0..3 {
+        best_weir = best_weir.max(weir());
+        best_raw = best_raw.max(raw_run());
+    }
+    assert_eq!(s.read_as::<f32>(&c).unwrap()[..4], [SIZE as f32; 4], "Weir's GEMM computed another product");
+    // SAFETY: made above, used by nothing after the last sync.
+    unsafe { blas::destroy_handle(handle) }.expect("cublasDestroy");
+    report.add(Figure::beside(
+        "cuda",
+        "cuBLAS sgemm 4096",
+        "GFLOP/s",
+        best_weir,
+        best_raw,
+        true,
+        &format!("{CALLS} calls of {SIZE}x{SIZE}x{SIZE} in a row, best of 3; raw: the same calls with a raw handle on a raw stream"),
+    ));
 }
 
 fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {

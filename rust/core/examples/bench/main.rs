@@ -4,7 +4,8 @@
 //! `--backend NAME` (repeatable) limits the run to some backends; `--only
 //! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `live`; on CUDA `memset`,
-//! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced` (a
+//! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced`,
+//! `sgemm` (a
 //! quick run while iterating on one figure). `--processes N` (default 15):
 //! how many fresh processes measure each figure that sets a Weir thread
 //! against a raw loop on the main thread (see `report::across_processes`);
