@@ -114,8 +114,9 @@ pub enum Command<R> {
     Axpy { x: Span<R>, y: Span<R>, alpha: f32 },
     /// `out[i] = start + i` over u32.
     Iota { out: Span<R>, start: u32 },
-    /// Holds the stream for `duration` (test support: nothing else makes one).
-    #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
+    /// Holds the stream for `duration` (test support only: a build without
+    /// the hooks has no such command).
+    #[cfg(feature = "test-support")]
     Delay { duration: Duration },
     /// A user kernel.
     Custom { kernel: Arc<CustomKernel>, grid: Grid, args: Vec<KernelArg<R>> },
@@ -137,6 +138,7 @@ impl<R> Command<R> {
             Command::Scale { x, out, .. } => list(&[(*x, Read), (*out, Write)]),
             Command::Axpy { x, y, .. } => list(&[(*x, Read), (*y, ReadWrite)]),
             Command::Iota { out, .. } => list(&[(*out, Write)]),
+            #[cfg(feature = "test-support")]
             Command::Delay { .. } => Spans::new(),
             Command::Custom { args, .. } => args.iter().filter_map(KernelArg::span).collect(),
         }
@@ -166,6 +168,7 @@ impl<R> Command<R> {
             Command::Scale { x, out, alpha } => Command::Scale { x: *x, out: *out, alpha: *alpha },
             Command::Axpy { x, y, alpha } => Command::Axpy { x: *x, y: *y, alpha: *alpha },
             Command::Iota { out, start } => Command::Iota { out: *out, start: *start },
+            #[cfg(feature = "test-support")]
             Command::Delay { duration } => Command::Delay { duration: *duration },
             Command::Custom { kernel, grid, args } => {
                 Command::Custom { kernel: kernel.clone(), grid: *grid, args: args.clone() }
@@ -195,6 +198,7 @@ impl<R> Command<R> {
             Command::Scale { x, out, alpha } => Command::Scale { x: span(x)?, out: span(out)?, alpha },
             Command::Axpy { x, y, alpha } => Command::Axpy { x: span(x)?, y: span(y)?, alpha },
             Command::Iota { out, start } => Command::Iota { out: span(out)?, start },
+            #[cfg(feature = "test-support")]
             Command::Delay { duration } => Command::Delay { duration },
             Command::Custom { kernel, grid, args } => Command::Custom {
                 kernel,

@@ -349,6 +349,8 @@ pub(crate) struct Scheduler<B: Backend> {
     inserted_waits: AtomicU64,
     admitted_ops: AtomicU64,
     retiring_buffers: Arc<AtomicU64>,
+    /// A deliberate bug (test support: a build without the hooks has none to check).
+    #[cfg(feature = "test-support")]
     fault: Option<Fault>,
     state: Mutex<State<B>>,
     /// Signalled when an external write's closure returns.
@@ -362,6 +364,8 @@ thread_local! {
 
 impl<B: Backend> Scheduler<B> {
     pub fn new(backend: B, fault: Option<Fault>) -> Result<Self> {
+        #[cfg(not(feature = "test-support"))]
+        let _ = fault;
         let default_stream = backend.create_stream(0)?;
         Ok(Scheduler {
             info: backend.info(),
@@ -370,6 +374,7 @@ impl<B: Backend> Scheduler<B> {
             inserted_waits: AtomicU64::new(0),
             admitted_ops: AtomicU64::new(0),
             retiring_buffers: Arc::new(AtomicU64::new(0)),
+            #[cfg(feature = "test-support")]
             fault,
             state: Mutex::new(State {
                 closed: None,
@@ -647,7 +652,11 @@ impl<B: Backend> Scheduler<B> {
         outcome: Option<&Arc<OpOutcome>>,
     ) {
         let at = (stream, state.streams[stream].position);
+        // A build without the test hooks always publishes (the seed's bug is test support).
+        #[cfg(feature = "test-support")]
         let publish_writes = self.fault != Some(Fault::KeyVersionsAtAllocation);
+        #[cfg(not(feature = "test-support"))]
+        let publish_writes = true;
         for &(key, access) in accesses {
             if let Some(entry) = state.buffers.get_mut(&key) {
                 entry.history.publish(at, access, publish_writes, outcome);
@@ -770,10 +779,17 @@ impl<B: Backend> Engine for Scheduler<B> {
         let mut state = self.open_state_when(|state| state.is_busy(stream))?;
         let key = state.next_key;
         state.next_key += 1;
-        let slot = state.slot(stream)?;
+        // The stream is checked open whatever the history.
+        let position = state.slot(stream)?.position;
+        #[cfg(feature = "test-support")]
         let history = match self.fault {
-            Some(Fault::KeyVersionsAtAllocation) => History::written_at((stream, slot.position)),
+            Some(Fault::KeyVersionsAtAllocation) => History::written_at((stream, position)),
             None => History::default(),
+        };
+        #[cfg(not(feature = "test-support"))]
+        let history = {
+            let _ = position;
+            History::default()
         };
         state.buffers.insert(key, BufferEntry { memory, len, history, pins: 0, released: false });
         if let Some((command, prepared)) = initialise {

@@ -22,7 +22,8 @@ pub(crate) struct History {
 }
 
 impl History {
-    /// A history whose latest write is `write`.
+    /// A history whose latest write is `write` (the seed's bug, test support).
+    #[cfg(feature = "test-support")]
     pub fn written_at(write: OpPosition) -> Self {
         History { latest_write: Some(write), outcome: None, reads: Vec::new() }
     }

@@ -86,6 +86,7 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
                 *w = start.wrapping_add(i as u32);
             }
         }
+        #[cfg(feature = "test-support")]
         Command::Delay { duration } => std::thread::sleep(duration),
         Command::Custom { kernel, grid, args } => {
             let body =

@@ -659,6 +659,7 @@ impl Driver for Cuda {
         }
     }
 
+    #[cfg(feature = "test-support")]
     fn delay_ticks(&self, duration: Duration) -> u64 {
         // %globaltimer counts nanoseconds.
         u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)

@@ -237,6 +237,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()>;
 
     /// The delay builtin's argument: `duration` in the device clock's ticks.
+    #[cfg(feature = "test-support")]
     fn delay_ticks(&self, duration: Duration) -> u64;
 
     /// What an external write's closure receives.

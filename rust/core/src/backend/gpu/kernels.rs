@@ -82,6 +82,8 @@ pub(crate) enum Entry {
     Scale,
     Axpy,
     Iota,
+    /// Loaded with the rest (the source is one), launched by test support alone.
+    #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
     Delay,
 }
 

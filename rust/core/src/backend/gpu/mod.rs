@@ -401,6 +401,7 @@ impl<D: Driver> GpuBackend<D> {
             (Command::Binary { a, b, out, .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, [a, b, out]),
             (Command::Scale { x, out, .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, [x, out]),
             (Command::Axpy { x, y, .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, [x, y]),
+            #[cfg(feature = "test-support")]
             (Command::Delay { .. }, Prepared::Launch(launch)) => Self::resolve_launch(launch, []),
             (Command::Custom { args, .. }, Prepared::Launch(launch)) => {
                 Self::resolve_launch(launch, args.iter().filter_map(|arg| arg.span().map(|(span, _)| span)))
@@ -531,6 +532,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
             Command::Iota { out, start } => {
                 self.builtin(Entry::Iota, words(out), &[pointer, Param::U32(*start), Param::U64(words(out))])
             }
+            #[cfg(feature = "test-support")]
             Command::Delay { duration } => {
                 let ticks = self.driver().delay_ticks(*duration);
                 let grid = Grid::new([1, 1, 1], [1, 1, 1]);

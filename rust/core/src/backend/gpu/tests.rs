@@ -469,6 +469,7 @@ impl Driver for Fake {
         unsafe { pass_callback(callback, run) }
     }
 
+    #[cfg(feature = "test-support")]
     fn delay_ticks(&self, duration: Duration) -> u64 {
         duration.as_nanos() as u64
     }

@@ -21,6 +21,7 @@ const NAME: BackendKind = BackendKind::Hip;
 
 /// `wall_clock64()` ticks per microsecond: the 100 MHz constant clock of
 /// `s_memrealtime` on the GFX9 and CDNA devices ROCm 5.2 supports.
+#[cfg(feature = "test-support")]
 const WALL_CLOCK_TICKS_PER_MICRO: u64 = 100;
 
 /// Names a failed HIP status. Unknown codes stay numbers: never an enum.
@@ -333,6 +334,7 @@ impl Driver for Hip {
         })
     }
 
+    #[cfg(feature = "test-support")]
     fn delay_ticks(&self, duration: Duration) -> u64 {
         u64::try_from(duration.as_micros()).unwrap_or(u64::MAX).saturating_mul(WALL_CLOCK_TICKS_PER_MICRO)
     }

@@ -6,6 +6,7 @@
 //! runtime's ordering boundary is those checks, and the recording.
 
 use std::sync::atomic::Ordering;
+#[cfg(feature = "test-support")]
 use std::time::Duration;
 
 use super::bind_groups::Windows;
@@ -25,7 +26,8 @@ pub(crate) enum Encoded {
     /// Device work, recorded when its lane submits; a download's read-back
     /// is issued after that submission.
     Op { op: Box<QueuedOp>, readback: Option<Readback> },
-    /// Holds the stream; not device work.
+    /// Holds the stream; not device work (test support).
+    #[cfg(feature = "test-support")]
     Delay(Duration),
 }
 
@@ -130,6 +132,7 @@ pub(crate) fn encode(
     if !fits(&command, &plan) {
         return Err(Error::invalid("the command was prepared as a different command"));
     }
+    #[cfg(feature = "test-support")]
     if let Command::Delay { duration } = command {
         return Ok(Encoded::Delay(duration));
     }
@@ -158,7 +161,9 @@ pub(crate) fn encode(
 /// True when `plan` is what `prepare` makes for a command of this kind.
 fn fits(command: &Op, plan: &Plan) -> bool {
     match command {
-        Command::Delay { .. } | Command::Copy { .. } => matches!(plan, Plan::Nothing),
+        #[cfg(feature = "test-support")]
+        Command::Delay { .. } => matches!(plan, Plan::Nothing),
+        Command::Copy { .. } => matches!(plan, Plan::Nothing),
         Command::Zero { .. } | Command::Upload { .. } => matches!(plan, Plan::Write(_)),
         Command::Fill { .. }
         | Command::Iota { .. }

@@ -34,8 +34,13 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Weak};
+#[cfg(feature = "test-support")]
+use std::sync::atomic::AtomicBool;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+#[cfg(feature = "test-support")]
+use std::sync::Weak;
+use std::sync::{Arc, Mutex};
+#[cfg(feature = "test-support")]
 use std::time::Duration;
 
 use super::device::Gpu;
@@ -72,9 +77,12 @@ pub(crate) enum Item {
         lane: LaneId,
         upto: u64,
     },
-    /// Holds until the flag is set (a gate opened, a delay elapsed).
+    /// Holds until the flag is set (a gate opened, a delay elapsed): test
+    /// support, like every hold of a stream.
+    #[cfg(feature = "test-support")]
     Until(Arc<AtomicBool>),
-    /// Holds for the duration, counted from when it reaches the head.
+    /// Holds for the duration, counted from when it reaches the head (test support).
+    #[cfg(feature = "test-support")]
     Delay(Duration),
     Signal(Arc<Completion>, SignalKind),
     /// An op failed to record: the lane fails here, after the work before it.
@@ -288,18 +296,22 @@ pub(crate) struct Shared {
     progress: Arc<Progress>,
     /// A device-wide failure (device lost, an error outside any scope): fails every lane.
     device_error: Arc<Mutex<Option<Error>>>,
+    /// For a delay's timer thread, to pump once the delay elapsed.
+    #[cfg(feature = "test-support")]
     me: Weak<Shared>,
 }
 
 impl Shared {
     pub fn new(gpu: Gpu, poll: Arc<PollState>) -> Arc<Shared> {
         let device_error = gpu.device_error.clone();
+        #[cfg_attr(not(feature = "test-support"), allow(unused_variables))]
         Arc::new_cyclic(|me| Shared {
             gpu,
             poll,
             lanes: Mutex::new(Lanes::default()),
             progress: Arc::default(),
             device_error,
+            #[cfg(feature = "test-support")]
             me: me.clone(),
         })
     }
@@ -509,7 +521,9 @@ impl Shared {
                 let (lane, upto) = (*lane, *upto);
                 lanes.progress(lane).0 >= upto
             }
+            #[cfg(feature = "test-support")]
             Item::Until(flag) => flag.load(Ordering::Acquire),
+            #[cfg(feature = "test-support")]
             Item::Delay(duration) => {
                 let flag = Arc::new(AtomicBool::new(false));
                 self.set_after(*duration, flag.clone());
@@ -521,6 +535,7 @@ impl Shared {
     }
 
     /// Sets `flag` once `duration` passed, then pumps.
+    #[cfg(feature = "test-support")]
     fn set_after(&self, duration: Duration, flag: Arc<AtomicBool>) {
         let me = self.me.clone();
         let timer = flag.clone();
@@ -538,6 +553,7 @@ impl Shared {
     }
 
     /// Issues what can be issued (after a gate opened or a delay elapsed).
+    #[cfg(feature = "test-support")]
     pub fn pump_now(&self) {
         let mut lanes = lock(&self.lanes);
         self.pump(&mut lanes);
@@ -592,6 +608,7 @@ impl Shared {
                     lane.fail(error);
                 }
             }
+            #[cfg(feature = "test-support")]
             Item::Until(_) | Item::Delay(_) => {}
         }
         if full {

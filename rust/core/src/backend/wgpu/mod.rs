@@ -221,6 +221,7 @@ impl Backend for WgpuBackend {
     ) -> Result<(), EnqueueError> {
         match encode(self.gpu(), command, prepared, io) {
             Ok(Encoded::Op { op, readback }) => self.shared.record(stream.lane, Queued::Op(op), readback),
+            #[cfg(feature = "test-support")]
             Ok(Encoded::Delay(duration)) => {
                 self.shared.push(stream.lane, Item::Delay(duration)).map_err(EnqueueError::Rejected)
             }

@@ -99,7 +99,9 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
     let elementwise =
         |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar, shared).map(Plan::Elementwise);
     let plan = match command {
-        Command::Delay { .. } | Command::Copy { .. } => Plan::Nothing,
+        #[cfg(feature = "test-support")]
+        Command::Delay { .. } => Plan::Nothing,
+        Command::Copy { .. } => Plan::Nothing,
         Command::Zero { dst } => Plan::Write(plan_write(gpu, dst, None)?),
         Command::Upload { dst, data } => return prepare_upload(gpu, dst, data),
         Command::Fill { dst, word } => elementwise(Elementwise::Fill, dst, *word)?,
@@ -182,6 +184,7 @@ fn check<R>(gpu: &Gpu, command: &Command<R>) -> Result<(), Error> {
         Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => [x, y].into_iter().try_for_each(windowed),
         Command::Custom { kernel, grid, args } => check_custom(gpu, kernel, grid, args),
         Command::Copy { .. } | Command::Zero { .. } | Command::Upload { .. } | Command::Download { .. } => Ok(()),
+        #[cfg(feature = "test-support")]
         Command::Delay { .. } => Ok(()),
     }
 }
