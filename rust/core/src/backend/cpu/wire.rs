@@ -22,8 +22,6 @@
 //! rank that never calls a collective leaves the others' parts, and their
 //! streams, waiting for it.
 
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::io::{ErrorKind, Read, Write};
 use std::net::{Ipv4Addr, Shutdown, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, Weak};
@@ -60,18 +58,12 @@ pub(crate) struct Listening {
 /// id that every holder dropped closes its port.
 static LISTENING: Mutex<Vec<Weak<Listening>>> = Mutex::new(Vec::new());
 
-fn nonce() -> [u8; NONCE_BYTES] {
+/// A secret only the id's holders know: a rank that connects must say it.
+fn nonce() -> Result<[u8; NONCE_BYTES]> {
     let mut bytes = [0; NONCE_BYTES];
-    for half in bytes.chunks_exact_mut(8) {
-        // Seeded per process by the standard library: unique enough to
-        // tell one group's id from another's on one host.
-        let mut hasher = RandomState::new().build_hasher();
-        let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-        hasher.write_u128(now.as_nanos());
-        hasher.write_u32(std::process::id());
-        half.copy_from_slice(&hasher.finish().to_le_bytes());
-    }
-    bytes
+    getrandom::fill(&mut bytes)
+        .map_err(|error| Error::backend(BackendKind::Cpu, format!("no randomness for a group id: {error}")))?;
+    Ok(bytes)
 }
 
 /// A new id: a listener on a free loopback port, kept for rank 0's join.
@@ -82,7 +74,7 @@ pub(crate) fn new_id() -> Result<([u8; GROUP_ID_BYTES], Arc<Listening>)> {
         .local_addr()
         .map_err(|error| Error::backend(BackendKind::Cpu, format!("a group id's listener address: {error}")))?
         .port();
-    let listening = Arc::new(Listening { nonce: nonce(), listener: Mutex::new(Some(listener)) });
+    let listening = Arc::new(Listening { nonce: nonce()?, listener: Mutex::new(Some(listener)) });
     let mut id = [0; GROUP_ID_BYTES];
     id[..8].copy_from_slice(MAGIC);
     id[8..10].copy_from_slice(&port.to_le_bytes());
