@@ -35,25 +35,53 @@ internal object CallStatus {
     @JvmStatic
     fun failed(status: Pointer): Boolean = status.getByte(0) != UNIFFI_CALL_SUCCESS
 
-    /** The failure in [status], copied out; [status] is clear again. */
+    /**
+     * The failure in [status], copied into this thread's one failure
+     * structure; [status] is clear again.
+     *
+     * Reused, like the status block: a structure allocated per failure (and
+     * the `RustBuffer` inside it, and one to read the block through) is
+     * native memory only JNA's cleaner thread frees, so failing calls from a
+     * few threads outran it and filled the heap, as succeeding ones did before
+     * the block. The generated check lifts the error (reading and freeing its
+     * buffer through the block, not this structure) before this thread can
+     * fail again, so one per thread is enough.
+     */
     @JvmStatic
     fun failure(status: Pointer): UniffiRustCallStatus {
         try {
-            val view = View(status)
-            val copy = UniffiRustCallStatus()
-            copy.code = view.code
-            copy.error_buf = RustBuffer.create(view.error_buf.capacity.toULong(), view.error_buf.len.toULong(), view.error_buf.data)
+            val copy = failures.get()
+            copy.code = status.getByte(0)
+            copy.error_buf.capacity = status.getLong(ERROR_CAPACITY)
+            copy.error_buf.len = status.getLong(ERROR_LEN)
+            copy.error_buf.data = status.getPointer(ERROR_DATA)
             return copy
         } finally {
             status.setByte(0, UNIFFI_CALL_SUCCESS)
         }
     }
 
-    /** The generated structure read over a status block (the failure path only). */
-    private class View(status: Pointer) : UniffiRustCallStatus() {
-        init {
-            useMemory(status)
-            read()
-        }
+    private val failures = ThreadLocal.withInitial { UniffiRustCallStatus() }
+
+    /** Where `error_buf`'s fields lie in the block, as JNA lays the structure out. */
+    private val ERROR_CAPACITY: Long
+    private val ERROR_LEN: Long
+    private val ERROR_DATA: Long
+
+    init {
+        val layout = Layout()
+        ERROR_CAPACITY = layout.errorBuffer + layout.buffer.field("capacity")
+        ERROR_LEN = layout.errorBuffer + layout.buffer.field("len")
+        ERROR_DATA = layout.errorBuffer + layout.buffer.field("data")
+    }
+
+    /** The generated structures' field offsets, read once. */
+    private class Layout : UniffiRustCallStatus() {
+        val errorBuffer = fieldOffset("error_buf").toLong()
+        val buffer = BufferLayout()
+    }
+
+    private class BufferLayout : RustBuffer() {
+        fun field(name: String): Long = fieldOffset(name).toLong()
     }
 }

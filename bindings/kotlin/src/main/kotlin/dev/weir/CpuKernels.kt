@@ -15,23 +15,53 @@ import java.nio.IntBuffer
 
 /**
  * The arguments of one CPU kernel launch, in declaration order (buffers and
- * scalars each counted on their own). Buffers are NIO views of the device
- * memory itself, lent for the call: read-only for arguments declared
- * [Access.READ]; using one after the kernel returns is refused.
+ * scalars each counted on their own).
+ *
+ * A buffer is lent as the call's own copy of the device memory: [bytes],
+ * [floats] and [ints] give little-endian NIO views of that copy (one copy per
+ * buffer per call, shared by every view of it), read-only for arguments
+ * declared [Access.READ]. When the kernel returns, what it wrote to a
+ * writable argument's copy is written to the device memory, before the op
+ * counts as done. The copies never alias device memory, so a view kept past
+ * the call, or used from another thread, can never reach memory the runtime
+ * owns: what is written to it after the kernel returns goes nowhere. Asking
+ * these arguments for anything once the kernel has returned throws
+ * [WeirException.InvalidArgument].
  */
 class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
+    /** The copies lent so far, by buffer index. */
+    private val lent = HashMap<Int, Lent>()
+
+    /** False once the kernel has returned. */
+    @Volatile
+    private var open = true
+
+    private class Lent(val bytes: ByteBuffer, val address: Long, val writable: Boolean)
+
     /** The grid the kernel was launched with (its block is the launch's on every backend). */
-    val grid: Grid get() = call.grid()
+    val grid: Grid get() = call { grid() }
 
     /** Number of buffer arguments. */
-    val bufferCount: Int get() = call.bufferCount().toInt()
+    val bufferCount: Int get() = call { bufferCount().toInt() }
 
-    /** Buffer argument [index] as little-endian bytes. */
+    /** Buffer argument [index] as little-endian bytes: the call's copy of it. */
     fun bytes(index: Int): ByteBuffer {
-        val at = index.toUInt()
-        val size = call.bufferSizeBytes(at).toLong()
-        val bytes = Pointer(call.bufferAddress(at).toLong()).getByteBuffer(0, size).order(ByteOrder.LITTLE_ENDIAN)
-        return if (call.bufferWritable(at)) bytes else bytes.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN)
+        val copy = synchronized(lent) {
+            lent.getOrPut(index) {
+                val at = index.toUInt()
+                val (size, address, writable) = call {
+                    Triple(bufferSizeBytes(at).toLong(), bufferAddress(at).toLong(), bufferWritable(at))
+                }
+                if (size > Int.MAX_VALUE) {
+                    throw WeirException.InvalidArgument("invalid argument: buffer argument $index holds $size bytes, more than one JVM array")
+                }
+                val bytes = ByteArray(size.toInt())
+                Pointer(address).read(0, bytes, 0, bytes.size)
+                Lent(ByteBuffer.wrap(bytes), address, writable)
+            }
+        }
+        val view = copy.bytes.duplicate().order(ByteOrder.LITTLE_ENDIAN)
+        return if (copy.writable) view else view.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN)
     }
 
     /** Buffer argument [index] as `f32`s. */
@@ -41,13 +71,36 @@ class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
     fun ints(index: Int): IntBuffer = bytes(index).asIntBuffer()
 
     /** Scalar argument [index], an `f32`. */
-    fun float(index: Int): Float = call.scalarF32(index.toUInt())
+    fun float(index: Int): Float = call { scalarF32(index.toUInt()) }
 
     /** Scalar argument [index], an `i32`. */
-    fun int(index: Int): Int = call.scalarI32(index.toUInt())
+    fun int(index: Int): Int = call { scalarI32(index.toUInt()) }
 
     /** Scalar argument [index], a `u32`. */
-    fun uint(index: Int): UInt = call.scalarU32(index.toUInt())
+    fun uint(index: Int): UInt = call { scalarU32(index.toUInt()) }
+
+    /** [ask] of the call, or the typed refusal once the kernel has returned. */
+    private fun <T> call(ask: CpuKernelCall.() -> T): T {
+        if (!open) throw WeirException.InvalidArgument("invalid argument: this kernel call is over: its memory is no longer lent")
+        return call.ask()
+    }
+
+    /**
+     * Ends the loan: writes back what the kernel wrote to each writable
+     * copy (still on the worker, while the memory is lent), then refuses
+     * every later use.
+     */
+    internal fun finish(wrote: Boolean) {
+        synchronized(lent) {
+            open = false
+            if (wrote) {
+                for (copy in lent.values) {
+                    if (copy.writable) Pointer(copy.address).write(0, copy.bytes.array(), 0, copy.bytes.capacity())
+                }
+            }
+            lent.clear()
+        }
+    }
 }
 
 /** A CPU kernel's body: a Kotlin lambda or a Java one (`args -> { … }`). */
@@ -64,10 +117,14 @@ fun interface CpuKernelFunction {
  */
 fun cpuKernel(body: CpuKernelFunction): CpuKernelBody = object : CpuKernelBody {
     override fun run(call: CpuKernelCall): String? = call.use {
+        val args = CpuKernelArgs(it)
         try {
-            body.run(CpuKernelArgs(it))
+            body.run(args)
+            args.finish(wrote = true)
             null
         } catch (failure: Throwable) {
+            // A failed op publishes failed versions: what it wrote is not kept.
+            args.finish(wrote = false)
             failure.message ?: failure.toString()
         }
     }

@@ -1,8 +1,11 @@
 package dev.weir
 
 import kotlinx.coroutines.runBlocking
+import java.nio.FloatBuffer
 import org.junit.jupiter.api.Assertions.assertArrayEquals
+import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
@@ -73,5 +76,44 @@ class CpuKernelTest {
                     assertArrayEquals(floatArrayOf(3f, 7f), s.readFloats(out))
                 }
             }
+        }
+
+    @Test
+    fun `what a CPU kernel keeps of its arguments never reaches device memory and asking them later throws`(): Unit =
+        WeirRuntime.open(Backend.CPU).use { rt ->
+            val s = rt.defaultStream()
+            var keptFloats: FloatBuffer? = null
+            var keptArgs: CpuKernelArgs? = null
+            val fromAnotherThread = java.util.concurrent.atomic.AtomicReference<Throwable?>()
+            val keeper = cpuKernel { args ->
+                keptArgs = args
+                keptFloats = args.floats(0).also { it.put(0, 1f) }
+                // Handed to another thread during the call: the same copy, no crash.
+                val other = Thread { runCatching { args.floats(0).put(3, 4f) }.onFailure(fromAnotherThread::set) }
+                other.start()
+                other.join()
+            }
+            Kernel.custom("keeper", cpu = keeper).use { kernel ->
+                runBlocking {
+                    val out = s.zeros(4, ElementType.F32)
+                    s.executeAndWait(kernel, Grid.linear(4, 4), listOf(out.writes()))
+                    assertArrayEquals(floatArrayOf(1f, 0f, 0f, 4f), s.readFloats(out), "the call's writes land")
+                    assertEquals(null, fromAnotherThread.get())
+                    // After the kernel returned: writes go nowhere, asking throws.
+                    keptFloats!!.put(1, 42f)
+                    assertEquals(1f, keptFloats!!.get(0))
+                    assertArrayEquals(floatArrayOf(1f, 0f, 0f, 4f), s.readFloats(out), "a write after return was seen")
+                    assertThrows<WeirException.InvalidArgument> { keptArgs!!.floats(0) }
+                    assertThrows<WeirException.InvalidArgument> { keptArgs!!.bufferCount }
+                    // After the buffer is gone, and after the runtime is closed: still nothing reaches it.
+                    out.close()
+                    keptFloats!!.put(2, 44f)
+                    val fresh = s.zeros(4, ElementType.F32)
+                    assertArrayEquals(FloatArray(4), s.readFloats(fresh))
+                }
+            }
+            rt.shutdown()
+            keptFloats!!.put(3, 45f)
+            assertThrows<WeirException.InvalidArgument> { keptArgs!!.ints(0) }
         }
 }

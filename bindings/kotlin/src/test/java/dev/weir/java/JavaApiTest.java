@@ -358,4 +358,30 @@ class JavaApiTest {
             }
         }
     }
+
+    /** What a Java CPU kernel keeps of its arguments never reaches device memory; asking them later throws. */
+    @Test
+    void aJavaCpuKernelsKeptBuffersNeverReachDeviceMemory() throws Exception {
+        try (WeirRuntime runtime = WeirJava.open(Backend.CPU)) {
+            WeirStream stream = runtime.defaultStream();
+            java.nio.FloatBuffer[] kept = new java.nio.FloatBuffer[1];
+            CpuKernelArgs[] keptArgs = new CpuKernelArgs[1];
+            CpuKernelBody body = WeirCpuKernels.cpuKernel(args -> {
+                keptArgs[0] = args;
+                kept[0] = args.floats(0);
+                kept[0].put(0, 1f);
+            });
+            try (Kernel kernel = Kernel.Companion.custom("keeper", null, null, null, body)) {
+                Buffer out = Weir.zeros(stream, 4, ElementType.F32);
+                WeirBlocking.executeAndWait(stream, kernel, WeirJava.linearGrid(4, 4), List.of(Weir.writes(out)));
+                assertArrayEquals(new float[] {1f, 0f, 0f, 0f}, WeirBlocking.readFloats(stream, out));
+                kept[0].put(1, 42f);
+                assertArrayEquals(new float[] {1f, 0f, 0f, 0f}, WeirBlocking.readFloats(stream, out), "a write after return was seen");
+                assertThrows(WeirException.InvalidArgument.class, () -> keptArgs[0].floats(0));
+                out.close();
+                kept[0].put(2, 44f);
+            }
+            runtime.shutdown();
+        }
+    }
 }
