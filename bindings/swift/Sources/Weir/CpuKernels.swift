@@ -1,10 +1,12 @@
 // Custom kernels for the CPU backend, written in Swift: the CPU backend runs
 // no kernel source, so a custom kernel's CPU implementation is a closure,
-// called on the stream's worker thread with the launch's memory itself.
+// called on the stream's worker thread with the launch's memory.
 //
 // weir-ffi lends the memory by address for the call only (`CpuKernelCall`);
-// this layer turns the addresses into typed buffer pointers and a thrown
-// error into the message that fails the op.
+// this layer copies it in and out of Swift arrays under a lock that the
+// call's end takes too, so nothing a closure keeps can reach that memory
+// once the call is over, and turns a thrown error into the message that
+// fails the op.
 
 import Foundation
 
@@ -13,86 +15,70 @@ import Foundation
 /// `[.read(x), .write(out), .f32(value: a), .u32(value: n)]` is buffers 0
 /// and 1, scalars 0 and 1.
 ///
-/// Buffers are the device memory itself (the CPU backend's), lent for the
-/// call: like the pointer a `withUnsafeBufferPointer` closure gets, a pointer
-/// from ``buffer(_:as:)`` or ``mutableBuffer(_:as:)`` is valid only until the
-/// kernel's closure returns, and the arguments refuse every access after
-/// that with `.invalidArgument`. A view's pointer covers its range only.
+/// Buffers are read and written as Swift arrays: ``values(_:as:)`` copies
+/// one out, ``update(_:as:_:)`` lends a copy to a closure and writes it back
+/// when the closure returns. The device memory is lent for the call only: an
+/// array kept past it is the caller's own copy, and every use of the
+/// arguments after the kernel's closure returned (from any thread) throws
+/// `.invalidArgument`, so nothing can reach memory the runtime owns.
 public struct CpuKernelArguments {
-    private let call: CpuKernelCall
+    private let loan: Loan
 
-    init(_ call: CpuKernelCall) {
-        self.call = call
+    init(_ loan: Loan) {
+        self.loan = loan
     }
 
     /// The grid the kernel was launched with (its block is the launch's, as
     /// on every backend).
-    public var grid: Grid { call.grid() }
+    public var grid: Grid { loan.call.grid() }
 
     /// Number of buffer arguments.
-    public var bufferCount: Int { Int(call.bufferCount()) }
+    public var bufferCount: Int { Int(loan.call.bufferCount()) }
 
     /// Number of scalar arguments.
-    public var scalarCount: Int { Int(call.scalarCount()) }
+    public var scalarCount: Int { Int(loan.call.scalarCount()) }
 
-    /// Buffer argument `index`, read as `T`s (any argument, whatever its
+    /// A copy of buffer argument `index` as `T`s (any argument, whatever its
     /// access). The call does not know which element type the buffer was made
     /// with: `T` must be it (or `UInt8`, its bytes), and a size that is not a
     /// whole number of `T`s is `.invalidArgument`.
-    public func buffer<T: WeirElement>(_ index: Int, as type: T.Type = T.self) throws -> UnsafeBufferPointer<T> {
-        UnsafeBufferPointer(try memory(index, of: T.self, writing: false))
+    public func values<T: WeirElement>(_ index: Int, as type: T.Type = T.self) throws -> [T] {
+        try loan.withMemory(of: index, as: T.self, writing: false) { memory in Array(memory.bindMemory(to: T.self)) }
     }
 
-    /// Buffer argument `index`, to read and write as `T`s: an argument
+    /// Lends `body` buffer argument `index` as `T`s to change, then writes
+    /// what it left there back to the device memory: for an argument
     /// declared `.write` or `.readWrite`. One declared `.read` is refused
     /// with `.invalidArgument` (its memory may be shared with other readers).
-    public func mutableBuffer<T: WeirElement>(_ index: Int, as type: T.Type = T.self) throws
-        -> UnsafeMutableBufferPointer<T>
-    {
-        try memory(index, of: T.self, writing: true)
+    /// If `body` throws, nothing is written back.
+    public func update<T: WeirElement>(
+        _ index: Int, as type: T.Type = T.self, _ body: (inout [T]) throws -> Void
+    ) throws {
+        var copy: [T] = try loan.withMemory(of: index, as: T.self, writing: true) { memory in Array(memory.bindMemory(to: T.self)) }
+        try body(&copy)
+        try loan.withMemory(of: index, as: T.self, writing: true) { (memory: UnsafeMutableRawBufferPointer) in
+            // The same argument, so the same size: `copy` may have been resized by `body`.
+            guard copy.count * MemoryLayout<T>.stride == memory.count else {
+                throw WeirError.invalidArgument(
+                    description: "buffer argument \(index) holds \(memory.count / MemoryLayout<T>.stride) \(T.self), not \(copy.count)")
+            }
+            copy.withUnsafeBytes { memory.copyMemory(from: $0) }
+        }
     }
 
     /// Scalar argument `index`, which must be an `.f32`; another is `.invalidArgument`.
     public func scalar(_ index: Int, as type: Float.Type = Float.self) throws -> Float {
-        try call.scalarF32(index: argumentIndex(index, "scalar", of: scalarCount))
+        try loan.call.scalarF32(index: argumentIndex(index, "scalar", of: scalarCount))
     }
 
     /// Scalar argument `index`, which must be an `.i32`; another is `.invalidArgument`.
     public func scalar(_ index: Int, as type: Int32.Type = Int32.self) throws -> Int32 {
-        try call.scalarI32(index: argumentIndex(index, "scalar", of: scalarCount))
+        try loan.call.scalarI32(index: argumentIndex(index, "scalar", of: scalarCount))
     }
 
     /// Scalar argument `index`, which must be a `.u32`; another is `.invalidArgument`.
     public func scalar(_ index: Int, as type: UInt32.Type = UInt32.self) throws -> UInt32 {
-        try call.scalarU32(index: argumentIndex(index, "scalar", of: scalarCount))
-    }
-
-    /// The lent memory of buffer argument `index` as `T`s, checked for size,
-    /// alignment and (when `writing`) the argument's access.
-    private func memory<T: WeirElement>(_ index: Int, of type: T.Type, writing: Bool) throws
-        -> UnsafeMutableBufferPointer<T>
-    {
-        let at = try argumentIndex(index, "buffer", of: bufferCount)
-        if writing, try !call.bufferWritable(index: at) {
-            throw WeirError.invalidArgument(
-                description: "buffer argument \(index) is declared read, so the kernel may not write it")
-        }
-        let (bytes, address) = (try call.bufferSizeBytes(index: at), try call.bufferAddress(index: at))
-        let (stride, alignment) = (MemoryLayout<T>.stride, MemoryLayout<T>.alignment)
-        guard bytes % UInt64(stride) == 0, let count = Int(exactly: bytes / UInt64(stride)) else {
-            throw WeirError.invalidArgument(
-                description: "buffer argument \(index) holds \(bytes) bytes, not a whole number of \(T.self) (\(stride) bytes each)")
-        }
-        guard address % UInt64(alignment) == 0 else {
-            throw WeirError.invalidArgument(
-                description: "buffer argument \(index) starts at a byte that is not aligned for \(T.self)")
-        }
-        guard count > 0, let base = UnsafeMutableRawPointer(bitPattern: UInt(address)) else {
-            return UnsafeMutableBufferPointer(start: nil, count: 0)
-        }
-        // The backend's memory is untyped bytes, lent for the call: binding it
-        // to a trivial type is how Swift reads and writes raw memory as `T`.
-        return UnsafeMutableBufferPointer(start: base.bindMemory(to: T.self, capacity: count), count: count)
+        try loan.call.scalarU32(index: argumentIndex(index, "scalar", of: scalarCount))
     }
 
     /// `index` as the FFI's argument index, refusing one that cannot be an
@@ -102,6 +88,59 @@ public struct CpuKernelArguments {
             throw WeirError.invalidArgument(description: "no \(kind) argument \(index): the kernel has \(count)")
         }
         return at
+    }
+}
+
+/// One call's lent memory: reached only under `lock`, and only while `open`.
+/// The call's end takes the lock to close it, so a thread that found it
+/// open finishes with the memory before the call can end.
+final class Loan: @unchecked Sendable {
+    let call: CpuKernelCall
+    private let lock = NSLock()
+    private var open = true
+
+    init(_ call: CpuKernelCall) {
+        self.call = call
+    }
+
+    /// Ends the loan: every later use of the memory is refused.
+    func end() {
+        lock.withLock { open = false }
+    }
+
+    /// Runs `body` over buffer argument `index`'s lent bytes, checked for
+    /// size and alignment as `T`s and (when `writing`) the argument's access.
+    func withMemory<T: WeirElement, R>(
+        of index: Int, as type: T.Type, writing: Bool, _ body: (UnsafeMutableRawBufferPointer) throws -> R
+    ) throws -> R {
+        try lock.withLock {
+            guard open else {
+                throw WeirError.invalidArgument(
+                    description: "invalid argument: this kernel call is over: its memory is no longer lent")
+            }
+            let count = Int(call.bufferCount())
+            guard let at = UInt32(exactly: index), Int(at) < count else {
+                throw WeirError.invalidArgument(description: "no buffer argument \(index): the kernel has \(count)")
+            }
+            if writing, try !call.bufferWritable(index: at) {
+                throw WeirError.invalidArgument(
+                    description: "buffer argument \(index) is declared read, so the kernel may not write it")
+            }
+            let (bytes, address) = (try call.bufferSizeBytes(index: at), try call.bufferAddress(index: at))
+            let (stride, alignment) = (MemoryLayout<T>.stride, MemoryLayout<T>.alignment)
+            guard bytes % UInt64(stride) == 0, let size = Int(exactly: bytes) else {
+                throw WeirError.invalidArgument(
+                    description: "buffer argument \(index) holds \(bytes) bytes, not a whole number of \(T.self) (\(stride) bytes each)")
+            }
+            guard address % UInt64(alignment) == 0 else {
+                throw WeirError.invalidArgument(
+                    description: "buffer argument \(index) starts at a byte that is not aligned for \(T.self)")
+            }
+            // The backend's memory, lent for the call and alive while the loan
+            // is open (checked above, under the lock the call's end takes).
+            let base = UnsafeMutableRawPointer(bitPattern: UInt(address))
+            return try body(UnsafeMutableRawBufferPointer(start: size > 0 ? base : nil, count: size))
+        }
     }
 }
 
@@ -120,8 +159,10 @@ private final class CpuKernelClosure: CpuKernelBody {
     }
 
     func run(call: CpuKernelCall) -> String? {
+        let loan = Loan(call)
+        defer { loan.end() }
         do {
-            try body(CpuKernelArguments(call))
+            try body(CpuKernelArguments(loan))
             return nil
         } catch let error as LocalizedError where error.errorDescription != nil {
             return error.errorDescription

@@ -51,11 +51,13 @@ func transformKernel() -> Kernel {
         cuda: KernelSource(code: cudaSource, entry: "transform"), hip: KernelSource(code: cudaSource, entry: "transform")
     ) { args in
         let iters: UInt32 = try args.scalar(1)
-        let (x, y) = (try args.buffer(0, as: Float.self), try args.mutableBuffer(1, as: Float.self))
-        for i in 0..<x.count {
-            var v = x[i]
-            for _ in 0..<iters { v = v * 0.5 + 0.5 }
-            y[i] = v
+        let x = try args.values(0, as: Float.self)
+        try args.update(1, as: Float.self) { y in
+            for i in 0..<x.count {
+                var v = x[i]
+                for _ in 0..<iters { v = v * 0.5 + 0.5 }
+                y[i] = v
+            }
         }
     }
 }

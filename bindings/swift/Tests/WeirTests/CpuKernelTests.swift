@@ -34,12 +34,14 @@ private struct NegativeScale: Error, CustomStringConvertible {
 
 /// The kernel's CPU implementation: the same arithmetic as the sources.
 @Sendable private func scaled(_ args: CpuKernelArguments) throws {
-    let (x, out) = (try args.buffer(0, as: Float.self), try args.mutableBuffer(1, as: Float.self))
+    let x = try args.values(0, as: Float.self)
     let (a, n) = (try args.scalar(0, as: Float.self), Int(try args.scalar(1, as: UInt32.self)))
     let block = Int(args.grid.blockX)
     guard a >= 0 else { throw NegativeScale(scale: a) }
-    for i in 0..<n {
-        out[i] = a * x[i] + Float(i % block)
+    try args.update(1, as: Float.self) { out in
+        for i in 0..<n {
+            out[i] = a * x[i] + Float(i % block)
+        }
     }
 }
 
@@ -141,11 +143,15 @@ struct CpuKernelTests {
             observed.note("counts") { "\(args.bufferCount) buffers, \(args.scalarCount) scalars" }
             observed.note("scalar 0 as Int32") { try args.scalar(0, as: Int32.self) }
             observed.note("scalar 1") { try args.scalar(1, as: Float.self) }
-            observed.note("buffer -1") { try args.buffer(-1, as: Float.self).count }
-            observed.note("6 bytes as Float") { try args.buffer(2, as: Float.self).count }
-            observed.note("6 bytes") { try args.buffer(2, as: UInt8.self).count }
-            observed.note("out") { try args.mutableBuffer(1, as: Float.self).count }
-            _ = try args.mutableBuffer(0, as: Float.self)  // declared read: this throws, failing the op
+            observed.note("buffer -1") { try args.values(-1, as: Float.self).count }
+            observed.note("6 bytes as Float") { try args.values(2, as: Float.self).count }
+            observed.note("6 bytes") { try args.values(2, as: UInt8.self).count }
+            observed.note("out") {
+                var count = 0
+                try args.update(1, as: Float.self) { count = $0.count }
+                return count
+            }
+            try args.update(0, as: Float.self) { _ in }  // declared read: this throws, failing the op
         }
         let x = try s.upload([Float(1), 2, 3])
         let out = try s.zeros(count: 3, of: Float.self)
@@ -169,8 +175,36 @@ struct CpuKernelTests {
         ])
         // The arguments of a call that is over lend nothing.
         let kept = try #require(observed.kept)
-        #expect(throws: WeirError.self) { try kept.buffer(0, as: Float.self) }
+        #expect(throws: WeirError.self) { try kept.values(0, as: Float.self) }
+        #expect(throws: WeirError.self) { try kept.update(1, as: Float.self) { $0[0] = 42 } }
         #expect(throws: WeirError.self) { try kept.scalar(0, as: Float.self) }
         #expect(try await s.read(x, as: Float.self) == [1, 2, 3], "the read-only argument was not written")
+    }
+
+    @Test("what a closure keeps of its arguments reaches no device memory, from any thread, after any end")
+    func keptArgumentsReachNothing() async throws {
+        guard let runtime = try TestBackend.cpu.open() else { return }
+        let s = runtime.defaultStream()
+        let observed = Observed()
+        let keeper = Kernel.custom(name: "keeper") { args in
+            observed.keep(args)
+            try args.update(0, as: Float.self) { $0[0] = 1 }
+        }
+        let out = try s.zeros(count: 4, of: Float.self)
+        try await s.executeAndWait(kernel: keeper, grid: Grid(), args: [.write(out)])
+        #expect(try await s.read(out, as: Float.self) == [1, 0, 0, 0], "the call's write lands")
+        let kept = try #require(observed.kept)
+        // After the call, here and from another thread: refused, and nothing lands.
+        #expect(throws: WeirError.self) { try kept.update(0, as: Float.self) { $0[1] = 42 } }
+        let elsewhere = Thread {
+            observed.note("from another thread") { try observed.kept?.update(0, as: Float.self) { $0[2] = 43 } as Any }
+        }
+        elsewhere.start()
+        while !elsewhere.isFinished { try await Task.sleep(nanoseconds: 1_000_000) }
+        #expect(try await s.read(out, as: Float.self) == [1, 0, 0, 0], "a write after the call was seen")
+        #expect(observed.seen.last?.hasPrefix("from another thread refused") == true, "\(observed.seen)")
+        // After the buffer is gone and the runtime closed: still refused, no crash.
+        try runtime.shutdown()
+        #expect(throws: WeirError.self) { try kept.values(0, as: Float.self) }
     }
 }
