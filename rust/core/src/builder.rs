@@ -58,6 +58,22 @@ impl RuntimeBuilder {
         self
     }
 
+    /// On wgpu, a device of this runtime's own, with its own queue, instead
+    /// of the one device every runtime on the adapter shares (default
+    /// `false`). wgpu opens one queue per device, so on a shared device a
+    /// long kernel of any runtime delays every other runtime's work behind
+    /// it; with a device of its own, a runtime's work runs beside it as far
+    /// as the hardware runs two queues at once (measured in `cargo xtask
+    /// bench --backend wgpu`, `--only own-device`). The cost: the device's
+    /// own pipelines, buffers and poll thread, and the device is kept for
+    /// the life of the process, as the shared ones are (some Vulkan drivers
+    /// deadlock when a device is destroyed while another is made). Other
+    /// backends ignore it: CUDA and HIP streams are hardware queues already.
+    pub fn own_device(mut self, own: bool) -> Self {
+        self.options.own_device = own;
+        self
+    }
+
     /// A scheduler with a deliberate bug. Only for tests that prove the test
     /// suite detects that bug.
     #[cfg(feature = "test-support")]

@@ -44,6 +44,8 @@ pub(crate) struct RuntimeOptions {
     pub(crate) spin: Duration,
     /// `None`: the driver's own choice.
     pub(crate) wake: Option<GpuWake>,
+    /// wgpu: a device (and queue) of this runtime's own, not the adapter's shared one.
+    pub(crate) own_device: bool,
     /// A deliberate scheduler bug (tests that prove the suite catches it).
     #[cfg(feature = "test-support")]
     pub(crate) fault: Option<Fault>,
@@ -55,6 +57,7 @@ impl Default for RuntimeOptions {
             device: 0,
             spin: SPIN_BUDGET,
             wake: None,
+            own_device: false,
             #[cfg(feature = "test-support")]
             fault: None,
         }

@@ -776,3 +776,36 @@ fn a_hundred_thousand_small_buffers_are_a_few_wgpu_buffers() {
     drop(memories);
     assert!(backend.shared_buffers() <= 1, "{} slabs stay once every small buffer is gone", backend.shared_buffers());
 }
+
+#[test]
+fn a_runtime_with_a_device_of_its_own_is_not_held_up_by_another_runtimes_long_work() {
+    let Some(a) = open() else { return };
+    let b = Runtime::builder(BackendKind::Wgpu).own_device(true).open().expect("a wgpu runtime with its own device");
+    let s = a.default_stream();
+    // Long work on A's queue: fills of a large buffer, as many as take about a second here.
+    let big = s.zeros(ElementType::U32, 16 << 20).unwrap();
+    let start = Instant::now();
+    for value in 0..4 {
+        s.fill_u32(&big, value).unwrap();
+    }
+    s.fence().unwrap().wait().unwrap();
+    let fills = ((1.2 / (start.elapsed().as_secs_f64() / 4.0)) as u32).clamp(4, 4000);
+    let start = Instant::now();
+    for value in 0..fills {
+        s.fill_u32(&big, value).unwrap();
+    }
+    let long = s.fence().unwrap();
+    // Meanwhile a trivial fill and read on B's own device.
+    let t = b.default_stream();
+    let small = t.zeros(ElementType::U32, 16).unwrap();
+    t.fill_u32(&small, 7).unwrap();
+    assert_eq!(t.read_as::<u32>(&small).unwrap(), vec![7; 16]);
+    let b_done = start.elapsed();
+    long.wait().unwrap();
+    let a_done = start.elapsed();
+    eprintln!("own device: B's fill and read took {b_done:?} while A's {fills} fills took {a_done:?}");
+    assert!(a_done >= Duration::from_millis(500), "A's work took only {a_done:?}: too short to tell");
+    assert!(b_done < a_done / 2, "B waited for A's work on another device: {b_done:?} of {a_done:?}");
+    b.close().unwrap();
+    a.close().unwrap();
+}

@@ -3,7 +3,7 @@
 //! Prints one JSON line per figure, then a readable table.
 //! `--backend NAME` (repeatable) limits the run to some backends; `--only
 //! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
-//! `queued`, `launches`, `fills`, `compiles`, `live`; on CUDA `memset`,
+//! `queued`, `launches`, `fills`, `compiles`, `own-device`, `live`; on CUDA `memset`,
 //! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced`,
 //! `sgemm` (a
 //! quick run while iterating on one figure). `--processes N` (default 15):

@@ -965,6 +965,56 @@ fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: us
     ));
 }
 
+/// A trivial fill and read in a second runtime while this runtime's queue
+/// runs about a second of work: on the shared device (it waits behind that
+/// work) and with a device of its own (`RuntimeBuilder::own_device`), as far
+/// as the hardware runs two queues at once. Milliseconds, own against shared.
+fn beside_long_work(report: &mut Report, runtime: &Runtime) {
+    let s = runtime.default_stream();
+    let big = s.zeros(ElementType::U32, 64 << 20).unwrap();
+    let start = Instant::now();
+    for value in 0..4 {
+        s.fill_u32(&big, value).unwrap();
+    }
+    s.fence().unwrap().wait().unwrap();
+    let fills = ((1.0 / (start.elapsed().as_secs_f64() / 4.0)) as u32).clamp(4, 20_000);
+    let beside = |other: &Runtime| -> (Duration, Duration) {
+        let t = other.default_stream();
+        let small = t.zeros(ElementType::U32, 16).unwrap();
+        t.fill_u32(&small, 1).unwrap();
+        t.read_as::<u32>(&small).unwrap();
+        let start = Instant::now();
+        for value in 0..fills {
+            s.fill_u32(&big, value).unwrap();
+        }
+        let long = s.fence().unwrap();
+        t.fill_u32(&small, 7).unwrap();
+        assert_eq!(t.read_as::<u32>(&small).unwrap(), vec![7; 16]);
+        let small_done = start.elapsed();
+        long.wait().unwrap();
+        (small_done, start.elapsed())
+    };
+    let shared = Runtime::open(BackendKind::Wgpu).unwrap();
+    let own = Runtime::builder(BackendKind::Wgpu).own_device(true).open().unwrap();
+    let (shared_small, shared_long) = beside(&shared);
+    let (own_small, own_long) = beside(&own);
+    report.add(Figure::beside(
+        "wgpu",
+        "fill + read beside 1 s of another runtime's work",
+        "ms",
+        micros(own_small) / 1e3,
+        micros(shared_small) / 1e3,
+        false,
+        &format!(
+            "weir: the second runtime with a device of its own; baseline: on the shared device. The other runtime's {fills} fills of 256 MiB took {:.0} ms and {:.0} ms",
+            micros(shared_long) / 1e3,
+            micros(own_long) / 1e3
+        ),
+    ));
+    own.close().unwrap();
+    shared.close().unwrap();
+}
+
 /// Runs the parts `part` accepts (see `main`).
 pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
     let runtime = match Runtime::open(BackendKind::Wgpu) {
@@ -995,6 +1045,9 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
     }
     if part("compiles") {
         admission_under_compiles(report, &runtime, if software { 20 } else { 50 });
+    }
+    if part("own-device") {
+        beside_long_work(report, &runtime);
     }
     // Last: wgpu-core sizes every command buffer's trackers to the most
     // buffers the device ever had alive, so what runs after this is slower.

@@ -105,12 +105,16 @@ type OpenedEntry = (wgpu::Backends, Option<String>, usize, Result<Opened>);
 /// runtimes in parallel); a device that lives as long as the process is never
 /// destroyed concurrently with anything, and listing and opening take this
 /// one lock, so enumerations never overlap device creation either.
+///
+/// A runtime that asks for a device of its own gets a new one, kept here
+/// for the life of the process like the shared ones, for the same reason.
 struct Adapters {
     instances: Vec<(wgpu::Backends, wgpu::Instance)>,
     opened: Vec<OpenedEntry>,
+    own: Vec<wgpu::Device>,
 }
 
-static ADAPTERS: Mutex<Adapters> = Mutex::new(Adapters { instances: Vec::new(), opened: Vec::new() });
+static ADAPTERS: Mutex<Adapters> = Mutex::new(Adapters { instances: Vec::new(), opened: Vec::new(), own: Vec::new() });
 
 impl Adapters {
     fn instance(&mut self, backends: wgpu::Backends) -> wgpu::Instance {
@@ -146,11 +150,18 @@ pub(crate) fn list() -> Vec<DeviceInfo> {
 }
 
 /// The device of adapter `index` (0: the preferred one) for these backends
-/// and name filter, opened once per process (see [`Adapters`]).
-pub(crate) fn open(index: usize) -> Result<Opened> {
+/// and name filter, opened once per process (see [`Adapters`]); with `own`,
+/// a new device (and queue) for the caller alone.
+pub(crate) fn open(index: usize, own: bool) -> Result<Opened> {
     let backends = wanted_backends()?;
     let name_filter = name_filter();
     let mut adapters = lock(&ADAPTERS);
+    if own {
+        let instance = adapters.instance(backends);
+        let opened = open_device(&instance, backends, &name_filter, index)?;
+        adapters.own.push(opened.device.clone());
+        return Ok(opened);
+    }
     let known = adapters.opened.iter().find(|(b, f, i, _)| *b == backends && *f == name_filter && *i == index);
     if let Some((_, _, _, device)) = known {
         return device.clone();

@@ -70,9 +70,10 @@ pub(crate) fn describe(adapter: &wgpu::AdapterInfo, limits: &wgpu::Limits, index
 }
 
 impl Gpu {
-    /// Opens adapter `index` (see `adapter`).
-    pub fn open(index: usize) -> Result<Gpu> {
-        let opened = adapter::open(index)?;
+    /// Opens adapter `index` (see `adapter`): the device every runtime on
+    /// it shares, or with `own` one of its own.
+    pub fn open(index: usize, own: bool) -> Result<Gpu> {
+        let opened = adapter::open(index, own)?;
         let info = opened.info.clone();
         let immediate_bytes =
             if opened.features.contains(wgpu::Features::IMMEDIATES) { opened.limits.max_immediate_size } else { 0 };

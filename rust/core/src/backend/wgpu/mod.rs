@@ -131,7 +131,7 @@ impl WgpuBackend {
 
     /// Opens adapter `options.device` as `options` say.
     pub(crate) fn open_with(options: &RuntimeOptions) -> Result<WgpuBackend> {
-        let gpu = Gpu::open(options.device)?;
+        let gpu = Gpu::open(options.device, options.own_device)?;
         let poller = Poller::spawn(gpu.device.clone(), options.spin)?;
         let shared = Shared::new(gpu, poller.state().clone());
         Ok(WgpuBackend { shared, _poller: poller })
