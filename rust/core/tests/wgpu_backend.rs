@@ -784,12 +784,20 @@ fn a_runtime_with_a_device_of_its_own_is_not_held_up_by_another_runtimes_long_wo
     let s = a.default_stream();
     // Long work on A's queue: fills of a large buffer, as many as take about a second here.
     let big = s.zeros(ElementType::U32, 16 << 20).unwrap();
-    let start = Instant::now();
-    for value in 0..4 {
-        s.fill_u32(&big, value).unwrap();
-    }
-    s.fence().unwrap().wait().unwrap();
-    let fills = ((1.2 / (start.elapsed().as_secs_f64() / 4.0)) as u32).clamp(4, 4000);
+    let mut fills = 4u32;
+    let took = loop {
+        let start = Instant::now();
+        for value in 0..fills {
+            s.fill_u32(&big, value).unwrap();
+        }
+        s.fence().unwrap().wait().unwrap();
+        let took = start.elapsed();
+        if took >= Duration::from_millis(200) || fills >= 1 << 20 {
+            break took;
+        }
+        fills *= 4;
+    };
+    let fills = (f64::from(fills) * 1.2 / took.as_secs_f64()) as u32;
     let start = Instant::now();
     for value in 0..fills {
         s.fill_u32(&big, value).unwrap();

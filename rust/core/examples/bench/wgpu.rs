@@ -972,12 +972,20 @@ fn admission_under_compiles(report: &mut Report, runtime: &Runtime, compiles: us
 fn beside_long_work(report: &mut Report, runtime: &Runtime) {
     let s = runtime.default_stream();
     let big = s.zeros(ElementType::U32, 64 << 20).unwrap();
-    let start = Instant::now();
-    for value in 0..4 {
-        s.fill_u32(&big, value).unwrap();
-    }
-    s.fence().unwrap().wait().unwrap();
-    let fills = ((1.0 / (start.elapsed().as_secs_f64() / 4.0)) as u32).clamp(4, 20_000);
+    let mut fills = 4u32;
+    let took = loop {
+        let start = Instant::now();
+        for value in 0..fills {
+            s.fill_u32(&big, value).unwrap();
+        }
+        s.fence().unwrap().wait().unwrap();
+        let took = start.elapsed();
+        if took >= Duration::from_millis(200) || fills >= 1 << 20 {
+            break took;
+        }
+        fills *= 4;
+    };
+    let fills = (f64::from(fills) / took.as_secs_f64()) as u32;
     let beside = |other: &Runtime| -> (Duration, Duration) {
         let t = other.default_stream();
         let small = t.zeros(ElementType::U32, 16).unwrap();
