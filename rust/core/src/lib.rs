@@ -24,7 +24,8 @@
 //! - **Enqueue and publish together.** The op is enqueued at position *n* and
 //!   its buffers are published as written / read at *n* before the boundary is
 //!   released. Every write publishes: kernels, uploads, memsets, `zeros`,
-//!   admitted external writes.
+//!   admitted external ops ([`Stream::external`]: foreign code, such as a
+//!   library call, that declares what it reads and writes).
 //! - **Fresh memory.** [`Stream::empty`] has no definition; [`Stream::zeros`] is
 //!   allocate + zero + publish in one admission, with no host data.
 //! - **Memory reuse.** A released buffer's memory is freed as soon as every
