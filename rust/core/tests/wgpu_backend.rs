@@ -797,7 +797,8 @@ fn a_runtime_with_a_device_of_its_own_is_not_held_up_by_another_runtimes_long_wo
         }
         fills *= 4;
     };
-    let fills = (f64::from(fills) * 1.2 / took.as_secs_f64()) as u32;
+    // About two seconds of it: B's trivial op must finish first however the host's load shifts.
+    let fills = (f64::from(fills) * 2.0 / took.as_secs_f64()) as u32;
     let start = Instant::now();
     for value in 0..fills {
         s.fill_u32(&big, value).unwrap();
@@ -809,11 +810,12 @@ fn a_runtime_with_a_device_of_its_own_is_not_held_up_by_another_runtimes_long_wo
     t.fill_u32(&small, 7).unwrap();
     assert_eq!(t.read_as::<u32>(&small).unwrap(), vec![7; 16]);
     let b_done = start.elapsed();
+    // On a shared queue B's read comes after all of A's work; beside it, first.
+    let a_still_running = !long.is_complete();
     long.wait().unwrap();
     let a_done = start.elapsed();
     eprintln!("own device: B's fill and read took {b_done:?} while A's {fills} fills took {a_done:?}");
-    assert!(a_done >= Duration::from_millis(500), "A's work took only {a_done:?}: too short to tell");
-    assert!(b_done < a_done / 2, "B waited for A's work on another device: {b_done:?} of {a_done:?}");
+    assert!(a_still_running, "B waited for A's work on another device: {b_done:?} of {a_done:?}");
     b.close().unwrap();
     a.close().unwrap();
 }
