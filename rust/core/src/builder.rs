@@ -64,7 +64,7 @@ impl RuntimeBuilder {
     /// long kernel of any runtime delays every other runtime's work behind
     /// it; with a device of its own, a runtime's work runs beside it as far
     /// as the hardware runs two queues at once (measured in `cargo xtask
-    /// bench --backend wgpu`, `--only own-device`). The cost: the device's
+    /// bench --rust --backend wgpu --only own-device`). The cost: the device's
     /// own pipelines, buffers and poll thread, and the device is kept for
     /// the life of the process, as the shared ones are (some Vulkan drivers
     /// deadlock when a device is destroyed while another is made). Other
