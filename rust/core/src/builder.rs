@@ -6,10 +6,11 @@
 use std::time::Duration;
 
 use crate::device::BackendKind;
+use crate::error::Error;
 use crate::error::Result;
 #[cfg(feature = "test-support")]
 use crate::options::Fault;
-use crate::options::{GpuWake, RuntimeOptions};
+use crate::options::{GpuWake, QueueLimit, RuntimeOptions};
 use crate::runtime::Runtime;
 
 /// How to open a [`Runtime`]: `Runtime::builder(kind).device(1).open()`.
@@ -74,6 +75,19 @@ impl RuntimeBuilder {
         self
     }
 
+    /// The most work the runtime holds queued on the host (default
+    /// [`QueueLimit::DEFAULT`]): ops admitted and not yet run or handed to
+    /// the driver, and the host bytes they hold. At the limit, admission on a
+    /// plain [`Stream`](crate::Stream) blocks until the device has taken
+    /// some; a handle from [`Stream::without_waiting`](crate::Stream::without_waiting)
+    /// fails with [`Error::QueueFull`] instead, and
+    /// [`Stream::room`](crate::Stream::room) is a future to await first.
+    /// A limit of 0 is [`Error::InvalidArgument`] when opened.
+    pub fn queue_limit(mut self, limit: QueueLimit) -> Self {
+        self.options.queue_limit = limit;
+        self
+    }
+
     /// A scheduler with a deliberate bug. Only for tests that prove the test
     /// suite detects that bug.
     #[cfg(feature = "test-support")]
@@ -85,6 +99,10 @@ impl RuntimeBuilder {
     /// Opens the runtime. A backend that cannot run here is
     /// [`Error::Unavailable`](crate::Error::Unavailable), naming what is missing.
     pub fn open(self) -> Result<Runtime> {
+        let limit = self.options.queue_limit;
+        if limit.ops == 0 || limit.host_bytes == 0 {
+            return Err(Error::invalid(format!("a queue limit of {limit:?} admits nothing: both must be at least 1")));
+        }
         Runtime::open_with(self.kind, &self.options)
     }
 }

@@ -102,4 +102,12 @@ pub struct Diagnostics {
     pub inserted_waits: u64,
     /// Ops admitted.
     pub admitted_ops: u64,
+    /// Ops in the runtime's queue, which
+    /// [`RuntimeBuilder::queue_limit`](crate::RuntimeBuilder::queue_limit)
+    /// bounds: admitted and not yet run (CPU) or handed to the driver.
+    pub ops_in_queue: u64,
+    /// Host bytes those ops hold (uploads' data).
+    pub host_bytes_in_queue: u64,
+    /// The most ops in the queue at once since the runtime opened.
+    pub peak_ops_in_queue: u64,
 }

@@ -69,6 +69,14 @@ pub enum Error {
         status: Option<DriverStatus>,
     },
 
+    /// The runtime's queue is full (see
+    /// [`RuntimeBuilder::queue_limit`](crate::RuntimeBuilder::queue_limit)),
+    /// and the handle admitting does not wait
+    /// ([`Stream::without_waiting`](crate::Stream::without_waiting)): nothing
+    /// was admitted. [`Stream::room`](crate::Stream::room) resolves once there is room.
+    #[error("the runtime's queue is full: {ops} ops and {bytes} host bytes queued (limit {} ops, {} bytes)", limit.ops, limit.host_bytes)]
+    QueueFull { ops: u64, bytes: u64, limit: crate::options::QueueLimit },
+
     /// Weir broke one of its own invariants: a bug to report, not bad input.
     #[error("internal error (a bug in Weir): {0}")]
     Internal(String),

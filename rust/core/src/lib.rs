@@ -167,8 +167,9 @@ pub use kernel::{
 pub use ops::Arg;
 #[cfg(feature = "test-support")]
 pub use options::Fault;
-pub use options::GpuWake;
+pub use options::{GpuWake, QueueLimit};
 pub use runtime::{devices, Runtime};
+pub use scheduler::RoomWait;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;

@@ -26,6 +26,32 @@ pub enum GpuWake {
     Waiter,
 }
 
+/// How much work a runtime holds queued on the host before admission waits
+/// (see [`RuntimeBuilder::queue_limit`](crate::RuntimeBuilder::queue_limit)):
+/// ops admitted and not yet run (CPU) or handed to the driver (CUDA, HIP,
+/// wgpu), and the host bytes they hold (uploads' data).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct QueueLimit {
+    /// Ops queued at most; at least 1.
+    pub ops: u64,
+    /// Host bytes queued at most; at least 1. One upload larger than this
+    /// is still admitted, once the queue is below the limit.
+    pub host_bytes: u64,
+}
+
+impl QueueLimit {
+    /// 65 536 ops and 256 MiB: far beyond what keeps any device busy (a
+    /// CUDA issuing thread runs at most 1 024 ops ahead), and a few tens of
+    /// MiB of queue bookkeeping at most.
+    pub const DEFAULT: QueueLimit = QueueLimit { ops: 1 << 16, host_bytes: 256 << 20 };
+}
+
+impl Default for QueueLimit {
+    fn default() -> Self {
+        QueueLimit::DEFAULT
+    }
+}
+
 /// A deliberate scheduler bug, for tests that prove the suite catches it.
 #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +72,8 @@ pub(crate) struct RuntimeOptions {
     pub(crate) wake: Option<GpuWake>,
     /// wgpu: a device (and queue) of this runtime's own, not the adapter's shared one.
     pub(crate) own_device: bool,
+    /// The most work queued on the host before admission waits.
+    pub(crate) queue_limit: QueueLimit,
     /// A deliberate scheduler bug (tests that prove the suite catches it).
     #[cfg(feature = "test-support")]
     pub(crate) fault: Option<Fault>,
@@ -58,6 +86,7 @@ impl Default for RuntimeOptions {
             spin: SPIN_BUDGET,
             wake: None,
             own_device: false,
+            queue_limit: QueueLimit::DEFAULT,
             #[cfg(feature = "test-support")]
             fault: None,
         }

@@ -32,11 +32,8 @@ fn engine<B: Backend>(backend: B, options: &RuntimeOptions) -> Result<Arc<dyn En
     #[cfg(feature = "test-support")]
     let fault = options.fault;
     #[cfg(not(feature = "test-support"))]
-    let fault = {
-        let _ = options;
-        None
-    };
-    Ok(Arc::new(Scheduler::new(backend, fault)?))
+    let fault = None;
+    Ok(Arc::new(Scheduler::new(backend, options.queue_limit, fault)?))
 }
 
 /// The device `options.device` of `kind`: a CUDA or HIP ordinal, a wgpu
@@ -152,6 +149,12 @@ impl Runtime {
     /// Waits, without blocking a thread, for all work admitted so far.
     pub async fn sync(&self) -> Result<()> {
         self.fence()?.await
+    }
+
+    /// The most work this runtime holds queued before admission waits (see
+    /// [`RuntimeBuilder::queue_limit`]).
+    pub fn queue_limit(&self) -> crate::QueueLimit {
+        self.engine.queue_limit()
     }
 
     /// Counters for leak tests and benchmarks.

@@ -15,7 +15,7 @@ use crate::host::HostBuffer;
 use crate::kernel::{Builtin, Grid, Kernel};
 use crate::ops::{self, Arg, Recipe};
 use crate::runtime::Runtime;
-use crate::scheduler::{BufferKey, Engine, Init};
+use crate::scheduler::{BufferKey, Engine, Init, RoomWait, WhenFull};
 use crate::timestamp::Timestamp;
 
 /// An ordered queue of device work. Any thread may submit to any stream;
@@ -24,8 +24,17 @@ use crate::timestamp::Timestamp;
 /// A stream keeps its runtime alive. When its last clone drops, the stream is
 /// retired: its backend stream (a CPU thread, a `CUstream`) goes once the
 /// work admitted on it is done; nothing waits for that on the dropping thread.
+///
+/// Admission waits while the runtime's queue is full (see
+/// [`RuntimeBuilder::queue_limit`](crate::RuntimeBuilder::queue_limit)): a
+/// handle from [`Stream::without_waiting`] fails with [`Error::QueueFull`]
+/// instead, and [`Stream::room`] is a future that resolves once there is room.
 #[derive(Clone)]
-pub struct Stream(Arc<StreamHandle>);
+pub struct Stream {
+    handle: Arc<StreamHandle>,
+    /// What admission through this handle does when the queue is full.
+    when_full: WhenFull,
+}
 
 struct StreamHandle {
     engine: Arc<dyn Engine>,
@@ -62,30 +71,33 @@ impl Drop for StreamHandle {
 
 impl std::fmt::Debug for Stream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Stream({})", self.0.index)
+        write!(f, "Stream({})", self.handle.index)
     }
 }
 
 impl Stream {
     pub(crate) fn new(engine: Arc<dyn Engine>, index: usize) -> Self {
-        Stream(Arc::new(StreamHandle { engine, index, recording: None }))
+        Stream { handle: Arc::new(StreamHandle { engine, index, recording: None }), when_full: WhenFull::Wait }
     }
 
     /// The ops `record` makes on the stream it is given, collected, not
     /// admitted; with their recipes if `recipes`.
     fn collect(&self, recipes: bool, record: impl FnOnce(&Stream) -> Result<()>) -> Result<Collected> {
-        if self.0.recording.is_some() {
+        if self.handle.recording.is_some() {
             return Err(Error::invalid("batches and recordings do not nest"));
         }
         let collected = Collected { commands: Vec::new(), recipes: recipes.then(Vec::new) };
         let recording = Recording { _stream: self.clone(), collected: std::sync::Mutex::new(Some(collected)) };
-        let recorder = Stream(Arc::new(StreamHandle {
-            engine: self.0.engine.clone(),
-            index: self.0.index,
-            recording: Some(recording),
-        }));
+        let recorder = Stream {
+            handle: Arc::new(StreamHandle {
+                engine: self.handle.engine.clone(),
+                index: self.handle.index,
+                recording: Some(recording),
+            }),
+            when_full: self.when_full,
+        };
         let recorded = record(&recorder);
-        let collected = match &recorder.0.recording {
+        let collected = match &recorder.handle.recording {
             Some(recording) => crate::lock::lock(&recording.collected).take(),
             None => None,
         };
@@ -105,7 +117,8 @@ impl Stream {
         if commands.is_empty() {
             return Ok(());
         }
-        self.engine().submit_batch(self.0.index, commands)
+        self.make_room()?;
+        self.engine().submit_batch(self.handle.index, commands)
     }
 
     /// Records the ops `record` makes on the stream it is given, to replay
@@ -144,7 +157,8 @@ impl Stream {
             )));
         }
         let dst = dst.whole_allocation_in(self.engine(), "a copy from a peer")?;
-        self.engine().copy_from_peer(self.0.index, &**from, src_key, dst)
+        self.make_room()?;
+        self.engine().copy_from_peer(self.handle.index, &**from, src_key, dst)
     }
 
     /// Admits `graph` as one op on this stream: it waits for what any of its
@@ -154,25 +168,50 @@ impl Stream {
     /// whole replay: every buffer it writes gets the failed version.
     pub fn replay(&self, graph: &Graph) -> Result<()> {
         self.admitting()?;
-        self.engine().replay(self.0.index, graph.recording_in(self.engine())?)
+        self.make_room()?;
+        self.engine().replay(self.handle.index, graph.recording_in(self.engine())?)
     }
 
     /// An error on a stream that only collects ops (inside [`Stream::batch`]
     /// or [`Stream::record`]), for the calls that need the real stream.
     pub(crate) fn admitting(&self) -> Result<()> {
-        match self.0.recording {
+        match self.handle.recording {
             Some(_) => Err(Error::invalid("inside a batch or a recording, the stream only collects ops")),
             None => Ok(()),
         }
     }
 
+    /// This stream, through a handle whose admissions never wait for room:
+    /// while the runtime's queue is full (see
+    /// [`RuntimeBuilder::queue_limit`](crate::RuntimeBuilder::queue_limit))
+    /// they fail with [`Error::QueueFull`] and admit nothing. Await
+    /// [`Stream::room`] and try again: that is how a task admits without
+    /// blocking its thread.
+    pub fn without_waiting(&self) -> Stream {
+        Stream { handle: self.handle.clone(), when_full: WhenFull::Refuse }
+    }
+
+    /// Resolves once the runtime's queue has room for more work (at once
+    /// while it has), or with [`Error::Closed`] once the runtime closed.
+    /// Another producer may take the room first: a handle from
+    /// [`Stream::without_waiting`] then says so again.
+    pub fn room(&self) -> RoomWait {
+        self.engine().room()
+    }
+
+    /// Returns once the queue has room, or fails with [`Error::QueueFull`]
+    /// on a [`Stream::without_waiting`] handle.
+    fn make_room(&self) -> Result<()> {
+        self.engine().make_room(self.when_full)
+    }
+
     /// The stream's index in its runtime (0 is the default stream).
     pub fn index(&self) -> usize {
-        self.0.index
+        self.handle.index
     }
 
     pub(crate) fn engine(&self) -> &Arc<dyn Engine> {
-        &self.0.engine
+        &self.handle.engine
     }
 
     fn create(&self, element: ElementType, count: u64, init: Init<'_>) -> Result<Buffer> {
@@ -180,7 +219,10 @@ impl Stream {
         let bytes = count
             .checked_mul(element.size_bytes())
             .ok_or_else(|| Error::invalid(format!("{count} {} are more bytes than a u64 counts", element.unit())))?;
-        let key = self.engine().create(self.0.index, bytes, init)?;
+        if !matches!(init, Init::Empty) {
+            self.make_room()?;
+        }
+        let key = self.engine().create(self.handle.index, bytes, init)?;
         Ok(Buffer::new(self.engine().clone(), key, element, bytes))
     }
 
@@ -212,7 +254,7 @@ impl Stream {
     /// Admits `command`, or collects it inside a batch or recording (a
     /// recording with the `recipe` it was made by).
     fn submit(&self, command: Command<BufferKey>, recipe: impl FnOnce() -> Recipe) -> Result<()> {
-        match &self.0.recording {
+        match &self.handle.recording {
             Some(recording) => match &mut *crate::lock::lock(&recording.collected) {
                 Some(collected) => {
                     collected.commands.push(command);
@@ -223,7 +265,10 @@ impl Stream {
                 }
                 None => Err(Error::invalid("this stream collected ops for a batch or recording that is over")),
             },
-            None => self.engine().submit(self.0.index, command),
+            None => {
+                self.make_room()?;
+                self.engine().submit(self.handle.index, command)
+            }
         }
     }
 
@@ -317,14 +362,17 @@ impl Stream {
     /// into `buffer` at element `offset`.
     fn write_as(&self, buffer: &Buffer, offset: u64, element: Option<ElementType>, bytes: &[u8]) -> Result<()> {
         let dst = ops::write_target(self.engine(), buffer, offset, element, bytes.len())?;
-        match &self.0.recording {
+        match &self.handle.recording {
             // A recording keeps its bytes for every replay.
             Some(_) => self.submit(Command::Upload { dst, data: bytes.to_vec() }, || Recipe::Write {
                 buffer: buffer.clone(),
                 offset,
                 element,
             }),
-            None => self.engine().submit_upload(self.0.index, dst, bytes),
+            None => {
+                self.make_room()?;
+                self.engine().submit_upload(self.handle.index, dst, bytes)
+            }
         }
     }
 
@@ -336,13 +384,16 @@ impl Stream {
     /// are copied as [`Stream::write`] copies a slice.
     pub fn write_host(&self, buffer: &Buffer, offset: u64, host: &HostBuffer) -> Result<()> {
         let dst = ops::write_target(self.engine(), buffer, offset, None, host.len())?;
-        match &self.0.recording {
+        match &self.handle.recording {
             Some(_) => self.submit(Command::Upload { dst, data: host.to_vec() }, || Recipe::Write {
                 buffer: buffer.clone(),
                 offset,
                 element: None,
             }),
-            None => self.engine().submit_host_upload(self.0.index, dst, host),
+            None => {
+                self.make_room()?;
+                self.engine().submit_host_upload(self.handle.index, dst, host)
+            }
         }
     }
 
@@ -372,9 +423,10 @@ impl Stream {
         if len == 0 {
             return Err(Error::invalid("nothing to read"));
         }
+        self.make_room()?;
         let sink = HostSink::new(Completion::new(1, self.engine().live().clone()));
-        self.engine().submit(self.0.index, Command::Download { src, sink: sink.clone() })?;
-        Ok(PendingRead::new(sink, self.engine().clone(), self.0.index))
+        self.engine().submit(self.handle.index, Command::Download { src, sink: sink.clone() })?;
+        Ok(PendingRead::new(sink, self.engine().clone(), self.handle.index))
     }
 
     /// Admits a read of the whole of `buffer`.
@@ -404,7 +456,7 @@ impl Stream {
     /// A fence on all work admitted on this stream so far.
     pub fn fence(&self) -> Result<Fence> {
         self.admitting()?;
-        Ok(Fence::new(self.engine().fence(Some(self.0.index))?, self.engine().clone(), Some(self.0.index)))
+        Ok(Fence::new(self.engine().fence(Some(self.handle.index))?, self.engine().clone(), Some(self.handle.index)))
     }
 
     /// True when all work admitted on this stream so far is done and no
@@ -414,7 +466,7 @@ impl Stream {
     /// a closed runtime), and always on HIP (CUDA asks the stream). For bindings, which can
     /// then skip the machinery of an async call.
     pub fn is_synced(&self) -> bool {
-        self.admitting().is_ok() && self.engine().is_synced(self.0.index)
+        self.admitting().is_ok() && self.engine().is_synced(self.handle.index)
     }
 
     /// Waits, without blocking a thread, for all work admitted on this stream so far.
@@ -456,7 +508,7 @@ impl Stream {
         ops::reject_overlap(&spans)?;
         let accesses: Vec<(BufferKey, crate::Access)> =
             spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
-        self.engine().external(self.0.index, &accesses, &mut run)
+        self.engine().external(self.handle.index, &accesses, &mut run)
     }
 
     /// Admits an op that writes `buffer` and fails with `message`, as a failed
@@ -464,7 +516,7 @@ impl Stream {
     #[cfg(feature = "test-support")]
     pub fn fail_write(&self, buffer: &Buffer, message: &str) -> Result<()> {
         self.admitting()?;
-        self.engine().fail_write(self.0.index, buffer.key_in(self.engine())?, message)
+        self.engine().fail_write(self.handle.index, buffer.key_in(self.engine())?, message)
     }
 
     /// Holds the stream at this point until the returned [`Hold`] is released
@@ -472,7 +524,7 @@ impl Stream {
     #[cfg(feature = "test-support")]
     pub fn hold(&self) -> Result<Hold> {
         self.admitting()?;
-        Ok(Hold(self.engine().hold(self.0.index)?))
+        Ok(Hold(self.engine().hold(self.handle.index)?))
     }
 }
 
@@ -500,9 +552,9 @@ impl Stream {
     /// it, where absent). Inside a batch or a recording: refused.
     pub fn timestamp(&self) -> Result<Timestamp> {
         self.admitting()?;
-        let (completion, device, position) = self.engine().timestamp(self.0.index)?;
-        let identity = StreamIdentity(Arc::downgrade(&self.0));
-        Ok(Timestamp::new(completion, device, self.engine().clone(), identity, self.0.index, position))
+        let (completion, device, position) = self.engine().timestamp(self.handle.index)?;
+        let identity = StreamIdentity(Arc::downgrade(&self.handle));
+        Ok(Timestamp::new(completion, device, self.engine().clone(), identity, self.handle.index, position))
     }
 }
 

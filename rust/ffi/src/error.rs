@@ -51,6 +51,11 @@ pub enum WeirError {
     /// The wait was cancelled (through a `CancelToken`) before the work completed.
     #[error("{description}")]
     Cancelled { description: String },
+    /// The runtime's queue holds `ops` ops and `bytes` host bytes, at its
+    /// limit, and the admission was made through `WeirStream.without_waiting()`:
+    /// nothing was admitted. `WeirStream.room()` suspends until there is room.
+    #[error("{description}")]
+    QueueFull { ops: u64, bytes: u64, description: String },
 }
 
 impl From<weir_core::Error> for WeirError {
@@ -70,6 +75,7 @@ impl From<weir_core::Error> for WeirError {
             E::DeviceLost { backend, .. } => WeirError::DeviceLost { backend: backend.into(), description },
             E::Internal(_) => WeirError::Bug { description },
             E::Cancelled => WeirError::Cancelled { description },
+            E::QueueFull { ops, bytes, .. } => WeirError::QueueFull { ops, bytes, description },
             // A core error added without its FFI case still reaches the host,
             // as a backend error of no one backend.
             _ => WeirError::Backend { backend: BackendKind::Auto, description },
@@ -118,6 +124,7 @@ pub fn debug_error_probe(variant: String) -> Result<()> {
         },
         "Bug" => E::Internal("probe invariant broken".to_owned()),
         "Cancelled" => E::Cancelled,
+        "QueueFull" => E::QueueFull { ops: 8, bytes: 64, limit: weir_core::QueueLimit { ops: 8, host_bytes: 1 << 20 } },
         other => return Err(WeirError::invalid(format!("no error variant named {other:?}"))),
     };
     Err(error.into())

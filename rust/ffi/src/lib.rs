@@ -69,6 +69,7 @@ pub use host_kernel::{CpuKernelBody, CpuKernelCall};
 pub use kernel::{BuiltinOp, Kernel, KernelSource};
 pub use records::{
     grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid, LaunchLimits,
+    RuntimeOptions,
 };
 pub use runtime::{devices, WeirRuntime};
 #[cfg(feature = "test-support")]

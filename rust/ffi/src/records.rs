@@ -333,6 +333,13 @@ pub struct Diagnostics {
     pub device_to_host_copies: u64,
     /// Conflicting overlapping accesses seen by the CPU backend's race detector.
     pub race_violations: u64,
+    /// Ops in the runtime's queue (`RuntimeOptions.queue_limit_ops` bounds
+    /// them): admitted and not yet run (CPU) or handed to the driver.
+    pub ops_in_queue: u64,
+    /// Host bytes those ops hold (uploads' data).
+    pub host_bytes_in_queue: u64,
+    /// The most ops in the queue at once since the runtime opened.
+    pub peak_ops_in_queue: u64,
 }
 
 impl From<weir_core::Diagnostics> for Diagnostics {
@@ -349,6 +356,51 @@ impl From<weir_core::Diagnostics> for Diagnostics {
             host_to_device_copies: d.backend.host_to_device_copies,
             device_to_host_copies: d.backend.device_to_host_copies,
             race_violations: d.backend.race_violations,
+            ops_in_queue: d.ops_in_queue,
+            host_bytes_in_queue: d.host_bytes_in_queue,
+            peak_ops_in_queue: d.peak_ops_in_queue,
         }
+    }
+}
+
+/// How a runtime is opened (`WeirRuntime.open_with`): the core builder's
+/// knobs, each with the default a plain `open` uses.
+#[derive(Debug, Clone, uniffi::Record)]
+pub struct RuntimeOptions {
+    /// The device's place in `devices()` for its backend.
+    #[uniffi(default = 0)]
+    pub device: u32,
+    /// The most ops the runtime holds queued on the host, admitted and not
+    /// yet run or handed to the driver. At the limit, a plain admission
+    /// blocks its thread until there is room; one through
+    /// `WeirStream.without_waiting()` fails with `QueueFull`, and
+    /// `WeirStream.room()` suspends until there is room.
+    #[uniffi(default = 65536)]
+    pub queue_limit_ops: u64,
+    /// The most host bytes those ops hold (uploads' data).
+    #[uniffi(default = 268435456)]
+    pub queue_limit_host_bytes: u64,
+    /// How long a thread that waits for the device spins before it blocks,
+    /// in microseconds (none: 200).
+    #[uniffi(default = None)]
+    pub spin_micros: Option<u64>,
+    /// On wgpu, a device (and queue) of this runtime's own instead of the
+    /// adapter's shared one, so that other runtimes' long kernels do not
+    /// delay its work. Other backends ignore it.
+    #[uniffi(default = false)]
+    pub own_device: bool,
+}
+
+impl RuntimeOptions {
+    /// The core builder these options describe.
+    pub(crate) fn builder(&self, backend: Backend) -> crate::error::Result<weir_core::RuntimeBuilder> {
+        let mut builder = weir_core::Runtime::builder(backend.into())
+            .device(usize::try_from(self.device)?)
+            .queue_limit(weir_core::QueueLimit { ops: self.queue_limit_ops, host_bytes: self.queue_limit_host_bytes })
+            .own_device(self.own_device);
+        if let Some(micros) = self.spin_micros {
+            builder = builder.spin(std::time::Duration::from_micros(micros));
+        }
+        Ok(builder)
     }
 }

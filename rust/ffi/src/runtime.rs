@@ -5,7 +5,7 @@ use std::sync::Arc;
 use crate::cancel::{cancellable, CancelToken};
 use crate::error::Result;
 use crate::fence::Fence;
-use crate::records::{Backend, DeviceInfo, Diagnostics};
+use crate::records::{Backend, DeviceInfo, Diagnostics, RuntimeOptions};
 use crate::stream::WeirStream;
 
 /// One device on one backend.
@@ -63,6 +63,14 @@ impl WeirRuntime {
     pub fn open_device(backend: Backend, index: u32) -> Result<Arc<Self>> {
         let index = usize::try_from(index)?;
         Ok(Arc::new(WeirRuntime { inner: weir_core::Runtime::open_device(backend.into(), index)? }))
+    }
+
+    /// Opens device `options.device` of `backend` with `options` (every
+    /// field has a default: name the ones to change). Bad options fail with
+    /// `InvalidArgument`; the rest as `open_device`.
+    #[uniffi::constructor]
+    pub fn open_with(backend: Backend, options: RuntimeOptions) -> Result<Arc<Self>> {
+        Ok(Arc::new(WeirRuntime { inner: options.builder(backend)?.open()? }))
     }
 
     /// The device this runtime drives.

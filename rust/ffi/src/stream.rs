@@ -80,6 +80,24 @@ impl WeirStream {
 
 #[uniffi::export]
 impl WeirStream {
+    /// This stream, through a handle whose admissions never wait for room:
+    /// while the runtime's queue is full (`RuntimeOptions.queue_limit_ops`
+    /// and `queue_limit_host_bytes`) they fail with `QueueFull` and admit
+    /// nothing. A plain handle's admissions block their thread until there
+    /// is room; a coroutine or task awaits `room()` and tries again instead.
+    pub fn without_waiting(&self) -> Arc<WeirStream> {
+        Arc::new(WeirStream::new(self.inner.without_waiting()))
+    }
+
+    /// Suspends until the runtime's queue has room for more work (returns
+    /// at once while it has). Another producer may take the room first: a
+    /// `without_waiting()` admission then says `QueueFull` again. Fails with
+    /// `Closed` once the runtime is shut down.
+    #[uniffi::method(default(cancel = None))]
+    pub async fn room(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
+        cancellable(self.inner.room(), cancel).await
+    }
+
     /// The stream's index in its runtime (0 is the default stream).
     pub fn index(&self) -> u32 {
         u32::try_from(self.inner.index()).unwrap_or(u32::MAX)

@@ -562,3 +562,50 @@ fn a_group_joined_with_more_ranks_than_the_cpu_limit_is_invalid_argument() {
     let joined = block_on(weir_ffi::DeviceGroup::join(Backend::Cpu, 0, id, u32::MAX, 0));
     assert!(matches!(joined, Err(WeirError::InvalidArgument { .. })), "{joined:?}");
 }
+
+#[test]
+fn a_full_queue_refuses_a_non_waiting_admission_and_room_resolves_once_it_drains() {
+    let options = weir_ffi::RuntimeOptions {
+        device: 0,
+        queue_limit_ops: 2,
+        queue_limit_host_bytes: 1 << 20,
+        spin_micros: None,
+        own_device: false,
+    };
+    let runtime = WeirRuntime::open_with(Backend::Cpu, options).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    let x = stream.zeros(4, ElementType::F32).unwrap();
+    block_on(stream.sync(None)).unwrap();
+    let hold = stream.hold().unwrap();
+    let eager = stream.without_waiting();
+    eager.memset_zero(x.clone()).unwrap();
+    eager.memset_zero(x.clone()).unwrap();
+    match eager.memset_zero(x.clone()) {
+        Err(WeirError::QueueFull { ops: 2, .. }) => {}
+        other => panic!("a third op was not refused as full: {other:?}"),
+    }
+    assert_eq!(runtime.diagnostics().ops_in_queue, 2);
+    let mut room = Box::pin(stream.room(None));
+    assert!(room.as_mut().now_or_never().is_none(), "room while the queue is full");
+    hold.release();
+    block_on(room).unwrap();
+    eager.write(x.clone(), bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32, 0).unwrap();
+    assert_eq!(floats(&stream.read_blocking(x, 0, None).unwrap()), [1.0, 2.0, 3.0, 4.0]);
+    // A cancelled wait for room leaves nothing behind.
+    let token = CancelToken::new();
+    token.cancel();
+    assert!(matches!(block_on(stream.room(Some(token))), Ok(()) | Err(WeirError::Cancelled { .. })));
+    runtime.shutdown().unwrap();
+}
+
+#[test]
+fn a_queue_limit_of_nothing_is_an_invalid_argument() {
+    let options = weir_ffi::RuntimeOptions {
+        device: 0,
+        queue_limit_ops: 0,
+        queue_limit_host_bytes: 1,
+        spin_micros: Some(0),
+        own_device: false,
+    };
+    assert!(matches!(WeirRuntime::open_with(Backend::Cpu, options), Err(WeirError::InvalidArgument { .. })));
+}

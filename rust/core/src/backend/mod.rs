@@ -52,6 +52,7 @@ use crate::error::{Error, Failures, Result};
 use crate::host::HostBuffer;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 use crate::lock::lock;
+use crate::scheduler::Credit;
 
 /// A byte range of one buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +124,15 @@ pub enum Command<R> {
 }
 
 impl<R> Command<R> {
+    /// The host bytes the op holds while queued: an upload's data, staged or
+    /// not (see [`crate::scheduler`]'s queue limit).
+    pub(crate) fn host_bytes(&self) -> u64 {
+        match self {
+            Command::Upload { dst, .. } => dst.len,
+            _ => 0,
+        }
+    }
+
     /// Every byte range the command touches, with its access.
     pub fn spans(&self) -> Spans<R>
     where
@@ -379,7 +389,7 @@ impl OpOutcome {
 }
 
 /// What an op reads and what it publishes, for failures found as it runs.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 pub struct OpIo {
     /// The outcomes of the versions the op reads (a partial write reads what
     /// it leaves in place). If one of them failed, the op must not run: it
@@ -387,6 +397,17 @@ pub struct OpIo {
     pub inputs: smallvec::SmallVec<[Arc<OpOutcome>; 2]>,
     /// The op's own outcome, which the versions it writes carry.
     pub outcome: Option<Arc<OpOutcome>>,
+    /// The op's share of the runtime's queue: the backend drops the `OpIo`
+    /// once the op has left its host-side queue, and the share goes back.
+    pub(crate) credit: Credit,
+}
+
+impl Clone for OpIo {
+    /// The same inputs and outcome, without the queue share: the original
+    /// gives that back when it drops.
+    fn clone(&self) -> Self {
+        OpIo { inputs: self.inputs.clone(), outcome: self.outcome.clone(), credit: Credit::default() }
+    }
 }
 
 impl OpIo {
@@ -617,11 +638,15 @@ pub trait Backend: Send + Sync + Sized + 'static {
         stream: &Self::Stream,
         _id: u64,
         commands: Vec<(Command<&Self::Memory>, Self::Prepared)>,
-        io: &OpIo,
+        io: OpIo,
     ) -> Result<(), EnqueueError> {
         // SAFETY: this function's contract.
         unsafe { enqueue_in_order(self, stream, commands, io) }
     }
+    /// Hands every op admitted so far on to the device, where the backend
+    /// would otherwise hold some back for a later read or fence (wgpu
+    /// records ops in batches): a producer waits for the queue they fill.
+    fn flush_queued(&self) {}
     /// False once the replays of `id` need no prepared commands (the
     /// backend captured the recording whole); the default always prepares.
     fn prepares_replay(&self, _id: u64) -> bool {
@@ -755,10 +780,17 @@ pub(crate) unsafe fn enqueue_in_order<B: Backend>(
     backend: &B,
     stream: &B::Stream,
     commands: Vec<(Command<&B::Memory>, B::Prepared)>,
-    io: &OpIo,
+    io: OpIo,
 ) -> Result<(), EnqueueError> {
+    let last = commands.len().saturating_sub(1);
+    let mut io = Some(io);
     for (index, (command, prepared)) in commands.into_iter().enumerate() {
-        let sub_io = OpIo { inputs: io.inputs.clone(), outcome: io.outcome.clone() };
+        // The last command takes the replay's queue share: it goes back
+        // once the whole replay has left the queue.
+        let sub_io = match index == last {
+            true => io.take().unwrap_or_default(),
+            false => io.clone().unwrap_or_default(),
+        };
         // SAFETY: this function's contract.
         match unsafe { backend.enqueue(stream, command, prepared, sub_io) } {
             Ok(()) => {}

@@ -220,12 +220,12 @@ impl<B: Backend> Scheduler<B> {
             Ok(()) => {}
             Err(EnqueueError::Rejected(error)) => return Err(error),
             Err(EnqueueError::Failed(error)) => {
-                let ios = outcomes.into_iter().map(|outcome| OpIo { inputs: Default::default(), outcome }).collect();
+                let ios = outcomes.into_iter().map(|outcome| OpIo { outcome, ..Default::default() }).collect();
                 return Err(Self::fail_all(members, states, parts, accesses, ios, &error));
             }
         }
         if let Some(cause) = failed {
-            let ios = outcomes.into_iter().map(|outcome| OpIo { inputs: Default::default(), outcome }).collect();
+            let ios = outcomes.into_iter().map(|outcome| OpIo { outcome, ..Default::default() }).collect();
             return Err(Self::fail_all(members, states, parts, accesses, ios, &cause));
         }
         for (rank, member) in members.iter().enumerate() {

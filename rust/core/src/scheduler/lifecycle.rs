@@ -178,6 +178,9 @@ impl<B: Backend> Scheduler<B> {
             retiring_streams: state.retiring.len() as u64,
             inserted_waits: self.inserted_waits.load(Ordering::Relaxed),
             admitted_ops: self.admitted_ops.load(Ordering::Relaxed),
+            ops_in_queue: self.room.queued().0,
+            host_bytes_in_queue: self.room.queued().1,
+            peak_ops_in_queue: self.room.peak_ops(),
         }
     }
 

@@ -15,6 +15,7 @@ mod collective;
 mod lifecycle;
 mod peer;
 mod recording;
+mod room;
 mod versions;
 
 use std::collections::VecDeque;
@@ -24,6 +25,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use clock::VectorClock;
 pub(crate) use collective::{CommunicatorSlot, PartKeys};
 pub(crate) use recording::Recording;
+use room::Room;
+pub use room::RoomWait;
+pub(crate) use room::{Credit, WhenFull};
 use versions::{Dependencies, History};
 
 #[cfg(feature = "test-support")]
@@ -54,7 +58,7 @@ pub(crate) enum Init<'a> {
     Data(&'a [u8]),
 }
 
-use crate::options::Fault;
+use crate::options::{Fault, QueueLimit};
 
 /// The runtime as the public handles see it, whatever the backend.
 pub(crate) trait Engine: Send + Sync {
@@ -136,6 +140,12 @@ pub(crate) trait Engine: Send + Sync {
     #[cfg(feature = "test-support")]
     fn fail_write(&self, stream: usize, buffer: BufferKey, message: &str) -> Result<()>;
     fn diagnostics(&self) -> Diagnostics;
+    /// Returns once the runtime's queue has room for another admission, or
+    /// (`WhenFull::Refuse`) fails with [`Error::QueueFull`] when it has none.
+    fn make_room(&self, when_full: WhenFull) -> Result<()>;
+    /// Resolves once the runtime's queue has room.
+    fn room(&self) -> RoomWait;
+    fn queue_limit(&self) -> QueueLimit;
     fn close(&self) -> Result<()>;
 }
 
@@ -349,6 +359,8 @@ pub(crate) struct Scheduler<B: Backend> {
     inserted_waits: AtomicU64,
     admitted_ops: AtomicU64,
     retiring_buffers: Arc<AtomicU64>,
+    /// The bound on queued work and those waiting for it.
+    room: Arc<Room>,
     /// A deliberate bug (test support: a build without the hooks has none to check).
     #[cfg(feature = "test-support")]
     fault: Option<Fault>,
@@ -363,17 +375,26 @@ thread_local! {
 }
 
 impl<B: Backend> Scheduler<B> {
-    pub fn new(backend: B, fault: Option<Fault>) -> Result<Self> {
+    pub fn new(backend: B, queue_limit: QueueLimit, fault: Option<Fault>) -> Result<Self> {
         #[cfg(not(feature = "test-support"))]
         let _ = fault;
         let default_stream = backend.create_stream(0)?;
+        let info = backend.info();
+        let backend = Arc::new(backend);
+        let held = Arc::downgrade(&backend);
+        let flush = Box::new(move || {
+            if let Some(backend) = held.upgrade() {
+                backend.flush_queued();
+            }
+        });
         Ok(Scheduler {
-            info: backend.info(),
-            backend: Arc::new(backend),
+            info,
+            backend,
             live: Arc::new(LiveCounters::default()),
             inserted_waits: AtomicU64::new(0),
             admitted_ops: AtomicU64::new(0),
             retiring_buffers: Arc::new(AtomicU64::new(0)),
+            room: Room::new(queue_limit, flush),
             #[cfg(feature = "test-support")]
             fault,
             state: Mutex::new(State {
@@ -545,10 +566,12 @@ impl<B: Backend> Scheduler<B> {
         // Even an op that will not run is ordered: a later writer that waits
         // for its (failed) version must also be after the readers before it.
         self.wait_for_dependencies(state, stream, &accesses)?;
-        let (io, failed_input) = Self::op_io(state, &spans, stream)?;
+        let (mut io, failed_input) = Self::op_io(state, &spans, stream)?;
         if let Some(error) = failed_input {
             return Err(self.publish_failed(state, stream, &accesses, io.outcome, error));
         }
+        // Its share of the queue, given back when the backend drops `io`.
+        io.credit = self.room.charge(command.host_bytes());
         let command = command.try_map(|key| state.entry(key).map(|entry| &*entry.memory))?;
         let raw = state.slot(stream)?.raw(stream)?;
         let outcome = io.outcome.clone();
@@ -588,10 +611,12 @@ impl<B: Backend> Scheduler<B> {
         let accesses = recording.accesses();
         let inputs = recording.inputs(|key| state.entry(key).map(|entry| entry.len))?;
         self.wait_for_dependencies(state, stream, accesses)?;
-        let (io, failed_input) = Self::op_io(state, inputs, stream)?;
+        let (mut io, failed_input) = Self::op_io(state, inputs, stream)?;
         if let Some(error) = failed_input {
             return Err(self.publish_failed(state, stream, accesses, io.outcome, error));
         }
+        io.credit = self.room.charge(0);
+        let outcome = io.outcome.clone();
         let pairs = match commands {
             Some(commands) => commands
                 .into_iter()
@@ -607,7 +632,7 @@ impl<B: Backend> Scheduler<B> {
         // SAFETY: as in `admit`: the memories stay alive in `state.buffers`
         // (a graph pins them) until a signal after this op completed, and
         // every conflicting user was ordered before the replay above.
-        let failure = match unsafe { self.backend.enqueue_replay(raw, recording.id(), pairs, &io) } {
+        let failure = match unsafe { self.backend.enqueue_replay(raw, recording.id(), pairs, io) } {
             Ok(()) => None,
             // Nothing of the replay was enqueued: a plain refusal.
             Err(EnqueueError::Rejected(error)) => return Err(error),
@@ -615,10 +640,10 @@ impl<B: Backend> Scheduler<B> {
         };
         if let Some(error) = failure {
             let error = error.into_op_failure(stream as u32, Some("replay"));
-            return Err(self.publish_failed(state, stream, accesses, io.outcome, error));
+            return Err(self.publish_failed(state, stream, accesses, outcome, error));
         }
         state.streams[stream].position += 1;
-        self.publish(state, stream, accesses, io.outcome.as_ref());
+        self.publish(state, stream, accesses, outcome.as_ref());
         Ok(())
     }
 
@@ -1100,7 +1125,25 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.diagnostics_now()
     }
 
+    fn make_room(&self, when_full: WhenFull) -> Result<()> {
+        // A thread that runs this runtime's work, or delivers completions,
+        // could be what the queue waits on: it admits past the limit.
+        self.room.make(when_full, || {
+            crate::completion::on_delivery_thread() || self.runs_on_this_thread(&lock(&self.state), None)
+        })
+    }
+
+    fn room(&self) -> RoomWait {
+        self.room.wait()
+    }
+
+    fn queue_limit(&self) -> QueueLimit {
+        self.room.limit()
+    }
+
     fn close(&self) -> Result<()> {
-        self.close_and_wait()
+        let closed = self.close_and_wait();
+        self.room.close();
+        closed
     }
 }

@@ -124,7 +124,7 @@ impl<B: Backend> Scheduler<B> {
         let dst_memory = mine.entry(dst)?.memory.clone();
         let command = Command::Copy { src: whole(&*src_memory, len), dst: whole(&*dst_memory, len) };
         let outcome = Some(Arc::new(crate::backend::OpOutcome::default()));
-        let io = OpIo { inputs: source.into_iter().collect(), outcome: outcome.clone() };
+        let io = OpIo { inputs: source.into_iter().collect(), outcome: outcome.clone(), credit: self.room.charge(0) };
         // SAFETY: both memories stay alive in their runtimes' entries until
         // released, which frees them only after a signal on every stream in
         // their histories: T for dst, and for src the link stream, which

@@ -77,7 +77,11 @@ pub fn settled_diagnostics(runtime: &Runtime) -> weir_core::Diagnostics {
     let deadline = std::time::Instant::now() + Duration::from_secs(5);
     let mut d = runtime.diagnostics();
     let unsettled = |d: &weir_core::Diagnostics| {
-        d.retiring_streams > 0 || d.retiring_buffers > 0 || d.backend.live_streams > d.live_streams
+        d.retiring_streams > 0
+            || d.retiring_buffers > 0
+            || d.backend.live_streams > d.live_streams
+            || d.ops_in_queue > 0
+            || d.host_bytes_in_queue > 0
     };
     while unsettled(&d) && std::time::Instant::now() < deadline {
         std::thread::yield_now();
@@ -95,6 +99,8 @@ pub fn assert_no_leaks(runtime: &Runtime) {
     assert_eq!(d.live_fences, 0, "fences leaked: {d:?}");
     assert_eq!(d.live_waiters, 0, "waiters leaked: {d:?}");
     assert_eq!(d.backend.race_violations, 0, "the race detector fired: {d:?}");
+    // Every queued op's share of the queue came back once it left the queue.
+    assert_eq!((d.ops_in_queue, d.host_bytes_in_queue), (0, 0), "queue shares never given back: {d:?}");
     // Every stream the test made and dropped has retired: only the default stream is left.
     assert_eq!(d.live_streams, 1, "streams left alive: {d:?}");
     assert_eq!(d.backend.live_streams, 1, "backend streams left behind: {d:?}");

@@ -42,6 +42,7 @@ macro_rules! conformance {
     };
 }
 
+mod backpressure;
 mod bad_input;
 mod common;
 mod errors;

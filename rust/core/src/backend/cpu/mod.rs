@@ -318,8 +318,8 @@ impl Backend for CpuBackend {
             // The part checks its inputs itself: skipped by the worker, it
             // would never arrive, and the others would wait for it forever.
             let (read, write) = part_memory(collective, rank, &part);
-            let inputs = OpIo { inputs: part.io.inputs, outcome: None };
-            let io = OpIo { inputs: Default::default(), outcome: part.io.outcome };
+            let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
+            let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
             let meeting = rendezvous.clone();
             let queued = part.stream.work(
                 Box::new(move || {
@@ -364,8 +364,8 @@ fn enqueue_on_wire(
     let (read, write) = part_memory(collective, wire.rank, &part);
     // As in one process: the part checks its inputs itself, so that it
     // always meets the other ranks, bringing its failure if it has one.
-    let inputs = OpIo { inputs: part.io.inputs, outcome: None };
-    let io = OpIo { inputs: Default::default(), outcome: part.io.outcome };
+    let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
+    let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
     let (turn, on_wire, collective) = (wire.admit(), wire.clone(), *collective);
     let queued = part.stream.work(
         Box::new(move || {

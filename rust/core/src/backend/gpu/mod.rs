@@ -654,7 +654,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         stream: &GpuStream<D>,
         id: u64,
         commands: Vec<(Command<&GpuMemory<D>>, Prepared<D>)>,
-        io: &OpIo,
+        io: OpIo,
     ) -> Result<(), EnqueueError> {
         let cached = lock(&self.graphs).get(&id).copied();
         // Without graphs, or with host copies (through staging buffers lent
@@ -677,7 +677,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         };
         // The launch is a job like a launch of one kernel: in admission
         // order, and only once the replay's inputs ran without failing.
-        self.submit(Job::Op { stream: StreamRef::new(stream), issue: Issue::Graph(exec), io: io.clone() })
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue: Issue::Graph(exec), io })
     }
 
     fn prepares_replay(&self, id: u64) -> bool {

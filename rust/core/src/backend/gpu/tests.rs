@@ -567,7 +567,7 @@ fn failure_of(
 ) -> Option<Error> {
     let outcome = Arc::new(OpOutcome::default());
     let prepared = backend.prepare(&command).unwrap();
-    let io = OpIo { inputs: Default::default(), outcome: Some(outcome.clone()) };
+    let io = OpIo { outcome: Some(outcome.clone()), ..Default::default() };
     // SAFETY: the fake touches no memory; the memory outlives the call.
     unsafe { backend.enqueue(stream, command, prepared, io) }.unwrap();
     backend.device.issuer.flush();
@@ -961,7 +961,7 @@ fn an_op_whose_input_failed_as_it_ran_makes_no_driver_call_and_fails_too() {
     let outcome = Arc::new(OpOutcome::default());
     let command = Command::Fill { dst: span(&memory, 0, 64), word: 1 };
     let prepared = backend.prepare(&command).unwrap();
-    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()) };
+    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()), ..Default::default() };
     // SAFETY: the fake touches no memory.
     unsafe { backend.enqueue(&stream, command, prepared, io) }.unwrap();
     backend.device.issuer.flush();
@@ -1528,7 +1528,7 @@ fn replay(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, memory: &GpuMemo
         false => Vec::new(),
     };
     // SAFETY: the fake touches no memory; the memory outlives the graph.
-    unsafe { backend.enqueue_replay(stream, id, commands, io) }.unwrap();
+    unsafe { backend.enqueue_replay(stream, id, commands, io.clone()) }.unwrap();
 }
 
 /// The graph launches in the calls made so far.
@@ -1574,7 +1574,7 @@ fn a_replay_whose_input_failed_as_it_ran_launches_nothing_and_fails() {
     let failed = Arc::new(OpOutcome::default());
     failed.fail(Error::OpFailed { stream: 0, message: "the producer failed".into() });
     let outcome = Arc::new(OpOutcome::default());
-    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()) };
+    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()), ..Default::default() };
     replay(&backend, &stream, &memory, 1, &io);
     backend.device.issuer.flush();
     assert_eq!(graph_launches(&shared), 1, "only the first replay launched");
@@ -1583,7 +1583,7 @@ fn a_replay_whose_input_failed_as_it_ran_launches_nothing_and_fails() {
     // A graph launch the driver refuses fails the replay the same way.
     shared.fail("graph_launch");
     let outcome = Arc::new(OpOutcome::default());
-    replay(&backend, &stream, &memory, 1, &OpIo { inputs: Default::default(), outcome: Some(outcome.clone()) });
+    replay(&backend, &stream, &memory, 1, &OpIo { outcome: Some(outcome.clone()), ..Default::default() });
     backend.device.issuer.flush();
     assert!(outcome.failure().is_some());
     assert!(fence(&backend, &stream).is_err());
@@ -1602,7 +1602,8 @@ fn the_outcome_cells_of_ops_run_on_the_issuing_thread_are_let_go_once_it_is_idle
     for cell in &cells {
         let command = Command::Fill { dst: span(&memory, 0, 64), word: 1 };
         let prepared = backend.prepare(&command).unwrap();
-        let io = OpIo { inputs: [cell.clone()].into_iter().collect(), outcome: Some(cell.clone()) };
+        let io =
+            OpIo { inputs: [cell.clone()].into_iter().collect(), outcome: Some(cell.clone()), ..Default::default() };
         // SAFETY: the fake touches no memory.
         unsafe { backend.enqueue(&stream, command, prepared, io) }.unwrap();
     }

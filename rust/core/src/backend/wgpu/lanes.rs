@@ -453,6 +453,24 @@ impl Shared {
         Ok(true)
     }
 
+    /// Issues every lane's unrecorded batch and submits what was issued: a
+    /// producer waits for room in the runtime's queue, which these ops fill
+    /// until a read, a signal or [`BATCH_LIMIT`] would have issued them.
+    pub fn flush_all(&self) {
+        let mut lanes = lock(&self.lanes);
+        for slot in 0..lanes.slots.len() {
+            let Some(lane) = lanes.slots[slot].as_mut() else { continue };
+            if lane.batch.is_empty() {
+                continue;
+            }
+            lane.flush();
+            let id = LaneId { slot, generation: lane.generation };
+            lanes.note(id);
+        }
+        self.pump(&mut lanes);
+        self.submit_pending(&mut lanes);
+    }
+
     /// Issues every head item that is not held, until nothing moves; then
     /// lets retired lanes that issued everything go.
     fn pump(&self, lanes: &mut Lanes) {
@@ -569,7 +587,14 @@ impl Shared {
         let Some(lane) = slots[index].as_mut() else { return };
         let mut full = false;
         match item {
-            Item::Submit(run) => {
+            Item::Submit(mut run) => {
+                // The ops leave the runtime's queue here: what is issued is
+                // submitted within BATCH_LIMIT ops, or by the next read or signal.
+                for queued in &mut run {
+                    if let Queued::Op(op) = queued {
+                        op.give_back_credit();
+                    }
+                }
                 if lane.status.is_err() {
                     return;
                 }

@@ -251,6 +251,10 @@ impl Backend for WgpuBackend {
         self.shared.push(stream.lane, Item::Signal(completion, kind))
     }
 
+    fn flush_queued(&self) {
+        self.shared.flush_all();
+    }
+
     fn is_settled(&self, stream: &WgpuStream) -> bool {
         self.shared.is_settled(stream.lane)
     }

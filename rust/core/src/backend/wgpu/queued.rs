@@ -69,6 +69,11 @@ impl QueuedOp {
         QueuedOp { command, plan, io, copy_failed, bytes, counters }
     }
 
+    /// Gives the op's share of the runtime's queue back: it is issued.
+    pub(crate) fn give_back_credit(&mut self) {
+        drop(std::mem::take(&mut self.io.credit));
+    }
+
     /// The op failed (as recorded, or through an input): its versions, its
     /// read-back and the lane's next fence say so.
     fn fail(self, error: Error, tally: &FailureTally) {
