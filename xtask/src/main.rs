@@ -158,8 +158,11 @@ fn run_task(task: Task) -> util::Result {
         Task::Test { side: Side { swift: true, .. }, .. } => swift::test(),
         Task::Test { .. } => rust::lint()
             .and_then(|()| kotlin::check_versions())
+            .inspect(|()| util::report_progress("lints"))
             .and_then(|()| rust::test())
+            .inspect(|()| util::report_progress("Rust tests"))
             .and_then(|()| kotlin::test())
+            .inspect(|()| util::report_progress("Kotlin and Java tests"))
             .and_then(|()| swift::test()),
         Task::Demo { kotlin: true, passed_on, .. } => kotlin::demo(&passed_on.args),
         Task::Demo { swift: true, passed_on, .. } => swift::demo(&passed_on.args),

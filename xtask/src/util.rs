@@ -32,3 +32,19 @@ pub fn run(command: &mut Command) -> Result {
 pub fn cargo() -> Command {
     Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_owned()))
 }
+
+/// Says how far a long run got and the disk left for the next part: builds
+/// fill the disk, and a run that stops for it should say where.
+pub fn report_progress(done: &str) {
+    let free = Command::new("df")
+        .args(["-h", "--output=avail"])
+        .arg(root())
+        .output()
+        .ok()
+        .and_then(|output| String::from_utf8(output.stdout).ok())
+        .and_then(|text| text.lines().nth(1).map(|line| line.trim().to_owned()));
+    match free {
+        Some(free) => eprintln!("xtask: {done} passed; {free} free on the build disk"),
+        None => eprintln!("xtask: {done} passed"),
+    }
+}

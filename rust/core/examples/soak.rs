@@ -1,4 +1,4 @@
-//! `cargo xtask soak [--ops N] [--threads T] [--backend NAME]`: a long mixed
+//! `cargo xtask soak [--ops N] [--threads T] [--backend NAME] [--flood N]`: a long mixed
 //! run that must leave nothing behind.
 //!
 //! A few threads share a small pool of streams that is churned (streams are
@@ -14,6 +14,12 @@
 //! diagnostics. At the end, with every handle dropped, the soak fails unless
 //! the thread count and every live counter are back at their start values
 //! and RSS grew by at most [`RSS_BOUND_KIB`].
+//!
+//! Then a flood (`--flood N`, default 2 000 000; 0 skips it): one thread
+//! admits N tiny ops on one stream as fast as it can, far faster than the
+//! device runs them, then waits for them. The runtime's queue limit must
+//! hold the queue at its bound (one JSON line reports the peak), and RSS
+//! after the drain must again be within [`RSS_BOUND_KIB`] of the start.
 
 use std::error::Error;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -387,6 +393,47 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>> {
     }
 }
 
+/// Floods one stream with `ops` fills from one thread, then drains it; the
+/// failures it finds: a queue past its limit, RSS past the bound after the drain.
+fn flood_then_drain(runtime: &Runtime, ops: u64, start_rss_kib: u64) -> Result<Vec<String>> {
+    let stream = runtime.new_stream()?;
+    let buffer = stream.zeros(ElementType::U32, 4)?;
+    let began = Instant::now();
+    for value in 0..ops {
+        stream.fill_u32(&buffer, value as u32)?;
+    }
+    let admitted = began.elapsed();
+    stream.fence()?.wait()?;
+    drop((buffer, stream));
+    runtime.fence()?.wait()?;
+    let d = runtime.diagnostics();
+    let rss_kib = status("VmRSS");
+    let limit = runtime.queue_limit();
+    println!(
+        "{{\"soak\":\"flood\",\"ops\":{ops},\"admit_seconds\":{:.2},\"drained_seconds\":{:.2},\"peak_ops_in_queue\":{},\"queue_limit_ops\":{},\"rss_kib\":{rss_kib}}}",
+        admitted.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+        d.peak_ops_in_queue,
+        limit.ops
+    );
+    eprintln!(
+        "flood: {ops} ops admitted in {:.2} s, drained in {:.2} s; at most {} in the queue (limit {}); RSS {rss_kib} KiB",
+        admitted.as_secs_f64(),
+        began.elapsed().as_secs_f64(),
+        d.peak_ops_in_queue,
+        limit.ops
+    );
+    let mut failures = Vec::new();
+    // One producer: its check and its charge are one admission apart.
+    if d.peak_ops_in_queue > limit.ops + 1 {
+        failures.push(format!("the flood queued {} ops, past the limit of {}", d.peak_ops_in_queue, limit.ops));
+    }
+    if rss_kib > start_rss_kib + RSS_BOUND_KIB {
+        failures.push(format!("RSS after the flood drained: {rss_kib} KiB, from {start_rss_kib} KiB at the start"));
+    }
+    Ok(failures)
+}
+
 fn main() -> Result {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let total: u64 = arg(&args, "--ops")?.unwrap_or(1_000_000);
@@ -496,6 +543,10 @@ fn main() -> Result {
     }
     if end.ops != total {
         failures.push(format!("{} ops done of {total}", end.ops));
+    }
+    let flood: u64 = arg(&args, "--flood")?.unwrap_or(2_000_000);
+    if flood > 0 && failures.is_empty() {
+        failures.extend(flood_then_drain(&runtime, flood, start.rss_kib)?);
     }
     if failures.is_empty() {
         eprintln!(

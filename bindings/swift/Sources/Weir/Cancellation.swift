@@ -100,6 +100,32 @@ extension DeviceGroup {
 }
 
 extension WeirStream {
+    /// Suspends until the runtime's queue has room for more work (returns at
+    /// once while it has). Cancelling the Task ends the wait with `CancellationError`.
+    public func room() async throws {
+        try await cancellable { try await self.room(cancel: $0) }
+    }
+
+    /// Admits what `admission` admits without blocking the calling thread,
+    /// and returns what it returns. `admission` gets a handle of this stream
+    /// that never waits for room (`withoutWaiting()`): while the runtime's
+    /// queue is full (`RuntimeOptions.queueLimitOps`, `queueLimitHostBytes`)
+    /// its admission throws `WeirError.queueFull`, and this suspends until
+    /// the queue has room, then calls `admission` again. So `admission`
+    /// should admit one op (or one batch): what it admitted before the
+    /// refusal would be admitted twice. A plain admission blocks its thread
+    /// while the queue is full.
+    public func admit<T>(_ admission: (WeirStream) throws -> T) async throws -> T {
+        let eager = withoutWaiting()
+        while true {
+            do {
+                return try admission(eager)
+            } catch WeirError.queueFull {
+                try await room()
+            }
+        }
+    }
+
     /// Suspends until all work admitted on this stream so far is done; an idle
     /// stream answers at once. Cancelling the Task ends the wait with
     /// `CancellationError`.

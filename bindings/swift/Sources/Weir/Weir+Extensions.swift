@@ -283,7 +283,7 @@ extension WeirError: CustomStringConvertible {
             return text
         case .opFailed(_, let text):
             return text
-        case .outOfMemory(_, _, let text):
+        case .outOfMemory(_, _, let text), .queueFull(_, _, let text):
             return text
         case .invalidArgument(let text), .outOfRange(let text), .foreignHandle(let text), .closed(let text),
             .bug(let text), .cancelled(let text):

@@ -24,6 +24,7 @@ func caseName(_ error: any Error) -> String {
     case .deviceLost: return "DeviceLost"
     case .bug: return "Bug"
     case .cancelled: return "Cancelled"
+    case .queueFull: return "QueueFull"
     }
 }
 
@@ -70,6 +71,7 @@ struct ErrorTests {
             ("DeviceLost", "CUDA_ERROR_ILLEGAL_ADDRESS"),
             ("Bug", "a bug in Weir"),
             ("Cancelled", "cancelled"),
+            ("QueueFull", "queue is full"),
         ]
         for (variant, text) in expected {
             await expectWeirError(variant, mentioning: [text]) { try debugErrorProbe(variant: variant) }

@@ -26,6 +26,24 @@ object WeirJava {
     @Throws(WeirException::class)
     fun open(backend: Backend = Backend.AUTO): WeirRuntime = WeirRuntime.open(backend)
 
+    /**
+     * Opens [backend] with a bound on the work it holds queued: at most
+     * [queueLimitOps] ops and [queueLimitHostBytes] host bytes (uploads'
+     * data) admitted and not yet handed to the device. At the limit, every
+     * admission blocks its thread until there is room; through
+     * `stream.withoutWaiting()` it throws `WeirException.QueueFull` instead.
+     */
+    @JvmStatic
+    @Throws(WeirException::class)
+    fun open(backend: Backend, queueLimitOps: Long, queueLimitHostBytes: Long): WeirRuntime =
+        WeirRuntime.openWith(
+            backend,
+            RuntimeOptions(
+                queueLimitOps = queueLimitOps.toCount("queue limit (ops)"),
+                queueLimitHostBytes = queueLimitHostBytes.toCount("queue limit (host bytes)"),
+            ),
+        )
+
     /** Every device of every backend compiled in, best backend first, as [open] takes them ([devices]). */
     @JvmStatic
     fun devices(): List<DeviceInfo> = dev.weir.devices()
@@ -163,6 +181,9 @@ object WeirJava {
         /** Conflicting overlapping accesses seen by the CPU backend's race detector. */
         val raceViolations: Long get() = counts.raceViolations.toSignedOrMax()
 
+        /** Ops in the runtime's queue: admitted, not yet run or handed to the driver. */
+        val opsInQueue: Long get() = counts.opsInQueue.toSignedOrMax()
+
         override fun toString(): String = counts.toString()
     }
 }
@@ -183,8 +204,8 @@ internal fun Long.toOffset(): ULong {
     return toULong()
 }
 
-/** An element count from a `Long`; a negative one is refused. */
-internal fun Long.toCount(): ULong {
-    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative element count $this")
+/** A count from a `Long` ([what] it counts); a negative one is refused. */
+internal fun Long.toCount(what: String = "element count"): ULong {
+    if (this < 0) throw WeirException.InvalidArgument("invalid argument: negative $what $this")
     return toULong()
 }

@@ -32,6 +32,33 @@ fun WeirRuntime.Companion.open(): WeirRuntime = WeirRuntime.open(Backend.AUTO)
 @Throws(WeirException::class)
 fun WeirRuntime.Companion.open(device: DeviceInfo): WeirRuntime = openDevice(device.backend, device.index)
 
+/**
+ * Admits what [admission] admits on this stream without blocking the calling
+ * thread, and returns what it returns. [admission] runs on a handle of this
+ * stream that never waits for room ([WeirStream.withoutWaiting]): while the
+ * runtime's queue is full (`RuntimeOptions.queueLimitOps`,
+ * `queueLimitHostBytes`) its admission throws [WeirException.QueueFull], and
+ * this suspends until the queue has room ([WeirStream.room]), then runs
+ * [admission] again. So [admission] should admit one op (or one [batch]):
+ * what it admitted before the refusal would be admitted twice.
+ *
+ * A plain admission (`stream.execute(…)`) blocks its thread while the queue
+ * is full, which is what Java callers and blocking code want.
+ */
+@Throws(WeirException::class)
+suspend fun <T> WeirStream.admit(admission: WeirStream.() -> T): T =
+    withoutWaiting().use { eager ->
+        while (true) {
+            try {
+                return eager.admission()
+            } catch (_: WeirException.QueueFull) {
+                room()
+            }
+        }
+        @Suppress("UNREACHABLE_CODE")
+        error("unreachable")
+    }
+
 /** A buffer of [count] zeroed [element]s (zeroed on the device, no host data). */
 @Throws(WeirException::class)
 fun WeirStream.zeros(count: Long, element: ElementType): Buffer = zeros(count.toCount(), element)

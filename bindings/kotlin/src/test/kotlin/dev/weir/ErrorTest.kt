@@ -31,6 +31,7 @@ class ErrorTest {
             "DeviceLost" to (WeirException.DeviceLost::class to "CUDA_ERROR_ILLEGAL_ADDRESS"),
             "Bug" to (WeirException.Bug::class to "a bug in Weir"),
             "Cancelled" to (WeirException.Cancelled::class to "cancelled"),
+            "QueueFull" to (WeirException.QueueFull::class to "queue is full"),
         )
         // The sealed hierarchy has exactly these subclasses: a new core variant must be added here.
         val subclasses = WeirException::class.java.declaredClasses.filter { WeirException::class.java.isAssignableFrom(it) }

@@ -384,4 +384,38 @@ class JavaApiTest {
             runtime.shutdown();
         }
     }
+
+    @Test
+    void aJavaAdmissionBlocksWhileTheQueueIsFullAndANonWaitingOneThrows() throws Exception {
+        try (WeirRuntime runtime = WeirJava.open(Backend.CPU, 2, 1 << 20)) {
+            WeirStream stream = runtime.newStream();
+            Buffer buffer = Weir.zeros(stream, 4, ElementType.F32);
+            WeirBlocking.sync(stream);
+            Hold hold = stream.hold();
+            stream.memsetZero(buffer);
+            stream.memsetZero(buffer);
+            try (WeirStream eager = stream.withoutWaiting()) {
+                WeirException.QueueFull full =
+                        assertThrows(WeirException.QueueFull.class, () -> eager.memsetZero(buffer));
+                assertTrue(full.getMessage().contains("queue is full"), full.getMessage());
+            }
+            assertEquals(2, WeirJava.diagnostics(runtime).getOpsInQueue());
+            Thread producer = new Thread(() -> {
+                try {
+                    Weir.write(stream, buffer, new float[] {5f, 6f, 7f, 8f});
+                } catch (WeirException e) {
+                    throw new RuntimeException(e);
+                }
+            });
+            producer.start();
+            producer.join(200);
+            assertTrue(producer.isAlive(), "a blocking admission did not wait for room");
+            hold.release();
+            producer.join(10_000);
+            assertFalse(producer.isAlive(), "the admission never got room");
+            assertArrayEquals(new float[] {5f, 6f, 7f, 8f}, WeirBlocking.readFloats(stream, buffer));
+            hold.close();
+            runtime.shutdown();
+        }
+    }
 }
