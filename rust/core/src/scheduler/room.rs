@@ -133,7 +133,11 @@ impl Room {
         if bytes > 0 {
             self.queued_bytes.fetch_add(bytes, Ordering::SeqCst);
         }
-        self.peak_ops.fetch_max(ops, Ordering::Relaxed);
+        // Read first: the peak rarely moves, and a plain load costs no
+        // exclusive cache line on every admission.
+        if ops > self.peak_ops.load(Ordering::Relaxed) {
+            self.peak_ops.fetch_max(ops, Ordering::Relaxed);
+        }
         Credit { room: Some(self.clone()), bytes }
     }
 
