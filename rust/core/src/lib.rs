@@ -131,6 +131,7 @@ mod key_map;
 mod lock;
 mod ops;
 mod options;
+mod room;
 mod runtime;
 mod scheduler;
 mod stream;
@@ -168,8 +169,8 @@ pub use ops::Arg;
 #[cfg(feature = "test-support")]
 pub use options::Fault;
 pub use options::{GpuWake, QueueLimit};
+pub use room::RoomWait;
 pub use runtime::{devices, Runtime};
-pub use scheduler::RoomWait;
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;

@@ -14,8 +14,9 @@ use crate::graph::Graph;
 use crate::host::HostBuffer;
 use crate::kernel::{Builtin, Grid, Kernel};
 use crate::ops::{self, Arg, Recipe};
+use crate::room::{RoomWait, WhenFull};
 use crate::runtime::Runtime;
-use crate::scheduler::{BufferKey, Engine, Init, RoomWait, WhenFull};
+use crate::scheduler::{BufferKey, Engine, Init};
 use crate::timestamp::Timestamp;
 
 /// An ordered queue of device work. Any thread may submit to any stream;

@@ -83,13 +83,17 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     // Four buffers: no built-in op takes them, so a custom kernel, tiny on
     // every backend (its CPU body does nothing).
     let d = stream.zeros(1024, ElementType::Bytes)?;
-    let source = |code: &str, entry: &str| Some(KernelSource { code: code.to_owned(), entry: entry.to_owned() });
+    let source = |code: &str, entry: &str| {
+        Some(KernelSource { code: code.to_owned(), entry: entry.to_owned(), options: Vec::new() })
+    };
     let four = Kernel::custom(
         "four_buffers".to_owned(),
         source(FOUR_BUFFERS_WGSL, "main"),
         source(FOUR_BUFFERS_CUDA, "four"),
         source(FOUR_BUFFERS_CUDA, "four"),
         Some(Arc::new(Nothing)),
+        None,
+        None,
     );
     let admit_4 = median_micros(20_000, || {
         let args = vec![

@@ -125,6 +125,13 @@ impl<'a> Reader<'a> {
                 1 => weir_core::Arg::u32(self.u32()?),
                 2 => weir_core::Arg::i32(self.u32()? as i32),
                 3 => weir_core::Arg::f32(f32::from_bits(self.u32()?)),
+                4 => weir_core::Arg::u64(self.u64()?),
+                5 => weir_core::Arg::i64(self.u64()? as i64),
+                6 => weir_core::Arg::f64(f64::from_bits(self.u64()?)),
+                7 => {
+                    let len = self.u32()? as usize;
+                    weir_core::Arg::bytes(self.take(len)?)
+                }
                 tag => return Err(self.error(format!("unknown argument tag {tag}"))),
             });
         }

@@ -128,6 +128,38 @@ impl CpuKernelCall {
             other => Err(wrong_scalar(index, "f32", other)),
         }
     }
+
+    /// Scalar argument `index`, which must be a `u64`.
+    pub fn scalar_u64(&self, index: u32) -> Result<u64> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::U64(value) => Ok(value),
+            other => Err(wrong_scalar(index, "u64", other)),
+        }
+    }
+
+    /// Scalar argument `index`, which must be an `i64`.
+    pub fn scalar_i64(&self, index: u32) -> Result<i64> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::I64(value) => Ok(value),
+            other => Err(wrong_scalar(index, "i64", other)),
+        }
+    }
+
+    /// Scalar argument `index`, which must be an `f64`.
+    pub fn scalar_f64(&self, index: u32) -> Result<f64> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::F64(value) => Ok(value),
+            other => Err(wrong_scalar(index, "f64", other)),
+        }
+    }
+
+    /// Scalar argument `index`, which must be a struct passed by value: its bytes.
+    pub fn scalar_bytes(&self, index: u32) -> Result<Vec<u8>> {
+        match self.scalar(index)? {
+            weir_core::ScalarArg::Bytes(bytes) => Ok(bytes.to_vec()),
+            other => Err(wrong_scalar(index, "struct's bytes", other)),
+        }
+    }
 }
 
 /// The core's CPU closure for `body`: it lends the launch's memory to one

@@ -57,7 +57,23 @@ impl From<BuiltinOp> for weir_core::Builtin {
 pub struct KernelSource {
     /// The source code (WGSL, CUDA C or HIP C).
     pub code: String,
-    /// The entry point's name.
+    /// The entry point's name: CUDA and HIP take a C++ name too
+    /// (`ops::scale<float>`), looked up through the compiler.
+    pub entry: String,
+    /// NVRTC or hiprtc options (`--use_fast_math`, `-DN=4`, `-I/path`); the
+    /// toolkit's own include directory is added where it is found. WGSL takes none.
+    #[uniffi(default = [])]
+    pub options: Vec<String>,
+}
+
+/// A precompiled CUDA or HIP module (PTX, CUBIN or fatbin; a HIP code
+/// object), as the bytes of the file nvcc or hipcc wrote, and the kernel to
+/// launch in it (its C++ name is found by demangling the module's symbols).
+#[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
+pub struct KernelModule {
+    /// The module file's bytes.
+    pub image: Vec<u8>,
+    /// The kernel's name in it.
     pub entry: String,
 }
 
@@ -88,13 +104,18 @@ impl Kernel {
     /// One launch runs on every backend it has one for when buffers come
     /// first, then scalars, and the block is the grid's (WGSL: `override`
     /// constants in `@workgroup_size`); see the crate docs of weir-core.
-    #[uniffi::constructor(default(wgsl = None, cuda = None, hip = None, cpu = None))]
+    ///
+    /// `cuda_module` and `hip_module` are precompiled modules, taken instead
+    /// of `cuda` and `hip` sources when both are given.
+    #[uniffi::constructor(default(wgsl = None, cuda = None, hip = None, cpu = None, cuda_module = None, hip_module = None))]
     pub fn custom(
         name: String,
         wgsl: Option<KernelSource>,
         cuda: Option<KernelSource>,
         hip: Option<KernelSource>,
         cpu: Option<Arc<dyn CpuKernelBody>>,
+        cuda_module: Option<KernelModule>,
+        hip_module: Option<KernelModule>,
     ) -> Arc<Self> {
         let mut builder = weir_core::Kernel::custom(name);
         if let Some(body) = cpu {
@@ -104,10 +125,16 @@ impl Kernel {
             builder = builder.wgsl(source.code, source.entry);
         }
         if let Some(source) = cuda {
-            builder = builder.cuda(source.code, source.entry);
+            builder = builder.cuda(source.code, source.entry).cuda_options(source.options);
         }
         if let Some(source) = hip {
-            builder = builder.hip(source.code, source.entry);
+            builder = builder.hip(source.code, source.entry).hip_options(source.options);
+        }
+        if let Some(module) = cuda_module {
+            builder = builder.cuda_module(module.image, module.entry);
+        }
+        if let Some(module) = hip_module {
+            builder = builder.hip_module(module.image, module.entry);
         }
         Arc::new(Kernel { inner: builder.build() })
     }

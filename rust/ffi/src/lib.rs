@@ -66,7 +66,7 @@ pub use error::WeirError;
 pub use fence::Fence;
 pub use group::{DeviceGroup, GroupId};
 pub use host_kernel::{CpuKernelBody, CpuKernelCall};
-pub use kernel::{BuiltinOp, Kernel, KernelSource};
+pub use kernel::{BuiltinOp, Kernel, KernelModule, KernelSource};
 pub use records::{
     grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid, LaunchLimits,
     RuntimeOptions,

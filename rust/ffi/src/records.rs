@@ -155,7 +155,10 @@ impl From<Access> for weir_core::Access {
     }
 }
 
-/// One argument of a kernel launch: a buffer with its access mode, or a 32-bit scalar.
+/// One argument of a kernel launch: a buffer with its access mode, or a
+/// scalar of the width the kernel's parameter has (CUDA and HIP check it
+/// against the kernel's declared parameter sizes; WGSL and the built-ins take
+/// 32-bit scalars).
 #[derive(Debug, Clone, uniffi::Enum)]
 pub enum Arg {
     /// A buffer, declared as read, written or both.
@@ -166,6 +169,15 @@ pub enum Arg {
     I32 { value: i32 },
     /// A 32-bit float scalar.
     F32 { value: f32 },
+    /// An unsigned 64-bit scalar (`size_t`, `unsigned long long`, a pointer passed as an integer).
+    U64 { value: u64 },
+    /// A signed 64-bit scalar (`long long`, `int64_t`).
+    I64 { value: i64 },
+    /// A 64-bit float scalar (`double`).
+    F64 { value: f64 },
+    /// A struct (or any plain value) passed by value, as its bytes in the
+    /// device's layout: the kernel's parameter must be exactly this size.
+    Bytes { value: Vec<u8> },
 }
 
 impl Arg {
@@ -176,6 +188,10 @@ impl Arg {
             Arg::U32 { value } => weir_core::Arg::u32(*value),
             Arg::I32 { value } => weir_core::Arg::i32(*value),
             Arg::F32 { value } => weir_core::Arg::f32(*value),
+            Arg::U64 { value } => weir_core::Arg::u64(*value),
+            Arg::I64 { value } => weir_core::Arg::i64(*value),
+            Arg::F64 { value } => weir_core::Arg::f64(*value),
+            Arg::Bytes { value } => weir_core::Arg::bytes(value),
         }
     }
 }

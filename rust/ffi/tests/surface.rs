@@ -156,7 +156,7 @@ fn errors_arrive_as_their_typed_variant() {
         }
         other => panic!("expected OutOfRange, got {other:?}"),
     }
-    let custom = Kernel::custom("gpu_only".into(), None, None, None, None);
+    let custom = Kernel::custom("gpu_only".into(), None, None, None, None, None, None);
     match stream.execute(custom, grid(), vec![]) {
         Err(WeirError::Unsupported { backend, description }) => {
             assert_eq!(backend, weir_ffi::BackendKind::Cpu);
@@ -422,7 +422,7 @@ fn a_foreign_cpu_kernel_runs_on_the_lent_memory_and_its_failure_fails_the_op() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.default_stream();
     let body = Arc::new(Scaled(std::sync::Mutex::new(None)));
-    let kernel = Kernel::custom("scaled".into(), None, None, None, Some(body.clone()));
+    let kernel = Kernel::custom("scaled".into(), None, None, None, Some(body.clone()), None, None);
     let x = stream.upload(bytes(&[1.0, 2.0, 3.0]), ElementType::F32).unwrap();
     let out = stream.zeros(3, ElementType::F32).unwrap();
     let args = |a: f32| {

@@ -52,7 +52,7 @@ use crate::error::{Error, Failures, Result};
 use crate::host::HostBuffer;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 use crate::lock::lock;
-use crate::scheduler::Credit;
+use crate::room::Credit;
 
 /// A byte range of one buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

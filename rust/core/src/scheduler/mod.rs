@@ -15,7 +15,6 @@ mod collective;
 mod lifecycle;
 mod peer;
 mod recording;
-mod room;
 mod versions;
 
 use std::collections::VecDeque;
@@ -25,9 +24,6 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use clock::VectorClock;
 pub(crate) use collective::{CommunicatorSlot, PartKeys};
 pub(crate) use recording::Recording;
-use room::Room;
-pub use room::RoomWait;
-pub(crate) use room::{Credit, WhenFull};
 use versions::{Dependencies, History};
 
 #[cfg(feature = "test-support")]
@@ -59,6 +55,7 @@ pub(crate) enum Init<'a> {
 }
 
 use crate::options::{Fault, QueueLimit};
+use crate::room::{Room, RoomWait, WhenFull};
 
 /// The runtime as the public handles see it, whatever the backend.
 pub(crate) trait Engine: Send + Sync {

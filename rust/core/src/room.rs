@@ -1,4 +1,6 @@
-//! Backpressure: a bound on the work a runtime holds queued on the host.
+//! Backpressure: a bound on the work a runtime holds queued on the host
+//! (used by the scheduler, which charges, and by every backend, which gives
+//! back: so it sits below both).
 //!
 //! Every admitted op carries a [`Credit`] in its [`OpIo`](crate::backend::OpIo):
 //! one op, and the host bytes it holds (an upload's data). The backend drops
