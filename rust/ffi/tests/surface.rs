@@ -609,3 +609,50 @@ fn a_queue_limit_of_nothing_is_an_invalid_argument() {
     };
     assert!(matches!(WeirRuntime::open_with(Backend::Cpu, options), Err(WeirError::InvalidArgument { .. })));
 }
+
+/// Records the wide scalars of its launch, or why it could not read them.
+struct Wide(std::sync::Mutex<Option<Result<(u64, i64, f64, Vec<u8>), String>>>);
+
+impl weir_ffi::CpuKernelBody for Wide {
+    fn run(&self, call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
+        let read = || -> Result<(u64, i64, f64, Vec<u8>), WeirError> {
+            Ok((call.scalar_u64(0)?, call.scalar_i64(1)?, call.scalar_f64(2)?, call.scalar_bytes(3)?))
+        };
+        *self.0.lock().unwrap() = Some(read().map_err(|error| error.to_string()));
+        // Asked as another width: refused.
+        call.scalar_u32(0).err().map(|_| None).unwrap_or(Some("a u64 read as a u32".to_owned()))
+    }
+}
+
+#[test]
+fn sixty_four_bit_scalars_and_a_struct_by_value_reach_a_kernel_as_given() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let body = Arc::new(Wide(std::sync::Mutex::new(None)));
+    let kernel = Kernel::custom("wide".into(), None, None, None, Some(body.clone()), None, None);
+    let args = vec![
+        Arg::U64 { value: u64::MAX - 1 },
+        Arg::I64 { value: -(1 << 40) },
+        Arg::F64 { value: std::f64::consts::PI },
+        Arg::Bytes { value: vec![1, 2, 3, 4, 5] },
+    ];
+    block_on(stream.execute_and_wait(kernel, grid(), args, None)).unwrap();
+    let seen = body.0.lock().unwrap().take().unwrap().unwrap();
+    assert_eq!(seen, (u64::MAX - 1, -(1 << 40), std::f64::consts::PI, vec![1, 2, 3, 4, 5]));
+    runtime.shutdown().unwrap();
+}
+
+#[test]
+fn a_precompiled_module_is_refused_where_its_backend_is_not() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let module = weir_ffi::KernelModule { image: b"not a module".to_vec(), entry: "scale".into() };
+    let kernel = Kernel::custom("module_only".into(), None, None, None, None, Some(module), None);
+    match stream.execute(kernel, grid(), Vec::new()) {
+        Err(WeirError::Unsupported { description, .. }) => {
+            assert!(description.contains("module_only"), "{description}")
+        }
+        other => panic!("a CUDA module ran on the CPU: {other:?}"),
+    }
+    runtime.shutdown().unwrap();
+}

@@ -30,7 +30,7 @@ class Batch internal constructor() {
     fun execute(kernel: Kernel, grid: Grid, args: List<Arg>) {
         val argCount = args.size
         val given = grid != single
-        val out = room(1 + 4 + 1 + (if (given) 7 * 4 else 0) + 4 + argCount * 6L)
+        val out = room(1 + 4 + 1 + (if (given) 7 * 4 else 0) + 4 + OpEncoding.argsBytes(args))
         var at = size
         out.put(at, OpEncoding.OP_EXECUTE)
         out.putInt(at + 1, slotOf(kernel))

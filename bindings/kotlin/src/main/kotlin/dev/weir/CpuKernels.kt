@@ -71,13 +71,33 @@ class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
     fun ints(index: Int): IntBuffer = bytes(index).asIntBuffer()
 
     /** Scalar argument [index], an `f32`. */
+    @JvmName("scalarF32") // Java: `float` is a keyword there
     fun float(index: Int): Float = call { scalarF32(index.toUInt()) }
 
     /** Scalar argument [index], an `i32`. */
+    @JvmName("scalarI32") // Java: `int` is a keyword there
     fun int(index: Int): Int = call { scalarI32(index.toUInt()) }
 
     /** Scalar argument [index], a `u32`. */
+    @JvmName("scalarU32")
     fun uint(index: Int): UInt = call { scalarU32(index.toUInt()) }
+
+    /** Scalar argument [index], a `u64`. */
+    @JvmName("scalarU64")
+    fun ulong(index: Int): ULong = call { scalarU64(index.toUInt()) }
+
+    /** Scalar argument [index], an `i64`. */
+    @JvmName("scalarI64") // Java: `long` is a keyword there
+    fun long(index: Int): Long = call { scalarI64(index.toUInt()) }
+
+    /** Scalar argument [index], an `f64`. */
+    @JvmName("scalarF64") // Java: `double` is a keyword there
+    fun double(index: Int): Double = call { scalarF64(index.toUInt()) }
+
+    /** Scalar argument [index], a struct passed by value: a copy of its bytes (little-endian). */
+    @JvmName("structBytes")
+    fun struct(index: Int): ByteBuffer =
+        ByteBuffer.wrap(call { scalarBytes(index.toUInt()) }).order(ByteOrder.LITTLE_ENDIAN)
 
     /** [ask] of the call, or the typed refusal once the kernel has returned. */
     private fun <T> call(ask: CpuKernelCall.() -> T): T {

@@ -114,8 +114,8 @@ internal object EncodedOps {
         val out = s.bytes
         val argCount = args.size
         val given = grid != single
-        // The op's fixed fields, then at most 6 bytes an argument.
-        val most = 1 + 4 + 1 + (if (given) GRID_FIELDS * 4 else 0) + 4 + argCount.toLong() * 6
+        // The op's fixed fields, then the arguments.
+        val most = 1 + 4 + 1 + (if (given) GRID_FIELDS * 4 else 0) + 4 + OpEncoding.argsBytes(args)
         if (most > out.capacity()) return -1
         out.put(0, OpEncoding.OP_EXECUTE)
         out.putInt(1, 0) // kernel slot 0: the call's kernel
@@ -159,6 +159,25 @@ internal object OpEncoding {
     const val ARG_U32: Byte = 1
     const val ARG_I32: Byte = 2
     const val ARG_F32: Byte = 3
+    const val ARG_U64: Byte = 4
+    const val ARG_I64: Byte = 5
+    const val ARG_F64: Byte = 6
+    const val ARG_BYTES: Byte = 7
+
+    /** The bytes [putArg] writes for [arg]. */
+    fun argBytes(arg: Arg): Int = when (arg) {
+        is Arg.Buffer -> 6
+        is Arg.U32, is Arg.I32, is Arg.F32 -> 5
+        is Arg.U64, is Arg.I64, is Arg.F64 -> 9
+        is Arg.Bytes -> 5 + arg.value.size
+    }
+
+    /** The bytes [putArg] writes for all of [args] (an indexed loop: no iterator on the launch path). */
+    fun argsBytes(args: List<Arg>): Long {
+        var total = 0L
+        for (i in args.indices) total += argBytes(args[i])
+        return total
+    }
 
     /** How [access] is written. */
     fun access(access: Access): Byte = when (access) {
@@ -195,6 +214,15 @@ internal object OpEncoding {
         is Arg.U32 -> { out.put(at, ARG_U32); out.putInt(at + 1, arg.value.toInt()); at + 5 }
         is Arg.I32 -> { out.put(at, ARG_I32); out.putInt(at + 1, arg.value); at + 5 }
         is Arg.F32 -> { out.put(at, ARG_F32); out.putInt(at + 1, arg.value.toRawBits()); at + 5 }
+        is Arg.U64 -> { out.put(at, ARG_U64); out.putLong(at + 1, arg.value.toLong()); at + 9 }
+        is Arg.I64 -> { out.put(at, ARG_I64); out.putLong(at + 1, arg.value); at + 9 }
+        is Arg.F64 -> { out.put(at, ARG_F64); out.putLong(at + 1, arg.value.toRawBits()); at + 9 }
+        is Arg.Bytes -> {
+            out.put(at, ARG_BYTES)
+            out.putInt(at + 1, arg.value.size)
+            out.put(at + 5, arg.value)
+            at + 5 + arg.value.size
+        }
     }
 }
 

@@ -167,6 +167,18 @@ fun scalar(value: Int): Arg = Arg.I32(value)
 /** A `u32` scalar argument. */
 fun scalar(value: UInt): Arg = Arg.U32(value)
 
+/** A 64-bit integer scalar argument (`long long`, `int64_t`). */
+fun scalar(value: Long): Arg = Arg.I64(value)
+
+/** An unsigned 64-bit scalar argument (`size_t`, `unsigned long long`). */
+fun scalar(value: ULong): Arg = Arg.U64(value)
+
+/** A 64-bit float scalar argument (`double`). */
+fun scalar(value: Double): Arg = Arg.F64(value)
+
+/** A struct passed by value, as its bytes in the device's layout (the kernel's parameter must be this size). */
+fun structArg(bytes: ByteArray): Arg = Arg.Bytes(bytes)
+
 /** One shared kernel handle per built-in op, created on first use and never closed. */
 private val builtins = ConcurrentHashMap<BuiltinOp, Kernel>()
 

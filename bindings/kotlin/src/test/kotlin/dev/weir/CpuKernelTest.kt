@@ -116,4 +116,32 @@ class CpuKernelTest {
             keptFloats!!.put(3, 45f)
             assertThrows<WeirException.InvalidArgument> { keptArgs!!.ints(0) }
         }
+
+    @Test
+    fun `64-bit scalars and a struct by value reach a CPU kernel as given, and a wrong width is refused`(): Unit =
+        WeirRuntime.open(Backend.CPU).use { rt ->
+            val s = rt.defaultStream()
+            var seen: List<Any>? = null
+            val struct = java.nio.ByteBuffer.allocate(12).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                .putInt(7).putFloat(0.5f).putInt(-3).array()
+            val body = cpuKernel { args ->
+                val packed = args.struct(3)
+                seen = listOf(args.ulong(0), args.long(1), args.double(2), packed.getInt(0), packed.getFloat(4), packed.getInt(8))
+            }
+            val wrongWidth = cpuKernel { args -> args.uint(0) }
+            Kernel.custom("wide", cpu = body).use { kernel ->
+                val huge = ULong.MAX_VALUE - 1uL
+                runBlocking {
+                    s.executeAndWait(kernel, Grid.linear(1, 1), listOf(scalar(huge), scalar(-(1L shl 40)), scalar(Math.PI), structArg(struct)))
+                }
+                assertEquals(listOf<Any>(huge, -(1L shl 40), Math.PI, 7, 0.5f, -3), seen)
+            }
+            Kernel.custom("wrong_width", cpu = wrongWidth).use { kernel ->
+                val failed = assertThrows<WeirException.OpFailed> {
+                    runBlocking { s.executeAndWait(kernel, Grid.linear(1, 1), listOf(scalar(5uL))) }
+                }
+                assertTrue(failed.message!!.contains("not a u32"), failed.message)
+            }
+            rt.shutdown()
+        }
 }

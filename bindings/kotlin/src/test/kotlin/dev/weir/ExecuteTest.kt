@@ -36,6 +36,10 @@ class ExecuteTest {
                 is Arg.U32 -> args.uint(i)
                 is Arg.I32 -> args.int(i)
                 is Arg.F32 -> args.float(i)
+                is Arg.U64 -> args.ulong(i)
+                is Arg.I64 -> args.long(i)
+                is Arg.F64 -> args.double(i)
+                is Arg.Bytes -> args.struct(i).array().toList()
                 is Arg.Buffer -> error("a buffer among the scalars")
             }
         }
@@ -51,6 +55,10 @@ class ExecuteTest {
                 is Arg.U32 -> it.value
                 is Arg.I32 -> it.value
                 is Arg.F32 -> it.value
+                is Arg.U64 -> it.value
+                is Arg.I64 -> it.value
+                is Arg.F64 -> it.value
+                is Arg.Bytes -> it.value.toList()
                 is Arg.Buffer -> error("unreachable")
             }
         }
@@ -81,6 +89,8 @@ class ExecuteTest {
             given to listOf(b0.reads(), b1.reads(), b2.reads(), b3.reads(), b4.writes(), scalar(UInt.MAX_VALUE)),
             single to listOf(b5.writes(), b4.reads(), b3.reads(), b2.reads(), b1.reads(), b0.reads(), b4.reads()),
             given to listOf(b1.writes()) + scalars,
+            // 64-bit scalars and a struct's bytes, which take more room than a 32-bit scalar.
+            given to listOf(scalar(ULong.MAX_VALUE), b0.reads(), scalar(-(1L shl 50)), scalar(Math.PI), structArg(byteArrayOf(1, 2, 3, 4, 5))),
         )
         Kernel.custom("recorder", cpu = recorder).use { kernel ->
             runBlocking {

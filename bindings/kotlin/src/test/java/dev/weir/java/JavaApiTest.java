@@ -371,7 +371,7 @@ class JavaApiTest {
                 kept[0] = args.floats(0);
                 kept[0].put(0, 1f);
             });
-            try (Kernel kernel = Kernel.Companion.custom("keeper", null, null, null, body)) {
+            try (Kernel kernel = Kernel.Companion.custom("keeper", null, null, null, body, null, null)) {
                 Buffer out = Weir.zeros(stream, 4, ElementType.F32);
                 WeirBlocking.executeAndWait(stream, kernel, WeirJava.linearGrid(4, 4), List.of(Weir.writes(out)));
                 assertArrayEquals(new float[] {1f, 0f, 0f, 0f}, WeirBlocking.readFloats(stream, out));
@@ -415,6 +415,25 @@ class JavaApiTest {
             assertFalse(producer.isAlive(), "the admission never got room");
             assertArrayEquals(new float[] {5f, 6f, 7f, 8f}, WeirBlocking.readFloats(stream, buffer));
             hold.close();
+            runtime.shutdown();
+        }
+    }
+
+    @Test
+    void aJavaCpuKernelGetsSixtyFourBitScalarsAsGiven() throws Exception {
+        try (WeirRuntime runtime = WeirJava.open(Backend.CPU)) {
+            WeirStream stream = runtime.defaultStream();
+            Object[] seen = new Object[2];
+            CpuKernelBody body = WeirCpuKernels.cpuKernel(args -> {
+                seen[0] = args.scalarI64(0);
+                seen[1] = args.scalarF64(1);
+            });
+            try (Kernel kernel = Kernel.Companion.custom("wide", null, null, null, body, null, null)) {
+                WeirBlocking.executeAndWait(stream, kernel, WeirJava.linearGrid(1, 1),
+                        List.of(Weir.scalar(-(1L << 40)), Weir.scalar(Math.E)));
+            }
+            assertEquals(-(1L << 40), seen[0]);
+            assertEquals(Math.E, seen[1]);
             runtime.shutdown();
         }
     }
