@@ -610,12 +610,15 @@ fn a_queue_limit_of_nothing_is_an_invalid_argument() {
     assert!(matches!(WeirRuntime::open_with(Backend::Cpu, options), Err(WeirError::InvalidArgument { .. })));
 }
 
+/// The wide scalars one launch was given.
+type WideScalars = (u64, i64, f64, Vec<u8>);
+
 /// Records the wide scalars of its launch, or why it could not read them.
-struct Wide(std::sync::Mutex<Option<Result<(u64, i64, f64, Vec<u8>), String>>>);
+struct Wide(std::sync::Mutex<Option<Result<WideScalars, String>>>);
 
 impl weir_ffi::CpuKernelBody for Wide {
     fn run(&self, call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
-        let read = || -> Result<(u64, i64, f64, Vec<u8>), WeirError> {
+        let read = || -> Result<WideScalars, WeirError> {
             Ok((call.scalar_u64(0)?, call.scalar_i64(1)?, call.scalar_f64(2)?, call.scalar_bytes(3)?))
         };
         *self.0.lock().unwrap() = Some(read().map_err(|error| error.to_string()));

@@ -37,6 +37,13 @@ public final class Batch {
             case .u32(let value): putScalar(Tag.u32, value)
             case .i32(let value): putScalar(Tag.i32, UInt32(bitPattern: value))
             case .f32(let value): putScalar(Tag.f32, value.bitPattern)
+            case .u64(let value): putWide(Tag.u64, value)
+            case .i64(let value): putWide(Tag.i64, UInt64(bitPattern: value))
+            case .f64(let value): putWide(Tag.f64, value.bitPattern)
+            case .bytes(let value):
+                encoded.append(Tag.bytes)
+                put(UInt32(value.count))
+                encoded.append(contentsOf: value)
             }
         }
         count += 1
@@ -173,6 +180,11 @@ public final class Batch {
         put(bits)
     }
 
+    private func putWide(_ tag: UInt8, _ bits: UInt64) {
+        encoded.append(tag)
+        put(bits)
+    }
+
     private func put(_ value: UInt32) {
         withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
     }
@@ -218,6 +230,10 @@ private enum Tag {
     static let u32: UInt8 = 1
     static let i32: UInt8 = 2
     static let f32: UInt8 = 3
+    static let u64: UInt8 = 4
+    static let i64: UInt8 = 5
+    static let f64: UInt8 = 6
+    static let bytes: UInt8 = 7
 
     static func access(_ access: Access) -> UInt8 {
         switch access {

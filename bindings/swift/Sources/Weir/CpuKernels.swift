@@ -81,6 +81,27 @@ public struct CpuKernelArguments {
         try loan.call.scalarU32(index: argumentIndex(index, "scalar", of: scalarCount))
     }
 
+    /// Scalar argument `index`, which must be a `.u64`; another is `.invalidArgument`.
+    public func scalar(_ index: Int, as type: UInt64.Type = UInt64.self) throws -> UInt64 {
+        try loan.call.scalarU64(index: argumentIndex(index, "scalar", of: scalarCount))
+    }
+
+    /// Scalar argument `index`, which must be an `.i64`; another is `.invalidArgument`.
+    public func scalar(_ index: Int, as type: Int64.Type = Int64.self) throws -> Int64 {
+        try loan.call.scalarI64(index: argumentIndex(index, "scalar", of: scalarCount))
+    }
+
+    /// Scalar argument `index`, which must be an `.f64`; another is `.invalidArgument`.
+    public func scalar(_ index: Int, as type: Double.Type = Double.self) throws -> Double {
+        try loan.call.scalarF64(index: argumentIndex(index, "scalar", of: scalarCount))
+    }
+
+    /// Scalar argument `index`, which must be a `.bytes` (a struct passed by
+    /// value): a copy of its bytes; another is `.invalidArgument`.
+    public func scalar(_ index: Int, as type: Data.Type = Data.self) throws -> Data {
+        try loan.call.scalarBytes(index: argumentIndex(index, "scalar", of: scalarCount))
+    }
+
     /// `index` as the FFI's argument index, refusing one that cannot be an
     /// argument in the caller's words (Rust names the others the same way).
     private func argumentIndex(_ index: Int, _ kind: String, of count: Int) throws -> UInt32 {

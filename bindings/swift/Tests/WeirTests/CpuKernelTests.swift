@@ -207,4 +207,43 @@ struct CpuKernelTests {
         try runtime.shutdown()
         #expect(throws: WeirError.self) { try kept.values(0, as: Float.self) }
     }
+
+    @Test("64-bit scalars and a struct by value reach a CPU kernel as given")
+    func sixtyFourBitScalarsArriveAsGiven() async throws {
+        guard let runtime = try TestBackend.cpu.open() else { return }
+        let s = runtime.defaultStream()
+        let seen = Seen64()
+        let wide = Kernel.custom(name: "wide") { args in
+            seen.set(
+                try args.scalar(0, as: UInt64.self), try args.scalar(1, as: Int64.self),
+                try args.scalar(2, as: Double.self), try args.scalar(3, as: Data.self))
+            // Asked as another width: refused, typed.
+            #expect(throws: WeirError.self) { try args.scalar(0, as: UInt32.self) }
+        }
+        let packed = Data([7, 0, 0, 0, 0, 0, 0, 63])
+        try await s.executeAndWait(
+            kernel: wide, grid: Grid(),
+            args: [.u64(value: UInt64.max - 1), .i64(value: Int64(-(1 << 40))), .f64(value: Double.pi), .bytes(value: packed)])
+        let (u, i, d, b) = try #require(seen.values)
+        #expect(u == UInt64.max - 1)
+        #expect(i == Int64(-(1 << 40)))
+        #expect(d == Double.pi)
+        #expect(b == packed)
+        // Through a batch too: the encoding carries the wide scalars.
+        try s.batch { batch in
+            batch.execute(kernel: wide, grid: Grid(), args: [.u64(value: 5), .i64(value: -5), .f64(value: 0.25), .bytes(value: Data([1]))])
+        }
+        try await s.sync()
+        let (u2, i2, d2, b2) = try #require(seen.values)
+        #expect(u2 == 5 && i2 == -5 && d2 == 0.25 && b2 == Data([1]))
+        try runtime.shutdown()
+    }
+}
+
+/// What the wide-scalar kernel saw, set on the worker and read by the test.
+final class Seen64: @unchecked Sendable {
+    private let lock = NSLock()
+    private var seen: (UInt64, Int64, Double, Data)?
+    func set(_ u: UInt64, _ i: Int64, _ d: Double, _ b: Data) { lock.withLock { seen = (u, i, d, b) } }
+    var values: (UInt64, Int64, Double, Data)? { lock.withLock { seen } }
 }
