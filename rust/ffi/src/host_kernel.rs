@@ -57,18 +57,17 @@ impl CpuKernelCall {
             .ok_or_else(|| WeirError::invalid(format!("no buffer argument {index}: the kernel has {count}")))
     }
 
-    fn scalar(&self, index: u32) -> Result<weir_core::ScalarArg> {
+    /// Scalar argument `index` as `pick` takes it, or why not: no such
+    /// argument, or one of another type than `wanted`.
+    fn scalar<T>(&self, index: u32, wanted: &str, pick: impl FnOnce(&weir_core::ScalarArg) -> Option<T>) -> Result<T> {
         self.live()?;
         let count = self.scalars.len();
-        self.scalars
+        let scalar = self
+            .scalars
             .get(index as usize)
-            .cloned()
-            .ok_or_else(|| WeirError::invalid(format!("no scalar argument {index}: the kernel has {count}")))
+            .ok_or_else(|| WeirError::invalid(format!("no scalar argument {index}: the kernel has {count}")))?;
+        pick(scalar).ok_or_else(|| WeirError::invalid(format!("scalar argument {index} is {scalar:?}, not a {wanted}")))
     }
-}
-
-fn wrong_scalar(index: u32, wanted: &str, got: weir_core::ScalarArg) -> WeirError {
-    WeirError::invalid(format!("scalar argument {index} is {got:?}, not a {wanted}"))
 }
 
 #[uniffi::export]
@@ -107,58 +106,58 @@ impl CpuKernelCall {
 
     /// Scalar argument `index`, which must be a `u32`.
     pub fn scalar_u32(&self, index: u32) -> Result<u32> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::U32(value) => Ok(value),
-            other => Err(wrong_scalar(index, "u32", other)),
-        }
+        self.scalar(index, "u32", |scalar| match scalar {
+            weir_core::ScalarArg::U32(value) => Some(*value),
+            _ => None,
+        })
     }
 
     /// Scalar argument `index`, which must be an `i32`.
     pub fn scalar_i32(&self, index: u32) -> Result<i32> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::I32(value) => Ok(value),
-            other => Err(wrong_scalar(index, "i32", other)),
-        }
+        self.scalar(index, "i32", |scalar| match scalar {
+            weir_core::ScalarArg::I32(value) => Some(*value),
+            _ => None,
+        })
     }
 
     /// Scalar argument `index`, which must be an `f32`.
     pub fn scalar_f32(&self, index: u32) -> Result<f32> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::F32(value) => Ok(value),
-            other => Err(wrong_scalar(index, "f32", other)),
-        }
+        self.scalar(index, "f32", |scalar| match scalar {
+            weir_core::ScalarArg::F32(value) => Some(*value),
+            _ => None,
+        })
     }
 
     /// Scalar argument `index`, which must be a `u64`.
     pub fn scalar_u64(&self, index: u32) -> Result<u64> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::U64(value) => Ok(value),
-            other => Err(wrong_scalar(index, "u64", other)),
-        }
+        self.scalar(index, "u64", |scalar| match scalar {
+            weir_core::ScalarArg::U64(value) => Some(*value),
+            _ => None,
+        })
     }
 
     /// Scalar argument `index`, which must be an `i64`.
     pub fn scalar_i64(&self, index: u32) -> Result<i64> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::I64(value) => Ok(value),
-            other => Err(wrong_scalar(index, "i64", other)),
-        }
+        self.scalar(index, "i64", |scalar| match scalar {
+            weir_core::ScalarArg::I64(value) => Some(*value),
+            _ => None,
+        })
     }
 
     /// Scalar argument `index`, which must be an `f64`.
     pub fn scalar_f64(&self, index: u32) -> Result<f64> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::F64(value) => Ok(value),
-            other => Err(wrong_scalar(index, "f64", other)),
-        }
+        self.scalar(index, "f64", |scalar| match scalar {
+            weir_core::ScalarArg::F64(value) => Some(*value),
+            _ => None,
+        })
     }
 
     /// Scalar argument `index`, which must be a struct passed by value: its bytes.
     pub fn scalar_bytes(&self, index: u32) -> Result<Vec<u8>> {
-        match self.scalar(index)? {
-            weir_core::ScalarArg::Bytes(bytes) => Ok(bytes.to_vec()),
-            other => Err(wrong_scalar(index, "struct's bytes", other)),
-        }
+        self.scalar(index, "struct's bytes", |scalar| match scalar {
+            weir_core::ScalarArg::Bytes(bytes) => Some(bytes.to_vec()),
+            _ => None,
+        })
     }
 }
 
