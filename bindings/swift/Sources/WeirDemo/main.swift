@@ -285,12 +285,20 @@ func runDemo() async throws -> Bool {
         print("\(String(i).padding(6)) \(span(uploadStart, end.upload)) \(span(computeStart, end.compute)) "
             + "\(span(downloadStart, end.download))")
     }
+    // On the CPU backend each stage is a thread doing the work itself: with
+    // fewer cores than the stages and the feeding thread, the targets measure
+    // the machine, not Weir, and the demo says so instead.
+    let cores = ProcessInfo.processInfo.activeProcessorCount
+    // One core per stage, and one for the thread that feeds them.
+    let cpuCoresForTargets = 4
+    let machineBound = info.backend == .cpu && cores < cpuCoresForTargets
+    func target(_ value: Double) -> Double? { machineBound ? nil : value }
     let figures: [(String, Double, Double?)] = [
         ("pipeline, 3 streams", gbps(bytes, pipelined), nil),
         ("slowest stage alone", gbps(bytes, slowest), nil),
         ("one stream", gbps(bytes, oneStream), nil),
-        ("pipeline / slowest stage", seconds(slowest) / seconds(pipelined), 0.85),
-        ("pipeline / one stream", seconds(oneStream) / seconds(pipelined), 2.0),
+        ("pipeline / slowest stage", seconds(slowest) / seconds(pipelined), target(0.85)),
+        ("pipeline / one stream", seconds(oneStream) / seconds(pipelined), target(2.0)),
     ]
     for (name, value, target) in figures {
         let target = target.map { "\($0)" } ?? "null"
@@ -299,6 +307,10 @@ func runDemo() async throws -> Bool {
     print(String(format: "pipelined %.2f GB/s (%.2fx the slowest stage alone, %.2fx one stream); ", gbps(bytes, pipelined),
                  seconds(slowest) / seconds(pipelined), seconds(oneStream) / seconds(pipelined))
         + "\(waits) cross-stream waits inserted for \(options.chunks) chunks")
+    if machineBound {
+        print("this machine has \(cores) cores for three CPU stages and the thread that feeds them: the stages share "
+            + "cores, so no target applies here (they do with \(cpuCoresForTargets) cores, or on a GPU)")
+    }
     print("every chunk read back correct")
     try runtime.shutdown()
     return true

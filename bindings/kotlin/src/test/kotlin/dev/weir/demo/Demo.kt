@@ -253,12 +253,18 @@ fun main(args: Array<String>) {
                 println("%6d %18s %18s %18s".format(i, span(uploadStart, end.upload), span(computeStart, end.compute), span(downloadStart, end.download)))
             }
             val backendName = info.backend.name.lowercase()
+            // On the CPU backend each stage is a thread doing the work itself: with
+            // fewer cores than the stages and the feeding thread, the targets measure
+            // the machine, not Weir, and the demo says so instead.
+            val cores = Runtime.getRuntime().availableProcessors()
+            val machineBound = info.backend == Backend.CPU && cores < CPU_CORES_FOR_TARGETS
+            val target = { value: Double -> value.takeUnless { machineBound } }
             val figures = listOf(
                 Triple("pipeline, 3 streams", gbps(bytes, pipelined), null),
                 Triple("slowest stage alone", gbps(bytes, slowest), null),
                 Triple("one stream", gbps(bytes, oneStream), null),
-                Triple("pipeline / slowest stage", slowest.toDouble() / pipelined, 0.85),
-                Triple("pipeline / one stream", oneStream.toDouble() / pipelined, 2.0),
+                Triple("pipeline / slowest stage", slowest.toDouble() / pipelined, target(0.85)),
+                Triple("pipeline / one stream", oneStream.toDouble() / pipelined, target(2.0)),
             )
             for ((figure, value, target) in figures) {
                 println("{\"backend\":\"$backendName\",\"demo\":\"kotlin: $figure\",\"value\":${"%.3f".format(value)},\"target\":${target ?: "null"}}")
@@ -268,6 +274,12 @@ fun main(args: Array<String>) {
                     gbps(bytes, pipelined), slowest.toDouble() / pipelined, oneStream.toDouble() / pipelined, waits.toLong(), chunks,
                 ),
             )
+            if (machineBound) {
+                println(
+                    "this machine has $cores cores for three CPU stages and the thread that feeds them: the stages share " +
+                        "cores, so no target applies here (they do with $CPU_CORES_FOR_TARGETS cores, or on a GPU)",
+                )
+            }
             println("every chunk read back correct")
             listOf(upload, compute, download).forEach { it.close() }
         }
@@ -276,3 +288,6 @@ fun main(args: Array<String>) {
         pipeline.kernel.close()
     }
 }
+
+/** Cores the CPU backend needs for the pipeline's targets to measure Weir: one per stage, one for the feeding thread. */
+private const val CPU_CORES_FOR_TARGETS = 4
