@@ -68,7 +68,7 @@ pub use group::{DeviceGroup, GroupId};
 pub use host_kernel::{CpuKernelBody, CpuKernelCall};
 pub use kernel::{BuiltinOp, Kernel, KernelModule, KernelSource};
 pub use records::{
-    grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, Grid, LaunchLimits,
+    grid_linear, Access, Arg, Backend, BackendKind, DeviceInfo, Diagnostics, ElementType, GpuWake, Grid, LaunchLimits,
     RuntimeOptions,
 };
 pub use runtime::{devices, WeirRuntime};

@@ -405,6 +405,29 @@ pub struct RuntimeOptions {
     /// delay its work. Other backends ignore it.
     #[uniffi(default = false)]
     pub own_device: bool,
+    /// Where a CUDA or HIP runtime completes its fences and reads (none: the
+    /// driver's default, a waiter thread on CUDA, a callback on HIP). Other
+    /// backends ignore it.
+    #[uniffi(default = None)]
+    pub wake: Option<GpuWake>,
+}
+
+/// Where a CUDA or HIP runtime completes fences and reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub enum GpuWake {
+    /// On the driver's host-callback thread, enqueued on the stream.
+    Callback,
+    /// On a waiter thread per stream, which sleeps in an event synchronisation.
+    Waiter,
+}
+
+impl From<GpuWake> for weir_core::GpuWake {
+    fn from(wake: GpuWake) -> Self {
+        match wake {
+            GpuWake::Callback => weir_core::GpuWake::Callback,
+            GpuWake::Waiter => weir_core::GpuWake::Waiter,
+        }
+    }
 }
 
 impl RuntimeOptions {
@@ -416,6 +439,9 @@ impl RuntimeOptions {
             .own_device(self.own_device);
         if let Some(micros) = self.spin_micros {
             builder = builder.spin(std::time::Duration::from_micros(micros));
+        }
+        if let Some(wake) = self.wake {
+            builder = builder.wake(wake.into());
         }
         Ok(builder)
     }

@@ -571,6 +571,7 @@ fn a_full_queue_refuses_a_non_waiting_admission_and_room_resolves_once_it_drains
         queue_limit_host_bytes: 1 << 20,
         spin_micros: None,
         own_device: false,
+        wake: None,
     };
     let runtime = WeirRuntime::open_with(Backend::Cpu, options).unwrap();
     let stream = runtime.new_stream().unwrap();
@@ -606,6 +607,7 @@ fn a_queue_limit_of_nothing_is_an_invalid_argument() {
         queue_limit_host_bytes: 1,
         spin_micros: Some(0),
         own_device: false,
+        wake: Some(weir_ffi::GpuWake::Callback),
     };
     assert!(matches!(WeirRuntime::open_with(Backend::Cpu, options), Err(WeirError::InvalidArgument { .. })));
 }
