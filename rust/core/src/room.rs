@@ -153,8 +153,9 @@ impl Room {
         }
     }
 
-    /// Wakes every waiter to look again; tasks are woken on the release
-    /// thread, so that no foreign waker runs on a worker or under our lock.
+    /// Wakes every waiter to look again; tasks are woken on the wake thread,
+    /// as completions' are, so that no foreign waker runs on a worker or
+    /// under our lock.
     fn wake_all(&self) {
         let tasks = {
             let mut waiters = lock(&self.waiters);
@@ -163,7 +164,7 @@ impl Room {
         };
         self.freed.notify_all();
         if !tasks.is_empty() {
-            crate::completion::release(move || tasks.into_iter().for_each(|(_, task)| task.wake()));
+            crate::completion::deliver(move || tasks.into_iter().for_each(|(_, task)| task.wake()));
         }
     }
 

@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use cell::{Cell, Registration};
-pub(crate) use delivery::{flush as flush_deliveries, on_delivery_thread, release};
+pub(crate) use delivery::{deliver, flush as flush_deliveries, on_delivery_thread, release};
 #[cfg(any(feature = "cuda", feature = "hip"))]
 pub(crate) use delivery::{watch, Probe};
 
