@@ -6,6 +6,7 @@ mod bundle;
 mod docs;
 mod kotlin;
 mod rust;
+mod setup;
 mod swift;
 mod util;
 
@@ -156,7 +157,8 @@ fn run_task(task: Task) -> util::Result {
         Task::Test { side: Side { rust: true, .. }, .. } => rust::test(),
         Task::Test { side: Side { kotlin: true, .. }, .. } => kotlin::test(),
         Task::Test { side: Side { swift: true, .. }, .. } => swift::test(),
-        Task::Test { .. } => rust::lint()
+        Task::Test { .. } => setup::ensure()
+            .and_then(|()| rust::lint())
             .and_then(|()| kotlin::check_versions())
             .inspect(|()| util::report_progress("lints"))
             .and_then(|()| rust::test())

@@ -33,8 +33,8 @@ pub fn loom() -> Result {
         .env("CARGO_TARGET_DIR", target_dir().join("loom")))
 }
 
-/// Every Rust test, on every backend compiled in; with ROCm's headers at
-/// `HIP_PATH`, the HIP backend's unit tests (its code-object reader among
+/// Every Rust test, on every backend compiled in; with ROCm's headers (at
+/// `HIP_PATH`, or the system's under `/usr`), the HIP backend's unit tests (its code-object reader among
 /// them: hiprtc compiles without a GPU), its suite and the conformance suite
 /// built with it;
 /// then the model check of the completion cell.
@@ -62,9 +62,9 @@ pub fn test() -> Result {
         "--",
         "--show-output",
     ]))?;
-    match std::env::var_os("HIP_PATH") {
-        Some(hip) if std::path::Path::new(&hip).join("include/hip/hip_runtime_api.h").is_file() => {
-            run(cargo().args([
+    match crate::setup::hip_path() {
+        Some(hip) => {
+            run(cargo().env("HIP_PATH", hip).args([
                 "test",
                 "-p",
                 "weir-core",
@@ -77,7 +77,9 @@ pub fn test() -> Result {
                 "conformance",
             ]))?
         }
-        _ => eprintln!("xtask: HIP tests skipped (set HIP_PATH to a ROCm install with hip/hip_runtime_api.h)"),
+        None => eprintln!(
+            "xtask: HIP tests skipped (no hip/hip_runtime_api.h under HIP_PATH or /usr: `apt-get install libamdhip64-dev`)"
+        ),
     }
     loom()
 }
