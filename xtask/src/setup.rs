@@ -38,10 +38,6 @@ fn lavapipe() -> bool {
     has_icd && has_loader
 }
 
-fn hip_headers() -> bool {
-    hip_path().is_some()
-}
-
 /// The ROCm install the HIP build uses: `HIP_PATH` if set, else the
 /// system's, where its headers are.
 pub fn hip_path() -> Option<std::ffi::OsString> {
@@ -71,7 +67,7 @@ const NEEDS: &[Need] = &[
     Need {
         packages: &["libamdhip64-dev"],
         why: "the HIP backend's build and its tests (hiprtc runs without an AMD GPU)",
-        present: hip_headers,
+        present: || hip_path().is_some(),
     },
 ];
 

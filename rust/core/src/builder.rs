@@ -6,8 +6,7 @@
 use std::time::Duration;
 
 use crate::device::BackendKind;
-use crate::error::Error;
-use crate::error::Result;
+use crate::error::{Error, Result};
 #[cfg(feature = "test-support")]
 use crate::options::Fault;
 use crate::options::{GpuWake, QueueLimit, RuntimeOptions};

@@ -125,7 +125,7 @@ pub enum Command<R> {
 
 impl<R> Command<R> {
     /// The host bytes the op holds while queued: an upload's data, staged or
-    /// not (see [`crate::scheduler`]'s queue limit).
+    /// not (see [`crate::room`]).
     pub(crate) fn host_bytes(&self) -> u64 {
         match self {
             Command::Upload { dst, .. } => dst.len,

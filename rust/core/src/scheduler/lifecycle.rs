@@ -168,6 +168,7 @@ impl<B: Backend> Scheduler<B> {
         let mut state = lock(&self.state);
         Self::sweep_retired(&mut state);
         let live_streams = state.streams.iter().filter(|slot| slot.raw.is_some()).count();
+        let (ops_in_queue, host_bytes_in_queue) = self.room.queued();
         Diagnostics {
             backend: self.backend.counters(),
             live_fences: self.live.fences() as u64,
@@ -178,8 +179,8 @@ impl<B: Backend> Scheduler<B> {
             retiring_streams: state.retiring.len() as u64,
             inserted_waits: self.inserted_waits.load(Ordering::Relaxed),
             admitted_ops: self.admitted_ops.load(Ordering::Relaxed),
-            ops_in_queue: self.room.queued().0,
-            host_bytes_in_queue: self.room.queued().1,
+            ops_in_queue,
+            host_bytes_in_queue,
             peak_ops_in_queue: self.room.peak_ops(),
         }
     }

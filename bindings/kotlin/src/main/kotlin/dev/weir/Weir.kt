@@ -46,8 +46,9 @@ fun WeirRuntime.Companion.open(device: DeviceInfo): WeirRuntime = openDevice(dev
  * is full, which is what Java callers and blocking code want.
  */
 @Throws(WeirException::class)
-suspend fun <T> WeirStream.admit(admission: WeirStream.() -> T): T =
-    withoutWaiting().use { eager ->
+suspend fun <T> WeirStream.admit(admission: WeirStream.() -> T): T {
+    val eager = withoutWaiting()
+    try {
         while (true) {
             try {
                 return eager.admission()
@@ -55,9 +56,10 @@ suspend fun <T> WeirStream.admit(admission: WeirStream.() -> T): T =
                 room()
             }
         }
-        @Suppress("UNREACHABLE_CODE")
-        error("unreachable")
+    } finally {
+        eager.close()
     }
+}
 
 /** A buffer of [count] zeroed [element]s (zeroed on the device, no host data). */
 @Throws(WeirException::class)
