@@ -30,6 +30,10 @@ use std::time::{Duration, Instant};
 use futures::executor::block_on;
 use weir_core::{BackendKind, Buffer, CancelToken, Diagnostics, ElementType, Runtime, Stream};
 
+#[path = "../tests/support/proc_status.rs"]
+mod proc_status;
+use proc_status::status;
+
 type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
 /// How much RSS may grow from start to end.
@@ -271,15 +275,6 @@ impl Worker {
         self.shared.ops.fetch_add(1, Ordering::Relaxed);
         Ok(())
     }
-}
-
-/// One of `/proc/self/status`'s numeric fields (`VmRSS` in KiB, `Threads`).
-fn status(field: &str) -> u64 {
-    let text = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
-    text.lines()
-        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
-        .and_then(|rest| rest.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
 }
 
 /// The names of this process's threads (`/proc/self/task/*/comm`).

@@ -335,6 +335,9 @@ impl HostSink {
 pub struct Gate {
     open: Mutex<bool>,
     opened: Condvar,
+    /// Parked CPU streams to reschedule once open (a CPU stream parks at a
+    /// gate instead of blocking one of the few pool workers).
+    parked: Mutex<Vec<std::task::Waker>>,
 }
 
 #[cfg(feature = "test-support")]
@@ -343,6 +346,8 @@ impl Gate {
     pub fn open(&self) {
         *lock(&self.open) = true;
         self.opened.notify_all();
+        let parked = std::mem::take(&mut *lock(&self.parked));
+        parked.into_iter().for_each(std::task::Waker::wake);
     }
 
     /// True once opened. Never blocks.
@@ -356,6 +361,19 @@ impl Gate {
         while !*open {
             open = self.opened.wait(open).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
+    }
+
+    /// Ready once open; else `waker` is woken when it opens. Never blocks.
+    pub(crate) fn poll_open(&self, waker: &std::task::Waker) -> std::task::Poll<()> {
+        let open = lock(&self.open);
+        if *open {
+            return std::task::Poll::Ready(());
+        }
+        // Registered under the `open` lock, which `open` takes before it
+        // takes the parked wakers: an opening cannot slip between.
+        lock(&self.parked).push(waker.clone());
+        drop(open);
+        std::task::Poll::Pending
     }
 }
 

@@ -58,6 +58,18 @@ fn reported(outcome: Outcome) -> Result<()> {
     outcome.map_err(Failures::into_error)
 }
 
+thread_local! {
+    /// Told as a blocking wait on this thread starts (`true`) and ends; set by
+    /// a thread that runs streams' jobs (see [`on_blocking_waits`]).
+    static BLOCKING_HOOK: std::cell::Cell<Option<fn(bool)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Makes blocking waits on the current thread call `hook` as they start
+/// (`true`) and end (`false`).
+pub(crate) fn on_blocking_waits(hook: fn(bool)) {
+    BLOCKING_HOOK.with(|current| current.set(Some(hook)));
+}
+
 impl Completion {
     /// A completion that finishes after `parts` calls to [`Completion::complete`].
     pub(crate) fn new(parts: usize, counters: Arc<LiveCounters>) -> Arc<Self> {
@@ -110,6 +122,10 @@ impl Completion {
     pub fn wait(&self) -> Result<()> {
         let waiters = &self.counters.waiters;
         reported(self.cell.wait(|blocking| {
+            // A wait on a thread that runs streams (a CPU pool worker): its pool may start another meanwhile.
+            if let Some(hook) = BLOCKING_HOOK.with(std::cell::Cell::get) {
+                hook(blocking);
+            }
             if blocking {
                 waiters.fetch_add(1, Ordering::SeqCst);
             } else {

@@ -1,20 +1,21 @@
-//! Collectives on the CPU: each member's part is a job on its stream's
-//! worker, and the parts meet at a rendezvous made when they were admitted.
+//! Collectives on the CPU: each member's part is a job on its stream, and
+//! the parts meet at a rendezvous made when they were admitted.
 //!
 //! A part arrives once its stream got to it, with its memory registered
 //! with the race detector (reads of what it only reads, writes of what it
 //! writes) or with its failure. The last to arrive computes every member's
-//! result over all of their memory, then releases the others with the
-//! outcome: a failed part fails them all. Nothing waits for a part that was
+//! result over all of their memory, then releases the others (whose
+//! streams parked, holding no worker) with the outcome: a failed part fails them all. Nothing waits for a part that was
 //! never queued: a rendezvous whose parts could not all be queued is
 //! abandoned, releasing those that were.
 //!
 //! The scheduler admits the parts of every collective of a group together,
-//! under all members' locks, so every worker meets the collectives it takes
+//! under all members' locks, so every stream meets the collectives it takes
 //! part in in one order, and the rendezvous cannot deadlock.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Mutex};
+use std::task::{Poll, Waker};
 
 use bytemuck::Pod;
 
@@ -56,19 +57,20 @@ struct Meeting {
     /// The outcome every part returns, once the last arrived (or the
     /// rendezvous was abandoned).
     outcome: Option<Result<(), String>>,
+    /// The streams of parts that arrived, parked until the outcome.
+    parked: Vec<Waker>,
 }
 
 /// Where the parts of one collective meet.
 pub(crate) struct Rendezvous {
     collective: Collective,
     meeting: Mutex<Meeting>,
-    done: Condvar,
 }
 
 impl Rendezvous {
     pub(crate) fn new(collective: Collective, members: usize) -> Arc<Self> {
         let meeting = Meeting { arrivals: (0..members).map(|_| None).collect(), ..Meeting::default() };
-        Arc::new(Rendezvous { collective, meeting: Mutex::new(meeting), done: Condvar::new() })
+        Arc::new(Rendezvous { collective, meeting: Mutex::new(meeting) })
     }
 
     /// Releases every part that arrived or will, with `reason`: some part
@@ -77,39 +79,50 @@ impl Rendezvous {
         let mut meeting = lock(&self.meeting);
         meeting.outcome.get_or_insert(Err(reason));
         meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
+        let parked = std::mem::take(&mut meeting.parked);
         drop(meeting);
-        self.done.notify_all();
+        parked.into_iter().for_each(Waker::wake);
     }
 
-    /// Member `rank`'s part, on its worker: registers its memory (`read`
-    /// only read, `write` written), or brings `failure`; waits for the
-    /// others; the last computes. Returns the collective's outcome.
+    /// Member `rank`'s part, on its stream: registers its memory (`read`
+    /// only read, `write` written), or brings `failure`; the last to arrive
+    /// computes. Never waits: see [`Rendezvous::poll_outcome`].
     pub(crate) fn arrive(
         &self,
         rank: usize,
         failure: Option<String>,
         read: Option<CpuMemory>,
         write: Option<CpuMemory>,
-    ) -> Result<(), String> {
+    ) {
         let arrival = Arrival::register(failure, read.as_ref(), write.as_ref());
         let mut meeting = lock(&self.meeting);
-        if meeting.outcome.is_none() {
-            meeting.arrivals[rank] = Some(arrival);
-            meeting.arrived += 1;
-            if meeting.arrived == meeting.arrivals.len() {
-                let outcome = self.compute(&mut meeting.arrivals);
-                // Unregisters every part's memory before any part is released.
-                meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
-                meeting.outcome = Some(outcome);
-                self.done.notify_all();
-            }
+        if meeting.outcome.is_some() {
+            return;
         }
-        while meeting.outcome.is_none() {
-            meeting = self.done.wait(meeting).unwrap_or_else(|poisoned| poisoned.into_inner());
+        meeting.arrivals[rank] = Some(arrival);
+        meeting.arrived += 1;
+        if meeting.arrived == meeting.arrivals.len() {
+            let outcome = self.compute(&mut meeting.arrivals);
+            // Unregisters every part's memory before any part is released.
+            meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
+            meeting.outcome = Some(outcome);
+            let parked = std::mem::take(&mut meeting.parked);
+            drop(meeting);
+            parked.into_iter().for_each(Waker::wake);
         }
+    }
+
+    /// The collective's outcome once every part arrived (or the rendezvous
+    /// was abandoned); until then the part's stream parks, and `waker` is
+    /// woken when the outcome is known.
+    pub(crate) fn poll_outcome(&self, waker: &Waker) -> Poll<Result<(), String>> {
+        let mut meeting = lock(&self.meeting);
         match &meeting.outcome {
-            Some(outcome) => outcome.clone(),
-            None => Err("a collective's rendezvous ended without an outcome".to_owned()),
+            Some(outcome) => Poll::Ready(outcome.clone()),
+            None => {
+                meeting.parked.push(waker.clone());
+                Poll::Pending
+            }
         }
     }
 

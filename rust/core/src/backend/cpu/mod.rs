@@ -1,6 +1,6 @@
 //! The CPU backend: the embedded default and the scheduler's test bench.
 //!
-//! Each stream is a worker thread; memory is host memory watched by a race
+//! Streams run on a bounded pool of worker threads; memory is host memory watched by a race
 //! detector; events are "stream S finished n jobs"; gates let tests hold a
 //! stream at a chosen point to force any interleaving.
 
@@ -189,7 +189,7 @@ impl Backend for CpuBackend {
     }
 
     fn create_stream(&self, index: u32) -> Result<CpuStream> {
-        CpuStream::spawn(index, &self.counters)
+        Ok(CpuStream::new(index, &self.counters))
     }
 
     fn prepare<R: PartialEq>(&self, _command: &Command<R>) -> Result<()> {
@@ -213,7 +213,8 @@ impl Backend for CpuBackend {
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
         let (progress, jobs) = (event.progress.clone(), event.jobs);
-        stream.sync(Box::new(move || progress.wait_for(jobs)))
+        // Parks the stream until the other gets there, never blocking a worker.
+        stream.until(Box::new(move |waker| progress.poll_reached(jobs, waker)))
     }
 
     fn timestamp(&self, stream: &CpuStream, completion: Arc<Completion>) -> Result<CpuTimestamp> {
@@ -284,7 +285,7 @@ impl Backend for CpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
-        stream.sync(Box::new(move || gate.pass()))
+        stream.until(Box::new(move |waker| gate.poll_open(waker)))
     }
 
     fn counters(&self) -> BackendCounters {
@@ -321,10 +322,15 @@ impl Backend for CpuBackend {
             let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
             let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
             let meeting = rendezvous.clone();
-            let queued = part.stream.work(
-                Box::new(move || {
-                    let failure = inputs.failed_input(index).map(|error| error.to_string());
-                    meeting.arrive(rank, failure, read, write)
+            let mut memory = Some((read, write));
+            let queued = part.stream.meet(
+                Box::new(move |waker| {
+                    // The first poll arrives; later ones look for the outcome.
+                    if let Some((read, write)) = memory.take() {
+                        let failure = inputs.failed_input(index).map(|error| error.to_string());
+                        meeting.arrive(rank, failure, read, write);
+                    }
+                    meeting.poll_outcome(waker)
                 }),
                 io,
             );
@@ -370,7 +376,9 @@ fn enqueue_on_wire(
     let queued = part.stream.work(
         Box::new(move || {
             let failure = inputs.failed_input(index).map(|error| error.to_string());
-            on_wire.run(turn, &collective, failure, read, write)
+            // The other ranks are other processes: it may block, so the
+            // pool may start a worker in its place meanwhile.
+            worker::blocking(|| on_wire.run(turn, &collective, failure, read, write))
         }),
         io,
     );

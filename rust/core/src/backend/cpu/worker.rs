@@ -1,77 +1,130 @@
-//! One worker thread per CPU stream.
+//! CPU streams run on a bounded pool of worker threads, not a thread each.
 //!
-//! Jobs run in order. A failed job fails itself and the ops that read what it
-//! wrote (each work job checks the outcomes of the versions it reads), not the
-//! stream: later work that does not depend on it runs. Failures are tallied
-//! for the stream's next fence.
+//! Each stream keeps its own queue of jobs and runs them in order; at most
+//! one worker runs a given stream at a time, and a stream with queued jobs
+//! is scheduled onto an idle worker. The pool has as many workers as the
+//! host has cores (at least 2), started as work comes and retired when idle,
+//! so the thread count stays bounded whatever the stream churn.
+//!
+//! No job blocks a worker waiting for another stream: a stream whose next
+//! job waits for another stream's progress, a gate or a collective's other
+//! parts parks (its job stays first in its queue) and is rescheduled when
+//! what it waits for happens. A user kernel may still block in a Weir wait;
+//! while it does, the pool may start a compensating worker (see
+//! [`blocking`]), retired once the pool is back at its size.
+//!
+//! A failed job fails itself and the ops that read what it wrote (each work
+//! job checks the outcomes of the versions it reads), not the stream: later
+//! work that does not depend on it runs. Failures are tallied for the
+//! stream's next fence.
 
+use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex};
-use std::thread::JoinHandle;
+use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Counters, FailureTally, OpIo};
-use crate::device::BackendKind;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
 thread_local! {
-    /// The progress of the stream whose worker this thread is (by address).
+    /// The progress of the stream this worker is running now (by address).
     static WORKER_OF: std::cell::Cell<usize> = const { std::cell::Cell::new(0) };
+    /// True on a pool worker.
+    static IN_POOL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
 /// How far a stream has got: the number of jobs it finished.
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
-    finished: Mutex<u64>,
+    state: Mutex<ProgressState>,
     advanced: Condvar,
+}
+
+#[derive(Debug, Default)]
+struct ProgressState {
+    finished: u64,
+    /// Parked streams, each with the count it waits for.
+    parked: Vec<(u64, Waker)>,
 }
 
 impl Progress {
     fn finished(&self) -> u64 {
-        *lock(&self.finished)
+        lock(&self.state).finished
     }
 
     /// Runs `finish` and counts one more job done, as one step for anyone who
     /// reads the count: a reader that sees the job unfinished sees `finish`
     /// not yet run, and one that sees it finished sees it run.
     fn advance_after(&self, finish: impl FnOnce()) {
-        let mut finished = lock(&self.finished);
+        let mut state = lock(&self.state);
         finish();
-        *finished += 1;
-        drop(finished);
+        state.finished += 1;
+        let finished = state.finished;
+        let reached = if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
+            let (reached, waiting) =
+                std::mem::take(&mut state.parked).into_iter().partition(|(jobs, _)| *jobs <= finished);
+            state.parked = waiting;
+            reached
+        } else {
+            Vec::new()
+        };
+        drop(state);
         self.advanced.notify_all();
+        reached.into_iter().for_each(|(_, waker): (u64, Waker)| waker.wake());
     }
 
     /// Blocks until at least `jobs` jobs finished.
-    pub fn wait_for(&self, jobs: u64) {
-        let mut finished = lock(&self.finished);
-        while *finished < jobs {
-            finished = self.advanced.wait(finished).unwrap_or_else(|poisoned| poisoned.into_inner());
+    fn wait_for(&self, jobs: u64) {
+        let mut state = lock(&self.state);
+        while state.finished < jobs {
+            state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
+    }
+
+    /// Ready once at least `jobs` jobs finished; else `waker` is woken then.
+    pub(crate) fn poll_reached(&self, jobs: u64, waker: &Waker) -> Poll<()> {
+        let mut state = lock(&self.state);
+        if state.finished >= jobs {
+            return Poll::Ready(());
+        }
+        state.parked.push((jobs, waker.clone()));
+        Poll::Pending
     }
 }
 
 pub(crate) type Work = Box<dyn FnOnce() -> Result<(), String> + Send>;
 pub(crate) type Sync = Box<dyn FnOnce() + Send>;
+/// Ordering that may have to wait for another stream: polled until ready,
+/// never blocking.
+pub(crate) type Until = Box<dyn FnMut(&Waker) -> Poll<()> + Send>;
+/// Device work that meets other streams' parts (a collective): polled
+/// until it has its outcome, never blocking.
+pub(crate) type Meet = Box<dyn FnMut(&Waker) -> Poll<Result<(), String>> + Send>;
 
 enum Job {
     /// Device work: skipped (and failed) if a version it reads failed.
     Work(Work, OpIo),
-    /// Ordering (waits, gates): always runs.
-    Sync(Sync),
+    /// Device work polled to its outcome (its parts check their inputs).
+    Meet(Meet, OpIo),
+    /// Ordering (waits, gates): always runs, parking the stream until ready.
+    Until(Until),
     /// Completion of signals and reads: always runs, and counts as done in
     /// the same step as it runs (see [`CpuStream::settled`]). Must not block.
     Complete(Sync),
-    /// Jobs held back while a batch was admitted, run in order: each counts
-    /// as one job, as if sent alone.
-    Run(Vec<Job>),
 }
 
-/// Runs `job` on stream `index`'s worker and counts it (each job of a run) done.
-fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally) {
+/// What running a job came to.
+enum Ran {
+    Done,
+    /// The job waits for something else; it stays first in the queue.
+    Parked(Job),
+}
+
+/// Runs `job` of stream `index` and counts it done, or parks it.
+fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally, waker: &Waker) -> Ran {
     match job {
         Job::Work(work, io) => {
             let failure = io.failed_input(index).or_else(|| {
@@ -83,52 +136,252 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally) {
             }
             progress.advance_after(|| {});
         }
-        Job::Sync(sync) => {
-            // Keep the worker alive if a sync job panics.
-            let _ = catch_unwind(AssertUnwindSafe(sync));
+        Job::Meet(mut meet, io) => {
+            let polled = catch_unwind(AssertUnwindSafe(|| meet(waker)))
+                .unwrap_or_else(|panic| Poll::Ready(Err(panic_message(&panic))));
+            match polled {
+                Poll::Pending => return Ran::Parked(Job::Meet(meet, io)),
+                Poll::Ready(Err(message)) => io.fail(Error::OpFailed { stream: index, message }, tally),
+                Poll::Ready(Ok(())) => {}
+            }
+            progress.advance_after(|| {});
+        }
+        Job::Until(mut until) => {
+            // A panicking poll counts as ready: the stream goes on.
+            if catch_unwind(AssertUnwindSafe(|| until(waker))).unwrap_or(Poll::Ready(())).is_pending() {
+                return Ran::Parked(Job::Until(until));
+            }
             progress.advance_after(|| {});
         }
         Job::Complete(complete) => progress.advance_after(|| {
             let _ = catch_unwind(AssertUnwindSafe(complete));
         }),
-        Job::Run(jobs) => {
-            for job in jobs {
-                run(job, index, progress, tally);
-            }
+    }
+    Ran::Done
+}
+
+/// How long an idle worker keeps asking for its next stream before it sleeps.
+const LINGER: Duration = Duration::from_micros(50);
+/// Jobs a worker runs of one stream before it lets the next ready stream have a turn.
+const TURN: usize = 64;
+/// How long a sleeping worker waits for work before it retires.
+const RETIRE: Duration = Duration::from_millis(200);
+
+/// The workers that run every CPU stream of the process.
+struct Pool {
+    state: Mutex<PoolState>,
+    work: Condvar,
+    /// Workers the pool keeps while there is work: the host's cores, at least 2.
+    size: usize,
+}
+
+#[derive(Default)]
+struct PoolState {
+    /// Streams with jobs to run, none of them running.
+    ready: VecDeque<Arc<Lane>>,
+    workers: usize,
+    /// Workers looking for a stream (lingering or asleep).
+    free: usize,
+    /// Workers blocked in a Weir wait inside a kernel (see [`blocking`]).
+    blocked: usize,
+}
+
+fn pool() -> &'static Pool {
+    static POOL: OnceLock<Pool> = OnceLock::new();
+    POOL.get_or_init(|| Pool {
+        state: Mutex::new(PoolState::default()),
+        work: Condvar::new(),
+        size: std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2),
+    })
+}
+
+impl Pool {
+    /// Queues a stream that has jobs, and starts a worker for it if none is
+    /// free and the pool is below its size (plus one per blocked worker).
+    fn schedule(&'static self, lane: Arc<Lane>) {
+        let mut state = lock(&self.state);
+        state.ready.push_back(lane);
+        if state.ready.len() > state.free && state.workers < self.size + state.blocked {
+            self.start(&mut state);
         }
+        drop(state);
+        self.work.notify_one();
+    }
+
+    fn start(&'static self, state: &mut PoolState) {
+        let started = std::thread::Builder::new().name("weir-cpu-worker".to_owned()).spawn(move || self.serve());
+        // With no worker to spare, a stream waits for a running one to be free.
+        if started.is_ok() {
+            state.workers += 1;
+            state.free += 1;
+        }
+    }
+
+    /// A worker's life: runs streams until none comes for [`RETIRE`], or the
+    /// pool has more workers than it needs.
+    fn serve(&'static self) {
+        IN_POOL.with(|in_pool| in_pool.set(true));
+        crate::completion::on_blocking_waits(blocking_edge);
+        let mut recent_idle = Duration::ZERO;
+        while let Some(lane) = self.next_lane(&mut recent_idle) {
+            WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&lane.progress) as usize));
+            lane.run_jobs();
+            WORKER_OF.with(|worker| worker.set(0));
+            lock(&self.state).free += 1;
+        }
+    }
+
+    /// The next stream to run; `None` once this worker retires. A stream fed
+    /// op by op (an `…AndWait` loop, a pipeline's stages) gets its next job
+    /// within microseconds, while a worker that went to sleep takes 10–30 µs
+    /// to wake on a busy host. So an idle worker whose recent idle spells
+    /// were short (a moving average in `recent_idle`, below [`LINGER`]) first
+    /// lingers for `LINGER`, yielding its core to any thread that wants it,
+    /// then sleeps until a stream comes; one fed sparsely sleeps at once.
+    fn next_lane(&self, recent_idle: &mut Duration) -> Option<Arc<Lane>> {
+        let idle = Instant::now();
+        let lingers = *recent_idle < LINGER;
+        let mut state = lock(&self.state);
+        let lane = loop {
+            if state.workers > self.size + state.blocked {
+                break None;
+            }
+            if let Some(lane) = state.ready.pop_front() {
+                break Some(lane);
+            }
+            if lingers && idle.elapsed() < LINGER {
+                drop(state);
+                std::thread::yield_now();
+                state = lock(&self.state);
+                continue;
+            }
+            let (woken, timeout) =
+                self.work.wait_timeout(state, RETIRE).unwrap_or_else(|poisoned| poisoned.into_inner());
+            state = woken;
+            if timeout.timed_out() && state.ready.is_empty() {
+                break None;
+            }
+        };
+        state.free -= 1;
+        if lane.is_none() {
+            state.workers -= 1;
+        }
+        drop(state);
+        *recent_idle = (*recent_idle * 3 + idle.elapsed()) / 4;
+        lane
     }
 }
 
-/// How long an idle worker keeps asking for its next job before it sleeps.
-const LINGER: Duration = Duration::from_micros(50);
-
-/// The worker's next job; `None` once its stream is gone. A stream fed op
-/// by op (an `…AndWait` loop, a pipeline's stages) gets its next job within
-/// microseconds, while a worker that went to sleep takes 10–30 µs to wake on
-/// a busy host. So an idle worker whose recent idle spells were short (a
-/// moving average in `recent_idle`, below [`LINGER`]) first lingers for
-/// `LINGER`, yielding its core to any thread that wants it, then sleeps
-/// until a job comes; one fed sparsely sleeps at once and costs nothing.
-fn next_job(jobs: &Receiver<Job>, recent_idle: &mut Duration) -> Option<Job> {
-    let idle = Instant::now();
-    let lingers = *recent_idle < LINGER;
-    let job = loop {
-        match jobs.try_recv() {
-            Ok(job) => break Some(job),
-            Err(TryRecvError::Disconnected) => break None,
-            Err(TryRecvError::Empty) if lingers && idle.elapsed() < LINGER => std::thread::yield_now(),
-            Err(TryRecvError::Empty) => break jobs.recv().ok(),
-        }
-    };
-    *recent_idle = (*recent_idle * 3 + idle.elapsed()) / 4;
-    job
+/// Runs `wait`, a Weir wait that may block: see [`blocking_edge`].
+pub(crate) fn blocking<T>(wait: impl FnOnce() -> T) -> T {
+    blocking_edge(true);
+    let waited = wait();
+    blocking_edge(false);
+    waited
 }
 
-/// A CPU stream: a queue of jobs and the thread that runs them.
+/// Called as a Weir wait that may block starts (`true`) and ends
+/// (`false`). On a pool worker, the pool counts the worker blocked and
+/// starts a compensating one if streams are waiting for a worker, so a
+/// kernel waiting on another stream's work cannot starve the pool of the
+/// workers that would run it; the extra worker retires once the wait ends
+/// and it is idle.
+fn blocking_edge(starts: bool) {
+    if !IN_POOL.with(std::cell::Cell::get) {
+        return;
+    }
+    let pool = pool();
+    let mut state = lock(&pool.state);
+    if starts {
+        state.blocked += 1;
+        if state.ready.len() > state.free {
+            pool.start(&mut state);
+        }
+    } else {
+        state.blocked -= 1;
+    }
+}
+
+/// A stream as the pool sees it: its jobs and whether a worker has it.
+struct Lane {
+    index: u32,
+    queue: Mutex<Queue>,
+    progress: Arc<Progress>,
+    tally: Arc<FailureTally>,
+}
+
+#[derive(Default)]
+struct Queue {
+    jobs: VecDeque<Job>,
+    /// Ready in the pool or running on a worker.
+    scheduled: bool,
+    /// Woken while scheduled: the parked job is polled again before the
+    /// worker lets the stream go.
+    woken: bool,
+}
+
+impl Wake for Lane {
+    fn wake(self: Arc<Self>) {
+        self.schedule();
+    }
+}
+
+impl Lane {
+    /// Hands the stream to the pool if it has jobs and no worker has it.
+    fn schedule(self: Arc<Self>) {
+        let mut queue = lock(&self.queue);
+        if queue.scheduled {
+            queue.woken = true;
+            return;
+        }
+        if queue.jobs.is_empty() {
+            return;
+        }
+        queue.scheduled = true;
+        drop(queue);
+        pool().schedule(self);
+    }
+
+    fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = Job>) {
+        lock(&self.queue).jobs.extend(jobs);
+        self.clone().schedule();
+    }
+
+    /// Runs the stream's jobs in order until it has none or its next parks.
+    fn run_jobs(self: Arc<Self>) {
+        let waker = Waker::from(self.clone());
+        for _ in 0..TURN {
+            let job = {
+                let mut queue = lock(&self.queue);
+                queue.woken = false;
+                match queue.jobs.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        queue.scheduled = false;
+                        return;
+                    }
+                }
+            };
+            if let Ran::Parked(job) = run(job, self.index, &self.progress, &self.tally, &waker) {
+                let mut queue = lock(&self.queue);
+                queue.jobs.push_front(job);
+                // Woken between the poll and now: poll again, or the wake is lost.
+                if !queue.woken {
+                    queue.scheduled = false;
+                    return;
+                }
+            }
+        }
+        // Its turn is over: back in line (still scheduled), so streams fed
+        // without end cannot keep every worker from the others.
+        pool().schedule(self);
+    }
+}
+
+/// A CPU stream: a queue of jobs the pool runs in order.
 pub struct CpuStream {
     pub(crate) index: u32,
-    sender: Option<Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+    lane: Arc<Lane>,
     pub(crate) progress: Arc<Progress>,
     enqueued: AtomicU64,
     /// Jobs held back while a batch is admitted ([`CpuStream::hold_back`]).
@@ -146,36 +399,23 @@ impl std::fmt::Debug for CpuStream {
 }
 
 impl CpuStream {
-    pub(crate) fn spawn(index: u32, counters: &Arc<Counters>) -> Result<CpuStream> {
-        let (sender, jobs) = channel::<Job>();
+    pub(crate) fn new(index: u32, counters: &Arc<Counters>) -> CpuStream {
         let progress = Arc::new(Progress::default());
-        let worker_progress = progress.clone();
         let tally: Arc<FailureTally> = Arc::default();
-        let worker_tally = tally.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("weir-cpu-stream-{index}"))
-            .spawn(move || {
-                WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&worker_progress) as usize));
-                let mut recent_idle = Duration::ZERO;
-                while let Some(job) = next_job(&jobs, &mut recent_idle) {
-                    run(job, index, &worker_progress, &worker_tally);
-                }
-            })
-            .map_err(|e| Error::backend(BackendKind::Cpu, format!("cannot start a stream thread: {e}")))?;
+        let lane = Arc::new(Lane { index, queue: Mutex::default(), progress: progress.clone(), tally: tally.clone() });
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
-        Ok(CpuStream {
+        CpuStream {
             index,
-            sender: Some(sender),
-            thread: Some(thread),
+            lane,
             progress,
             enqueued: AtomicU64::new(0),
             held: Mutex::new(None),
             tally,
             counters: counters.clone(),
-        })
+        }
     }
 
-    /// True on this stream's worker thread.
+    /// True while the current thread runs this stream's jobs.
     pub(crate) fn is_current_thread(&self) -> bool {
         WORKER_OF.with(|worker| worker.get() == Arc::as_ptr(&self.progress) as usize)
     }
@@ -197,41 +437,39 @@ impl CpuStream {
         if let Some(held) = lock(&self.held).as_mut() {
             held.push(job);
         } else {
-            self.hand(job)?;
+            self.lane.push([job]);
         }
         self.enqueued.fetch_add(1, Ordering::SeqCst);
         Ok(())
     }
 
-    fn hand(&self, job: Job) -> Result<()> {
-        let sender = self.sender.as_ref().ok_or(Error::Closed)?;
-        sender
-            .send(job)
-            .map_err(|_| Error::backend(BackendKind::Cpu, format!("stream {} worker has stopped", self.index)))
-    }
-
     /// Holds back the jobs enqueued from now on, which count as enqueued,
-    /// until [`CpuStream::hand_over`]: a batch wakes its worker once, not
+    /// until [`CpuStream::hand_over`]: a batch schedules its stream once, not
     /// once per op. Only under the scheduler's lock, which hands over before
     /// it lets go, so nothing waits for a held job.
     pub(crate) fn hold_back(&self) {
         lock(&self.held).get_or_insert_with(Vec::new);
     }
 
-    /// Hands the worker the jobs held back since [`CpuStream::hold_back`], as one run.
+    /// Queues the jobs held back since [`CpuStream::hold_back`], in order.
     pub(crate) fn hand_over(&self) -> Result<()> {
         match lock(&self.held).take() {
-            Some(jobs) if !jobs.is_empty() => self.hand(Job::Run(jobs)),
-            _ => Ok(()),
+            Some(jobs) if !jobs.is_empty() => self.lane.push(jobs),
+            _ => {}
         }
+        Ok(())
     }
 
     pub(crate) fn work(&self, work: Work, io: OpIo) -> Result<()> {
         self.send(Job::Work(work, io))
     }
 
-    pub(crate) fn sync(&self, sync: Sync) -> Result<()> {
-        self.send(Job::Sync(sync))
+    pub(crate) fn meet(&self, meet: Meet, io: OpIo) -> Result<()> {
+        self.send(Job::Meet(meet, io))
+    }
+
+    pub(crate) fn until(&self, until: Until) -> Result<()> {
+        self.send(Job::Until(until))
     }
 
     pub(crate) fn complete(&self, complete: Sync) -> Result<()> {
@@ -241,13 +479,12 @@ impl CpuStream {
 
 impl Drop for CpuStream {
     fn drop(&mut self) {
-        // Closing the channel lets the worker finish what is queued and stop.
-        self.sender.take();
-        if let Some(thread) = self.thread.take() {
-            // A worker never joins itself; it stops on its own once the queue is closed.
-            if !self.is_current_thread() {
-                let _ = thread.join();
-            }
+        // The stream's queued jobs still run; as when each stream was a
+        // thread joined here, the drop returns once they have (unless it
+        // runs on the stream's own jobs, which would wait for itself).
+        if !self.is_current_thread() {
+            let (progress, enqueued) = (&self.progress, self.enqueued());
+            blocking(|| progress.wait_for(enqueued));
         }
         self.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
     }
