@@ -239,9 +239,14 @@ pub fn micros(duration: Duration) -> f64 {
 /// CPU time used so far by every thread of this process (Linux: the
 /// scheduler's per-thread run time, in nanoseconds); zero elsewhere.
 pub fn cpu_time() -> Duration {
-    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else { return Duration::ZERO };
-    let nanos: u64 = tasks.flatten().filter_map(|task| run_time(&task.path().join("schedstat"))).sum();
-    Duration::from_nanos(nanos)
+    // The process's clock counts threads that have exited too (a CPU pool
+    // worker retires when idle), which a sum over /proc/self/task would lose.
+    let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
+    // SAFETY: `now` is a valid timespec for the call to fill.
+    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
+        return Duration::ZERO;
+    }
+    Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
 }
 
 /// CPU time used so far by the calling thread; zero off Linux.

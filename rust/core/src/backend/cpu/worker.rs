@@ -20,7 +20,7 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
 use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
@@ -162,6 +162,8 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally, waker: &
 
 /// How long an idle worker keeps asking for its next stream before it sleeps.
 const LINGER: Duration = Duration::from_micros(50);
+/// How long a worker keeps a stream whose queue ran empty, for its next job.
+const LANE_LINGER: Duration = Duration::from_micros(20);
 /// Jobs a worker runs of one stream before it lets the next ready stream have a turn.
 const TURN: usize = 64;
 /// How long a sleeping worker waits for work before it retires.
@@ -171,6 +173,9 @@ const RETIRE: Duration = Duration::from_millis(200);
 struct Pool {
     state: Mutex<PoolState>,
     work: Condvar,
+    /// `ready.len()`, for a lingering worker to watch without the lock: it
+    /// would otherwise take the lock between yields, against every admission.
+    ready_hint: AtomicUsize,
     /// Workers the pool keeps while there is work: the host's cores, at least 2.
     size: usize,
 }
@@ -182,6 +187,12 @@ struct PoolState {
     workers: usize,
     /// Workers looking for a stream (lingering or asleep).
     free: usize,
+    /// Workers asleep on [`Pool::work`]: only then does a new stream need a
+    /// notification (a system call each, even with nobody to wake).
+    sleeping: usize,
+    /// A worker is lingering: the others sleep at once, so that idle workers
+    /// never spin on every core while the threads they wait for want one.
+    lingering: bool,
     /// Workers blocked in a Weir wait inside a kernel (see [`blocking`]).
     blocked: usize,
 }
@@ -191,6 +202,7 @@ fn pool() -> &'static Pool {
     POOL.get_or_init(|| Pool {
         state: Mutex::new(PoolState::default()),
         work: Condvar::new(),
+        ready_hint: AtomicUsize::new(0),
         size: std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2),
     })
 }
@@ -201,11 +213,15 @@ impl Pool {
     fn schedule(&'static self, lane: Arc<Lane>) {
         let mut state = lock(&self.state);
         state.ready.push_back(lane);
+        self.ready_hint.store(state.ready.len(), Ordering::Release);
         if state.ready.len() > state.free && state.workers < self.size + state.blocked {
             self.start(&mut state);
         }
+        let asleep = state.sleeping > 0;
         drop(state);
-        self.work.notify_one();
+        if asleep {
+            self.work.notify_one();
+        }
     }
 
     fn start(&'static self, state: &mut PoolState) {
@@ -247,17 +263,27 @@ impl Pool {
                 break None;
             }
             if let Some(lane) = state.ready.pop_front() {
+                self.ready_hint.store(state.ready.len(), Ordering::Release);
                 break Some(lane);
             }
-            if lingers && idle.elapsed() < LINGER {
+            if lingers && !state.lingering && idle.elapsed() < LINGER {
+                // Watches the hint, not the lock, then looks again under it.
+                state.lingering = true;
                 drop(state);
-                std::thread::yield_now();
+                while self.ready_hint.load(Ordering::Acquire) == 0 && idle.elapsed() < LINGER {
+                    std::thread::yield_now();
+                }
                 state = lock(&self.state);
-                continue;
+                state.lingering = false;
+                if !state.ready.is_empty() {
+                    continue;
+                }
             }
+            state.sleeping += 1;
             let (woken, timeout) =
                 self.work.wait_timeout(state, RETIRE).unwrap_or_else(|poisoned| poisoned.into_inner());
             state = woken;
+            state.sleeping -= 1;
             if timeout.timed_out() && state.ready.is_empty() {
                 break None;
             }
@@ -306,6 +332,8 @@ fn blocking_edge(starts: bool) {
 struct Lane {
     index: u32,
     queue: Mutex<Queue>,
+    /// Pushes so far, for a worker lingering on the stream to watch without its lock.
+    pushes: AtomicU64,
     progress: Arc<Progress>,
     tally: Arc<FailureTally>,
 }
@@ -318,6 +346,17 @@ struct Queue {
     /// Woken while scheduled: the parked job is polled again before the
     /// worker lets the stream go.
     woken: bool,
+    /// The first job waits for something else: only its waker schedules
+    /// the stream again, not the jobs queued behind it (each would cost the
+    /// pool a futile poll).
+    parked: bool,
+    /// Whether a worker should keep the stream a moment when its queue runs
+    /// empty: it does while jobs come that quickly (a linger that saw one,
+    /// or a push just after the stream was let go), and stops once a
+    /// linger waited in vain, so a sparsely fed stream costs no spinning.
+    linger: bool,
+    /// When a worker last let the stream go with an empty queue.
+    released: Option<Instant>,
 }
 
 impl Wake for Lane {
@@ -330,6 +369,7 @@ impl Lane {
     /// Hands the stream to the pool if it has jobs and no worker has it.
     fn schedule(self: Arc<Self>) {
         let mut queue = lock(&self.queue);
+        queue.parked = false;
         if queue.scheduled {
             queue.woken = true;
             return;
@@ -343,31 +383,68 @@ impl Lane {
     }
 
     fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = Job>) {
-        lock(&self.queue).jobs.extend(jobs);
-        self.clone().schedule();
+        // One lock: a stream a worker has (or the pool lists) needs nothing more.
+        let mut queue = lock(&self.queue);
+        queue.jobs.extend(jobs);
+        self.pushes.fetch_add(1, Ordering::Release);
+        if queue.scheduled || queue.parked || queue.jobs.is_empty() {
+            return;
+        }
+        if queue.released.is_some_and(|released| released.elapsed() < LANE_LINGER) {
+            queue.linger = true;
+        }
+        queue.scheduled = true;
+        drop(queue);
+        pool().schedule(self.clone());
     }
 
     /// Runs the stream's jobs in order until it has none or its next parks.
     fn run_jobs(self: Arc<Self>) {
         let waker = Waker::from(self.clone());
-        for _ in 0..TURN {
+        let mut lingered = false;
+        let mut turn = 0;
+        while turn < TURN {
             let job = {
                 let mut queue = lock(&self.queue);
                 queue.woken = false;
                 match queue.jobs.pop_front() {
                     Some(job) => job,
-                    None => {
+                    None if lingered || !queue.linger => {
                         queue.scheduled = false;
+                        if lingered {
+                            queue.linger = false;
+                        }
+                        queue.released = Some(Instant::now());
                         return;
+                    }
+                    None => {
+                        // A stream fed op by op gets its next job within
+                        // microseconds: keep it (still scheduled, so a push
+                        // is one lock and no pool round trip) for a moment,
+                        // unless other streams wait for a worker.
+                        let seen = self.pushes.load(Ordering::Acquire);
+                        drop(queue);
+                        let since = Instant::now();
+                        while self.pushes.load(Ordering::Acquire) == seen
+                            && since.elapsed() < LANE_LINGER
+                            && pool().ready_hint.load(Ordering::Acquire) == 0
+                        {
+                            std::thread::yield_now();
+                        }
+                        lingered = true;
+                        continue;
                     }
                 }
             };
+            lingered = false;
+            turn += 1;
             if let Ran::Parked(job) = run(job, self.index, &self.progress, &self.tally, &waker) {
                 let mut queue = lock(&self.queue);
                 queue.jobs.push_front(job);
                 // Woken between the poll and now: poll again, or the wake is lost.
                 if !queue.woken {
                     queue.scheduled = false;
+                    queue.parked = true;
                     return;
                 }
             }
@@ -402,7 +479,13 @@ impl CpuStream {
     pub(crate) fn new(index: u32, counters: &Arc<Counters>) -> CpuStream {
         let progress = Arc::new(Progress::default());
         let tally: Arc<FailureTally> = Arc::default();
-        let lane = Arc::new(Lane { index, queue: Mutex::default(), progress: progress.clone(), tally: tally.clone() });
+        let lane = Arc::new(Lane {
+            index,
+            queue: Mutex::default(),
+            pushes: AtomicU64::new(0),
+            progress: progress.clone(),
+            tally: tally.clone(),
+        });
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
         CpuStream {
             index,
