@@ -46,6 +46,9 @@ pub(crate) struct Progress {
 #[derive(Debug, Default)]
 struct ProgressState {
     finished: u64,
+    /// Threads blocked in [`Progress::wait_for`]: only they need the condvar
+    /// (a notification is a system call even with nobody to wake).
+    blocked: usize,
     /// Parked streams, each with the count it waits for.
     parked: Vec<(u64, Waker)>,
 }
@@ -71,8 +74,11 @@ impl Progress {
         } else {
             Vec::new()
         };
+        let blocked = state.blocked > 0;
         drop(state);
-        self.advanced.notify_all();
+        if blocked {
+            self.advanced.notify_all();
+        }
         reached.into_iter().for_each(|(_, waker): (u64, Waker)| waker.wake());
     }
 
@@ -80,7 +86,9 @@ impl Progress {
     fn wait_for(&self, jobs: u64) {
         let mut state = lock(&self.state);
         while state.finished < jobs {
+            state.blocked += 1;
             state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.blocked -= 1;
         }
     }
 
