@@ -225,9 +225,13 @@ impl Pool {
         if state.ready.len() > state.free && state.workers < self.size + state.blocked {
             self.start(&mut state);
         }
-        let asleep = state.sleeping > 0;
+        // A lingering worker takes the first ready stream itself: a sleeper
+        // is woken only for what it cannot (a system call, and a thread
+        // that would find nothing).
+        let lingerer = usize::from(state.lingering);
+        let wake = state.sleeping > 0 && state.ready.len() > lingerer;
         drop(state);
-        if asleep {
+        if wake {
             self.work.notify_one();
         }
     }
