@@ -392,10 +392,15 @@ impl CustomKernelBuilder {
         self.0.cpu = Some(Arc::new(body));
         self
     }
-    /// WGSL source and entry point: buffers bind in argument order at group 0,
-    /// bindings `0..n`, then the scalars as one uniform struct at binding `n`,
-    /// one 4-byte field per scalar in order; `@workgroup_size` takes the
-    /// grid's block through `override` constants (see [`Grid`]).
+    /// WGSL source and entry point. The storage buffers the entry point
+    /// uses take the buffer arguments in `@group`/`@binding` order, and its
+    /// uniforms, in the same order, are filled from the scalars (one per
+    /// value, at the offsets WGSL's layout gives, or one [`crate::Arg::bytes`] per
+    /// uniform), so another project's shader runs unchanged; Weir's own
+    /// layout (buffers at group 0, bindings `0..n`, one uniform of 4-byte
+    /// fields at `n`) passes its scalars as immediate data where it can.
+    /// `@workgroup_size` takes the grid's block through `override`
+    /// constants (see [`Grid`]).
     pub fn wgsl(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
         self.0.wgsl = Some(KernelSource { code: code.into(), entry: entry.into() });
         self

@@ -96,8 +96,10 @@
 //! - **Arguments: buffers first, in order, then scalars, in order.** CUDA and
 //!   HIP take them as parameters in that order; WGSL binds the buffers at
 //!   group 0, bindings `0..n`, and the scalars as one uniform struct at
-//!   binding `n` with one 4-byte field per scalar (checked against the source
-//!   before anything runs); a CPU closure reads `f32s(i)`/`scalar(j)`.
+//!   binding `n` with one 4-byte field per scalar (a shader with its own
+//!   groups, bindings and uniforms is matched in `@group`/`@binding` order
+//!   instead: [`CustomKernelBuilder::wgsl`]); either is checked against the
+//!   source before anything runs; a CPU closure reads `f32s(i)`/`scalar(j)`.
 //!   Scalars come in every width ([`ScalarArg`]: `u8` to `u64`, half bits,
 //!   `f32`, `f64`) and as a struct's bytes ([`Arg::bytes`]); CUDA and HIP
 //!   check each against the size the kernel declares for its parameter.

@@ -190,8 +190,12 @@ fn widths_kernel() -> Kernel {
         })
         .cuda(WIDTHS_C, "widths")
         .hip(WIDTHS_C, "widths")
-        // WGSL's uniform in Weir's layout holds 4-byte scalars only.
-        .wgsl("@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n@compute @workgroup_size(1) fn main() { out[0] = 1u; }", "main")
+        // WGSL has no 8-bit or 16-bit integers: its uniform cannot take the first scalar.
+        .wgsl(
+            "struct Widths { a: u32, b: i32 }\n@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
+             @group(0) @binding(1) var<uniform> w: Widths;\n@compute @workgroup_size(1) fn main() { out[0] = w.a; }",
+            "main",
+        )
         .build()
 }
 
@@ -214,7 +218,9 @@ conformance! {
         let ran = s.execute(&widths_kernel(), Grid::linear(1, 1), &args);
         if runtime.info().backend == weir_core::BackendKind::Wgpu {
             match ran {
-                Err(Error::InvalidArgument(message)) => assert!(message.contains("4-byte scalars"), "{message}"),
+                Err(Error::InvalidArgument(message)) => {
+                    assert!(message.contains("field `a` is u32, but scalar 0 is u8"), "{message}")
+                }
                 other => panic!("wgpu took a scalar its uniform layout cannot hold: {other:?}"),
             }
             return;

@@ -74,12 +74,7 @@ impl Recorder {
         pipeline: &wgpu::ComputePipeline,
         group: &wgpu::BindGroup,
     ) -> &mut wgpu::ComputePass<'static> {
-        let encoder = &mut self.encoder;
-        let pass = self.pass.get_or_insert_with(|| {
-            encoder
-                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
-                .forget_lifetime()
-        });
+        let pass = Self::open_pass(&mut self.pass, &mut self.encoder);
         match &self.bound {
             Some((bound_pipeline, bound_group)) if bound_pipeline == pipeline && bound_group == group => {}
             Some((bound_pipeline, _)) if bound_pipeline == pipeline => pass.set_bind_group(0, group, &[]),
@@ -90,6 +85,33 @@ impl Recorder {
         }
         self.bound = Some((pipeline.clone(), group.clone()));
         pass
+    }
+
+    /// The open compute pass with `pipeline` and each of `groups` (by
+    /// group index) bound: a kernel with its own layout.
+    pub fn pass_with_groups(
+        &mut self,
+        pipeline: &wgpu::ComputePipeline,
+        groups: &[(u32, wgpu::BindGroup)],
+    ) -> &mut wgpu::ComputePass<'static> {
+        let pass = Self::open_pass(&mut self.pass, &mut self.encoder);
+        pass.set_pipeline(pipeline);
+        for (index, group) in groups {
+            pass.set_bind_group(*index, group, &[]);
+        }
+        self.bound = None;
+        pass
+    }
+
+    fn open_pass<'a>(
+        pass: &'a mut Option<wgpu::ComputePass<'static>>,
+        encoder: &mut wgpu::CommandEncoder,
+    ) -> &'a mut wgpu::ComputePass<'static> {
+        pass.get_or_insert_with(|| {
+            encoder
+                .begin_compute_pass(&wgpu::ComputePassDescriptor { label: None, timestamp_writes: None })
+                .forget_lifetime()
+        })
     }
 
     /// The kept group of `layout` over `windows`: the one the last dispatch

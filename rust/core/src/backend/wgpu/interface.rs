@@ -1,62 +1,30 @@
-//! What a custom WGSL kernel declares it binds, read from its source with
-//! naga (the parser wgpu compiles it with), checked against the arguments
-//! the kernel is launched with before anything is compiled or admitted.
+//! What a custom WGSL kernel binds, read from its source with naga (the
+//! parser wgpu compiles it with), matched to the arguments the kernel is
+//! launched with before anything is compiled or admitted.
 //!
 //! wgpu validates a pipeline only against the layout it is given, and a
-//! layout may hold more bindings than the shader declares: three buffers
-//! passed to a kernel that binds one, or scalars that the shader's uniform
-//! struct does not hold, would run with the extra arguments ignored. The
-//! binding convention (see [`super::pipelines`]) says exactly what a kernel
-//! with these arguments must declare at group 0:
-//! - one storage buffer per buffer argument, at bindings `0..n`, read-only
-//!   (`var<storage, read>`) for an argument passed as a read, `read_write`
-//!   otherwise;
-//! - with scalars, one uniform at binding `n`: a struct of one 4-byte field
-//!   per scalar, in order and of the scalar's type, or a single such scalar;
-//! - nothing else.
+//! layout may hold more bindings than the shader uses: three buffers passed
+//! to a kernel that binds one, or scalars that no uniform holds, would run
+//! with the extra arguments ignored. So every resource the entry point uses
+//! is matched to exactly one argument:
+//! - the storage buffers, in `@group`/`@binding` order, take the buffer
+//!   arguments in order: read-only (`var<storage, read>`) for an argument
+//!   passed as a read, `read_write` otherwise;
+//! - the uniforms, in the same order, are filled from the scalars in order:
+//!   each value of a uniform (a field, a vector's or a matrix's component, an
+//!   array's element, in declaration order) takes one scalar of its type, at
+//!   the offset the WGSL layout rules give it; a [`ScalarArg::Bytes`] scalar
+//!   fills a whole uniform instead (a struct passed by value);
+//! - nothing else (a texture or sampler is refused by name).
+//!
+//! A shader that binds as Weir's own kernels do (everything at group 0,
+//! buffers at `0..n`, one uniform of consecutive 4-byte values at `n`) is
+//! [`Bindings::Short`]: its scalars may go as immediate data. Any other
+//! layout, another project's shader unchanged, is [`Bindings::Own`].
 
 use wgpu::naga;
-use wgpu::naga::common::wgsl::TypeContext;
 
-use crate::kernel::ScalarArg;
-
-/// The type of one scalar argument, as the kernel's uniform must hold it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ScalarType {
-    U32,
-    I32,
-    F32,
-}
-
-impl ScalarType {
-    /// The uniform field type of `scalar`; `None` for a width other than
-    /// 4 bytes, which Weir's uniform layout does not hold.
-    pub fn of(scalar: &ScalarArg) -> Option<ScalarType> {
-        match scalar {
-            ScalarArg::U32(_) => Some(ScalarType::U32),
-            ScalarArg::I32(_) => Some(ScalarType::I32),
-            ScalarArg::F32(_) => Some(ScalarType::F32),
-            _ => None,
-        }
-    }
-
-    fn wgsl(self) -> &'static str {
-        match self {
-            ScalarType::U32 => "u32",
-            ScalarType::I32 => "i32",
-            ScalarType::F32 => "f32",
-        }
-    }
-
-    fn matches(self, scalar: naga::Scalar) -> bool {
-        let kind = match self {
-            ScalarType::U32 => naga::ScalarKind::Uint,
-            ScalarType::I32 => naga::ScalarKind::Sint,
-            ScalarType::F32 => naga::ScalarKind::Float,
-        };
-        scalar.kind == kind && scalar.width == 4
-    }
-}
+use super::uniform_fill::{fill_uniforms, plural, ScalarType, Uniform};
 
 /// The arguments a launch passes: per buffer, whether it is passed as a
 /// read; the scalars' types in order.
@@ -65,10 +33,58 @@ pub(crate) struct Arguments<'a> {
     pub scalars: &'a [ScalarType],
 }
 
-/// Checks `module`'s entry point `entry` and its resource bindings against
+/// How a kernel's arguments bind.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) enum Bindings {
+    /// Weir's own layout (see the module doc).
+    Short,
+    /// The shader's own groups and bindings.
+    Own(OwnLayout),
+}
+
+/// A shader's own layout: where each argument binds.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct OwnLayout {
+    /// The resources of each group the shader uses, by group index.
+    pub groups: Vec<(u32, Vec<Resource>)>,
+    /// The uniforms, in the order the scalars fill them.
+    pub uniforms: Vec<Uniform>,
+    /// Per buffer argument: the fewest bytes its binding takes (the fixed
+    /// part of its type, and one element of a runtime-sized array), and
+    /// where it binds, for the error that refuses a shorter one.
+    pub buffers: Vec<(u64, String)>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Resource {
+    pub binding: u32,
+    pub kind: ResourceKind,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) enum ResourceKind {
+    /// Buffer argument `argument`, read-only or not.
+    Buffer { argument: usize, read_only: bool },
+    /// Uniform `index` of [`OwnLayout::uniforms`].
+    Uniform { index: usize },
+}
+
+/// A resource the entry point uses, as the source declares it.
+struct Declared {
+    group: u32,
+    binding: u32,
+    /// `` `name` at @group(g) @binding(b) ``, for messages.
+    at: String,
+    space: naga::AddressSpace,
+    ty: naga::Handle<naga::Type>,
+}
+
+/// Matches `module`'s entry point `entry` and the resources it uses to
 /// `arguments`; the error says what differs, in the source's names.
-pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<(), String> {
-    if !module.entry_points.iter().any(|point| point.name == entry && point.stage == naga::ShaderStage::Compute) {
+pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Bindings, String> {
+    let Some(point) =
+        module.entry_points.iter().position(|point| point.name == entry && point.stage == naga::ShaderStage::Compute)
+    else {
         let found: Vec<&str> = module
             .entry_points
             .iter()
@@ -77,53 +93,93 @@ pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_
             .collect();
         let found = if found.is_empty() { "none".to_owned() } else { found.join(", ") };
         return Err(format!("no compute entry point `{entry}` in the WGSL source (it has: {found})"));
-    }
-    let buffers = arguments.read_only.len();
-    let n = buffers as u32;
-    let mut storage = Vec::new();
-    let mut uniform = None;
-    for (_, global) in module.global_variables.iter() {
+    };
+    // Which resources the entry point uses, from naga's analysis; a module
+    // that does not validate is matched on everything it declares (wgpu
+    // then says what is wrong with it).
+    let info = naga::valid::Validator::new(naga::valid::ValidationFlags::all(), naga::valid::Capabilities::all())
+        .validate(module)
+        .ok();
+    let mut declared = Vec::new();
+    for (handle, global) in module.global_variables.iter() {
         let Some(binding) = &global.binding else { continue };
+        if info.as_ref().is_some_and(|info| info.get_entry_point(point)[handle].is_empty()) {
+            continue;
+        }
         let name = global.name.as_deref().unwrap_or("(unnamed)");
         let at = format!("`{name}` at @group({}) @binding({})", binding.group, binding.binding);
-        if binding.group != 0 {
-            return Err(format!("{at}: kernel arguments bind at group 0 only"));
+        if !matches!(global.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
+            return Err(format!(
+                "{at} is not a buffer: kernel arguments are storage buffers and uniforms filled from scalars"
+            ));
         }
-        match global.space {
-            naga::AddressSpace::Storage { access } => {
-                storage.push((binding.binding, at, access.contains(naga::StorageAccess::STORE)))
-            }
-            naga::AddressSpace::Uniform if uniform.is_none() => uniform = Some((binding.binding, at, global.ty)),
+        declared.push(Declared {
+            group: binding.group,
+            binding: binding.binding,
+            at,
+            space: global.space,
+            ty: global.ty,
+        });
+    }
+    declared.sort_by_key(|resource| (resource.group, resource.binding));
+    let storage: Vec<&Declared> =
+        declared.iter().filter(|resource| matches!(resource.space, naga::AddressSpace::Storage { .. })).collect();
+    let uniforms: Vec<&Declared> =
+        declared.iter().filter(|resource| resource.space == naga::AddressSpace::Uniform).collect();
+    check_buffers(&storage, arguments.read_only)?;
+    let uniforms: Vec<(&str, naga::Handle<naga::Type>)> =
+        uniforms.iter().map(|resource| (resource.at.as_str(), resource.ty)).collect();
+    let filled = fill_uniforms(module, &uniforms, arguments.scalars, arguments.read_only.len())?;
+    if is_short(&declared, arguments, &filled) {
+        return Ok(Bindings::Short);
+    }
+    let mut groups: Vec<(u32, Vec<Resource>)> = Vec::new();
+    let (mut buffers, mut uniform_index) = (0, 0);
+    for resource in &declared {
+        let kind = match resource.space {
             naga::AddressSpace::Uniform => {
-                return Err(format!("{at} is a second uniform: the scalars are one uniform block at binding {n}"))
+                uniform_index += 1;
+                ResourceKind::Uniform { index: uniform_index - 1 }
             }
             _ => {
-                return Err(format!(
-                    "{at} is not a buffer: kernel arguments are storage buffers and one uniform block of scalars"
-                ))
+                buffers += 1;
+                ResourceKind::Buffer { argument: buffers - 1, read_only: arguments.read_only[buffers - 1] }
             }
+        };
+        let entry = Resource { binding: resource.binding, kind };
+        match groups.last_mut() {
+            Some((group, entries)) if *group == resource.group => entries.push(entry),
+            _ => groups.push((resource.group, vec![entry])),
         }
     }
-    storage.sort();
-    let declared = storage.len();
-    if declared != buffers {
-        let bindings: Vec<&str> = storage.iter().map(|(_, at, _)| at.as_str()).collect();
+    let buffers = storage
+        .iter()
+        .map(|resource| {
+            let size = module.types[resource.ty].inner.try_size(module.to_ctx()).unwrap_or(0);
+            (u64::from(size), resource.at.clone())
+        })
+        .collect();
+    Ok(Bindings::Own(OwnLayout { groups, uniforms: filled, buffers }))
+}
+
+/// The storage buffers take the buffer arguments, in order and with their accesses.
+fn check_buffers(storage: &[&Declared], read_only: &[bool]) -> Result<(), String> {
+    let buffers = read_only.len();
+    if storage.len() != buffers {
+        let bindings: Vec<&str> = storage.iter().map(|resource| resource.at.as_str()).collect();
         let listed = if bindings.is_empty() { String::new() } else { format!(": {}", bindings.join(", ")) };
         return Err(format!(
-            "{} buffer argument{} passed, but the WGSL declares {declared} storage buffer{}{listed} (one per buffer \
-             argument, at bindings 0..{n})",
-            buffers,
+            "{buffers} buffer argument{} passed, but the WGSL declares {} storage buffer{} its entry point uses{listed} \
+             (one per buffer argument, in @group/@binding order)",
             plural(buffers),
-            plural(declared)
+            storage.len(),
+            plural(storage.len())
         ));
     }
-    if let Some((_, at, _)) =
-        storage.iter().enumerate().find(|(index, (binding, ..))| *binding != *index as u32).map(|(_, s)| s)
-    {
-        return Err(format!("{at}: storage buffers bind at 0..{n} in argument order"));
-    }
-    for ((_, at, writable), &read) in storage.iter().zip(arguments.read_only) {
-        match (writable, read) {
+    for (resource, &read) in storage.iter().zip(read_only) {
+        let naga::AddressSpace::Storage { access } = resource.space else { continue };
+        let at = &resource.at;
+        match (access.contains(naga::StorageAccess::STORE), read) {
             (true, true) => {
                 return Err(format!(
                     "{at} is declared read_write, but its argument is passed as a read: pass it writable or \
@@ -139,77 +195,35 @@ pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_
             _ => {}
         }
     }
-    match (uniform, arguments.scalars) {
-        (None, []) => Ok(()),
-        (None, scalars) => Err(format!(
-            "{} scalar argument{} passed, but the WGSL declares no uniform at @group(0) @binding({n}) to hold them",
-            scalars.len(),
-            plural(scalars.len())
-        )),
-        (Some((_, at, _)), []) => {
-            Err(format!("{at} is a uniform, but no scalar arguments were passed (they are what it holds)"))
-        }
-        (Some((binding, at, _)), _) if binding != n => {
-            Err(format!("{at}: the scalars' uniform binds right after the {n} buffers, at binding {n}"))
-        }
-        (Some((_, at, ty)), scalars) => check_scalars(module, &at, ty, scalars),
-    }
+    Ok(())
 }
 
-fn plural(count: usize) -> &'static str {
-    if count == 1 {
-        ""
-    } else {
-        "s"
-    }
-}
-
-/// The uniform `at` of type `ty` holds `scalars`: consecutive 4-byte fields
-/// of their types, or one of them alone.
-fn check_scalars(
-    module: &naga::Module,
-    at: &str,
-    ty: naga::Handle<naga::Type>,
-    scalars: &[ScalarType],
-) -> Result<(), String> {
-    let wanted: Vec<&str> = scalars.iter().map(|scalar| scalar.wgsl()).collect();
-    let wanted = format!("{} scalar{} passed ({})", scalars.len(), plural(scalars.len()), wanted.join(", "));
-    let type_name = |ty| module.types.type_to_string(ty);
-    match &module.types[ty].inner {
-        naga::TypeInner::Scalar(scalar) => match scalars {
-            [only] if only.matches(*scalar) => Ok(()),
-            _ => Err(format!("{at} is one {}, but {wanted}", type_name(ty))),
-        },
-        naga::TypeInner::Struct { members, .. } => {
-            if members.len() != scalars.len() {
-                return Err(format!(
-                    "{at} is a struct of {} field{}, but {wanted}: declare one 4-byte field per scalar, in order",
-                    members.len(),
-                    plural(members.len())
-                ));
-            }
-            for (index, (member, scalar)) in members.iter().zip(scalars).enumerate() {
-                let field = member.name.as_deref().unwrap_or("(unnamed)");
-                let fits = matches!(module.types[member.ty].inner, naga::TypeInner::Scalar(s) if scalar.matches(s));
-                if !fits {
-                    return Err(format!(
-                        "{at}: field `{field}` is {}, but scalar {index} is {} ({wanted})",
-                        type_name(member.ty),
-                        scalar.wgsl()
-                    ));
-                }
-                if member.offset != 4 * index as u32 {
-                    return Err(format!(
-                        "{at}: field `{field}` is at byte {}, but scalars are consecutive 4-byte words (byte {})",
-                        member.offset,
-                        4 * index
-                    ));
-                }
-            }
-            Ok(())
+/// True when the resources bind as Weir's own kernels do: all at group 0,
+/// buffers at `0..n`, and at most one uniform, at `n`, of consecutive 4-byte
+/// values.
+fn is_short(declared: &[Declared], arguments: &Arguments<'_>, filled: &[Uniform]) -> bool {
+    let n = arguments.read_only.len();
+    let in_place = declared.iter().enumerate().all(|(index, resource)| {
+        resource.group == 0
+            && resource.binding == index as u32
+            && (index < n) == matches!(resource.space, naga::AddressSpace::Storage { .. })
+    });
+    let consecutive = match filled {
+        [] => true,
+        [uniform] => {
+            uniform
+                .values
+                .iter()
+                .enumerate()
+                .all(|(index, &(offset, scalar))| offset == 4 * index as u32 && scalar == index)
+                && arguments
+                    .scalars
+                    .iter()
+                    .all(|ty| matches!(ty, ScalarType::Uint(4) | ScalarType::Sint(4) | ScalarType::Float(4)))
         }
-        _ => Err(format!("{at} is {}, but {wanted}: declare a struct of u32/i32/f32 fields", type_name(ty))),
-    }
+        _ => false,
+    };
+    in_place && consecutive
 }
 
 /// The pipeline constants that make `entry`'s `@workgroup_size` the grid's

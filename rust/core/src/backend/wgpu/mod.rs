@@ -45,6 +45,7 @@ mod readback;
 mod scope;
 mod slabs;
 mod timestamps;
+mod uniform_fill;
 
 #[cfg(feature = "test-support")]
 use std::sync::atomic::AtomicBool;

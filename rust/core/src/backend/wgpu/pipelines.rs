@@ -8,7 +8,9 @@
 //! words at the next binding (declare a struct of `u32`/`i32`/`f32` fields).
 //! Where the device takes immediate data, that uniform is compiled as an
 //! immediate and the scalars are recorded with the dispatch ([`Params`]):
-//! no buffer per op.
+//! no buffer per op. A custom kernel whose WGSL binds otherwise keeps its
+//! own layout ([`interface`]): a group layout per group it uses, groups made
+//! per dispatch, its scalars in uniform buffers.
 //!
 //! Pipelines and uniforms are made in `prepare`, outside the runtime's
 //! ordering boundary: a first-use compile (slow on every driver, very slow on
@@ -21,9 +23,10 @@ use smallvec::SmallVec;
 
 use super::device::Gpu;
 use super::encode::Recorder;
-use super::interface::{self, Arguments, ScalarType};
+use super::interface::{self, Arguments, Bindings, OwnLayout, ResourceKind};
 use super::scope::{scoped, Failure};
-use crate::kernel::CustomKernel;
+use super::uniform_fill::ScalarType;
+use crate::kernel::{CustomKernel, ScalarArg};
 use crate::key_map::KeyMap;
 use crate::lock::lock;
 
@@ -56,9 +59,20 @@ struct Key {
 /// A compiled kernel and the layout of its bindings.
 pub(crate) struct Pipeline {
     pipeline: wgpu::ComputePipeline,
+    /// Group 0's layout: Weir's binding convention.
     layout: wgpu::BindGroupLayout,
+    /// A custom kernel with a layout of its own (see [`interface`]): where
+    /// each argument binds, and each group's layout; `layout` is then unused.
+    own: Option<(OwnLayout, Vec<wgpu::BindGroupLayout>)>,
     /// Bytes of immediate data each dispatch sets (0: scalars, if any, are a uniform buffer).
     immediate_bytes: u32,
+}
+
+impl Pipeline {
+    /// The kernel's own layout, if it binds by one.
+    pub fn own_layout(&self) -> Option<&OwnLayout> {
+        self.own.as_ref().map(|(layout, _)| layout)
+    }
 }
 
 /// Why a pipeline could not be had.
@@ -273,16 +287,21 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     let Some(scalars) = &key.checked else { return compile_builtin(device, key) };
     let as_written = Key { immediate_bytes: 0, widened: false, ..key.clone() };
     let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(&key.code) else {
-        return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[])
+        return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[], None)
             .map_err(|f| f.message());
     };
-    interface::check(&module, &key.entry, &Arguments { read_only: &key.read_only, scalars })?;
+    let bindings = interface::check(&module, &key.entry, &Arguments { read_only: &key.read_only, scalars })?;
     let block = key.block.unwrap_or([1; 3]);
     let constants = interface::block_constants(&module, &key.entry, block)?;
     let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
+    let (key, own) = match bindings {
+        Bindings::Short => (key.clone(), None),
+        // Its own layout binds its uniforms as written: no immediates.
+        Bindings::Own(layout) => (Key { immediate_bytes: 0, ..key.clone() }, Some(layout)),
+    };
+    let as_built = |key: &Key, source| build(device, key, source, &constants, own.as_ref());
     if key.immediate_bytes == 0 && !key.widened {
-        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
-            .map_err(|f| f.message());
+        return as_built(&key, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
     }
     if key.immediate_bytes > 0 {
         interface::scalars_as_immediates(&mut module);
@@ -290,21 +309,20 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     if key.widened {
         interface::storage_writable(&mut module);
     }
-    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &constants).or_else(|_| {
-        build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &constants)
-            .map_err(|f| f.message())
-    })
+    as_built(&key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)))
+        .or_else(|_| as_built(&as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message()))
 }
 
 /// Compiles a built-in. A widened one is made writable as a custom kernel
 /// is, in its parsed module: one rewrite for every kernel.
 fn compile_builtin(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     if !key.widened {
-        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[]).map_err(|f| f.message());
+        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[], None)
+            .map_err(|f| f.message());
     }
     let mut module = wgpu::naga::front::wgsl::parse_str(&key.code).map_err(|error| error.emit_to_string(&key.code))?;
     interface::storage_writable(&mut module);
-    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &[]).map_err(|f| f.message())
+    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &[], None).map_err(|f| f.message())
 }
 
 fn build(
@@ -312,25 +330,58 @@ fn build(
     key: &Key,
     source: wgpu::ShaderSource<'_>,
     constants: &[(&str, f64)],
+    own: Option<&OwnLayout>,
 ) -> Result<Arc<Pipeline>, Failure> {
     scoped(device, || {
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(&key.entry), source });
+        let storage = |read_only: bool| wgpu::BufferBindingType::Storage { read_only: read_only && !key.widened };
         let mut entries: Vec<wgpu::BindGroupLayoutEntry> = key
             .read_only
             .iter()
             .enumerate()
-            .map(|(binding, &read_only)| {
-                entry(binding as u32, wgpu::BufferBindingType::Storage { read_only: read_only && !key.widened })
-            })
+            .map(|(binding, &read_only)| entry(binding as u32, storage(read_only)))
             .collect();
         if key.scalars && key.immediate_bytes == 0 {
             entries.push(entry(key.read_only.len() as u32, wgpu::BufferBindingType::Uniform));
         }
         let layout = device
             .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&key.entry), entries: &entries });
+        // A layout of its own: a group layout per group it uses, none
+        // between them.
+        let own = own.map(|own| {
+            let groups: Vec<wgpu::BindGroupLayout> = own
+                .groups
+                .iter()
+                .map(|(_, resources)| {
+                    let entries: Vec<wgpu::BindGroupLayoutEntry> = resources
+                        .iter()
+                        .map(|resource| match resource.kind {
+                            ResourceKind::Buffer { read_only, .. } => entry(resource.binding, storage(read_only)),
+                            ResourceKind::Uniform { .. } => entry(resource.binding, wgpu::BufferBindingType::Uniform),
+                        })
+                        .collect();
+                    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
+                        label: Some(&key.entry),
+                        entries: &entries,
+                    })
+                })
+                .collect();
+            (own.clone(), groups)
+        });
+        let by_index: Vec<Option<&wgpu::BindGroupLayout>> = match &own {
+            None => vec![Some(&layout)],
+            Some((own, groups)) => {
+                let count = own.groups.last().map_or(0, |(index, _)| *index as usize + 1);
+                let mut by_index = vec![None; count];
+                for ((index, _), group) in own.groups.iter().zip(groups) {
+                    by_index[*index as usize] = Some(group);
+                }
+                by_index
+            }
+        };
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
             label: Some(&key.entry),
-            bind_group_layouts: &[Some(&layout)],
+            bind_group_layouts: &by_index,
             immediate_size: key.immediate_bytes,
         });
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
@@ -341,7 +392,7 @@ fn build(
             compilation_options: wgpu::PipelineCompilationOptions { constants, ..Default::default() },
             cache: None,
         });
-        Arc::new(Pipeline { pipeline, layout, immediate_bytes: key.immediate_bytes })
+        Arc::new(Pipeline { pipeline, layout, own, immediate_bytes: key.immediate_bytes })
     })
 }
 
@@ -384,6 +435,14 @@ impl Params {
     }
 }
 
+impl Params {
+    /// The uniforms of a kernel with its own layout, filled from its scalars.
+    pub fn own(device: &wgpu::Device, align: u64, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Failure> {
+        let blocks: Vec<Vec<u8>> = own.uniforms.iter().map(|uniform| uniform.bytes(scalars)).collect();
+        Uniforms::from_bytes(device, align, &blocks).map(Params::Uniform)
+    }
+}
+
 /// The uniform blocks of one command's dispatches, one block per dispatch, in
 /// one buffer written when it is made: at a stride the device can bind at.
 pub(crate) struct Uniforms {
@@ -397,16 +456,21 @@ impl Uniforms {
     /// least 16 bytes and to a multiple of 16 (so small parameter structs
     /// always fit); `align` is the device's uniform offset alignment.
     pub fn new(device: &wgpu::Device, align: u64, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
-        let words = blocks.iter().map(|block| block.len()).max().unwrap_or(0);
-        let block = ((words as u64) * 4).max(16).div_ceil(16) * 16;
+        let blocks: Vec<Vec<u8>> =
+            blocks.iter().map(|words| words.iter().flat_map(|word| word.to_le_bytes()).collect()).collect();
+        Uniforms::from_bytes(device, align, &blocks)
+    }
+
+    /// One block per entry of `blocks`, as [`Uniforms::new`] makes them.
+    pub fn from_bytes(device: &wgpu::Device, align: u64, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
+        let longest = blocks.iter().map(Vec::len).max().unwrap_or(0);
+        let block = (longest as u64).max(16).div_ceil(16) * 16;
         let stride = block.div_ceil(align.max(1)) * align.max(1);
         let size = stride * (blocks.len().max(1) as u64);
         let mut bytes = vec![0u8; size as usize];
-        for (index, words) in blocks.iter().enumerate() {
+        for (index, block) in blocks.iter().enumerate() {
             let at = index * stride as usize;
-            for (word, value) in words.iter().enumerate() {
-                bytes[at + word * 4..at + word * 4 + 4].copy_from_slice(&value.to_le_bytes());
-            }
+            bytes[at..at + block.len()].copy_from_slice(block);
         }
         scoped(device, || {
             let buffer = device.create_buffer(&wgpu::BufferDescriptor {
@@ -440,6 +504,14 @@ pub(crate) struct Binding<'a> {
     pub size: u64,
 }
 
+fn window<'a>(window: &Binding<'a>) -> wgpu::BindingResource<'a> {
+    wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+        buffer: window.buffer,
+        offset: window.offset,
+        size: wgpu::BufferSize::new(window.size),
+    })
+}
+
 /// Records one dispatch of `pipeline` over `buffers` (and block `index` of
 /// `params`, if the pipeline takes scalars) into the recorder's compute
 /// pass. A group binding only storage windows is reused from the device's
@@ -453,18 +525,42 @@ pub(crate) fn dispatch(
     groups: [u32; 3],
 ) {
     let device = &gpu.device;
+    if let Some((own, layouts)) = &pipeline.own {
+        // A layout of its own: a group per group it uses, made here (its
+        // uniforms are the command's own).
+        let uniforms = match params {
+            Some((Params::Uniform(uniforms), _)) => Some(uniforms),
+            _ => None,
+        };
+        let bound: SmallVec<[(u32, wgpu::BindGroup); 4]> = own
+            .groups
+            .iter()
+            .zip(layouts)
+            .map(|((index, resources), layout)| {
+                let entries: Vec<wgpu::BindGroupEntry<'_>> = resources
+                    .iter()
+                    .filter_map(|resource| {
+                        let bound = match resource.kind {
+                            ResourceKind::Buffer { argument, .. } => window(buffers.get(argument)?),
+                            ResourceKind::Uniform { index } => uniforms?.binding(index),
+                        };
+                        Some(wgpu::BindGroupEntry { binding: resource.binding, resource: bound })
+                    })
+                    .collect();
+                (
+                    *index,
+                    device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries }),
+                )
+            })
+            .collect();
+        recorder.pass_with_groups(&pipeline.pipeline, &bound).dispatch_workgroups(groups[0], groups[1], groups[2]);
+        return;
+    }
     let make = |uniform: Option<wgpu::BindingResource<'_>>| {
         let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
             .iter()
             .enumerate()
-            .map(|(binding, window)| wgpu::BindGroupEntry {
-                binding: binding as u32,
-                resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                    buffer: window.buffer,
-                    offset: window.offset,
-                    size: wgpu::BufferSize::new(window.size),
-                }),
-            })
+            .map(|(binding, buffer)| wgpu::BindGroupEntry { binding: binding as u32, resource: window(buffer) })
             .collect();
         if let Some(resource) = uniform {
             entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource });

@@ -12,14 +12,14 @@ use smallvec::SmallVec;
 
 use super::builtin::{params, plan_elementwise, plan_patches, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
 use super::device::Gpu;
-use super::interface::ScalarType;
 use super::memory::{align4, staging_with};
 use super::pipelines::{CompileError, Params, Pipeline, Signature};
 use super::scope::{scoped, Failure, BACKEND};
 use super::slabs::SHARED_MAX;
+use super::uniform_fill::ScalarType;
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
-use crate::kernel::{Access, CustomKernel, Grid};
+use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 
 /// What [`WgpuBackend::prepare`](super::WgpuBackend) made for one command.
 pub struct WgpuPrepared(pub(crate) Plan);
@@ -235,7 +235,8 @@ fn prepare_custom<R: PartialEq>(
         kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
     // Inline: a launch allocates nothing to describe its arguments.
     let mut read_only: SmallVec<[bool; 8]> = SmallVec::new();
-    let mut scalars: SmallVec<[u32; 8]> = SmallVec::new();
+    let mut lens: SmallVec<[u64; 8]> = SmallVec::new();
+    let mut scalars: SmallVec<[&ScalarArg; 8]> = SmallVec::new();
     let mut types: SmallVec<[ScalarType; 8]> = SmallVec::new();
     let mut reads: SmallVec<[&Span<R>; 8]> = SmallVec::new();
     let mut writes: SmallVec<[&Span<R>; 8]> = SmallVec::new();
@@ -243,30 +244,27 @@ fn prepare_custom<R: PartialEq>(
         match arg {
             KernelArg::Buffer(span, access) => {
                 read_only.push(*access == Access::Read);
+                lens.push(span.len);
                 if *access == Access::Read {
                     reads.push(span);
                 } else {
                     writes.push(span);
                 }
             }
-            KernelArg::Scalar(scalar) => match (scalar.bits(), ScalarType::of(scalar)) {
-                (Some(bits), Some(ty)) => {
-                    scalars.push(bits);
-                    types.push(ty);
-                }
-                _ => {
-                    return Err(Error::invalid(format!(
-                        "kernel {}: a WGSL kernel takes 4-byte scalars (u32, i32, f32) in its uniform, not {}",
-                        kernel.name,
-                        scalar.type_name()
-                    )))
-                }
-            },
+            KernelArg::Scalar(scalar) => {
+                scalars.push(scalar);
+                types.push(ScalarType::of(scalar));
+            }
         }
     }
-    // Scalars go as immediate data where the device takes that many bytes.
+    // 4-byte scalars go as immediate data where the device takes that many
+    // bytes and the kernel binds them as Weir's own kernels do.
+    let words: Option<SmallVec<[u32; 8]>> = scalars.iter().map(|scalar| scalar.bits()).collect();
     let bytes = 4 * scalars.len() as u32;
-    let immediate_bytes = if !scalars.is_empty() && bytes <= gpu.immediate_bytes { bytes } else { 0 };
+    let immediate_bytes = match &words {
+        Some(_) if !scalars.is_empty() && bytes <= gpu.immediate_bytes => bytes,
+        _ => 0,
+    };
     let signature = Signature {
         read_only: &read_only,
         scalars: !scalars.is_empty(),
@@ -282,7 +280,27 @@ fn prepare_custom<R: PartialEq>(
                 CompileError::NoThread(message) => Error::backend(BACKEND, message),
             }
         })?;
-    let params = if scalars.is_empty() { None } else { Some(params(gpu, &pipeline, &[&scalars])?) };
+    // A layout of its own may declare fixed-size storage (a struct, an
+    // array of known length): a shorter buffer would fail the dispatch.
+    let least = pipeline.own_layout().map(|own| own.buffers.as_slice()).unwrap_or_default();
+    for (index, (len, (least, at))) in lens.iter().zip(least).enumerate() {
+        if len < least {
+            return Err(Error::invalid(format!(
+                "kernel {}: buffer argument {index} is {len} bytes, but {at} takes at least {least}",
+                kernel.name
+            )));
+        }
+    }
+    let params = match (pipeline.own_layout(), &words) {
+        _ if scalars.is_empty() => None,
+        (Some(own), _) => {
+            let align = gpu.shape.uniform_align;
+            Some(Params::own(&gpu.device, align, own, &scalars).map_err(|failure| refused(failure, align))?)
+        }
+        (None, Some(words)) => Some(params(gpu, &pipeline, &[words])?),
+        // A kernel in Weir's layout takes 4-byte scalars only (its check says so).
+        (None, None) => None,
+    };
     Ok(Plan::Custom { pipeline, params })
 }
 

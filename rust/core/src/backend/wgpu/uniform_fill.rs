@@ -1,0 +1,255 @@
+//! How a launch's scalars fill the uniforms of a WGSL kernel with a layout
+//! of its own (see [`super::interface`]): each value a uniform holds (a
+//! field, a vector's or a matrix's component, an array's element, in
+//! declaration order) takes one scalar of its type, at the offset WGSL's
+//! layout rules give it; a bytes scalar fills a whole uniform (a struct
+//! passed by value).
+
+use wgpu::naga;
+use wgpu::naga::common::wgsl::TypeContext;
+
+use crate::kernel::ScalarArg;
+
+/// The type of one scalar argument, as a uniform must hold it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum ScalarType {
+    /// An unsigned integer of this many bytes.
+    Uint(u8),
+    /// A signed integer of this many bytes.
+    Sint(u8),
+    /// A float of this many bytes (2: f16 bits).
+    Float(u8),
+    /// Raw bytes, this many: a whole uniform's.
+    Bytes(u32),
+}
+
+impl ScalarType {
+    pub fn of(scalar: &ScalarArg) -> ScalarType {
+        let width = scalar.size() as u8;
+        match scalar {
+            ScalarArg::U8(_) | ScalarArg::U16(_) | ScalarArg::U32(_) | ScalarArg::U64(_) => ScalarType::Uint(width),
+            ScalarArg::I8(_) | ScalarArg::I16(_) | ScalarArg::I32(_) | ScalarArg::I64(_) => ScalarType::Sint(width),
+            ScalarArg::F16Bits(_) | ScalarArg::F32(_) | ScalarArg::F64(_) => ScalarType::Float(width),
+            ScalarArg::Bytes(bytes) => ScalarType::Bytes(u32::try_from(bytes.len()).unwrap_or(u32::MAX)),
+        }
+    }
+
+    fn name(self) -> String {
+        match self {
+            ScalarType::Uint(width) => format!("u{}", 8 * u32::from(width)),
+            ScalarType::Sint(width) => format!("i{}", 8 * u32::from(width)),
+            ScalarType::Float(width) => format!("f{}", 8 * u32::from(width)),
+            ScalarType::Bytes(len) => format!("{len} bytes"),
+        }
+    }
+
+    fn matches(self, scalar: naga::Scalar) -> bool {
+        let (kind, width) = match self {
+            ScalarType::Uint(width) => (naga::ScalarKind::Uint, width),
+            ScalarType::Sint(width) => (naga::ScalarKind::Sint, width),
+            ScalarType::Float(width) => (naga::ScalarKind::Float, width),
+            ScalarType::Bytes(_) => return false,
+        };
+        scalar.kind == kind && scalar.width == width
+    }
+}
+
+/// One uniform's bytes, and which scalar goes where in them.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct Uniform {
+    pub size: u32,
+    /// (byte offset, index of the scalar written there).
+    pub values: Vec<(u32, usize)>,
+}
+
+impl Uniform {
+    /// The uniform's bytes, filled from a launch's `scalars`.
+    pub fn bytes(&self, scalars: &[&ScalarArg]) -> Vec<u8> {
+        let mut bytes = vec![0u8; self.size as usize];
+        for &(offset, index) in &self.values {
+            let Some(scalar) = scalars.get(index) else { continue };
+            let value: &[u8] = &match scalar {
+                ScalarArg::Bytes(raw) => smallvec::SmallVec::<[u8; 8]>::from_slice(raw),
+                other => other.to_bytes(),
+            };
+            let at = offset as usize;
+            if let Some(slot) = bytes.get_mut(at..at + value.len()) {
+                slot.copy_from_slice(value);
+            }
+        }
+        bytes
+    }
+}
+
+pub(super) fn plural(count: usize) -> &'static str {
+    if count == 1 {
+        ""
+    } else {
+        "s"
+    }
+}
+
+/// One value a uniform holds: where, of what type, and its name in the source.
+struct Value {
+    offset: u32,
+    scalar: naga::Scalar,
+    name: String,
+}
+
+/// Fills `uniforms`, in order, from `scalars`: one scalar per value, or a
+/// bytes scalar for a whole uniform (see the module doc).
+pub(super) fn fill_uniforms(
+    module: &naga::Module,
+    uniforms: &[(&str, naga::Handle<naga::Type>)],
+    scalars: &[ScalarType],
+    buffers: usize,
+) -> Result<Vec<Uniform>, String> {
+    let names: Vec<String> = scalars.iter().map(|scalar| scalar.name()).collect();
+    let wanted = format!("{} scalar{} passed ({})", scalars.len(), plural(scalars.len()), names.join(", "));
+    if uniforms.is_empty() && !scalars.is_empty() {
+        return Err(format!(
+            "{} scalar argument{} passed, but the WGSL declares no uniform to hold them (Weir's layout: at \
+             @group(0) @binding({buffers}))",
+            scalars.len(),
+            plural(scalars.len())
+        ));
+    }
+    if let ([first, ..], []) = (uniforms, scalars) {
+        return Err(format!("{} is a uniform, but no scalar arguments were passed (they are what it holds)", first.0));
+    }
+    let mut filled = Vec::new();
+    let mut next = 0;
+    for &(at, handle) in uniforms {
+        let ty = &module.types[handle];
+        let size = ty.inner.try_size(module.to_ctx()).unwrap_or(0);
+        let padded = size.div_ceil(16).max(1) * 16;
+        let described = describe(module, handle);
+        if let Some(&ScalarType::Bytes(len)) = scalars.get(next) {
+            let used = used_bytes(module, handle);
+            if len < used || len > size {
+                return Err(format!(
+                    "{at} is {described} of {size} bytes (its last value ends at byte {used}), but scalar {next} is \
+                     {len} bytes"
+                ));
+            }
+            filled.push(Uniform { size: padded, values: vec![(0, next)] });
+            next += 1;
+            continue;
+        }
+        let mut values = Vec::new();
+        flatten(module, handle, 0, "", &mut values)?;
+        let mut placed = Vec::with_capacity(values.len());
+        for value in values {
+            let field = if value.name.is_empty() { "its value".to_owned() } else { format!("field `{}`", value.name) };
+            let shown = scalar_name(value.scalar);
+            let Some(&scalar) = scalars.get(next) else {
+                return Err(format!("{at} is {described}, but {wanted}: {field} ({shown}) gets no scalar"));
+            };
+            if !scalar.matches(value.scalar) {
+                return Err(format!("{at}: {field} is {shown}, but scalar {next} is {} ({wanted})", scalar.name()));
+            }
+            placed.push((value.offset, next));
+            next += 1;
+        }
+        filled.push(Uniform { size: padded, values: placed });
+    }
+    if next < scalars.len() {
+        let held: Vec<&str> = uniforms.iter().map(|(at, _)| *at).collect();
+        return Err(format!(
+            "{wanted}, but the uniforms hold {next} value{}: {} (scalar {next} has no place)",
+            plural(next),
+            held.join(", ")
+        ));
+    }
+    Ok(filled)
+}
+
+/// A scalar type as WGSL names it.
+fn scalar_name(scalar: naga::Scalar) -> String {
+    let kind = match scalar.kind {
+        naga::ScalarKind::Uint => "u",
+        naga::ScalarKind::Sint => "i",
+        naga::ScalarKind::Float => "f",
+        naga::ScalarKind::Bool => return "bool".to_owned(),
+        _ => "abstract ",
+    };
+    format!("{kind}{}", 8 * u32::from(scalar.width))
+}
+
+/// "a struct of 2 fields", "one f32", "a vec4<f32>", for messages.
+fn describe(module: &naga::Module, ty: naga::Handle<naga::Type>) -> String {
+    match &module.types[ty].inner {
+        naga::TypeInner::Struct { members, .. } => {
+            format!("a struct of {} field{}", members.len(), plural(members.len()))
+        }
+        naga::TypeInner::Scalar(_) => format!("one {}", module.types.type_to_string(ty)),
+        _ => format!("a {}", module.types.type_to_string(ty)),
+    }
+}
+
+/// The values of a value of type `ty` at `offset`, in declaration order.
+fn flatten(
+    module: &naga::Module,
+    ty: naga::Handle<naga::Type>,
+    offset: u32,
+    name: &str,
+    values: &mut Vec<Value>,
+) -> Result<(), String> {
+    let part = |suffix: &str| {
+        if name.is_empty() {
+            suffix.trim_start_matches('.').to_owned()
+        } else {
+            format!("{name}{suffix}")
+        }
+    };
+    match &module.types[ty].inner {
+        naga::TypeInner::Scalar(scalar) => values.push(Value { offset, scalar: *scalar, name: name.to_owned() }),
+        naga::TypeInner::Vector { size, scalar } => {
+            for (index, component) in ["x", "y", "z", "w"].iter().take(*size as usize).enumerate() {
+                let at = offset + index as u32 * u32::from(scalar.width);
+                values.push(Value { offset: at, scalar: *scalar, name: part(&format!(".{component}")) });
+            }
+        }
+        naga::TypeInner::Matrix { columns, rows, scalar } => {
+            // A column is aligned as a vector of its rows: 2 rows to twice a
+            // value's width, 3 and 4 to four times.
+            let column = if *rows as u32 == 2 { 2 } else { 4 } * u32::from(scalar.width);
+            for c in 0..*columns as u32 {
+                for r in 0..*rows as u32 {
+                    let at = offset + c * column + r * u32::from(scalar.width);
+                    values.push(Value { offset: at, scalar: *scalar, name: part(&format!("[{c}][{r}]")) });
+                }
+            }
+        }
+        naga::TypeInner::Array { base, size, stride } => {
+            let Ok(naga::proc::IndexableLength::Known(count)) = size.resolve(module.to_ctx()) else {
+                return Err(format!("`{name}` is an array of no fixed length: scalars fill fixed-size values only"));
+            };
+            for index in 0..count {
+                flatten(module, *base, offset + index * stride, &part(&format!("[{index}]")), values)?;
+            }
+        }
+        naga::TypeInner::Struct { members, .. } => {
+            for member in members {
+                let field = member.name.as_deref().unwrap_or("(unnamed)");
+                flatten(module, member.ty, offset + member.offset, &part(&format!(".{field}")), values)?;
+            }
+        }
+        _ => {
+            return Err(format!(
+                "`{name}` is {}: a uniform filled from scalars holds numbers, vectors, matrices, arrays and structs",
+                module.types.type_to_string(ty)
+            ))
+        }
+    }
+    Ok(())
+}
+
+/// Where the last value of a `ty` ends: the fewest bytes of a struct passed whole.
+fn used_bytes(module: &naga::Module, ty: naga::Handle<naga::Type>) -> u32 {
+    let mut values = Vec::new();
+    match flatten(module, ty, 0, "", &mut values) {
+        Ok(()) => values.iter().map(|value| value.offset + u32::from(value.scalar.width)).max().unwrap_or(0),
+        Err(_) => module.types[ty].inner.try_size(module.to_ctx()).unwrap_or(0),
+    }
+}
