@@ -60,7 +60,7 @@ fn size_of(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
-const TESTS: [&str; 8] = [
+const TESTS: [&str; 9] = [
     "conformance",
     "cuda_backend",
     "cuda_device_lost",
@@ -69,6 +69,7 @@ const TESTS: [&str; 8] = [
     "devices",
     "process_group",
     "wgpu_backend",
+    "wgsl_layouts",
 ];
 const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
 
@@ -103,7 +104,8 @@ pub fn bundle(out: Option<PathBuf>) -> Result {
         std::fs::copy(kernels.join(file), out.join("cuda").join(file))
             .map_err(|e| format!("cannot copy {file}: {e}"))?;
     }
-    std::fs::write(out.join("run.sh"), RUN).map_err(|e| format!("cannot write run.sh: {e}"))?;
+    let script = RUN.replace("@TESTS@", &TESTS.join(" "));
+    std::fs::write(out.join("run.sh"), script).map_err(|e| format!("cannot write run.sh: {e}"))?;
     eprintln!("xtask: bundle in {}", out.display());
     Ok(())
 }
@@ -154,7 +156,7 @@ if [ -x "$nvcc" ]; then
       "$nvcc" -I. -cubin -arch=$other kernels.cu -o ../modules/kernels_other_arch.cubin ) &&
         export WEIR_CUDA_MODULES="$PWD/modules" || echo "nvcc could not build the users' kernels"
 fi
-for test in conformance cuda_backend cuda_device_lost cuda_kernels device_group devices process_group wgpu_backend; do
+for test in @TESTS@; do
     echo "== $test"
     ./"$test" "$@" > "$test.log" 2>&1 || status=1
     # Failures, skips and the totals; the whole output stays in $test.log.

@@ -106,7 +106,8 @@ fn java_modules(lib: &Path) -> Result<String> {
 }
 
 /// Unpacks the bundle, then runs the suites as `mvn verify` does: everything
-/// but `HeapTest`, then `HeapTest` in a JVM of its own at `-Xmx128m`; then,
+/// but the heap tests (Kotlin's and Java's), then those in a JVM of their
+/// own at `-Xmx128m`; then,
 /// with `WEIR_BENCH_BACKEND` set, the bench as `cargo xtask bench --kotlin`
 /// runs it (the Rust baselines first, on the same backend), and with
 /// `WEIR_DEMO_BACKEND` set, the demo as `cargo xtask demo --kotlin` runs it.
@@ -125,9 +126,9 @@ launcher="org.junit.platform.console.ConsoleLauncher execute --disable-banner --
 status=0
 echo "== suites (backends: $WEIR_TEST_BACKENDS; required: ${WEIR_REQUIRE_BACKENDS:-none})"
 "$java" -ea -cp 'kotlin/lib/*' $launcher --scan-class-path kotlin/lib/weir-tests.jar \
-    --exclude-classname '^dev\.weir\.HeapTest$' --reports-dir reports/suites "$@" || status=1
+    --exclude-classname '.*HeapTest$' --reports-dir reports/suites "$@" || status=1
 echo "== bounded heap (-Xmx128m)"
-"$java" -ea -Xmx128m -cp 'kotlin/lib/*' $launcher --select-class dev.weir.HeapTest \
+"$java" -ea -Xmx128m -cp 'kotlin/lib/*' $launcher --select-class dev.weir.HeapTest --select-class dev.weir.java.JavaHeapTest \
     --reports-dir reports/heap "$@" || status=1
 if [ -n "${WEIR_BENCH_BACKEND:-}" ]; then
     echo "== bench (backend: $WEIR_BENCH_BACKEND)"

@@ -437,4 +437,39 @@ class JavaApiTest {
             runtime.shutdown();
         }
     }
+    /**
+     * A CUDA module nvcc built, loaded from its file (`WEIR_CUDA_MODULES`,
+     * see ModuleFileTest): the C++ template `weir_test::affine<float>` with
+     * a struct by value, a {@code double} and a {@code size_t} (a Java
+     * {@code long}: CUDA checks widths). Skipped by name without CUDA.
+     */
+    @Test
+    void aKernelFromAModuleFileRunsWithSixtyFourBitScalars() throws Exception {
+        try (WeirRuntime runtime = Backends.open("cuda")) {
+            String dir = System.getenv("WEIR_CUDA_MODULES");
+            org.junit.jupiter.api.Assumptions.assumeTrue(dir != null,
+                    "cuda modules: skipped (WEIR_CUDA_MODULES names no folder of nvcc's output)");
+            byte[] image = java.nio.file.Files.readAllBytes(java.nio.file.Path.of(dir, "kernels.cubin"));
+            byte[] affine = java.nio.ByteBuffer.allocate(16).order(java.nio.ByteOrder.LITTLE_ENDIAN)
+                    .putDouble(2.0).putFloat(-0.5f).putInt(1).array();
+            int n = 512;
+            float[] xs = new float[n];
+            float[] want = new float[n];
+            for (int i = 0; i < n; i++) {
+                xs[i] = i;
+                want[i] = (float) (2.0 * i - 0.5 + 1 * 0.25);
+            }
+            WeirStream stream = runtime.defaultStream();
+            Buffer x = Weir.upload(stream, xs);
+            Buffer y = Weir.upload(stream, new float[n]);
+            KernelModule module = new KernelModule(image, "weir_test::affine<float>");
+            try (Kernel kernel = Kernel.Companion.custom("affine", null, null, null, null, module, null)) {
+                WeirBlocking.executeAndWait(runtime.newStream(), kernel, WeirJava.linearGrid(n, 128),
+                        List.of(Weir.reads(x), Weir.writes(y), Weir.structArg(affine), Weir.scalar(0.25),
+                                Weir.scalar((long) n)));
+            }
+            assertArrayEquals(want, WeirBlocking.readFloats(stream, y));
+            runtime.shutdown();
+        }
+    }
 }
