@@ -74,6 +74,26 @@ impl RuntimeBuilder {
         self
     }
 
+    /// On wgpu, the graphics APIs whose adapters are tried, a comma list as
+    /// wgpu names them (`vulkan`, `metal`, `dx12`, `gl`); default the
+    /// primary ones, never GL, so a machine without Vulkan does not silently
+    /// run on a GL emulation. A list naming none is
+    /// [`Error::Unavailable`](crate::Error::Unavailable) when opened. Other
+    /// backends ignore it.
+    pub fn wgpu_backends(mut self, list: impl Into<String>) -> Self {
+        self.options.adapters.backends = Some(list.into());
+        self
+    }
+
+    /// On wgpu, only adapters whose name contains `name` (in any case):
+    /// [`device`](Self::device) then counts among those. None matching is
+    /// [`Error::Unavailable`](crate::Error::Unavailable) naming the APIs
+    /// tried. Other backends ignore it.
+    pub fn adapter_named(mut self, name: impl Into<String>) -> Self {
+        self.options.adapters.name = Some(name.into().to_ascii_lowercase());
+        self
+    }
+
     /// The most work the runtime holds queued on the host (default
     /// [`QueueLimit::DEFAULT`]): ops admitted and not yet run or handed to
     /// the driver, and the host bytes they hold. At the limit, admission on a

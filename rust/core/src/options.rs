@@ -52,6 +52,18 @@ impl Default for QueueLimit {
     }
 }
 
+/// Which wgpu adapters a runtime chooses among (see
+/// [`RuntimeBuilder::wgpu_backends`](crate::RuntimeBuilder::wgpu_backends)
+/// and [`RuntimeBuilder::adapter_named`](crate::RuntimeBuilder::adapter_named)).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct AdapterChoice {
+    /// The graphics APIs to try, as wgpu names them (`vulkan,gl`); `None`:
+    /// the primary ones (Vulkan, Metal, DX12), never GL.
+    pub(crate) backends: Option<String>,
+    /// Only adapters whose name contains this, compared in lower case.
+    pub(crate) name: Option<String>,
+}
+
 /// A deliberate scheduler bug, for tests that prove the suite catches it.
 #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -74,6 +86,8 @@ pub(crate) struct RuntimeOptions {
     pub(crate) own_device: bool,
     /// The most work queued on the host before admission waits.
     pub(crate) queue_limit: QueueLimit,
+    /// wgpu: which adapters `device` counts among.
+    pub(crate) adapters: AdapterChoice,
     /// A deliberate scheduler bug (tests that prove the suite catches it).
     #[cfg(feature = "test-support")]
     pub(crate) fault: Option<Fault>,
@@ -87,6 +101,7 @@ impl Default for RuntimeOptions {
             wake: None,
             own_device: false,
             queue_limit: QueueLimit::DEFAULT,
+            adapters: AdapterChoice::default(),
             #[cfg(feature = "test-support")]
             fault: None,
         }

@@ -36,6 +36,7 @@
 
 mod array_copy;
 mod batch;
+mod blas;
 mod buffer;
 mod bulk;
 mod cancel;
@@ -56,6 +57,7 @@ pub use array_copy::{
     Java_dev_weir_NativeCopy_stageFloats, Java_dev_weir_NativeCopy_stageInts, Java_dev_weir_NativeCopy_toBytes,
     Java_dev_weir_NativeCopy_toDirect, Java_dev_weir_NativeCopy_toFloats, Java_dev_weir_NativeCopy_toInts,
 };
+pub use blas::{Blas, Gemm};
 pub use buffer::Buffer;
 pub use bulk::{HostBytes, PendingRead};
 pub use cancel::CancelToken;

@@ -410,6 +410,14 @@ pub struct RuntimeOptions {
     /// backends ignore it.
     #[uniffi(default = None)]
     pub wake: Option<GpuWake>,
+    /// On wgpu, the graphics APIs whose adapters are tried, a comma list
+    /// (`vulkan`, `metal`, `dx12`, `gl`; none: the primary ones, never GL).
+    #[uniffi(default = None)]
+    pub wgpu_backends: Option<String>,
+    /// On wgpu, only adapters whose name contains this (in any case);
+    /// `device` then counts among those.
+    #[uniffi(default = None)]
+    pub adapter_named: Option<String>,
 }
 
 /// Where a CUDA or HIP runtime completes fences and reads.
@@ -442,6 +450,12 @@ impl RuntimeOptions {
         }
         if let Some(wake) = self.wake {
             builder = builder.wake(wake.into());
+        }
+        if let Some(list) = &self.wgpu_backends {
+            builder = builder.wgpu_backends(list.clone());
+        }
+        if let Some(name) = &self.adapter_named {
+            builder = builder.adapter_named(name.clone());
         }
         Ok(builder)
     }

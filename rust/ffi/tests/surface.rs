@@ -572,6 +572,8 @@ fn a_full_queue_refuses_a_non_waiting_admission_and_room_resolves_once_it_drains
         spin_micros: None,
         own_device: false,
         wake: None,
+        wgpu_backends: None,
+        adapter_named: None,
     };
     let runtime = WeirRuntime::open_with(Backend::Cpu, options).unwrap();
     let stream = runtime.new_stream().unwrap();
@@ -608,6 +610,8 @@ fn a_queue_limit_of_nothing_is_an_invalid_argument() {
         spin_micros: Some(0),
         own_device: false,
         wake: Some(weir_ffi::GpuWake::Callback),
+        wgpu_backends: None,
+        adapter_named: None,
     };
     assert!(matches!(WeirRuntime::open_with(Backend::Cpu, options), Err(WeirError::InvalidArgument { .. })));
 }
@@ -658,6 +662,19 @@ fn a_precompiled_module_is_refused_where_its_backend_is_not() {
             assert!(description.contains("module_only"), "{description}")
         }
         other => panic!("a CUDA module ran on the CPU: {other:?}"),
+    }
+    runtime.shutdown().unwrap();
+}
+
+#[test]
+fn cublas_on_a_runtime_without_it_is_refused_as_unsupported() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    match weir_ffi::Blas::new(runtime.clone()) {
+        Err(WeirError::Unsupported { backend, description }) => {
+            assert_eq!(backend, weir_ffi::BackendKind::Cpu);
+            assert!(description.contains("cuBLAS"), "{description}");
+        }
+        other => panic!("a CPU runtime made a cuBLAS handle: {other:?}"),
     }
     runtime.shutdown().unwrap();
 }

@@ -88,11 +88,9 @@ struct Raw {
 }
 
 impl Raw {
-    /// The adapter Weir chose, opened again by hand.
+    /// The adapter Weir chose (on its default backends), opened again by hand.
     fn open(weir_name: &str) -> Raw {
-        let backends = std::env::var("WEIR_WGPU_BACKENDS")
-            .map(|list| wgpu::Backends::from_comma_list(&list))
-            .unwrap_or(wgpu::Backends::PRIMARY);
+        let backends = wgpu::Backends::PRIMARY;
         let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
         descriptor.backends = backends;
         let instance = wgpu::Instance::new(descriptor);

@@ -1,7 +1,7 @@
 //! NCCL, loaded at run time: the few calls a group's collectives make.
 //!
-//! The library is found as `WEIR_NCCL_LIBRARY` names it, else as
-//! `libnccl.so.2`, then `libnccl.so`, on the loader's path; missing, every
+//! The library is found as `libnccl.so.2`, then `libnccl.so`, on the
+//! loader's path, as the CUDA driver, NVRTC and cuBLAS are; missing, every
 //! collective is `Unavailable` saying so, and nothing else changes. One
 //! communicator per group: `ncclCommInitAll` over the members' device
 //! ordinals, one rank per member, made at the group's first collective.
@@ -25,8 +25,6 @@ use crate::error::{Error, Result};
 
 const NAME: BackendKind = BackendKind::Cuda;
 
-/// Where the library is, when not on the loader's path.
-pub(crate) const LIBRARY_VARIABLE: &str = "WEIR_NCCL_LIBRARY";
 const LIBRARY_NAMES: [&str; 2] = ["libnccl.so.2", "libnccl.so"];
 
 type NcclResult = c_int;
@@ -67,12 +65,7 @@ fn nccl() -> Result<&'static Nccl> {
 }
 
 fn load() -> std::result::Result<Nccl, String> {
-    let named = std::env::var(LIBRARY_VARIABLE).ok().filter(|path| !path.trim().is_empty());
-    let candidates: Vec<String> = match &named {
-        Some(path) => vec![path.clone()],
-        None => LIBRARY_NAMES.iter().map(|name| (*name).to_owned()).collect(),
-    };
-    load_from(&candidates)
+    load_from(&LIBRARY_NAMES.map(str::to_owned))
 }
 
 /// The first of `candidates` (paths or names for the loader) that loads as NCCL 2.
@@ -91,8 +84,8 @@ fn load_from(candidates: &[String]) -> std::result::Result<Nccl, String> {
     });
     let Some(library) = library else {
         return Err(format!(
-            "NCCL, which CUDA collectives run on, could not be loaded ({}); install NCCL 2 or name its \
-             libnccl.so.2 in {LIBRARY_VARIABLE}",
+            "NCCL, which CUDA collectives run on, could not be loaded ({}); install NCCL 2, or put the \
+             folder of its libnccl.so.2 on the loader's path (LD_LIBRARY_PATH)",
             tried.join("; ")
         ));
     };
@@ -342,10 +335,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_missing_library_says_what_was_tried_and_how_to_name_it() {
+    fn a_missing_library_says_what_was_tried_and_where_to_put_it() {
         let missing = "/nonexistent/libnccl.so.2".to_owned();
         let Err(reason) = load_from(std::slice::from_ref(&missing)) else { panic!("a missing path loaded") };
-        assert!(reason.contains(&missing) && reason.contains(LIBRARY_VARIABLE), "{reason}");
+        assert!(reason.contains(&missing) && reason.contains("LD_LIBRARY_PATH"), "{reason}");
     }
 
     #[test]

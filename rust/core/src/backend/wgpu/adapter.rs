@@ -1,12 +1,13 @@
 //! Choosing the adapter and opening the device.
 //!
-//! `WEIR_WGPU_BACKENDS` (a comma list: `vulkan`, `metal`, `dx12`, `gl`) picks
-//! the wgpu backends to try; without it the primary ones (Vulkan, Metal,
-//! DX12) are tried, never GL, so a machine without Vulkan does not silently
-//! run on a GL emulation. `WEIR_WGPU_ADAPTER` keeps only adapters whose name
-//! contains the given text. Among the rest a discrete GPU wins, then an
-//! integrated one, then virtual, then software: that order numbers the
-//! adapters for `Runtime::open_device` and the listing (`weir_core::devices`).
+//! A runtime's [`AdapterChoice`] (its builder's `wgpu_backends` and
+//! `adapter_named`) picks the wgpu backends to try, by default the primary
+//! ones (Vulkan, Metal, DX12), never GL, so a machine without Vulkan does not
+//! silently run on a GL emulation, and may keep only adapters whose name
+//! contains a text. Among the rest a discrete GPU wins, then an integrated
+//! one, then virtual, then software: that order numbers the adapters for the
+//! builder's `device` and the listing (`weir_core::devices`, which takes the
+//! default choice).
 
 use std::sync::{Arc, Mutex};
 
@@ -15,11 +16,7 @@ use super::scope::{ready, BACKEND};
 use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
 use crate::lock::lock;
-
-/// The environment variable naming the wgpu backends to try.
-pub const BACKENDS_VAR: &str = "WEIR_WGPU_BACKENDS";
-/// The environment variable filtering adapters by name.
-pub const ADAPTER_VAR: &str = "WEIR_WGPU_ADAPTER";
+use crate::options::AdapterChoice;
 
 /// An opened device with what was learnt choosing it.
 #[derive(Clone)]
@@ -49,20 +46,20 @@ fn backend_names(backends: wgpu::Backends) -> String {
     names.join(", ")
 }
 
-/// The backends to try: the override if set, else the primary ones.
-fn wanted_backends() -> Result<wgpu::Backends> {
-    match std::env::var(BACKENDS_VAR) {
-        Ok(list) => {
-            let backends = wgpu::Backends::from_comma_list(&list);
+/// The backends `choice` tries: those it names, else the primary ones.
+fn wanted_backends(choice: &AdapterChoice) -> Result<wgpu::Backends> {
+    match &choice.backends {
+        Some(list) => {
+            let backends = wgpu::Backends::from_comma_list(list);
             if backends.is_empty() {
                 return Err(Error::unavailable(
                     BACKEND,
-                    format!("{BACKENDS_VAR}={list:?} names no wgpu backend (try vulkan, metal, dx12 or gl)"),
+                    format!("wgpu backends {list:?} name none (try vulkan, metal, dx12 or gl)"),
                 ));
             }
             Ok(backends)
         }
-        Err(_) => Ok(wgpu::Backends::PRIMARY),
+        None => Ok(wgpu::Backends::PRIMARY),
     }
 }
 
@@ -76,7 +73,7 @@ fn preference(kind: wgpu::DeviceType) -> u8 {
     }
 }
 
-/// The adapters `WEIR_WGPU_ADAPTER` keeps of those on `backends`, best first:
+/// The adapters the name filter keeps of those on `backends`, best first:
 /// an adapter's place here is its device index.
 fn candidates(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter: &Option<String>) -> Vec<wgpu::Adapter> {
     let mut adapters: Vec<wgpu::Adapter> = ready(instance.enumerate_adapters(backends))
@@ -123,23 +120,22 @@ impl Adapters {
         }
         let mut descriptor = wgpu::InstanceDescriptor::new_without_display_handle();
         descriptor.backends = backends;
-        descriptor.flags = wgpu::InstanceFlags::empty().with_env();
+        // No debug or validation layers, and none switched on by wgpu's own
+        // environment variables: a runtime is configured by its builder only.
+        descriptor.flags = wgpu::InstanceFlags::empty();
         let instance = wgpu::Instance::new(descriptor);
         self.instances.push((backends, instance.clone()));
         instance
     }
 }
 
-fn name_filter() -> Option<String> {
-    std::env::var(ADAPTER_VAR).ok().map(|name| name.to_ascii_lowercase())
-}
-
 /// Every adapter the selection rules keep, best first, described as its
 /// device would be once opened; none where wgpu finds none (or the
 /// environment names no backend: opening says why). Creates no device.
 pub(crate) fn list() -> Vec<DeviceInfo> {
-    let Ok(backends) = wanted_backends() else { return Vec::new() };
-    let name_filter = name_filter();
+    let choice = AdapterChoice::default();
+    let Ok(backends) = wanted_backends(&choice) else { return Vec::new() };
+    let name_filter = choice.name;
     let mut adapters = lock(&ADAPTERS);
     let instance = adapters.instance(backends);
     candidates(&instance, backends, &name_filter)
@@ -149,12 +145,12 @@ pub(crate) fn list() -> Vec<DeviceInfo> {
         .collect()
 }
 
-/// The device of adapter `index` (0: the preferred one) for these backends
-/// and name filter, opened once per process (see [`Adapters`]); with `own`,
-/// a new device (and queue) for the caller alone.
-pub(crate) fn open(index: usize, own: bool) -> Result<Opened> {
-    let backends = wanted_backends()?;
-    let name_filter = name_filter();
+/// The device of adapter `index` (0: the preferred one) of those `choice`
+/// keeps, opened once per process (see [`Adapters`]); with `own`, a new
+/// device (and queue) for the caller alone.
+pub(crate) fn open(choice: &AdapterChoice, index: usize, own: bool) -> Result<Opened> {
+    let backends = wanted_backends(choice)?;
+    let name_filter = choice.name.clone();
     let mut adapters = lock(&ADAPTERS);
     if own {
         let instance = adapters.instance(backends);

@@ -10,6 +10,7 @@ use super::pipelines::PipelineCache;
 use super::slabs::Slabs;
 use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::error::Result;
+use crate::options::AdapterChoice;
 
 pub(crate) struct Gpu {
     pub device: wgpu::Device,
@@ -70,10 +71,10 @@ pub(crate) fn describe(adapter: &wgpu::AdapterInfo, limits: &wgpu::Limits, index
 }
 
 impl Gpu {
-    /// Opens adapter `index` (see `adapter`): the device every runtime on
-    /// it shares, or with `own` one of its own.
-    pub fn open(index: usize, own: bool) -> Result<Gpu> {
-        let opened = adapter::open(index, own)?;
+    /// Opens adapter `index` of those `choice` keeps (see `adapter`): the
+    /// device every runtime on it shares, or with `own` one of its own.
+    pub fn open(choice: &AdapterChoice, index: usize, own: bool) -> Result<Gpu> {
+        let opened = adapter::open(choice, index, own)?;
         let info = opened.info.clone();
         let immediate_bytes =
             if opened.features.contains(wgpu::Features::IMMEDIATES) { opened.limits.max_immediate_size } else { 0 };

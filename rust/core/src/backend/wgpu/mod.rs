@@ -1,8 +1,8 @@
 //! The wgpu backend: WGSL kernels on one device queue, fences from
 //! `Queue::on_submitted_work_done`.
 //!
-//! - **Adapter**: a discrete GPU first; `WEIR_WGPU_BACKENDS` and
-//!   `WEIR_WGPU_ADAPTER` override the choice ([`adapter`]). No adapter is
+//! - **Adapter**: a discrete GPU first; the builder's `wgpu_backends` and
+//!   `adapter_named` narrow the choice ([`adapter`]). No adapter is
 //!   [`Error::Unavailable`] naming the backends tried.
 //! - **Streams** are logical lanes on the one queue ([`lanes`]): cross-stream
 //!   order is submission order; an event wait that is already satisfied costs
@@ -55,8 +55,6 @@ use std::sync::{Arc, Weak};
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
 pub(crate) use adapter::list;
-#[cfg(feature = "test-support")]
-pub use adapter::{ADAPTER_VAR, BACKENDS_VAR};
 use device::Gpu;
 use encode::{encode, Encoded};
 use lanes::{Item, LaneId, Mark, Shared};
@@ -132,7 +130,7 @@ impl WgpuBackend {
 
     /// Opens adapter `options.device` as `options` say.
     pub(crate) fn open_with(options: &RuntimeOptions) -> Result<WgpuBackend> {
-        let gpu = Gpu::open(options.device, options.own_device)?;
+        let gpu = Gpu::open(&options.adapters, options.device, options.own_device)?;
         let poller = Poller::spawn(gpu.device.clone(), options.spin)?;
         let shared = Shared::new(gpu, poller.state().clone());
         Ok(WgpuBackend { shared, _poller: poller })

@@ -52,4 +52,23 @@ class DevicesTest {
         assertThrows<WeirException.Unavailable> { WeirRuntime.openDevice(Backend.WGPU, wgpu.toUInt()) }
         assertThrows<WeirException.InvalidArgument> { WeirRuntime.openDevice(Backend.AUTO, 1u) }
     }
+
+    @Test
+    fun `the wgpu adapter choice reaches the runtime as options`() {
+        val missing = assertThrows<WeirException.Unavailable> {
+            WeirRuntime.openWith(Backend.WGPU, RuntimeOptions(adapterNamed = "No Adapter Has This Name"))
+        }
+        assertTrue(missing.message!!.contains("no adapter has this name"), missing.message)
+        val none = assertThrows<WeirException.Unavailable> {
+            WeirRuntime.openWith(Backend.WGPU, RuntimeOptions(wgpuBackends = "glide"))
+        }
+        assertTrue(none.message!!.contains("name none"), none.message)
+        // The listed adapter, named by part of its name, opens as device 0 of those it keeps.
+        val listed = devices().firstOrNull { it.backend == Backend.WGPU } ?: return
+        val part = listed.name.take(5).uppercase()
+        WeirRuntime.openWith(Backend.WGPU, RuntimeOptions(adapterNamed = part)).use { rt ->
+            assertTrue(rt.info().name.uppercase().contains(part), rt.info().name)
+            rt.shutdown()
+        }
+    }
 }
