@@ -22,28 +22,19 @@
 //! does a JVM that cannot lend the elements; the binding then copies the
 //! generated way, which raises the error if there is one.
 
-use std::ffi::c_void;
 use std::sync::Arc;
+
+use jni_sys::{jarray, jclass, jobject, JNI_ABORT};
 
 use crate::bulk::HostBytes;
 use crate::encoded::borrowed;
 use crate::stream::WeirStream;
 
-/// A `JNIEnv*`: a pointer to the JVM's table of JNI functions.
-type Env = *mut *const *const c_void;
-
-/// Indices into the JNI function table (fixed by the JNI specification).
-const GET_ARRAY_LENGTH: usize = 171;
-const GET_PRIMITIVE_ARRAY_CRITICAL: usize = 222;
-const RELEASE_PRIMITIVE_ARRAY_CRITICAL: usize = 223;
-const GET_DIRECT_BUFFER_ADDRESS: usize = 230;
-const GET_DIRECT_BUFFER_CAPACITY: usize = 231;
-
-type GetArrayLength = unsafe extern "system" fn(Env, *mut c_void) -> i32;
-type GetPrimitiveArrayCritical = unsafe extern "system" fn(Env, *mut c_void, *mut u8) -> *mut c_void;
-type ReleasePrimitiveArrayCritical = unsafe extern "system" fn(Env, *mut c_void, *mut c_void, i32);
-type GetDirectBufferAddress = unsafe extern "system" fn(Env, *mut c_void) -> *mut c_void;
-type GetDirectBufferCapacity = unsafe extern "system" fn(Env, *mut c_void) -> i64;
+/// A `JNIEnv*`: the calling thread's pointer to the JVM's table of JNI
+/// functions, typed as the JNI specification lays it out (`jni-sys`). The
+/// table's parts are read by the JNI version that added each function (1.1,
+/// 1.2, 1.4): every JVM the Kotlin bindings run on (Java 17) has them all.
+type Env = *mut jni_sys::JNIEnv;
 
 /// Bytes copied per critical section: a few milliseconds of copying.
 const SLICE_BYTES: usize = 32 << 20;
@@ -53,19 +44,6 @@ const COPY_THREADS: usize = 4;
 
 /// Bytes per copying thread at least: below it, a thread costs more than it saves.
 const BYTES_PER_THREAD: usize = 4 << 20;
-
-/// The JNI function at `index` of `env`'s table, as an `F`.
-///
-/// # Safety
-///
-/// `env` is the calling thread's live `JNIEnv`, and `F` is the type of the
-/// function the JNI specification puts at `index`.
-unsafe fn function<F: Copy>(env: Env, index: usize) -> F {
-    debug_assert_eq!(size_of::<F>(), size_of::<*const c_void>());
-    // SAFETY: `*env` is the JVM's function table, which holds a function
-    // pointer at every index below its length; `F` is that function's type.
-    unsafe { std::mem::transmute_copy(&*(*env).add(index)) }
-}
 
 /// `host`'s bytes `host_offset..host_offset + len`, when they exist.
 fn source(host: &HostBytes, host_offset: i64, len: usize) -> Option<&[u8]> {
@@ -85,7 +63,7 @@ unsafe fn to_array<const WIDTH: usize>(
     env: Env,
     host: i64,
     host_offset: i64,
-    array: *mut c_void,
+    array: jarray,
     at: i32,
     count: i32,
 ) -> u8 {
@@ -112,7 +90,7 @@ unsafe fn to_array<const WIDTH: usize>(
 /// `env` is the calling thread's `JNIEnv`, `array` a live local reference to
 /// a Java primitive array of `WIDTH`-byte elements, and `stream` a live
 /// UniFFI handle of a [`WeirStream`] that the caller keeps alive for the call.
-unsafe fn stage_array<const WIDTH: usize>(env: Env, stream: i64, array: *mut c_void, at: i32, count: i32) -> i64 {
+unsafe fn stage_array<const WIDTH: usize>(env: Env, stream: i64, array: jarray, at: i32, count: i32) -> i64 {
     // SAFETY: the caller passes a live handle and keeps it for the call.
     let stream = unsafe { borrowed::<WeirStream>(stream) };
     // SAFETY: as this function's own contract.
@@ -144,23 +122,21 @@ unsafe fn stage_array<const WIDTH: usize>(env: Env, stream: i64, array: *mut c_v
 /// to a Java primitive array of `WIDTH`-byte elements.
 unsafe fn array_range<const WIDTH: usize>(
     env: Env,
-    array: *mut c_void,
+    array: jarray,
     at: i32,
     count: i32,
 ) -> Option<std::ops::Range<usize>> {
-    // SAFETY: the function the specification puts at its index.
-    let length = unsafe { function::<GetArrayLength>(env, GET_ARRAY_LENGTH) };
-    // SAFETY: `array` is a live reference to an array (the caller's promise).
-    let elements = usize::try_from(unsafe { length(env, array) }).ok()?;
+    // SAFETY: `env` is the thread's live `JNIEnv` (of JNI 1.1 or later) and
+    // `array` a live reference to an array (the caller's promise).
+    let elements = usize::try_from(unsafe { ((**env).v1_1.GetArrayLength)(env, array) }).ok()?;
     let (at, count) = (usize::try_from(at).ok()?, usize::try_from(count).ok()?);
     let end = at.checked_add(count).filter(|&end| end <= elements)?;
     Some(at * WIDTH..end * WIDTH)
 }
 
-/// Release mode 0: written back if the JVM lent a copy, then released.
+/// Release mode 0: written back if the JVM lent a copy, then released
+/// (`JNI_ABORT`: released without writing back, nothing changed).
 const JNI_COMMIT_AND_FREE: i32 = 0;
-/// Release mode `JNI_ABORT`: released without writing back (nothing changed).
-const JNI_ABORT: i32 = 2;
 
 /// Runs `copy` over `range` (bytes of `array`) in slices of at most
 /// [`SLICE_BYTES`], each with the array's elements held in place (the
@@ -175,18 +151,15 @@ const JNI_ABORT: i32 = 2;
 /// requires; `mode` says whether the array was written.
 unsafe fn with_elements(
     env: Env,
-    array: *mut c_void,
+    array: jarray,
     range: std::ops::Range<usize>,
     mode: i32,
     mut copy: impl FnMut(*mut u8, std::ops::Range<usize>),
 ) -> bool {
-    // SAFETY: each is the function the specification puts at its index.
-    let (get, release) = unsafe {
-        (
-            function::<GetPrimitiveArrayCritical>(env, GET_PRIMITIVE_ARRAY_CRITICAL),
-            function::<ReleasePrimitiveArrayCritical>(env, RELEASE_PRIMITIVE_ARRAY_CRITICAL),
-        )
-    };
+    // SAFETY: `env` is the thread's live `JNIEnv` (the caller's promise), of
+    // JNI 1.2 or later (see `Env`).
+    let (get, release) =
+        unsafe { ((**env).v1_2.GetPrimitiveArrayCritical, (**env).v1_2.ReleasePrimitiveArrayCritical) };
     let mut start = range.start;
     while start < range.end {
         let end = range.end.min(start + SLICE_BYTES);
@@ -252,10 +225,10 @@ macro_rules! to_array_entry {
         #[no_mangle]
         pub unsafe extern "system" fn $entry(
             env: Env,
-            _class: *mut c_void,
+            _class: jclass,
             host: i64,
             host_offset: i64,
-            array: *mut c_void,
+            array: jarray,
             at: i32,
             count: i32,
         ) -> u8 {
@@ -283,7 +256,7 @@ macro_rules! stage_array_entry {
         #[doc = concat!("is a `", $java, "`, with `stream` a live UniFFI handle of a")]
         /// [`WeirStream`] the caller keeps alive for the call.
         #[no_mangle]
-        pub unsafe extern "system" fn $entry(env: Env, _class: *mut c_void, stream: i64, array: *mut c_void, at: i32, count: i32) -> i64 {
+        pub unsafe extern "system" fn $entry(env: Env, _class: jclass, stream: i64, array: jarray, at: i32, count: i32) -> i64 {
             // SAFETY: the JVM passes an array of this width's elements (the
             // method's declared type), and the caller keeps `stream` alive.
             unsafe { stage_array::<$width>(env, stream, array, at, count) }
@@ -310,22 +283,20 @@ stage_array_entry! {
 #[no_mangle]
 pub unsafe extern "system" fn Java_dev_weir_NativeCopy_toDirect(
     env: Env,
-    _class: *mut c_void,
+    _class: jclass,
     host: i64,
     host_offset: i64,
-    buffer: *mut c_void,
+    buffer: jobject,
     at: i32,
     len: i32,
 ) -> u8 {
     // SAFETY: the caller passes a live handle and keeps it for the call.
     let host = unsafe { borrowed::<HostBytes>(host) };
-    // SAFETY: each is the function the specification puts at its index,
-    // given a live reference; either answers null / -1 for a buffer that is
+    // SAFETY: the thread's live `JNIEnv` (JNI 1.4 or later, see `Env`) and a
+    // live reference; either call answers null / -1 for a buffer that is
     // not direct.
     let (address, capacity) = unsafe {
-        let address = function::<GetDirectBufferAddress>(env, GET_DIRECT_BUFFER_ADDRESS);
-        let capacity = function::<GetDirectBufferCapacity>(env, GET_DIRECT_BUFFER_CAPACITY);
-        (address(env, buffer), capacity(env, buffer))
+        (((**env).v1_4.GetDirectBufferAddress)(env, buffer), ((**env).v1_4.GetDirectBufferCapacity)(env, buffer))
     };
     let (Ok(at), Ok(len), Ok(capacity)) = (usize::try_from(at), usize::try_from(len), usize::try_from(capacity)) else {
         return 0;

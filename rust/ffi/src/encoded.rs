@@ -18,7 +18,6 @@
 //! nothing, and the binding makes the call the generated way. Swift needs none of this: it passes a
 //! `RustBuffer` as a plain C struct.
 
-use std::ffi::c_void;
 use std::panic::AssertUnwindSafe;
 
 use crate::batch::{Reader, OP_EXECUTE};
@@ -116,8 +115,8 @@ pub(crate) unsafe fn borrowed<'a, T>(handle: i64) -> &'a T {
 #[no_mangle]
 #[allow(clippy::too_many_arguments)] // the JNI signature: one handle per parameter
 pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
-    _env: *mut c_void,
-    _class: *mut c_void,
+    _env: *mut jni_sys::JNIEnv,
+    _class: jni_sys::jclass,
     stream: i64,
     kernel: i64,
     encoding: i64,
