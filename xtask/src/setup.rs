@@ -65,6 +65,11 @@ const NEEDS: &[Need] = &[
         present: || on_path("swift") || on_path("debootstrap"),
     },
     Need {
+        packages: &["chromium"],
+        why: "the timeline picture's check in a real headless browser",
+        present: || on_path("chromium"),
+    },
+    Need {
         packages: &["libamdhip64-dev"],
         why: "the HIP backend's build and its tests (hiprtc runs without an AMD GPU)",
         present: || hip_path().is_some(),

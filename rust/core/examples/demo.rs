@@ -27,6 +27,7 @@ use std::sync::mpsc::{channel, Receiver};
 
 use weir_core::{
     Arg, BackendKind, Buffer, ElementType, Fence, Grid, HostBuffer, Kernel, PendingRead, Runtime, ScalarArg, Stream,
+    Timeline, TimelineBar, TimelineWait,
 };
 
 /// Cores the CPU backend needs for the pipeline's targets to measure Weir:
@@ -257,60 +258,26 @@ fn millis(time: Duration) -> f64 {
     time.as_secs_f64() * 1e3
 }
 
-/// The pipelined run as an SVG: one row per stream (upload, compute,
+/// The pipelined run as a timeline: one row per stream (upload, compute,
 /// download), each chunk a bar from when its stage could start to when it
-/// ended, and an arrow for each cross-stream dependency of a chunk (its
+/// ended, and a wait for each cross-stream dependency of a chunk (its
 /// compute after its upload, its download after its compute).
-fn timeline_svg(bars: &[[(Duration, Duration); 3]], device: &str) -> String {
-    const ROWS: [&str; 3] = ["upload stream", "compute stream", "download stream"];
-    const COLOURS: [&str; 3] = ["#4e79a7", "#f28e2b", "#59a14f"];
-    let (left, top, row, width) = (130.0, 40.0, 60.0, 1000.0);
-    let end = bars.iter().flat_map(|chunk| chunk.iter().map(|&(_, to)| millis(to))).fold(0.0_f64, f64::max).max(1e-3);
-    let x = |time: Duration| left + millis(time) / end * width;
-    let y = |stage: usize| top + stage as f64 * row;
-    let mut svg = format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" \
-         font-size=\"12\">\n<text x=\"{left}\" y=\"20\">Weir demo on {}: {} chunks, {end:.2} ms</text>\n\
-         <defs><marker id=\"head\" markerWidth=\"6\" markerHeight=\"6\" refX=\"5\" refY=\"3\" \
-         orient=\"auto\"><path d=\"M0,0 L6,3 L0,6 z\" fill=\"#555\"/></marker></defs>\n",
-        left + width + 20.0,
-        top + 3.0 * row + 30.0,
-        device.replace('&', "&amp;").replace('<', "&lt;"),
-        bars.len()
-    );
-    for (stage, name) in ROWS.iter().enumerate() {
-        svg += &format!("<g class=\"stream\"><text x=\"10\" y=\"{}\">{name}</text>\n", y(stage) + row / 2.0);
-        for (chunk, spans) in bars.iter().enumerate() {
-            let (from, to) = spans[stage];
-            svg += &format!(
-                "<rect class=\"op\" x=\"{:.2}\" y=\"{:.2}\" width=\"{:.2}\" height=\"{:.2}\" fill=\"{}\" \
-                 stroke=\"white\" stroke-width=\"0.5\"><title>chunk {chunk}: {:.3} - {:.3} ms</title></rect>\n",
-                x(from),
-                y(stage) + 8.0,
-                (x(to) - x(from)).max(0.5),
-                row - 16.0,
-                COLOURS[stage],
-                millis(from),
-                millis(to)
-            );
-        }
-        svg += "</g>\n";
-    }
-    for spans in bars {
-        for stage in 1..3 {
-            let (ready, _) = spans[stage];
-            let (_, before) = spans[stage - 1];
-            svg += &format!(
-                "<line class=\"wait\" x1=\"{:.2}\" y1=\"{:.2}\" x2=\"{:.2}\" y2=\"{:.2}\" stroke=\"#555\" \
-                 stroke-width=\"0.6\" marker-end=\"url(#head)\"/>\n",
-                x(before),
-                y(stage - 1) + row - 8.0,
-                x(ready.max(before)),
-                y(stage) + 8.0
-            );
+fn timeline_of(bars: &[[(Duration, Duration); 3]], device: &str) -> Timeline {
+    let mut timeline = Timeline {
+        title: format!("Weir demo on {device}: {} chunks", bars.len()),
+        rows: ["upload stream", "compute stream", "download stream"].map(str::to_owned).to_vec(),
+        ..Timeline::default()
+    };
+    for (chunk, spans) in bars.iter().enumerate() {
+        for (row, &(start, end)) in spans.iter().enumerate() {
+            timeline.bars.push(TimelineBar { row, start, end, label: format!("chunk {chunk}") });
+            if row > 0 {
+                let from = spans[row - 1].1;
+                timeline.waits.push(TimelineWait { from_row: row - 1, from, to_row: row, until: start });
+            }
         }
     }
-    svg + "</svg>\n"
+    timeline
 }
 
 /// Runs of the pipelined and of the one-stream version; the best of each counts.
@@ -407,7 +374,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let picture = std::env::current_dir()?.join("target").join("weir-demo-timeline.svg");
     match std::fs::create_dir_all(picture.parent().unwrap_or(&picture))
-        .and_then(|()| std::fs::write(&picture, timeline_svg(&bars, &runtime.info().name)))
+        .and_then(|()| std::fs::write(&picture, timeline_of(&bars, &runtime.info().name).to_svg()))
     {
         Ok(()) => println!("the timeline as a picture: {}", picture.display()),
         Err(error) => println!("the timeline picture could not be written to {}: {error}", picture.display()),

@@ -137,6 +137,7 @@ mod room;
 mod runtime;
 mod scheduler;
 mod stream;
+mod timeline;
 mod timestamp;
 
 pub use backend::cpu::CpuRawAccess;
@@ -176,4 +177,5 @@ pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;
+pub use timeline::{Timeline, TimelineBar, TimelineWait};
 pub use timestamp::Timestamp;

@@ -51,6 +51,7 @@ mod quick_wait;
 mod records;
 mod runtime;
 mod stream;
+mod timeline;
 mod timestamp;
 
 pub use array_copy::{
@@ -77,6 +78,7 @@ pub use runtime::{devices, WeirRuntime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::WeirStream;
+pub use timeline::{timeline_svg, Timeline, TimelineBar, TimelineWait};
 pub use timestamp::Timestamp;
 
 uniffi::setup_scaffolding!("weir");

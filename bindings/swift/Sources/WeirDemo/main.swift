@@ -272,6 +272,8 @@ func runDemo() async throws -> Bool {
 
     print("timeline of the pipelined run (ms from its start; a stage starts once its input and its stream are free):")
     print("\("chunk".padding(6))\("upload".padding(19))\("compute".padding(19))\("download".padding(19))")
+    var bars: [TimelineBar] = []
+    var crossings: [TimelineWait] = []
     for (i, end) in timeline.enumerated() {
         func before(_ stage: (Ends) -> Duration) -> Duration { i > 0 ? stage(timeline[i - 1]) : .zero }
         func slotFree(_ stage: (Ends) -> Duration) -> Duration { i >= inFlight ? stage(timeline[i - inFlight]) : .zero }
@@ -284,6 +286,25 @@ func runDemo() async throws -> Bool {
         }
         print("\(String(i).padding(6)) \(span(uploadStart, end.upload)) \(span(computeStart, end.compute)) "
             + "\(span(downloadStart, end.download))")
+        let spans = [(uploadStart, end.upload), (computeStart, end.compute), (downloadStart, end.download)]
+        for (row, (start, stop)) in spans.enumerated() {
+            bars.append(TimelineBar(row: UInt32(row), start: seconds(start), end: seconds(stop), label: "chunk \(i)"))
+            if row > 0 {
+                crossings.append(TimelineWait(fromRow: UInt32(row - 1), from: seconds(spans[row - 1].1),
+                                              toRow: UInt32(row), until: seconds(start)))
+            }
+        }
+    }
+    let picture = URL(fileURLWithPath: "target/weir-demo-timeline-swift.svg").standardizedFileURL
+    let svg = timelineSvg(timeline: Timeline(
+        title: "Weir Swift demo on \(info.name): \(options.chunks) chunks",
+        rows: ["upload stream", "compute stream", "download stream"], bars: bars, waits: crossings))
+    do {
+        try FileManager.default.createDirectory(at: picture.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try svg.write(to: picture, atomically: true, encoding: .utf8)
+        print("the timeline as a picture: \(picture.path)")
+    } catch {
+        print("the timeline picture could not be written to \(picture.path): \(error)")
     }
     // On the CPU backend each stage is a thread doing the work itself: with
     // fewer cores than the stages and the feeding thread, the targets measure

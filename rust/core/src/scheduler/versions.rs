@@ -23,7 +23,7 @@ pub(crate) struct History {
 
 impl History {
     /// A history whose latest write is `write` (the seed's bug, test support).
-    #[cfg(feature = "test-support")]
+    #[cfg(any(test, feature = "test-support"))]
     pub fn written_at(write: OpPosition) -> Self {
         History { latest_write: Some(write), outcome: None, reads: Vec::new() }
     }

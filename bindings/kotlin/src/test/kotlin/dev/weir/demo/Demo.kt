@@ -27,6 +27,9 @@ import dev.weir.HostBytes
 import dev.weir.Kernel
 import dev.weir.KernelSource
 import dev.weir.PendingRead
+import dev.weir.Timeline
+import dev.weir.TimelineBar
+import dev.weir.TimelineWait
 import dev.weir.WeirRuntime
 import dev.weir.WeirStream
 import dev.weir.asByteBuffer
@@ -36,6 +39,7 @@ import dev.weir.hostBytes
 import dev.weir.linear
 import dev.weir.reads
 import dev.weir.scalar
+import dev.weir.timelineSvg
 import dev.weir.writeHost
 import dev.weir.writes
 import dev.weir.zeros
@@ -44,6 +48,8 @@ import kotlinx.coroutines.async
 import kotlinx.coroutines.channels.Channel
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.runBlocking
+import java.io.File
+import java.time.Duration
 import kotlin.math.abs
 import kotlin.system.exitProcess
 
@@ -242,6 +248,8 @@ fun main(args: Array<String>) {
             val (oneStream, _) = pipeline.run(s, s, s)
             println("timeline of the pipelined run (ms from its start; a stage starts once its input and its stream are free):")
             println("%6s %18s %18s %18s".format("chunk", "upload", "compute", "download"))
+            val bars = mutableListOf<TimelineBar>()
+            val crossings = mutableListOf<TimelineWait>()
             for ((i, end) in timeline.withIndex()) {
                 val before = { stage: (Ends) -> Long -> if (i > 0) stage(timeline[i - 1]) else 0L }
                 val slotFree = { stage: (Ends) -> Long -> if (i >= inFlight) stage(timeline[i - inFlight]) else 0L }
@@ -251,6 +259,22 @@ fun main(args: Array<String>) {
                 val downloadStart = maxOf(before { it.download }, end.compute)
                 val span = { from: Long, to: Long -> "%7.2f - %7.2f".format(millis(from), millis(maxOf(from, to))) }
                 println("%6d %18s %18s %18s".format(i, span(uploadStart, end.upload), span(computeStart, end.compute), span(downloadStart, end.download)))
+                val spans = listOf(uploadStart to end.upload, computeStart to end.compute, downloadStart to end.download)
+                for ((row, span) in spans.withIndex()) {
+                    bars += TimelineBar(row.toUInt(), Duration.ofNanos(span.first), Duration.ofNanos(span.second), "chunk $i")
+                    if (row > 0) {
+                        crossings += TimelineWait((row - 1).toUInt(), Duration.ofNanos(spans[row - 1].second), row.toUInt(), Duration.ofNanos(span.first))
+                    }
+                }
+            }
+            val rows = listOf("upload stream", "compute stream", "download stream")
+            val picture = File("target/weir-demo-timeline-kotlin.svg").absoluteFile
+            try {
+                picture.parentFile.mkdirs()
+                picture.writeText(timelineSvg(Timeline("Weir Kotlin demo on ${info.name}: $chunks chunks", rows, bars, crossings)))
+                println("the timeline as a picture: $picture")
+            } catch (e: java.io.IOException) {
+                println("the timeline picture could not be written to $picture: ${e.message}")
             }
             val backendName = info.backend.name.lowercase()
             // On the CPU backend each stage is a thread doing the work itself: with
