@@ -1,5 +1,6 @@
 // Weir for Kotlin, built with Gradle: the same sources, tests and artifact as
-// pom.xml, with the versions of gradle/libs.versions.toml.
+// pom.xml, with the versions of the repository root's gradle/libs.versions.toml
+// (the root settings.gradle.kts includes this project as `:weir`).
 //
 // Run `cargo xtask bindings kotlin` (test hooks, for `gradle check`) or
 // `cargo xtask install --kotlin` (the release library) first: it generates the

@@ -1,5 +1,7 @@
-//! The versions the Maven build, the Gradle build and the consumer project
-//! name, kept in step: `cargo xtask test --lint` fails on a mismatch.
+//! The versions the Maven builds (the bindings' and the example's poms) and
+//! the Gradle build (the root's version catalog, which every `build.gradle.kts`
+//! takes its versions from) name, kept in step: `cargo xtask test --lint`
+//! fails on a mismatch, or on a Gradle file that names a version itself.
 
 use super::project;
 use crate::util::{root, Result};
@@ -12,6 +14,21 @@ const SHARED: [(&str, &str); 5] = [
     ("junit.version", "junit"),
     ("dokka.version", "dokka"),
 ];
+
+/// The Gradle build's files: the root's settings and each project's build.
+const GRADLE_FILES: [&str; 3] =
+    ["settings.gradle.kts", "bindings/kotlin/build.gradle.kts", "examples/kotlin-consumer/build.gradle.kts"];
+
+/// A `"group:name:version"` dependency or a `version "…"` plugin in a Gradle
+/// file: a version the catalog should hold.
+fn pinned_coordinate(gradle: &str) -> Option<String> {
+    gradle.lines().filter(|line| !line.trim_start().starts_with("//")).find_map(|line| {
+        let quoted = line.split('"').skip(1).step_by(2);
+        let coordinate = quoted.clone().find(|text| text.split(':').count() == 3 && !text.contains(' '));
+        let plugin = line.contains(") version \"").then(|| line.trim().to_owned());
+        coordinate.map(str::to_owned).or(plugin)
+    })
+}
 
 fn read(path: &std::path::Path) -> Result<String> {
     std::fs::read_to_string(path).map_err(|e| format!("cannot read {}: {e}", path.display()))
@@ -55,7 +72,7 @@ fn catalog_version<'a>(catalog: &'a str, key: &str) -> Option<&'a str> {
 /// Fails unless the pom, the Gradle version catalog and the consumer's pom agree.
 pub fn check() -> Result {
     let pom = read(&project().join("pom.xml"))?;
-    let catalog = read(&project().join("gradle/libs.versions.toml"))?;
+    let catalog = read(&root().join("gradle/libs.versions.toml"))?;
     let consumer = read(&root().join("examples/kotlin-consumer/pom.xml"))?;
     let mut mismatches = Vec::new();
     let mut expect = |what: String, want: Option<&str>, got: Option<&str>| match (want, got) {
@@ -81,6 +98,11 @@ pub fn check() -> Result {
         element(&pom, "kotlin.version", 0),
         element(&consumer, "kotlin.version", 0),
     );
+    for file in GRADLE_FILES {
+        if let Some(coordinate) = pinned_coordinate(&read(&root().join(file))?) {
+            mismatches.push(format!("{file} names {coordinate} itself; take it from gradle/libs.versions.toml"));
+        }
+    }
     if mismatches.is_empty() {
         eprintln!("xtask: the Maven and Gradle builds and the consumer name the same versions");
         Ok(())
@@ -92,6 +114,19 @@ pub fn check() -> Result {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_gradle_file_naming_a_version_itself_is_found() {
+        assert_eq!(
+            pinned_coordinate("dependencies {\n    implementation(\"net.java.dev.jna:jna:5.17.0\")\n}"),
+            Some("net.java.dev.jna:jna:5.17.0".to_owned())
+        );
+        assert!(pinned_coordinate("plugins {\n    id(\"org.jetbrains.dokka\") version \"2.2.0\"\n}").is_some());
+        // The catalog's aliases and a project dependency name none.
+        assert_eq!(pinned_coordinate("implementation(project(\":weir\"))\nalias(libs.plugins.kotlin.jvm)"), None);
+        // A comment may.
+        assert_eq!(pinned_coordinate("// e.g. \"a:b:1.0\""), None);
+    }
 
     #[test]
     fn reads_a_catalog_version_only_from_its_versions_table() {
