@@ -1,0 +1,535 @@
+//! A transformer block's forward pass (GPT-2's: layernorm, QKV projection,
+//! causal attention, output projection, residual, layernorm, MLP with GELU,
+//! residual) served to several requests at once, each on a stream of its
+//! own over the same read-only weights, checked against the same arithmetic
+//! on the host.
+//!
+//! On CUDA the projections are cuBLAS GEMMs ordered by Weir like any op; on
+//! wgpu (a GPU's Vulkan, Metal or DX12, or lavapipe in CI at `--small` size)
+//! every step is a WGSL kernel. The kernels are the files of
+//! `examples/transformer/kernels`, the ones the Kotlin and Swift versions load.
+//!
+//! The figures: the requests with `--in-flight K` of them on K streams,
+//! beside the same requests one after another on one stream (tokens per
+//! second, latency per request), and, where the device keeps timestamps,
+//! the device time of one request. Options: `--backend cuda|wgpu` (default:
+//! the first that opens), `--small` (d = 64, 4 heads, 16 tokens: what a
+//! software device runs in seconds), `--requests N` (32), `--in-flight K` (8).
+
+use std::time::{Duration, Instant};
+
+use weir_core::{Arg, BackendKind, Buffer, ElementType, Grid, Kernel, PendingRead, Runtime, Stream};
+
+const KERNELS: &str = "examples/transformer/kernels";
+const LAYERNORM_WGSL: &str = include_str!("../../../examples/transformer/kernels/layernorm.wgsl");
+const LAYERNORM_CU: &str = include_str!("../../../examples/transformer/kernels/layernorm.cu");
+const BIAS_ACT_WGSL: &str = include_str!("../../../examples/transformer/kernels/bias_act.wgsl");
+const BIAS_ACT_CU: &str = include_str!("../../../examples/transformer/kernels/bias_act.cu");
+const ATTENTION_WGSL: &str = include_str!("../../../examples/transformer/kernels/attention.wgsl");
+const ATTENTION_CU: &str = include_str!("../../../examples/transformer/kernels/attention.cu");
+const MATMUL_WGSL: &str = include_str!("../../../examples/transformer/kernels/matmul.wgsl");
+
+/// Threads per block of every kernel.
+const BLOCK: u32 = 64;
+
+/// The block's shape: model width, heads, tokens per request.
+#[derive(Clone, Copy)]
+pub struct Shape {
+    pub d: usize,
+    pub heads: usize,
+    pub tokens: usize,
+}
+
+impl Shape {
+    pub const GPT2_SMALL: Shape = Shape { d: 768, heads: 12, tokens: 64 };
+    pub const SMALL: Shape = Shape { d: 64, heads: 4, tokens: 16 };
+}
+
+/// A deterministic stream of numbers in (-scale, scale): the weights and inputs.
+struct Numbers(u64);
+
+impl Numbers {
+    fn take(&mut self, count: usize, scale: f32) -> Vec<f32> {
+        (0..count)
+            .map(|_| {
+                // xorshift64*
+                self.0 ^= self.0 >> 12;
+                self.0 ^= self.0 << 25;
+                self.0 ^= self.0 >> 27;
+                let bits = self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 40;
+                (bits as f32 / (1u64 << 24) as f32 * 2.0 - 1.0) * scale
+            })
+            .collect()
+    }
+}
+
+/// The block's parameters, row-major: `w_qkv` is d × 3d, `w_out` d × d,
+/// `w_up` d × 4d, `w_down` 4d × d.
+struct Weights {
+    ln1: (Vec<f32>, Vec<f32>),
+    w_qkv: Vec<f32>,
+    b_qkv: Vec<f32>,
+    w_out: Vec<f32>,
+    b_out: Vec<f32>,
+    ln2: (Vec<f32>, Vec<f32>),
+    w_up: Vec<f32>,
+    b_up: Vec<f32>,
+    w_down: Vec<f32>,
+    b_down: Vec<f32>,
+}
+
+impl Weights {
+    fn random(shape: Shape, seed: u64) -> Weights {
+        let (d, mut numbers) = (shape.d, Numbers(seed));
+        let gain = |numbers: &mut Numbers| numbers.take(d, 0.1).into_iter().map(|v| 1.0 + v).collect();
+        Weights {
+            ln1: (gain(&mut numbers), numbers.take(d, 0.1)),
+            w_qkv: numbers.take(d * 3 * d, 0.05),
+            b_qkv: numbers.take(3 * d, 0.02),
+            w_out: numbers.take(d * d, 0.05),
+            b_out: numbers.take(d, 0.02),
+            ln2: (gain(&mut numbers), numbers.take(d, 0.1)),
+            w_up: numbers.take(d * 4 * d, 0.05),
+            b_up: numbers.take(4 * d, 0.02),
+            w_down: numbers.take(4 * d * d, 0.05),
+            b_down: numbers.take(d, 0.02),
+        }
+    }
+}
+
+/// The weights on the device, uploaded once and only read after.
+struct DeviceWeights {
+    ln1: (Buffer, Buffer),
+    w_qkv: Buffer,
+    b_qkv: Buffer,
+    w_out: Buffer,
+    b_out: Buffer,
+    ln2: (Buffer, Buffer),
+    w_up: Buffer,
+    b_up: Buffer,
+    w_down: Buffer,
+    b_down: Buffer,
+}
+
+impl DeviceWeights {
+    fn upload(stream: &Stream, w: &Weights) -> weir_core::Result<DeviceWeights> {
+        Ok(DeviceWeights {
+            ln1: (stream.upload(&w.ln1.0)?, stream.upload(&w.ln1.1)?),
+            w_qkv: stream.upload(&w.w_qkv)?,
+            b_qkv: stream.upload(&w.b_qkv)?,
+            w_out: stream.upload(&w.w_out)?,
+            b_out: stream.upload(&w.b_out)?,
+            ln2: (stream.upload(&w.ln2.0)?, stream.upload(&w.ln2.1)?),
+            w_up: stream.upload(&w.w_up)?,
+            b_up: stream.upload(&w.b_up)?,
+            w_down: stream.upload(&w.w_down)?,
+            b_down: stream.upload(&w.b_down)?,
+        })
+    }
+}
+
+/// One request's activations on the device: a slot reused by every K-th request.
+struct Slot {
+    x: Buffer,
+    normed: Buffer,
+    qkv: Buffer,
+    attended: Buffer,
+    projected: Buffer,
+    residual: Buffer,
+    hidden: Buffer,
+    out: Buffer,
+}
+
+impl Slot {
+    fn new(stream: &Stream, shape: Shape) -> weir_core::Result<Slot> {
+        let (t, d) = (shape.tokens as u64, shape.d as u64);
+        let floats = |count: u64| stream.zeros(ElementType::F32, count);
+        Ok(Slot {
+            x: floats(t * d)?,
+            normed: floats(t * d)?,
+            qkv: floats(t * 3 * d)?,
+            attended: floats(t * d)?,
+            projected: floats(t * d)?,
+            residual: floats(t * d)?,
+            hidden: floats(t * 4 * d)?,
+            out: floats(t * d)?,
+        })
+    }
+}
+
+/// How the projections run: cuBLAS on CUDA, the WGSL kernel elsewhere.
+enum Gemms {
+    #[cfg(feature = "cuda")]
+    Cublas(weir_core::Blas),
+    Kernel(Kernel),
+}
+
+/// The model on one runtime: its kernels, weights and GEMMs.
+struct Model {
+    shape: Shape,
+    layernorm: Kernel,
+    bias_act: Kernel,
+    attention: Kernel,
+    gemms: Gemms,
+    weights: DeviceWeights,
+}
+
+fn grid(items: usize) -> Grid {
+    Grid::linear(items as u32, BLOCK)
+}
+
+impl Model {
+    fn new(runtime: &Runtime, weights: &Weights, shape: Shape) -> weir_core::Result<Model> {
+        let kernel = |name: &str, wgsl: &str, cuda: &str| {
+            let kernel = Kernel::custom(name).wgsl(wgsl, name);
+            if cuda.is_empty() { kernel } else { kernel.cuda(cuda, name) }.build()
+        };
+        let gemms = match runtime.info().backend {
+            #[cfg(feature = "cuda")]
+            BackendKind::Cuda => Gemms::Cublas(weir_core::Blas::new(runtime)?),
+            _ => Gemms::Kernel(kernel("matmul", MATMUL_WGSL, "")),
+        };
+        let stream = runtime.default_stream();
+        let model = Model {
+            shape,
+            layernorm: kernel("layernorm", LAYERNORM_WGSL, LAYERNORM_CU),
+            bias_act: kernel("bias_act", BIAS_ACT_WGSL, BIAS_ACT_CU),
+            attention: kernel("attention", ATTENTION_WGSL, ATTENTION_CU),
+            gemms,
+            weights: DeviceWeights::upload(&stream, weights)?,
+        };
+        stream.fence()?.wait()?;
+        Ok(model)
+    }
+
+    /// `out[m × n] = a[m × k] · w[k × n] + bias`, GELU'd when asked.
+    #[allow(clippy::too_many_arguments)] // a GEMM's operands and shape
+    fn linear(
+        &self,
+        s: &Stream,
+        a: &Buffer,
+        w: &Buffer,
+        bias: &Buffer,
+        out: &Buffer,
+        (m, n, k): (usize, usize, usize),
+        gelu: bool,
+    ) -> weir_core::Result<()> {
+        match &self.gemms {
+            // Row-major C = A · W is column-major Cᵀ = Wᵀ · Aᵀ.
+            #[cfg(feature = "cuda")]
+            Gemms::Cublas(blas) => blas.sgemm(s, &weir_core::Gemm::new(n as u32, m as u32, k as u32), w, a, out)?,
+            Gemms::Kernel(matmul) => s.execute(
+                matmul,
+                grid(m * n),
+                &[
+                    Arg::read(a),
+                    Arg::read(w),
+                    Arg::write(out),
+                    Arg::u32(m as u32),
+                    Arg::u32(n as u32),
+                    Arg::u32(k as u32),
+                ],
+            )?,
+        }
+        s.execute(
+            &self.bias_act,
+            grid(m * n),
+            &[
+                Arg::read_write(out),
+                Arg::read(bias),
+                Arg::u32((m * n) as u32),
+                Arg::u32(n as u32),
+                Arg::u32(gelu.into()),
+            ],
+        )
+    }
+
+    fn layernorm(
+        &self,
+        s: &Stream,
+        x: &Buffer,
+        (gamma, beta): &(Buffer, Buffer),
+        out: &Buffer,
+    ) -> weir_core::Result<()> {
+        let Shape { d, tokens, .. } = self.shape;
+        s.execute(
+            &self.layernorm,
+            grid(tokens),
+            &[
+                Arg::read(x),
+                Arg::read(gamma),
+                Arg::read(beta),
+                Arg::write(out),
+                Arg::u32(tokens as u32),
+                Arg::u32(d as u32),
+            ],
+        )
+    }
+
+    /// Admits one request's forward pass on `s`: its input into the slot,
+    /// the block, and the read of its output.
+    fn forward(&self, s: &Stream, slot: &Slot, input: &[f32]) -> weir_core::Result<PendingRead> {
+        let (Shape { d, heads, tokens }, w) = (self.shape, &self.weights);
+        s.write(&slot.x, 0, input)?;
+        self.layernorm(s, &slot.x, &w.ln1, &slot.normed)?;
+        self.linear(s, &slot.normed, &w.w_qkv, &w.b_qkv, &slot.qkv, (tokens, 3 * d, d), false)?;
+        s.execute(
+            &self.attention,
+            grid(heads * tokens),
+            &[
+                Arg::read(&slot.qkv),
+                Arg::write(&slot.attended),
+                Arg::u32(tokens as u32),
+                Arg::u32(d as u32),
+                Arg::u32(heads as u32),
+            ],
+        )?;
+        self.linear(s, &slot.attended, &w.w_out, &w.b_out, &slot.projected, (tokens, d, d), false)?;
+        s.add(&slot.x, &slot.projected, &slot.residual)?;
+        self.layernorm(s, &slot.residual, &w.ln2, &slot.normed)?;
+        self.linear(s, &slot.normed, &w.w_up, &w.b_up, &slot.hidden, (tokens, 4 * d, d), true)?;
+        self.linear(s, &slot.hidden, &w.w_down, &w.b_down, &slot.projected, (tokens, d, 4 * d), false)?;
+        s.add(&slot.residual, &slot.projected, &slot.out)?;
+        s.enqueue_read(&slot.out)
+    }
+}
+
+/// The same block on the host, in f32 with f64 sums.
+fn forward_on_host(shape: Shape, w: &Weights, x: &[f32]) -> Vec<f32> {
+    let Shape { d, heads, tokens } = shape;
+    let layernorm = |x: &[f32], (gamma, beta): &(Vec<f32>, Vec<f32>)| -> Vec<f32> {
+        x.chunks(d)
+            .flat_map(|row| {
+                let mean = row.iter().map(|&v| f64::from(v)).sum::<f64>() / d as f64;
+                let var = row.iter().map(|&v| (f64::from(v) - mean).powi(2)).sum::<f64>() / d as f64;
+                let scale = 1.0 / (var + 1e-5).sqrt();
+                row.iter()
+                    .enumerate()
+                    .map(move |(i, &v)| ((f64::from(v) - mean) * scale) as f32 * gamma[i] + beta[i])
+                    .collect::<Vec<_>>()
+            })
+            .collect()
+    };
+    let linear = |a: &[f32], w: &[f32], bias: &[f32], n: usize, gelu: bool| -> Vec<f32> {
+        let k = a.len() / tokens;
+        let mut out = vec![0f32; tokens * n];
+        for row in 0..tokens {
+            for col in 0..n {
+                let sum: f64 = (0..k).map(|l| f64::from(a[row * k + l]) * f64::from(w[l * n + col])).sum();
+                let v = sum as f32 + bias[col];
+                out[row * n + col] =
+                    if gelu { 0.5 * v * (1.0 + (0.797_884_6 * (v + 0.044_715 * v * v * v)).tanh()) } else { v };
+            }
+        }
+        out
+    };
+    let normed = layernorm(x, &w.ln1);
+    let qkv = linear(&normed, &w.w_qkv, &w.b_qkv, 3 * d, false);
+    let size = d / heads;
+    let mut attended = vec![0f32; tokens * d];
+    for head in 0..heads {
+        for t in 0..tokens {
+            let q = &qkv[t * 3 * d + head * size..][..size];
+            let scores: Vec<f64> = (0..=t)
+                .map(|s| {
+                    let k = &qkv[s * 3 * d + d + head * size..][..size];
+                    q.iter().zip(k).map(|(&a, &b)| f64::from(a) * f64::from(b)).sum::<f64>() / (size as f64).sqrt()
+                })
+                .collect();
+            let top = scores.iter().copied().fold(f64::MIN, f64::max);
+            let weights: Vec<f64> = scores.iter().map(|&score| (score - top).exp()).collect();
+            let total: f64 = weights.iter().sum();
+            for i in 0..size {
+                let v: f64 = (0..=t).map(|s| weights[s] * f64::from(qkv[s * 3 * d + 2 * d + head * size + i])).sum();
+                attended[t * d + head * size + i] = (v / total) as f32;
+            }
+        }
+    }
+    let projected = linear(&attended, &w.w_out, &w.b_out, d, false);
+    let residual: Vec<f32> = x.iter().zip(&projected).map(|(a, b)| a + b).collect();
+    let normed = layernorm(&residual, &w.ln2);
+    let hidden = linear(&normed, &w.w_up, &w.b_up, 4 * d, true);
+    let down = linear(&hidden, &w.w_down, &w.b_down, d, false);
+    residual.iter().zip(&down).map(|(a, b)| a + b).collect()
+}
+
+/// Runs `requests` through `streams`, request i on stream i mod K with slot i
+/// mod K (its previous request's read is waited for first): the wall time,
+/// each request's latency (admitted to read back) and output.
+fn serve(
+    model: &Model,
+    streams: &[Stream],
+    slots: &[Slot],
+    inputs: &[Vec<f32>],
+) -> weir_core::Result<(Duration, Vec<Duration>, Vec<Vec<f32>>)> {
+    let start = Instant::now();
+    let mut in_flight: Vec<Option<(usize, Instant, PendingRead)>> = (0..slots.len()).map(|_| None).collect();
+    let mut latencies = vec![Duration::ZERO; inputs.len()];
+    let mut outputs = vec![Vec::new(); inputs.len()];
+    let mut finish = |(request, admitted, read): (usize, Instant, PendingRead)| -> weir_core::Result<()> {
+        let bytes = read.wait_host()?;
+        latencies[request] = admitted.elapsed();
+        outputs[request] = bytes.as_slice::<f32>()?.to_vec();
+        Ok(())
+    };
+    for (request, input) in inputs.iter().enumerate() {
+        let k = request % slots.len();
+        if let Some(previous) = in_flight[k].take() {
+            finish(previous)?;
+        }
+        let admitted = Instant::now();
+        let read = model.forward(&streams[k], &slots[k], input)?;
+        in_flight[k] = Some((request, admitted, read));
+    }
+    for previous in in_flight.into_iter().flatten() {
+        finish(previous)?;
+    }
+    Ok((start.elapsed(), latencies, outputs))
+}
+
+fn median(mut values: Vec<Duration>) -> Duration {
+    values.sort_unstable();
+    values.get(values.len() / 2).copied().unwrap_or_default()
+}
+
+pub struct Options {
+    pub backend: Option<BackendKind>,
+    pub shape: Shape,
+    pub requests: usize,
+    pub in_flight: usize,
+}
+
+fn options() -> Result<Options, String> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let value = |name: &str| args.windows(2).find(|pair| pair[0] == name).map(|pair| pair[1].clone());
+    let number = |name: &str, default: usize| match value(name) {
+        None => Ok(default),
+        Some(text) => text.parse::<usize>().map_err(|_| format!("{name} takes a number, not {text}")),
+    };
+    let backend = match value("--backend").as_deref() {
+        None => None,
+        Some("cuda") => Some(BackendKind::Cuda),
+        Some("wgpu") => Some(BackendKind::Wgpu),
+        Some(other) => return Err(format!("--backend takes cuda or wgpu, not {other}")),
+    };
+    let shape = if args.iter().any(|arg| arg == "--small") { Shape::SMALL } else { Shape::GPT2_SMALL };
+    Ok(Options {
+        backend,
+        shape,
+        requests: number("--requests", 32)?.max(1),
+        in_flight: number("--in-flight", 8)?.max(1),
+    })
+}
+
+/// What a run found: the largest difference of an output from the host's
+/// (relative), and the figures by name.
+pub struct Report {
+    pub worst: f32,
+    pub figures: Vec<(String, Option<f64>)>,
+    pub summary: String,
+}
+
+/// The outputs may differ from the host's by this much, relative: summation
+/// order and fused multiply-adds, over sums of up to 4d terms.
+pub const TOLERANCE: f32 = 1e-4;
+
+/// Serves `options.requests` requests both ways on `runtime`, checks every
+/// output against the host's, and measures.
+pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::error::Error>> {
+    let shape = options.shape;
+    let weights = Weights::random(shape, 0x5eed);
+    let model = Model::new(runtime, &weights, shape)?;
+    let inputs: Vec<Vec<f32>> =
+        (0..options.requests).map(|request| Numbers(1 + request as u64).take(shape.tokens * shape.d, 1.0)).collect();
+    let k = options.in_flight.min(options.requests);
+    let streams: Vec<Stream> = (0..k).map(|_| runtime.new_stream()).collect::<Result<_, _>>()?;
+    let slots: Vec<Slot> = (0..k).map(|_| Slot::new(&streams[0], shape)).collect::<Result<_, _>>()?;
+    runtime.fence()?.wait()?;
+
+    // Warm-up (first launches compile), then each way once, timed.
+    serve(&model, &streams[..1], &slots[..1], &inputs[..1])?;
+    let (serial, serial_latencies, serial_outputs) = serve(&model, &streams[..1], &slots[..1], &inputs)?;
+    let (overlapped, latencies, outputs) = serve(&model, &streams, &slots, &inputs)?;
+
+    // Every output of both runs against the host's arithmetic.
+    let expected: Vec<Vec<f32>> = std::thread::scope(|scope| {
+        let handles: Vec<_> =
+            inputs.iter().map(|input| scope.spawn(|| forward_on_host(shape, &weights, input))).collect();
+        handles.into_iter().map(|handle| handle.join().unwrap_or_default()).collect()
+    });
+    let mut worst = 0f32;
+    for (request, want) in expected.iter().enumerate() {
+        for got in [&serial_outputs[request], &outputs[request]] {
+            if got.len() != want.len() {
+                return Err(
+                    format!("request {request}: {} values read back, {} expected", got.len(), want.len()).into()
+                );
+            }
+            let error = got.iter().zip(want).map(|(g, w)| (g - w).abs() / (1.0 + w.abs())).fold(0f32, f32::max);
+            worst = worst.max(if error.is_nan() { f32::INFINITY } else { error });
+        }
+    }
+
+    let tokens = (options.requests * shape.tokens) as f64;
+    let rate = |wall: Duration| tokens / wall.as_secs_f64();
+    let device_time = one_request_on_the_device(&model, &streams[0], &slots[0], &inputs[0]);
+    let busy = |wall: Duration| device_time.map(|one| one.as_secs_f64() * options.requests as f64 / wall.as_secs_f64());
+    let figures = vec![
+        ("tokens/s, one stream".to_owned(), Some(rate(serial))),
+        (format!("tokens/s, {k} streams"), Some(rate(overlapped))),
+        ("throughput, streams / one stream".to_owned(), Some(serial.as_secs_f64() / overlapped.as_secs_f64())),
+        ("latency per request, one stream (ms)".to_owned(), Some(median(serial_latencies).as_secs_f64() * 1e3)),
+        (format!("latency per request, {k} streams (ms)"), Some(median(latencies).as_secs_f64() * 1e3)),
+        ("device busy, one stream (device time / wall)".to_owned(), busy(serial)),
+        (format!("device busy, {k} streams (device time / wall)"), busy(overlapped)),
+    ];
+    let summary = format!(
+        "{k} streams: {:.0} tokens/s, {:.2}x one stream; every output of both runs within {worst:.1e} of the host's",
+        rate(overlapped),
+        serial.as_secs_f64() / overlapped.as_secs_f64()
+    );
+    Ok(Report { worst, figures, summary })
+}
+
+#[allow(dead_code)] // a test includes this file for `run`
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let options = options()?;
+    let runtime = match options.backend {
+        Some(kind) => Runtime::open(kind)?,
+        None => Runtime::open(BackendKind::Cuda).or_else(|_| Runtime::open(BackendKind::Wgpu))?,
+    };
+    let (shape, info) = (options.shape, runtime.info());
+    println!(
+        "transformer block (d {}, {} heads, {} tokens a request) on {} ({}): {} requests, {} in flight; kernels: {KERNELS}",
+        shape.d,
+        shape.heads,
+        shape.tokens,
+        info.backend.name(),
+        info.name,
+        options.requests,
+        options.in_flight
+    );
+    let report = run(&runtime, &options)?;
+    let backend = info.backend.name();
+    for (name, value) in &report.figures {
+        let value = value.map_or("null".to_owned(), |value| format!("{value:.3}"));
+        println!("{{\"backend\":\"{backend}\",\"example\":\"transformer: {name}\",\"value\":{value}}}");
+    }
+    println!("{}", report.summary);
+    if report.worst > TOLERANCE {
+        return Err(
+            format!("an output is off the host's by {:.2e} (relative), more than {TOLERANCE:e}", report.worst).into()
+        );
+    }
+    Ok(())
+}
+
+/// One request's time on the device, between two timestamps on its stream;
+/// `None` where the device keeps none.
+fn one_request_on_the_device(model: &Model, s: &Stream, slot: &Slot, input: &[f32]) -> Option<Duration> {
+    let before = s.timestamp().ok()?;
+    let read = model.forward(s, slot, input).ok()?;
+    let after = s.timestamp().ok()?;
+    read.wait_host().ok()?;
+    after.elapsed_since(&before).ok()
+}
