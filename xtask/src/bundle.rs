@@ -60,7 +60,7 @@ fn size_of(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
-const TESTS: [&str; 9] = [
+const TESTS: [&str; 11] = [
     "conformance",
     "cuda_backend",
     "cuda_device_lost",
@@ -68,10 +68,12 @@ const TESTS: [&str; 9] = [
     "device_group",
     "devices",
     "process_group",
+    "transformer_example",
+    "wgpu_adapter",
     "wgpu_backend",
     "wgsl_layouts",
 ];
-const EXAMPLES: [&str; 3] = ["bench", "soak", "demo"];
+const EXAMPLES: [&str; 4] = ["bench", "soak", "demo", "transformer"];
 
 pub fn bundle(out: Option<PathBuf>) -> Result {
     let out = out.map_or_else(|| root().join(".device/bundle"), |out| root().join(out));

@@ -29,10 +29,11 @@ struct BlasTests {
         let (s1, s2, s3) = (try runtime.newStream(), try runtime.newStream(), try runtime.newStream())
         let blas = try Blas(runtime: runtime)
         let (da, db) = (try s1.upload(a), try s1.upload(b))
+        let twice = try s1.zeros(count: m * k, of: Float.self)
         let dc = try s1.upload([Float](repeating: .nan, count: m * n))
         let doubled = try s1.zeros(count: m * n, of: Float.self)
-        try s1.scale(da, by: 2, into: da)  // A = 2A, on s1
-        try blas.sgemm(stream: s2, gemm: Gemm(m: UInt32(m), n: UInt32(n), k: UInt32(k)), a: da, b: db, c: dc)
+        try s1.scale(da, by: 2, into: twice)  // 2A, on s1
+        try blas.sgemm(stream: s2, gemm: Gemm(m: UInt32(m), n: UInt32(n), k: UInt32(k)), a: twice, b: db, c: dc)
         try s3.add(dc, dc, into: doubled)  // 2C, on s3
         let got = try await s1.read(doubled, as: Float.self)
         for j in 0..<n {

@@ -31,11 +31,12 @@ class BlasTest {
             val (s1, s2, s3) = Triple(rt.newStream(), rt.newStream(), rt.newStream())
             Blas(rt).use { blas ->
                 val da = s1.upload(a)
+                val twice = s1.upload(FloatArray(m * k))
                 val db = s1.upload(b)
                 val dc = s1.upload(FloatArray(m * n) { Float.NaN })
                 val doubled = s1.upload(FloatArray(m * n))
-                s1.execute(BuiltinOp.SCALE, da.reads(), da.writes(), scalar(2f)) // A = 2A, on s1
-                blas.sgemm(s2, Gemm(m.toUInt(), n.toUInt(), k.toUInt()), da, db, dc) // C = A·B, on s2
+                s1.execute(BuiltinOp.SCALE, da.reads(), twice.writes(), scalar(2f)) // 2A, on s1
+                blas.sgemm(s2, Gemm(m.toUInt(), n.toUInt(), k.toUInt()), twice, db, dc) // C = 2A·B, on s2
                 s3.execute(BuiltinOp.ADD, dc.reads(), dc.reads(), doubled.writes()) // 2C, on s3
                 val got = runBlocking { s1.readFloats(doubled) }
                 for (j in 0 until n) for (i in 0 until m) {
