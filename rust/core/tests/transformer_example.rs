@@ -14,7 +14,7 @@ fn the_transformer_block_at_small_size_matches_the_host_on_every_stream() {
     let options = transformer::Options { backend: None, shape: transformer::Shape::SMALL, requests: 12, in_flight: 4 };
     let report = transformer::run(&runtime, &options).unwrap();
     assert!(report.worst <= transformer::TOLERANCE, "{}", report.summary);
-    let named = |name: &str| report.figures.iter().find(|(figure, _)| figure.as_str() == name).and_then(|(_, v)| *v);
+    let named = |name: &str| report.figures.iter().find(|(figure, _)| figure.as_str() == name).map(|(_, v)| *v);
     assert!(named("tokens/s, 4 streams").is_some_and(|rate| rate > 0.0), "{:?}", report.figures);
     runtime.close().unwrap();
 }
