@@ -242,15 +242,24 @@ pub fn test() -> Result {
 
 /// The Kotlin demo: the chunked pipeline of the Rust demo, from coroutines.
 pub fn demo(args: &[String]) -> Result {
+    run_main("dev.weir.demo.DemoKt", args)
+}
+
+/// The Kotlin transformer example: the Rust example's block, from coroutines.
+pub fn transformer(args: &[String]) -> Result {
+    run_main("dev.weir.transformer.TransformerKt", args)
+}
+
+/// Runs `main_class` of the test sources with the release library.
+fn run_main(main_class: &str, args: &[String]) -> Result {
     prepare(Profile::Release)?;
     run(maven().args(["-q", "-DskipTests", "package"]))?;
-    let demo_args = args.join(" ");
     run(maven().args([
         "-q",
         "exec:java",
-        "-Dexec.mainClass=dev.weir.demo.DemoKt",
+        &format!("-Dexec.mainClass={main_class}"),
         "-Dexec.classpathScope=test",
-        &format!("-Dexec.args={demo_args}"),
+        &format!("-Dexec.args={}", args.join(" ")),
     ]))
 }
 

@@ -85,6 +85,14 @@ enum Task {
         #[command(flatten)]
         passed_on: PassedOn,
     },
+    /// Run the transformer example (README, "A real workload"): from Rust, or --kotlin
+    Transformer {
+        /// From Kotlin coroutines
+        #[arg(long)]
+        kotlin: bool,
+        #[command(flatten)]
+        passed_on: PassedOn,
+    },
     /// Build the native library and generate one language's bindings
     Bindings {
         language: Language,
@@ -169,6 +177,8 @@ fn run_task(task: Task) -> util::Result {
         Task::Demo { kotlin: true, passed_on, .. } => kotlin::demo(&passed_on.args),
         Task::Demo { swift: true, passed_on, .. } => swift::demo(&passed_on.args),
         Task::Demo { passed_on, .. } => rust::demo(&passed_on.args),
+        Task::Transformer { kotlin: true, passed_on } => kotlin::transformer(&passed_on.args),
+        Task::Transformer { passed_on, .. } => rust::transformer(&passed_on.args),
         Task::Bindings { language, release, out } => {
             let profile = if release { Profile::Release } else { Profile::Debug };
             match language {

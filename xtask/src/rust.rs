@@ -89,6 +89,11 @@ pub fn demo(args: &[String]) -> Result {
     run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "demo", "--"]).args(args))
 }
 
+/// The transformer example: a GPT-2 block served to several requests at once.
+pub fn transformer(args: &[String]) -> Result {
+    run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "transformer", "--"]).args(args))
+}
+
 /// The benchmarks.
 pub fn bench(args: &[String]) -> Result {
     run(cargo()
