@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "Weir", targets: ["Weir"]),
         .executable(name: "weir-demo", targets: ["WeirDemo"]),
         .executable(name: "weir-bench", targets: ["WeirBench"]),
+        .executable(name: "weir-transformer", targets: ["WeirTransformerMain"]),
     ],
     targets: [
         // The C header UniFFI generates, and `link "weir_ffi"`.
@@ -27,7 +28,10 @@ let package = Package(
         .executableTarget(name: "WeirDemo", dependencies: ["Weir"]),
         // `cargo xtask bench --swift`: the Swift call overhead beside Rust's.
         .executableTarget(name: "WeirBench", dependencies: ["Weir"]),
-        .testTarget(name: "WeirTests", dependencies: ["Weir"]),
+        // The transformer example (README): its model, and the command that runs it.
+        .target(name: "WeirTransformer", dependencies: ["Weir"]),
+        .executableTarget(name: "WeirTransformerMain", dependencies: ["Weir", "WeirTransformer"]),
+        .testTarget(name: "WeirTests", dependencies: ["Weir", "WeirTransformer"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -85,11 +85,14 @@ enum Task {
         #[command(flatten)]
         passed_on: PassedOn,
     },
-    /// Run the transformer example (README, "A real workload"): from Rust, or --kotlin
+    /// Run the transformer example (README, "A real workload"): from Rust, --kotlin or --swift
     Transformer {
         /// From Kotlin coroutines
-        #[arg(long)]
+        #[arg(long, conflicts_with = "swift")]
         kotlin: bool,
+        /// From Swift Tasks
+        #[arg(long)]
+        swift: bool,
         #[command(flatten)]
         passed_on: PassedOn,
     },
@@ -177,7 +180,8 @@ fn run_task(task: Task) -> util::Result {
         Task::Demo { kotlin: true, passed_on, .. } => kotlin::demo(&passed_on.args),
         Task::Demo { swift: true, passed_on, .. } => swift::demo(&passed_on.args),
         Task::Demo { passed_on, .. } => rust::demo(&passed_on.args),
-        Task::Transformer { kotlin: true, passed_on } => kotlin::transformer(&passed_on.args),
+        Task::Transformer { kotlin: true, passed_on, .. } => kotlin::transformer(&passed_on.args),
+        Task::Transformer { swift: true, passed_on, .. } => swift::transformer(&passed_on.args),
         Task::Transformer { passed_on, .. } => rust::transformer(&passed_on.args),
         Task::Bindings { language, release, out } => {
             let profile = if release { Profile::Release } else { Profile::Debug };

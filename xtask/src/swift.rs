@@ -189,6 +189,11 @@ pub fn demo(args: &[String]) -> Result {
     run_release(&[&["weir-demo".to_owned()][..], args].concat())
 }
 
+/// The Swift transformer example (`Sources/WeirTransformer`): the Rust example's block, from Swift Tasks.
+pub fn transformer(args: &[String]) -> Result {
+    run_release(&[&["weir-transformer".to_owned()][..], args].concat())
+}
+
 /// Builds the package in release and runs `product_and_args[0]` with the rest.
 fn run_release(product_and_args: &[String]) -> Result {
     prepare(Profile::Release)?;

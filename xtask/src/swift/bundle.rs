@@ -31,6 +31,9 @@ const BENCH_BINARY: &str = "weir-bench";
 /// The demo's executable (`cargo xtask demo --swift`), made by the release build too.
 const DEMO_BINARY: &str = "weir-demo";
 
+/// The transformer example's executable (`cargo xtask transformer --swift`).
+const TRANSFORMER_BINARY: &str = "weir-transformer";
+
 /// The name the bundled dynamic loader goes by in `lib/`.
 const LOADER: &str = "ld-linux.so";
 
@@ -45,11 +48,11 @@ pub fn bundle(out: Option<PathBuf>) -> Result {
     let build = arguments(Profile::Release, &["build", "-c", "release", "--build-tests"], &[]);
     no_warnings(&toolchain.swift(&package(), &build, &environment())?)?;
     copy(&library, &lib.join(bindings::library_file()))?;
-    // The suite's binary, the bench's and the demo's, with what each loads. Debug
+    // The suite's binary, the bench's, the demo's and the example's, with what each loads. Debug
     // sections are most of an unstripped binary's weight; the code stays as built.
     let mut strip = Command::new("strip");
     strip.arg("--strip-debug");
-    for name in [TEST_BINARY, BENCH_BINARY, DEMO_BINARY] {
+    for name in [TEST_BINARY, BENCH_BINARY, DEMO_BINARY, TRANSFORMER_BINARY] {
         let binary = package().join(".build/release").join(name);
         copy(&binary, &staging.join(name))?;
         for (name, path) in runtime_libraries(&toolchain, &binary)? {
