@@ -339,6 +339,7 @@ fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         baseline: Some(best_d8.max(best_d32)),
         higher_is_better: true,
         note: format!("raw cuMemsetD8Async {best_d8:.0} GB/s, cuMemsetD32Async {best_d32:.0} GB/s; best of 3x{REPS}"),
+        baseline_is_raw: true,
     });
 }
 
@@ -371,6 +372,7 @@ fn spin_floor(report: &mut Report, raw: &Raw) {
         baseline: None,
         higher_is_better: false,
         note: format!("raw only, median of {SAMPLES}: the floor under every wake-up figure"),
+        baseline_is_raw: true,
     });
 }
 
@@ -452,6 +454,7 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str, i
         weir: micros(median(&mut weir)),
         baseline: Some(micros(median(&mut baseline))),
         higher_is_better: false,
+        baseline_is_raw: true,
         note: format!(
             "median of {SAMPLES}, {} us idle between fences; CPU per fence, all threads: weir {:.1} us, raw {:.1} us; baseline: blocking-sync event, a waiter thread in cuEventSynchronize wakes another thread",
             idle.as_micros(),
@@ -527,6 +530,7 @@ fn admission(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         weir: per_launch(weir.took),
         baseline: Some(per_launch(baseline.took)),
         higher_is_better: false,
+        baseline_is_raw: true,
         note: format!(
             "until all ran; {}; in the median rounds, the enqueue loop alone: weir {:.2} us, raw {:.2} us; CPU per launch, calling thread: weir {:.2} us, raw {:.2} us; all threads: weir {:.2} us, raw {:.2} us; baseline: cuLaunchKernel loop, then cuStreamSynchronize",
             in_turn.describe(per_launch, "us"),
@@ -614,6 +618,7 @@ fn graph_replay(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         weir: micros(replayed.0),
         baseline: Some(micros(one_by_one.0)),
         higher_is_better: false,
+        baseline_is_raw: true,
         note: format!(
             "until all ran, best of {ROUNDS}; admission alone: replay {:.0} us, one by one {:.0} us; a raw CUDA graph of the same launches: {:.0} us until all ran, cuGraphLaunch alone {:.0} us; baseline: the same 1 000 launches admitted one by one",
             micros(replayed.1),
@@ -749,6 +754,7 @@ fn pipeline_of(report: &mut Report, runtime: &Runtime, raw: &Raw, floats: usize,
         weir: per_round(weir),
         baseline: Some(per_round(baseline)),
         higher_is_better: false,
+        baseline_is_raw: true,
         note: format!(
             "{}; CPU per round (median), calling thread: weir {:.2} us, raw {:.2} us; all threads: weir {:.2} us, raw {:.2} us; inserted event waits per run: weir {}, hand-placed raw {raw_waits} (expected {}); raw with an event made per wait: {:.2} us/round (median)",
             in_turn.describe(per_round, "us"),

@@ -1,6 +1,7 @@
 //! `cargo xtask bench`: Weir beside the raw backend, measured in the same run.
 //!
-//! Prints one JSON line per figure, then a readable table.
+//! Prints one JSON line per figure, then a readable table, and draws the
+//! figures beside raw as `target/weir-bench.svg`.
 //! `--backend NAME` (repeatable) limits the run to some backends; `--only
 //! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `own-device`, `live`; on CUDA `memset`,
@@ -57,4 +58,9 @@ fn main() {
         }
     }
     report.print_table();
+    let picture = std::path::Path::new("target").join("weir-bench.svg");
+    match std::fs::create_dir_all("target").and_then(|()| std::fs::write(&picture, report.plot())) {
+        Ok(()) => println!("the figures as a picture: {}", picture.display()),
+        Err(error) => println!("the figures' picture could not be written to {}: {error}", picture.display()),
+    }
 }

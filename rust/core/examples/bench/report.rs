@@ -12,6 +12,9 @@ pub struct Figure {
     /// True when a higher figure is better (throughput), false for latencies.
     pub higher_is_better: bool,
     pub note: String,
+    /// False when the baseline is Weir itself in another case (a scaling
+    /// series' smallest), not the raw backend: the plot leaves it out.
+    pub baseline_is_raw: bool,
 }
 
 impl Figure {
@@ -33,7 +36,13 @@ impl Figure {
             baseline: Some(baseline),
             higher_is_better,
             note: note.into(),
+            baseline_is_raw: true,
         }
+    }
+
+    /// This figure, its baseline another case of Weir's own (see `baseline_is_raw`).
+    pub fn against_itself(self) -> Figure {
+        Figure { baseline_is_raw: false, ..self }
     }
 
     /// Weir divided by the baseline: for latencies lower is better, for
@@ -75,6 +84,7 @@ impl Figure {
             baseline: field("baseline")?.parse().ok(),
             higher_is_better: field("higher_is_better")? == "true",
             note: line.split_once("\"note\":\"").map(|(_, note)| note.trim_end_matches("\"}").to_owned())?,
+            baseline_is_raw: true,
         })
     }
 }
@@ -145,6 +155,69 @@ impl Report {
                 f.note
             );
         }
+    }
+}
+
+impl Report {
+    /// The figures with a baseline as an SVG bar chart: a row per figure, its
+    /// bar Weir's speed against the raw backend's (baseline ÷ Weir for times,
+    /// Weir ÷ baseline for rates: past the line at 1×, Weir is ahead), on a
+    /// log scale from 1/16× to 16×, coloured by how far behind raw it is.
+    pub fn plot(&self) -> String {
+        let rows: Vec<(&Figure, f64)> = self
+            .figures
+            .iter()
+            .filter(|f| f.baseline_is_raw)
+            .filter_map(|f| {
+                let ratio = f.ratio()?;
+                let speed = if f.higher_is_better { ratio } else { 1.0 / ratio };
+                speed.is_finite().then_some((f, speed))
+            })
+            .collect();
+        let (left, row, width, top) = (520.0, 18.0, 560.0, 40.0);
+        let x = |speed: f64| left + (speed.clamp(1.0 / 16.0, 16.0).log2() + 4.0) / 8.0 * width;
+        let escaped = |text: &str| text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;");
+        let mut svg = format!(
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" \
+             font-size=\"11\">\n<text x=\"10\" y=\"20\" font-size=\"13\">Weir beside the raw backend \
+             (right of 1×: Weir ahead; log scale)</text>\n",
+            left + width + 80.0,
+            top + rows.len() as f64 * row + 30.0
+        );
+        for (speed, label) in [(1.0 / 16.0, "1/16×"), (0.25, "1/4×"), (1.0, "1×"), (4.0, "4×"), (16.0, "16×")] {
+            svg += &format!(
+                "<line x1=\"{0:.1}\" y1=\"{1}\" x2=\"{0:.1}\" y2=\"{2}\" stroke=\"{3}\"/><text x=\"{0:.1}\" y=\"{1}\" \
+                 text-anchor=\"middle\">{label}</text>\n",
+                x(speed),
+                top - 6.0,
+                top + rows.len() as f64 * row,
+                if speed == 1.0 { "#333" } else { "#ddd" }
+            );
+        }
+        for (index, (figure, speed)) in rows.iter().enumerate() {
+            let y = top + index as f64 * row;
+            let colour = match speed {
+                s if *s >= 0.97 => "#59a14f",
+                s if *s >= 0.8 => "#f28e2b",
+                _ => "#e15759",
+            };
+            let (from, to) = (x(1.0).min(x(*speed)), x(1.0).max(x(*speed)));
+            svg += &format!(
+                "<g class=\"figure\"><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">{}: {}</text>\
+                 <rect x=\"{from:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{colour}\"/>\
+                 <text x=\"{:.1}\" y=\"{:.1}\">{speed:.2}×</text></g>\n",
+                left - 8.0,
+                y + row * 0.7,
+                figure.backend,
+                escaped(&figure.name),
+                y + 2.0,
+                (to - from).max(1.0),
+                row - 4.0,
+                left + width + 6.0,
+                y + row * 0.7,
+            );
+        }
+        svg + "</svg>\n"
     }
 }
 

@@ -47,15 +47,18 @@ pub fn run(report: &mut Report, kind: BackendKind) {
         let (cost, _) = per_op(&runtime, |i| s.fill_u32(&target, i).unwrap());
         drop(others);
         let base = *smallest.get_or_insert(cost);
-        report.add(Figure::beside(
-            name,
-            &format!("admission, {live} live buffers"),
-            "us/op",
-            cost,
-            base,
-            false,
-            &format!("{OPS} fills of one buffer; baseline: the same with 10 live buffers"),
-        ));
+        report.add(
+            Figure::beside(
+                name,
+                &format!("admission, {live} live buffers"),
+                "us/op",
+                cost,
+                base,
+                false,
+                &format!("{OPS} fills of one buffer; baseline: the same with 10 live buffers"),
+            )
+            .against_itself(),
+        );
     }
 
     let (mut smallest, mut smallest_run) = (None, None);
@@ -72,26 +75,32 @@ pub fn run(report: &mut Report, kind: BackendKind) {
         });
         let inserted = runtime.diagnostics().inserted_waits - waits;
         let base = *smallest.get_or_insert(cost);
-        report.add(Figure::beside(
-            name,
-            &format!("admission, chain over {streams} streams"),
-            "us/op",
-            cost,
-            base,
-            false,
-            &format!(
+        report.add(
+            Figure::beside(
+                name,
+                &format!("admission, chain over {streams} streams"),
+                "us/op",
+                cost,
+                base,
+                false,
+                &format!(
                 "{OPS} copies, each reading the previous one's output; {inserted} waits inserted; baseline: 1 stream"
             ),
-        ));
+            )
+            .against_itself(),
+        );
         let base = *smallest_run.get_or_insert(ran);
-        report.add(Figure::beside(
-            name,
-            &format!("chain over {streams} streams, admitted and run"),
-            "us/op",
-            ran,
-            base,
-            false,
-            &format!("the same {OPS} copies, timed until the fence after them resolved; baseline: 1 stream"),
-        ));
+        report.add(
+            Figure::beside(
+                name,
+                &format!("chain over {streams} streams, admitted and run"),
+                "us/op",
+                ran,
+                base,
+                false,
+                &format!("the same {OPS} copies, timed until the fence after them resolved; baseline: 1 stream"),
+            )
+            .against_itself(),
+        );
     }
 }

@@ -322,6 +322,7 @@ fn fence_round_trip(report: &mut Report, runtime: &Runtime, raw: &Raw, rounds: u
         baseline: None,
         higher_is_better: false,
         note: "raw only, median: the floor under every fence figure".into(),
+        baseline_is_raw: true,
     });
     // Weir needs no submission for a fence on an idle stream; raw still submits.
     let (mut weir, mut baseline) = (Vec::new(), Vec::new());
