@@ -19,7 +19,9 @@
 
 use std::time::{Duration, Instant};
 
-use weir_core::{Arg, BackendKind, Buffer, ElementType, Grid, Kernel, PendingRead, Runtime, Stream};
+use weir_core::{
+    Arg, BackendKind, Buffer, ElementType, Grid, Kernel, PendingRead, Runtime, Stream, Timeline, TimelineBar,
+};
 
 const KERNELS: &str = "examples/transformer/kernels";
 const LAYERNORM_WGSL: &str = include_str!("../../../examples/transformer/kernels/layernorm.wgsl");
@@ -354,38 +356,60 @@ fn forward_on_host(shape: Shape, w: &Weights, x: &[f32]) -> Vec<f32> {
     residual.iter().zip(&down).map(|(a, b)| a + b).collect()
 }
 
-/// Runs `requests` through `streams`, request i on stream i mod K with slot i
-/// mod K (its previous request's read is waited for first): the wall time,
-/// each request's latency (admitted to read back) and output.
-fn serve(
-    model: &Model,
-    streams: &[Stream],
-    slots: &[Slot],
-    inputs: &[Vec<f32>],
-) -> weir_core::Result<(Duration, Vec<Duration>, Vec<Vec<f32>>)> {
+/// One request served: its index, when it was admitted and read back (from
+/// the start), and its output.
+type Done = (usize, Duration, Duration, Vec<f32>);
+
+/// How one way of serving went: its wall time, and per request its stream,
+/// when it was admitted and read back (from the start), and its output.
+struct Served {
+    wall: Duration,
+    spans: Vec<(usize, Duration, Duration)>,
+    outputs: Vec<Vec<f32>>,
+}
+
+/// Serves `inputs` on `streams`: request i on stream i mod K with slot i
+/// mod K, from a thread per stream, which waits for a request's read before
+/// it admits the next into the slot (as the Kotlin version's coroutines and
+/// the Swift version's Tasks do).
+fn serve(model: &Model, streams: &[Stream], slots: &[Slot], inputs: &[Vec<f32>]) -> weir_core::Result<Served> {
     let start = Instant::now();
-    let mut in_flight: Vec<Option<(usize, Instant, PendingRead)>> = (0..slots.len()).map(|_| None).collect();
-    let mut latencies = vec![Duration::ZERO; inputs.len()];
-    let mut outputs = vec![Vec::new(); inputs.len()];
-    let mut finish = |(request, admitted, read): (usize, Instant, PendingRead)| -> weir_core::Result<()> {
-        let bytes = read.wait_host()?;
-        latencies[request] = admitted.elapsed();
-        outputs[request] = bytes.as_slice::<f32>()?.to_vec();
-        Ok(())
-    };
-    for (request, input) in inputs.iter().enumerate() {
-        let k = request % slots.len();
-        if let Some(previous) = in_flight[k].take() {
-            finish(previous)?;
-        }
-        let admitted = Instant::now();
-        let read = model.forward(&streams[k], &slots[k], input)?;
-        in_flight[k] = Some((request, admitted, read));
+    let served: Vec<weir_core::Result<Vec<Done>>> = std::thread::scope(|scope| {
+        let handles: Vec<_> = (0..streams.len())
+            .map(|k| {
+                scope.spawn(move || {
+                    let mut done = Vec::new();
+                    for request in (k..inputs.len()).step_by(streams.len()) {
+                        let admitted = start.elapsed();
+                        let bytes = model.forward(&streams[k], &slots[k], &inputs[request])?.wait_host()?;
+                        done.push((request, admitted, start.elapsed(), bytes.as_slice::<f32>()?.to_vec()));
+                    }
+                    Ok(done)
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|handle| {
+                handle
+                    .join()
+                    .unwrap_or_else(|_| Err(weir_core::Error::InvalidArgument("a serving thread panicked".into())))
+            })
+            .collect()
+    });
+    let wall = start.elapsed();
+    let mut all: Vec<Done> = Vec::with_capacity(inputs.len());
+    for done in served {
+        all.extend(done?);
     }
-    for previous in in_flight.into_iter().flatten() {
-        finish(previous)?;
-    }
-    Ok((start.elapsed(), latencies, outputs))
+    all.sort_by_key(|(request, ..)| *request);
+    let spans = all.iter().map(|(request, from, to, _)| (request % streams.len(), *from, *to)).collect();
+    Ok(Served { wall, spans, outputs: all.into_iter().map(|(.., output)| output).collect() })
+}
+
+/// Each request's latency: admitted to read back.
+fn latencies(served: &Served) -> Vec<Duration> {
+    served.spans.iter().map(|(_, from, to)| to.saturating_sub(*from)).collect()
 }
 
 fn median(mut values: Vec<Duration>) -> Duration {
@@ -428,6 +452,8 @@ pub struct Report {
     pub worst: f32,
     pub figures: Vec<(String, f64)>,
     pub summary: String,
+    /// The run with every stream: a row per stream, a bar per request.
+    pub timeline: Timeline,
 }
 
 /// The outputs may differ from the host's by this much, relative: summation
@@ -449,8 +475,8 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
 
     // Warm-up (first launches compile), then each way once, timed.
     serve(&model, &streams[..1], &slots[..1], &inputs[..1])?;
-    let (serial, serial_latencies, serial_outputs) = serve(&model, &streams[..1], &slots[..1], &inputs)?;
-    let (overlapped, latencies, outputs) = serve(&model, &streams, &slots, &inputs)?;
+    let serial = serve(&model, &streams[..1], &slots[..1], &inputs)?;
+    let overlapped = serve(&model, &streams, &slots, &inputs)?;
 
     // Every output of both runs against the host's arithmetic.
     let expected: Vec<Vec<f32>> = std::thread::scope(|scope| {
@@ -460,7 +486,7 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
     });
     let mut worst = 0f32;
     for (request, want) in expected.iter().enumerate() {
-        for got in [&serial_outputs[request], &outputs[request]] {
+        for got in [&serial.outputs[request], &overlapped.outputs[request]] {
             if got.len() != want.len() {
                 return Err(
                     format!("request {request}: {} values read back, {} expected", got.len(), want.len()).into()
@@ -473,19 +499,32 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
 
     let tokens = (options.requests * shape.tokens) as f64;
     let rate = |wall: Duration| tokens / wall.as_secs_f64();
+    let (serial_wall, wall) = (serial.wall, overlapped.wall);
     let figures = vec![
-        ("tokens/s, one stream".to_owned(), rate(serial)),
-        (format!("tokens/s, {k} streams"), rate(overlapped)),
-        ("throughput, streams / one stream".to_owned(), serial.as_secs_f64() / overlapped.as_secs_f64()),
-        ("latency per request, one stream (ms)".to_owned(), median(serial_latencies).as_secs_f64() * 1e3),
-        (format!("latency per request, {k} streams (ms)"), median(latencies).as_secs_f64() * 1e3),
+        ("tokens/s, one stream".to_owned(), rate(serial_wall)),
+        (format!("tokens/s, {k} streams"), rate(wall)),
+        ("throughput, streams / one stream".to_owned(), serial_wall.as_secs_f64() / wall.as_secs_f64()),
+        ("latency per request, one stream (ms)".to_owned(), median(latencies(&serial)).as_secs_f64() * 1e3),
+        (format!("latency per request, {k} streams (ms)"), median(latencies(&overlapped)).as_secs_f64() * 1e3),
     ];
+    // The overlapped run as a picture: a row per stream, a bar per request.
+    let timeline = Timeline {
+        title: format!("transformer block on {}: {} requests on {k} streams", runtime.info().name, options.requests),
+        rows: (0..k).map(|stream| format!("stream {stream}")).collect(),
+        bars: overlapped
+            .spans
+            .iter()
+            .enumerate()
+            .map(|(request, &(row, start, end))| TimelineBar { row, start, end, label: format!("request {request}") })
+            .collect(),
+        waits: Vec::new(),
+    };
     let summary = format!(
         "{k} streams: {:.0} tokens/s, {:.2}x one stream; every output of both runs within {worst:.1e} of the host's",
-        rate(overlapped),
-        serial.as_secs_f64() / overlapped.as_secs_f64()
+        rate(wall),
+        serial_wall.as_secs_f64() / wall.as_secs_f64()
     );
-    Ok(Report { worst, figures, summary })
+    Ok(Report { worst, figures, summary, timeline })
 }
 
 #[allow(dead_code)] // a test includes this file for `run`
@@ -512,6 +551,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         println!("{{\"backend\":\"{backend}\",\"example\":\"transformer: {name}\",\"value\":{value:.3}}}");
     }
     println!("{}", report.summary);
+    let picture = std::path::Path::new("target").join("weir-transformer-timeline.svg");
+    match std::fs::create_dir_all("target").and_then(|()| std::fs::write(&picture, report.timeline.to_svg())) {
+        Ok(()) => println!("the timeline as a picture: {}", picture.display()),
+        Err(error) => println!("the timeline picture could not be written to {}: {error}", picture.display()),
+    }
     if report.worst > TOLERANCE {
         return Err(
             format!("an output is off the host's by {:.2e} (relative), more than {TOLERANCE:e}", report.worst).into()
