@@ -200,18 +200,22 @@ func forwardOnHost(_ shape: Shape, _ w: Weights, _ x: [Float]) -> [Float] {
     return zip(residual, down).map { $0 + $1 }
 }
 
-/// What a run found: the largest difference of an output from the host's (relative), and the figures.
+/// What a run found: the largest difference of an output from the host's
+/// (relative), the figures, and the run with every stream as a timeline.
 public struct Report: Sendable {
     public let worst: Float
     public let figures: [(String, Double)]
     public let summary: String
+    public let timeline: Timeline
 }
 
-/// How one way of serving went: its wall time, each request's latency and output.
+/// How one way of serving went: its wall time, and per request when it was
+/// admitted and read back (from the start) and its output.
 struct Served {
     let wall: Duration
-    let latencies: [Duration]
+    let spans: [(Duration, Duration)]
     let outputs: [[Float]]
+    var latencies: [Duration] { spans.map { $0.1 - $0.0 } }
 }
 
 /// Serves `inputs` on `streams`: request i on stream i mod K with slot i mod K,
@@ -220,25 +224,25 @@ struct Served {
 func serve(_ model: Model, _ streams: [WeirStream], _ slots: [Slot], _ inputs: [[Float]]) async throws -> Served {
     let clock = ContinuousClock()
     let start = clock.now
-    let results = try await withThrowingTaskGroup(of: [(Int, Duration, [Float])].self) { group in
+    let results = try await withThrowingTaskGroup(of: [(Int, Duration, Duration, [Float])].self) { group in
         for k in streams.indices {
             group.addTask {
-                var done: [(Int, Duration, [Float])] = []
+                var done: [(Int, Duration, Duration, [Float])] = []
                 for request in stride(from: k, to: inputs.count, by: streams.count) {
-                    let admitted = clock.now
+                    let admitted = clock.now - start
                     let read = try model.forward(streams[k], slots[k], inputs[request])
                     let bytes = try await read.bytes()
                     let output = bytes.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-                    done.append((request, clock.now - admitted, output))
+                    done.append((request, admitted, clock.now - start, output))
                 }
                 return done
             }
         }
-        var all: [(Int, Duration, [Float])] = []
+        var all: [(Int, Duration, Duration, [Float])] = []
         for try await done in group { all += done }
         return all.sorted { $0.0 < $1.0 }
     }
-    return Served(wall: clock.now - start, latencies: results.map { $0.1 }, outputs: results.map { $0.2 })
+    return Served(wall: clock.now - start, spans: results.map { ($0.1, $0.2) }, outputs: results.map { $0.3 })
 }
 
 func seconds(_ duration: Duration) -> Double {
@@ -284,6 +288,13 @@ public func run(_ runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: I
     func rate(_ wall: Duration) -> Double { tokens / seconds(wall) }
     func medianMillis(_ latencies: [Duration]) -> Double { seconds(latencies.sorted()[latencies.count / 2]) * 1e3 }
     let ratio = seconds(serial.wall) / seconds(overlapped.wall)
+    let timeline = Timeline(
+        title: "swift transformer block on \(runtime.info().name): \(requests) requests on \(k) streams",
+        rows: (0..<k).map { "stream \($0)" },
+        bars: overlapped.spans.enumerated().map { request, span in
+            TimelineBar(row: UInt32(request % k), start: seconds(span.0), end: seconds(span.1), label: "request \(request)")
+        },
+        waits: [])
     return Report(
         worst: worst,
         figures: [
@@ -294,5 +305,6 @@ public func run(_ runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: I
             ("latency per request, \(k) streams (ms)", medianMillis(overlapped.latencies)),
         ],
         summary: String(format: "%d streams: %.0f tokens/s, %.2fx one stream; every output of both runs within %.1e of the host's",
-                        k, rate(overlapped.wall), ratio, Double(worst)))
+                        k, rate(overlapped.wall), ratio, Double(worst)),
+        timeline: timeline)
 }

@@ -37,6 +37,14 @@ do {
         print("{\"backend\":\"\(backend)\",\"example\":\"swift transformer: \(name)\",\"value\":\(String(format: "%.3f", figure))}")
     }
     print(report.summary)
+    let picture = URL(fileURLWithPath: "target/weir-transformer-timeline-swift.svg").standardizedFileURL
+    do {
+        try FileManager.default.createDirectory(at: picture.deletingLastPathComponent(), withIntermediateDirectories: true)
+        try timelineSvg(timeline: report.timeline).write(to: picture, atomically: true, encoding: .utf8)
+        print("the timeline as a picture: \(picture.path)")
+    } catch {
+        print("the timeline picture could not be written to \(picture.path): \(error)")
+    }
     try runtime.shutdown()
     if report.worst > tolerance {
         print("an output is off the host's by \(report.worst) (relative), more than \(tolerance)")

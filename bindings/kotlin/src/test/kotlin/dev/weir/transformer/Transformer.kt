@@ -27,6 +27,8 @@ import dev.weir.Grid
 import dev.weir.Kernel
 import dev.weir.KernelSource
 import dev.weir.PendingRead
+import dev.weir.Timeline
+import dev.weir.TimelineBar
 import dev.weir.WeirException
 import dev.weir.WeirRuntime
 import dev.weir.WeirStream
@@ -37,6 +39,7 @@ import dev.weir.linear
 import dev.weir.reads
 import dev.weir.readsWrites
 import dev.weir.scalar
+import dev.weir.timelineSvg
 import dev.weir.upload
 import dev.weir.write
 import dev.weir.writes
@@ -46,6 +49,8 @@ import kotlinx.coroutines.async
 import kotlinx.coroutines.awaitAll
 import kotlinx.coroutines.coroutineScope
 import kotlinx.coroutines.runBlocking
+import java.io.File
+import java.time.Duration
 import kotlin.math.abs
 import kotlin.math.exp
 import kotlin.math.max
@@ -237,11 +242,13 @@ private fun forwardOnHost(shape: Shape, w: Weights, x: FloatArray): FloatArray {
     return FloatArray(x.size) { residual[it] + down[it] }
 }
 
-/** What a run found: the largest difference of an output from the host's (relative), and the figures. */
-class Report(val worst: Float, val figures: List<Pair<String, Double>>, val summary: String)
+/** What a run found: the largest difference of an output from the host's (relative), the figures, and the run with every stream as a timeline. */
+class Report(val worst: Float, val figures: List<Pair<String, Double>>, val summary: String, val timeline: Timeline)
 
-/** How one way of serving went: its wall time (ns), each request's latency (ns) and output. */
-private class Served(val wall: Long, val latencies: LongArray, val outputs: List<FloatArray>)
+/** How one way of serving went: its wall time (ns), each request's admission and read-back (ns from the start) and output. */
+private class Served(val wall: Long, val admitted: LongArray, val readBack: LongArray, val outputs: List<FloatArray>) {
+    val latencies get() = LongArray(admitted.size) { readBack[it] - admitted[it] }
+}
 
 /**
  * Serves [inputs] on [streams]: request i on stream i mod K with slot i mod K,
@@ -250,22 +257,23 @@ private class Served(val wall: Long, val latencies: LongArray, val outputs: List
  */
 private suspend fun serve(model: Model, streams: List<WeirStream>, slots: List<Slot>, inputs: List<FloatArray>): Served = coroutineScope {
     val start = System.nanoTime()
-    val latencies = LongArray(inputs.size)
+    val admitted = LongArray(inputs.size)
+    val readBack = LongArray(inputs.size)
     val outputs = arrayOfNulls<FloatArray>(inputs.size)
     streams.indices.map { k ->
         async {
             for (request in k until inputs.size step streams.size) {
-                val admitted = System.nanoTime()
+                admitted[request] = System.nanoTime() - start
                 val output = FloatArray(inputs[request].size)
                 model.forward(streams[k], slots[k], inputs[request]).use { read ->
                     read.bytes().use { it.asByteBuffer().asFloatBuffer().get(output) }
                 }
-                latencies[request] = System.nanoTime() - admitted
+                readBack[request] = System.nanoTime() - start
                 outputs[request] = output
             }
         }
     }.awaitAll()
-    Served(System.nanoTime() - start, latencies, outputs.map { it ?: FloatArray(0) })
+    Served(System.nanoTime() - start, admitted, readBack, outputs.map { it ?: FloatArray(0) })
 }
 
 /** Serves [requests] requests both ways on [runtime], checks every output against the host's, and measures. */
@@ -298,6 +306,14 @@ suspend fun run(runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: Int
         fun rate(wall: Long) = tokens / (wall / 1e9)
         fun medianMillis(latencies: LongArray) = latencies.sorted()[latencies.size / 2] / 1e6
         streams.forEach { it.close() }
+        val timeline = Timeline(
+            "kotlin transformer block on ${runtime.info().name}: $requests requests on $k streams",
+            (0 until k).map { "stream $it" },
+            inputs.indices.map { request ->
+                TimelineBar((request % k).toUInt(), Duration.ofNanos(overlapped.admitted[request]), Duration.ofNanos(overlapped.readBack[request]), "request $request")
+            },
+            emptyList(),
+        )
         Report(
             worst,
             listOf(
@@ -310,6 +326,7 @@ suspend fun run(runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: Int
             "%d streams: %.0f tokens/s, %.2fx one stream; every output of both runs within %.1e of the host's".format(
                 k, rate(overlapped.wall), serial.wall.toDouble() / overlapped.wall, worst,
             ),
+            timeline,
         )
     }
 }
@@ -336,6 +353,14 @@ fun main(args: Array<String>) {
             println("{\"backend\":\"$backend\",\"example\":\"kotlin transformer: $name\",\"value\":${"%.3f".format(value)}}")
         }
         println(report.summary)
+        val picture = File("target/weir-transformer-timeline-kotlin.svg").absoluteFile
+        try {
+            picture.parentFile.mkdirs()
+            picture.writeText(timelineSvg(report.timeline))
+            println("the timeline as a picture: $picture")
+        } catch (e: java.io.IOException) {
+            println("the timeline picture could not be written to $picture: ${e.message}")
+        }
         rt.shutdown()
         if (report.worst > TOLERANCE) {
             System.err.println("an output is off the host's by ${report.worst} (relative), more than $TOLERANCE")
