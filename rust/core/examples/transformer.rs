@@ -11,7 +11,9 @@
 //!
 //! The figures: the requests with `--in-flight K` of them on K streams,
 //! beside the same requests one after another on one stream (tokens per
-//! second, latency per request). How busy the device was is not measured:
+//! second, latency per request), and where the block records as a graph
+//! (wgpu: every op a kernel), the K streams again with each request's
+//! block replayed from a graph. How busy the device was is not measured:
 //! timestamps around a run time its span, idle gaps included; it needs each
 //! kernel's own device time. Options: `--backend cuda|wgpu` (default:
 //! the first that opens), `--small` (d = 64, 4 heads, 16 tokens: what a
@@ -20,7 +22,7 @@
 use std::time::{Duration, Instant};
 
 use weir_core::{
-    Arg, BackendKind, Buffer, ElementType, Grid, Kernel, PendingRead, Runtime, Stream, Timeline, TimelineBar,
+    Arg, BackendKind, Buffer, ElementType, Graph, Grid, Kernel, PendingRead, Runtime, Stream, Timeline, TimelineBar,
 };
 
 const KERNELS: &str = "examples/transformer/kernels";
@@ -272,8 +274,14 @@ impl Model {
     /// Admits one request's forward pass on `s`: its input into the slot,
     /// the block, and the read of its output.
     fn forward(&self, s: &Stream, slot: &Slot, input: &[f32]) -> weir_core::Result<PendingRead> {
-        let (Shape { d, heads, tokens }, w) = (self.shape, &self.weights);
         s.write(&slot.x, 0, input)?;
+        self.block(s, slot)?;
+        s.enqueue_read(&slot.out)
+    }
+
+    /// The block's ops over `slot`, from its input to its output.
+    fn block(&self, s: &Stream, slot: &Slot) -> weir_core::Result<()> {
+        let (Shape { d, heads, tokens }, w) = (self.shape, &self.weights);
         self.layernorm(s, &slot.x, &w.ln1, &slot.normed)?;
         self.linear(s, &slot.normed, &w.w_qkv, &w.b_qkv, &slot.qkv, (tokens, 3 * d, d), false)?;
         s.execute(
@@ -292,8 +300,7 @@ impl Model {
         self.layernorm(s, &slot.residual, &w.ln2, &slot.normed)?;
         self.linear(s, &slot.normed, &w.w_up, &w.b_up, &slot.hidden, (tokens, 4 * d, d), true)?;
         self.linear(s, &slot.hidden, &w.w_down, &w.b_down, &slot.projected, (tokens, d, 4 * d), false)?;
-        s.add(&slot.residual, &slot.projected, &slot.out)?;
-        s.enqueue_read(&slot.out)
+        s.add(&slot.residual, &slot.projected, &slot.out)
     }
 }
 
@@ -373,15 +380,25 @@ struct Served {
 /// it admits the next into the slot (as the Kotlin version's coroutines and
 /// the Swift version's Tasks do).
 fn serve(model: &Model, streams: &[Stream], slots: &[Slot], inputs: &[Vec<f32>]) -> weir_core::Result<Served> {
+    serve_with(streams, inputs, |k, input| model.forward(&streams[k], &slots[k], input))
+}
+
+/// [`serve`], each request admitted on stream `k` by `admit(k, input)`.
+fn serve_with(
+    streams: &[Stream],
+    inputs: &[Vec<f32>],
+    admit: impl Fn(usize, &[f32]) -> weir_core::Result<PendingRead> + Sync,
+) -> weir_core::Result<Served> {
     let start = Instant::now();
     let served: Vec<weir_core::Result<Vec<Done>>> = std::thread::scope(|scope| {
         let handles: Vec<_> = (0..streams.len())
             .map(|k| {
+                let admit = &admit;
                 scope.spawn(move || {
                     let mut done = Vec::new();
                     for request in (k..inputs.len()).step_by(streams.len()) {
                         let admitted = start.elapsed();
-                        let bytes = model.forward(&streams[k], &slots[k], &inputs[request])?.wait_host()?;
+                        let bytes = admit(k, &inputs[request])?.wait_host()?;
                         done.push((request, admitted, start.elapsed(), bytes.as_slice::<f32>()?.to_vec()));
                     }
                     Ok(done)
@@ -477,6 +494,19 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
     serve(&model, &streams[..1], &slots[..1], &inputs[..1])?;
     let serial = serve(&model, &streams[..1], &slots[..1], &inputs)?;
     let overlapped = serve(&model, &streams, &slots, &inputs)?;
+    // Each slot's block recorded once as a graph, replayed per request (one
+    // op to admit instead of 14). cuBLAS calls are foreign code run at
+    // admission, which a recording cannot hold: none on CUDA.
+    let graphs: Option<Vec<Graph>> =
+        slots.iter().map(|slot| streams[0].record(|s| model.block(s, slot)).ok()).collect();
+    let replayed = match &graphs {
+        Some(graphs) => Some(serve_with(&streams, &inputs, |k, input| {
+            streams[k].write(&slots[k].x, 0, input)?;
+            streams[k].replay(&graphs[k])?;
+            streams[k].enqueue_read(&slots[k].out)
+        })?),
+        None => None,
+    };
 
     // Every output of both runs against the host's arithmetic.
     let expected: Vec<Vec<f32>> = std::thread::scope(|scope| {
@@ -486,7 +516,10 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
     });
     let mut worst = 0f32;
     for (request, want) in expected.iter().enumerate() {
-        for got in [&serial.outputs[request], &overlapped.outputs[request]] {
+        let replayed_output = replayed.as_ref().map(|replayed| &replayed.outputs[request]);
+        for got in
+            [Some(&serial.outputs[request]), Some(&overlapped.outputs[request]), replayed_output].into_iter().flatten()
+        {
             if got.len() != want.len() {
                 return Err(
                     format!("request {request}: {} values read back, {} expected", got.len(), want.len()).into()
@@ -500,13 +533,16 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
     let tokens = (options.requests * shape.tokens) as f64;
     let rate = |wall: Duration| tokens / wall.as_secs_f64();
     let (serial_wall, wall) = (serial.wall, overlapped.wall);
-    let figures = vec![
+    let mut figures = vec![
         ("tokens/s, one stream".to_owned(), rate(serial_wall)),
         (format!("tokens/s, {k} streams"), rate(wall)),
         ("throughput, streams / one stream".to_owned(), serial_wall.as_secs_f64() / wall.as_secs_f64()),
         ("latency per request, one stream (ms)".to_owned(), median(latencies(&serial)).as_secs_f64() * 1e3),
         (format!("latency per request, {k} streams (ms)"), median(latencies(&overlapped)).as_secs_f64() * 1e3),
     ];
+    if let Some(replayed) = &replayed {
+        figures.push((format!("tokens/s, {k} streams, each request a replayed graph"), rate(replayed.wall)));
+    }
     // The overlapped run as a picture: a row per stream, a bar per request.
     let timeline = Timeline {
         title: format!("transformer block on {}: {} requests on {k} streams", runtime.info().name, options.requests),
