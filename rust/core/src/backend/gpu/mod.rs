@@ -32,6 +32,8 @@ mod rtc;
 mod stream;
 // The fake driver answers external writes with CUDA's raw access.
 #[cfg(all(test, feature = "cuda"))]
+mod fake;
+#[cfg(all(test, feature = "cuda"))]
 mod tests;
 
 use std::collections::HashMap;

@@ -13,7 +13,7 @@
 //! - the uniforms, in the same order, are filled from the scalars in order:
 //!   each value of a uniform (a field, a vector's or a matrix's component, an
 //!   array's element, in declaration order) takes one scalar of its type, at
-//!   the offset the WGSL layout rules give it; a [`ScalarArg::Bytes`] scalar
+//!   the offset the WGSL layout rules give it; a [`crate::kernel::ScalarArg::Bytes`] scalar
 //!   fills a whole uniform instead (a struct passed by value);
 //! - nothing else (a texture or sampler is refused by name).
 //!
