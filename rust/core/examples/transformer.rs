@@ -27,15 +27,15 @@ use weir_core::{
 
 const KERNELS: &str = "examples/transformer/kernels";
 const LAYERNORM_WGSL: &str = include_str!("../../../examples/transformer/kernels/layernorm.wgsl");
-const LAYERNORM_CU: &str = include_str!("../../../examples/transformer/kernels/layernorm.cu");
+pub const LAYERNORM_CU: &str = include_str!("../../../examples/transformer/kernels/layernorm.cu");
 const BIAS_ACT_WGSL: &str = include_str!("../../../examples/transformer/kernels/bias_act.wgsl");
-const BIAS_ACT_CU: &str = include_str!("../../../examples/transformer/kernels/bias_act.cu");
+pub const BIAS_ACT_CU: &str = include_str!("../../../examples/transformer/kernels/bias_act.cu");
 const ATTENTION_WGSL: &str = include_str!("../../../examples/transformer/kernels/attention.wgsl");
-const ATTENTION_CU: &str = include_str!("../../../examples/transformer/kernels/attention.cu");
+pub const ATTENTION_CU: &str = include_str!("../../../examples/transformer/kernels/attention.cu");
 const MATMUL_WGSL: &str = include_str!("../../../examples/transformer/kernels/matmul.wgsl");
 
 /// Threads per block of every kernel.
-const BLOCK: u32 = 64;
+pub const BLOCK: u32 = 64;
 
 /// The block's shape: model width, heads, tokens per request.
 #[derive(Clone, Copy)]
@@ -51,10 +51,10 @@ impl Shape {
 }
 
 /// A deterministic stream of numbers in (-scale, scale): the weights and inputs.
-struct Numbers(u64);
+pub struct Numbers(pub u64);
 
 impl Numbers {
-    fn take(&mut self, count: usize, scale: f32) -> Vec<f32> {
+    pub fn take(&mut self, count: usize, scale: f32) -> Vec<f32> {
         (0..count)
             .map(|_| {
                 // xorshift64*
@@ -68,23 +68,31 @@ impl Numbers {
     }
 }
 
+/// The seed of the weights every run (and every language's version) uses.
+pub const WEIGHTS_SEED: u64 = 0x5eed;
+
+/// Request `i`'s input: `tokens × d` numbers from seed `i + 1`.
+pub fn inputs(shape: Shape, requests: usize) -> Vec<Vec<f32>> {
+    (0..requests).map(|request| Numbers(1 + request as u64).take(shape.tokens * shape.d, 1.0)).collect()
+}
+
 /// The block's parameters, row-major: `w_qkv` is d × 3d, `w_out` d × d,
 /// `w_up` d × 4d, `w_down` 4d × d.
-struct Weights {
-    ln1: (Vec<f32>, Vec<f32>),
-    w_qkv: Vec<f32>,
-    b_qkv: Vec<f32>,
-    w_out: Vec<f32>,
-    b_out: Vec<f32>,
-    ln2: (Vec<f32>, Vec<f32>),
-    w_up: Vec<f32>,
-    b_up: Vec<f32>,
-    w_down: Vec<f32>,
-    b_down: Vec<f32>,
+pub struct Weights {
+    pub ln1: (Vec<f32>, Vec<f32>),
+    pub w_qkv: Vec<f32>,
+    pub b_qkv: Vec<f32>,
+    pub w_out: Vec<f32>,
+    pub b_out: Vec<f32>,
+    pub ln2: (Vec<f32>, Vec<f32>),
+    pub w_up: Vec<f32>,
+    pub b_up: Vec<f32>,
+    pub w_down: Vec<f32>,
+    pub b_down: Vec<f32>,
 }
 
 impl Weights {
-    fn random(shape: Shape, seed: u64) -> Weights {
+    pub fn random(shape: Shape, seed: u64) -> Weights {
         let (d, mut numbers) = (shape.d, Numbers(seed));
         let gain = |numbers: &mut Numbers| numbers.take(d, 0.1).into_iter().map(|v| 1.0 + v).collect();
         Weights {
@@ -305,7 +313,7 @@ impl Model {
 }
 
 /// The same block on the host, in f32 with f64 sums.
-fn forward_on_host(shape: Shape, w: &Weights, x: &[f32]) -> Vec<f32> {
+pub fn forward_on_host(shape: Shape, w: &Weights, x: &[f32]) -> Vec<f32> {
     let Shape { d, heads, tokens } = shape;
     let layernorm = |x: &[f32], (gamma, beta): &(Vec<f32>, Vec<f32>)| -> Vec<f32> {
         x.chunks(d)
@@ -481,10 +489,9 @@ pub const TOLERANCE: f32 = 1e-4;
 /// output against the host's, and measures.
 pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::error::Error>> {
     let shape = options.shape;
-    let weights = Weights::random(shape, 0x5eed);
+    let weights = Weights::random(shape, WEIGHTS_SEED);
     let model = Model::new(runtime, &weights, shape)?;
-    let inputs: Vec<Vec<f32>> =
-        (0..options.requests).map(|request| Numbers(1 + request as u64).take(shape.tokens * shape.d, 1.0)).collect();
+    let inputs = inputs(shape, options.requests);
     let k = options.in_flight.min(options.requests);
     let streams: Vec<Stream> = (0..k).map(|_| runtime.new_stream()).collect::<Result<_, _>>()?;
     let slots: Vec<Slot> = (0..k).map(|_| Slot::new(&streams[0], shape)).collect::<Result<_, _>>()?;

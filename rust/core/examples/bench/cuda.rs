@@ -13,6 +13,9 @@ use weir_core::{Arg, BackendKind, Blas, ElementType, Gemm, GpuWake, Grid, Kernel
 
 use crate::report::{self, cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
 
+#[path = "transformer_raw.rs"]
+mod transformer_raw;
+
 const EMPTY: &str = r#"extern "C" __global__ void empty() {}"#;
 const BUMP: &str = r#"extern "C" __global__ void bump(unsigned int* p) { p[threadIdx.x] += 1u; }"#;
 
@@ -158,6 +161,9 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
     };
     let raw = Raw::open();
     eprintln!("cuda: {}", runtime.info().name);
+    if part("transformer") {
+        transformer_raw::run(report, &runtime, &raw);
+    }
     if part("memset") {
         memset_bandwidth(report, &runtime, &raw);
     }

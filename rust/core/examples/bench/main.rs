@@ -6,7 +6,7 @@
 //! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `own-device`, `live`; on CUDA `memset`,
 //! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced`,
-//! `sgemm` (a
+//! `sgemm`, `transformer` (a
 //! quick run while iterating on one figure). `--processes N` (default 15):
 //! how many fresh processes measure each figure that sets a Weir thread
 //! against a raw loop on the main thread (see `report::across_processes`);
@@ -15,10 +15,15 @@
 //! of 7 still moved from 1.02 to 1.17 between three runs of one build.
 
 mod cpu;
+// The transformer example's model, for its raw CUDA baseline (`transformer`).
 #[cfg(feature = "cuda")]
 mod cuda;
 mod report;
 mod scaling;
+#[cfg(feature = "cuda")]
+#[allow(dead_code)]
+#[path = "../transformer.rs"]
+mod transformer;
 #[cfg(feature = "wgpu")]
 mod wgpu;
 
