@@ -45,6 +45,18 @@ struct Side {
     swift: bool,
 }
 
+/// Which language a program runs from: Rust unless one of these says otherwise.
+#[derive(Args)]
+#[group(multiple = false)]
+struct RunFrom {
+    /// From Kotlin coroutines
+    #[arg(long)]
+    kotlin: bool,
+    /// From Swift Tasks
+    #[arg(long)]
+    swift: bool,
+}
+
 /// The bindings' languages.
 #[derive(Clone, Copy, ValueEnum)]
 enum Language {
@@ -76,23 +88,15 @@ enum Task {
     /// The main job: a multi-stream pipeline, timed fence by fence (Rust, or from
     /// Kotlin coroutines or Swift Tasks); --backend NAME and the demo's own options follow
     Demo {
-        /// From Kotlin coroutines
-        #[arg(long, conflicts_with = "swift")]
-        kotlin: bool,
-        /// From Swift Tasks
-        #[arg(long)]
-        swift: bool,
+        #[command(flatten)]
+        from: RunFrom,
         #[command(flatten)]
         passed_on: PassedOn,
     },
     /// Run the transformer example (README, "A real workload"): from Rust, --kotlin or --swift
     Transformer {
-        /// From Kotlin coroutines
-        #[arg(long, conflicts_with = "swift")]
-        kotlin: bool,
-        /// From Swift Tasks
-        #[arg(long)]
-        swift: bool,
+        #[command(flatten)]
+        from: RunFrom,
         #[command(flatten)]
         passed_on: PassedOn,
     },
@@ -177,11 +181,11 @@ fn run_task(task: Task) -> util::Result {
             .and_then(|()| kotlin::test())
             .inspect(|()| util::report_progress("Kotlin and Java tests"))
             .and_then(|()| swift::test()),
-        Task::Demo { kotlin: true, passed_on, .. } => kotlin::demo(&passed_on.args),
-        Task::Demo { swift: true, passed_on, .. } => swift::demo(&passed_on.args),
+        Task::Demo { from: RunFrom { kotlin: true, .. }, passed_on } => kotlin::demo(&passed_on.args),
+        Task::Demo { from: RunFrom { swift: true, .. }, passed_on } => swift::demo(&passed_on.args),
         Task::Demo { passed_on, .. } => rust::demo(&passed_on.args),
-        Task::Transformer { kotlin: true, passed_on, .. } => kotlin::transformer(&passed_on.args),
-        Task::Transformer { swift: true, passed_on, .. } => swift::transformer(&passed_on.args),
+        Task::Transformer { from: RunFrom { kotlin: true, .. }, passed_on } => kotlin::transformer(&passed_on.args),
+        Task::Transformer { from: RunFrom { swift: true, .. }, passed_on } => swift::transformer(&passed_on.args),
         Task::Transformer { passed_on, .. } => rust::transformer(&passed_on.args),
         Task::Bindings { language, release, out } => {
             let profile = if release { Profile::Release } else { Profile::Debug };
