@@ -68,9 +68,13 @@ impl Uniform {
         let mut bytes = vec![0u8; self.size as usize];
         for &(offset, index) in &self.values {
             let Some(scalar) = scalars.get(index) else { continue };
-            let value: &[u8] = &match scalar {
-                ScalarArg::Bytes(raw) => smallvec::SmallVec::<[u8; 8]>::from_slice(raw),
-                other => other.to_bytes(),
+            let number;
+            let value: &[u8] = match scalar {
+                ScalarArg::Bytes(raw) => raw,
+                other => {
+                    number = other.to_bytes();
+                    &number
+                }
             };
             let at = offset as usize;
             if let Some(slot) = bytes.get_mut(at..at + value.len()) {
