@@ -94,6 +94,7 @@ enum Task {
         passed_on: PassedOn,
     },
     /// Run the transformer example (README, "A real workload"): from Rust, --kotlin or --swift
+    /// (which, given `-- --backend cuda`, first run the raw single-stream version for its rate)
     Transformer {
         #[command(flatten)]
         from: RunFrom,
@@ -184,8 +185,12 @@ fn run_task(task: Task) -> util::Result {
         Task::Demo { from: RunFrom { kotlin: true, .. }, passed_on } => kotlin::demo(&passed_on.args),
         Task::Demo { from: RunFrom { swift: true, .. }, passed_on } => swift::demo(&passed_on.args),
         Task::Demo { passed_on, .. } => rust::demo(&passed_on.args),
-        Task::Transformer { from: RunFrom { kotlin: true, .. }, passed_on } => kotlin::transformer(&passed_on.args),
-        Task::Transformer { from: RunFrom { swift: true, .. }, passed_on } => swift::transformer(&passed_on.args),
+        Task::Transformer { from: RunFrom { kotlin: true, .. }, passed_on } => {
+            kotlin::transformer(&rust::with_raw_transformer_rate(&passed_on.args)?)
+        }
+        Task::Transformer { from: RunFrom { swift: true, .. }, passed_on } => {
+            swift::transformer(&rust::with_raw_transformer_rate(&passed_on.args)?)
+        }
         Task::Transformer { passed_on, .. } => rust::transformer(&passed_on.args),
         Task::Bindings { language, release, out } => {
             let profile = if release { Profile::Release } else { Profile::Debug };

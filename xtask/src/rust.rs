@@ -94,22 +94,62 @@ pub fn transformer(args: &[String]) -> Result {
     run(cargo().args(["run", "--release", "--quiet", "-p", "weir-core", "--example", "transformer", "--"]).args(args))
 }
 
+/// `cargo run` of the benchmarks, in release with the test hooks.
+fn bench_command() -> std::process::Command {
+    let mut command = cargo();
+    command.args([
+        "run",
+        "--release",
+        "--quiet",
+        "-p",
+        "weir-core",
+        "--features",
+        "test-support",
+        "--example",
+        "bench",
+        "--",
+    ]);
+    command
+}
+
 /// The benchmarks.
 pub fn bench(args: &[String]) -> Result {
-    run(cargo()
-        .args([
-            "run",
-            "--release",
-            "--quiet",
-            "-p",
-            "weir-core",
-            "--features",
-            "test-support",
-            "--example",
-            "bench",
-            "--",
-        ])
-        .args(args))
+    run(bench_command().args(args))
+}
+
+/// The Kotlin or Swift transformer example's arguments, with the raw
+/// single-stream version's rate added (`--raw-tokens-per-second R`) when
+/// they ask for CUDA at full size: the Rust bench's `transformer` part
+/// measures it just before (printing Rust's figures beside it), so the
+/// bindings' figures stand beside raw from the same command. A JVM or a
+/// Swift program cannot run the raw version in its own process.
+pub fn with_raw_transformer_rate(args: &[String]) -> Result<Vec<String>> {
+    let cuda = args.windows(2).any(|pair| pair[0] == "--backend" && pair[1] == "cuda");
+    if !cuda || args.iter().any(|arg| arg == "--small") {
+        return Ok(args.to_vec());
+    }
+    let output = bench_command()
+        .args(["--backend", "cuda", "--only", "transformer", "--processes", "1"])
+        .output()
+        .map_err(|e| format!("cannot run the raw transformer: {e}"))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    print!("{stdout}");
+    // `{"backend":"cuda","bench":"transformer block (GPT-2 small), Weir one stream",…,"baseline":R,…}`
+    let raw = stdout
+        .lines()
+        .find(|line| line.contains("\"bench\":\"transformer block (GPT-2 small), Weir one stream\""))
+        .and_then(|line| line.split_once("\"baseline\":"))
+        .and_then(|(_, rest)| rest.split(',').next())
+        .and_then(|value| value.parse::<f64>().ok());
+    let mut args = args.to_vec();
+    match raw {
+        Some(rate) => args.extend(["--raw-tokens-per-second".to_owned(), format!("{rate:.1}")]),
+        None => eprintln!(
+            "xtask: no raw transformer figure (is CUDA there?): {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ),
+    }
+    Ok(args)
 }
 
 /// The soak (`rust/core/examples/soak.rs`), in release.

@@ -13,9 +13,11 @@
 //! beside the same requests one after another on one stream (tokens per
 //! second, latency per request), and where the block records as a graph
 //! (wgpu: every op a kernel), the K streams again with each request's
-//! block replayed from a graph. How busy the device was is not measured:
-//! timestamps around a run time its span, idle gaps included; it needs each
-//! kernel's own device time. Options: `--backend cuda|wgpu` (default:
+//! block replayed from a graph. The device's busy fraction is the share of
+//! a run's wall time in which at least one request was on the device, from
+//! timestamps each stream reaches around each request (a request's span
+//! counts as busy throughout: the gaps between its own kernels, if the host
+//! falls behind, are not seen). Options: `--backend cuda|wgpu` (default:
 //! the first that opens), `--small` (d = 64, 4 heads, 16 tokens: what a
 //! software device runs in seconds), `--requests N` (32), `--in-flight K` (8).
 
@@ -373,7 +375,33 @@ pub fn forward_on_host(shape: Shape, w: &Weights, x: &[f32]) -> Vec<f32> {
 
 /// One request served: its index, when it was admitted and read back (from
 /// the start), and its output.
-type Done = (usize, Duration, Duration, Vec<f32>);
+/// A request served: its index, when it was admitted and read back (host
+/// time from the run's start), its output, and when it was on the device.
+type Done = (usize, Duration, Duration, Vec<f32>, Option<DeviceSpan>);
+
+/// When a request was on the device, on the run's host clock: from a
+/// timestamp its stream reached just before the request's first op to one
+/// just after its read-back. Each stream's device clock is placed on the
+/// host's by a timestamp taken while the stream was idle, which the device
+/// reaches as it is enqueued (microseconds off, against milliseconds a
+/// request).
+pub type DeviceSpan = (Duration, Duration);
+
+/// The fraction of `wall` in which the device held at least one of `spans`:
+/// the device's busy fraction, as far as the spans cover what it ran.
+pub fn busy_fraction(mut spans: Vec<DeviceSpan>, wall: Duration) -> f64 {
+    spans.sort_unstable();
+    let mut covered = Duration::ZERO;
+    let mut reach = Duration::ZERO;
+    for (from, to) in spans {
+        let from = from.max(reach);
+        if to > from {
+            covered += to - from;
+            reach = to;
+        }
+    }
+    (covered.as_secs_f64() / wall.as_secs_f64().max(f64::MIN_POSITIVE)).min(1.0)
+}
 
 /// How one way of serving went: its wall time, and per request its stream,
 /// when it was admitted and read back (from the start), and its output.
@@ -381,6 +409,8 @@ struct Served {
     wall: Duration,
     spans: Vec<(usize, Duration, Duration)>,
     outputs: Vec<Vec<f32>>,
+    /// Every request's [`DeviceSpan`], where the backend takes timestamps.
+    on_device: Option<Vec<DeviceSpan>>,
 }
 
 /// Serves `inputs` on `streams`: request i on stream i mod K with slot i
@@ -403,11 +433,24 @@ fn serve_with(
             .map(|k| {
                 let admit = &admit;
                 scope.spawn(move || {
+                    let stream = &streams[k];
+                    // The stream is idle: the device reaches this as it is enqueued.
+                    let origin = stream.timestamp().ok().map(|origin| (origin, start.elapsed()));
                     let mut done = Vec::new();
                     for request in (k..inputs.len()).step_by(streams.len()) {
                         let admitted = start.elapsed();
-                        let bytes = admit(k, &inputs[request])?.wait_host()?;
-                        done.push((request, admitted, start.elapsed(), bytes.as_slice::<f32>()?.to_vec()));
+                        let before = origin.as_ref().and_then(|_| stream.timestamp().ok());
+                        let pending = admit(k, &inputs[request])?;
+                        let after = before.as_ref().and_then(|_| stream.timestamp().ok());
+                        let bytes = pending.wait_host()?;
+                        let read = start.elapsed();
+                        let on_device = match (&origin, before, after) {
+                            (Some((origin, at)), Some(before), Some(after)) => {
+                                Some((*at + before.elapsed_since(origin)?, *at + after.elapsed_since(origin)?))
+                            }
+                            _ => None,
+                        };
+                        done.push((request, admitted, read, bytes.as_slice::<f32>()?.to_vec(), on_device));
                     }
                     Ok(done)
                 })
@@ -428,8 +471,9 @@ fn serve_with(
         all.extend(done?);
     }
     all.sort_by_key(|(request, ..)| *request);
-    let spans = all.iter().map(|(request, from, to, _)| (request % streams.len(), *from, *to)).collect();
-    Ok(Served { wall, spans, outputs: all.into_iter().map(|(.., output)| output).collect() })
+    let spans = all.iter().map(|(request, from, to, ..)| (request % streams.len(), *from, *to)).collect();
+    let on_device = all.iter().map(|(.., on_device)| *on_device).collect();
+    Ok(Served { wall, spans, on_device, outputs: all.into_iter().map(|(.., output, _)| output).collect() })
 }
 
 /// Each request's latency: admitted to read back.
@@ -547,6 +591,11 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
         ("latency per request, one stream (ms)".to_owned(), median(latencies(&serial)).as_secs_f64() * 1e3),
         (format!("latency per request, {k} streams (ms)"), median(latencies(&overlapped)).as_secs_f64() * 1e3),
     ];
+    for (name, served) in [("one stream".to_owned(), &serial), (format!("{k} streams"), &overlapped)] {
+        if let Some(on_device) = &served.on_device {
+            figures.push((format!("device busy fraction, {name}"), busy_fraction(on_device.clone(), served.wall)));
+        }
+    }
     if let Some(replayed) = &replayed {
         figures.push((format!("tokens/s, {k} streams, each request a replayed graph"), rate(replayed.wall)));
     }

@@ -215,34 +215,66 @@ struct Served {
     let wall: Duration
     let spans: [(Duration, Duration)]
     let outputs: [[Float]]
+    /// When each request was on the device, in seconds from the start; nil where the backend takes no timestamps.
+    let onDevice: [(Double, Double)]?
     var latencies: [Duration] { spans.map { $0.1 - $0.0 } }
+}
+
+/// The fraction of `wall` seconds in which the device held at least one of `spans`. A span runs
+/// from a timestamp its stream reached just before a request to one just after its read-back,
+/// placed on the host's clock by a timestamp the stream took while idle (which the device
+/// reaches as it is enqueued).
+public func busyFraction(_ spans: [(Double, Double)], wall: Double) -> Double {
+    var (covered, reach) = (0.0, 0.0)
+    for (start, end) in spans.sorted(by: { $0.0 < $1.0 }) {
+        let from = max(start, reach)
+        if end > from {
+            covered += end - from
+            reach = end
+        }
+    }
+    return min(1, covered / wall)
 }
 
 /// Serves `inputs` on `streams`: request i on stream i mod K with slot i mod K,
 /// from a Task per stream, which awaits the slot's previous read before it
 /// admits the next request into it.
 func serve(_ model: Model, _ streams: [WeirStream], _ slots: [Slot], _ inputs: [[Float]]) async throws -> Served {
+    typealias Done = (request: Int, admitted: Duration, read: Duration, output: [Float], onDevice: (Double, Double)?)
     let clock = ContinuousClock()
     let start = clock.now
-    let results = try await withThrowingTaskGroup(of: [(Int, Duration, Duration, [Float])].self) { group in
+    let results = try await withThrowingTaskGroup(of: [Done].self) { group in
         for k in streams.indices {
             group.addTask {
-                var done: [(Int, Duration, Duration, [Float])] = []
+                let stream = streams[k]
+                // The stream is idle: the device reaches this as it is enqueued.
+                let origin = try? stream.timestamp()
+                let originAt = seconds(clock.now - start)
+                var done: [Done] = []
                 for request in stride(from: k, to: inputs.count, by: streams.count) {
                     let admitted = clock.now - start
-                    let read = try model.forward(streams[k], slots[k], inputs[request])
+                    let before = try origin.map { _ in try stream.timestamp() }
+                    let read = try model.forward(stream, slots[k], inputs[request])
+                    let after = try before.map { _ in try stream.timestamp() }
                     let bytes = try await read.bytes()
                     let output = bytes.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
-                    done.append((request, admitted, clock.now - start, output))
+                    var onDevice: (Double, Double)?
+                    if let origin, let before, let after {
+                        onDevice = (originAt + (try await before.elapsedSince(earlier: origin)),
+                                    originAt + (try await after.elapsedSince(earlier: origin)))
+                    }
+                    done.append((request, admitted, clock.now - start, output, onDevice))
                 }
                 return done
             }
         }
-        var all: [(Int, Duration, Duration, [Float])] = []
+        var all: [Done] = []
         for try await done in group { all += done }
-        return all.sorted { $0.0 < $1.0 }
+        return all.sorted { $0.request < $1.request }
     }
-    return Served(wall: clock.now - start, spans: results.map { ($0.1, $0.2) }, outputs: results.map { $0.3 })
+    let onDevice = results.compactMap(\.onDevice)
+    return Served(wall: clock.now - start, spans: results.map { ($0.admitted, $0.read) }, outputs: results.map(\.output),
+                  onDevice: onDevice.count == results.count ? onDevice : nil)
 }
 
 func seconds(_ duration: Duration) -> Double {
@@ -303,7 +335,9 @@ public func run(_ runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: I
             ("throughput, streams / one stream", ratio),
             ("latency per request, one stream (ms)", medianMillis(serial.latencies)),
             ("latency per request, \(k) streams (ms)", medianMillis(overlapped.latencies)),
-        ],
+        ] + [("one stream", serial), ("\(k) streams", overlapped)].compactMap { name, served in
+            served.onDevice.map { ("device busy fraction, \(name)", busyFraction($0, wall: seconds(served.wall))) }
+        },
         summary: String(format: "%d streams: %.0f tokens/s, %.2fx one stream; every output of both runs within %.1e of the host's",
                         k, rate(overlapped.wall), ratio, Double(worst)),
         timeline: timeline)

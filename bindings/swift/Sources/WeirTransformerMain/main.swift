@@ -1,5 +1,5 @@
 // `cargo xtask transformer --swift [-- --backend cuda|wgpu] [--small] [--requests N]
-// [--in-flight K] [--kernels DIR]`: the transformer example from Swift Tasks
+// [--in-flight K] [--kernels DIR] [--raw-tokens-per-second R]`: the transformer example from Swift Tasks
 // (Sources/WeirTransformer), its figures as JSON lines and a summary.
 
 import Foundation
@@ -33,7 +33,12 @@ do {
     print("swift transformer block (d \(shape.d), \(shape.heads) heads, \(shape.tokens) tokens a request) on \(backend) "
         + "(\(info.name)): \(requests) requests, \(inFlight) in flight")
     let report = try await run(runtime, shape: shape, requests: requests, inFlight: inFlight, kernels: kernels)
-    for (name, figure) in report.figures {
+    // The raw single-stream version's rate, measured by the Rust bench just before (xtask passes it).
+    let raw = value("--raw-tokens-per-second").flatMap(Double.init)
+    let againstRaw = raw.map { rate in
+        report.figures.filter { $0.0.hasPrefix("tokens/s, ") }.map { ("\($0.0) / raw single stream", $0.1 / rate) }
+    } ?? []
+    for (name, figure) in report.figures + againstRaw {
         print("{\"backend\":\"\(backend)\",\"example\":\"swift transformer: \(name)\",\"value\":\(String(format: "%.3f", figure))}")
     }
     print(report.summary)

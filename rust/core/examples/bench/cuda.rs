@@ -73,6 +73,14 @@ impl Raw {
         event
     }
 
+    /// An event that takes the time (for `cuEventElapsedTime`).
+    fn timing_event(&self) -> cu::CUevent {
+        let mut event = null_mut();
+        // SAFETY: out-pointer to a local.
+        ck("cuEventCreate", unsafe { cu::cuEventCreate(&mut event, cu::CUevent_flags::CU_EVENT_DEFAULT as u32) });
+        event
+    }
+
     fn function(&self, source: &str, entry: &str) -> cu::CUfunction {
         let ptx = nvrtc::compile_ptx(source).expect("NVRTC");
         let image = CString::new(ptx.to_src()).expect("PTX text");

@@ -5,7 +5,7 @@
 //! (one stream, and K requests in flight on K streams).
 
 use std::ffi::c_void;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use weir_core::backend::cuda::cudarc::cublas::{result as blas, sys as blas_sys};
 use weir_core::backend::cuda::cudarc::driver::sys as cu;
@@ -45,7 +45,8 @@ pub fn run(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     else {
         return eprintln!("cuda: transformer skipped: the example reported no rates");
     };
-    let (raw_rate, raw_outputs) = raw_single_stream(raw, shape);
+    let served = raw_single_stream(raw, shape);
+    let (raw_rate, raw_outputs) = (served.rate, served.first);
     // The raw outputs are the host's too (the same kernels, the same cuBLAS calls).
     let weights = Weights::random(shape, transformer::WEIGHTS_SEED);
     let first = transformer::inputs(shape, 1).remove(0);
@@ -67,11 +68,46 @@ pub fn run(report: &mut Report, runtime: &Runtime, raw: &Raw) {
             ),
         ));
     }
+    // Latency and the device's busy fraction, each way, beside raw's.
+    let note = "each request admitted to read back, median; raw: the same kernels by hand on one stream";
+    for (name, raw_value, higher, unit, note) in [
+        ("latency per request", served.latency_ms, false, "ms", note),
+        (
+            "device busy fraction",
+            served.busy,
+            true,
+            "of the wall time",
+            "the share of the run in which a request was on the device, from timestamps (Weir) or timing events \
+             (raw) around each request",
+        ),
+    ] {
+        for streams in ["one stream".to_owned(), format!("{IN_FLIGHT} streams")] {
+            if let Some(value) = figure(&format!("{name}, {streams}")) {
+                report.add(Figure::beside(
+                    "cuda",
+                    &format!("transformer block, {name}, Weir {streams}"),
+                    unit,
+                    value,
+                    raw_value,
+                    higher,
+                    note,
+                ));
+            }
+        }
+    }
 }
 
-/// Serves the example's requests one after another on one raw stream; the
-/// tokens per second, and the first request's output.
-fn raw_single_stream(raw: &Raw, shape: Shape) -> (f64, Vec<f32>) {
+/// The raw version's run: its rate, the first request's output, the median
+/// latency per request and the device's busy fraction.
+struct RawServed {
+    rate: f64,
+    first: Vec<f32>,
+    latency_ms: f64,
+    busy: f64,
+}
+
+/// Serves the example's requests one after another on one raw stream.
+fn raw_single_stream(raw: &Raw, shape: Shape) -> RawServed {
     let Shape { d, heads, tokens } = shape;
     let w = Weights::random(shape, transformer::WEIGHTS_SEED);
     let inputs = transformer::inputs(shape, REQUESTS);
@@ -126,7 +162,15 @@ fn raw_single_stream(raw: &Raw, shape: Shape) -> (f64, Vec<f32>) {
         let mut values = [input, gamma, beta, output, u32s(tokens), u32s(d)];
         launch_values(layernorm, groups(tokens), stream, &mut values);
     };
+    // Timing events: the stream reaches `before` as a request starts and
+    // `after` once its output is read back; `origin` places them on the host's clock.
+    let (origin, before, after) = (raw.timing_event(), raw.timing_event(), raw.timing_event());
+    let record = |event: cu::CUevent| {
+        // SAFETY: a live event and stream.
+        ck("cuEventRecord", unsafe { cu::cuEventRecord(event, stream) });
+    };
     let forward = |input: &[f32], output: &mut [f32]| {
+        record(before);
         // SAFETY: `x` holds tokens × d floats, as `input` does; `out` likewise for `output`.
         unsafe { ck("cuMemcpyHtoDAsync", cu::cuMemcpyHtoDAsync_v2(x, input.as_ptr().cast(), input.len() * 4, stream)) };
         norm(x, ln1, normed);
@@ -145,19 +189,44 @@ fn raw_single_stream(raw: &Raw, shape: Shape) -> (f64, Vec<f32>) {
         unsafe {
             ck("cuMemcpyDtoHAsync", cu::cuMemcpyDtoHAsync_v2(output.as_mut_ptr().cast(), out, output.len() * 4, stream))
         };
+        record(after);
         raw.sync(stream);
     };
     let mut first = vec![0f32; tokens * d];
     forward(&inputs[0], &mut first);
     let mut output = vec![0f32; tokens * d];
+    let since_origin = |event: cu::CUevent| {
+        let mut ms = 0f32;
+        // SAFETY: both events recorded on `stream`, which is synchronized.
+        ck("cuEventElapsedTime", unsafe { cu::cuEventElapsedTime_v2(&mut ms, origin, event) });
+        Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)
+    };
     let start = Instant::now();
+    // The stream is idle: the device reaches `origin` as it is recorded.
+    record(origin);
+    let origin_at = start.elapsed();
+    let (mut latencies, mut spans) = (Vec::new(), Vec::new());
     for input in &inputs {
+        let admitted = start.elapsed();
         forward(input, &mut output);
+        latencies.push(start.elapsed() - admitted);
+        spans.push((origin_at + since_origin(before), origin_at + since_origin(after)));
     }
-    let rate = (REQUESTS * tokens) as f64 / start.elapsed().as_secs_f64();
+    let wall = start.elapsed();
+    latencies.sort_unstable();
     // SAFETY: made above; the last sync ended every use.
-    unsafe { blas::destroy_handle(handle) }.expect("cublasDestroy");
-    (rate, first)
+    unsafe {
+        blas::destroy_handle(handle).expect("cublasDestroy");
+        for event in [origin, before, after] {
+            ck("cuEventDestroy", cu::cuEventDestroy_v2(event));
+        }
+    }
+    RawServed {
+        rate: (REQUESTS * tokens) as f64 / wall.as_secs_f64(),
+        first,
+        latency_ms: latencies[latencies.len() / 2].as_secs_f64() * 1e3,
+        busy: transformer::busy_fraction(spans, wall),
+    }
 }
 
 /// Launches `function` with `values`, each a device pointer (8 bytes) or an

@@ -246,8 +246,37 @@ private fun forwardOnHost(shape: Shape, w: Weights, x: FloatArray): FloatArray {
 class Report(val worst: Float, val figures: List<Pair<String, Double>>, val summary: String, val timeline: Timeline)
 
 /** How one way of serving went: its wall time (ns), each request's admission and read-back (ns from the start) and output. */
-private class Served(val wall: Long, val admitted: LongArray, val readBack: LongArray, val outputs: List<FloatArray>) {
+/**
+ * A run: its wall time, each request's admission and read-back (nanoseconds from
+ * the start), its outputs, and when each request was on the device (null where the
+ * backend takes no timestamps).
+ */
+private class Served(
+    val wall: Long,
+    val admitted: LongArray,
+    val readBack: LongArray,
+    val outputs: List<FloatArray>,
+    val onDevice: List<LongRange>?,
+) {
     val latencies get() = LongArray(admitted.size) { readBack[it] - admitted[it] }
+}
+
+/**
+ * The fraction of [wall] in which the device held at least one of [spans]. A span
+ * runs from a timestamp its stream reached just before a request to one just after
+ * its read-back, placed on the host's clock by a timestamp the stream took while
+ * idle (which the device reaches as it is enqueued).
+ */
+fun busyFraction(spans: List<LongRange>, wall: Long): Double {
+    var (covered, reach) = 0L to 0L
+    for (span in spans.sortedBy { it.first }) {
+        val from = maxOf(span.first, reach)
+        if (span.last > from) {
+            covered += span.last - from
+            reach = span.last
+        }
+    }
+    return minOf(1.0, covered.toDouble() / wall)
 }
 
 /**
@@ -260,20 +289,34 @@ private suspend fun serve(model: Model, streams: List<WeirStream>, slots: List<S
     val admitted = LongArray(inputs.size)
     val readBack = LongArray(inputs.size)
     val outputs = arrayOfNulls<FloatArray>(inputs.size)
+    val onDevice = arrayOfNulls<LongRange>(inputs.size)
     streams.indices.map { k ->
         async {
-            for (request in k until inputs.size step streams.size) {
-                admitted[request] = System.nanoTime() - start
-                val output = FloatArray(inputs[request].size)
-                model.forward(streams[k], slots[k], inputs[request]).use { read ->
-                    read.bytes().use { it.asByteBuffer().asFloatBuffer().get(output) }
+            val stream = streams[k]
+            // The stream is idle: the device reaches this as it is enqueued.
+            val origin = try { stream.timestamp() } catch (e: WeirException.Unsupported) { null }
+            val originAt = System.nanoTime() - start
+            origin.use {
+                for (request in k until inputs.size step streams.size) {
+                    admitted[request] = System.nanoTime() - start
+                    val output = FloatArray(inputs[request].size)
+                    val before = origin?.let { stream.timestamp() }
+                    model.forward(stream, slots[k], inputs[request]).use { read ->
+                        val after = before?.let { stream.timestamp() }
+                        read.bytes().use { it.asByteBuffer().asFloatBuffer().get(output) }
+                        if (origin != null && before != null && after != null) {
+                            onDevice[request] = (originAt + before.elapsedSince(origin).toNanos())..(originAt + after.elapsedSince(origin).toNanos())
+                        }
+                        listOfNotNull(before, after).forEach { it.close() }
+                    }
+                    readBack[request] = System.nanoTime() - start
+                    outputs[request] = output
                 }
-                readBack[request] = System.nanoTime() - start
-                outputs[request] = output
             }
         }
     }.awaitAll()
-    Served(System.nanoTime() - start, admitted, readBack, outputs.map { it ?: FloatArray(0) })
+    val spans = onDevice.filterNotNull().takeIf { it.size == inputs.size }
+    Served(System.nanoTime() - start, admitted, readBack, outputs.map { it ?: FloatArray(0) }, spans)
 }
 
 /** Serves [requests] requests both ways on [runtime], checks every output against the host's, and measures. */
@@ -325,7 +368,9 @@ suspend fun run(runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: Int
                 "throughput, streams / one stream" to serial.wall.toDouble() / overlapped.wall,
                 "latency per request, one stream (ms)" to medianMillis(serial.latencies),
                 "latency per request, $k streams (ms)" to medianMillis(overlapped.latencies),
-            ),
+            ) + listOf("one stream" to serial, "$k streams" to overlapped).mapNotNull { (name, served) ->
+                served.onDevice?.let { "device busy fraction, $name" to busyFraction(it, served.wall) }
+            },
             "%d streams: %.0f tokens/s, %.2fx one stream; every output of both runs within %.1e of the host's".format(
                 k, rate(overlapped.wall), serial.wall.toDouble() / overlapped.wall, worst,
             ),
@@ -352,7 +397,12 @@ fun main(args: Array<String>) {
         val backend = info.backend.name.lowercase()
         println("kotlin transformer block (d ${shape.d}, ${shape.heads} heads, ${shape.tokens} tokens a request) on $backend (${info.name}): $requests requests, $inFlight in flight")
         val report = runBlocking(Dispatchers.Default) { run(rt, shape, requests, inFlight) }
-        for ((name, value) in report.figures) {
+        // The raw single-stream version's rate, measured by the Rust bench just before (xtask passes it).
+        val raw = option("--raw-tokens-per-second")?.toDoubleOrNull()
+        val figures = report.figures + (raw?.let { rate ->
+            report.figures.filter { it.first.startsWith("tokens/s, ") }.map { (name, value) -> "$name / raw single stream" to value / rate }
+        } ?: emptyList())
+        for ((name, value) in figures) {
             println("{\"backend\":\"$backend\",\"example\":\"kotlin transformer: $name\",\"value\":${"%.3f".format(value)}}")
         }
         println(report.summary)
