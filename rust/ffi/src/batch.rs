@@ -32,6 +32,7 @@ use std::sync::Arc;
 
 use crate::buffer::Buffer;
 use crate::error::{Result, WeirError};
+use crate::graph::Graph;
 use crate::kernel::Kernel;
 use crate::records::{Access, ElementType, Grid};
 use crate::stream::WeirStream;
@@ -174,6 +175,52 @@ impl<'a> Reader<'a> {
     }
 }
 
+/// The ops of an encoding, decoded with their slots looked up (arguments
+/// into `args`), ready to admit.
+fn decode<'a>(
+    ops: &'a [u8],
+    buffers: &'a [Arc<Buffer>],
+    kernels: &'a [Arc<Kernel>],
+    args: &mut Vec<weir_core::Arg<'a>>,
+) -> Result<Vec<Decoded<'a>>> {
+    let mut reader = Reader::new(ops);
+    let mut decoded = Vec::new();
+    while !reader.is_done() {
+        decoded.push(match reader.u8()? {
+            OP_EXECUTE => {
+                let start = args.len();
+                let (kernel, grid) = reader.execute(kernels, buffers, args)?;
+                Decoded::Execute { kernel, grid, args: start..args.len() }
+            }
+            OP_WRITE => {
+                let slot = reader.u32()?;
+                let buffer = reader.slot(buffers, slot, "buffer")?;
+                let element = reader.element()?;
+                buffer.expect_data(element, "a write").map_err(|refused| reader.error(refused.to_string()))?;
+                let buffer = buffer.core();
+                let offset = reader.u64()?;
+                let len = reader.u64()?;
+                let len = usize::try_from(len).map_err(|_| reader.error(format!("{len} bytes to write")))?;
+                Decoded::Write { buffer, offset, data: reader.take(len)? }
+            }
+            tag => return Err(reader.error(format!("unknown op tag {tag}"))),
+        });
+        reader.op += 1;
+    }
+    Ok(decoded)
+}
+
+/// Makes each decoded op on `stream`: a batch's or a recording's.
+fn make(stream: &weir_core::Stream, decoded: &[Decoded<'_>], args: &[weir_core::Arg<'_>]) -> weir_core::Result<()> {
+    for op in decoded {
+        match op {
+            Decoded::Execute { kernel, grid, args: range } => stream.execute(kernel, *grid, &args[range.clone()])?,
+            Decoded::Write { buffer, offset, data } => stream.write_bytes(buffer, *offset, data)?,
+        }
+    }
+    Ok(())
+}
+
 #[uniffi::export]
 impl WeirStream {
     /// Admits the ops encoded in `ops` (see the module documentation; the
@@ -186,44 +233,23 @@ impl WeirStream {
     /// remaining bytes of a direct `ByteBuffer`; Swift: `Data`), not copied
     /// into a `RustBuffer` and lifted byte by byte.
     pub fn submit_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: &[u8]) -> Result<()> {
-        let mut reader = Reader::new(ops);
         let mut args = Vec::new();
-        let mut decoded = Vec::new();
-        while !reader.is_done() {
-            decoded.push(match reader.u8()? {
-                OP_EXECUTE => {
-                    let start = args.len();
-                    let (kernel, grid) = reader.execute(&kernels, &buffers, &mut args)?;
-                    Decoded::Execute { kernel, grid, args: start..args.len() }
-                }
-                OP_WRITE => {
-                    let slot = reader.u32()?;
-                    let buffer = reader.slot(&buffers, slot, "buffer")?;
-                    let element = reader.element()?;
-                    buffer.expect_data(element, "a write").map_err(|refused| reader.error(refused.to_string()))?;
-                    let buffer = buffer.core();
-                    let offset = reader.u64()?;
-                    let len = reader.u64()?;
-                    let len = usize::try_from(len).map_err(|_| reader.error(format!("{len} bytes to write")))?;
-                    Decoded::Write { buffer, offset, data: reader.take(len)? }
-                }
-                tag => return Err(reader.error(format!("unknown op tag {tag}"))),
-            });
-            reader.op += 1;
-        }
+        let decoded = decode(ops, &buffers, &kernels, &mut args)?;
         if decoded.is_empty() {
             return Ok(());
         }
-        Ok(self.core().batch(|batch| {
-            for op in &decoded {
-                match op {
-                    Decoded::Execute { kernel, grid, args: range } => {
-                        batch.execute(kernel, *grid, &args[range.clone()])?
-                    }
-                    Decoded::Write { buffer, offset, data } => batch.write_bytes(buffer, *offset, data)?,
-                }
-            }
-            Ok(())
-        })?)
+        Ok(self.core().batch(|batch| make(batch, &decoded, &args))?)
+    }
+
+    /// Records the ops encoded in `ops` (as [`WeirStream::submit_batch`]
+    /// reads them; Kotlin's and Swift's `WeirStream.record` write them) as a
+    /// graph, admitting none; [`WeirStream::replay`] admits the graph as one
+    /// op, any number of times, on any stream of this runtime. Nothing
+    /// recorded is `InvalidArgument`, as is any op a stream would refuse.
+    pub fn record_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: &[u8]) -> Result<Arc<Graph>> {
+        let mut args = Vec::new();
+        let decoded = decode(ops, &buffers, &kernels, &mut args)?;
+        let graph = self.core().record(|recording| make(recording, &decoded, &args))?;
+        Ok(Arc::new(Graph::new(graph)))
     }
 }

@@ -261,6 +261,45 @@ fn submit_batch_admits_its_ops_in_order_by_slot_and_refuses_bad_ones_whole() {
     runtime.shutdown().unwrap();
 }
 
+#[test]
+fn a_recorded_batch_admits_nothing_until_replayed_as_one_op_on_any_stream() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+    let x = s.zeros(4, ElementType::F32).unwrap();
+    let y = s.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
+    block_on(s.sync(None)).unwrap();
+    let kernels = vec![Kernel::builtin(BuiltinOp::FillF32), Kernel::builtin(BuiltinOp::Axpy)];
+    let (read, write, read_write) = (0, 1, 2);
+    // y = 3·2 + y, then y[3] = 100.
+    let ops = Ops::default().execute(0, &[(0, write)], 2.0).execute(1, &[(0, read), (1, read_write)], 3.0);
+    let ops = ops.write(1, 1, 3, &bytes(&[100.0]));
+    let before = runtime.diagnostics().admitted_ops;
+    let graph = s.record_batch(vec![x.clone(), y.clone()], kernels.clone(), &ops.0).unwrap();
+    assert_eq!(graph.op_count(), 3);
+    assert_eq!(runtime.diagnostics().admitted_ops, before, "recording admitted ops");
+    assert_eq!(floats(&s.read_blocking(y.clone(), 0, Some(4)).unwrap()), [1.0, 2.0, 3.0, 4.0]);
+    // Each replay is one op, and runs every recorded op in order, on any stream.
+    let before = runtime.diagnostics().admitted_ops;
+    s.replay(graph.clone()).unwrap();
+    t.replay(graph.clone()).unwrap();
+    assert_eq!(runtime.diagnostics().admitted_ops - before, 2, "a replay is one op");
+    assert_eq!(floats(&t.read_blocking(y.clone(), 0, Some(4)).unwrap()), [13.0, 14.0, 15.0, 100.0]);
+    // Nothing to record, and a bad encoding, are refused as a batch's are.
+    let empty = s.record_batch(vec![], vec![], &[]);
+    assert!(matches!(&empty, Err(WeirError::InvalidArgument { description }) if description.contains("nothing")));
+    let bad_slot = Ops(ops.0.clone()).write(2, 1, 0, &bytes(&[1.0]));
+    let refused = s.record_batch(vec![x.clone(), y.clone()], kernels.clone(), &bad_slot.0);
+    assert!(
+        matches!(&refused, Err(WeirError::InvalidArgument { description }) if description.contains("buffer slot 2"))
+    );
+    // A graph of another runtime is refused.
+    let other = WeirRuntime::open(Backend::Cpu).unwrap();
+    let replayed_elsewhere = other.default_stream().replay(graph);
+    assert!(matches!(replayed_elsewhere, Err(WeirError::ForeignHandle { .. })), "{replayed_elsewhere:?}");
+    other.shutdown().unwrap();
+    runtime.shutdown().unwrap();
+}
+
 /// A buffer the JNI entry is lent.
 type Lent = Arc<weir_ffi::Buffer>;
 

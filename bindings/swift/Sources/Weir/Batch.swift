@@ -3,7 +3,8 @@
 import Foundation
 
 /// The ops of one `WeirStream.batch`, collected in the order they are made and
-/// admitted together when the closure returns.
+/// admitted together when the closure returns; or of one `WeirStream.record`,
+/// recorded as a graph when the closure returns.
 ///
 /// Its calls mirror the stream's (`execute`, the built-in ops, `write`), but
 /// they only collect: nothing is checked or admitted until the closure
@@ -265,5 +266,17 @@ extension WeirStream {
         try build(batch)
         guard batch.count > 0 else { return }
         try submitBatch(buffers: batch.buffers, kernels: batch.kernels, ops: Data(batch.encoded))
+    }
+
+    /// Records every op `build` adds, in order, as a `Graph`, admitting none:
+    /// `replay(_:)` then admits all of them as one op, any number of times, on
+    /// any stream of this runtime (each replay waits for what its ops read and
+    /// publishes one version of what they write). The buffers named stay alive
+    /// while the graph does. Nothing recorded is `invalidArgument`, as is any
+    /// op the stream would refuse.
+    public func record(_ build: (Batch) throws -> Void) throws -> Graph {
+        let batch = Batch()
+        try build(batch)
+        return try recordBatch(buffers: batch.buffers, kernels: batch.kernels, ops: Data(batch.encoded))
     }
 }

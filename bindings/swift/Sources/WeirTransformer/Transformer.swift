@@ -105,47 +105,71 @@ final class Model: Sendable {
         (wUp, bUp, wDown, bDown) = (try s.upload(w.wUp), try s.upload(w.bUp), try s.upload(w.wDown), try s.upload(w.bDown))
     }
 
-    /// `out[m × n] = a[m × k] · w[k × n] + bias`, GELU'd when asked.
-    func linear(_ s: WeirStream, _ a: Buffer, _ w: Buffer, _ bias: Buffer, _ out: Buffer,
+    /// `out[m × n] = a[m × k] · w[k × n] + bias`, GELU'd when asked: the GEMM by cuBLAS on `s`, or by a kernel.
+    func linear(_ ops: BlockOps, _ s: WeirStream?, _ a: Buffer, _ w: Buffer, _ bias: Buffer, _ out: Buffer,
                 m: Int, n: Int, k: Int, gelu: Bool) throws {
         if let blas {
+            guard let s else {
+                throw WeirError.invalidArgument(description: "cuBLAS calls run at admission: a recording cannot hold them")
+            }
             // Row-major C = A · W is column-major Cᵀ = Wᵀ · Aᵀ.
             try blas.sgemm(stream: s, gemm: Gemm(m: UInt32(n), n: UInt32(m), k: UInt32(k)), a: w, b: a, c: out)
         } else if let matmul {
-            try s.execute(kernel: matmul, grid: grid(m * n), args: [
+            try ops.execute(kernel: matmul, grid: grid(m * n), args: [
                 .read(a), .read(w), .write(out), .u32(value: UInt32(m)), .u32(value: UInt32(n)), .u32(value: UInt32(k)),
             ])
         }
-        try s.execute(kernel: biasAct, grid: grid(m * n), args: [
+        try ops.execute(kernel: biasAct, grid: grid(m * n), args: [
             .readWrite(out), .read(bias), .u32(value: UInt32(m * n)), .u32(value: UInt32(n)), .u32(value: gelu ? 1 : 0),
         ])
     }
 
-    func norm(_ s: WeirStream, _ x: Buffer, _ params: (Buffer, Buffer), _ out: Buffer) throws {
-        try s.execute(kernel: layernorm, grid: grid(shape.tokens), args: [
+    func norm(_ ops: BlockOps, _ x: Buffer, _ params: (Buffer, Buffer), _ out: Buffer) throws {
+        try ops.execute(kernel: layernorm, grid: grid(shape.tokens), args: [
             .read(x), .read(params.0), .read(params.1), .write(out),
             .u32(value: UInt32(shape.tokens)), .u32(value: UInt32(shape.d)),
         ])
     }
 
-    /// Admits one request's forward pass on `s`: its input into `slot`, the block, the read of its output.
-    func forward(_ s: WeirStream, _ slot: Slot, _ input: [Float]) throws -> PendingRead {
+    /// The block's ops, from `slot`'s input to its output, into `ops`; cuBLAS calls on `s` (nil while recording).
+    func block(_ ops: BlockOps, _ s: WeirStream?, _ slot: Slot) throws {
         let (d, heads, t) = (shape.d, shape.heads, shape.tokens)
-        try s.write(input, to: slot.x)
-        try norm(s, slot.x, ln1, slot.normed)
-        try linear(s, slot.normed, wQkv, bQkv, slot.qkv, m: t, n: 3 * d, k: d, gelu: false)
-        try s.execute(kernel: attention, grid: grid(heads * t), args: [
+        try norm(ops, slot.x, ln1, slot.normed)
+        try linear(ops, s, slot.normed, wQkv, bQkv, slot.qkv, m: t, n: 3 * d, k: d, gelu: false)
+        try ops.execute(kernel: attention, grid: grid(heads * t), args: [
             .read(slot.qkv), .write(slot.attended), .u32(value: UInt32(t)), .u32(value: UInt32(d)), .u32(value: UInt32(heads)),
         ])
-        try linear(s, slot.attended, wOut, bOut, slot.projected, m: t, n: d, k: d, gelu: false)
-        try s.add(slot.x, slot.projected, into: slot.residual)
-        try norm(s, slot.residual, ln2, slot.normed)
-        try linear(s, slot.normed, wUp, bUp, slot.hidden, m: t, n: 4 * d, k: d, gelu: true)
-        try linear(s, slot.hidden, wDown, bDown, slot.projected, m: t, n: d, k: 4 * d, gelu: false)
-        try s.add(slot.residual, slot.projected, into: slot.out)
+        try linear(ops, s, slot.attended, wOut, bOut, slot.projected, m: t, n: d, k: d, gelu: false)
+        try ops.add(slot.x, slot.projected, into: slot.residual)
+        try norm(ops, slot.residual, ln2, slot.normed)
+        try linear(ops, s, slot.normed, wUp, bUp, slot.hidden, m: t, n: 4 * d, k: d, gelu: true)
+        try linear(ops, s, slot.hidden, wDown, bDown, slot.projected, m: t, n: d, k: 4 * d, gelu: false)
+        try ops.add(slot.residual, slot.projected, into: slot.out)
+    }
+
+    /// Admits one request's forward pass on `s`: its input into `slot`, the block, the read of its output.
+    func forward(_ s: WeirStream, _ slot: Slot, _ input: [Float]) throws -> PendingRead {
+        try s.write(input, to: slot.x)
+        try block(s, s, slot)
         return try s.enqueueRead(slot.out)
     }
+
+    /// The block over `slot` recorded once as a graph, to replay per request (one op to admit
+    /// instead of 14); nil on CUDA, whose cuBLAS calls are foreign code run at admission.
+    func record(_ s: WeirStream, _ slot: Slot) throws -> Graph? {
+        if blas != nil { return nil }
+        return try s.record { batch in try block(batch, nil, slot) }
+    }
 }
+
+/// Where the block's kernels go: a stream, or a graph being recorded (`WeirStream.record`'s `Batch`).
+protocol BlockOps {
+    func execute(kernel: Kernel, grid: Grid, args: [Arg]) throws
+    func add(_ a: Buffer, _ b: Buffer, into out: Buffer) throws
+}
+
+extension WeirStream: BlockOps {}
+extension Batch: BlockOps {}
 
 /// The same block on the host, in f32 with f64 sums.
 func forwardOnHost(_ shape: Shape, _ w: Weights, _ x: [Float]) -> [Float] {
@@ -240,6 +264,13 @@ public func busyFraction(_ spans: [(Double, Double)], wall: Double) -> Double {
 /// from a Task per stream, which awaits the slot's previous read before it
 /// admits the next request into it.
 func serve(_ model: Model, _ streams: [WeirStream], _ slots: [Slot], _ inputs: [[Float]]) async throws -> Served {
+    try await serveWith(streams, inputs) { k, input in try model.forward(streams[k], slots[k], input) }
+}
+
+/// `serve`, each request admitted on stream k by `admit`.
+func serveWith(_ streams: [WeirStream], _ inputs: [[Float]], _ admit: @escaping @Sendable (Int, [Float]) throws -> PendingRead)
+    async throws -> Served
+{
     typealias Done = (request: Int, admitted: Duration, read: Duration, output: [Float], onDevice: (Double, Double)?)
     let clock = ContinuousClock()
     let start = clock.now
@@ -254,7 +285,7 @@ func serve(_ model: Model, _ streams: [WeirStream], _ slots: [Slot], _ inputs: [
                 for request in stride(from: k, to: inputs.count, by: streams.count) {
                     let admitted = clock.now - start
                     let before = try origin.map { _ in try stream.timestamp() }
-                    let read = try model.forward(stream, slots[k], inputs[request])
+                    let read = try admit(k, inputs[request])
                     let after = try before.map { _ in try stream.timestamp() }
                     let bytes = try await read.bytes()
                     let output = bytes.withUnsafeBytes { Array($0.bindMemory(to: Float.self)) }
@@ -297,6 +328,20 @@ public func run(_ runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: I
     _ = try await serve(model, Array(streams.prefix(1)), Array(slots.prefix(1)), Array(inputs.prefix(1)))
     let serial = try await serve(model, Array(streams.prefix(1)), Array(slots.prefix(1)), inputs)
     let overlapped = try await serve(model, streams, slots, inputs)
+    // Each slot's block recorded once as a graph, replayed per request (one op to admit instead
+    // of 14): on wgpu, where every op is a kernel; after an untimed pass, as above.
+    let recorded = try slots.map { try model.record(streams[0], $0) }
+    var replayed: Served?
+    if !recorded.contains(where: { $0 == nil }) {
+        let graphs = recorded.compactMap { $0 }
+        let replay: @Sendable (Int, [Float]) throws -> PendingRead = { k, input in
+            try streams[k].write(input, to: slots[k].x)
+            try streams[k].replay(graph: graphs[k])
+            return try streams[k].enqueueRead(slots[k].out)
+        }
+        _ = try await serveWith(streams, Array(inputs.prefix(streams.count)), replay)
+        replayed = try await serveWith(streams, inputs, replay)
+    }
     // The host's outputs, once the timed runs are over (they would take the cores the Tasks run on).
     let expected = await withTaskGroup(of: (Int, [Float]).self) { group in
         for (i, input) in inputs.enumerated() { group.addTask { (i, forwardOnHost(shape, weights, input)) } }
@@ -306,7 +351,7 @@ public func run(_ runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: I
     }
     var worst: Float = 0
     for (request, want) in expected.enumerated() {
-        for got in [serial.outputs[request], overlapped.outputs[request]] {
+        for got in [serial.outputs[request], overlapped.outputs[request]] + (replayed.map { [$0.outputs[request]] } ?? []) {
             guard got.count == want.count else {
                 throw WeirError.invalidArgument(description: "request \(request): \(got.count) values read back, \(want.count) expected")
             }
@@ -335,10 +380,11 @@ public func run(_ runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: I
             ("throughput, streams / one stream", ratio),
             ("latency per request, one stream (ms)", medianMillis(serial.latencies)),
             ("latency per request, \(k) streams (ms)", medianMillis(overlapped.latencies)),
-        ] + [("one stream", serial), ("\(k) streams", overlapped)].compactMap { name, served in
+        ] + (replayed.map { [("tokens/s, \(k) streams, each request a replayed graph", rate($0.wall))] } ?? [])
+          + [("one stream", serial), ("\(k) streams", overlapped)].compactMap { name, served in
             served.onDevice.map { ("device busy fraction, \(name)", busyFraction($0, wall: seconds(served.wall))) }
         },
-        summary: String(format: "%d streams: %.0f tokens/s, %.2fx one stream; every output of both runs within %.1e of the host's",
+        summary: String(format: "%d streams: %.0f tokens/s, %.2fx one stream; every output of every run within %.1e of the host's",
                         k, rate(overlapped.wall), ratio, Double(worst)),
         timeline: timeline)
 }

@@ -8,7 +8,8 @@ import java.util.IdentityHashMap
 
 /**
  * The ops of one [WeirStream.batch], collected in the order they are made and
- * admitted together when the block returns.
+ * admitted together when the block returns; or of one [WeirStream.record],
+ * recorded as a graph when the block returns.
  *
  * Its calls mirror the stream's (`execute`, `write`), but they only collect:
  * nothing is checked or admitted until the block returns. Ops are packed in
@@ -96,6 +97,16 @@ class Batch internal constructor() {
         val out = bytes ?: throw IllegalStateException("the batch was already admitted")
         try {
             if (ops > 0) stream.submitBatch(buffers, kernels, out.slice(0, size))
+        } finally {
+            release()
+        }
+    }
+
+    /** Records the ops on [stream] as a graph, admitting none, and gives the memory back. */
+    internal fun record(stream: WeirStream): Graph {
+        val out = bytes ?: throw IllegalStateException("the batch was already admitted")
+        try {
+            return stream.recordBatch(buffers, kernels, out.slice(0, size))
         } finally {
             release()
         }
@@ -189,4 +200,24 @@ fun WeirStream.batch(build: Batch.() -> Unit) {
         throw failure
     }
     batch.submit(this)
+}
+
+/**
+ * Records every op [build] adds, in order, as a [Graph], admitting none:
+ * [WeirStream.replay] then admits all of them as one op, any number of times,
+ * on any stream of this runtime (each replay waits for what its ops read and
+ * publishes one version of what they write). The buffers named stay alive
+ * while the graph does. Nothing recorded is `InvalidArgument`, as is any op
+ * the stream would refuse.
+ */
+@Throws(WeirException::class)
+fun WeirStream.record(build: Batch.() -> Unit): Graph {
+    val batch = Batch()
+    try {
+        batch.build()
+    } catch (failure: Throwable) {
+        batch.release()
+        throw failure
+    }
+    return batch.record(this)
 }

@@ -17,12 +17,14 @@
  */
 package dev.weir.transformer
 
+import dev.weir.Arg
 import dev.weir.Backend
 import dev.weir.Blas
 import dev.weir.Buffer
 import dev.weir.BuiltinOp
 import dev.weir.ElementType
 import dev.weir.Gemm
+import dev.weir.Graph
 import dev.weir.Grid
 import dev.weir.Kernel
 import dev.weir.KernelSource
@@ -34,10 +36,11 @@ import dev.weir.WeirRuntime
 import dev.weir.WeirStream
 import dev.weir.asByteBuffer
 import dev.weir.enqueueRead
-import dev.weir.execute
+import dev.weir.kernel
 import dev.weir.linear
 import dev.weir.reads
 import dev.weir.readsWrites
+import dev.weir.record
 import dev.weir.scalar
 import dev.weir.timelineSvg
 import dev.weir.upload
@@ -127,6 +130,11 @@ private fun kernel(name: String, cuda: Boolean = true): Kernel = Kernel.custom(
 
 private fun grid(items: Int): Grid = Grid.linear(items, BLOCK)
 
+/** Where the block's kernels go: a stream, or a graph being recorded (`WeirStream.record`'s `Batch`). */
+private fun interface Ops {
+    fun execute(kernel: Kernel, grid: Grid, args: List<Arg>)
+}
+
 /** The model on one runtime: its kernels, the weights on the device, and its GEMMs (cuBLAS on CUDA). */
 private class Model(runtime: WeirRuntime, private val w: Weights, val shape: Shape) : AutoCloseable {
     private val layernorm = kernel("layernorm")
@@ -146,39 +154,50 @@ private class Model(runtime: WeirRuntime, private val w: Weights, val shape: Sha
     private val wDown = s.upload(w.wDown)
     private val bDown = s.upload(w.bDown)
 
-    /** `out[m × n] = a[m × k] · w[k × n] + bias`, GELU'd when asked. */
-    private fun linear(s: WeirStream, a: Buffer, w: Buffer, bias: Buffer, out: Buffer, m: Int, n: Int, k: Int, gelu: Boolean) {
+    /** `out[m × n] = a[m × k] · w[k × n] + bias`, GELU'd when asked: the GEMM by cuBLAS on [s], or by a kernel. */
+    private fun linear(ops: Ops, s: WeirStream?, a: Buffer, w: Buffer, bias: Buffer, out: Buffer, m: Int, n: Int, k: Int, gelu: Boolean) {
         if (blas != null) {
             // Row-major C = A · W is column-major Cᵀ = Wᵀ · Aᵀ.
-            blas.sgemm(s, Gemm(n.toUInt(), m.toUInt(), k.toUInt()), w, a, out)
+            blas.sgemm(s ?: error("cuBLAS calls run at admission: a recording cannot hold them"), Gemm(n.toUInt(), m.toUInt(), k.toUInt()), w, a, out)
         } else if (matmul != null) {
-            s.execute(matmul, grid(m * n), listOf(a.reads(), w.reads(), out.writes(), scalar(m.toUInt()), scalar(n.toUInt()), scalar(k.toUInt())))
+            ops.execute(matmul, grid(m * n), listOf(a.reads(), w.reads(), out.writes(), scalar(m.toUInt()), scalar(n.toUInt()), scalar(k.toUInt())))
         }
-        s.execute(biasAct, grid(m * n), listOf(out.readsWrites(), bias.reads(), scalar((m * n).toUInt()), scalar(n.toUInt()), scalar(if (gelu) 1u else 0u)))
+        ops.execute(biasAct, grid(m * n), listOf(out.readsWrites(), bias.reads(), scalar((m * n).toUInt()), scalar(n.toUInt()), scalar(if (gelu) 1u else 0u)))
     }
 
-    private fun layernorm(s: WeirStream, x: Buffer, params: Pair<Buffer, Buffer>, out: Buffer) =
-        s.execute(
+    private fun layernorm(ops: Ops, x: Buffer, params: Pair<Buffer, Buffer>, out: Buffer) =
+        ops.execute(
             layernorm,
             grid(shape.tokens),
             listOf(x.reads(), params.first.reads(), params.second.reads(), out.writes(), scalar(shape.tokens.toUInt()), scalar(shape.d.toUInt())),
         )
 
+    /** The block's ops, from [slot]'s input to its output, into [ops]; cuBLAS calls on [s] (null while recording). */
+    private fun block(ops: Ops, s: WeirStream?, slot: Slot) {
+        val (d, heads, tokens) = shape
+        layernorm(ops, slot.x, ln1, slot.normed)
+        linear(ops, s, slot.normed, wQkv, bQkv, slot.qkv, tokens, 3 * d, d, gelu = false)
+        ops.execute(attention, grid(heads * tokens), listOf(slot.qkv.reads(), slot.attended.writes(), scalar(tokens.toUInt()), scalar(d.toUInt()), scalar(heads.toUInt())))
+        linear(ops, s, slot.attended, wOut, bOut, slot.projected, tokens, d, d, gelu = false)
+        ops.execute(BuiltinOp.ADD.kernel(), Grid(), listOf(slot.x.reads(), slot.projected.reads(), slot.residual.writes()))
+        layernorm(ops, slot.residual, ln2, slot.normed)
+        linear(ops, s, slot.normed, wUp, bUp, slot.hidden, tokens, 4 * d, d, gelu = true)
+        linear(ops, s, slot.hidden, wDown, bDown, slot.projected, tokens, d, 4 * d, gelu = false)
+        ops.execute(BuiltinOp.ADD.kernel(), Grid(), listOf(slot.residual.reads(), slot.projected.reads(), slot.out.writes()))
+    }
+
     /** Admits one request's forward pass on [s]: its input into [slot], the block, the read of its output. */
     fun forward(s: WeirStream, slot: Slot, input: FloatArray): PendingRead {
-        val (d, heads, tokens) = shape
         s.write(slot.x, input)
-        layernorm(s, slot.x, ln1, slot.normed)
-        linear(s, slot.normed, wQkv, bQkv, slot.qkv, tokens, 3 * d, d, gelu = false)
-        s.execute(attention, grid(heads * tokens), listOf(slot.qkv.reads(), slot.attended.writes(), scalar(tokens.toUInt()), scalar(d.toUInt()), scalar(heads.toUInt())))
-        linear(s, slot.attended, wOut, bOut, slot.projected, tokens, d, d, gelu = false)
-        s.execute(BuiltinOp.ADD, slot.x.reads(), slot.projected.reads(), slot.residual.writes())
-        layernorm(s, slot.residual, ln2, slot.normed)
-        linear(s, slot.normed, wUp, bUp, slot.hidden, tokens, 4 * d, d, gelu = true)
-        linear(s, slot.hidden, wDown, bDown, slot.projected, tokens, d, 4 * d, gelu = false)
-        s.execute(BuiltinOp.ADD, slot.residual.reads(), slot.projected.reads(), slot.out.writes())
+        block(Ops(s::execute), s, slot)
         return s.enqueueRead(slot.out)
     }
+
+    /**
+     * The block over [slot] recorded once as a graph, to replay per request (one op to admit
+     * instead of 14); null on CUDA, whose cuBLAS calls are foreign code run at admission.
+     */
+    fun record(s: WeirStream, slot: Slot): Graph? = if (blas != null) null else s.record { block(Ops(this::execute), null, slot) }
 
     override fun close() {
         listOf(layernorm, biasAct, attention).forEach { it.close() }
@@ -284,7 +303,11 @@ fun busyFraction(spans: List<LongRange>, wall: Long): Double {
  * from a coroutine per stream, which awaits the slot's previous read before it
  * admits the next request into it.
  */
-private suspend fun serve(model: Model, streams: List<WeirStream>, slots: List<Slot>, inputs: List<FloatArray>): Served = coroutineScope {
+private suspend fun serve(model: Model, streams: List<WeirStream>, slots: List<Slot>, inputs: List<FloatArray>): Served =
+    serveWith(streams, inputs) { k, input -> model.forward(streams[k], slots[k], input) }
+
+/** [serve], each request admitted on stream k by [admit]. */
+private suspend fun serveWith(streams: List<WeirStream>, inputs: List<FloatArray>, admit: (Int, FloatArray) -> PendingRead): Served = coroutineScope {
     val start = System.nanoTime()
     val admitted = LongArray(inputs.size)
     val readBack = LongArray(inputs.size)
@@ -301,7 +324,7 @@ private suspend fun serve(model: Model, streams: List<WeirStream>, slots: List<S
                     admitted[request] = System.nanoTime() - start
                     val output = FloatArray(inputs[request].size)
                     val before = origin?.let { stream.timestamp() }
-                    model.forward(stream, slots[k], inputs[request]).use { read ->
+                    admit(k, inputs[request]).use { read ->
                         val after = before?.let { stream.timestamp() }
                         read.bytes().use { it.asByteBuffer().asFloatBuffer().get(output) }
                         if (origin != null && before != null && after != null) {
@@ -335,12 +358,24 @@ suspend fun run(runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: Int
         // Then each way once, timed.
         val serial = serve(model, streams.take(1), slots.take(1), inputs)
         val overlapped = serve(model, streams, slots, inputs)
+        // Each slot's block recorded once as a graph, replayed per request (one op to admit
+        // instead of 14): on wgpu, where every op is a kernel; after an untimed pass, as above.
+        val graphs = slots.map { slot -> model.record(streams[0], slot) }.takeIf { all -> all.none { it == null } }?.filterNotNull()
+        val replayed = graphs?.let {
+            val replay = { k: Int, input: FloatArray ->
+                streams[k].write(slots[k].x, input)
+                streams[k].replay(graphs[k])
+                streams[k].enqueueRead(slots[k].out)
+            }
+            serveWith(streams, inputs.take(streams.size), replay)
+            serveWith(streams, inputs, replay)
+        }
         // The host's outputs, once the timed runs are over: computing them
         // meanwhile would take the cores the serving coroutines run on.
         val expected = inputs.map { input -> async(Dispatchers.Default) { forwardOnHost(shape, weights, input) } }
         var worst = 0f
         for ((request, want) in expected.awaitAll().withIndex()) {
-            for (got in listOf(serial.outputs[request], overlapped.outputs[request])) {
+            for (got in listOfNotNull(serial.outputs[request], overlapped.outputs[request], replayed?.outputs?.get(request))) {
                 check(got.size == want.size) { "request $request: ${got.size} values read back, ${want.size} expected" }
                 for (i in want.indices) {
                     val error = abs(got[i] - want[i]) / (1f + abs(want[i]))
@@ -351,6 +386,7 @@ suspend fun run(runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: Int
         val tokens = requests.toDouble() * shape.tokens
         fun rate(wall: Long) = tokens / (wall / 1e9)
         fun medianMillis(latencies: LongArray) = latencies.sorted()[latencies.size / 2] / 1e6
+        graphs?.forEach { it.close() }
         streams.forEach { it.close() }
         val timeline = Timeline(
             "kotlin transformer block on ${runtime.info().name}: $requests requests on $k streams",
@@ -368,10 +404,11 @@ suspend fun run(runtime: WeirRuntime, shape: Shape, requests: Int, inFlight: Int
                 "throughput, streams / one stream" to serial.wall.toDouble() / overlapped.wall,
                 "latency per request, one stream (ms)" to medianMillis(serial.latencies),
                 "latency per request, $k streams (ms)" to medianMillis(overlapped.latencies),
-            ) + listOf("one stream" to serial, "$k streams" to overlapped).mapNotNull { (name, served) ->
-                served.onDevice?.let { "device busy fraction, $name" to busyFraction(it, served.wall) }
-            },
-            "%d streams: %.0f tokens/s, %.2fx one stream; every output of both runs within %.1e of the host's".format(
+            ) + listOfNotNull(replayed?.let { "tokens/s, $k streams, each request a replayed graph" to rate(it.wall) }) +
+                listOf("one stream" to serial, "$k streams" to overlapped).mapNotNull { (name, served) ->
+                    served.onDevice?.let { "device busy fraction, $name" to busyFraction(it, served.wall) }
+                },
+            "%d streams: %.0f tokens/s, %.2fx one stream; every output of every run within %.1e of the host's".format(
                 k, rate(overlapped.wall), serial.wall.toDouble() / overlapped.wall, worst,
             ),
             timeline,

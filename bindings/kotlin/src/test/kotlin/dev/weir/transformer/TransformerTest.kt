@@ -25,6 +25,11 @@ class TransformerTest {
             val report = runBlocking(Dispatchers.Default) { run(rt, Shape.SMALL, requests = 12, inFlight = 4) }
             assertTrue(report.worst <= TOLERANCE, report.summary)
             assertTrue(report.figures.first { it.first == "tokens/s, 4 streams" }.second > 0, "${report.figures}")
+            // On wgpu every op of the block is a kernel: it records, and its replays' outputs were checked too.
+            if (backend == "wgpu") {
+                val replayed = report.figures.firstOrNull { it.first == "tokens/s, 4 streams, each request a replayed graph" }
+                assertTrue(replayed != null && replayed.second > 0, "${report.figures}")
+            }
             // Where the device takes timestamps, how busy it was is measured each way.
             val timestamps = try { rt.defaultStream().timestamp().close(); true } catch (e: WeirException.Unsupported) { false }
             if (timestamps) {
