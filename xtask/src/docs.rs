@@ -1,7 +1,7 @@
 //! `cargo xtask docs`: the API documentation of every language, side by side
 //! in one folder, so that each can link the others by relative path.
 //!
-//! - `rust/`: rustdoc of weir-core and weir-ffi (the crate docs hold the
+//! - `rust/`: rustdoc of weir-device, weir-core and weir-ffi (the crate docs hold the
 //!   scheduling contract that the Kotlin and Swift pages point to);
 //! - `kotlin/`: Dokka's HTML, as the installed artifact's javadoc jar holds it;
 //! - `swift/`: a DocC archive of the Swift package, laid out for static hosting.
@@ -14,7 +14,7 @@ use crate::util::{cargo, root, run, target_dir, Result};
 pub fn command(out: Option<PathBuf>) -> Result {
     let out = out.unwrap_or_else(|| target_dir().join("docs"));
     reset(&out)?;
-    run(cargo().args(["doc", "--no-deps", "-p", "weir-core", "-p", "weir-ffi"]))?;
+    run(cargo().args(["doc", "--no-deps", "-p", "weir-device", "-p", "weir-core", "-p", "weir-ffi"]))?;
     copy_tree(&target_dir().join("doc"), &out.join("rust"))?;
     crate::kotlin::install()?;
     copy_tree(&root().join("bindings/kotlin/target/dokka"), &out.join("kotlin"))?;

@@ -14,7 +14,9 @@ pub fn lint() -> Result {
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--features", TEST_HOOKS, "--", "-D", "warnings"]))?;
     // The demo and the soak are what a user runs: they build without the hooks.
     run(cargo().args(["clippy", "-p", "weir-core", "--examples", "--", "-D", "warnings"]))?;
-    run(cargo().args(["doc", "--no-deps", "-p", "weir-core", "-p", "weir-ffi"]).env("RUSTDOCFLAGS", "-D warnings"))
+    run(cargo()
+        .args(["doc", "--no-deps", "-p", "weir-device", "-p", "weir-core", "-p", "weir-ffi"])
+        .env("RUSTDOCFLAGS", "-D warnings"))
 }
 
 /// The loom model check of the completion cell (`rust/core/tests/loom_cell.rs`):
@@ -34,9 +36,9 @@ pub fn loom() -> Result {
 }
 
 /// Every Rust test, on every backend compiled in; with ROCm's headers (at
-/// `HIP_PATH`, or the system's under `/usr`), the HIP backend's unit tests (its code-object reader among
-/// them: hiprtc compiles without a GPU), its suite and the conformance suite
-/// built with it;
+/// `HIP_PATH`, or the system's under `/usr`), the device layer's HIP unit
+/// tests (its code-object reader among them: hiprtc compiles without a GPU),
+/// the HIP backend's suite and the conformance suite built with it;
 /// then the model check of the completion cell.
 pub fn test() -> Result {
     run(cargo().args([
@@ -64,6 +66,8 @@ pub fn test() -> Result {
     ]))?;
     match crate::setup::hip_path() {
         Some(hip) => {
+            // The device layer's HIP driver: its code-object reader and hiprtc.
+            run(cargo().env("HIP_PATH", &hip).args(["test", "-p", "weir-device", "--features", "hip,test-support", "--lib"]))?;
             run(cargo().env("HIP_PATH", hip).args([
                 "test",
                 "-p",

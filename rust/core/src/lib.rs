@@ -85,6 +85,41 @@
 //! assert_eq!(t.read_as::<f32>(&out)?, vec![3.0, 6.0, 9.0]);
 //! # Ok::<(), weir_core::Error>(())
 //! ```
+//!
+//! # Architecture
+//!
+//! ```text
+//! bindings (Kotlin, Java, Swift) -> weir-ffi (conversions) -> weir-core
+//! weir-core   handles    Runtime, Stream, Buffer, Fence, Graph, DeviceGroup (stream.rs, ops.rs, …)
+//!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
+//!             engines    HOW it runs, behind the `Backend` trait (backend/):
+//!                          cpu   a bounded pool of workers, streams as queues
+//!                          wgpu  logical streams (lanes) on the one queue, a poll thread
+//!                          gpu   an issuing thread per device, a waiter per stream,
+//!                                generic over the device layer's `Driver`
+//! weir-device the device layer (rust/device): device calls only, unsafe where
+//!             the driver is, no scheduling meaning; the errors, kinds, element
+//!             types and launch shapes every layer shares
+//!               driver::Driver   cuda (cudarc: driver, NVRTC, NCCL) | hip (hip-sys) | fake (tests)
+//! ```
+//!
+//! One op's path, a CUDA kernel: [`Stream::execute`] checks the arguments
+//! against the kernel (`ops::kernel`) and submits a `Command`; the
+//! scheduler has the engine prepare it outside the lock (compiled, loaded,
+//! parameters packed), then under the runtime's lock admits it: its
+//! dependencies from the buffers' versions, a cross-stream wait only where
+//! the vector clock says the stream has not seen them, its writes
+//! published at its position, and the engine's `enqueue`, which hands a job
+//! to the device's issuing thread. That thread calls `Driver::launch`
+//! (`weir_device::cuda::Cuda`: `cuLaunchKernel`) and records the events the
+//! scheduler asked for; the stream's waiter thread sees them pass and
+//! completes the fences, whose wakers run on the delivery thread, outside
+//! every lock.
+//!
+//! Where the move stands: CUDA and HIP run on the device layer; the CPU and
+//! wgpu engines still talk to their devices directly, and each engine keeps
+//! its own loop. One engine generic over the device layer, with the wgpu
+//! queue and the host as devices, is the next step.
 
 //!
 //! # Custom kernels, written once per backend

@@ -1,9 +1,3 @@
-//! Locking without poisoning.
+//! Locking without poisoning (the device layer's helper, one for every layer).
 
-use std::sync::{Mutex, MutexGuard};
-
-/// Locks a mutex, ignoring poisoning: every critical section in Weir leaves its
-/// data consistent before anything that can panic.
-pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-}
+pub(crate) use weir_device::lock::lock;

@@ -26,31 +26,7 @@ pub enum GpuWake {
     Waiter,
 }
 
-/// How much work a runtime holds queued on the host before admission waits
-/// (see [`RuntimeBuilder::queue_limit`](crate::RuntimeBuilder::queue_limit)):
-/// ops admitted and not yet run (CPU) or handed to the driver (CUDA, HIP,
-/// wgpu), and the host bytes they hold (uploads' data).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct QueueLimit {
-    /// Ops queued at most; at least 1.
-    pub ops: u64,
-    /// Host bytes queued at most; at least 1. One upload larger than this
-    /// is still admitted, once the queue is below the limit.
-    pub host_bytes: u64,
-}
-
-impl QueueLimit {
-    /// 65 536 ops and 256 MiB: far beyond what keeps any device busy (a
-    /// CUDA issuing thread runs at most 1 024 ops ahead), and a few tens of
-    /// MiB of queue bookkeeping at most.
-    pub const DEFAULT: QueueLimit = QueueLimit { ops: 1 << 16, host_bytes: 256 << 20 };
-}
-
-impl Default for QueueLimit {
-    fn default() -> Self {
-        QueueLimit::DEFAULT
-    }
-}
+pub use weir_device::QueueLimit;
 
 /// Which wgpu adapters a runtime chooses among (see
 /// [`RuntimeBuilder::wgpu_backends`](crate::RuntimeBuilder::wgpu_backends)

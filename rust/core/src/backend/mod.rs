@@ -53,6 +53,8 @@ use crate::host::HostBuffer;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 use crate::lock::lock;
 use crate::room::Credit;
+pub use weir_device::collective::{Collective, CollectiveKind, ReduceOp, GROUP_ID_BYTES};
+pub use weir_device::enqueue::EnqueueError;
 
 /// A byte range of one buffer.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -222,62 +224,6 @@ impl<R> Command<R> {
                     .collect::<Result<_, E>>()?,
             },
         })
-    }
-}
-
-/// How a reducing collective combines the members' elements, element by
-/// element. Integers wrap on overflow; `Max`/`Min` of `f32` follow
-/// `f32::max`/`f32::min` on the CPU (a NaN loses to a number) and NCCL on
-/// CUDA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum ReduceOp {
-    Sum,
-    Max,
-    Min,
-}
-
-/// What a collective does, as the backend gets it (checked by the scheduler:
-/// one part per member, sizes that fit, one element type).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CollectiveKind {
-    /// Every member's buffer becomes the reduction of all of them (in place).
-    AllReduce(ReduceOp),
-    /// Every member's buffer becomes member `root`'s (in place; the root's is read).
-    Broadcast { root: usize },
-    /// Member m's receive holds every member's send, in rank order.
-    AllGather,
-    /// Member m's receive holds chunk m of the reduction of every member's send.
-    ReduceScatter(ReduceOp),
-}
-
-/// One collective over a group: what it does, over elements of which type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Collective {
-    pub kind: CollectiveKind,
-    pub element: crate::ElementType,
-}
-
-impl Collective {
-    /// How member `rank` uses its buffers: (send, receive); one buffer for
-    /// the in-place collectives, where `receive` is `None`.
-    pub fn accesses(&self, rank: usize) -> (Access, Option<Access>) {
-        match self.kind {
-            CollectiveKind::AllReduce(_) => (Access::ReadWrite, None),
-            CollectiveKind::Broadcast { root } if root == rank => (Access::Read, None),
-            // A full overwrite: what the member held before is not read.
-            CollectiveKind::Broadcast { .. } => (Access::Write, None),
-            CollectiveKind::AllGather | CollectiveKind::ReduceScatter(_) => (Access::Read, Some(Access::Write)),
-        }
-    }
-
-    /// The name users call it by, for messages.
-    pub fn name(&self) -> &'static str {
-        match self.kind {
-            CollectiveKind::AllReduce(_) => "all_reduce",
-            CollectiveKind::Broadcast { .. } => "broadcast",
-            CollectiveKind::AllGather => "all_gather",
-            CollectiveKind::ReduceScatter(_) => "reduce_scatter",
-        }
     }
 }
 
@@ -487,21 +433,6 @@ pub enum SignalKind {
     Drain,
 }
 
-/// Why [`Backend::enqueue`] did not enqueue a command as asked.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum EnqueueError {
-    /// Bad input: nothing was enqueued and the stream is as it was.
-    // The CPU backend checks its input in `prepare`, so alone it never rejects here.
-    #[cfg_attr(
-        not(any(feature = "wgpu", feature = "cuda", feature = "hip", feature = "test-support")),
-        allow(dead_code)
-    )]
-    Rejected(Error),
-    /// The op failed: the scheduler publishes failed versions of what it
-    /// writes and reports the failure to the stream's next fence.
-    Failed(Error),
-}
-
 /// Raw access handed to an [`external`](crate::Stream::external) op's closure.
 #[non_exhaustive]
 pub enum RawAccess<'a> {
@@ -551,10 +482,6 @@ impl<T: DeviceTimestamp> AnyTimestamp for T {
 }
 
 /// A device backend. See the module doc for the contract between it and the scheduler.
-/// The bytes of a group id as a backend makes them (an `ncclUniqueId`'s
-/// size): what [`Backend::joined_communicator`] meets its ranks through.
-pub(crate) const GROUP_ID_BYTES: usize = 128;
-
 pub trait Backend: Send + Sync + Sized + 'static {
     /// A queue of device work; dropping it retires it once its work is done.
     type Stream: Send + Sync;

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use super::driver::{Driver, EventUse, Handle};
 use super::issue::Issuer;
 use super::kernels::Kernels;
 use crate::backend::Counters;
@@ -16,6 +15,7 @@ use crate::device::DeviceInfo;
 use crate::error::Result;
 use crate::host::{HostBuffer, PinnedBytes};
 use crate::lock::lock;
+use weir_device::driver::{Driver, EventUse, Handle};
 
 /// One page-locked host buffer. Plain data: the pool's owner frees it.
 struct Staging {

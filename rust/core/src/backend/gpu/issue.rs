@@ -31,7 +31,6 @@ use std::thread::{JoinHandle, ThreadId};
 use std::time::{Duration, Instant};
 
 use super::device::{Device, LentToHost, Loan};
-use super::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status};
 use super::owners::GpuEvent;
 use super::stream::{StreamCore, StreamRef};
 use super::{InFlight, ReadyLaunch, Staged};
@@ -39,6 +38,7 @@ use crate::backend::{HostSink, OpIo, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
+use weir_device::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status};
 
 /// One job: the driver calls of one admitted op, event or signal. Jobs
 /// are values in the queue, not boxes: a queue taken whole and handed back

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::device::Device;
-use super::driver::{Driver, EventUse};
 use crate::backend::DeviceTimestamp;
 use crate::error::Result;
+use weir_device::driver::{Driver, EventUse};
 
 /// A device event (timing off, except for [`EventUse::Timing`]), from the
 /// device's pool and back to it when dropped. Reusing one that a stream still waits on is allowed: a stream

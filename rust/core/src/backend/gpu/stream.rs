@@ -33,12 +33,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::device::Device;
-use super::driver::{Callback, Driver, EventUse, Status};
 use super::owners::GpuEvent;
 use crate::backend::FailureTally;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use weir_device::driver::{Callback, Driver, EventUse, Status};
 
 /// Where completions run; see the module doc.
 pub(crate) type Wake = crate::options::GpuWake;

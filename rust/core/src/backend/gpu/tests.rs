@@ -1,4 +1,5 @@
-//! The shared GPU layer over the fake driver of [`super::fake`], so that
+//! The shared GPU layer over the device layer's fake driver
+//! (`weir_device::fake`), so that
 //! what needs no device is tested where none exists: what `prepare` does and
 //! what it leaves to `enqueue`, rejections versus failures, the completion
 //! path's panic containment, and owners dropped on threads that never bound
@@ -8,7 +9,8 @@ use std::sync::atomic::Ordering;
 use std::sync::{mpsc, Arc};
 use std::time::Duration;
 
-use super::fake::*;
+use weir_device::fake::*;
+
 use super::*;
 use crate::backend::{HostSink, OpOutcome};
 use crate::diagnostics::LiveCounters;

@@ -6,10 +6,6 @@
 //! `RawAccess::Hip { stream, buffers }`: the raw `hipStream_t` and device
 //! pointers, with the device current.
 
-mod driver;
-mod ffi;
-mod hiprtc;
-mod metadata;
 #[cfg(feature = "test-support")]
 mod toolchain;
 
@@ -17,20 +13,21 @@ mod toolchain;
 pub use toolchain::{check_arguments_for, compile_builtins_for, compile_for, param_sizes_in};
 
 /// The hip-sys crate whose handle types external writes receive.
-pub use hip_sys;
+pub use weir_device::hip::hip_sys;
+use weir_device::hip::Hip;
 
 use crate::backend::gpu::GpuBackend;
 use crate::error::Result;
 use crate::options::RuntimeOptions;
 
-pub(crate) use driver::list;
+pub(crate) use weir_device::hip::list;
 
 /// HIP on one device.
-pub(crate) type HipBackend = GpuBackend<driver::Hip>;
+pub(crate) type HipBackend = GpuBackend<Hip>;
 
-impl GpuBackend<driver::Hip> {
+impl GpuBackend<Hip> {
     /// Opens device `options.device`; no such device is `Unavailable`, naming the cause.
     pub(crate) fn open(options: &RuntimeOptions) -> Result<Self> {
-        driver::Hip::open(options.device).and_then(|driver| GpuBackend::new(driver, options))
+        Hip::open(options.device).and_then(|driver| GpuBackend::new(driver, options))
     }
 }

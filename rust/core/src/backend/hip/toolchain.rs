@@ -1,12 +1,12 @@
 //! hiprtc's output read without a device, for the tests of the toolchain
 //! and of the argument check (test support only).
 
-use super::{hiprtc, metadata};
 use crate::backend::gpu::BUILTIN_SOURCE;
 use crate::backend::KernelArg;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
 use crate::kernel::{DeviceCode, Kernel};
+use weir_device::hip::{hiprtc, metadata};
 
 /// Compiles the built-in kernels for an AMD GPU architecture (`gfx90a`, …)
 /// without a device; returns the code object. For tests of the toolchain.

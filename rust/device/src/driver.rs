@@ -4,22 +4,21 @@ use std::ffi::{c_void, CStr};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::rtc::Compiled;
-use super::stream::Wake;
-use crate::backend::RawAccess;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::error::{DriverStatus, Error, Result};
-use crate::kernel::Grid;
+use crate::info::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::launch::Grid;
+use crate::raw::RawStream;
+use crate::rtc::Compiled;
 
 /// A driver's elapsed milliseconds (a float, about half a microsecond fine) as a duration.
-pub(crate) fn milliseconds(ms: f32) -> Duration {
+pub fn milliseconds(ms: f32) -> Duration {
     Duration::from_secs_f64(f64::from(ms.max(0.0)) / 1e3)
 }
 
 /// A failed driver status as an error carrying it: the device is lost when
 /// `fatal` says the fault poisons the context (the driver then fails every
 /// later call of it with the same status), a backend error otherwise.
-pub(crate) fn status_error(backend: BackendKind, call: &str, name: String, code: i32, fatal: bool) -> Error {
+pub fn status_error(backend: BackendKind, call: &str, name: String, code: i32, fatal: bool) -> Error {
     let message = format!("{call} failed: {name} ({code})");
     let status = Some(DriverStatus { call: call.to_owned(), name, code });
     if fatal {
@@ -34,7 +33,7 @@ pub(crate) fn status_error(backend: BackendKind, call: &str, name: String, code:
 /// call on handles that may have gone with the context, and no new work is
 /// enqueued on it.
 #[derive(Debug, Default)]
-pub(crate) struct Loss(OnceLock<Error>);
+pub struct Loss(OnceLock<Error>);
 
 impl Loss {
     /// Remembers `error` if it is a lost device; the first loss stays.
@@ -61,7 +60,7 @@ impl Loss {
 /// once the device is bound there; the owners in this module decide when
 /// they are destroyed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Handle<T: Copy>(pub T);
+pub struct Handle<T: Copy>(pub T);
 
 // SAFETY: only raw pointers are wrapped this way: driver handles (opaque
 // pointers the driver itself synchronises) or pinned host pointers whose owner
@@ -80,20 +79,20 @@ pub struct DeviceBuffer {
 }
 
 /// An instantiated graph (`CUgraphExec`), opaque to the shared layer.
-pub(crate) type GraphExec = Handle<*mut c_void>;
+pub type GraphExec = Handle<*mut c_void>;
 
 /// What the device reports back to a completion callback.
-pub(crate) type Status = Result<()>;
+pub type Status = Result<()>;
 
 /// Work to run once everything enqueued before it on a stream is done.
-pub(crate) type Callback = Box<dyn FnOnce(Status) + Send>;
+pub type Callback = Box<dyn FnOnce(Status) + Send>;
 
 /// How an event is used: only as a cross-stream dependency, also as a
 /// point a host thread blocks on (then the thread sleeps instead of
 /// spinning), or as a timestamp (the only use that records a time, which
 /// costs the others' records).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum EventUse {
+pub enum EventUse {
     StreamOrder,
     HostWait,
     Timing,
@@ -107,7 +106,7 @@ pub(crate) enum EventUse {
 /// stream has passed the call (the shared layer keeps them in its staging
 /// pool until a completion says so). Every call assumes [`Driver::bind`] ran
 /// on the calling thread.
-pub(crate) trait Driver: Send + Sync + Sized + 'static {
+pub trait Driver: Send + Sync + Sized + 'static {
     type Stream: Copy + Send + Sync;
     type Event: Copy + Send + Sync;
     type Module: Copy + Send + Sync;
@@ -116,8 +115,6 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     const KIND: BackendKind;
     /// The language its custom kernels are written in.
     const LANGUAGE: KernelLanguage;
-    /// The completion path this driver uses unless the runtime's builder says otherwise.
-    const WAKE: Wake;
 
     /// The device this driver is bound to.
     fn info(&self) -> DeviceInfo;
@@ -136,25 +133,44 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     fn loss(&self) -> &Arc<Loss>;
 
     fn stream_create(&self) -> Result<Self::Stream>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn stream_synchronize(&self, stream: Self::Stream) -> Status;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn stream_destroy(&self, stream: Self::Stream);
 
     fn event_create(&self, usage: EventUse) -> Result<Self::Event>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> Result<()>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> Result<()>;
     /// Blocks until the event's work is done; reports the device's error if any.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn event_synchronize(&self, event: Self::Event) -> Status;
     /// True once all work enqueued on `stream` is done, without waiting;
     /// `None` where the driver cannot tell cheaply.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn stream_query(&self, _stream: Self::Stream) -> Option<Result<bool>> {
         None
     }
     /// True once the event's work is done, without waiting; the device's
     /// error if any. `None` where the driver has no such query (the waiter
     /// then only blocks).
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn event_query(&self, _event: Self::Event) -> Option<Result<bool>> {
         None
     }
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn event_destroy(&self, event: Self::Event);
     /// Whether [`Driver::event_elapsed`] works here; the error says what is missing.
     fn can_time(&self) -> Result<()> {
@@ -162,12 +178,17 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     }
     /// The device time from `start` to `end`, two [`EventUse::Timing`]
     /// events recorded in that order, both complete.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn event_elapsed(&self, _start: Self::Event, _end: Self::Event) -> Result<Duration> {
         Err(Error::unsupported(Self::KIND, "timestamps"))
     }
 
     /// Device memory usable on every stream as soon as this returns.
     fn alloc(&self, bytes: u64) -> Result<u64>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn free(&self, ptr: u64);
     /// True when [`Driver::free`] waits for the whole device (`hipFree`):
     /// frees then run on a thread of their own, never the delivery thread.
@@ -176,12 +197,24 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     }
     /// Page-locked host memory, for asynchronous copies.
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn host_free(&self, ptr: *mut u8);
 
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()>;
 
     /// Compiles C++ source (CUDA, or HIP) for this device with `options`
@@ -189,16 +222,27 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// (a kernel's C++ name), also the symbol it resolved to.
     fn compile(&self, source: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled>;
     fn module_load(&self, image: &[u8]) -> Result<Self::Module>;
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn module_unload(&self, module: Self::Module);
     /// The symbols of `module`'s kernels, where the driver can list them
     /// (`None` where it cannot).
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn kernel_symbols(&self, _module: Self::Module) -> Result<Option<Vec<String>>> {
         Ok(None)
     }
     /// Kernel `entry` of `module`; `None` if the module has none of that name.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>>;
     /// The byte size of each parameter of `function`, in order, where the
     /// driver can tell (`None` where it cannot).
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn param_sizes(&self, _function: Self::Function) -> Result<Option<Vec<usize>>> {
         Ok(None)
     }
@@ -216,32 +260,47 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// Captures the work `enqueue` puts on `stream` (a stream used for
     /// nothing else) as an instantiated graph, launchable as one unit with
     /// [`Driver::graph_launch`]; `None` where the driver has no graphs.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn capture(
         &self,
         _stream: Self::Stream,
-        _enqueue: &mut dyn FnMut() -> Result<(), crate::backend::EnqueueError>,
-    ) -> Option<Result<GraphExec, crate::backend::EnqueueError>> {
+        _enqueue: &mut dyn FnMut() -> Result<(), crate::enqueue::EnqueueError>,
+    ) -> Option<Result<GraphExec, crate::enqueue::EnqueueError>> {
         None
     }
     /// Launches a graph [`Driver::capture`] made, on `stream`.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn graph_launch(&self, _exec: GraphExec, _stream: Self::Stream) -> Result<()> {
         Err(Error::unsupported(Self::KIND, "graphs"))
     }
     /// Destroys a graph [`Driver::capture`] made; launches in flight finish first.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn graph_destroy(&self, _exec: GraphExec) {}
     /// Enqueues a kernel launch on its stream.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()>;
 
     /// Runs `callback` on the driver's callback thread once the stream gets
     /// there. The callback must not call the driver.
+    ///
+    /// # Safety
+    /// The trait's valid usage (above).
     unsafe fn add_callback(&self, stream: Self::Stream, callback: Callback) -> Result<()>;
 
     /// The delay builtin's argument: `duration` in the device clock's ticks.
     #[cfg(feature = "test-support")]
     fn delay_ticks(&self, duration: Duration) -> u64;
 
-    /// What an external write's closure receives.
-    fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a>;
+    /// The stream as foreign code (an external op's closure, a library call) takes it.
+    fn raw_stream(stream: Self::Stream) -> RawStream;
 
     /// A group's collective library state (NCCL communicators), made once
     /// per group by [`Driver::communicator`].
@@ -252,10 +311,10 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
         Err(Error::unsupported(Self::KIND, "collectives over a device group"))
     }
     /// The communicator of `driver` as rank `rank` of `ranks` ranks in
-    /// several processes, met through `id`; see [`Backend::joined_communicator`](crate::backend::Backend::joined_communicator).
+    /// several processes, met through `id`; see the engine's `Backend::joined_communicator`.
     fn joined_communicator(
         driver: &Self,
-        id: &[u8; crate::backend::GROUP_ID_BYTES],
+        id: &[u8; crate::collective::GROUP_ID_BYTES],
         ranks: usize,
         rank: usize,
     ) -> Result<Self::Communicator> {
@@ -270,7 +329,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
     /// byte counts given; `parts` has one part per rank of `communicator`.
     unsafe fn enqueue_collective(
         communicator: &Self::Communicator,
-        collective: &crate::backend::Collective,
+        collective: &crate::collective::Collective,
         parts: &[RawPart<'_, Self>],
     ) -> Result<()> {
         let _ = (communicator, parts);
@@ -280,7 +339,7 @@ pub(crate) trait Driver: Send + Sync + Sized + 'static {
 
 /// One rank's part of a collective, as a driver enqueues it: device
 /// addresses and byte counts.
-pub(crate) struct RawPart<'a, D: Driver> {
+pub struct RawPart<'a, D: Driver> {
     pub driver: &'a D,
     pub stream: D::Stream,
     /// The buffer the rank contributes; for in-place collectives its one buffer.
@@ -294,7 +353,7 @@ pub(crate) struct RawPart<'a, D: Driver> {
 /// One value instead of four arguments, so that the parts of a launch are
 /// spelled out once, here, rather than in the trait and again in each
 /// backend's signature.
-pub(crate) struct Launch<'a, D: Driver> {
+pub struct Launch<'a, D: Driver> {
     pub function: D::Function,
     pub grid: &'a Grid,
     pub stream: D::Stream,
@@ -313,6 +372,7 @@ pub(crate) struct Launch<'a, D: Driver> {
 /// functions' names, so the wrappers, and the reasons they are sound, are
 /// written once, here. A backend names its functions and writes out only the
 /// calls whose arguments, flags or errors differ.
+#[cfg(any(feature = "cuda", feature = "hip"))]
 macro_rules! handle_calls {
     (
         calls: $api:ident, check: $check:ident;
@@ -325,57 +385,74 @@ macro_rules! handle_calls {
         event_destroy: $event_destroy:ident,
         module_unload: $module_unload:ident $(,)?
     ) => {
+        /// # Safety
+        /// The trait's valid usage (above).
         unsafe fn event_record(&self, event: Self::Event, stream: Self::Stream) -> $crate::error::Result<()> {
             // SAFETY: live handles (trait contract).
             $check(stringify!($event_record), unsafe { $api::$event_record(event.0, stream.0) })
         }
 
+        /// # Safety
+        /// The trait's valid usage (above).
         unsafe fn stream_wait_event(&self, stream: Self::Stream, event: Self::Event) -> $crate::error::Result<()> {
             // SAFETY: live handles (trait contract).
             $check(stringify!($stream_wait_event), unsafe { $api::$stream_wait_event(stream.0, event.0, 0) })
         }
 
-        unsafe fn event_synchronize(&self, event: Self::Event) -> $crate::backend::gpu::Status {
+        /// # Safety
+        /// The trait's valid usage (above).
+        unsafe fn event_synchronize(&self, event: Self::Event) -> $crate::driver::Status {
             // SAFETY: a live event (trait contract).
             $check(stringify!($event_synchronize), unsafe { $api::$event_synchronize(event.0) })
         }
 
-        unsafe fn stream_synchronize(&self, stream: Self::Stream) -> $crate::backend::gpu::Status {
+        /// # Safety
+        /// The trait's valid usage (above).
+        unsafe fn stream_synchronize(&self, stream: Self::Stream) -> $crate::driver::Status {
             // SAFETY: a live stream (trait contract).
             $check(stringify!($stream_synchronize), unsafe { $api::$stream_synchronize(stream.0) })
         }
 
+        /// # Safety
+        /// The trait's valid usage (above).
         unsafe fn add_callback(
             &self,
             stream: Self::Stream,
-            callback: $crate::backend::gpu::Callback,
+            callback: $crate::driver::Callback,
         ) -> $crate::error::Result<()> {
             // SAFETY: a live stream (trait contract); the driver hands `data` to
             // the trampoline, which runs it through `callback_run`, once if it
             // accepts the call and never if it fails, as `pass_callback` requires.
             unsafe {
-                $crate::backend::gpu::pass_callback(callback, |data| {
+                $crate::driver::pass_callback(callback, |data| {
                     $check(stringify!($add_callback), $api::$add_callback(stream.0, Some($trampoline), data, 0))
                 })
             }
         }
 
+        /// # Safety
+        /// The trait's valid usage (above).
         unsafe fn stream_destroy(&self, stream: Self::Stream) {
             // SAFETY: a live stream, destroyed once by its owner (trait contract).
             let _ = unsafe { $api::$stream_destroy(stream.0) };
         }
 
+        /// # Safety
+        /// The trait's valid usage (above).
         unsafe fn event_destroy(&self, event: Self::Event) {
             // SAFETY: a live event, destroyed once by its owner (trait contract).
             let _ = unsafe { $api::$event_destroy(event.0) };
         }
 
+        /// # Safety
+        /// The trait's valid usage (above).
         unsafe fn module_unload(&self, module: Self::Module) {
             // SAFETY: a loaded module, unloaded once (trait contract).
             let _ = unsafe { $api::$module_unload(module.0) };
         }
     };
 }
+#[cfg(any(feature = "cuda", feature = "hip"))]
 pub(crate) use handle_calls;
 
 /// Hands `callback` to a driver's add-callback call, which `add` makes, as
@@ -389,7 +466,7 @@ pub(crate) use handle_calls;
 /// `add` passes `data` to a driver call that, when it succeeds, hands `data`
 /// to a trampoline calling [`callback_run`] exactly once, and when it fails
 /// never uses `data`.
-pub(crate) unsafe fn pass_callback(callback: Callback, add: impl FnOnce(*mut c_void) -> Result<()>) -> Result<()> {
+pub unsafe fn pass_callback(callback: Callback, add: impl FnOnce(*mut c_void) -> Result<()>) -> Result<()> {
     let data = Box::into_raw(Box::new(callback)).cast::<c_void>();
     let added = add(data);
     if added.is_err() {
@@ -405,7 +482,7 @@ pub(crate) unsafe fn pass_callback(callback: Callback, add: impl FnOnce(*mut c_v
 /// # Safety
 /// `data` came from [`pass_callback`], whose driver call succeeded, and is
 /// used exactly once.
-pub(crate) unsafe fn callback_run(data: *mut c_void, status: Status) {
+pub unsafe fn callback_run(data: *mut c_void, status: Status) {
     // SAFETY: per this function's contract, `data` is a leaked `Box<Callback>`
     // not yet reclaimed.
     let callback = unsafe { Box::from_raw(data.cast::<Callback>()) };

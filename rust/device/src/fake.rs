@@ -10,18 +10,23 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::time::Duration;
 
-use super::*;
+use crate::driver::*;
+use crate::enqueue::EnqueueError;
+use crate::error::{Error, Result};
+use crate::info::{BackendKind, DeviceInfo, KernelLanguage};
 use crate::lock::lock;
+use crate::raw::RawStream;
+use crate::rtc::Compiled;
 
 thread_local! {
     /// The fake bound on this thread (0: none).
-    pub(super) static BOUND: Cell<u64> = const { Cell::new(0) };
+    pub static BOUND: Cell<u64> = const { Cell::new(0) };
 }
 
-pub(super) static NEXT_FAKE: AtomicU64 = AtomicU64::new(1);
+pub static NEXT_FAKE: AtomicU64 = AtomicU64::new(1);
 
 #[derive(Debug, Clone, PartialEq)]
-pub(super) enum Call {
+pub enum Call {
     Compile,
     Memset {
         ptr: u64,
@@ -69,26 +74,26 @@ pub(super) enum Call {
 }
 
 /// The name of the fake device's issuing thread.
-pub(super) const ISSUING_THREAD: &str = "weir-cuda-issue";
+pub const ISSUING_THREAD: &str = "weir-cuda-issue";
 
-pub(super) const NO_QUERY: u8 = 0;
-pub(super) const REACHED_ON_WAKE_THREAD: u8 = 1;
-pub(super) const REACHED: u8 = 2;
+pub const NO_QUERY: u8 = 0;
+pub const REACHED_ON_WAKE_THREAD: u8 = 1;
+pub const REACHED: u8 = 2;
 
 /// A latch a compile waits on, to hold it while the test looks around.
 #[derive(Default)]
-pub(super) struct Latch {
-    pub(super) open: Mutex<bool>,
-    pub(super) opened: Condvar,
+pub struct Latch {
+    pub open: Mutex<bool>,
+    pub opened: Condvar,
 }
 
 impl Latch {
-    pub(super) fn open(&self) {
+    pub fn open(&self) {
         *lock(&self.open) = true;
         self.opened.notify_all();
     }
 
-    pub(super) fn pass(&self) {
+    pub fn pass(&self) {
         let mut open = lock(&self.open);
         while !*open {
             open = self.opened.wait(open).unwrap_or_else(|poisoned| poisoned.into_inner());
@@ -97,56 +102,56 @@ impl Latch {
 }
 
 #[derive(Default)]
-pub(super) struct Shared {
-    pub(super) id: u64,
-    pub(super) calls: Mutex<Vec<Call>>,
+pub struct Shared {
+    pub id: u64,
+    pub calls: Mutex<Vec<Call>>,
     /// Driver calls made on a thread where this fake was not bound.
-    pub(super) unbound_calls: AtomicUsize,
+    pub unbound_calls: AtomicUsize,
     /// `bind` calls on the issuing thread: every one asks the driver which
     /// context is current.
-    pub(super) issuing_binds: AtomicUsize,
-    pub(super) events_destroyed: AtomicUsize,
-    pub(super) events_created: AtomicUsize,
+    pub issuing_binds: AtomicUsize,
+    pub events_destroyed: AtomicUsize,
+    pub events_created: AtomicUsize,
     /// Every event record, as (event, stream), and every stream wait, as
     /// (stream, event), in the order they were made.
-    pub(super) event_records: Mutex<Vec<(u64, u64)>>,
-    pub(super) stream_waits: Mutex<Vec<(u64, u64)>>,
+    pub event_records: Mutex<Vec<(u64, u64)>>,
+    pub stream_waits: Mutex<Vec<(u64, u64)>>,
     /// Names of the calls that fail.
-    pub(super) failing: Mutex<Vec<&'static str>>,
+    pub failing: Mutex<Vec<&'static str>>,
     /// Names of the calls that fail with a fault that poisons the context.
-    pub(super) fatal: Mutex<Vec<&'static str>>,
-    pub(super) loss: Arc<Loss>,
+    pub fatal: Mutex<Vec<&'static str>>,
+    pub loss: Arc<Loss>,
     /// What `param_sizes` answers for every function.
-    pub(super) param_sizes: Mutex<Option<Vec<usize>>>,
+    pub param_sizes: Mutex<Option<Vec<usize>>>,
     /// What `image_param_sizes` answers for an entry its image (the source) names.
-    pub(super) image_param_sizes: Mutex<Option<Vec<usize>>>,
+    pub image_param_sizes: Mutex<Option<Vec<usize>>>,
     /// Driver calls made after the context was lost (`bind` aside).
-    pub(super) calls_after_loss: AtomicUsize,
+    pub calls_after_loss: AtomicUsize,
     /// How `event_query` answers: [`NO_QUERY`] (as a driver may have none),
     /// [`REACHED_ON_WAKE_THREAD`] (not reached elsewhere) or [`REACHED`].
-    pub(super) queries: std::sync::atomic::AtomicU8,
+    pub queries: std::sync::atomic::AtomicU8,
     /// The waiters' spin budget, if not the default.
     /// When set, `event_synchronize` returns only once this opens.
-    pub(super) slow_sync: Mutex<Option<Arc<Latch>>>,
+    pub slow_sync: Mutex<Option<Arc<Latch>>>,
     /// When set, a launch on the issuing thread returns only once this opens.
-    pub(super) slow_issue: Mutex<Option<Arc<Latch>>>,
+    pub slow_issue: Mutex<Option<Arc<Latch>>>,
     /// How long every launch takes, wherever it is made: a driver whose
     /// queue to the device is full blocks its caller so.
-    pub(super) launch_takes: Mutex<Option<Duration>>,
+    pub launch_takes: Mutex<Option<Duration>>,
     /// The thread each launch was made on, in order.
-    pub(super) launched_on: Mutex<Vec<Option<String>>>,
+    pub launched_on: Mutex<Vec<Option<String>>>,
     /// Sources containing "slow" compile only once this opens; told when one starts.
-    pub(super) slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
-    pub(super) free_waits: bool,
+    pub slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
+    pub free_waits: bool,
     /// The context this fake says it is on, for sharing loaded modules.
-    pub(super) context: Option<u64>,
-    pub(super) host: Mutex<HashMap<usize, usize>>,
-    pub(super) modules: Mutex<HashMap<u64, String>>,
-    pub(super) next: AtomicU64,
+    pub context: Option<u64>,
+    pub host: Mutex<HashMap<usize, usize>>,
+    pub modules: Mutex<HashMap<u64, String>>,
+    pub next: AtomicU64,
 }
 
 impl Shared {
-    pub(super) fn check(&self, call: &'static str) -> Result<()> {
+    pub fn check(&self, call: &'static str) -> Result<()> {
         if BOUND.with(Cell::get) != self.id {
             self.unbound_calls.fetch_add(1, Ordering::SeqCst);
         }
@@ -162,35 +167,35 @@ impl Shared {
         Ok(())
     }
 
-    pub(super) fn record(&self, call: Call) {
+    pub fn record(&self, call: Call) {
         lock(&self.calls).push(call);
     }
 
-    pub(super) fn next(&self) -> u64 {
+    pub fn next(&self) -> u64 {
         self.next.fetch_add(1, Ordering::SeqCst) + 1
     }
 
-    pub(super) fn fail(&self, call: &'static str) {
+    pub fn fail(&self, call: &'static str) {
         lock(&self.failing).push(call);
     }
 
-    pub(super) fn calls(&self) -> Vec<Call> {
+    pub fn calls(&self) -> Vec<Call> {
         lock(&self.calls).clone()
     }
 
-    pub(super) fn device_calls(&self) -> Vec<Call> {
+    pub fn device_calls(&self) -> Vec<Call> {
         self.calls().into_iter().filter(|call| !matches!(call, Call::Compile | Call::Free { .. })).collect()
     }
 
-    pub(super) fn compiles(&self) -> usize {
+    pub fn compiles(&self) -> usize {
         self.calls().iter().filter(|call| **call == Call::Compile).count()
     }
 }
 
-pub(super) struct Fake(pub(super) Arc<Shared>);
+pub struct Fake(pub Arc<Shared>);
 
 impl Fake {
-    pub(super) fn new(free_waits: bool) -> (Fake, Arc<Shared>) {
+    pub fn new(free_waits: bool) -> (Fake, Arc<Shared>) {
         let shared = Arc::new(Shared { id: NEXT_FAKE.fetch_add(1, Ordering::SeqCst), free_waits, ..Shared::default() });
         (Fake(shared.clone()), shared)
     }
@@ -204,7 +209,6 @@ impl Driver for Fake {
 
     const KIND: BackendKind = BackendKind::Cuda;
     const LANGUAGE: KernelLanguage = KernelLanguage::CudaC;
-    const WAKE: Wake = Wake::Waiter;
 
     fn info(&self) -> DeviceInfo {
         DeviceInfo {
@@ -214,7 +218,7 @@ impl Driver for Fake {
             memory_bytes: None,
             software: true,
             max_buffer_bytes: 1 << 40,
-            limits: crate::device::LaunchLimits::HOST,
+            limits: crate::info::LaunchLimits::HOST,
         }
     }
 
@@ -467,8 +471,8 @@ impl Driver for Fake {
         duration.as_nanos() as u64
     }
 
-    fn raw_access<'a>(_stream: u64, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
-        RawAccess::Cuda { stream: std::ptr::null_mut(), buffers }
+    fn raw_stream(stream: u64) -> RawStream {
+        RawStream::Fake(stream)
     }
 
     /// The ranks' fakes, and a count of the groups of calls enqueued.
@@ -484,7 +488,7 @@ impl Driver for Fake {
 
     unsafe fn enqueue_collective(
         (ranks, groups): &Self::Communicator,
-        _collective: &crate::backend::Collective,
+        _collective: &crate::collective::Collective,
         parts: &[RawPart<'_, Self>],
     ) -> Result<()> {
         if parts.iter().map(|part| part.driver.0.id).collect::<Vec<_>>() != *ranks {

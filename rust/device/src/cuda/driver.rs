@@ -10,13 +10,14 @@ use cudarc::driver::sys::{
 };
 
 use super::{nccl, nvrtc};
-use crate::backend::gpu::{
-    callback_run, handle_calls, milliseconds, status_error, Compiled, DeviceBuffer, Driver, EventUse, GraphExec,
-    Handle, Launch, Loss, RawPart, Wake,
+use crate::driver::{
+    callback_run, handle_calls, milliseconds, status_error, Driver, EventUse, GraphExec, Handle, Launch, Loss, RawPart,
 };
-use crate::backend::{EnqueueError, RawAccess};
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::enqueue::EnqueueError;
 use crate::error::{Error, Result};
+use crate::info::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::raw::RawStream;
+use crate::rtc::Compiled;
 
 const NAME: BackendKind = BackendKind::Cuda;
 
@@ -77,7 +78,7 @@ const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// Dynamic shared memory beyond this needs an explicit opt-in per function.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
-pub(crate) fn check(call: &str, result: CUresult) -> Result<()> {
+pub fn check(call: &str, result: CUresult) -> Result<()> {
     match result {
         CUresult::CUDA_SUCCESS => Ok(()),
         error => Err(failure(call, error)),
@@ -114,7 +115,7 @@ fn poisons_context(error: CUresult) -> bool {
 }
 
 /// The CUDA driver, bound to one device's primary context.
-pub(crate) struct Cuda {
+pub struct Cuda {
     device: sys::CUdevice,
     context: Handle<sys::CUcontext>,
     /// Allocations and frees only: allocating here and synchronising it makes
@@ -244,7 +245,7 @@ unsafe fn describe(ordinal: i32) -> Result<(sys::CUdevice, DeviceInfo, String)> 
 /// cannot run (no library, driver or NVRTC: opening says why). A device the
 /// backend cannot drive is left out, as is one whose attributes the driver
 /// does not give.
-pub(crate) fn list() -> Vec<DeviceInfo> {
+pub fn list() -> Vec<DeviceInfo> {
     let listed = std::panic::catch_unwind(|| {
         let Ok(loaded) = loaded() else { return Vec::new() };
         // SAFETY: `loaded` succeeded and every ordinal is below its count.
@@ -330,9 +331,6 @@ impl Driver for Cuda {
 
     const KIND: BackendKind = BackendKind::Cuda;
     const LANGUAGE: KernelLanguage = KernelLanguage::CudaC;
-    // Measured with `cargo xtask bench`: median fence wake-up 36 us through the
-    // waiter thread, 59 us through stream callbacks.
-    const WAKE: Wake = Wake::Waiter;
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()
@@ -665,8 +663,8 @@ impl Driver for Cuda {
         u64::try_from(duration.as_nanos()).unwrap_or(u64::MAX)
     }
 
-    fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
-        RawAccess::Cuda { stream: stream.0, buffers }
+    fn raw_stream(stream: Self::Stream) -> RawStream {
+        RawStream::Cuda(stream.0)
     }
 
     type Communicator = nccl::Communicator;
@@ -692,7 +690,7 @@ impl Driver for Cuda {
 
     unsafe fn enqueue_collective(
         communicator: &nccl::Communicator,
-        collective: &crate::backend::Collective,
+        collective: &crate::collective::Collective,
         parts: &[RawPart<'_, Self>],
     ) -> Result<()> {
         // SAFETY: this function's contract is `nccl::enqueue`'s.

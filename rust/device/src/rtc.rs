@@ -1,10 +1,12 @@
 //! Runtime compilation (NVRTC, hiprtc): one driver of the program's life for
 //! both, since the two APIs have the same shape.
+// What NVRTC and hiprtc share: unused in a build with neither.
+#![cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 
 use std::ffi::{c_char, CStr, CString};
 
-use crate::device::BackendKind;
 use crate::error::{Error, Result};
+use crate::info::BackendKind;
 
 /// One runtime compiler's calls. Each returns the library's error text on failure.
 ///
@@ -34,6 +36,7 @@ pub(crate) trait Rtc {
 /// hiprtc copies NVRTC's API call for call, so the two implementations differ
 /// only in names; with the calls written once, here, each compiler's module
 /// keeps only what really differs: its names, its statuses and its options.
+#[cfg(any(feature = "cuda", feature = "hip"))]
 macro_rules! rtc_calls {
     (
         impl Rtc for $rtc:ident { NAME: $name:literal, Program: $program:ty, calls: $api:ident, check: $check:ident }
@@ -47,7 +50,7 @@ macro_rules! rtc_calls {
         add_name_expression: $add_name:ident,
         lowered_name: $lowered:ident $(,)?
     ) => {
-        impl $crate::backend::gpu::Rtc for $rtc {
+        impl $crate::rtc::Rtc for $rtc {
             type Program = $program;
             const NAME: &'static str = $name;
 
@@ -132,6 +135,7 @@ macro_rules! rtc_calls {
         }
     };
 }
+#[cfg(any(feature = "cuda", feature = "hip"))]
 pub(crate) use rtc_calls;
 
 /// A program, destroyed once.
@@ -160,7 +164,7 @@ impl<R: Rtc> Program<R> {
 /// A compiled program: its code image, and the symbol its name expression
 /// resolved to, if it was given one.
 #[derive(Debug)]
-pub(crate) struct Compiled {
+pub struct Compiled {
     pub image: Vec<u8>,
     pub lowered: Option<String>,
 }

@@ -21,7 +21,7 @@ use serde::Deserialize;
 
 /// One argument of a kernel as its code object declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub(crate) struct ArgInfo {
+pub struct ArgInfo {
     #[serde(rename = ".size")]
     pub size: usize,
     #[serde(rename = ".value_kind")]
@@ -37,7 +37,7 @@ impl ArgInfo {
 
 /// One kernel of a code object.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-pub(crate) struct KernelInfo {
+pub struct KernelInfo {
     /// The function's name, as `hipModuleGetFunction` looks it up.
     #[serde(rename = ".name")]
     pub name: String,
@@ -75,7 +75,7 @@ const MAX_DEPTH: usize = 32;
 
 /// The kernels `image` declares; `None` if it is not a code object this
 /// module can read.
-pub(crate) fn kernels(image: &[u8]) -> Option<Vec<KernelInfo>> {
+pub fn kernels(image: &[u8]) -> Option<Vec<KernelInfo>> {
     let note = metadata_note(code_object(image)?)?;
     let mut reader = rmp_serde::Deserializer::from_read_ref(note);
     reader.set_max_depth(MAX_DEPTH);
@@ -84,7 +84,7 @@ pub(crate) fn kernels(image: &[u8]) -> Option<Vec<KernelInfo>> {
 
 /// The parameter sizes of kernel `entry` in `image`; `None` if the image
 /// cannot be read or declares no such kernel.
-pub(crate) fn param_sizes(image: &[u8], entry: &str) -> Option<Vec<usize>> {
+pub fn param_sizes(image: &[u8], entry: &str) -> Option<Vec<usize>> {
     kernels(image)?.into_iter().find(|kernel| kernel.is(entry)).map(|kernel| kernel.param_sizes())
 }
 
@@ -156,8 +156,8 @@ fn metadata_note(elf: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backend::gpu::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
-    use crate::backend::hip::hiprtc;
+    use crate::builtin::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
+    use crate::hip::hiprtc;
 
     const TWO_KERNELS: &str = r#"
 extern "C" __global__ void put(unsigned int* out, unsigned int v) { out[0] = v; }

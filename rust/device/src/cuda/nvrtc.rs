@@ -4,9 +4,9 @@ use std::ffi::c_void;
 
 use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
 
-use crate::backend::gpu::{rtc_calls, Compiled};
-use crate::device::BackendKind;
 use crate::error::{Error, Result};
+use crate::info::BackendKind;
+use crate::rtc::{rtc_calls, Compiled};
 
 const SYMBOLS: [&str; 9] = [
     "nvrtcCreateProgram",
@@ -21,7 +21,7 @@ const SYMBOLS: [&str; 9] = [
 ];
 
 /// Fails with `Unavailable` unless NVRTC and every function used here load.
-pub(crate) fn check_present() -> Result<()> {
+pub fn check_present() -> Result<()> {
     // SAFETY: only tries to load the library; no symbol is called.
     if !unsafe { sys::is_culib_present() } {
         return Err(Error::unavailable(
@@ -49,7 +49,7 @@ fn status(result: nvrtcResult) -> Result<(), String> {
 }
 
 /// NVRTC's calls, producing CUBIN (not PTX): loading it needs no JIT step.
-pub(crate) struct Nvrtc;
+pub struct Nvrtc;
 
 // The same calls as hiprtc's but for the names, written once in `rtc_calls!`.
 rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: sys, check: status }
@@ -62,14 +62,14 @@ rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: s
 /// Compiles `source` to a CUBIN for `arch` (`sm_90`, …): C++17 unless
 /// `options` name another standard, with the toolkit's include directories
 /// (`cooperative_groups.h`, …) where it is installed, then `options`.
-pub(crate) fn compile(source: &str, arch: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
+pub fn compile(source: &str, arch: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
     let mut all = vec![format!("--gpu-architecture={arch}")];
     if !options.iter().any(|option| option.starts_with("-std") || option.starts_with("--std")) {
         all.push("--std=c++17".to_owned());
     }
     all.extend(toolkit_includes().iter().map(|include| format!("--include-path={}", include.display())));
     all.extend(options.iter().cloned());
-    crate::backend::gpu::compile::<Nvrtc>(BackendKind::Cuda, source, &all, name_expression)
+    crate::rtc::compile::<Nvrtc>(BackendKind::Cuda, source, &all, name_expression)
 }
 
 /// The CUDA toolkit's include directories, beside the NVRTC library this

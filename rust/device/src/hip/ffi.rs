@@ -11,37 +11,37 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 /// A `hipError_t` or `hiprtcResult` as the library returned it.
 #[repr(transparent)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Status(pub c_uint);
+pub struct Status(pub c_uint);
 
-pub(crate) const SUCCESS: Status = Status(0);
-pub(crate) const ERROR_OUT_OF_MEMORY: Status = Status(2);
-pub(crate) const ERROR_NO_DEVICE: Status = Status(100);
-pub(crate) const ERROR_INVALID_DEVICE: Status = Status(101);
-pub(crate) const ERROR_NOT_FOUND: Status = Status(500);
+pub const SUCCESS: Status = Status(0);
+pub const ERROR_OUT_OF_MEMORY: Status = Status(2);
+pub const ERROR_NO_DEVICE: Status = Status(100);
+pub const ERROR_INVALID_DEVICE: Status = Status(101);
+pub const ERROR_NOT_FOUND: Status = Status(500);
 
 /// The faults after which HIP fails every later call with the same status
 /// (illegal address, launch timeout, device assert, launch failure): the
 /// device is lost for the process, as on CUDA. ROCm numbers them as CUDA does.
-pub(crate) fn poisons_context(status: Status) -> bool {
+pub fn poisons_context(status: Status) -> bool {
     matches!(status.0, 700 | 702 | 710 | 719)
 }
 
 /// The `hipDeviceAttribute_t` values read for a device's launch limits, as
 /// ROCm 5.2's `hip_runtime_api.h` numbers them.
-pub(crate) const ATTRIBUTE_MAX_BLOCK_DIM: [c_int; 3] = [26, 27, 28];
-pub(crate) const ATTRIBUTE_MAX_GRID_DIM: [c_int; 3] = [29, 30, 31];
-pub(crate) const ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 56;
-pub(crate) const ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: c_int = 74;
+pub const ATTRIBUTE_MAX_BLOCK_DIM: [c_int; 3] = [26, 27, 28];
+pub const ATTRIBUTE_MAX_GRID_DIM: [c_int; 3] = [29, 30, 31];
+pub const ATTRIBUTE_MAX_THREADS_PER_BLOCK: c_int = 56;
+pub const ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK: c_int = 74;
 
-pub(crate) const STREAM_NON_BLOCKING: c_uint = 0x1;
-pub(crate) const EVENT_DEFAULT: c_uint = 0x0;
-pub(crate) const EVENT_BLOCKING_SYNC: c_uint = 0x1;
-pub(crate) const EVENT_DISABLE_TIMING: c_uint = 0x2;
-pub(crate) const HOST_MALLOC_PORTABLE: c_uint = 0x1;
+pub const STREAM_NON_BLOCKING: c_uint = 0x1;
+pub const EVENT_DEFAULT: c_uint = 0x0;
+pub const EVENT_BLOCKING_SYNC: c_uint = 0x1;
+pub const EVENT_DISABLE_TIMING: c_uint = 0x2;
+pub const HOST_MALLOC_PORTABLE: c_uint = 0x1;
 
-pub(crate) type StreamCallback = unsafe extern "C" fn(stream: hipStream_t, status: Status, data: *mut c_void);
+pub type StreamCallback = unsafe extern "C" fn(stream: hipStream_t, status: Status, data: *mut c_void);
 
-pub(crate) type Program = *mut c_void;
+pub type Program = *mut c_void;
 
 #[link(name = "amdhip64")]
 extern "C" {

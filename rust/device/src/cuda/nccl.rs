@@ -17,11 +17,11 @@ use std::ffi::{c_char, c_int, c_void, CStr};
 use std::sync::OnceLock;
 
 use super::driver::Cuda;
-use crate::backend::gpu::{status_error, Driver, Handle, RawPart};
-use crate::backend::{Collective, CollectiveKind, ReduceOp};
-use crate::device::BackendKind;
+use crate::collective::{Collective, CollectiveKind, ReduceOp};
+use crate::driver::{status_error, Driver, Handle, RawPart};
 use crate::element::ElementType;
 use crate::error::{Error, Result};
+use crate::info::BackendKind;
 
 const NAME: BackendKind = BackendKind::Cuda;
 
@@ -36,7 +36,7 @@ const SUCCESS: NcclResult = 0;
 /// `ncclUniqueId`: 128 opaque bytes (`NCCL_UNIQUE_ID_BYTES`).
 #[repr(C)]
 #[derive(Clone, Copy)]
-pub(crate) struct UniqueId {
+pub struct UniqueId {
     pub internal: [c_char; 128],
 }
 
@@ -154,14 +154,14 @@ impl Nccl {
 }
 
 /// One NCCL communicator per member of a group, in rank order.
-pub(crate) struct Communicator {
+pub struct Communicator {
     comms: Vec<Handle<Comm>>,
 }
 
 impl Communicator {
     /// `ncclCommInitAll` over `ordinals`: one rank per device, which must
     /// all differ (NCCL refuses a device twice).
-    pub(crate) fn open(ordinals: &[i32]) -> Result<Communicator> {
+    pub fn open(ordinals: &[i32]) -> Result<Communicator> {
         if let Some((rank, ordinal)) =
             ordinals.iter().enumerate().find(|(rank, ordinal)| ordinals[..*rank].contains(ordinal))
         {
@@ -185,7 +185,7 @@ impl Communicator {
 
 /// A new `ncclUniqueId`, as rank 0's process makes it: NCCL's bootstrap
 /// starts listening in this process.
-pub(crate) fn unique_id() -> Result<[u8; 128]> {
+pub fn unique_id() -> Result<[u8; 128]> {
     let nccl = nccl()?;
     let mut id = UniqueId { internal: [0; 128] };
     // SAFETY: an out-pointer to a local of the type nccl.h names.
@@ -196,7 +196,7 @@ pub(crate) fn unique_id() -> Result<[u8; 128]> {
 impl Communicator {
     /// `ncclCommInitRank` as rank `rank` of `ranks`, on the device whose
     /// context is current on this thread; returns once every rank joined.
-    pub(crate) fn join(id: &[u8; 128], ranks: usize, rank: usize) -> Result<Communicator> {
+    pub fn join(id: &[u8; 128], ranks: usize, rank: usize) -> Result<Communicator> {
         let nccl = nccl()?;
         let count = c_int::try_from(ranks).map_err(|_| {
             Error::invalid(format!("a group of {ranks} ranks: NCCL counts at most {} ranks", c_int::MAX))
@@ -249,11 +249,7 @@ fn reduction(op: ReduceOp) -> c_int {
 /// # Safety
 /// As for `Driver::enqueue_collective`: live allocations of the sizes
 /// given, live streams of their ranks' drivers, one part per rank.
-pub(crate) unsafe fn enqueue(
-    communicator: &Communicator,
-    collective: &Collective,
-    parts: &[RawPart<'_, Cuda>],
-) -> Result<()> {
+pub unsafe fn enqueue(communicator: &Communicator, collective: &Collective, parts: &[RawPart<'_, Cuda>]) -> Result<()> {
     let nccl = nccl()?;
     if parts.len() != communicator.comms.len() {
         return Err(Error::internal("a collective with parts for another communicator"));

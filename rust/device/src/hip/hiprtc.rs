@@ -3,9 +3,9 @@
 use std::sync::Mutex;
 
 use super::ffi;
-use crate::backend::gpu::{rtc_calls, Compiled};
 use crate::error::Result;
 use crate::lock::lock;
+use crate::rtc::{rtc_calls, Compiled};
 
 /// hiprtc statuses are `hiprtcResult` codes, not `hipError_t`: kept as numbers.
 fn describe(result: ffi::Status) -> Result<(), String> {
@@ -16,7 +16,7 @@ fn describe(result: ffi::Status) -> Result<(), String> {
 }
 
 /// hiprtc's calls (they live in libamdhip64 in ROCm 5.2).
-pub(crate) struct Hiprtc;
+pub struct Hiprtc;
 
 // The same calls as NVRTC's but for the names, written once in `rtc_calls!`.
 rtc_calls! { impl Rtc for Hiprtc { NAME: "hiprtc", Program: ffi::Program, calls: ffi, check: describe }
@@ -33,7 +33,7 @@ static COMPILING: Mutex<()> = Mutex::new(());
 
 /// Compiles `source` for `arch` (`gfx90a`, …), or for the current device
 /// when `None`, with `options` after Weir's own, resolving `name_expression`.
-pub(crate) fn compile(
+pub fn compile(
     source: &str,
     arch: Option<&str>,
     options: &[String],
@@ -45,5 +45,5 @@ pub(crate) fn compile(
     }
     all.extend(options.iter().cloned());
     let _compiling = lock(&COMPILING);
-    crate::backend::gpu::compile::<Hiprtc>(crate::device::BackendKind::Hip, source, &all, name_expression)
+    crate::rtc::compile::<Hiprtc>(crate::info::BackendKind::Hip, source, &all, name_expression)
 }

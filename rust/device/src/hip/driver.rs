@@ -9,13 +9,11 @@ use hip_sys::hiprt::{hipEvent_t, hipFunction_t, hipModule_t, hipStream_t};
 
 use super::ffi::{self, Status as HipStatus};
 use super::{hiprtc, metadata};
-use crate::backend::gpu::{
-    callback_run, handle_calls, milliseconds, status_error, Compiled, DeviceBuffer, Driver, EventUse, Handle, Launch,
-    Loss, Wake,
-};
-use crate::backend::RawAccess;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::driver::{callback_run, handle_calls, milliseconds, status_error, Driver, EventUse, Handle, Launch, Loss};
 use crate::error::{Error, Result};
+use crate::info::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::raw::RawStream;
+use crate::rtc::Compiled;
 
 const NAME: BackendKind = BackendKind::Hip;
 
@@ -46,7 +44,7 @@ fn check(call: &str, status: HipStatus) -> Result<()> {
 }
 
 /// The HIP runtime, bound to one device.
-pub(crate) struct Hip {
+pub struct Hip {
     device: i32,
     info: DeviceInfo,
     loss: Arc<Loss>,
@@ -112,7 +110,7 @@ fn describe(device: i32) -> Result<DeviceInfo> {
 
 /// Every device HIP sees, in ordinal order; none where HIP cannot run
 /// (opening says why). A device whose attributes HIP does not give is left out.
-pub(crate) fn list() -> Vec<DeviceInfo> {
+pub fn list() -> Vec<DeviceInfo> {
     let Ok(count) = device_count() else { return Vec::new() };
     (0..count).filter_map(|device| describe(device).ok()).collect()
 }
@@ -151,8 +149,6 @@ impl Driver for Hip {
 
     const KIND: BackendKind = BackendKind::Hip;
     const LANGUAGE: KernelLanguage = KernelLanguage::HipC;
-    // ROCm 5.2 delivers stream callbacks without a thread of ours per stream.
-    const WAKE: Wake = Wake::Callback;
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()
@@ -339,8 +335,8 @@ impl Driver for Hip {
         u64::try_from(duration.as_micros()).unwrap_or(u64::MAX).saturating_mul(WALL_CLOCK_TICKS_PER_MICRO)
     }
 
-    fn raw_access<'a>(stream: Self::Stream, buffers: &'a [DeviceBuffer]) -> RawAccess<'a> {
-        RawAccess::Hip { stream: stream.0, buffers }
+    fn raw_stream(stream: Self::Stream) -> RawStream {
+        RawStream::Hip(stream.0)
     }
 
     // RCCL is not bound yet.
