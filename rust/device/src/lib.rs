@@ -23,6 +23,8 @@ mod launch;
 pub mod lock;
 pub mod raw;
 pub mod rtc;
+#[cfg(any(feature = "cuda", feature = "hip"))]
+pub mod symbols;
 
 #[cfg(feature = "cuda")]
 pub mod cuda;
