@@ -18,8 +18,11 @@
 use std::any::Any;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use super::{Access, Backend, BufferKey, EnqueueError, Error, Result, Scheduler, Span, State};
-use crate::backend::{Collective, CollectivePart, OpIo};
+use super::state::State;
+use super::{BufferKey, Scheduler};
+use crate::backend::{Backend, Collective, CollectivePart, EnqueueError, OpIo, Span};
+use crate::error::{Error, Result};
+use crate::kernel::Access;
 use crate::lock::lock;
 
 /// One member's part of a collective, as the scheduler names it: a stream
@@ -123,7 +126,7 @@ impl<B: Backend> Scheduler<B> {
         let communicator = slot.get_or_make(|| B::communicator(&backends))?;
         // From inside an external write's closure on a member, waiting for
         // that write to end below would wait for itself.
-        if let Some((engine, stream)) = super::EXTERNAL_WRITER.with(std::cell::Cell::get) {
+        if let Some((engine, stream)) = super::external::EXTERNAL_WRITER.with(std::cell::Cell::get) {
             if members.iter().any(|member| member.address() == engine) {
                 return Err(Error::invalid(format!(
                     "a {} from inside the closure of an external write on stream {stream} would wait for it",

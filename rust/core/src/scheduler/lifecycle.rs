@@ -16,7 +16,10 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::{Backend, BufferEntry, BufferKey, Retired, Scheduler, SignalKind, State, StreamSlot};
+use super::state::{BufferEntry, State};
+use super::streams::{Retired, StreamSlot};
+use super::{BufferKey, Scheduler};
+use crate::backend::{Backend, SignalKind};
 use crate::completion::{flush_deliveries, on_delivery_thread, Completion};
 use crate::diagnostics::Diagnostics;
 use crate::error::{Error, Failures, Result};

@@ -13,8 +13,11 @@
 
 use std::sync::{Arc, MutexGuard};
 
-use super::{Access, Backend, BufferKey, Command, EnqueueError, Error, Result, Scheduler, Span, State};
-use crate::backend::OpIo;
+use super::state::State;
+use super::{BufferKey, Scheduler};
+use crate::backend::{Backend, Command, EnqueueError, OpIo, Span};
+use crate::error::{Error, Result};
+use crate::kernel::Access;
 
 impl<B: Backend> Scheduler<B> {
     /// The stream that carries this runtime's side of its outgoing peer
@@ -60,7 +63,7 @@ impl<B: Backend> Scheduler<B> {
         let link = from.link_stream()?;
         // From inside an external write's closure on either runtime, waiting
         // for that write to end below would wait for itself.
-        if let Some((engine, stream)) = super::EXTERNAL_WRITER.with(std::cell::Cell::get) {
+        if let Some((engine, stream)) = super::external::EXTERNAL_WRITER.with(std::cell::Cell::get) {
             if engine == self.address() || engine == from.address() {
                 return Err(Error::invalid(format!(
                     "a peer copy from inside the closure of an external write on stream {stream} would wait for it"

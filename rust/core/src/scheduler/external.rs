@@ -1,0 +1,96 @@
+//! External writes: a closure run on the calling thread with raw access to
+//! buffers, its stream reserved meanwhile so that every later user sees its
+//! op as published.
+
+use super::{BufferKey, Engine, Scheduler};
+use crate::backend::{Backend, RawAccess, Span};
+use crate::error::Result;
+use crate::kernel::Access;
+use crate::lock::lock;
+
+thread_local! {
+    /// The scheduler (by address) and stream whose external write runs on this thread.
+    pub(super) static EXTERNAL_WRITER: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+}
+
+/// Clears an external write's reservation of its stream, also if the closure panics.
+struct Reservation<'a, B: Backend> {
+    scheduler: &'a Scheduler<B>,
+    stream: usize,
+    previous_writer: Option<(usize, usize)>,
+}
+
+impl<B: Backend> Drop for Reservation<'_, B> {
+    fn drop(&mut self) {
+        EXTERNAL_WRITER.with(|writer| writer.set(self.previous_writer));
+        let deferred = {
+            let mut state = lock(&self.scheduler.state);
+            state.streams[self.stream].busy = false;
+            state.busy_streams -= 1;
+            std::mem::take(&mut state.deferred_releases)
+        };
+        self.scheduler.unbusy.notify_all();
+        for key in deferred {
+            self.scheduler.release(key);
+        }
+    }
+}
+
+impl<B: Backend> Scheduler<B> {
+    /// Runs `run` as an external op on `stream` over `accesses` (see [`Engine::external`]).
+    pub(super) fn run_external(
+        &self,
+        stream: usize,
+        accesses: &[(BufferKey, Access)],
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+    ) -> Result<()> {
+        let (raw, memories, reservation, io) = {
+            let mut state = self.open_state_when(|state| state.needs_busy(stream, accesses))?;
+            // Even an op that will not run is ordered (see `admit`).
+            self.wait_for_dependencies(&mut state, stream, accesses)?;
+            let spans = accesses
+                .iter()
+                .map(|&(key, access)| {
+                    state.entry(key).map(|entry| (Span { buffer: key, offset: 0, len: entry.len }, access))
+                })
+                .collect::<Result<Vec<_>>>()?;
+            let (io, failed_input) = Self::op_io(&state, &spans, stream)?;
+            if let Some(error) = failed_input {
+                return Err(self.publish_failed(&mut state, stream, accesses, io.outcome, error));
+            }
+            let memories = accesses
+                .iter()
+                .map(|&(key, access)| state.entry(key).map(|entry| (entry.memory.clone(), access)))
+                .collect::<Result<Vec<_>>>()?;
+            let raw = state.slot(stream)?.raw(stream)?.clone();
+            // The op takes its position now; until the closure returns, every
+            // call that needs this stream (to enqueue on it, record an event on
+            // it or signal it) waits, so later users see the op as published.
+            state.streams[stream].position += 1;
+            self.publish(&mut state, stream, accesses, io.outcome.as_ref());
+            state.streams[stream].busy = true;
+            state.busy_streams += 1;
+            let previous_writer = EXTERNAL_WRITER.with(|writer| writer.replace(Some((self.address(), stream))));
+            (raw, memories, Reservation { scheduler: self, stream, previous_writer }, io)
+        };
+        let memories: Vec<(&B::Memory, Access)> =
+            memories.iter().map(|(memory, access)| (&**memory, *access)).collect();
+        let outcome = io.outcome.clone();
+        // SAFETY: the memories are held alive here and in the buffers' entries
+        // until released, which frees them only after a signal on this stream
+        // made after this op; the op was ordered after every other user
+        // above, and no other op can be enqueued on this stream meanwhile.
+        let ran = unsafe { self.backend.external(&raw, &memories, io, run) };
+        if let Err(error) = &ran {
+            // What it writes was published as written here: its readers must
+            // get this failure, not the bytes the op did not make.
+            let error = error.clone().into_op_failure(stream as u32, Some("external op"));
+            if let Some(outcome) = outcome {
+                outcome.fail(error.clone());
+            }
+            lock(&self.state).streams[stream].unreported.record(&error);
+        }
+        drop(reservation);
+        ran
+    }
+}
