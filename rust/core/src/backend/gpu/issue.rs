@@ -32,8 +32,9 @@ use std::time::{Duration, Instant};
 
 use super::device::{Device, LentToHost, Loan};
 use super::owners::GpuEvent;
+use super::prepare::ReadyLaunch;
+use super::staging::{InFlight, Staged};
 use super::stream::{StreamCore, StreamRef};
-use super::{InFlight, ReadyLaunch, Staged};
 use crate::backend::{HostSink, OpIo, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};

@@ -12,9 +12,12 @@ use std::time::Duration;
 use weir_device::fake::*;
 
 use super::*;
-use crate::backend::{HostSink, OpOutcome};
+use crate::backend::{Backend, Command, EnqueueError, HostSink, KernelArg, OpIo, OpOutcome, SignalKind, Span};
+use crate::completion::Completion;
 use crate::diagnostics::LiveCounters;
-use crate::kernel::{Access, DeviceCode, DeviceKernel, KernelSource, ScalarArg};
+use crate::error::Error;
+use crate::host::HostBuffer;
+use crate::kernel::{Access, DeviceCode, DeviceKernel, Grid, KernelSource, ScalarArg};
 use crate::lock::lock;
 use crate::options::SPIN_BUDGET;
 

@@ -1,0 +1,338 @@
+//! The [`Backend`] implementation over any GPU driver.
+
+use std::sync::Arc;
+
+use super::device::{Device, LentToHost};
+use super::issue::{Issue, Job, QueuedEvent};
+use super::kernels::{Entry, Param};
+#[cfg(feature = "test-support")]
+use super::prepare::PreparedLaunch;
+use super::staging::Staged;
+use super::stream::StreamRef;
+use super::{
+    DeviceBuffer, Driver, EventUse, GpuBackend, GpuEvent, GpuMemory, GpuStream, GpuTimestamp, Prepared, RawPart,
+};
+use crate::backend::{
+    Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, OpIo, RawAccess, SignalKind,
+    Span,
+};
+use crate::completion::Completion;
+use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::error::{Error, Result};
+use crate::host::HostBuffer;
+use crate::kernel::Access;
+#[cfg(feature = "test-support")]
+use crate::kernel::Grid;
+use crate::lock::lock;
+use weir_device::raw::RawStream;
+
+impl<D: Driver> Backend for GpuBackend<D> {
+    type Stream = GpuStream<D>;
+    type Event = Arc<QueuedEvent<D>>;
+    type Memory = GpuMemory<D>;
+    type Prepared = Prepared<D>;
+    type Timestamp = GpuTimestamp<D>;
+    type Communicator = D::Communicator;
+
+    fn kind(&self) -> BackendKind {
+        D::KIND
+    }
+
+    fn info(&self) -> DeviceInfo {
+        self.device.info.clone()
+    }
+
+    fn kernel_language(&self) -> KernelLanguage {
+        D::LANGUAGE
+    }
+
+    const PEER_COPIES: bool = D::PEER_COPIES;
+
+    fn allocate(&self, bytes: u64) -> Result<GpuMemory<D>> {
+        self.noting_loss(self.driver().bind().and_then(|()| GpuMemory::new(&self.device, bytes)))
+    }
+
+    fn create_stream(&self, index: u32) -> Result<GpuStream<D>> {
+        self.driver().bind()?;
+        self.noting_loss(GpuStream::new(&self.device, index, self.wake))
+    }
+
+    fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Prepared<D>> {
+        let words = |span: &Span<R>| span.len / 4;
+        let pointer = Param::Pointer(0);
+        Ok(match command {
+            Command::Zero { .. } | Command::Copy { .. } => Prepared::Direct,
+            Command::Fill { dst, word } => {
+                self.builtin(Entry::Fill, words(dst), &[pointer, Param::U32(*word), Param::U64(words(dst))])
+            }
+            Command::Upload { dst, data } => self.stage_upload(dst, data)?,
+            Command::Download { src, .. } => {
+                let len = usize::try_from(src.len)
+                    .map_err(|_| Error::invalid("a download larger than the host's address space"))?;
+                self.driver().bind()?;
+                Prepared::Download(self.device.stage(len)?)
+            }
+            Command::Binary { op, out, .. } => {
+                let entry = match op {
+                    BinaryOp::Add => Entry::Add,
+                    BinaryOp::Mul => Entry::Mul,
+                };
+                self.builtin(entry, words(out), &[pointer, pointer, pointer, Param::U64(words(out))])
+            }
+            Command::Scale { out, alpha, .. } => {
+                self.builtin(Entry::Scale, words(out), &[pointer, pointer, Param::F32(*alpha), Param::U64(words(out))])
+            }
+            Command::Axpy { y, alpha, .. } => {
+                self.builtin(Entry::Axpy, words(y), &[pointer, pointer, Param::F32(*alpha), Param::U64(words(y))])
+            }
+            Command::Iota { out, start } => {
+                self.builtin(Entry::Iota, words(out), &[pointer, Param::U32(*start), Param::U64(words(out))])
+            }
+            #[cfg(feature = "test-support")]
+            Command::Delay { duration } => {
+                let ticks = self.driver().delay_ticks(*duration);
+                let grid = Grid::new([1, 1, 1], [1, 1, 1]);
+                Prepared::Launch(PreparedLaunch::new(self.builtins.get(Entry::Delay), grid, &[Param::U64(ticks)]))
+            }
+            Command::Custom { kernel, grid, args } => self.prepare_custom(kernel, grid, args)?,
+        })
+    }
+
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, Prepared<D>)> {
+        // Straight from the caller's bytes into page-locked memory.
+        let prepared = self.stage_upload(&dst, bytes)?;
+        Ok((Command::Upload { dst, data: Vec::new() }, prepared))
+    }
+
+    fn prepare_host_upload<R: PartialEq>(&self, dst: Span<R>, host: &HostBuffer) -> Result<(Command<R>, Prepared<D>)> {
+        // Memory another device locked is staged like any host bytes.
+        if host.locked_by() != Some(Device::address(&self.device)) {
+            return self.prepare_upload(dst, host);
+        }
+        if host.len() as u64 != dst.len {
+            return Err(Error::invalid("upload size differs from its destination"));
+        }
+        let len = dst.len;
+        Ok((Command::Upload { dst, data: Vec::new() }, Prepared::Upload(Staged::Host(host.clone()), len)))
+    }
+
+    fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
+        if len == 0 {
+            return Ok(HostBuffer::heap(Vec::new()));
+        }
+        // Page-locked allocations need the device current on this thread, which may be any.
+        self.driver().bind()?;
+        let loan = self.device.stage(len)?;
+        // SAFETY: a fresh loan of at least `len` bytes, and no copy uses it.
+        Ok(unsafe { LentToHost::host_buffer(loan, len, self.device.clone()) })
+    }
+
+    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
+        let mut host = self.staging_buffer(bytes.len())?;
+        // A new buffer has one handle, so it is writable.
+        if let Some(into) = host.get_mut() {
+            into.copy_from_slice(bytes);
+        }
+        Ok(host)
+    }
+
+    unsafe fn enqueue(
+        &self,
+        stream: &GpuStream<D>,
+        command: Command<&GpuMemory<D>>,
+        prepared: Prepared<D>,
+        io: OpIo,
+    ) -> Result<(), EnqueueError> {
+        // A lost device takes no more work, before any driver call.
+        self.driver().loss().check().map_err(EnqueueError::Failed)?;
+        let issue = Self::resolve(command, prepared)?;
+        // The caller's contract keeps the memory alive and ordered until a
+        // signal queued after this job completes.
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue, io })
+    }
+
+    fn record_event(&self, stream: &GpuStream<D>) -> Result<Arc<QueuedEvent<D>>> {
+        self.driver().loss().check()?;
+        let event = Arc::new(QueuedEvent::new(&self.device));
+        self.device
+            .issuer
+            .submit(Job::Record { stream: StreamRef::new(stream), event: event.clone() }, &self.device)?;
+        Ok(event)
+    }
+
+    fn wait_event(&self, stream: &GpuStream<D>, event: &Arc<QueuedEvent<D>>) -> Result<()> {
+        self.driver().loss().check()?;
+        // An event of another device (a peer's) is recorded by that device's
+        // issuing thread: recorded before this wait is queued.
+        if !Arc::ptr_eq(&event.device, &self.device) {
+            event.device.issuer.flush();
+        }
+        self.device.issuer.submit(Job::Wait { stream: StreamRef::new(stream), event: event.clone() }, &self.device)
+    }
+
+    fn wait_for_stream(&self, stream: &GpuStream<D>, source: &GpuStream<D>) -> Result<()> {
+        self.driver().loss().check()?;
+        // One job, not a record and a wait: the source's own ordering event,
+        // recorded and waited for in one go, with nothing for another thread to hold.
+        self.device
+            .issuer
+            .submit(Job::Order { source: StreamRef::new(source), stream: StreamRef::new(stream) }, &self.device)
+    }
+
+    fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuTimestamp<D>> {
+        self.driver().can_time()?;
+        // Rare: made here, once every queued driver call has been made.
+        self.device.issuer.flush();
+        self.driver().bind()?;
+        let event = GpuEvent::new(&self.device, EventUse::Timing)?;
+        // SAFETY: both handles are alive and belong to this driver.
+        self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) })?;
+        // The stream's completion path, as a drain: a lost device, never an op's failure.
+        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), false))?;
+        Ok(GpuTimestamp { event })
+    }
+
+    fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
+        self.driver().loss().check()?;
+        self.device.issuer.submit(Job::Signal { stream: StreamRef::new(stream), completion, kind }, &self.device)
+    }
+
+    fn lost(&self) -> Option<Error> {
+        self.driver().loss().get().cloned()
+    }
+
+    fn is_settled(&self, stream: &GpuStream<D>) -> bool {
+        self.driver().bind().is_ok() && stream.is_settled()
+    }
+
+    unsafe fn enqueue_replay(
+        &self,
+        stream: &GpuStream<D>,
+        id: u64,
+        commands: Vec<(Command<&GpuMemory<D>>, Prepared<D>)>,
+        io: OpIo,
+    ) -> Result<(), EnqueueError> {
+        let cached = lock(&self.graphs).get(&id).copied();
+        // Without graphs, or with host copies (through staging buffers lent
+        // per copy, which a graph cannot hold): command by command.
+        let uploads = commands.iter().any(|(command, _)| matches!(command, Command::Upload { .. }));
+        if cached.is_none() && (!D::GRAPHS || uploads) {
+            // SAFETY: this function's contract.
+            return unsafe { crate::backend::enqueue_in_order(self, stream, commands, io) };
+        }
+        let exec = match cached {
+            Some(exec) => exec,
+            // SAFETY: this function's contract, for the capture's commands.
+            None => match unsafe { self.capture(commands) }? {
+                Some(exec) => {
+                    lock(&self.graphs).insert(id, exec);
+                    exec
+                }
+                None => return Err(EnqueueError::Rejected(Error::internal("a replay was prepared for no commands"))),
+            },
+        };
+        // The launch is a job like a launch of one kernel: in admission
+        // order, and only once the replay's inputs ran without failing.
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue: Issue::Graph(exec), io })
+    }
+
+    fn prepares_replay(&self, id: u64) -> bool {
+        !lock(&self.graphs).contains_key(&id)
+    }
+
+    fn forget_replay(&self, id: u64) {
+        let forgotten = lock(&self.graphs).remove(&id);
+        if let Some(exec) = forgotten {
+            // A launch of it may still be queued: it is made before the graph goes.
+            self.device.issuer.flush();
+            if self.driver().bind().is_ok() {
+                // SAFETY: captured by this driver, removed from the cache so
+                // destroyed once; launches in flight finish first.
+                unsafe { self.driver().graph_destroy(exec) };
+            }
+        }
+    }
+
+    unsafe fn external(
+        &self,
+        stream: &GpuStream<D>,
+        buffers: &[(&GpuMemory<D>, Access)],
+        io: OpIo,
+        run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
+    ) -> Result<()> {
+        // The closure's work follows every op queued before it, whose driver
+        // calls have then been made: a failure among them is known.
+        self.device.issuer.flush();
+        if let Some(error) = io.failed_input(stream.index) {
+            return Err(error);
+        }
+        self.driver().bind()?;
+        let raw: Vec<DeviceBuffer> =
+            buffers.iter().map(|(memory, _)| DeviceBuffer { ptr: memory.ptr, len: memory.len }).collect();
+        let access = match D::raw_stream(stream.raw) {
+            #[cfg(feature = "cuda")]
+            RawStream::Cuda(stream) => RawAccess::Cuda { stream, buffers: &raw },
+            #[cfg(feature = "hip")]
+            RawStream::Hip(stream) => RawAccess::Hip { stream, buffers: &raw },
+            _ => {
+                return Err(Error::unsupported(D::KIND, "external ops on a driver with no raw stream for foreign code"))
+            }
+        };
+        let outcome = run(access);
+        // Foreign code may have switched the thread's current device.
+        self.driver().bind()?;
+        outcome
+    }
+
+    fn counters(&self) -> BackendCounters {
+        self.device.counters.snapshot()
+    }
+
+    fn communicator(members: &[&Self]) -> Result<D::Communicator> {
+        let drivers: Vec<&D> = members.iter().map(|member| member.driver()).collect();
+        let made = D::communicator(&drivers);
+        if let Err(error) = &made {
+            drivers.iter().for_each(|driver| driver.loss().record(error));
+        }
+        made
+    }
+
+    fn joined_communicator(
+        member: &Self,
+        id: &[u8; crate::backend::GROUP_ID_BYTES],
+        ranks: usize,
+        rank: usize,
+    ) -> Result<D::Communicator> {
+        let made = D::joined_communicator(member.driver(), id, ranks, rank);
+        if let Err(error) = &made {
+            member.driver().loss().record(error);
+        }
+        made
+    }
+
+    unsafe fn enqueue_collective(
+        communicator: &D::Communicator,
+        collective: &Collective,
+        parts: Vec<CollectivePart<'_, Self>>,
+    ) -> Result<(), EnqueueError> {
+        // Made here, after every member's queued driver calls.
+        parts.iter().for_each(|part| part.backend.device.issuer.flush());
+        let whole = |memory: &GpuMemory<D>| DeviceBuffer { ptr: memory.ptr, len: memory.len };
+        let raw: Vec<RawPart<'_, D>> = parts
+            .iter()
+            .map(|part| RawPart {
+                driver: part.backend.driver(),
+                stream: part.stream.raw,
+                send: whole(part.send),
+                receive: whole(part.receive.unwrap_or(part.send)),
+            })
+            .collect();
+        // SAFETY: every memory is a live allocation of its member's driver,
+        // kept alive and ordered by the caller (this function's contract).
+        let enqueued = unsafe { D::enqueue_collective(communicator, collective, &raw) };
+        if let Err(error) = &enqueued {
+            raw.iter().for_each(|part| part.driver.loss().record(error));
+        }
+        enqueued.map_err(EnqueueError::Failed)
+    }
+}
