@@ -1,0 +1,113 @@
+//! Rank 0's side of a collective: every rank's contribution gathered and
+//! checked against the others, every rank's result computed with the code
+//! an in-process group runs, and each rank sent its share.
+
+use std::net::TcpStream;
+
+use super::frames::{send_outcome, Contribution};
+use crate::backend::cpu::collective::run_collective;
+use crate::backend::{Collective, CollectiveKind};
+
+/// The sizes every rank's contribution must have, given rank 0's, or why not.
+fn check_fits(collective: &Collective, all: &[Contribution]) -> std::result::Result<(), String> {
+    let name = collective.name();
+    let ranks = all.len() as u64;
+    let len = |bytes: &Option<Vec<u8>>| bytes.as_ref().map(|bytes| bytes.len() as u64);
+    for (rank, part) in all.iter().enumerate() {
+        if part.collective != all[0].collective {
+            return Err(format!("rank {rank} called another collective (or other arguments) than rank 0's {name}"));
+        }
+        if part.sequence != all[0].sequence {
+            return Err(format!(
+                "rank {rank} is at collective {} of the group where rank 0 is at {}: ranks must admit the group's \
+                 collectives in one order",
+                part.sequence, all[0].sequence
+            ));
+        }
+    }
+    let first = &all[0];
+    let sizes_fit = all.iter().enumerate().all(|(rank, part)| match collective.kind {
+        CollectiveKind::AllReduce(_) => part.write.is_some() && len(&part.write) == len(&first.write),
+        CollectiveKind::Broadcast { root } => {
+            let size = len(&all[root].read);
+            size.is_some() && (rank == root || part.write_len == size)
+        }
+        CollectiveKind::AllGather => {
+            part.read.is_some()
+                && len(&part.read) == len(&first.read)
+                && part.write_len == len(&first.read).map(|l| l * ranks)
+        }
+        CollectiveKind::ReduceScatter(_) => {
+            part.write_len.is_some()
+                && part.write_len == first.write_len
+                && len(&part.read) == first.write_len.map(|l| l * ranks)
+        }
+    });
+    if sizes_fit {
+        return Ok(());
+    }
+    let sizes: Vec<String> = all
+        .iter()
+        .enumerate()
+        .map(|(rank, part)| {
+            let read = len(&part.read).map_or("-".to_owned(), |l| l.to_string());
+            let write = part.write_len.map_or("-".to_owned(), |l| l.to_string());
+            format!("rank {rank} reads {read} B, writes {write} B")
+        })
+        .collect();
+    Err(format!("{name} over {ranks} ranks with sizes that do not fit: {}", sizes.join("; ")))
+}
+
+/// Rank 0's side: every rank's result over every rank's contribution.
+fn compute(collective: &Collective, all: &mut [Contribution]) -> std::result::Result<Vec<Option<Vec<u8>>>, String> {
+    if let Some((rank, failure)) =
+        all.iter().enumerate().find_map(|(rank, part)| part.failure.as_ref().map(|f| (rank, f)))
+    {
+        return Err(format!("{} failed on rank {rank}: {failure}", collective.name()));
+    }
+    check_fits(collective, all)?;
+    let mut writes: Vec<Option<Vec<u8>>> = all
+        .iter_mut()
+        .map(|part| part.write.take().or_else(|| part.write_len.map(|len| vec![0; len as usize])))
+        .collect();
+    let reads: Vec<Option<&[u8]>> = all.iter().map(|part| part.read.as_deref()).collect();
+    let mut targets: Vec<Option<&mut [u8]>> = writes.iter_mut().map(|write| write.as_deref_mut()).collect();
+    run_collective(*collective, &reads, &mut targets)?;
+    Ok(writes)
+}
+
+/// Rank 0's side of one collective: every rank's contribution in, every
+/// rank's share (or the failure) out. Returns rank 0's share, and why the
+/// group broke if a rank is gone.
+pub(super) fn gather(
+    collective: &Collective,
+    peers: &mut [TcpStream],
+    mine: Contribution,
+) -> (std::result::Result<Option<Vec<u8>>, String>, Option<String>) {
+    let mut all = vec![mine];
+    let mut gone = None;
+    for (index, peer) in peers.iter_mut().enumerate() {
+        match Contribution::receive(peer) {
+            Ok(part) => all.push(part),
+            Err(error) => {
+                gone = Some(format!("rank {} is gone ({error})", index + 1));
+                break;
+            }
+        }
+    }
+    let outcome = match &gone {
+        Some(reason) => Err(format!("{} on rank 0: {reason}", collective.name())),
+        None => compute(collective, &mut all),
+    };
+    // Every rank still there learns the outcome, even of a broken group.
+    for (index, peer) in peers.iter_mut().enumerate() {
+        let share = match &outcome {
+            Ok(shares) => Ok(shares[index + 1].as_deref()),
+            Err(failure) => Err(failure.clone()),
+        };
+        if let Err(error) = send_outcome(peer, &share) {
+            gone.get_or_insert(format!("rank {} is gone ({error})", index + 1));
+        }
+    }
+    (outcome.map(|mut shares| shares.swap_remove(0)), gone)
+}

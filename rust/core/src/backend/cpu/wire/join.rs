@@ -1,0 +1,213 @@
+//! How the ranks meet: a group's id (rank 0's loopback listener and a
+//! nonce), and joining it: rank 0 accepts every other rank, each other rank
+//! connects and says who it is, and every join returns once all have met.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
+use std::sync::{Arc, Condvar, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use super::{Links, Turns, Wire};
+use crate::backend::GROUP_ID_BYTES;
+use crate::device::BackendKind;
+use crate::error::{Error, Result};
+use crate::lock::lock;
+
+const MAGIC: &[u8; 8] = b"weir-cpu";
+const NONCE_BYTES: usize = 16;
+/// How long a join waits for the whole group to meet.
+const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long rank 0 waits for a connecting rank to say who it is.
+const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// The most ranks a CPU group has. Every rank but 0 holds a connection from
+/// this host's loopback address to rank 0's one port, and each needs a
+/// client port of its own: a 16-bit number, so no host fits more. Rank 0
+/// holds a slot per rank while they join: this bound keeps that allocation,
+/// and the ranks' hello (a 32-bit count), honest.
+const MAX_RANKS: usize = 1 << 16;
+
+/// What rank 0's process holds between making an id and joining with it.
+pub(crate) struct Listening {
+    nonce: [u8; NONCE_BYTES],
+    listener: Mutex<Option<TcpListener>>,
+}
+
+/// The ids this process made and has not joined as rank 0 yet; weak, so an
+/// id that every holder dropped closes its port.
+static LISTENING: Mutex<Vec<Weak<Listening>>> = Mutex::new(Vec::new());
+
+/// A secret only the id's holders know: a rank that connects must say it.
+fn nonce() -> Result<[u8; NONCE_BYTES]> {
+    let mut bytes = [0; NONCE_BYTES];
+    getrandom::fill(&mut bytes)
+        .map_err(|error| Error::backend(BackendKind::Cpu, format!("no randomness for a group id: {error}")))?;
+    Ok(bytes)
+}
+
+/// A new id: a listener on a free loopback port, kept for rank 0's join.
+pub(crate) fn new_id() -> Result<([u8; GROUP_ID_BYTES], Arc<Listening>)> {
+    let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
+        .map_err(|error| Error::backend(BackendKind::Cpu, format!("a group id's loopback listener: {error}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|error| Error::backend(BackendKind::Cpu, format!("a group id's listener address: {error}")))?
+        .port();
+    let listening = Arc::new(Listening { nonce: nonce()?, listener: Mutex::new(Some(listener)) });
+    let mut id = [0; GROUP_ID_BYTES];
+    id[..8].copy_from_slice(MAGIC);
+    id[8..10].copy_from_slice(&port.to_le_bytes());
+    id[10..10 + NONCE_BYTES].copy_from_slice(&listening.nonce);
+    let mut known = lock(&LISTENING);
+    known.retain(|weak| weak.strong_count() > 0);
+    known.push(Arc::downgrade(&listening));
+    Ok((id, listening))
+}
+
+/// The port and nonce an id names, or why it is no CPU group id.
+fn parse(id: &[u8; GROUP_ID_BYTES]) -> Result<(u16, [u8; NONCE_BYTES])> {
+    if &id[..8] != MAGIC {
+        return Err(Error::invalid("a group id of another backend, not of a CPU group"));
+    }
+    let port = u16::from_le_bytes([id[8], id[9]]);
+    let mut nonce = [0; NONCE_BYTES];
+    nonce.copy_from_slice(&id[10..10 + NONCE_BYTES]);
+    Ok((port, nonce))
+}
+
+fn io_error(what: &str, error: std::io::Error) -> Error {
+    Error::backend(BackendKind::Cpu, format!("{what}: {error}"))
+}
+
+/// Joins the group `id` names as `rank` of `ranks`; returns once every rank has.
+pub(crate) fn join(id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<Wire> {
+    if ranks > MAX_RANKS {
+        return Err(Error::invalid(format!(
+            "a CPU group of {ranks} ranks: one has at most {MAX_RANKS} (each rank but 0 holds a loopback port)"
+        )));
+    }
+    let (port, nonce) = parse(id)?;
+    let links = if rank == 0 { accept_all(nonce, ranks)? } else { connect(port, nonce, ranks, rank)? };
+    Ok(Wire {
+        rank,
+        ranks,
+        links: Mutex::new(links),
+        turns: Mutex::new(Turns { admitted: 0, next: 0, abandoned: false }),
+        turned: Condvar::new(),
+    })
+}
+
+fn hello(nonce: &[u8; NONCE_BYTES], ranks: usize, rank: usize) -> Vec<u8> {
+    let mut bytes = Vec::with_capacity(8 + NONCE_BYTES + 8);
+    bytes.extend_from_slice(MAGIC);
+    bytes.extend_from_slice(nonce);
+    bytes.extend_from_slice(&(ranks as u32).to_le_bytes());
+    bytes.extend_from_slice(&(rank as u32).to_le_bytes());
+    bytes
+}
+
+/// Rank 0: takes the id's listener and accepts every other rank.
+fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
+    let listening = lock(&LISTENING).iter().filter_map(Weak::upgrade).find(|listening| listening.nonce == nonce);
+    let Some(listening) = listening else {
+        return Err(Error::invalid(
+            "rank 0 of a CPU group joins in the process that made the group's id (its listener is there)",
+        ));
+    };
+    let Some(listener) = lock(&listening.listener).take() else {
+        return Err(Error::invalid("rank 0 of this CPU group has joined already"));
+    };
+    listener.set_nonblocking(true).map_err(|error| io_error("a group listener", error))?;
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let mut peers: Vec<Option<TcpStream>> = (1..ranks).map(|_| None).collect();
+    while peers.iter().any(Option::is_none) {
+        match listener.accept() {
+            Ok((stream, _)) => {
+                // A stranger or a bad hello is turned away; the join goes on.
+                if let Ok(Some(rank)) = greet(&stream, &nonce, ranks, deadline) {
+                    if peers[rank - 1].is_none() {
+                        peers[rank - 1] = Some(stream);
+                    }
+                }
+            }
+            Err(error) if error.kind() == ErrorKind::WouldBlock => {
+                if Instant::now() > deadline {
+                    let missing: Vec<String> = peers
+                        .iter()
+                        .enumerate()
+                        .filter(|(_, peer)| peer.is_none())
+                        .map(|(index, _)| (index + 1).to_string())
+                        .collect();
+                    return Err(Error::backend(
+                        BackendKind::Cpu,
+                        format!(
+                            "a CPU group of {ranks} ranks did not meet within {} s: ranks {} never joined",
+                            JOIN_TIMEOUT.as_secs(),
+                            missing.join(", ")
+                        ),
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(error) => return Err(io_error("accepting a rank of a CPU group", error)),
+        }
+    }
+    let peers: Vec<TcpStream> = peers.into_iter().flatten().collect();
+    for mut peer in &peers {
+        peer.write_all(&[0]).map_err(|error| io_error("answering a rank of a CPU group", error))?;
+    }
+    Ok(Links::Hub(peers))
+}
+
+/// Reads a connecting rank's hello: its rank, if it belongs to this group.
+fn greet(
+    stream: &TcpStream,
+    nonce: &[u8; NONCE_BYTES],
+    ranks: usize,
+    deadline: Instant,
+) -> std::io::Result<Option<usize>> {
+    stream.set_nonblocking(false)?;
+    stream.set_nodelay(true)?;
+    // A caller that says nothing is turned away soon, not at the deadline.
+    let patience = deadline.saturating_duration_since(Instant::now()).min(HELLO_TIMEOUT);
+    stream.set_read_timeout(Some(patience.max(Duration::from_millis(1))))?;
+    let mut bytes = [0; 8 + NONCE_BYTES + 8];
+    (&*stream).read_exact(&mut bytes)?;
+    stream.set_read_timeout(None)?;
+    let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
+    let (their_ranks, rank) = (word(8 + NONCE_BYTES), word(12 + NONCE_BYTES));
+    let ours = &bytes[..8] == MAGIC && bytes[8..8 + NONCE_BYTES] == nonce[..];
+    Ok((ours && their_ranks == ranks && (1..ranks).contains(&rank)).then_some(rank))
+}
+
+/// Any rank but 0: connects to rank 0, retrying until it listens, and
+/// waits for its answer (sent once every rank has joined).
+fn connect(port: u16, nonce: [u8; NONCE_BYTES], ranks: usize, rank: usize) -> Result<Links> {
+    let deadline = Instant::now() + JOIN_TIMEOUT;
+    let address = SocketAddrV4::new(Ipv4Addr::LOCALHOST, port);
+    let mut stream = loop {
+        match TcpStream::connect(address) {
+            Ok(stream) => break stream,
+            Err(error) if Instant::now() > deadline => {
+                return Err(io_error(&format!("rank {rank} reaching rank 0 of a CPU group at {address}"), error))
+            }
+            Err(_) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    let setup = |stream: &mut TcpStream| -> std::io::Result<u8> {
+        stream.set_nodelay(true)?;
+        stream.write_all(&hello(&nonce, ranks, rank))?;
+        stream
+            .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
+        let mut answer = [1];
+        stream.read_exact(&mut answer)?;
+        stream.set_read_timeout(None)?;
+        Ok(answer[0])
+    };
+    match setup(&mut stream) {
+        Ok(0) => Ok(Links::Spoke(stream)),
+        Ok(_) => Err(Error::backend(BackendKind::Cpu, "rank 0 of a CPU group turned this rank away")),
+        Err(error) => {
+            Err(io_error(&format!("rank {rank} of {ranks} joining a CPU group (did every rank join?)"), error))
+        }
+    }
+}
