@@ -1,0 +1,99 @@
+//! The completion path: panicking callbacks contained, actions run on the
+//! delivery thread, and quick fences completed by the wake thread or the
+//! waiter, in stream order.
+
+use super::*;
+
+/// A fence on `stream`, failing the test rather than hanging it if no completion comes.
+fn fence_within(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, limit: Duration) -> Result<()> {
+    let done = completion();
+    backend.signal(stream, done.clone(), SignalKind::Fence)?;
+    let start = std::time::Instant::now();
+    while !done.is_complete() {
+        assert!(start.elapsed() < limit, "no completion within {limit:?}");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    done.wait()
+}
+
+fn panicking_callback_does_not_stop_later_completions(wake: Wake) {
+    let (backend, _shared) = backend(wake);
+    let stream = backend.create_stream(0).unwrap();
+    stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)")), false).unwrap();
+    fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
+    fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
+}
+
+#[test]
+fn a_panicking_callback_does_not_stop_later_completions_on_the_waiter() {
+    panicking_callback_does_not_stop_later_completions(Wake::Waiter);
+}
+
+#[test]
+fn a_panicking_callback_does_not_stop_later_completions_on_the_callback_thread() {
+    panicking_callback_does_not_stop_later_completions(Wake::Callback);
+}
+
+#[test]
+fn completions_run_no_waker_or_action_on_the_waiter() {
+    let (backend, _shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let done = completion();
+    let (tell, ran_on) = mpsc::channel();
+    done.then(move |_| {
+        let _ = tell.send(std::thread::current().name().map(str::to_owned));
+    });
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    done.wait().unwrap();
+    let thread = ran_on.recv_timeout(Duration::from_secs(10)).unwrap();
+    assert_eq!(thread.as_deref(), Some("weir-wake"), "actions run on the delivery thread");
+}
+
+#[test]
+fn the_wake_thread_completes_a_quick_fence_its_waiter_has_not_seen_reached_in_stream_order() {
+    let (backend, shared) = backend_spinning(Wake::Waiter, Duration::from_secs(10));
+    // Only the wake thread sees events reached; the waiter spins, then sleeps in a synchronisation.
+    shared.queries.store(REACHED_ON_WAKE_THREAD, Ordering::SeqCst);
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let stream = backend.create_stream(0).unwrap();
+    // Opened however the test ends (dropped first), so the stream's drop does not wait forever.
+    let _open = OpenOnDrop(latch.clone());
+
+    let first = completion();
+    backend.signal(&stream, first.clone(), SignalKind::Fence).unwrap();
+    assert!(soon(|| first.is_complete()), "a quick fence waited for its waiter");
+    assert_eq!(first.outcome(), Some(Ok(())));
+    assert_eq!(backend.counters().live_events, 0, "the completed fence's event still counts as live");
+
+    // A drain queued before the next fence (a completion nobody awaits, so
+    // not watched), which the waiter does not see reached: the fence is not
+    // completed ahead of it, though the wake thread sees its event reached.
+    let drained = completion();
+    backend.signal(&stream, drained.clone(), SignalKind::Drain).unwrap();
+    let second = completion();
+    backend.signal(&stream, second.clone(), SignalKind::Fence).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!drained.is_complete());
+    assert!(!second.is_complete(), "a fence completed before the completion queued ahead of it");
+    shared.queries.store(REACHED, Ordering::SeqCst);
+    latch.open();
+    second.wait().unwrap();
+    assert!(drained.is_complete(), "the fence completed before the completion ahead of it");
+    assert!(soon(|| backend.counters().live_events == 0));
+}
+
+#[test]
+fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let stream = backend.create_stream(0).unwrap();
+    let _open = OpenOnDrop(latch.clone());
+    let done = completion();
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    assert!(!done.is_complete(), "a fence completed with its event neither queried nor synchronised");
+    latch.open();
+    done.wait().unwrap();
+}

@@ -1,0 +1,151 @@
+//! Rejections versus failures: argument checks that reject before any
+//! driver call, driver calls that fail their op, failed inputs, a lost
+//! device, and fences that report every failure once.
+
+use super::*;
+
+#[test]
+fn a_fault_seen_by_a_completion_loses_the_device_and_no_driver_call_follows() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }).unwrap();
+    assert!(backend.lost().is_none());
+    lock(&shared.fatal).push("event_synchronize");
+    match fence(&backend, &stream) {
+        Err(Error::DeviceLost { status: Some(status), message, .. }) => {
+            assert_eq!((status.code, status.name.as_str()), (700, "CUDA_ERROR_ILLEGAL_ADDRESS"));
+            assert!(message.contains("event_synchronize"), "{message}");
+        }
+        other => panic!("expected the fence to report the lost device, got {other:?}"),
+    }
+    assert!(matches!(backend.lost(), Some(Error::DeviceLost { .. })));
+    // Every later use fails with the loss, before any driver call.
+    assert!(matches!(backend.allocate(8), Err(Error::DeviceLost { .. })));
+    assert!(matches!(
+        submit(&backend, &stream, Command::Zero { dst: span(&memory, 0, 64) }),
+        Err(EnqueueError::Failed(Error::DeviceLost { .. }))
+    ));
+    assert!(matches!(backend.record_event(&stream), Err(Error::DeviceLost { .. })));
+    assert!(matches!(fence(&backend, &stream), Err(Error::DeviceLost { .. })));
+    // The owners' drops touch no handle the lost context may have taken along.
+    let frees = shared.calls().iter().filter(|call| matches!(call, Call::Free { .. })).count();
+    drop(memory);
+    drop(stream);
+    drop(backend);
+    assert_eq!(shared.calls_after_loss.load(Ordering::SeqCst), 0);
+    assert_eq!(shared.calls().iter().filter(|call| matches!(call, Call::Free { .. })).count(), frees);
+}
+
+#[test]
+fn a_fault_as_an_op_is_issued_loses_the_device_and_a_plain_failure_fails_its_op() {
+    let (backend, shared) = backend(Wake::Callback);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    shared.fail("launch");
+    match failure_of(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }) {
+        Some(Error::OpFailed { message, .. }) => assert!(message.contains("launch failed"), "{message}"),
+        other => panic!("expected the op's versions to carry its failure, got {other:?}"),
+    }
+    assert!(backend.lost().is_none(), "an ordinary failure fails its op only");
+    assert!(!backend.is_settled(&stream), "a failure waits for the next fence");
+    assert!(matches!(fence(&backend, &stream), Err(Error::OpFailed { .. })), "the next fence reports it");
+    fence(&backend, &stream).unwrap();
+    lock(&shared.failing).clear();
+    lock(&shared.fatal).push("launch");
+    let lost = failure_of(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 });
+    assert!(matches!(lost, Some(Error::DeviceLost { .. })), "{lost:?}");
+    assert!(backend.lost().is_some());
+    assert!(matches!(fence(&backend, &stream), Err(Error::DeviceLost { .. })));
+}
+
+#[test]
+fn an_op_whose_input_failed_as_it_ran_makes_no_driver_call_and_fails_too() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let failed = Arc::new(OpOutcome::default());
+    failed.fail(Error::OpFailed { stream: 0, message: "the producer failed".into() });
+    let outcome = Arc::new(OpOutcome::default());
+    let command = Command::Fill { dst: span(&memory, 0, 64), word: 1 };
+    let prepared = backend.prepare(&command).unwrap();
+    let io = OpIo { inputs: [failed].into_iter().collect(), outcome: Some(outcome.clone()), ..Default::default() };
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, io) }.unwrap();
+    backend.device.issuer.flush();
+    assert!(shared.device_calls().is_empty(), "the op did not run");
+    match outcome.failure() {
+        Some(Error::OpFailed { message, .. }) => assert!(message.contains("the producer failed"), "{message}"),
+        other => panic!("expected the dependency's failure, got {other:?}"),
+    }
+    assert!(fence(&backend, &stream).is_err(), "the next fence reports it");
+}
+
+#[test]
+fn argument_checks_reject_before_any_driver_call_and_driver_failures_fail() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(16).unwrap();
+    let rejected = |outcome: Result<(), EnqueueError>| matches!(outcome, Err(EnqueueError::Rejected(_)));
+    assert!(matches!(
+        submit(&backend, &stream, Command::Zero { dst: span(&memory, 8, 16) }),
+        Err(EnqueueError::Rejected(Error::OutOfRange {
+            offset: 8,
+            size: 16,
+            len: 16,
+            element: crate::ElementType::Bytes
+        }))
+    ));
+    assert!(rejected(submit(&backend, &stream, Command::Fill { dst: span(&memory, 12, 8), word: 1 })));
+    assert!(rejected(submit(&backend, &stream, Command::Copy { src: span(&memory, 0, 4), dst: span(&memory, 8, 8) })));
+    assert!(rejected(submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![1; 4] })));
+    // A prepared command handed with another.
+    let prepared = backend.prepare(&Command::Zero { dst: span(&memory, 0, 4) }).unwrap();
+    // SAFETY: the fake touches no memory.
+    let mismatched = unsafe {
+        backend.enqueue(&stream, Command::Iota { out: span(&memory, 0, 4), start: 0 }, prepared, OpIo::default())
+    };
+    assert!(rejected(mismatched));
+    assert!(shared.device_calls().is_empty(), "a rejection touches no stream");
+
+    // A driver call that fails on the issuing thread fails its op.
+    shared.fail("memset_d32");
+    assert!(failure_of(&backend, &stream, Command::Zero { dst: span(&memory, 0, 16) }).is_some());
+    shared.fail("launch");
+    assert!(failure_of(&backend, &stream, Command::Iota { out: span(&memory, 0, 16), start: 0 }).is_some());
+    match fence(&backend, &stream) {
+        Err(Error::OpFailed { message, .. }) => assert!(message.contains("1 more failed op"), "{message}"),
+        other => panic!("expected the fence to report both failures, got {other:?}"),
+    }
+}
+
+#[test]
+fn a_fence_over_several_streams_reports_their_failures_total_each_named_by_its_stream() {
+    let (backend, shared) = backend(Wake::Waiter);
+    // Numbered as a runtime numbers them: the failures name those numbers.
+    let streams = [3, 5].map(|index| (index, backend.create_stream(index).unwrap()));
+    let memory = backend.allocate(64).unwrap();
+    shared.fail("memset_d32");
+    for (index, stream) in &streams {
+        for _ in 0..2 {
+            match failure_of(&backend, stream, Command::Zero { dst: span(&memory, 0, 64) }) {
+                Some(Error::OpFailed { stream, .. }) => assert_eq!(stream, *index),
+                other => panic!("expected a failure on stream {index}, got {other:?}"),
+            }
+        }
+    }
+    let done = Completion::new(streams.len(), Arc::new(LiveCounters::default()));
+    for (_, stream) in &streams {
+        backend.signal(stream, done.clone(), SignalKind::Fence).unwrap();
+    }
+    match done.wait() {
+        Err(Error::OpFailed { stream, message }) => {
+            assert!(stream == 3 || stream == 5, "{stream}");
+            assert!(message.ends_with("(and 3 more failed ops)"), "every stream's failures counted: {message}");
+        }
+        other => panic!("expected the fence to report four failures, got {other:?}"),
+    }
+    for (_, stream) in &streams {
+        fence(&backend, stream).expect("each failure is reported once");
+    }
+}

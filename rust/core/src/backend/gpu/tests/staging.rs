@@ -1,0 +1,115 @@
+//! Page-locked staging: uploads staged by `prepare`, a host buffer of this
+//! device copied from directly, downloads handed to the reader, and staging
+//! abandoned when nobody will see its copy end.
+
+use super::*;
+
+#[test]
+fn uploads_are_staged_in_prepare_and_the_staging_returns_after_the_copy() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(8).unwrap();
+    let data: Vec<u8> = (1..=8).collect();
+    let command = Command::Upload { dst: span(&memory, 0, 8), data: data.clone() };
+    let prepared = backend.prepare(&command).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 1, "prepare takes the page-locked buffer");
+    assert!(shared.device_calls().is_empty());
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
+    assert_eq!(shared.device_calls(), vec![Call::CopyH2D { dst: memory.ptr, bytes: data }]);
+    fence(&backend, &stream).unwrap();
+    // The loan came back once the stream passed the copy: the next upload reuses it.
+    submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![0; 8] }).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 1);
+    // A download delivers what the device held.
+    let sink = HostSink::new(completion());
+    submit(&backend, &stream, Command::Download { src: span(&memory, 0, 8), sink: sink.clone() }).unwrap();
+    sink.completion.wait().unwrap();
+    assert_eq!(sink.take().map(HostBuffer::into_vec), Some(vec![7; 8]));
+}
+
+#[test]
+fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the_copy_is_done() {
+    let (backend, shared) = backend(Wake::Waiter);
+    // The waiter cannot see the copy end until the latch opens.
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let stream = backend.create_stream(0).unwrap();
+    let _open = OpenOnDrop(latch.clone());
+    let memory = backend.allocate(8).unwrap();
+    let mut host = backend.host_buffer(&[5; 8]).unwrap();
+    assert!(host.is_page_locked());
+    assert_eq!(backend.counters().host_staging_buffers, 1);
+
+    let wrong = backend.prepare_host_upload(span(&memory, 0, 4), &host);
+    assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "a size that is not its destination's");
+    let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &host).unwrap();
+    // SAFETY: the fake touches no device memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
+    assert_eq!(shared.device_calls(), vec![Call::CopyH2D { dst: memory.ptr, bytes: vec![5; 8] }]);
+    assert_eq!(backend.counters().host_staging_buffers, 1, "staged beside the host buffer");
+    assert!(host.get_mut().is_none(), "writable while the copy may read it");
+    latch.open();
+    // Completions run in stream order: the upload's ran before the fence's.
+    fence(&backend, &stream).unwrap();
+    host.get_mut().expect("the copy is done").fill(9);
+
+    // Another device's locked memory is staged like any bytes.
+    let (other, _) = super::backend(Wake::Waiter);
+    let foreign = other.host_buffer(&[6; 8]).unwrap();
+    let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &foreign).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 2, "staged in this device's memory");
+    // SAFETY: as above.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
+    fence(&backend, &stream).unwrap();
+    assert_eq!(shared.device_calls()[1], Call::CopyH2D { dst: memory.ptr, bytes: vec![6; 8] });
+}
+
+#[test]
+fn a_download_hands_its_page_locked_memory_to_the_reader_until_dropped() {
+    let (backend, _shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(8).unwrap();
+    let read = || {
+        let sink = HostSink::new(completion());
+        submit(&backend, &stream, Command::Download { src: span(&memory, 0, 8), sink: sink.clone() }).unwrap();
+        sink.completion.wait().unwrap();
+        sink.take().unwrap()
+    };
+    let first = read();
+    assert!(first.is_page_locked());
+    assert_eq!(first.as_bytes(), &[7; 8]);
+    let second = read();
+    assert_eq!(backend.counters().host_staging_buffers, 2, "a held read keeps its memory");
+    drop((first, second));
+    let third = read();
+    assert_eq!(backend.counters().host_staging_buffers, 2, "a dropped read's memory is lent again");
+    // It stays readable after its backend is gone: it keeps the device.
+    drop((stream, memory, backend));
+    assert_eq!(third.into_vec(), vec![7; 8]);
+}
+
+#[test]
+fn a_refused_completion_abandons_the_staging_and_fails_the_read() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(8).unwrap();
+    submit(&backend, &stream, Command::Upload { dst: span(&memory, 0, 8), data: vec![1; 8] }).unwrap();
+    fence(&backend, &stream).unwrap();
+    assert_eq!(backend.counters().host_staging_buffers, 1);
+    // The copy is enqueued but the callback that would return its loan is not:
+    // the loan must not be lent again while the copy may still read it.
+    shared.fail("event_record");
+    let upload = Command::Upload { dst: span(&memory, 0, 8), data: vec![2; 8] };
+    assert!(failure_of(&backend, &stream, upload).is_some(), "the upload fails as it is issued");
+    let sink = HostSink::new(completion());
+    let download = Command::Download { src: span(&memory, 0, 8), sink: sink.clone() };
+    submit(&backend, &stream, download).unwrap();
+    assert!(sink.completion.wait().is_err(), "nobody else completes the read");
+    // Neither loan came back: the next one is a third buffer.
+    drop(backend.prepare(&Command::Upload { dst: span(&memory, 0, 8), data: vec![3; 8] }).unwrap());
+    assert_eq!(backend.counters().host_staging_buffers, 3, "each abandoned loan stays out of the pool");
+}
