@@ -2,7 +2,7 @@
 //! `Unavailable`, and hiprtc still compiles every built-in kernel.
 #![cfg(feature = "hip")]
 
-use weir_core::backend::gpu::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
+use weir_core::backend::gpu::{cuda_source, BuiltinKernel};
 use weir_core::backend::hip::{check_arguments_for, compile_builtins_for, compile_for, param_sizes_in};
 use weir_core::backend::{KernelArg, Span};
 use weir_core::{Access, Arg, BackendKind, ElementType, Error, Grid, Kernel, Runtime, ScalarArg};
@@ -30,8 +30,8 @@ fn hiprtc_compiles_every_builtin_kernel_for_a_gfx_target() {
         let image = compile_builtins_for(arch).unwrap_or_else(|e| panic!("{arch}: {e}"));
         assert!(image.len() > 1024, "{arch}: a {}-byte code object", image.len());
         let text = String::from_utf8_lossy(&image);
-        for entry in BUILTIN_ENTRIES {
-            assert!(BUILTIN_SOURCE.contains(entry));
+        for entry in BuiltinKernel::ALL.map(BuiltinKernel::entry) {
+            assert!(cuda_source().contains(entry));
             assert!(text.contains(entry), "{arch}: no {entry} in the code object");
         }
         assert!(text.contains(arch), "{arch}: the code object names another target");

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::backend::cuda::cudarc::driver::sys as cu;
 use weir_core::backend::cuda::cudarc::nvrtc;
-use weir_core::backend::gpu::BUILTIN_SOURCE;
+use weir_core::backend::gpu::cuda_source;
 use weir_core::{Arg, BackendKind, Blas, ElementType, Gemm, GpuWake, Grid, Kernel, Runtime};
 
 use crate::report::{self, cpu_time, median, micros, CpuSpent, Figure, InTurn, Report};
@@ -685,8 +685,8 @@ fn pipeline_of(report: &mut Report, runtime: &Runtime, raw: &Raw, floats: usize,
         (took, runtime.diagnostics().inserted_waits - waits_before, spent)
     };
 
-    let scale = raw.function(BUILTIN_SOURCE, "weir_scale_f32");
-    let fill = raw.function(BUILTIN_SOURCE, "weir_fill_u32");
+    let scale = raw.function(cuda_source(), "weir_scale_f32");
+    let fill = raw.function(cuda_source(), "weir_fill_u32");
     let (rs, rt) = (raw.stream(), raw.stream());
     let (px, py) = (raw.alloc(4 * floats), raw.alloc(4 * floats));
     let groups = (floats as u32).div_ceil(256);

@@ -156,7 +156,7 @@ fn metadata_note(elf: &[u8]) -> Option<&[u8]> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::builtin::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
+    use crate::builtin::{cuda_source, BuiltinKernel};
     use crate::hip::hiprtc;
 
     const TWO_KERNELS: &str = r#"
@@ -207,10 +207,10 @@ extern "C" __global__ void nothing() {}
 
     #[test]
     fn the_builtins_declare_what_the_backend_passes_them() {
-        let image = compiled(BUILTIN_SOURCE, "gfx90a");
+        let image = compiled(cuda_source(), "gfx90a");
         let expected: [&[usize]; 7] =
             [&[8, 4, 8], &[8, 8, 8, 8], &[8, 8, 8, 8], &[8, 8, 4, 8], &[8, 8, 4, 8], &[8, 4, 8], &[8]];
-        for (entry, sizes) in BUILTIN_ENTRIES.iter().zip(expected) {
+        for (entry, sizes) in BuiltinKernel::ALL.map(BuiltinKernel::entry).iter().zip(expected) {
             assert_eq!(param_sizes(&image, entry).as_deref(), Some(sizes), "{entry}");
         }
     }

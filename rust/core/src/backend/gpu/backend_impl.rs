@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use super::device::{Device, LentToHost};
 use super::issue::{Issue, Job, QueuedEvent};
-use super::kernels::{Entry, Param};
+use super::kernels::Param;
 #[cfg(feature = "test-support")]
 use super::prepare::PreparedLaunch;
 use super::staging::Staged;
@@ -24,6 +24,7 @@ use crate::kernel::Access;
 #[cfg(feature = "test-support")]
 use crate::kernel::Grid;
 use crate::lock::lock;
+use weir_device::builtin::BuiltinKernel;
 use weir_device::raw::RawStream;
 
 impl<D: Driver> Backend for GpuBackend<D> {
@@ -63,7 +64,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         Ok(match command {
             Command::Zero { .. } | Command::Copy { .. } => Prepared::Direct,
             Command::Fill { dst, word } => {
-                self.builtin(Entry::Fill, words(dst), &[pointer, Param::U32(*word), Param::U64(words(dst))])
+                self.builtin(BuiltinKernel::Fill, words(dst), &[pointer, Param::U32(*word), Param::U64(words(dst))])
             }
             Command::Upload { dst, data } => self.stage_upload(dst, data)?,
             Command::Download { src, .. } => {
@@ -74,25 +75,33 @@ impl<D: Driver> Backend for GpuBackend<D> {
             }
             Command::Binary { op, out, .. } => {
                 let entry = match op {
-                    BinaryOp::Add => Entry::Add,
-                    BinaryOp::Mul => Entry::Mul,
+                    BinaryOp::Add => BuiltinKernel::Add,
+                    BinaryOp::Mul => BuiltinKernel::Mul,
                 };
                 self.builtin(entry, words(out), &[pointer, pointer, pointer, Param::U64(words(out))])
             }
-            Command::Scale { out, alpha, .. } => {
-                self.builtin(Entry::Scale, words(out), &[pointer, pointer, Param::F32(*alpha), Param::U64(words(out))])
-            }
-            Command::Axpy { y, alpha, .. } => {
-                self.builtin(Entry::Axpy, words(y), &[pointer, pointer, Param::F32(*alpha), Param::U64(words(y))])
-            }
+            Command::Scale { out, alpha, .. } => self.builtin(
+                BuiltinKernel::Scale,
+                words(out),
+                &[pointer, pointer, Param::F32(*alpha), Param::U64(words(out))],
+            ),
+            Command::Axpy { y, alpha, .. } => self.builtin(
+                BuiltinKernel::Axpy,
+                words(y),
+                &[pointer, pointer, Param::F32(*alpha), Param::U64(words(y))],
+            ),
             Command::Iota { out, start } => {
-                self.builtin(Entry::Iota, words(out), &[pointer, Param::U32(*start), Param::U64(words(out))])
+                self.builtin(BuiltinKernel::Iota, words(out), &[pointer, Param::U32(*start), Param::U64(words(out))])
             }
             #[cfg(feature = "test-support")]
             Command::Delay { duration } => {
                 let ticks = self.driver().delay_ticks(*duration);
                 let grid = Grid::new([1, 1, 1], [1, 1, 1]);
-                Prepared::Launch(PreparedLaunch::new(self.builtins.get(Entry::Delay), grid, &[Param::U64(ticks)]))
+                Prepared::Launch(PreparedLaunch::new(
+                    self.builtins.get(BuiltinKernel::Delay),
+                    grid,
+                    &[Param::U64(ticks)],
+                ))
             }
             Command::Custom { kernel, grid, args } => self.prepare_custom(kernel, grid, args)?,
         })

@@ -12,41 +12,25 @@ use crate::device::BackendKind;
 use crate::error::{Error, Result};
 use crate::kernel::{DeviceCode, DeviceKernel, ScalarArg};
 use crate::lock::lock;
+use weir_device::builtin::{cuda_source, BuiltinKernel};
 use weir_device::driver::Driver;
 use weir_device::rtc::Compiled;
 use weir_device::symbols::{is_identifier, symbol_named};
 
-pub use weir_device::builtin::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
-
-/// A built-in kernel, as an index into [`BUILTIN_ENTRIES`] and into the
-/// functions a backend loads when it opens: a launch then finds its function
-/// without hashing the built-in source.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Entry {
-    Fill,
-    Add,
-    Mul,
-    Scale,
-    Axpy,
-    Iota,
-    /// Loaded with the rest (the source is one), launched by test support alone.
-    #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
-    Delay,
-}
-
-/// The functions of [`BUILTIN_SOURCE`], indexed by [`Entry`].
-pub(crate) struct Builtins<F: Copy>([F; BUILTIN_ENTRIES.len()]);
+/// The functions of the built-ins' source ([`cuda_source`]), indexed by
+/// kernel: a launch finds its function without hashing the source.
+pub(crate) struct Builtins<F: Copy>([F; BuiltinKernel::ALL.len()]);
 
 impl<F: Copy> Builtins<F> {
-    /// Loads every built-in with `load`, in [`BUILTIN_ENTRIES`] order.
+    /// Loads every built-in with `load`, given its entry point.
     pub fn load(mut load: impl FnMut(&str) -> Result<F>) -> Result<Self> {
-        let [fill, add, mul, scale, axpy, iota, delay] = BUILTIN_ENTRIES;
+        let [fill, add, mul, scale, axpy, iota, delay] = BuiltinKernel::ALL.map(BuiltinKernel::entry);
         Ok(Builtins([load(fill)?, load(add)?, load(mul)?, load(scale)?, load(axpy)?, load(iota)?, load(delay)?]))
     }
 
-    pub fn get(&self, entry: Entry) -> F {
-        // The enum's discriminants are exactly the array's indices.
-        self.0[entry as usize]
+    pub fn get(&self, kernel: BuiltinKernel) -> F {
+        // The kernels' discriminants are exactly their places in `ALL`.
+        self.0[kernel as usize]
     }
 }
 
@@ -180,7 +164,7 @@ impl<D: Driver> Kernels<D> {
 
     /// Function `entry` of the built-in source, loaded with the device.
     pub fn builtin(&self, driver: &D, entry: &str) -> Result<Function<D>> {
-        let key = ModuleKey::Source { code: BUILTIN_SOURCE.to_owned(), options: Vec::new(), name_expression: None };
+        let key = ModuleKey::Source { code: cuda_source().to_owned(), options: Vec::new(), name_expression: None };
         self.function_in(driver, key, entry)?
             .ok_or_else(|| Error::backend(D::KIND, format!("the built-in kernels lack {entry}")))
     }

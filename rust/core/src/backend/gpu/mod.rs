@@ -52,14 +52,14 @@ use device::Device;
 use kernels::{Builtins, Function};
 pub use weir_device::driver::DeviceBuffer;
 pub(crate) use weir_device::driver::{Driver, EventUse, GraphExec, RawPart};
-// The built-ins' source and entry list are for test suites and benchmarks
-// (the backend module is public only with `test-support`); the backend
-// itself loads them through `Kernels::builtin` and indexes by `Entry`.
-#[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
-pub use kernels::{BUILTIN_ENTRIES, BUILTIN_SOURCE};
+// The built-ins' source and table are for test suites and benchmarks (the
+// backend module is public only with `test-support`); the backend itself
+// loads them through `Kernels::builtin` and indexes by kernel.
 pub(crate) use owners::{GpuEvent, GpuMemory, GpuTimestamp};
 use prepare::Prepared;
 pub(crate) use stream::{GpuStream, Wake};
+#[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
+pub use weir_device::builtin::{cuda_source, BuiltinKernel};
 
 /// Where a driver's completions arrive unless the runtime's builder says otherwise.
 fn default_wake(kind: crate::device::BackendKind) -> Wake {

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use super::device::Loan;
-use super::kernels::{Entry, Function, Param, Params};
+use super::kernels::{Function, Param, Params};
 use super::staging::Staged;
 use super::{Driver, GpuBackend};
 use crate::backend::{KernelArg, Span};
@@ -14,6 +14,7 @@ use crate::device::BackendKind;
 use crate::error::{Error, Result};
 use crate::kernel::{CustomKernel, Grid};
 use crate::lock::lock;
+use weir_device::builtin::BuiltinKernel;
 
 /// Threads per block of the built-in kernels.
 const BLOCK: u32 = 256;
@@ -53,10 +54,10 @@ pub(crate) struct ReadyLaunch<D: Driver> {
 impl<D: Driver> GpuBackend<D> {
     /// A built-in launch over `items` elements; `params` name buffers with
     /// placeholder pointers, filled by `enqueue`.
-    pub(super) fn builtin(&self, entry: Entry, items: u64, params: &[Param]) -> Prepared<D> {
+    pub(super) fn builtin(&self, kernel: BuiltinKernel, items: u64, params: &[Param]) -> Prepared<D> {
         let groups = items.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
         let grid = Grid::new([groups, 1, 1], [BLOCK, 1, 1]);
-        Prepared::Launch(PreparedLaunch::new(self.builtins.get(entry), grid, params))
+        Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, params))
     }
 
     fn custom_source(kernel: &CustomKernel) -> Option<&crate::DeviceKernel> {

@@ -1,7 +1,6 @@
 //! hiprtc's output read without a device, for the tests of the toolchain
 //! and of the argument check (test support only).
 
-use crate::backend::gpu::BUILTIN_SOURCE;
 use crate::backend::KernelArg;
 use crate::device::BackendKind;
 use crate::error::{Error, Result};
@@ -12,7 +11,7 @@ use weir_device::hip::{hiprtc, metadata};
 /// without a device; returns the code object. For tests of the toolchain.
 #[doc(hidden)]
 pub fn compile_builtins_for(arch: &str) -> Result<Vec<u8>> {
-    compile_for(arch, BUILTIN_SOURCE)
+    compile_for(arch, weir_device::builtin::cuda_source())
 }
 
 /// Compiles HIP C `source` for an AMD GPU architecture without a device.

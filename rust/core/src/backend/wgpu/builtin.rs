@@ -13,80 +13,7 @@ use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signat
 use super::scope::{Failure, BACKEND};
 use crate::error::Error;
 use crate::lock::lock;
-
-/// Every element-wise kernel reads its parameters from this struct:
-/// `n` words in this window, `base` = index of the window's first word.
-const HEADER: &str = "
-struct Params { n: u32, base: u32, a: u32, b: u32 }
-";
-
-const INDEX: &str = "
-    let i = id.x + id.y * groups.x * 256u;
-    if (i >= p.n) { return; }
-";
-
-/// A built-in element-wise kernel.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum Elementwise {
-    /// (dst) ← a
-    Fill,
-    /// (a, b, out): out = a + b
-    Add,
-    /// (a, b, out): out = a · b
-    Mul,
-    /// (x, out): out = α·x, α = bits of a
-    Scale,
-    /// (x, y): y = α·x + y, α = bits of a
-    Axpy,
-    /// (out): out[i] = a + i
-    Iota,
-}
-
-impl Elementwise {
-    /// Per buffer argument: read-only?
-    pub fn read_only(self) -> &'static [bool] {
-        match self {
-            Elementwise::Fill | Elementwise::Iota => &[false],
-            Elementwise::Add | Elementwise::Mul => &[true, true, false],
-            Elementwise::Scale | Elementwise::Axpy => &[true, false],
-        }
-    }
-
-    /// The kernel's WGSL; its parameters are immediate data when `immediate`.
-    pub fn source(self, immediate: bool) -> String {
-        let (bindings, body) = match self {
-            Elementwise::Fill => ("var<storage, read_write> dst: array<u32>;", "dst[i] = p.a;"),
-            Elementwise::Iota => ("var<storage, read_write> out: array<u32>;", "out[i] = p.a + p.base + i;"),
-            Elementwise::Add | Elementwise::Mul => (
-                "var<storage, read> a: array<f32>;
-@group(0) @binding(1) var<storage, read> b: array<f32>;
-@group(0) @binding(2) var<storage, read_write> out: array<f32>;",
-                if self == Elementwise::Add { "out[i] = a[i] + b[i];" } else { "out[i] = a[i] * b[i];" },
-            ),
-            Elementwise::Scale => (
-                "var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> out: array<f32>;",
-                "out[i] = bitcast<f32>(p.a) * x[i];",
-            ),
-            Elementwise::Axpy => (
-                "var<storage, read> x: array<f32>;
-@group(0) @binding(1) var<storage, read_write> y: array<f32>;",
-                "y[i] = bitcast<f32>(p.a) * x[i] + y[i];",
-            ),
-        };
-        let params = params_declaration(immediate, self.read_only().len());
-        format!(
-            "{HEADER}
-@group(0) @binding(0) {bindings}
-{params}
-
-@compute @workgroup_size(256)
-fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(num_workgroups) groups: vec3<u32>) {{{INDEX}    {body}
-}}
-"
-        )
-    }
-}
+use weir_device::builtin::{wgsl_source, BuiltinKernel};
 
 /// How a built-in declares its parameter block `p`: immediate data, or a
 /// uniform at the binding after its `buffers` buffers.
@@ -166,7 +93,7 @@ pub(crate) struct Builtins {
 }
 
 /// A built-in kernel (`None`: the masked word write), and whether every binding is writable.
-type BuiltinKey = (Option<Elementwise>, bool);
+type BuiltinKey = (Option<BuiltinKernel>, bool);
 
 impl Builtins {
     fn get(
@@ -239,14 +166,19 @@ impl ElementwisePlan {
 /// windows; with every binding writable when `shared` (operands in one buffer).
 pub(crate) fn plan_elementwise(
     gpu: &Gpu,
-    op: Elementwise,
+    op: BuiltinKernel,
     bytes: u64,
     scalar: u32,
     shared: bool,
 ) -> Result<ElementwisePlan, Error> {
     let shape = gpu.shape;
-    let pipeline =
-        gpu.builtins.get((Some(op), shared), || builtin(gpu, &op.source(immediate(gpu)), op.read_only(), shared))?;
+    let pipeline = gpu.builtins.get((Some(op), shared), || {
+        let read_only = op.read_only();
+        let params = params_declaration(immediate(gpu), read_only.len());
+        let source = wgsl_source(op, &params)
+            .ok_or_else(|| Error::internal(format!("the built-in {op:?} has no WGSL: it is no element-wise op")))?;
+        builtin(gpu, &source, &read_only, shared)
+    })?;
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::builtin::{params, plan_elementwise, plan_patches, Elementwise, ElementwisePlan, MaskedWord, PatchPlan};
+use super::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
 use super::device::Gpu;
 use super::memory::{align4, staging_with};
 use super::pipelines::{CompileError, Params, Pipeline, Signature};
@@ -20,6 +20,7 @@ use super::uniform_fill::ScalarType;
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
+use weir_device::builtin::BuiltinKernel;
 
 /// What [`WgpuBackend::prepare`](super::WgpuBackend) made for one command.
 pub struct WgpuPrepared(pub(crate) Plan);
@@ -104,17 +105,17 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
         Command::Copy { .. } => Plan::Nothing,
         Command::Zero { dst } => Plan::Write(plan_write(gpu, dst, None)?),
         Command::Upload { dst, data } => return prepare_upload(gpu, dst, data),
-        Command::Fill { dst, word } => elementwise(Elementwise::Fill, dst, *word)?,
-        Command::Iota { out, start } => elementwise(Elementwise::Iota, out, *start)?,
+        Command::Fill { dst, word } => elementwise(BuiltinKernel::Fill, dst, *word)?,
+        Command::Iota { out, start } => elementwise(BuiltinKernel::Iota, out, *start)?,
         Command::Binary { op, a, .. } => {
             let kernel = match op {
-                BinaryOp::Add => Elementwise::Add,
-                BinaryOp::Mul => Elementwise::Mul,
+                BinaryOp::Add => BuiltinKernel::Add,
+                BinaryOp::Mul => BuiltinKernel::Mul,
             };
             elementwise(kernel, a, 0)?
         }
-        Command::Scale { x, alpha, .. } => elementwise(Elementwise::Scale, x, alpha.to_bits())?,
-        Command::Axpy { x, alpha, .. } => elementwise(Elementwise::Axpy, x, alpha.to_bits())?,
+        Command::Scale { x, alpha, .. } => elementwise(BuiltinKernel::Scale, x, alpha.to_bits())?,
+        Command::Axpy { x, alpha, .. } => elementwise(BuiltinKernel::Axpy, x, alpha.to_bits())?,
         Command::Download { src, .. } => {
             let first = src.offset / 4 * 4;
             let size = align4(src.offset + src.len) - first;
