@@ -612,7 +612,7 @@ pub fn run(runtime: &Runtime, options: &Options) -> Result<Report, Box<dyn std::
         waits: Vec::new(),
     };
     let summary = format!(
-        "{k} streams: {:.0} tokens/s, {:.2}x one stream; every output of both runs within {worst:.1e} of the host's",
+        "{k} streams: {:.0} tokens/s, {:.2}x one stream; every output of every run within {worst:.1e} of the host's",
         rate(wall),
         serial_wall.as_secs_f64() / wall.as_secs_f64()
     );

@@ -328,7 +328,10 @@ private suspend fun serveWith(streams: List<WeirStream>, inputs: List<FloatArray
                         val after = before?.let { stream.timestamp() }
                         read.bytes().use { it.asByteBuffer().asFloatBuffer().get(output) }
                         if (origin != null && before != null && after != null) {
-                            onDevice[request] = (originAt + before.elapsedSince(origin).toNanos())..(originAt + after.elapsedSince(origin).toNanos())
+                            // Both were taken by the time the read is back (or microseconds after):
+                            // the blocking form skips a suspension's round trip per timestamp.
+                            onDevice[request] =
+                                (originAt + before.elapsedSinceBlocking(origin).toNanos())..(originAt + after.elapsedSinceBlocking(origin).toNanos())
                         }
                         listOfNotNull(before, after).forEach { it.close() }
                     }
