@@ -191,16 +191,7 @@ private object Encodings {
  * admits none. Returns once admitted, not once done. An empty batch admits nothing.
  */
 @Throws(WeirException::class)
-fun WeirStream.batch(build: Batch.() -> Unit) {
-    val batch = Batch()
-    try {
-        batch.build()
-    } catch (failure: Throwable) {
-        batch.release()
-        throw failure
-    }
-    batch.submit(this)
-}
+fun WeirStream.batch(build: Batch.() -> Unit) = built(build).submit(this)
 
 /**
  * Records every op [build] adds, in order, as a [Graph], admitting none:
@@ -211,7 +202,10 @@ fun WeirStream.batch(build: Batch.() -> Unit) {
  * the stream would refuse.
  */
 @Throws(WeirException::class)
-fun WeirStream.record(build: Batch.() -> Unit): Graph {
+fun WeirStream.record(build: Batch.() -> Unit): Graph = built(build).record(this)
+
+/** A batch with the ops [build] adds; its memory goes back if [build] throws. */
+private inline fun built(build: Batch.() -> Unit): Batch {
     val batch = Batch()
     try {
         batch.build()
@@ -219,5 +213,5 @@ fun WeirStream.record(build: Batch.() -> Unit): Graph {
         batch.release()
         throw failure
     }
-    return batch.record(this)
+    return batch
 }
