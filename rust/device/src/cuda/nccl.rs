@@ -8,6 +8,13 @@
 //! Each collective enqueues every rank's call inside one
 //! `ncclGroupStart`/`ncclGroupEnd`, on the members' own streams.
 //!
+//! This is a loader of our own rather than cudarc's `nccl` module: cudarc
+//! 0.19 looks NCCL up as `libnccl.so` or by the CUDA toolkit's version
+//! numbers (`libnccl.so.13`, `.12`, …), never as `libnccl.so.2`, the one name
+//! NCCL's runtime packages install (`libnccl2`, the `nvidia-nccl` wheels), so
+//! it would miss NCCL where only those are (and panic where it is asked
+//! anyway). The few calls made here are typed from `nccl.h` below.
+//!
 //! A group whose ranks live in several processes (or hosts) meets through an
 //! `ncclUniqueId` made in rank 0's process (`ncclGetUniqueId`) and handed to
 //! the others by the caller; each process's one member joins with
@@ -329,6 +336,15 @@ pub unsafe fn enqueue(communicator: &Communicator, collective: &Collective, part
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cudarc_still_misses_nccls_runtime_name_so_this_loader_is_needed() {
+        // When this fails, cudarc finds `libnccl.so.2`: its `nccl` module can
+        // replace this loader (see the module doc).
+        let candidates = cudarc::get_lib_name_candidates("nccl");
+        assert!(candidates.iter().any(|name| name == "libnccl.so"), "{candidates:?}");
+        assert!(!candidates.iter().any(|name| name == "libnccl.so.2"), "{candidates:?}");
+    }
 
     #[test]
     fn a_missing_library_says_what_was_tried_and_where_to_put_it() {
