@@ -46,6 +46,10 @@ pub(crate) struct Counters {
     pub device_to_host_copies: AtomicU64,
     pub host_staging_buffers: AtomicU64,
     pub race_violations: AtomicU64,
+    /// Ops admitted, not yet handed to the device (wgpu: recorded and submitted).
+    pub queued_ops: AtomicU64,
+    /// What those hold of our own host memory, in bytes.
+    pub queued_bytes: AtomicU64,
 }
 
 impl Counters {
@@ -59,7 +63,8 @@ impl Counters {
             device_to_host_copies: load(&self.device_to_host_copies),
             host_staging_buffers: load(&self.host_staging_buffers),
             race_violations: load(&self.race_violations),
-            ..BackendCounters::default()
+            queued_ops: load(&self.queued_ops),
+            queued_bytes: load(&self.queued_bytes),
         }
     }
 }

@@ -5,10 +5,10 @@ use std::sync::{Arc, Mutex};
 use super::adapter;
 use super::bind_groups::BindGroups;
 use super::builtin::{Builtins, Shape};
-use super::memory::WgpuCounters;
 use super::pipelines::PipelineCache;
 use super::slabs::Slabs;
 use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
+use crate::diagnostics::Counters;
 use crate::error::Result;
 use crate::options::AdapterChoice;
 
@@ -29,7 +29,7 @@ pub(crate) struct Gpu {
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period: f32,
-    pub counters: Arc<WgpuCounters>,
+    pub counters: Arc<Counters>,
     pub info: DeviceInfo,
     /// Shared by every runtime on the device (see `adapter::open`).
     pub device_error: Arc<Mutex<Option<crate::Error>>>,
@@ -90,7 +90,7 @@ impl Gpu {
             builtins: Builtins::default(),
             bind_groups: Arc::default(),
             immediate_bytes,
-            counters: Arc::new(WgpuCounters::default()),
+            counters: Arc::new(Counters::default()),
             info,
             device_error: opened.device_error,
         })

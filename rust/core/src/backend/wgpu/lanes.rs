@@ -436,21 +436,21 @@ impl Shared {
         })
     }
 
-    /// Makes `lane` hold until `mark` is issued; false if it already was (no wait needed).
-    pub fn wait(&self, lane: LaneId, mark: &Mark) -> Result<bool> {
+    /// Makes `lane` hold until `mark` is issued (at once if it already was).
+    pub fn wait(&self, lane: LaneId, mark: &Mark) -> Result<()> {
         let mut lanes = lock(&self.lanes);
         let (issued, source_submit) = lanes.progress(mark.lane);
         let slot = lanes.get_mut(lane)?;
         if issued >= mark.upto {
             // A fence on this lane now also covers what it waited for, as on other backends.
             slot.last_submit = slot.last_submit.max(source_submit);
-            return Ok(false);
+            return Ok(());
         }
         slot.flush();
         slot.push(Item::Wait { lane: mark.lane, upto: mark.upto });
         lanes.note(lane);
         self.pump(&mut lanes);
-        Ok(true)
+        Ok(())
     }
 
     /// Issues every lane's unrecorded batch and submits what was issued: a

@@ -5,29 +5,14 @@
 //! to it. Offsets into an allocation are relative to its `base` in the wgpu
 //! buffer; [`Held::at`] turns them into the wgpu buffer's.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::bind_groups::BindGroups;
 use super::scope::{scoped, Failure, BACKEND};
 use super::slabs::{Slabs, Slot, SHARED_MAX};
+use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
-
-#[derive(Debug, Default)]
-pub(crate) struct WgpuCounters {
-    pub live_events: AtomicU64,
-    pub live_allocations: AtomicU64,
-    /// Lanes not yet gone (a dropped stream's lane goes once its work is issued).
-    pub live_streams: AtomicU64,
-    pub host_to_device_copies: AtomicU64,
-    pub device_to_host_copies: AtomicU64,
-    pub deferred_waits: AtomicU64,
-    pub staging_buffers: AtomicU64,
-    /// Ops admitted, not yet recorded and submitted ([`super::queued`]).
-    pub queued_ops: AtomicU64,
-    /// What those hold of our own host memory, in bytes.
-    pub queued_bytes: AtomicU64,
-}
 
 /// A buffer as a queued op holds it until the op is recorded: the wgpu
 /// handle, which keeps the buffer alive, where the allocation starts in it,
@@ -63,7 +48,7 @@ pub struct WgpuMemory {
     pub(crate) base: u64,
     pub(crate) len: u64,
     slot: Option<Arc<Slot>>,
-    counters: Arc<WgpuCounters>,
+    counters: Arc<Counters>,
     bind_groups: Arc<BindGroups>,
 }
 
@@ -95,7 +80,7 @@ impl WgpuMemory {
         limits: &wgpu::Limits,
         slabs: &Slabs,
         bytes: u64,
-        counters: &Arc<WgpuCounters>,
+        counters: &Arc<Counters>,
         bind_groups: &Arc<BindGroups>,
     ) -> Result<WgpuMemory> {
         let size = align4(bytes.max(1));

@@ -58,7 +58,6 @@ pub(crate) use adapter::list;
 use device::Gpu;
 use encode::{encode, Encoded};
 use lanes::{Item, LaneId, Mark, Shared};
-use memory::WgpuCounters;
 pub use memory::WgpuMemory;
 use poll::Poller;
 pub use prepare::WgpuPrepared;
@@ -69,11 +68,12 @@ use scope::scoped;
 use scope::BACKEND;
 pub use timestamps::WgpuTimestamp;
 
-#[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+#[cfg(feature = "test-support")]
+use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
 use crate::options::RuntimeOptions;
@@ -111,7 +111,7 @@ impl Drop for WgpuStream {
 /// "Lane S has issued its first n items". Cheap: no device object.
 pub struct WgpuEvent {
     mark: Mark,
-    counters: Arc<WgpuCounters>,
+    counters: Arc<Counters>,
 }
 
 impl Drop for WgpuEvent {
@@ -236,10 +236,7 @@ impl Backend for WgpuBackend {
     }
 
     fn wait_event(&self, stream: &WgpuStream, event: &WgpuEvent) -> Result<()> {
-        if self.shared.wait(stream.lane, &event.mark)? {
-            self.gpu().counters.deferred_waits.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
+        self.shared.wait(stream.lane, &event.mark)
     }
 
     fn timestamp(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<WgpuTimestamp> {
@@ -313,17 +310,6 @@ impl Backend for WgpuBackend {
     }
 
     fn counters(&self) -> BackendCounters {
-        let c = &self.gpu().counters;
-        BackendCounters {
-            live_events: c.live_events.load(Ordering::SeqCst),
-            live_allocations: c.live_allocations.load(Ordering::SeqCst),
-            live_streams: c.live_streams.load(Ordering::SeqCst),
-            host_to_device_copies: c.host_to_device_copies.load(Ordering::SeqCst),
-            device_to_host_copies: c.device_to_host_copies.load(Ordering::SeqCst),
-            host_staging_buffers: c.staging_buffers.load(Ordering::SeqCst),
-            race_violations: 0,
-            queued_ops: c.queued_ops.load(Ordering::SeqCst),
-            queued_bytes: c.queued_bytes.load(Ordering::SeqCst),
-        }
+        self.gpu().counters.snapshot()
     }
 }

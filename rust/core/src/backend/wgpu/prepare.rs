@@ -128,7 +128,7 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
                 })
             })
             .map_err(|failure| refused(failure, size))?;
-            gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
+            gpu.counters.host_staging_buffers.fetch_add(1, Ordering::Relaxed);
             Plan::Download { staging, first, size }
         }
         Command::Custom { kernel, grid, args } => prepare_custom(gpu, kernel, grid, args)?,
@@ -377,7 +377,7 @@ fn plan_write<R>(gpu: &Gpu, dst: &Span<R>, data: Option<&[u8]>) -> Result<WriteP
             let staging = scoped(&gpu.device, || staging_with(&gpu.device, bytes))
                 .map_err(|failure| refused(failure, hi - lo))?
                 .map_err(|message| Error::backend(BACKEND, message))?;
-            gpu.counters.staging_buffers.fetch_add(1, Ordering::Relaxed);
+            gpu.counters.host_staging_buffers.fetch_add(1, Ordering::Relaxed);
             Some(staging)
         }
         _ => None,

@@ -24,10 +24,11 @@ use std::sync::{Arc, OnceLock};
 
 use super::device::Gpu;
 use super::encode::{record, Recorder};
-use super::memory::{Held, WgpuCounters};
+use super::memory::Held;
 use super::prepare::Plan;
 use super::scope::scoped;
 use crate::backend::{Command, FailureTally, KernelArg, OpIo};
+use crate::diagnostics::Counters;
 use crate::error::Error;
 
 /// One admitted op, not yet recorded.
@@ -39,7 +40,7 @@ pub(crate) struct QueuedOp {
     copy_failed: Option<Arc<OnceLock<Error>>>,
     /// What it counts for in `queued_bytes`.
     bytes: u64,
-    counters: Arc<WgpuCounters>,
+    counters: Arc<Counters>,
 }
 
 /// What a lane holds between admission and submission, in lane order.

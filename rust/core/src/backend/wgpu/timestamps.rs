@@ -11,12 +11,12 @@ use std::time::Duration;
 
 use super::device::Gpu;
 use super::lanes::{LaneId, Shared};
-use super::memory::WgpuCounters;
 use super::queued::Queued;
 use super::readback::Readback;
 use super::scope::{scoped, BACKEND};
 use crate::backend::{DeviceTimestamp, EnqueueError, HostSink};
 use crate::completion::Completion;
+use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -28,7 +28,7 @@ pub struct WgpuTimestamp {
     ticks: Mutex<Option<u64>>,
     /// Nanoseconds per tick (`Queue::get_timestamp_period`).
     period: f32,
-    counters: Arc<WgpuCounters>,
+    counters: Arc<Counters>,
 }
 
 impl Drop for WgpuTimestamp {
