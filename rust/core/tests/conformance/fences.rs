@@ -76,12 +76,15 @@ conformance! {
 conformance! {
     fn future_is_woken_once_by_completion(runtime: &Runtime) {
         let s = runtime.default_stream();
+        let held_at = std::time::Instant::now();
         let held = hold(&s);
         let fence = s.fence().unwrap();
         let counter = Arc::new(CountingWaker(AtomicUsize::new(0)));
         let waker = Waker::from(counter.clone());
         let mut future = pin!(fence.wait_async());
-        assert!(future.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        let polled = future.as_mut().poll(&mut Context::from_waker(&waker));
+        let since = held_at.elapsed();
+        assert!(polled.is_pending(), "the fence of a held stream is done {since:?} after the hold: {polled:?}");
         assert_eq!(runtime.diagnostics().live_waiters, 1);
         held.release();
         fence.wait().unwrap();

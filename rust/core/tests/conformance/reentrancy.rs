@@ -45,13 +45,18 @@ impl Wake for CallBack {
     }
 }
 
-/// Polls `fence` once with a waker that runs `on_wake` when the fence
-/// completes. The waker stays registered while the returned future lives.
+/// Polls `fence`, held since `held_at`, once with a waker that runs `on_wake`
+/// when the fence completes. The waker stays registered while the returned future lives.
 #[must_use = "dropping the wait unregisters its waker"]
-fn on_completion(fence: &Fence, on_wake: impl FnOnce() + Send + 'static) -> CompletionWait {
+fn on_completion(fence: &Fence, held_at: Instant, on_wake: impl FnOnce() + Send + 'static) -> CompletionWait {
     let waker = Waker::from(Arc::new(CallBack { on_wake: Mutex::new(Some(Box::new(on_wake))) }));
     let mut wait = fence.wait_async();
-    assert!(Pin::new(&mut wait).poll(&mut Context::from_waker(&waker)).is_pending(), "the fence was held");
+    let polled = Pin::new(&mut wait).poll(&mut Context::from_waker(&waker));
+    assert!(
+        polled.is_pending(),
+        "the fence was held, yet it is done {:?} after the hold: {polled:?}",
+        held_at.elapsed()
+    );
     wait
 }
 
@@ -79,11 +84,12 @@ conformance! {
         let outcome = within_deadline(move || {
             let s = runtime.new_stream().unwrap();
             let held = hold(&s);
+            let held_at = std::time::Instant::now();
             let buffer = s.zeros(ElementType::Bytes, 16).unwrap();
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let (woken_runtime, woken_stream) = (runtime.clone(), s.clone());
-            let wait = on_completion(&fence, move || use_everything(&woken_runtime, &woken_stream, &results));
+            let wait = on_completion(&fence, held_at, move || use_everything(&woken_runtime, &woken_stream, &results));
             held.release();
             let outcome = received.recv_timeout(DEADLINE);
             drop((wait, buffer));
@@ -99,10 +105,11 @@ conformance! {
             let other = Runtime::open(kind).unwrap();
             let s = own.new_stream().unwrap();
             let held = hold(&s);
+            let held_at = Instant::now();
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let (woken_own, woken_other) = (Mutex::new(Some(own)), other.clone());
-            let wait = on_completion(&fence, move || {
+            let wait = on_completion(&fence, held_at, move || {
                 let closed = woken_other.close();
                 // The last handle of a runtime may go on the thread that wakes tasks.
                 drop(woken_own.lock().unwrap().take());
@@ -125,10 +132,11 @@ conformance! {
             let own = Runtime::open(kind).unwrap();
             let s = own.new_stream().unwrap();
             let held = hold(&s);
+            let held_at = Instant::now();
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let woken = own.clone();
-            let wait = on_completion(&fence, move || {
+            let wait = on_completion(&fence, held_at, move || {
                 // A stream retired with work still queued: the runtime's fence and
                 // its close cover that work, and are waited for here, on the wake thread.
                 let retired = woken.new_stream().unwrap();
@@ -189,8 +197,9 @@ conformance! {
             let s = runtime.new_stream().unwrap();
             for _ in 0..3 {
                 let held = hold(&s);
+                let held_at = Instant::now();
                 let fence = s.fence().unwrap();
-                let wait = on_completion(&fence, || panic!("a waker that panics (deliberately, in a test)"));
+                let wait = on_completion(&fence, held_at, || panic!("a waker that panics (deliberately, in a test)"));
                 held.release();
                 fence.wait().unwrap();
                 drop(wait);
