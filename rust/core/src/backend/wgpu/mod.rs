@@ -68,11 +68,11 @@ use scope::scoped;
 use scope::BACKEND;
 pub use timestamps::WgpuTimestamp;
 
+#[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
-#[cfg(feature = "test-support")]
 use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
