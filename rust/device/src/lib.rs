@@ -23,7 +23,7 @@ mod launch;
 pub mod lock;
 pub mod raw;
 pub mod rtc;
-#[cfg(any(feature = "cuda", feature = "hip"))]
+#[cfg(any(feature = "cuda", feature = "hip", feature = "fake"))]
 pub mod symbols;
 
 #[cfg(feature = "cuda")]

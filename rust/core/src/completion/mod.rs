@@ -22,7 +22,7 @@ use std::task::{Context, Poll};
 
 use cell::{Cell, Registration};
 pub(crate) use delivery::{deliver, flush as flush_deliveries, on_delivery_thread, release};
-#[cfg(any(feature = "cuda", feature = "hip"))]
+#[cfg(any(feature = "cuda", feature = "hip", test))]
 pub(crate) use delivery::{watch, Probe};
 
 use crate::diagnostics::LiveCounters;

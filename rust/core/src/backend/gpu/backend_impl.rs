@@ -278,15 +278,9 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.driver().bind()?;
         let raw: Vec<DeviceBuffer> =
             buffers.iter().map(|(memory, _)| DeviceBuffer { ptr: memory.ptr, len: memory.len }).collect();
-        let access = match D::raw_stream(stream.raw) {
-            #[cfg(feature = "cuda")]
-            RawStream::Cuda(stream) => RawAccess::Cuda { stream, buffers: &raw },
-            #[cfg(feature = "hip")]
-            RawStream::Hip(stream) => RawAccess::Hip { stream, buffers: &raw },
-            _ => {
-                return Err(Error::unsupported(D::KIND, "external ops on a driver with no raw stream for foreign code"))
-            }
-        };
+        let access = raw_access(D::raw_stream(stream.raw), &raw).ok_or_else(|| {
+            Error::unsupported(D::KIND, "external ops on a driver with no raw stream for foreign code")
+        })?;
         let outcome = run(access);
         // Foreign code may have switched the thread's current device.
         self.driver().bind()?;
@@ -343,5 +337,20 @@ impl<D: Driver> Backend for GpuBackend<D> {
             raw.iter().for_each(|part| part.driver.loss().record(error));
         }
         enqueued.map_err(EnqueueError::Failed)
+    }
+}
+
+/// What an external op's closure gets for a stream's raw handle and its
+/// buffers; `None` for a driver whose streams foreign code cannot use (the
+/// fake driver of the engine's tests).
+// With neither CUDA nor HIP, only the fake's tests build this: it answers `None`.
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(unused_variables))]
+fn raw_access(stream: RawStream, buffers: &[DeviceBuffer]) -> Option<RawAccess<'_>> {
+    match stream {
+        #[cfg(feature = "cuda")]
+        RawStream::Cuda(stream) => Some(RawAccess::Cuda { stream, buffers }),
+        #[cfg(feature = "hip")]
+        RawStream::Hip(stream) => Some(RawAccess::Hip { stream, buffers }),
+        _ => None,
     }
 }

@@ -62,6 +62,8 @@ pub(crate) use stream::{GpuStream, Wake};
 pub use weir_device::builtin::{cuda_source, BuiltinKernel};
 
 /// Where a driver's completions arrive unless the runtime's builder says otherwise.
+// The fake driver's tests, all a build without CUDA or HIP has of this engine, open through `with`.
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 fn default_wake(kind: crate::device::BackendKind) -> Wake {
     match kind {
         // ROCm 5.2 delivers stream callbacks without a thread of ours per stream.
@@ -107,6 +109,7 @@ impl<D: Driver> GpuBackend<D> {
     /// A backend over `driver`, its built-in kernels compiled and loaded now:
     /// loading a module can synchronise the whole device, which must not
     /// happen later behind work in flight.
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub(crate) fn new(driver: D, options: &RuntimeOptions) -> Result<Self> {
         Self::with(driver, options.wake.unwrap_or(default_wake(D::KIND)), options.spin)
     }
