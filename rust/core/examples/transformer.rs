@@ -373,8 +373,6 @@ pub fn forward_on_host(shape: Shape, w: &Weights, x: &[f32]) -> Vec<f32> {
     residual.iter().zip(&down).map(|(a, b)| a + b).collect()
 }
 
-/// One request served: its index, when it was admitted and read back (from
-/// the start), and its output.
 /// A request served: its index, when it was admitted and read back (host
 /// time from the run's start), its output, and when it was on the device.
 type Done = (usize, Duration, Duration, Vec<f32>, Option<DeviceSpan>);
