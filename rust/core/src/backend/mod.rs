@@ -36,12 +36,12 @@ pub mod cuda;
 pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+#[cfg(any(feature = "cuda", feature = "hip", feature = "wgpu", test))]
+mod spin;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
 use std::sync::atomic::{AtomicBool, Ordering};
-#[cfg(feature = "test-support")]
-use std::sync::Condvar;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
@@ -277,49 +277,37 @@ impl HostSink {
 
 /// A host-controlled barrier in a stream (test support): work behind it
 /// waits until it is opened.
+///
+/// One mechanism for every engine: an engine that holds a stream at a gate
+/// polls it with a waker, and the opening wakes it (a CPU stream is
+/// rescheduled onto the pool, a wgpu lane issues on). No thread blocks on a gate.
 #[cfg(feature = "test-support")]
 #[derive(Debug, Default)]
 pub struct Gate {
-    open: Mutex<bool>,
-    opened: Condvar,
-    /// Parked CPU streams to reschedule once open (a CPU stream parks at a
-    /// gate instead of blocking one of the few pool workers).
-    parked: Mutex<Vec<std::task::Waker>>,
+    /// Whether it is open, and the wakers of the engines held at it.
+    state: Mutex<(bool, Vec<std::task::Waker>)>,
 }
 
 #[cfg(feature = "test-support")]
 impl Gate {
     /// Lets the stream run past the gate.
     pub fn open(&self) {
-        *lock(&self.open) = true;
-        self.opened.notify_all();
-        let parked = std::mem::take(&mut *lock(&self.parked));
-        parked.into_iter().for_each(std::task::Waker::wake);
-    }
-
-    /// True once opened. Never blocks.
-    pub fn is_open(&self) -> bool {
-        *lock(&self.open)
-    }
-
-    /// Blocks until the gate is open (called by the stream's worker).
-    pub fn pass(&self) {
-        let mut open = lock(&self.open);
-        while !*open {
-            open = self.opened.wait(open).unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
+        let held = {
+            let mut state = lock(&self.state);
+            state.0 = true;
+            std::mem::take(&mut state.1)
+        };
+        // Out of the lock: a waker may poll the gate again.
+        held.into_iter().for_each(std::task::Waker::wake);
     }
 
     /// Ready once open; else `waker` is woken when it opens. Never blocks.
     pub(crate) fn poll_open(&self, waker: &std::task::Waker) -> std::task::Poll<()> {
-        let open = lock(&self.open);
-        if *open {
+        let mut state = lock(&self.state);
+        if state.0 {
             return std::task::Poll::Ready(());
         }
-        // Registered under the `open` lock, which `open` takes before it
-        // takes the parked wakers: an opening cannot slip between.
-        lock(&self.parked).push(waker.clone());
-        drop(open);
+        state.1.push(waker.clone());
         std::task::Poll::Pending
     }
 }

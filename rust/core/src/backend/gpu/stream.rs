@@ -30,10 +30,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use super::device::Device;
 use super::owners::GpuEvent;
+use crate::backend::spin::SpinPolicy;
 use crate::backend::FailureTally;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
@@ -43,56 +44,31 @@ use weir_device::driver::{Callback, Driver, EventUse, Status};
 /// Where completions run; see the module doc.
 pub(crate) type Wake = crate::options::GpuWake;
 
-/// A waiter's choice between spinning on an event and blocking on it.
+/// Waits for `event` by the spin policy: querying while recent events were
+/// reached within the budget, then blocking. A fence the wake thread
+/// watches (see the module doc) it does not spin for: one spinning thread is
+/// enough.
 ///
-/// A blocking-sync event wakes its thread some 20 us after the device got
-/// there; a query loop sees it at once. So a waiter spins, for at most the
-/// budget per event, while recent events were reached within the budget
-/// (an average of the last few waits), and blocks at once behind long
-/// work, where spinning would only burn a core. A fence the wake thread
-/// watches (see the module doc) it does not spin for: one spinning thread
-/// is enough.
-struct Spin {
-    budget: Duration,
-    /// The recent time from taking an event to reaching it, in nanoseconds;
-    /// shared with the stream, which has the wake thread watch its fences
-    /// while it is short.
-    expected: Arc<AtomicU64>,
-}
-
-impl Spin {
-    /// True while recent events were reached within the budget.
-    fn is_quick(budget: Duration, expected: &AtomicU64) -> bool {
-        budget > Duration::ZERO && expected.load(Ordering::Relaxed) < budget.as_nanos() as u64
-    }
-
-    /// Waits for `event`: spinning, then blocking.
-    ///
-    /// # Safety
-    /// `event` was made and recorded by `driver` and stays alive for the call.
-    unsafe fn wait<D: Driver>(&mut self, driver: &D, event: D::Event, watched: bool) -> Status {
-        let start = Instant::now();
-        let mut reached = None;
-        if !watched && Self::is_quick(self.budget, &self.expected) {
-            // SAFETY: this function's contract.
-            while let Some(status) = unsafe { driver.event_query(event) } {
-                match status {
-                    Ok(false) if start.elapsed() < self.budget => std::hint::spin_loop(),
-                    Ok(false) => break,
-                    done => {
-                        reached = Some(done.map(drop));
-                        break;
-                    }
-                }
-            }
-        }
+/// # Safety
+/// `event` was made and recorded by `driver` and stays alive for the call.
+unsafe fn wait_for_event<D: Driver>(spin: &SpinPolicy, driver: &D, event: D::Event, watched: bool) -> Status {
+    let start = Instant::now();
+    let reached = if watched {
+        None
+    } else {
+        // Some(None): the driver cannot query it, so block.
         // SAFETY: this function's contract.
-        let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
-        let took = start.elapsed().as_nanos() as u64;
-        let expected = self.expected.load(Ordering::Relaxed);
-        self.expected.store((expected.saturating_mul(3).saturating_add(took)) / 4, Ordering::Relaxed);
-        status
-    }
+        spin.spin(start, || match unsafe { driver.event_query(event) } {
+            Some(Ok(false)) => None,
+            Some(done) => Some(Some(done.map(drop))),
+            None => Some(None),
+        })
+        .flatten()
+    };
+    // SAFETY: this function's contract.
+    let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
+    spin.learn(start);
+    status
 }
 
 /// A completion taken by whichever of the waiter and the wake thread's probe
@@ -113,8 +89,8 @@ struct Waiter<D: Driver> {
     /// places follow the queue's order.
     queue: Mutex<Option<(u64, Sender<Entry<D>>)>>,
     ran: Arc<AtomicU64>,
-    budget: Duration,
-    expected: Arc<AtomicU64>,
+    /// Shared with the waiter thread: whether recent events were quick.
+    spin: SpinPolicy,
 }
 
 /// Runs `claim`'s completion if nobody took it yet, once the completions
@@ -232,10 +208,9 @@ impl<D: Driver> GpuStream<D> {
     fn spawn_waiter(&self) -> Result<(Waiter<D>, JoinHandle<()>)> {
         let (queue, pending) = channel::<Entry<D>>();
         let device = self.device.clone();
-        let budget = device.spin_budget;
-        let expected = Arc::new(AtomicU64::new(0));
+        let spin = SpinPolicy::new(device.spin_budget);
         let ran = Arc::new(AtomicU64::new(0));
-        let mut spin = Spin { budget, expected: expected.clone() };
+        let policy = spin.clone();
         let counted = ran.clone();
         let thread = std::thread::Builder::new()
             .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
@@ -250,7 +225,7 @@ impl<D: Driver> GpuStream<D> {
                     let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
                         // SAFETY: the event was made and recorded by this driver and
                         // stays alive until after this call (dropped below).
-                        Ok(()) => unsafe { spin.wait(&*device.driver, event.raw, watched) },
+                        Ok(()) => unsafe { wait_for_event(&policy, &*device.driver, event.raw, watched) },
                         Err(error) => Err(error),
                     };
                     // Off the live events before completing, so a caller woken by
@@ -261,7 +236,7 @@ impl<D: Driver> GpuStream<D> {
                 }
             })
             .map_err(|e| Error::backend(D::KIND, format!("cannot start a completion thread: {e}")))?;
-        Ok((Waiter { queue: Mutex::new(Some((0, queue))), ran, budget, expected }, thread))
+        Ok((Waiter { queue: Mutex::new(Some((0, queue))), ran, spin }, thread))
     }
 }
 
@@ -280,7 +255,7 @@ impl<D: Driver> StreamCore<D> {
         // SAFETY: both handles are alive and belong to this driver.
         unsafe { self.device.driver.event_record(event.raw, self.raw)? };
         let claim: Claim = Arc::new(Mutex::new(Some(callback)));
-        let watched = awaited && Spin::is_quick(waiter.budget, &waiter.expected);
+        let watched = awaited && waiter.spin.is_quick();
         let mut queue = lock(&waiter.queue);
         let (queued, sender) = queue.as_mut().ok_or(Error::Closed)?;
         let place = *queued;
@@ -304,7 +279,7 @@ impl<D: Driver> StreamCore<D> {
     fn probe(&self, event: &Arc<GpuEvent<D>>, claim: &Claim, place: u64, waiter: &Waiter<D>) -> Probe {
         let (claim, ran) = (claim.clone(), waiter.ran.clone());
         let mut event = Some(event.clone());
-        let budget = waiter.budget;
+        let budget = waiter.spin.budget();
         let mut first_check: Option<Instant> = None;
         let mut check = move |event: &GpuEvent<D>| {
             if lock(&claim).is_none() || first_check.get_or_insert_with(Instant::now).elapsed() > budget {

@@ -287,7 +287,7 @@ impl Progress {
     }
 }
 
-/// The device state shared with the poll, gate and delay threads.
+/// The device state shared with the poll and delay threads and with gate openers.
 pub(crate) struct Shared {
     pub gpu: Gpu,
     pub poll: Arc<PollState>,

@@ -64,8 +64,6 @@ pub use prepare::WgpuPrepared;
 use queued::Queued;
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
 use scope::scoped;
-#[cfg(feature = "test-support")]
-use scope::BACKEND;
 pub use timestamps::WgpuTimestamp;
 
 #[cfg(feature = "test-support")]
@@ -294,22 +292,33 @@ impl Backend for WgpuBackend {
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
         let open = Arc::new(AtomicBool::new(false));
-        let flag = open.clone();
-        let shared = Arc::downgrade(&self.shared);
-        std::thread::Builder::new()
-            .name("weir-wgpu-gate".to_owned())
-            .spawn(move || {
-                gate.pass();
-                flag.store(true, Ordering::Release);
-                if let Some(shared) = shared.upgrade() {
-                    shared.pump_now();
-                }
-            })
-            .map_err(|e| Error::backend(BACKEND, format!("cannot start a gate thread: {e}")))?;
+        let opened =
+            std::task::Waker::from(Arc::new(GateOpened { flag: open.clone(), shared: Arc::downgrade(&self.shared) }));
+        if gate.poll_open(&opened).is_ready() {
+            open.store(true, Ordering::Release);
+        }
         self.shared.push(stream.lane, Item::Until(open))
     }
 
     fn counters(&self) -> BackendCounters {
         self.gpu().counters.snapshot()
+    }
+}
+
+/// What a gate's opening does to the lane held at it: sets the lane's flag
+/// and issues what waited, on the opening thread.
+#[cfg(feature = "test-support")]
+struct GateOpened {
+    flag: Arc<AtomicBool>,
+    shared: Weak<Shared>,
+}
+
+#[cfg(feature = "test-support")]
+impl std::task::Wake for GateOpened {
+    fn wake(self: Arc<Self>) {
+        self.flag.store(true, Ordering::Release);
+        if let Some(shared) = self.shared.upgrade() {
+            shared.pump_now();
+        }
     }
 }

@@ -2,11 +2,10 @@
 //!
 //! It waits on the device only while a fence or a map request is registered
 //! and parks on a condvar otherwise: no future ever polls the device from its
-//! own `poll`. Unless its last few spins all ended blocked ([`Spin`]), it
-//! polls without blocking for up to the spin budget ([`crate::backend::spin`])
-//! first (a blocking `device.poll(Wait)` wakes it hundreds of microseconds
-//! after the device got there on some drivers), then blocks in
-//! `device.poll(Wait)`. Completion callbacks run on this long-lived thread,
+//! own `poll`. By the spin policy ([`crate::backend::spin`]), it polls
+//! without blocking for up to the spin budget first (a blocking
+//! `device.poll(Wait)` wakes it hundreds of microseconds after the device
+//! got there on some drivers), then blocks in `device.poll(Wait)`. Completion callbacks run on this long-lived thread,
 //! so waking futures costs one thread, not one per fence.
 //!
 //! Callbacks others registered on the device (through raw access, or another
@@ -22,6 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::scope::BACKEND;
+use crate::backend::spin::SpinPolicy;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -113,41 +113,6 @@ impl Poller {
     }
 }
 
-/// Spins in a row that end blocked before the thread stops spinning.
-const GIVE_UP_AFTER: u32 = 4;
-
-/// Waits between two that spin anyway once it stopped, to learn whether
-/// waits got short again.
-const PROBE_EVERY: u32 = 16;
-
-/// When to spin: unless the last few spins all ended blocked (the device is
-/// busy with long work, and spinning would only burn a core), then once in
-/// [`PROBE_EVERY`] waits. Behind long work that costs a spin budget per
-/// [`PROBE_EVERY`] waits.
-struct Spin {
-    budget: Duration,
-    /// Spins in a row that ended blocked.
-    failed: u32,
-    /// Waits since the last spin.
-    unspun: u32,
-}
-
-impl Spin {
-    fn due(&self) -> bool {
-        self.budget > Duration::ZERO && (self.failed < GIVE_UP_AFTER || self.unspun >= PROBE_EVERY)
-    }
-
-    /// A wait ended: after spinning or not, and seen while spinning or not.
-    fn learn(&mut self, spun: bool, seen_spinning: bool) {
-        if spun {
-            self.unspun = 0;
-            self.failed = if seen_spinning { 0 } else { self.failed + 1 };
-        } else {
-            self.unspun += 1;
-        }
-    }
-}
-
 /// Polls `device` once without blocking; false if nothing of ours is pending any more.
 fn poll_once(device: &wgpu::Device, state: &PollState) -> bool {
     // A panicking callback unwinds out of `poll` (see `run`).
@@ -156,7 +121,7 @@ fn poll_once(device: &wgpu::Device, state: &PollState) -> bool {
 }
 
 fn run(device: &wgpu::Device, state: &PollState, budget: Duration) {
-    let mut spin = Spin { budget, failed: 0, unspun: 0 };
+    let spin = SpinPolicy::new(budget);
     loop {
         let registered = {
             let mut waiting = lock(&state.waiting);
@@ -168,25 +133,25 @@ fn run(device: &wgpu::Device, state: &PollState, budget: Duration) {
             }
             waiting.registered
         };
-        let spun = spin.due();
-        if spun {
-            let (start, mut pending) = (Instant::now(), true);
-            while pending && start.elapsed() < spin.budget {
-                pending = poll_once(device, state);
-                for _ in 0..64 {
-                    std::hint::spin_loop();
-                }
+        let start = Instant::now();
+        let seen = spin.spin(start, || {
+            let pending = poll_once(device, state);
+            // A pause between polls: each takes the device's locks, which
+            // submitting threads want too.
+            for _ in 0..64 {
+                std::hint::spin_loop();
             }
-            if !pending {
-                spin.learn(true, true);
-                continue;
-            }
+            (!pending).then_some(())
+        });
+        if seen.is_some() {
+            spin.learn(start);
+            continue;
         }
         // A panicking callback unwinds out of `poll`; the callbacks wgpu had
         // not fired yet ran their drop paths (see `once`). Poll again.
         let outcome = catch_unwind(AssertUnwindSafe(|| device.poll(wgpu::PollType::wait_indefinitely())))
             .unwrap_or(Ok(wgpu::PollStatus::WaitSucceeded));
-        spin.learn(spun, false);
+        spin.learn(start);
         // An empty queue with callbacks still pending and nothing new registered
         // means they wait on something outside the queue: back off, never spin.
         if matches!(outcome, Ok(wgpu::PollStatus::QueueEmpty) | Err(_)) {
@@ -210,34 +175,5 @@ impl Drop for Poller {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn spinning_stops_behind_long_work_and_probes_until_waits_are_short_again() {
-        let mut spin = Spin { budget: Duration::from_micros(200), failed: 0, unspun: 0 };
-        for _ in 0..GIVE_UP_AFTER {
-            assert!(spin.due());
-            spin.learn(true, false);
-        }
-        // Every spin ended blocked: it stops, then spins once in PROBE_EVERY waits.
-        for _ in 0..PROBE_EVERY {
-            assert!(!spin.due());
-            spin.learn(false, false);
-        }
-        assert!(spin.due(), "a probe is due");
-        spin.learn(true, false);
-        assert!(!spin.due(), "a failed probe changes nothing");
-        for _ in 0..PROBE_EVERY {
-            spin.learn(false, false);
-        }
-        spin.learn(true, true);
-        assert!(spin.due(), "a probe that saw the end starts the spinning again");
-        let never = Spin { budget: Duration::ZERO, failed: 0, unspun: PROBE_EVERY };
-        assert!(!never.due(), "a zero budget never spins");
     }
 }

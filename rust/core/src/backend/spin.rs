@@ -1,0 +1,121 @@
+//! The one rule for a thread that waits for the device: spin first, or block.
+//!
+//! A blocking wait wakes its thread well after the device got there (some
+//! 20 µs for a CUDA blocking-sync event, hundreds for some Vulkan drivers'
+//! `poll(Wait)`); a query loop sees it at once, at the cost of a core. So a
+//! waiter spins, for at most the budget per wait, while its recent waits
+//! ended within the budget (a moving average of the last few), and blocks at
+//! once behind long work, where spinning would only burn a core. Blocking
+//! waits are timed too, so spinning comes back as soon as waits are short
+//! again. The CUDA and HIP stream waiters and the wgpu poll thread wait by
+//! this rule; the budget is the builder's `spin`.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// One waiter's spin budget and what its recent waits took.
+#[derive(Debug, Clone)]
+pub(crate) struct SpinPolicy {
+    budget: Duration,
+    /// The recent time from a wait's start to its end, in nanoseconds;
+    /// shared by clones (a CUDA stream asks its waiter's policy whether a
+    /// fence is likely quick).
+    recent: Arc<AtomicU64>,
+}
+
+impl SpinPolicy {
+    /// A policy that spins up to `budget` per wait; `Duration::ZERO` never spins.
+    pub fn new(budget: Duration) -> SpinPolicy {
+        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)) }
+    }
+
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// True while recent waits ended within the budget.
+    pub fn is_quick(&self) -> bool {
+        self.budget > Duration::ZERO && self.recent.load(Ordering::Relaxed) < self.budget.as_nanos() as u64
+    }
+
+    /// Runs `check` again and again until it answers, for as long as the
+    /// budget allows from `start`, if recent waits were quick; `None` if it
+    /// did not spin or `check` did not answer in time (then block).
+    pub fn spin<T>(&self, start: Instant, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+        if !self.is_quick() {
+            return None;
+        }
+        loop {
+            if let Some(answer) = check() {
+                return Some(answer);
+            }
+            if start.elapsed() >= self.budget {
+                return None;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
+    /// A wait that began at `start` ended now, spun or blocked.
+    pub fn learn(&self, start: Instant) {
+        let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        let recent = self.recent.load(Ordering::Relaxed);
+        self.recent.store(recent.saturating_mul(3).saturating_add(took) / 4, Ordering::Relaxed);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A wait that took `took`, as `learn` sees it.
+    fn waited(policy: &SpinPolicy, took: Duration) {
+        policy.learn(Instant::now() - took);
+    }
+
+    #[test]
+    fn spinning_stops_behind_long_waits_and_comes_back_once_they_are_short() {
+        let policy = SpinPolicy::new(Duration::from_micros(200));
+        assert!(policy.is_quick(), "a fresh waiter spins");
+        for _ in 0..4 {
+            waited(&policy, Duration::from_millis(5));
+        }
+        assert!(!policy.is_quick(), "behind long work it blocks at once");
+        let start = Instant::now();
+        assert_eq!(policy.spin(start, || Some(())), None, "no check runs while it blocks");
+        for _ in 0..16 {
+            waited(&policy, Duration::from_micros(10));
+        }
+        assert!(policy.is_quick(), "short blocking waits bring the spinning back");
+        assert_eq!(policy.spin(Instant::now(), || Some(7)), Some(7));
+    }
+
+    #[test]
+    fn a_spin_ends_at_the_budget_and_a_zero_budget_never_spins() {
+        let policy = SpinPolicy::new(Duration::from_millis(2));
+        let start = Instant::now();
+        let mut checks = 0;
+        assert_eq!(
+            policy.spin(start, || {
+                checks += 1;
+                None::<()>
+            }),
+            None
+        );
+        assert!(start.elapsed() >= Duration::from_millis(2) && checks > 1, "spun {checks} checks");
+        let never = SpinPolicy::new(Duration::ZERO);
+        assert!(!never.is_quick());
+        assert_eq!(never.spin(Instant::now(), || Some(())), None);
+    }
+
+    #[test]
+    fn clones_share_what_they_learn() {
+        let policy = SpinPolicy::new(Duration::from_micros(200));
+        let seen_by_stream = policy.clone();
+        for _ in 0..4 {
+            waited(&policy, Duration::from_millis(5));
+        }
+        assert!(!seen_by_stream.is_quick());
+    }
+}
