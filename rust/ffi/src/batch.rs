@@ -121,7 +121,7 @@ impl<'a> Reader<'a> {
                 0 => {
                     let slot = self.u32()?;
                     let buffer = self.slot(buffers, slot, "buffer")?.core();
-                    weir_core::Arg::Buffer(buffer, self.access()?.into())
+                    weir_core::Arg::Buffer(buffer, self.access()?)
                 }
                 1 => weir_core::Arg::u32(self.u32()?),
                 2 => weir_core::Arg::i32(self.u32()? as i32),

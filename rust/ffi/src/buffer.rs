@@ -34,7 +34,7 @@ impl Buffer {
         if data == ElementType::Bytes || as_bits {
             return Ok(());
         }
-        Ok(self.inner.expect_element(data.into(), what)?)
+        Ok(self.inner.expect_element(data, what)?)
     }
 }
 
@@ -42,7 +42,7 @@ impl Buffer {
 impl Buffer {
     /// What the buffer holds.
     pub fn element_type(&self) -> ElementType {
-        self.inner.element_type().into()
+        self.inner.element_type()
     }
 
     /// Number of elements (of a view: in its range).

@@ -148,7 +148,7 @@ impl WeirStream {
     /// the remaining bytes of a direct `ByteBuffer`; Swift: `Data`): the core
     /// copies it once, as `upload` from Rust does, before this returns.
     pub fn upload_borrowed(&self, data: &[u8], element: ElementType) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.core().upload_as(element.into(), data)?)))
+        Ok(Arc::new(Buffer::new(self.core().upload_as(element, data)?)))
     }
 
     /// Enqueues a copy of `data`, borrowed for the call (a whole number of

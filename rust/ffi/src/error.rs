@@ -63,16 +63,16 @@ impl From<weir_core::Error> for WeirError {
         use weir_core::Error as E;
         let description = error.to_string();
         match error {
-            E::Unavailable { backend, .. } => WeirError::Unavailable { backend: backend.into(), description },
-            E::Unsupported { backend, .. } => WeirError::Unsupported { backend: backend.into(), description },
+            E::Unavailable { backend, .. } => WeirError::Unavailable { backend, description },
+            E::Unsupported { backend, .. } => WeirError::Unsupported { backend, description },
             E::InvalidArgument(_) => WeirError::InvalidArgument { description },
             E::OutOfRange { .. } => WeirError::OutOfRange { description },
             E::ForeignHandle(_) => WeirError::ForeignHandle { description },
             E::Closed => WeirError::Closed { description },
             E::OutOfMemory { bytes, host } => WeirError::OutOfMemory { bytes, host, description },
             E::OpFailed { stream, .. } => WeirError::OpFailed { stream, description },
-            E::Backend { backend, .. } => WeirError::Backend { backend: backend.into(), description },
-            E::DeviceLost { backend, .. } => WeirError::DeviceLost { backend: backend.into(), description },
+            E::Backend { backend, .. } => WeirError::Backend { backend, description },
+            E::DeviceLost { backend, .. } => WeirError::DeviceLost { backend, description },
             E::Internal(_) => WeirError::Bug { description },
             E::Cancelled => WeirError::Cancelled { description },
             E::QueueFull { ops, bytes, .. } => WeirError::QueueFull { ops, bytes, description },

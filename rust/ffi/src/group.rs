@@ -102,7 +102,7 @@ impl DeviceGroup {
     /// place, `f32`, `i32` or `u32`, one size): afterwards each holds the
     /// reduction of all of them. Returns once admitted, not once done.
     pub fn all_reduce(&self, streams: Vec<Arc<WeirStream>>, buffers: Vec<Arc<Buffer>>, op: ReduceOp) -> Result<()> {
-        Ok(self.inner.all_reduce(&core_streams(&streams), &core_buffers(&buffers), op.into())?)
+        Ok(self.inner.all_reduce(&core_streams(&streams), &core_buffers(&buffers), op)?)
     }
 
     /// Enqueues [`DeviceGroup::all_reduce`], then suspends until every
@@ -172,7 +172,7 @@ impl DeviceGroup {
         op: ReduceOp,
     ) -> Result<()> {
         let (streams, sends, receives) = (core_streams(&streams), core_buffers(&sends), core_buffers(&receives));
-        Ok(self.inner.reduce_scatter(&streams, &sends, &receives, op.into())?)
+        Ok(self.inner.reduce_scatter(&streams, &sends, &receives, op)?)
     }
 
     /// Enqueues [`DeviceGroup::reduce_scatter`], then suspends until every stream given has done it.

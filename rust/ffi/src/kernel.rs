@@ -5,7 +5,12 @@ use std::sync::Arc;
 use crate::host_kernel::{cpu_closure, CpuKernelBody};
 
 /// The built-in ops, the same on every backend. Arguments, in order:
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+///
+/// The core's `Builtin`, declared here for UniFFI under the name the
+/// bindings use (checked against it by the compiler).
+pub type BuiltinOp = weir_core::Builtin;
+
+#[uniffi::remote(Enum)]
 pub enum BuiltinOp {
     /// `(dst: Write)`: every byte zero.
     MemsetZero,
@@ -30,26 +35,6 @@ pub enum BuiltinOp {
     /// `(micros: U32)`: holds the stream for that long (tests, benchmarks; 0 is a no-op op).
     #[cfg(feature = "test-support")]
     Delay,
-}
-
-impl From<BuiltinOp> for weir_core::Builtin {
-    fn from(op: BuiltinOp) -> Self {
-        use weir_core::Builtin as B;
-        match op {
-            BuiltinOp::MemsetZero => B::MemsetZero,
-            BuiltinOp::FillU32 => B::FillU32,
-            BuiltinOp::FillI32 => B::FillI32,
-            BuiltinOp::FillF32 => B::FillF32,
-            BuiltinOp::Copy => B::Copy,
-            BuiltinOp::Add => B::Add,
-            BuiltinOp::Mul => B::Mul,
-            BuiltinOp::Scale => B::Scale,
-            BuiltinOp::Axpy => B::Axpy,
-            BuiltinOp::Iota => B::Iota,
-            #[cfg(feature = "test-support")]
-            BuiltinOp::Delay => B::Delay,
-        }
-    }
 }
 
 /// Source text of a kernel for one backend, and the function to launch.
@@ -96,7 +81,7 @@ impl Kernel {
     /// One of the built-in ops.
     #[uniffi::constructor]
     pub fn builtin(op: BuiltinOp) -> Arc<Self> {
-        Arc::new(Kernel { inner: weir_core::Kernel::builtin(op.into()) })
+        Arc::new(Kernel { inner: weir_core::Kernel::builtin(op) })
     }
 
     /// A custom kernel named `name`, with the implementations it has: WGSL,

@@ -47,12 +47,15 @@ impl From<weir_core::BackendKind> for Backend {
     }
 }
 
-/// Which backend an error comes from: the core's `BackendKind`, as errors carry it.
+/// Which backend an error comes from: the core's `BackendKind`, as errors
+/// carry it, declared here for UniFFI (checked against it by the compiler).
 ///
-/// A type of its own rather than [`Backend`], because Kotlin nests the error
+/// Exposed beside [`Backend`], not as it, because Kotlin nests the error
 /// variants in `WeirException`, where `Backend` names the variant
 /// `WeirException.Backend` and would hide the enum.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub type BackendKind = weir_core::BackendKind;
+
+#[uniffi::remote(Enum)]
 pub enum BackendKind {
     /// No one backend: an internal error (a bug in Weir to report).
     Auto,
@@ -66,22 +69,13 @@ pub enum BackendKind {
     Hip,
 }
 
-impl From<weir_core::BackendKind> for BackendKind {
-    fn from(kind: weir_core::BackendKind) -> Self {
-        use weir_core::BackendKind as K;
-        match kind {
-            K::Auto => BackendKind::Auto,
-            K::Cpu => BackendKind::Cpu,
-            K::Wgpu => BackendKind::Wgpu,
-            K::Cuda => BackendKind::Cuda,
-            K::Hip => BackendKind::Hip,
-        }
-    }
-}
-
 /// What a buffer holds. Its sizes, offsets and counts are in these elements;
 /// a `Bytes` buffer counts single bytes and takes any data.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+///
+/// The core's own type, declared here for UniFFI (checked against it by the compiler).
+pub type ElementType = weir_core::ElementType;
+
+#[uniffi::remote(Enum)]
 pub enum ElementType {
     /// Raw bytes, with no claim about what they hold.
     Bytes,
@@ -93,49 +87,21 @@ pub enum ElementType {
     U32,
 }
 
-impl From<ElementType> for weir_core::ElementType {
-    fn from(element: ElementType) -> Self {
-        match element {
-            ElementType::Bytes => weir_core::ElementType::Bytes,
-            ElementType::F32 => weir_core::ElementType::F32,
-            ElementType::I32 => weir_core::ElementType::I32,
-            ElementType::U32 => weir_core::ElementType::U32,
-        }
-    }
-}
-
-impl From<weir_core::ElementType> for ElementType {
-    fn from(element: weir_core::ElementType) -> Self {
-        match element {
-            weir_core::ElementType::Bytes => ElementType::Bytes,
-            weir_core::ElementType::F32 => ElementType::F32,
-            weir_core::ElementType::I32 => ElementType::I32,
-            weir_core::ElementType::U32 => ElementType::U32,
-        }
-    }
-}
-
 /// How a reducing collective (`DeviceGroup.all_reduce`, `reduce_scatter`)
 /// combines the members' elements, element by element; integers wrap.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub type ReduceOp = weir_core::ReduceOp;
+
+#[uniffi::remote(Enum)]
 pub enum ReduceOp {
     Sum,
     Max,
     Min,
 }
 
-impl From<ReduceOp> for weir_core::ReduceOp {
-    fn from(op: ReduceOp) -> Self {
-        match op {
-            ReduceOp::Sum => weir_core::ReduceOp::Sum,
-            ReduceOp::Max => weir_core::ReduceOp::Max,
-            ReduceOp::Min => weir_core::ReduceOp::Min,
-        }
-    }
-}
-
 /// How an op touches a buffer. The scheduler orders ops from this and nothing else.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub type Access = weir_core::Access;
+
+#[uniffi::remote(Enum)]
 pub enum Access {
     /// The op only reads the buffer.
     Read,
@@ -143,16 +109,6 @@ pub enum Access {
     Write,
     /// The op reads and writes the buffer.
     ReadWrite,
-}
-
-impl From<Access> for weir_core::Access {
-    fn from(access: Access) -> Self {
-        match access {
-            Access::Read => weir_core::Access::Read,
-            Access::Write => weir_core::Access::Write,
-            Access::ReadWrite => weir_core::Access::ReadWrite,
-        }
-    }
 }
 
 /// One argument of a kernel launch: a buffer with its access mode, or a
@@ -184,7 +140,7 @@ impl Arg {
     /// The core argument, borrowing the buffer handle.
     pub(crate) fn to_core(&self) -> weir_core::Arg<'_> {
         match self {
-            Arg::Buffer { buffer, access } => weir_core::Arg::Buffer(buffer.core(), (*access).into()),
+            Arg::Buffer { buffer, access } => weir_core::Arg::Buffer(buffer.core(), *access),
             Arg::U32 { value } => weir_core::Arg::u32(*value),
             Arg::I32 { value } => weir_core::Arg::i32(*value),
             Arg::F32 { value } => weir_core::Arg::f32(*value),
@@ -421,21 +377,14 @@ pub struct RuntimeOptions {
 }
 
 /// Where a CUDA or HIP runtime completes fences and reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, uniffi::Enum)]
+pub type GpuWake = weir_core::GpuWake;
+
+#[uniffi::remote(Enum)]
 pub enum GpuWake {
     /// On the driver's host-callback thread, enqueued on the stream.
     Callback,
     /// On a waiter thread per stream, which sleeps in an event synchronisation.
     Waiter,
-}
-
-impl From<GpuWake> for weir_core::GpuWake {
-    fn from(wake: GpuWake) -> Self {
-        match wake {
-            GpuWake::Callback => weir_core::GpuWake::Callback,
-            GpuWake::Waiter => weir_core::GpuWake::Waiter,
-        }
-    }
 }
 
 impl RuntimeOptions {
@@ -449,7 +398,7 @@ impl RuntimeOptions {
             builder = builder.spin(std::time::Duration::from_micros(micros));
         }
         if let Some(wake) = self.wake {
-            builder = builder.wake(wake.into());
+            builder = builder.wake(wake);
         }
         if let Some(list) = &self.wgpu_backends {
             builder = builder.wgpu_backends(list.clone());

@@ -106,18 +106,18 @@ impl WeirStream {
     /// A buffer of `count` zeroed `element`s: allocated, zeroed on the device
     /// and published in one admission, with no host data.
     pub fn zeros(&self, count: u64, element: ElementType) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.inner.zeros(element.into(), count)?)))
+        Ok(Arc::new(Buffer::new(self.inner.zeros(element, count)?)))
     }
 
     /// A buffer of `count` `element`s with unspecified contents.
     pub fn empty(&self, count: u64, element: ElementType) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.inner.empty(element.into(), count)?)))
+        Ok(Arc::new(Buffer::new(self.inner.empty(element, count)?)))
     }
 
     /// A buffer of `element`s holding `data` (little-endian, a whole number of
     /// elements), uploaded on this stream.
     pub fn upload(&self, data: Vec<u8>, element: ElementType) -> Result<Arc<Buffer>> {
-        Ok(Arc::new(Buffer::new(self.inner.upload_as(element.into(), &data)?)))
+        Ok(Arc::new(Buffer::new(self.inner.upload_as(element, &data)?)))
     }
 
     /// Enqueues `kernel` over `args`. Returns once admitted, not once done.
