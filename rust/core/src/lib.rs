@@ -97,6 +97,10 @@
 //!                          wgpu  logical streams (lanes) on the one queue, a poll thread
 //!                          gpu   an issuing thread per device, a waiter per stream,
 //!                                generic over the device layer's `Driver`
+//!                        written once for all three: the spin policy of every
+//!                        thread that waits for a device (backend/spin.rs), the
+//!                        failure tally, the counters, and (test support) gates,
+//!                        which delays on the host engines are too (backend/timer.rs)
 //! weir-device the device layer (rust/device): device calls only, unsafe where
 //!             the driver is, no scheduling meaning; the errors, kinds, element
 //!             types and launch shapes every layer shares
@@ -119,7 +123,11 @@
 //! Where the move stands: CUDA and HIP run on the device layer; the CPU and
 //! wgpu engines still talk to their devices directly, and each engine keeps
 //! its own loop. One engine generic over the device layer, with the wgpu
-//! queue and the host as devices, is the next step.
+//! queue and the host as devices, is the next step: the wgpu engine's lanes
+//! (per-stream queues whose items wait on host-side marks, gates and
+//! delays, issued in lane order) are its model, since they would also give
+//! CUDA and HIP host-side gates (a gate on the device itself stalls every
+//! driver call that synchronises the shared primary context).
 
 //!
 //! # Custom kernels, written once per backend

@@ -38,6 +38,8 @@ pub mod gpu;
 pub mod hip;
 #[cfg(any(feature = "cuda", feature = "hip", feature = "wgpu", test))]
 mod spin;
+#[cfg(feature = "test-support")]
+mod timer;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 

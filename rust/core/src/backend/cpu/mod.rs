@@ -153,6 +153,21 @@ impl CpuBackend {
                     }
                 }));
             }
+            // A gate the timer opens once the stream gets there: the stream
+            // parks meanwhile, and no pool worker sleeps.
+            #[cfg(feature = "test-support")]
+            Command::Delay { duration } => {
+                let (mut gate, mut io) = (None, Some(io));
+                return stream.until(Box::new(move |waker| {
+                    let opened =
+                        gate.get_or_insert_with(|| crate::backend::timer::gate_after(duration)).poll_open(waker);
+                    if opened.is_ready() {
+                        // Its share of the queue goes back once it held the stream.
+                        io.take();
+                    }
+                    opened
+                }));
+            }
             other => other,
         };
         stream.work(Box::new(move || ops::run(command, &counters)), io)

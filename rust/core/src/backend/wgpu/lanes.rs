@@ -48,6 +48,8 @@ use super::poll::{once, PollState};
 use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
+#[cfg(feature = "test-support")]
+use crate::backend::Gate;
 use crate::backend::{EnqueueError, FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
@@ -287,7 +289,7 @@ impl Progress {
     }
 }
 
-/// The device state shared with the poll and delay threads and with gate openers.
+/// The device state shared with the poll thread and with gate openers.
 pub(crate) struct Shared {
     pub gpu: Gpu,
     pub poll: Arc<PollState>,
@@ -296,7 +298,7 @@ pub(crate) struct Shared {
     progress: Arc<Progress>,
     /// A device-wide failure (device lost, an error outside any scope): fails every lane.
     device_error: Arc<Mutex<Option<Error>>>,
-    /// For a delay's timer thread, to pump once the delay elapsed.
+    /// For a gate's opening, to pump once it opened.
     #[cfg(feature = "test-support")]
     me: Weak<Shared>,
 }
@@ -543,31 +545,27 @@ impl Shared {
             Item::Until(flag) => flag.load(Ordering::Acquire),
             #[cfg(feature = "test-support")]
             Item::Delay(duration) => {
-                let flag = Arc::new(AtomicBool::new(false));
-                self.set_after(*duration, flag.clone());
+                // Timed from here, where the lane gets to it.
+                let flag = self.flag_of(&crate::backend::timer::gate_after(*duration));
+                let open = flag.load(Ordering::Acquire);
                 *head = Item::Until(flag);
-                false
+                open
             }
             Item::Submit(_) | Item::Read(_) | Item::Signal(..) | Item::Fail(_) => true,
         }
     }
 
-    /// Sets `flag` once `duration` passed, then pumps.
+    /// The flag a lane holds at until `gate` opens: the opening sets it and
+    /// issues what waited, on the opening thread (which holds no lock of
+    /// ours: a gate opens on its holder's thread or the timer's).
     #[cfg(feature = "test-support")]
-    fn set_after(&self, duration: Duration, flag: Arc<AtomicBool>) {
-        let me = self.me.clone();
-        let timer = flag.clone();
-        let spawned = std::thread::Builder::new().name("weir-wgpu-delay".to_owned()).spawn(move || {
-            std::thread::sleep(duration);
-            timer.store(true, Ordering::Release);
-            if let Some(shared) = me.upgrade() {
-                shared.pump_now();
-            }
-        });
-        if spawned.is_err() {
-            // No thread to time it: the delay is best effort, the stream goes on.
+    pub fn flag_of(&self, gate: &Gate) -> Arc<AtomicBool> {
+        let flag = Arc::new(AtomicBool::new(false));
+        let opened = std::task::Waker::from(Arc::new(GateOpened { flag: flag.clone(), shared: self.me.clone() }));
+        if gate.poll_open(&opened).is_ready() {
             flag.store(true, Ordering::Release);
         }
+        flag
     }
 
     /// Issues what can be issued (after a gate opened or a delay elapsed).
@@ -738,6 +736,24 @@ impl Drop for Shared {
                     _ => {}
                 }
             }
+        }
+    }
+}
+
+/// What a gate's opening does to the lane held at it: sets the lane's flag
+/// and issues what waited.
+#[cfg(feature = "test-support")]
+struct GateOpened {
+    flag: Arc<AtomicBool>,
+    shared: Weak<Shared>,
+}
+
+#[cfg(feature = "test-support")]
+impl std::task::Wake for GateOpened {
+    fn wake(self: Arc<Self>) {
+        self.flag.store(true, Ordering::Release);
+        if let Some(shared) = self.shared.upgrade() {
+            shared.pump_now();
         }
     }
 }

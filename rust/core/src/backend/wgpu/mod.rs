@@ -47,8 +47,6 @@ mod slabs;
 mod timestamps;
 mod uniform_fill;
 
-#[cfg(feature = "test-support")]
-use std::sync::atomic::AtomicBool;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
@@ -291,34 +289,10 @@ impl Backend for WgpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
-        let open = Arc::new(AtomicBool::new(false));
-        let opened =
-            std::task::Waker::from(Arc::new(GateOpened { flag: open.clone(), shared: Arc::downgrade(&self.shared) }));
-        if gate.poll_open(&opened).is_ready() {
-            open.store(true, Ordering::Release);
-        }
-        self.shared.push(stream.lane, Item::Until(open))
+        self.shared.push(stream.lane, Item::Until(self.shared.flag_of(&gate)))
     }
 
     fn counters(&self) -> BackendCounters {
         self.gpu().counters.snapshot()
-    }
-}
-
-/// What a gate's opening does to the lane held at it: sets the lane's flag
-/// and issues what waited, on the opening thread.
-#[cfg(feature = "test-support")]
-struct GateOpened {
-    flag: Arc<AtomicBool>,
-    shared: Weak<Shared>,
-}
-
-#[cfg(feature = "test-support")]
-impl std::task::Wake for GateOpened {
-    fn wake(self: Arc<Self>) {
-        self.flag.store(true, Ordering::Release);
-        if let Some(shared) = self.shared.upgrade() {
-            shared.pump_now();
-        }
     }
 }

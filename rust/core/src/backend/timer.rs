@@ -1,0 +1,93 @@
+//! One thread that opens gates when their time is up (test support): a
+//! delay on the host engines is a gate the timer opens, so it holds its
+//! stream as a hold does, with no thread (nor a CPU pool worker) asleep per
+//! delay. CUDA and HIP time a delay on the device instead.
+
+use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Duration, Instant};
+
+use super::Gate;
+use crate::lock::lock;
+
+/// A gate that opens by itself `duration` after this call: on the timer
+/// thread, never on the calling one (whose locks a waker of the gate may
+/// want), unless no timer thread could start, when it opens at once (a
+/// delay is best effort).
+pub(crate) fn gate_after(duration: Duration) -> Arc<Gate> {
+    let gate = Arc::new(Gate::default());
+    let due = Instant::now() + duration;
+    let refused = match timer() {
+        Some(sender) => lock(sender).send((due, gate.clone())).is_err(),
+        None => true,
+    };
+    if refused {
+        gate.open();
+    }
+    gate
+}
+
+/// A gate and when it opens.
+type Timed = (Instant, Arc<Gate>);
+
+/// Where timed gates go: the timer thread's queue, started at the first
+/// delay; `None` if it could not start.
+fn timer() -> Option<&'static Mutex<Sender<Timed>>> {
+    static TIMER: OnceLock<Option<Mutex<Sender<Timed>>>> = OnceLock::new();
+    TIMER
+        .get_or_init(|| {
+            let (sender, due) = channel::<Timed>();
+            std::thread::Builder::new()
+                .name("weir-timer".to_owned())
+                .spawn(move || {
+                    // Few at a time (a test's delays): a list does.
+                    let mut waiting: Vec<Timed> = Vec::new();
+                    loop {
+                        let now = Instant::now();
+                        waiting.retain(|(at, gate)| {
+                            let open = *at <= now;
+                            if open {
+                                gate.open();
+                            }
+                            !open
+                        });
+                        let next = waiting.iter().map(|(at, _)| *at).min();
+                        let received = match next {
+                            Some(at) => due.recv_timeout(at.saturating_duration_since(Instant::now())),
+                            None => due.recv().map_err(|_| RecvTimeoutError::Disconnected),
+                        };
+                        match received {
+                            Ok(entry) => waiting.push(entry),
+                            Err(RecvTimeoutError::Timeout) => {}
+                            Err(RecvTimeoutError::Disconnected) => return,
+                        }
+                    }
+                })
+                .ok()
+                .map(|_| Mutex::new(sender))
+        })
+        .as_ref()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_timed_gate_opens_once_its_time_is_up_in_order_of_its_time() {
+        let start = Instant::now();
+        let (late, early) = (gate_after(Duration::from_millis(60)), gate_after(Duration::from_millis(20)));
+        let waker = std::task::Waker::noop();
+        assert!(late.poll_open(waker).is_pending() && early.poll_open(waker).is_pending());
+        while early.poll_open(waker).is_pending() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let opened = start.elapsed();
+        assert!(opened >= Duration::from_millis(20), "opened after {opened:?}");
+        assert!(late.poll_open(waker).is_pending() || start.elapsed() >= Duration::from_millis(60));
+        while late.poll_open(waker).is_pending() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(start.elapsed() >= Duration::from_millis(60));
+    }
+}
