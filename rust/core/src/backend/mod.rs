@@ -410,6 +410,15 @@ impl FailureTally {
             None => Ok(()),
         }
     }
+
+    /// What a signal of `kind` reports of them: a fence takes them (each
+    /// failure is reported once), a drain none.
+    pub(crate) fn report(&self, kind: SignalKind) -> Result<(), Failures> {
+        match kind {
+            SignalKind::Fence => self.take(),
+            SignalKind::Drain => Ok(()),
+        }
+    }
 }
 
 /// What a [`Backend::signal`] reports.

@@ -21,8 +21,8 @@ use worker::Progress;
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{
-    Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError,
-    FailureTally, OpIo, RawAccess, SignalKind, Span, GROUP_ID_BYTES,
+    Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError, OpIo,
+    RawAccess, SignalKind, Span, GROUP_ID_BYTES,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
@@ -245,17 +245,13 @@ impl Backend for CpuBackend {
     }
 
     fn signal(&self, stream: &CpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
-        let report = move |tally: &FailureTally| match kind {
-            SignalKind::Fence => tally.take(),
-            SignalKind::Drain => Ok(()),
-        };
         // An idle stream completes on the spot: no job, no wake-up.
         if stream.is_idle() {
-            completion.report(report(&stream.tally));
+            completion.report(stream.tally.report(kind));
             return Ok(());
         }
         let tally = stream.tally.clone();
-        stream.complete(Box::new(move || completion.report(report(&tally))))
+        stream.complete(Box::new(move || completion.report(tally.report(kind))))
     }
 
     fn begin_admissions(&self, stream: &CpuStream) {

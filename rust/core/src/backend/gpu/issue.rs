@@ -117,10 +117,7 @@ impl<D: Driver> Job<D> {
                 *bound = false;
                 let stream = stream.get();
                 // A fence reports the ops issued before it that failed, once.
-                let report = match kind {
-                    SignalKind::Fence => stream.failed_ops.take(),
-                    SignalKind::Drain => Ok(()),
-                };
+                let report = stream.failed_ops.report(kind);
                 let refused = completion.clone();
                 let callback: Callback =
                     Box::new(move |status: Status| completion.report(status.map_err(Failures::from).and(report)));

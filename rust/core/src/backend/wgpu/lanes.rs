@@ -682,10 +682,7 @@ impl Shared {
     /// (`submits` is the count made) are done and the reads it issued so far
     /// delivered: at once if both already are.
     fn signal(&self, lane: &Lane, submits: u64, completion: Arc<Completion>, kind: SignalKind) {
-        let status = lane.status.clone().map_err(Failures::from).and_then(|()| match kind {
-            SignalKind::Fence => lane.tally.take(),
-            SignalKind::Drain => Ok(()),
-        });
+        let status = lane.status.clone().map_err(Failures::from).and_then(|()| lane.tally.report(kind));
         let device_busy = lane.last_submit > self.progress.completed();
         // No read can start meanwhile: reads start only here, under the lanes
         // lock. Idle reads and a raised count mean the signals before this
