@@ -4,38 +4,50 @@ use std::sync::Arc;
 
 use crate::host_kernel::{cpu_closure, CpuKernelBody};
 
-/// The built-in ops, the same on every backend. Arguments, in order:
-///
-/// The core's `Builtin`, declared here for UniFFI under the name the
-/// bindings use (checked against it by the compiler).
+/// The core's `Builtin`, declared for UniFFI under the name the bindings use
+/// (checked against it by the compiler). The declaration is made by a macro
+/// given the test hooks' variant or not: `uniffi::remote` is an attribute
+/// macro, which sees a `#[cfg]` on a variant unresolved and would name the
+/// variant in a build without it.
 pub type BuiltinOp = weir_core::Builtin;
 
-#[uniffi::remote(Enum)]
-pub enum BuiltinOp {
-    /// `(dst: Write)`: every byte zero.
-    MemsetZero,
-    /// `(dst: Write, value: U32)`.
-    FillU32,
-    /// `(dst: Write, value: I32)`.
-    FillI32,
-    /// `(dst: Write, value: F32)`.
-    FillF32,
-    /// `(src: Read, dst: Write)`, equal sizes.
-    Copy,
-    /// `(a: Read, b: Read, out: Write)` f32, equal sizes: out = a + b.
-    Add,
-    /// `(a: Read, b: Read, out: Write)` f32, equal sizes: out = a · b.
-    Mul,
-    /// `(x: Read, out: Write, alpha: F32)`: out = alpha · x.
-    Scale,
-    /// `(x: Read, y: ReadWrite, alpha: F32)`: y = alpha · x + y.
-    Axpy,
-    /// `(out: Write, start: U32)`: `out[i] = start + i`.
-    Iota,
-    /// `(micros: U32)`: holds the stream for that long (tests, benchmarks; 0 is a no-op op).
-    #[cfg(feature = "test-support")]
-    Delay,
+macro_rules! declare_builtin_op {
+    ($($hook:ident)?) => {
+        /// The built-in ops, the same on every backend. Arguments, in order:
+        #[uniffi::remote(Enum)]
+        pub enum BuiltinOp {
+            /// `(dst: Write)`: every byte zero.
+            MemsetZero,
+            /// `(dst: Write, value: U32)`.
+            FillU32,
+            /// `(dst: Write, value: I32)`.
+            FillI32,
+            /// `(dst: Write, value: F32)`.
+            FillF32,
+            /// `(src: Read, dst: Write)`, equal sizes.
+            Copy,
+            /// `(a: Read, b: Read, out: Write)` f32, equal sizes: out = a + b.
+            Add,
+            /// `(a: Read, b: Read, out: Write)` f32, equal sizes: out = a · b.
+            Mul,
+            /// `(x: Read, out: Write, alpha: F32)`: out = alpha · x.
+            Scale,
+            /// `(x: Read, y: ReadWrite, alpha: F32)`: y = alpha · x + y.
+            Axpy,
+            /// `(out: Write, start: U32)`: `out[i] = start + i`.
+            Iota,
+            $(
+                /// `(micros: U32)`: holds the stream for that long (tests, benchmarks; 0 is a no-op op).
+                $hook,
+            )?
+        }
+    };
 }
+
+#[cfg(feature = "test-support")]
+declare_builtin_op!(Delay);
+#[cfg(not(feature = "test-support"))]
+declare_builtin_op!();
 
 /// Source text of a kernel for one backend, and the function to launch.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
