@@ -1,4 +1,5 @@
-//! One op admitted through a single JNI call with only handles and integers.
+//! One op admitted through a single call with only handles and integers:
+//! a JNI entry for Kotlin, a C entry for Swift.
 //!
 //! `WeirStream::execute` takes its grid and argument list as a record and a
 //! sequence, which UniFFI passes as `RustBuffer`s. In Kotlin each of those is
@@ -15,9 +16,15 @@
 //! generated [`take_execute_refusal`], typed as every error is (a refusal may
 //! have published failed versions, which a second call would publish again).
 //! What this entry cannot take (a malformed encoding, a panic) admits
-//! nothing, and the binding makes the call the generated way. Swift needs none of this: it passes a
-//! `RustBuffer` as a plain C struct.
+//! nothing, and the binding makes the call the generated way.
+//!
+//! Swift passes a `RustBuffer` as a plain C struct, but its generated call
+//! still serialises the grid and the argument list into two of them (each
+//! allocated and freed by Rust), which Rust then parses: the Swift binding's
+//! built-in ops encode the op on the stack instead and call
+//! [`weir_ffi_execute_encoded`], the same admission through C.
 
+use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
 
 use crate::batch::{Reader, OP_EXECUTE};
@@ -57,7 +64,7 @@ impl WeirStream {
     /// Admits the execute op encoded in `bytes`, whose kernel slot 0 is
     /// `kernel` and whose buffer slots index `buffers`; an error of the core
     /// is kept for [`take_execute_refusal`].
-    fn admit_encoded(&self, kernel: &Kernel, bytes: &[u8], buffers: &[&Buffer]) -> Outcome {
+    fn admit_encoded<B: Deref<Target = Buffer>>(&self, kernel: &Kernel, bytes: &[u8], buffers: &[B]) -> Outcome {
         match self.decode_and_admit(kernel, bytes, buffers) {
             Ok(Ok(())) => Outcome::Admitted,
             Ok(Err(refused)) => {
@@ -69,7 +76,12 @@ impl WeirStream {
     }
 
     /// The core's answer to the op in `bytes`, or why it does not decode.
-    fn decode_and_admit(&self, kernel: &Kernel, bytes: &[u8], buffers: &[&Buffer]) -> Result<weir_core::Result<()>> {
+    fn decode_and_admit<B: Deref<Target = Buffer>>(
+        &self,
+        kernel: &Kernel,
+        bytes: &[u8],
+        buffers: &[B],
+    ) -> Result<weir_core::Result<()>> {
         let mut reader = Reader::new(bytes);
         let tag = reader.u8()?;
         if tag != OP_EXECUTE {
@@ -145,7 +157,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
         };
         let buffer = |handle| unsafe { borrowed::<Buffer>(handle) };
         match count {
-            0 => stream.admit_encoded(kernel, bytes, &[]),
+            0 => stream.admit_encoded::<&Buffer>(kernel, bytes, &[]),
             1 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0)]),
             2 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1)]),
             3 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1), buffer(buffer2)]),
@@ -155,6 +167,50 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
                 &[buffer(buffer0), buffer(buffer1), buffer(buffer2), buffer(buffer3)],
             ),
         }
+    }));
+    admitted.unwrap_or(Outcome::NotTaken) as i32
+}
+
+/// The Swift binding's entry (see the module docs): admits the execute op
+/// in the `len` bytes at `encoding` on `stream`, kernel slot 0 being
+/// `kernel` and buffer slots 0 to `count - 1` the handles at `buffers`.
+/// Returns as the JNI entry does: 1 admitted, 2 refused (its error waits
+/// for [`take_execute_refusal`]), 0 not taken (then the binding makes the
+/// generated call). Swift reaches a handle only by cloning it, so this
+/// entry takes the handles it is given (the stream's, the kernel's and
+/// every buffer's, at most four) and lets them go, whatever it answers.
+///
+/// # Safety
+///
+/// `stream`, `kernel` and the `count` handles at `buffers` are live UniFFI
+/// handles of a `WeirStream`, a `Kernel` and `Buffer`s, each handed over to
+/// this call (cloned for it); `encoding` points to `len` bytes that nothing
+/// writes during the call.
+#[no_mangle]
+pub unsafe extern "C" fn weir_ffi_execute_encoded(
+    stream: u64,
+    kernel: u64,
+    encoding: *const u8,
+    len: usize,
+    buffers: *const u64,
+    count: usize,
+) -> i32 {
+    let admitted = std::panic::catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller hands over live handles of these types (this
+        // function's contract): each is taken here once, and dropped below.
+        let (stream, kernel) = unsafe {
+            (
+                uniffi::Handle::from_raw_unchecked(stream).into_arc::<WeirStream>(),
+                uniffi::Handle::from_raw_unchecked(kernel).into_arc::<Kernel>(),
+            )
+        };
+        // SAFETY: `count` handles at `buffers`, handed over like the others.
+        let buffers: Vec<std::sync::Arc<Buffer>> = (0..count)
+            .map(|i| unsafe { uniffi::Handle::from_raw_unchecked(*buffers.add(i)).into_arc::<Buffer>() })
+            .collect();
+        // SAFETY: `len` bytes at `encoding` that nothing writes meanwhile (the contract).
+        let bytes = unsafe { std::slice::from_raw_parts(encoding, len) };
+        stream.admit_encoded(&kernel, bytes, &buffers)
     }));
     admitted.unwrap_or(Outcome::NotTaken) as i32
 }

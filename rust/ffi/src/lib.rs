@@ -10,11 +10,13 @@
 //!   [`DeviceInfo`], [`LaunchLimits`], [`Diagnostics`]) are plain data, converted field by field.
 //! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
 //!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
-//! - **One JNI entry** (`encoded.rs`): the Kotlin binding's `execute`
+//! - **One op by one call** (`encoded.rs`): the Kotlin binding's `execute`
 //!   encodes the op as one of a batch and admits it with
 //!   [`Java_dev_weir_NativeExecute_execute`], lending its handles, because a
 //!   JNA structure passed by value (a record, a sequence) and a JNA call per
-//!   handle cost several times the op.
+//!   handle cost several times the op; the Swift binding's built-in ops do
+//!   the same through the C entry [`weir_ffi_execute_encoded`], where the
+//!   generated call would serialise two `RustBuffer`s for Rust to parse.
 //! - **Bulk data** (`bulk.rs`) borrows the caller's memory for uploads and
 //!   hands reads back in a [`HostBytes`], with no `RustBuffer` in between.
 //! - **CPU kernels in Kotlin and Swift** (`host_kernel.rs`): a foreign
@@ -63,7 +65,7 @@ pub use blas::{Blas, Gemm};
 pub use buffer::Buffer;
 pub use bulk::{HostBytes, PendingRead};
 pub use cancel::CancelToken;
-pub use encoded::{take_execute_refusal, Java_dev_weir_NativeExecute_execute};
+pub use encoded::{take_execute_refusal, weir_ffi_execute_encoded, Java_dev_weir_NativeExecute_execute};
 #[cfg(feature = "test-support")]
 pub use error::debug_error_probe;
 pub use error::WeirError;

@@ -373,6 +373,52 @@ fn the_jni_entry_admits_an_encoded_op_as_execute_does_and_a_malformed_one_not_at
     runtime.shutdown().unwrap();
 }
 
+/// The C entry as the Swift binding calls it: `op` admitted on `stream`
+/// with `kernel` and `buffers`, each handle cloned and handed over.
+fn admit_by_c(stream: &Arc<WeirStream>, kernel: &Arc<Kernel>, op: &[u8], buffers: &[&Lent]) -> i32 {
+    let handed = |object: *const ()| object as usize as u64;
+    let lent: Vec<u64> = buffers.iter().map(|buffer| handed(Arc::into_raw(Arc::clone(buffer)).cast())).collect();
+    // SAFETY: each handle is an `Arc` pointer made for the call, as UniFFI
+    // makes them, which the entry takes; `op` is alive and not written meanwhile.
+    unsafe {
+        weir_ffi::weir_ffi_execute_encoded(
+            handed(Arc::into_raw(Arc::clone(stream)).cast()),
+            handed(Arc::into_raw(Arc::clone(kernel)).cast()),
+            op.as_ptr(),
+            op.len(),
+            lent.as_ptr(),
+            lent.len(),
+        )
+    }
+}
+
+#[test]
+fn the_c_entry_admits_refuses_or_leaves_an_encoded_op_and_lets_every_handle_go() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let x = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
+    let y = stream.upload(bytes(&[1.0, 1.0, 1.0, 1.0]), ElementType::F32).unwrap();
+    let small = stream.zeros(2, ElementType::F32).unwrap();
+    let axpy = Kernel::builtin(BuiltinOp::Axpy);
+    let counts =
+        || [Arc::strong_count(&stream), Arc::strong_count(&axpy), Arc::strong_count(&x), Arc::strong_count(&y)];
+    let held = counts();
+    let (read, read_write) = (0, 2);
+    let op = Ops::default().execute(0, &[(0, read), (1, read_write)], 2.0).0;
+    let before = runtime.diagnostics().admitted_ops;
+    assert_eq!(admit_by_c(&stream, &axpy, &op, &[&x, &y]), 1);
+    assert_eq!(runtime.diagnostics().admitted_ops - before, 1);
+    assert_eq!(floats(&stream.read_blocking(y.clone(), 0, None).unwrap()), [3.0, 5.0, 7.0, 9.0]);
+    // Not taken: a malformed op admits nothing and leaves no refusal.
+    assert_eq!(admit_by_c(&stream, &axpy, &op[..op.len() - 1], &[&x, &y]), 0);
+    assert!(weir_ffi::take_execute_refusal().is_ok());
+    // Refused by the core, once, with its typed error.
+    assert_eq!(admit_by_c(&stream, &axpy, &op, &[&x, &small]), 2, "sizes differ");
+    assert!(matches!(weir_ffi::take_execute_refusal(), Err(WeirError::InvalidArgument { .. })));
+    assert_eq!(counts(), held, "a handle handed over was kept or let go twice");
+    runtime.shutdown().unwrap();
+}
+
 #[test]
 fn read_host_hands_back_the_bytes_and_large_ones_are_freed_off_the_closing_thread() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();

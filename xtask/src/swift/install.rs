@@ -47,7 +47,9 @@ pub fn install(to: &Path, features: Option<&str>) -> Result<PathBuf> {
     }
     let dev = super::package();
     copy(&dev.join("install/Package.swift"), &staging.join("Package.swift"))?;
-    copy(&dev.join("Sources/WeirFFI/module.modulemap"), &staging.join("Sources/WeirFFI/module.modulemap"))?;
+    for file in ["module.modulemap", "encoded.h"] {
+        copy(&dev.join("Sources/WeirFFI").join(file), &staging.join("Sources/WeirFFI").join(file))?;
+    }
     copy(&generated.join("WeirFFI.h"), &staging.join("Sources/WeirFFI/generated/WeirFFI.h"))?;
     copy(&generated.join("Weir.swift"), &staging.join("Sources/Weir/Generated/Weir.swift"))?;
     for source in swift_files(&dev.join("Sources/Weir"))? {

@@ -35,14 +35,14 @@ public final class Batch {
         for arg in args {
             switch arg {
             case .buffer(let buffer, let access): putBuffer(buffer, access)
-            case .u32(let value): putScalar(Tag.u32, value)
-            case .i32(let value): putScalar(Tag.i32, UInt32(bitPattern: value))
-            case .f32(let value): putScalar(Tag.f32, value.bitPattern)
-            case .u64(let value): putWide(Tag.u64, value)
-            case .i64(let value): putWide(Tag.i64, UInt64(bitPattern: value))
-            case .f64(let value): putWide(Tag.f64, value.bitPattern)
+            case .u32(let value): putScalar(EncodedTag.u32, value)
+            case .i32(let value): putScalar(EncodedTag.i32, UInt32(bitPattern: value))
+            case .f32(let value): putScalar(EncodedTag.f32, value.bitPattern)
+            case .u64(let value): putWide(EncodedTag.u64, value)
+            case .i64(let value): putWide(EncodedTag.i64, UInt64(bitPattern: value))
+            case .f64(let value): putWide(EncodedTag.f64, value.bitPattern)
             case .bytes(let value):
-                encoded.append(Tag.bytes)
+                encoded.append(EncodedTag.bytes)
                 put(UInt32(value.count))
                 encoded.append(contentsOf: value)
             }
@@ -78,9 +78,9 @@ public final class Batch {
 
     /// The write op's tag, buffer slot, data type, element offset and byte length.
     private func beginWrite(_ buffer: Buffer, element: ElementType, offset: UInt64, bytes: Int) {
-        encoded.append(Tag.write)
+        encoded.append(EncodedTag.write)
         put(slot(of: buffer))
-        encoded.append(Tag.element(element))
+        encoded.append(EncodedTag.element(element))
         put(offset)
         put(UInt64(bytes))
     }
@@ -88,13 +88,13 @@ public final class Batch {
     // The built-in ops encode their arguments directly: no `[Arg]` per op.
 
     /// Every element of `buffer` (of `Float`) becomes `value`.
-    public func fill(_ buffer: Buffer, with value: Float) { fill(.fillF32, buffer, Tag.f32, value.bitPattern) }
+    public func fill(_ buffer: Buffer, with value: Float) { fill(.fillF32, buffer, EncodedTag.f32, value.bitPattern) }
 
     /// Every element of `buffer` (of `UInt32`) becomes `value`.
-    public func fill(_ buffer: Buffer, with value: UInt32) { fill(.fillU32, buffer, Tag.u32, value) }
+    public func fill(_ buffer: Buffer, with value: UInt32) { fill(.fillU32, buffer, EncodedTag.u32, value) }
 
     /// Every element of `buffer` (of `Int32`) becomes `value`.
-    public func fill(_ buffer: Buffer, with value: Int32) { fill(.fillI32, buffer, Tag.i32, UInt32(bitPattern: value)) }
+    public func fill(_ buffer: Buffer, with value: Int32) { fill(.fillI32, buffer, EncodedTag.i32, UInt32(bitPattern: value)) }
 
     /// Copies `source` into `destination` (one element type, equal sizes).
     public func copy(_ source: Buffer, to destination: Buffer) {
@@ -115,7 +115,7 @@ public final class Batch {
         builtin(.scale, arguments: 3)
         putBuffer(x, .read)
         putBuffer(out, .write)
-        putScalar(Tag.f32, alpha.bitPattern)
+        putScalar(EncodedTag.f32, alpha.bitPattern)
         count += 1
     }
 
@@ -124,12 +124,12 @@ public final class Batch {
         builtin(.axpy, arguments: 3)
         putBuffer(x, .read)
         putBuffer(y, .readWrite)
-        putScalar(Tag.f32, alpha.bitPattern)
+        putScalar(EncodedTag.f32, alpha.bitPattern)
         count += 1
     }
 
     /// `out[i] = start + i` over a `UInt32` buffer.
-    public func iota(_ out: Buffer, from start: UInt32 = 0) { fill(.iota, out, Tag.u32, start) }
+    public func iota(_ out: Buffer, from start: UInt32 = 0) { fill(.iota, out, EncodedTag.u32, start) }
 
     /// `op(dst: write, scalar)`: the fills and iota.
     private func fill(_ op: BuiltinOp, _ buffer: Buffer, _ tag: UInt8, _ bits: UInt32) {
@@ -157,23 +157,23 @@ public final class Batch {
 
     /// The op's tag, kernel slot, grid (nil: the default) and argument count.
     private func beginExecute(_ kernel: UInt32, grid: Grid?, arguments: Int) {
-        encoded.append(Tag.execute)
+        encoded.append(EncodedTag.execute)
         put(kernel)
         if let grid, grid != Batch.defaultGrid {
-            encoded.append(Tag.givenGrid)
+            encoded.append(EncodedTag.givenGrid)
             for field in [grid.groupsX, grid.groupsY, grid.groupsZ, grid.blockX, grid.blockY, grid.blockZ, grid.sharedBytes] {
                 put(field)
             }
         } else {
-            encoded.append(Tag.defaultGrid)
+            encoded.append(EncodedTag.defaultGrid)
         }
         put(UInt32(arguments))
     }
 
     private func putBuffer(_ buffer: Buffer, _ access: Access) {
-        encoded.append(Tag.buffer)
+        encoded.append(EncodedTag.buffer)
         put(slot(of: buffer))
-        encoded.append(Tag.access(access))
+        encoded.append(EncodedTag.access(access))
     }
 
     private func putScalar(_ tag: UInt8, _ bits: UInt32) {
@@ -221,8 +221,8 @@ public final class Batch {
     }
 }
 
-/// The tags of the batch encoding.
-private enum Tag {
+/// The tags of the batch encoding (weir-ffi's `batch.rs`), shared with `EncodedOp.swift`.
+enum EncodedTag {
     static let execute: UInt8 = 0
     static let write: UInt8 = 1
     static let defaultGrid: UInt8 = 0

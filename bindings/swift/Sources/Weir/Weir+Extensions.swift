@@ -207,7 +207,10 @@ extension Arg {
 /// is refused with `.invalidArgument` (a raw-bytes buffer goes with any).
 extension WeirStream {
     private func builtin(_ op: BuiltinOp, _ args: [Arg]) throws {
-        try execute(kernel: Builtins.kernel(op), grid: Grid(), args: args)
+        let kernel = Builtins.kernel(op)
+        // One C call where it takes the op (`EncodedOp.swift`), else the generated one.
+        if try admitEncoded(kernel, args) { return }
+        try execute(kernel: kernel, grid: Grid(), args: args)
     }
 
     /// Every element of `buffer` (of `Float`) becomes `value`.
