@@ -331,14 +331,31 @@ fn admit_by_jni(stream: &WeirStream, kernel: &Arc<Kernel>, op: &[u8], buffers: &
     }
 }
 
+/// What the encoded-op entries' tests admit: `y = alpha·x + y` over x and y,
+/// and a buffer too small to take part.
+struct Axpy {
+    runtime: Arc<WeirRuntime>,
+    stream: Arc<WeirStream>,
+    x: Lent,
+    y: Lent,
+    small: Lent,
+    axpy: Arc<Kernel>,
+}
+
+impl Axpy {
+    fn new() -> Axpy {
+        let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+        let stream = runtime.default_stream();
+        let x = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
+        let y = stream.upload(bytes(&[1.0, 1.0, 1.0, 1.0]), ElementType::F32).unwrap();
+        let small = stream.zeros(2, ElementType::F32).unwrap();
+        Axpy { runtime, stream, x, y, small, axpy: Kernel::builtin(BuiltinOp::Axpy) }
+    }
+}
+
 #[test]
 fn the_jni_entry_admits_an_encoded_op_as_execute_does_and_a_malformed_one_not_at_all() {
-    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
-    let stream = runtime.default_stream();
-    let x = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
-    let y = stream.upload(bytes(&[1.0, 1.0, 1.0, 1.0]), ElementType::F32).unwrap();
-    let small = stream.zeros(2, ElementType::F32).unwrap();
-    let axpy = Kernel::builtin(BuiltinOp::Axpy);
+    let Axpy { runtime, stream, x, y, small, axpy } = Axpy::new();
     let (read, read_write) = (0, 2);
     // y = 2x + y: buffer slot 0 is x, slot 1 is y.
     let op = Ops::default().execute(0, &[(0, read), (1, read_write)], 2.0).0;
@@ -394,12 +411,7 @@ fn admit_by_c(stream: &Arc<WeirStream>, kernel: &Arc<Kernel>, op: &[u8], buffers
 
 #[test]
 fn the_c_entry_admits_refuses_or_leaves_an_encoded_op_and_lets_every_handle_go() {
-    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
-    let stream = runtime.default_stream();
-    let x = stream.upload(bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32).unwrap();
-    let y = stream.upload(bytes(&[1.0, 1.0, 1.0, 1.0]), ElementType::F32).unwrap();
-    let small = stream.zeros(2, ElementType::F32).unwrap();
-    let axpy = Kernel::builtin(BuiltinOp::Axpy);
+    let Axpy { runtime, stream, x, y, small, axpy } = Axpy::new();
     let counts =
         || [Arc::strong_count(&stream), Arc::strong_count(&axpy), Arc::strong_count(&x), Arc::strong_count(&y)];
     let held = counts();
