@@ -52,3 +52,28 @@ fn threads_stay_bounded_by_the_cores_whatever_the_stream_churn() {
     }
     assert!(most <= bound, "{most} threads with CPU stream churn; at most {bound} expected (had {before})");
 }
+
+#[test]
+fn delayed_streams_hold_no_worker_so_others_run_meanwhile() {
+    let runtime = Runtime::open(BackendKind::Cpu).unwrap();
+    // More delayed streams than the pool has workers: a delay that slept on a
+    // worker would leave none for the stream below until the delays ended.
+    let cores = std::thread::available_parallelism().map_or(2, |cores| cores.get());
+    let delayed: Vec<_> = (0..2 * cores.max(2) + 1).map(|_| runtime.new_stream().unwrap()).collect();
+    let delays: Vec<_> = delayed
+        .iter()
+        .map(|stream| {
+            stream.delay(std::time::Duration::from_secs(3)).unwrap();
+            stream.fence().unwrap()
+        })
+        .collect();
+    let other = runtime.new_stream().unwrap();
+    let x = other.upload(&[1.0f32, 2.0]).unwrap();
+    let out = other.upload(&[0.0f32; 2]).unwrap();
+    other.scale(&x, 2.0, &out).unwrap();
+    assert_eq!(other.read_as::<f32>(&out).unwrap(), vec![2.0, 4.0]);
+    assert!(delays.iter().all(|fence| !fence.is_complete()), "the delays ended before the other stream ran");
+    for fence in &delays {
+        fence.wait().unwrap();
+    }
+}

@@ -543,6 +543,9 @@ impl Shared {
             }
             #[cfg(feature = "test-support")]
             Item::Until(flag) => flag.load(Ordering::Acquire),
+            // A zero delay holds nothing.
+            #[cfg(feature = "test-support")]
+            Item::Delay(duration) if duration.is_zero() => true,
             #[cfg(feature = "test-support")]
             Item::Delay(duration) => {
                 // Timed from here, where the lane gets to it.
