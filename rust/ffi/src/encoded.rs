@@ -178,7 +178,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
 /// for [`take_execute_refusal`]), 0 not taken (then the binding makes the
 /// generated call). Swift reaches a handle only by cloning it, so this
 /// entry takes the handles it is given (the stream's, the kernel's and
-/// every buffer's, at most four) and lets them go, whatever it answers.
+/// every buffer's) and lets them go, whatever it answers.
 ///
 /// # Safety
 ///

@@ -8,9 +8,9 @@ extension WeirStream {
     /// batch encoding (`Batch.swift`), the handles handed over. The generated
     /// `execute` serialises its grid and its argument list into two
     /// `RustBuffer`s instead, each allocated by a call into Rust and parsed
-    /// there. False where the entry does not take the op (more than four
-    /// buffers, or an encoding it cannot read): make the generated call then.
-    /// Throws the core's refusal, typed as every error is.
+    /// there. False where the entry does not take the op (an encoding it
+    /// cannot read): make the generated call then. Throws the core's
+    /// refusal, typed as every error is.
     func admitEncoded(_ kernel: Kernel, _ args: [Arg]) throws -> Bool {
         var buffers = 0
         // The op's tag, kernel slot, grid tag and argument count, then each argument.
@@ -23,7 +23,6 @@ extension WeirStream {
             case .bytes(let value): size += 5 + value.count
             }
         }
-        guard buffers <= 4 else { return false }
         let outcome = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: size) { bytes in
             withUnsafeTemporaryAllocation(of: UInt64.self, capacity: max(buffers, 1)) { handles in
                 var at = 0
