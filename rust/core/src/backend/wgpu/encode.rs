@@ -9,6 +9,8 @@ use std::sync::atomic::Ordering;
 #[cfg(feature = "test-support")]
 use std::time::Duration;
 
+use smallvec::SmallVec;
+
 use super::bind_groups::Windows;
 use super::builtin::{record_elementwise, record_patches, Operand};
 use super::device::Gpu;
@@ -279,7 +281,8 @@ pub(crate) fn record(gpu: &Gpu, recorder: &mut Recorder, command: &Op, plan: &Pl
             record_elementwise(gpu, recorder, plan, &[operand(x), operand(y)])
         }
         (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
-            let bindings: Vec<Binding<'_>> = args
+            // On the stack: a kernel binds a few buffers, and this runs per op.
+            let bindings: SmallVec<[Binding<'_>; 8]> = args
                 .iter()
                 .filter_map(|arg| match arg {
                     KernelArg::Buffer(span, _) => Some(Binding {

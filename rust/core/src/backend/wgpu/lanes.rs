@@ -118,7 +118,8 @@ pub(crate) struct Lane {
 impl Lane {
     fn flush(&mut self) {
         if !self.batch.is_empty() {
-            let batch = std::mem::take(&mut self.batch);
+            // Sized for a full batch: grown op by op, it would be copied four times.
+            let batch = std::mem::replace(&mut self.batch, Vec::with_capacity(BATCH_LIMIT));
             self.push(Item::Submit(batch));
         }
     }

@@ -59,7 +59,7 @@ use lanes::{Item, LaneId, Mark, Shared};
 pub use memory::WgpuMemory;
 use poll::Poller;
 pub use prepare::WgpuPrepared;
-use queued::Queued;
+use queued::{Queued, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
 use scope::scoped;
 pub use timestamps::WgpuTimestamp;
@@ -273,7 +273,7 @@ impl Backend for WgpuBackend {
         match recorded {
             Ok(Ok((commands, buffers))) => self
                 .shared
-                .record(stream.lane, Queued::Commands { commands, _buffers: buffers }, None)
+                .record(stream.lane, Queued::Commands(Box::new(Recorded { commands, _buffers: buffers })), None)
                 .map_err(|error| match error {
                     EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
                 }),

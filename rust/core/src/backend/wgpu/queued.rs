@@ -44,14 +44,18 @@ pub(crate) struct QueuedOp {
 }
 
 /// What a lane holds between admission and submission, in lane order.
+/// Both kinds are boxed: a lane's batch of them then stays below the size
+/// at which glibc's allocator consolidates its free lists on every batch.
 pub(crate) enum Queued {
     Op(Box<QueuedOp>),
-    /// Recorded already (an external write, a timestamp), with the buffers
-    /// it holds until it is submitted.
-    Commands {
-        commands: wgpu::CommandBuffer,
-        _buffers: Vec<Held>,
-    },
+    Commands(Box<Recorded>),
+}
+
+/// Recorded already (an external write, a timestamp).
+pub(crate) struct Recorded {
+    pub commands: wgpu::CommandBuffer,
+    /// The buffers it uses, held until it is submitted.
+    pub _buffers: Vec<Held>,
 }
 
 impl QueuedOp {
@@ -77,7 +81,7 @@ impl QueuedOp {
 
     /// The op failed (as recorded, or through an input): its versions, its
     /// read-back and the lane's next fence say so.
-    fn fail(self, error: Error, tally: &FailureTally) {
+    fn fail(self: Box<Self>, error: Error, tally: &FailureTally) {
         self.io.fail(error.clone(), tally);
         if let Some(copy_failed) = &self.copy_failed {
             let _ = copy_failed.set(error);
@@ -112,19 +116,19 @@ type Origin = (u32, Arc<FailureTally>);
 pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Vec<wgpu::CommandBuffer> {
     let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
     let mut recorded = Vec::new();
-    // Sized once: a queued op is large, and a batch holds dozens.
+    // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
     let mut ops = Vec::with_capacity(runs.iter().map(|(_, _, run)| run.len()).sum());
     for (stream, tally, run) in runs {
         let origin = origins.len();
         origins.push((stream, tally));
         for queued in run {
             match queued {
-                Queued::Op(op) => ops.push((origin, *op)),
+                Queued::Op(op) => ops.push((origin, op)),
                 // Its buffers' slots may go now: whatever takes them next is
                 // submitted after this, under the same lanes lock.
-                Queued::Commands { commands, .. } => {
+                Queued::Commands(done) => {
                     record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
-                    recorded.push(commands);
+                    recorded.push(done.commands);
                 }
             }
         }
@@ -137,11 +141,11 @@ pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queu
 fn record_together(
     gpu: &Gpu,
     origins: &[Origin],
-    ops: Vec<(usize, QueuedOp)>,
+    ops: Vec<(usize, Box<QueuedOp>)>,
     recorded: &mut Vec<wgpu::CommandBuffer>,
 ) {
     // An op whose input failed since it was admitted does not run.
-    let skip = |(origin, op): (usize, QueuedOp)| {
+    let skip = |(origin, op): (usize, Box<QueuedOp>)| {
         let (stream, tally) = &origins[origin];
         match op.io.failed_input(*stream) {
             Some(error) => {
@@ -151,7 +155,7 @@ fn record_together(
             None => Some((origin, op)),
         }
     };
-    let ops: Vec<(usize, QueuedOp)> = ops.into_iter().filter_map(skip).collect();
+    let ops: Vec<(usize, Box<QueuedOp>)> = ops.into_iter().filter_map(skip).collect();
     if ops.is_empty() {
         return;
     }

@@ -5,24 +5,16 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 use crate::device::BackendKind;
 use crate::error::Error;
 
 pub(crate) const BACKEND: BackendKind = BackendKind::Wgpu;
 
-struct NoWake;
-
-impl Wake for NoWake {
-    fn wake(self: Arc<Self>) {}
-}
-
 /// The output of a future that is ready on first poll, or `None`.
 pub(crate) fn ready<F: Future>(future: F) -> Option<F::Output> {
-    let waker = Waker::from(Arc::new(NoWake));
-    match pin!(future).poll(&mut Context::from_waker(&waker)) {
+    match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(output) => Some(output),
         Poll::Pending => None,
     }

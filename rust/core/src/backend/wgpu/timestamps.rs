@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use super::device::Gpu;
 use super::lanes::{LaneId, Shared};
-use super::queued::Queued;
+use super::queued::{Queued, Recorded};
 use super::readback::Readback;
 use super::scope::{scoped, BACKEND};
 use crate::backend::{DeviceTimestamp, EnqueueError, HostSink};
@@ -108,11 +108,11 @@ pub(crate) fn enqueue(
     let (commands, staging) = recorded.map_err(|failure| failure.on_stream(number))?;
     let sink = HostSink::new(completion);
     let readback = Readback::new(staging, 0, size as usize, sink.clone());
-    shared.record(lane, Queued::Commands { commands, _buffers: Vec::new() }, Some(readback)).map_err(|error| {
-        match error {
+    shared
+        .record(lane, Queued::Commands(Box::new(Recorded { commands, _buffers: Vec::new() })), Some(readback))
+        .map_err(|error| match error {
             EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
-        }
-    })?;
+        })?;
     gpu.counters.live_events.fetch_add(1, Ordering::SeqCst);
     Ok(WgpuTimestamp { sink, ticks: Mutex::new(None), period: gpu.timestamp_period, counters: gpu.counters.clone() })
 }
