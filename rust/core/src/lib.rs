@@ -97,10 +97,13 @@
 //!                          wgpu  logical streams (lanes) on the one queue, a poll thread
 //!                          gpu   an issuing thread per device, a waiter per stream,
 //!                                generic over the device layer's `Driver`
-//!                        written once for all three: the spin policy of every
-//!                        thread that waits for a device (backend/spin.rs), the
-//!                        failure tally, the counters, and (test support) gates,
-//!                        which delays on the host engines are too (backend/timer.rs)
+//!                        written once for all three: the failure tally, the
+//!                        counters, and (test support) gates, which delays on the
+//!                        host engines are too (backend/timer.rs)
+//!             completion the cell behind fences and reads, the delivery thread
+//!                        where wakers run, and the one spin rule of every wait
+//!                        (completion/spin.rs): a device's waiter thread, and an
+//!                        awaited stream fence while the stream's waits are short
 //! weir-device the device layer (rust/device): device calls only, unsafe where
 //!             the driver is, no scheduling meaning; the errors, kinds, element
 //!             types and launch shapes every layer shares

@@ -1,6 +1,7 @@
 //! Opening a runtime: one device on one backend.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
@@ -33,7 +34,23 @@ fn engine<B: Backend>(backend: B, options: &RuntimeOptions) -> Result<Arc<dyn En
     let fault = options.fault;
     #[cfg(not(feature = "test-support"))]
     let fault = None;
-    Ok(Arc::new(Scheduler::new(backend, options.queue_limit, fault)?))
+    let fence_spin = fence_spin(backend.kind(), options);
+    Ok(Arc::new(Scheduler::new(backend, options.queue_limit, fence_spin, fault)?))
+}
+
+/// The most a stream fence's wait spins on its own thread (see [`crate::Fence`]).
+const FENCE_SPIN_MOST: Duration = Duration::from_micros(100);
+
+/// How long a stream fence's wait may spin before it parks: up to the
+/// builder's `spin`, at most [`FENCE_SPIN_MOST`]; never on a CPU backend
+/// with one core, where the spinning thread would hold the core that the
+/// awaited work needs.
+fn fence_spin(kind: BackendKind, options: &RuntimeOptions) -> Duration {
+    let one_core = std::thread::available_parallelism().is_ok_and(|cores| cores.get() == 1);
+    if kind == BackendKind::Cpu && one_core {
+        return Duration::ZERO;
+    }
+    options.spin.min(FENCE_SPIN_MOST)
 }
 
 /// The device `options.device` of `kind`: a CUDA or HIP ordinal, a wgpu

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use crate::backend::Gate;
 use crate::backend::{Command, HostSink, RawAccess, Span};
 use crate::buffer::Buffer;
+use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::element::{Element, ElementType};
 use crate::error::{Error, Result};
@@ -40,6 +41,9 @@ pub struct Stream {
 struct StreamHandle {
     engine: Arc<dyn Engine>,
     index: usize,
+    /// How long this handle's fence waits took lately: how long the next
+    /// one watches its fence before it parks (see [`Fence`]).
+    waits: SpinPolicy,
     /// Set on the stream a [`Stream::batch`] or [`Stream::record`] closure
     /// gets: its ops are collected here instead of admitted. It holds the
     /// real stream, which it does not retire.
@@ -78,7 +82,8 @@ impl std::fmt::Debug for Stream {
 
 impl Stream {
     pub(crate) fn new(engine: Arc<dyn Engine>, index: usize) -> Self {
-        Stream { handle: Arc::new(StreamHandle { engine, index, recording: None }), when_full: WhenFull::Wait }
+        let waits = SpinPolicy::new(engine.fence_spin());
+        Stream { handle: Arc::new(StreamHandle { engine, index, waits, recording: None }), when_full: WhenFull::Wait }
     }
 
     /// The ops `record` makes on the stream it is given, collected, not
@@ -93,6 +98,7 @@ impl Stream {
             handle: Arc::new(StreamHandle {
                 engine: self.handle.engine.clone(),
                 index: self.handle.index,
+                waits: self.handle.waits.clone(),
                 recording: Some(recording),
             }),
             when_full: self.when_full,
@@ -457,7 +463,8 @@ impl Stream {
     /// A fence on all work admitted on this stream so far.
     pub fn fence(&self) -> Result<Fence> {
         self.admitting()?;
-        Ok(Fence::new(self.engine().fence(Some(self.handle.index))?, self.engine().clone(), Some(self.handle.index)))
+        let completion = self.engine().fence(Some(self.handle.index))?;
+        Ok(Fence::new(completion, self.engine().clone(), Some(self.handle.index)).watched(&self.handle.waits))
     }
 
     /// True when all work admitted on this stream so far is done and no
@@ -473,6 +480,13 @@ impl Stream {
     /// Waits, without blocking a thread, for all work admitted on this stream so far.
     pub async fn sync(&self) -> Result<()> {
         self.fence()?.await
+    }
+
+    /// True while this handle's recent fence waits were short enough that a
+    /// wait watches its fence before it parks (see [`Fence`]). For bindings,
+    /// which then check for a quick end before they suspend.
+    pub fn waits_are_short(&self) -> bool {
+        self.handle.waits.is_quick()
     }
 
     /// Admits a write by foreign code: [`Stream::external`] with every

@@ -50,7 +50,6 @@ mod group;
 mod host_kernel;
 mod kernel;
 mod lock;
-mod quick_wait;
 mod records;
 mod runtime;
 mod stream;

@@ -11,7 +11,6 @@ use crate::error::{Result, WeirError};
 use crate::fence::Fence;
 use crate::kernel::Kernel;
 use crate::lock::lock;
-use crate::quick_wait::{QuickWaits, Timed};
 use crate::records::{Arg, ElementType, Grid};
 use crate::timestamp::Timestamp;
 
@@ -32,7 +31,6 @@ use crate::timestamp::Timestamp;
 #[derive(Debug, uniffi::Object)]
 pub struct WeirStream {
     inner: weir_core::Stream,
-    waits: QuickWaits,
     /// The fence a `sync_quickly` made and left unfinished: the next wait
     /// waits for it too, so that what it reports reaches someone.
     unfinished: Mutex<Option<weir_core::Fence>>,
@@ -40,7 +38,7 @@ pub struct WeirStream {
 
 impl WeirStream {
     pub(crate) fn new(inner: weir_core::Stream) -> Self {
-        WeirStream { inner, waits: QuickWaits::default(), unfinished: Mutex::new(None) }
+        WeirStream { inner, unfinished: Mutex::new(None) }
     }
 
     pub(crate) fn core(&self) -> &weir_core::Stream {
@@ -53,20 +51,20 @@ impl WeirStream {
         Ok(self.inner.execute(kernel.core(), grid, &args)?)
     }
 
-    /// A wait on everything admitted on this stream so far, holding no fence handle.
-    /// Where this stream's recent waits were quick, it first watches the
-    /// fence for a bounded time on the calling thread (see [`QuickWaits`]).
-    fn completion(&self) -> Result<Timed<Waits>> {
+    /// A wait on everything admitted on this stream so far, holding no fence
+    /// handle. Where this stream's recent waits were short, its first poll
+    /// watches the fence for a moment on the polling thread (see
+    /// [`weir_core::Fence`]): a Kotlin or Swift wait that ends then
+    /// resumes without a suspension and a wake-up from another thread.
+    fn completion(&self) -> Result<Waits> {
         let fence = self.inner.fence()?;
         // After the new fence: one made at the same place is the same fence.
         let earlier = lock(&self.unfinished).take();
-        let both = || fence.is_complete() && earlier.as_ref().is_none_or(weir_core::Fence::is_complete);
-        let waits = Waits {
+        Ok(Waits {
             earlier: earlier.as_ref().map(weir_core::Fence::wait_async),
             earlier_failure: None,
             last: fence.wait_async(),
-        };
-        Ok(self.waits.settle(both, waits))
+        })
     }
 
     /// Admits a read of `length` elements of `buffer` from element `offset`
@@ -246,7 +244,8 @@ impl WeirStream {
     /// return at once. When it is not yet but the stream's recent waits were
     /// quick, it makes the fence `sync()` would make (on wgpu this submits
     /// the queued ops) and watches it for a short, bounded time on the
-    /// calling thread (at most twice their moving average, 100 µs at most).
+    /// calling thread (as every stream fence's wait does: about as long as
+    /// the recent waits took, 100 µs at most; see `weir_core::Fence`).
     /// A failure the fence completed with is thrown as `sync()` would throw
     /// it. False if the work is not done by then (or the stream is behind
     /// long work): the next wait on this handle then waits for that fence
@@ -264,16 +263,14 @@ impl WeirStream {
         if self.inner.is_synced() {
             return Ok(true);
         }
-        if !self.waits.is_quick() {
+        if !self.inner.waits_are_short() {
             return Ok(false);
         }
         let fence = self.inner.fence()?;
-        let mut wait = self.waits.settle(|| fence.is_complete(), fence.wait_async());
-        if fence.is_complete() {
-            // Complete, so ready at once; polled so that its time is learnt.
-            if let Poll::Ready(outcome) = Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
-                return outcome.map(|()| true).map_err(WeirError::from);
-            }
+        // The first poll watches the fence (the stream's waits are short).
+        let mut wait = fence.wait_async();
+        if let Poll::Ready(outcome) = Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
+            return outcome.map(|()| true).map_err(WeirError::from);
         }
         *lock(&self.unfinished) = Some(fence);
         Ok(false)

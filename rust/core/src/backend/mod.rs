@@ -36,8 +36,6 @@ pub mod cuda;
 pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
-#[cfg(any(feature = "cuda", feature = "hip", feature = "wgpu", test))]
-mod spin;
 #[cfg(feature = "test-support")]
 mod timer;
 #[cfg(feature = "wgpu")]

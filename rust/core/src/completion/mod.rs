@@ -9,6 +9,7 @@
 
 mod cell;
 mod delivery;
+pub(crate) mod spin;
 
 /// The synchronisation primitives the cell is built on (`loom`'s in the model check).
 mod sync {
@@ -17,8 +18,9 @@ mod sync {
 }
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use cell::{Cell, Registration};
 pub(crate) use delivery::{deliver, flush as flush_deliveries, on_delivery_thread, release};
@@ -34,6 +36,9 @@ use crate::error::{Failures, Result};
 pub struct Completion {
     cell: Cell<Outcome>,
     counters: Arc<LiveCounters>,
+    /// When the last part completed: what a wait that learns how long its
+    /// stream's work takes counts to, not when its thread was woken.
+    finished_at: OnceLock<Instant>,
 }
 
 /// The parts' outcome so far.
@@ -73,7 +78,11 @@ pub(crate) fn on_blocking_waits(hook: fn(bool)) {
 impl Completion {
     /// A completion that finishes after `parts` calls to [`Completion::complete`].
     pub(crate) fn new(parts: usize, counters: Arc<LiveCounters>) -> Arc<Self> {
-        Arc::new(Completion { cell: Cell::new(parts, Ok(()), first_error_counting_all), counters })
+        Arc::new(Completion {
+            cell: Cell::new(parts, Ok(()), first_error_counting_all),
+            counters,
+            finished_at: OnceLock::new(),
+        })
     }
 
     /// A completion that is already finished with `outcome`.
@@ -94,6 +103,7 @@ impl Completion {
     /// fence's report of failed ops: their count adds to the other parts'.
     pub(crate) fn report(&self, outcome: Outcome) {
         if let Some(finished) = self.cell.complete(outcome) {
+            let _ = self.finished_at.set(Instant::now());
             if !finished.is_empty() {
                 delivery::deliver(move || finished.run());
             }
@@ -104,8 +114,15 @@ impl Completion {
     /// which must hold no Weir lock and owe Weir no progress (a user's thread).
     pub(crate) fn complete_here(&self, outcome: Result<()>) {
         if let Some(finished) = self.cell.complete(outcome.map_err(Failures::from)) {
+            let _ = self.finished_at.set(Instant::now());
             finished.run();
         }
+    }
+
+    /// How long after `start` the last part completed (zero if before it);
+    /// `None` while parts are missing.
+    pub(crate) fn finished_since(&self, start: Instant) -> Option<Duration> {
+        self.finished_at.get().map(|at| at.saturating_duration_since(start))
     }
 
     /// True once every part completed. Never blocks.

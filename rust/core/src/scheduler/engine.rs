@@ -2,6 +2,7 @@
 //! [`Engine`] trait, which the scheduler implements (in `engine_impl`).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::{BufferKey, CommunicatorSlot, PartKeys, Recording};
 #[cfg(feature = "test-support")]
@@ -33,6 +34,8 @@ pub(crate) trait Engine: Send + Sync {
     fn info(&self) -> DeviceInfo;
     fn kernel_language(&self) -> KernelLanguage;
     fn live(&self) -> &Arc<LiveCounters>;
+    /// How long a stream fence's wait may spin before it parks (see [`crate::Fence`]).
+    fn fence_spin(&self) -> Duration;
     fn new_stream(&self) -> Result<usize>;
     /// The last handle of `stream` went: retire it once its work is done.
     fn retire_stream(&self, stream: usize);

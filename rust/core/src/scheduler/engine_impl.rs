@@ -3,6 +3,7 @@
 //! `external`, `lifecycle`, `peer` and `collective` for the work behind it).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use super::state::BufferEntry;
 use super::streams::StreamSlot;
@@ -30,6 +31,10 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()
+    }
+
+    fn fence_spin(&self) -> Duration {
+        self.fence_spin
     }
 
     fn kernel_language(&self) -> KernelLanguage {

@@ -4,6 +4,7 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::external::EXTERNAL_WRITER;
 use super::streams::StreamSlot;
@@ -91,6 +92,8 @@ impl<B: Backend> State<B> {
 pub(crate) struct Scheduler<B: Backend> {
     pub(super) backend: Arc<B>,
     pub(super) info: DeviceInfo,
+    /// How long a stream fence's wait may spin before it parks.
+    pub(super) fence_spin: Duration,
     pub(super) live: Arc<LiveCounters>,
     pub(super) inserted_waits: AtomicU64,
     pub(super) admitted_ops: AtomicU64,
@@ -106,7 +109,7 @@ pub(crate) struct Scheduler<B: Backend> {
 }
 
 impl<B: Backend> Scheduler<B> {
-    pub fn new(backend: B, queue_limit: QueueLimit, fault: Option<Fault>) -> Result<Self> {
+    pub fn new(backend: B, queue_limit: QueueLimit, fence_spin: Duration, fault: Option<Fault>) -> Result<Self> {
         #[cfg(not(feature = "test-support"))]
         let _ = fault;
         let default_stream = backend.create_stream(0)?;
@@ -120,6 +123,7 @@ impl<B: Backend> Scheduler<B> {
         });
         Ok(Scheduler {
             info,
+            fence_spin,
             backend,
             live: Arc::new(LiveCounters::default()),
             inserted_waits: AtomicU64::new(0),

@@ -34,8 +34,8 @@ use std::time::Instant;
 
 use super::device::Device;
 use super::owners::GpuEvent;
-use crate::backend::spin::SpinPolicy;
 use crate::backend::FailureTally;
+use crate::completion::spin::SpinPolicy;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;

@@ -2,7 +2,7 @@
 //!
 //! It waits on the device only while a fence or a map request is registered
 //! and parks on a condvar otherwise: no future ever polls the device from its
-//! own `poll`. By the spin policy ([`crate::backend::spin`]), it polls
+//! own `poll`. By the spin policy ([`crate::completion::spin`]), it polls
 //! without blocking for up to the spin budget first (a blocking
 //! `device.poll(Wait)` wakes it hundreds of microseconds after the device
 //! got there on some drivers), then blocks in `device.poll(Wait)`. Completion callbacks run on this long-lived thread,
@@ -21,7 +21,7 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use super::scope::BACKEND;
-use crate::backend::spin::SpinPolicy;
+use crate::completion::spin::SpinPolicy;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 

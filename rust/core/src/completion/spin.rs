@@ -1,14 +1,22 @@
-//! The one rule for a thread that waits for the device: spin first, or block.
+//! The one rule for a thread that waits: spin first, or block.
 //!
-//! A blocking wait wakes its thread well after the device got there (some
-//! 20 µs for a CUDA blocking-sync event, hundreds for some Vulkan drivers'
-//! `poll(Wait)`); a query loop sees it at once, at the cost of a core. So a
-//! waiter spins, for at most the budget per wait, while its recent waits
-//! ended within the budget (a moving average of the last few), and blocks at
-//! once behind long work, where spinning would only burn a core. Blocking
-//! waits are timed too, so spinning comes back as soon as waits are short
-//! again. The CUDA and HIP stream waiters and the wgpu poll thread wait by
-//! this rule; the budget is the builder's `spin`.
+//! A blocking wait wakes its thread well after the awaited thing happened
+//! (some 20 µs for a CUDA blocking-sync event, hundreds for some Vulkan
+//! drivers' `poll(Wait)`, 5–50 µs for a parked thread); a loop that checks
+//! sees it at once, at the cost of a core. So a waiter spins, for at most
+//! the budget per wait, while its recent waits ended within the budget (a
+//! moving average of the last few), and blocks at once behind long work,
+//! where spinning would only burn a core. Blocking waits are timed too, so
+//! spinning comes back as soon as waits are short again.
+//!
+//! Who waits by it:
+//! - the CUDA and HIP stream waiters and the wgpu poll thread, for the
+//!   device ([`SpinPolicy::spin`]; the budget is the builder's `spin`);
+//! - a stream's fence, awaited or waited for on a GPU backend
+//!   ([`SpinPolicy::spin_as_recent`], see [`crate::Fence`]): it watches the
+//!   fence about as long as the stream's recent waits took, so an app that
+//!   waits for one small op after another sees each end on its own thread,
+//!   not through a wake-up from another.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -57,9 +65,34 @@ impl SpinPolicy {
         }
     }
 
+    /// Runs `done` again and again, if recent waits were quick, until it is
+    /// true or about as long as they took has passed since `start` (twice
+    /// their average and 5 µs more, within the budget); its last answer.
+    pub fn spin_as_recent(&self, start: Instant, done: impl Fn() -> bool) -> bool {
+        if !self.is_quick() {
+            return done();
+        }
+        let recent = Duration::from_nanos(self.recent.load(Ordering::Relaxed));
+        let bound = (recent * 2 + Duration::from_micros(5)).min(self.budget);
+        loop {
+            if done() {
+                return true;
+            }
+            if start.elapsed() >= bound {
+                return false;
+            }
+            std::hint::spin_loop();
+        }
+    }
+
     /// A wait that began at `start` ended now, spun or blocked.
     pub fn learn(&self, start: Instant) {
-        let took = u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        self.learn_took(start.elapsed());
+    }
+
+    /// A wait took `took`, spun or blocked.
+    pub fn learn_took(&self, took: Duration) {
+        let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         let recent = self.recent.load(Ordering::Relaxed);
         self.recent.store(recent.saturating_mul(3).saturating_add(took) / 4, Ordering::Relaxed);
     }
@@ -107,6 +140,26 @@ mod tests {
         let never = SpinPolicy::new(Duration::ZERO);
         assert!(!never.is_quick());
         assert_eq!(never.spin(Instant::now(), || Some(())), None);
+    }
+
+    #[test]
+    fn a_spin_as_recent_lasts_about_as_long_as_recent_waits() {
+        let policy = SpinPolicy::new(Duration::from_millis(50));
+        for _ in 0..16 {
+            waited(&policy, Duration::from_millis(1));
+        }
+        let start = Instant::now();
+        assert!(!policy.spin_as_recent(start, || false));
+        let spun = start.elapsed();
+        assert!(spun >= Duration::from_micros(1500), "spun {spun:?}: about twice the recent waits");
+        assert!(spun < Duration::from_millis(40), "spun {spun:?}: not the whole budget");
+        assert!(policy.spin_as_recent(Instant::now(), || true));
+        for _ in 0..4 {
+            waited(&policy, Duration::from_millis(500));
+        }
+        let start = Instant::now();
+        assert!(!policy.spin_as_recent(start, || false));
+        assert!(start.elapsed() < Duration::from_millis(1), "behind long waits it does not spin");
     }
 
     #[test]
