@@ -67,6 +67,16 @@ impl HostBuffer {
             .map_err(|error| Error::invalid(format!("{} host bytes as {}: {error}", self.len(), T::TYPE.name())))
     }
 
+    /// `staging`, a new buffer of `bytes.len()` bytes, holding a copy of `bytes`.
+    pub(crate) fn filled(mut staging: HostBuffer, bytes: &[u8]) -> crate::Result<HostBuffer> {
+        // A new buffer has one handle, so it is writable.
+        match staging.get_mut() {
+            Some(into) if into.len() == bytes.len() => into.copy_from_slice(bytes),
+            _ => return Err(crate::Error::invalid("a staging buffer to fill must be new and of its bytes' size")),
+        }
+        Ok(staging)
+    }
+
     /// The bytes for writing, while this is the buffer's only handle and no
     /// copy holds it; `None` otherwise.
     pub fn get_mut(&mut self) -> Option<&mut [u8]> {

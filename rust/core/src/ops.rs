@@ -261,7 +261,11 @@ pub(crate) fn custom(
     grid: crate::kernel::Grid,
     args: &[Arg<'_>],
 ) -> Result<Command<BufferKey>> {
-    let language = engine.kernel_language();
+    let backend = engine.kind();
+    // A runtime is always of a concrete backend.
+    let Some(language) = backend.kernel_language() else {
+        return Err(Error::invalid(format!("kernel {}: a runtime of {backend} runs no kernels", kernel.name)));
+    };
     let has_source = match language {
         KernelLanguage::Rust => kernel.cpu.is_some(),
         KernelLanguage::Wgsl => kernel.wgsl.is_some(),
@@ -269,7 +273,6 @@ pub(crate) fn custom(
         KernelLanguage::HipC => kernel.hip.is_some(),
     };
     if !has_source {
-        let backend = engine.kind();
         let wanted = match language {
             KernelLanguage::Rust => "a Rust closure (the CPU backend runs no kernel source)",
             KernelLanguage::Wgsl => "a WGSL source",

@@ -34,7 +34,7 @@ fn engine<B: Backend>(backend: B, options: &RuntimeOptions) -> Result<Arc<dyn En
     let fault = options.fault;
     #[cfg(not(feature = "test-support"))]
     let fault = None;
-    let fence_spin = fence_spin(backend.kind(), options);
+    let fence_spin = fence_spin(B::KIND, options);
     Ok(Arc::new(Scheduler::new(backend, options.queue_limit, fence_spin, fault)?))
 }
 

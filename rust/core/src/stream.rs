@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Command, HostSink, RawAccess, Span};
+use crate::backend::{Command, HostSink, RawAccess, Span, UploadFrom};
 use crate::buffer::Buffer;
 use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
@@ -378,7 +378,7 @@ impl Stream {
             }),
             None => {
                 self.make_room()?;
-                self.engine().submit_upload(self.handle.index, dst, bytes)
+                self.engine().submit_upload(self.handle.index, dst, UploadFrom::Bytes(bytes))
             }
         }
     }
@@ -399,7 +399,7 @@ impl Stream {
             }),
             None => {
                 self.make_room()?;
-                self.engine().submit_host_upload(self.handle.index, dst, host)
+                self.engine().submit_upload(self.handle.index, dst, UploadFrom::Host(host))
             }
         }
     }

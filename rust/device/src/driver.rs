@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use crate::error::{DriverStatus, Error, Result};
-use crate::info::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::info::{BackendKind, DeviceInfo};
 use crate::launch::Grid;
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
@@ -112,9 +112,8 @@ pub trait Driver: Send + Sync + Sized + 'static {
     type Module: Copy + Send + Sync;
     type Function: Copy + Send + Sync;
 
+    /// Which backend it is (and so its kernels' language, [`BackendKind::kernel_language`]).
     const KIND: BackendKind;
-    /// The language its custom kernels are written in.
-    const LANGUAGE: KernelLanguage;
 
     /// The device this driver is bound to.
     fn info(&self) -> DeviceInfo;

@@ -13,7 +13,7 @@ use std::time::Duration;
 use crate::driver::*;
 use crate::enqueue::EnqueueError;
 use crate::error::{Error, Result};
-use crate::info::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::info::{BackendKind, DeviceInfo};
 use crate::lock::lock;
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
@@ -208,7 +208,6 @@ impl Driver for Fake {
     type Function = u64;
 
     const KIND: BackendKind = BackendKind::Cuda;
-    const LANGUAGE: KernelLanguage = KernelLanguage::CudaC;
 
     fn info(&self) -> DeviceInfo {
         DeviceInfo {

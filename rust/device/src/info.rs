@@ -15,6 +15,17 @@ pub enum BackendKind {
 }
 
 impl BackendKind {
+    /// The language custom kernels are given in on this backend (none for `Auto`).
+    pub fn kernel_language(self) -> Option<KernelLanguage> {
+        match self {
+            BackendKind::Auto => None,
+            BackendKind::Cpu => Some(KernelLanguage::Rust),
+            BackendKind::Wgpu => Some(KernelLanguage::Wgsl),
+            BackendKind::Cuda => Some(KernelLanguage::CudaC),
+            BackendKind::Hip => Some(KernelLanguage::HipC),
+        }
+    }
+
     /// Every concrete backend, best first.
     pub const CONCRETE: [BackendKind; 4] = [BackendKind::Cuda, BackendKind::Hip, BackendKind::Wgpu, BackendKind::Cpu];
 

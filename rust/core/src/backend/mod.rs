@@ -46,7 +46,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use crate::completion::Completion;
-pub use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+pub use crate::device::{BackendKind, DeviceInfo};
 pub use crate::diagnostics::BackendCounters;
 pub(crate) use crate::diagnostics::Counters;
 use crate::error::{Error, Failures, Result};
@@ -499,11 +499,9 @@ pub trait Backend: Send + Sync + Sized + 'static {
     type Communicator: Send + Sync + 'static;
 
     /// Which backend this is.
-    fn kind(&self) -> BackendKind;
+    const KIND: BackendKind;
     /// The device this backend drives.
     fn info(&self) -> DeviceInfo;
-    /// The language custom kernels are given in for this backend.
-    fn kernel_language(&self) -> KernelLanguage;
     /// True when one instance's stream can copy from another instance's
     /// memory and wait for its events (the devices of a group): host memory
     /// on the CPU, device pointers and events across contexts on CUDA.
@@ -519,32 +517,21 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Called before the ordering boundary is taken, from any thread; an error
     /// refuses the command (nothing is admitted).
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Self::Prepared>;
-    /// An upload of `bytes` into `dst`, prepared: by default an owned copy,
-    /// prepared as any command. A backend whose `prepare` stages host bytes
-    /// stages these at once instead, so the caller's bytes are copied once.
-    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, Self::Prepared)> {
-        let command = Command::Upload { dst, data: bytes.to_vec() };
+    /// An upload into `dst` from `from`, prepared: by default an owned copy
+    /// of its bytes, prepared as any command. A backend whose `prepare`
+    /// stages host bytes stages these at once instead, so the caller's bytes
+    /// are copied once; one that page-locks host memory copies from a
+    /// [`UploadFrom::Host`] it locked directly, holding a clone of it until
+    /// the copy is done.
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, Self::Prepared)> {
+        let command = Command::Upload { dst, data: from.bytes().to_vec() };
         let prepared = self.prepare(&command)?;
         Ok((command, prepared))
     }
-    /// An upload of `host` into `dst`, prepared: a backend that page-locks
-    /// host memory copies from `host` directly when it locked it, and holds
-    /// a clone until the copy is done; by default, as any upload.
-    fn prepare_host_upload<R: PartialEq>(
-        &self,
-        dst: Span<R>,
-        host: &HostBuffer,
-    ) -> Result<(Command<R>, Self::Prepared)> {
-        self.prepare_upload(dst, host)
-    }
-    /// A [`HostBuffer`] holding a copy of `bytes`: page-locked where the
-    /// backend copies from such memory directly; by default, plain memory.
-    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
-        Ok(HostBuffer::heap(bytes.to_vec()))
-    }
-    /// A [`HostBuffer`] of `len` bytes to fill before uploading it, as
-    /// [`Backend::host_buffer`] makes them; its bytes are whatever the
-    /// memory held (zeros by default).
+    /// A [`HostBuffer`] of `len` bytes to fill before uploading it:
+    /// page-locked where the backend copies from such memory directly; by
+    /// default, plain memory. Its bytes are whatever the memory held (zeros
+    /// by default).
     fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
         Ok(HostBuffer::heap(vec![0; len]))
     }
@@ -669,7 +656,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// Puts a gate in `stream`: later work waits until it is opened.
     #[cfg(feature = "test-support")]
     fn hold(&self, _stream: &Self::Stream, _gate: Arc<Gate>) -> Result<()> {
-        Err(crate::Error::unsupported(self.kind(), "stream gates"))
+        Err(crate::Error::unsupported(Self::KIND, "stream gates"))
     }
     /// The backend's counters now.
     fn counters(&self) -> BackendCounters;
@@ -678,8 +665,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// ordering boundary is taken, once per group. `Unsupported` where the
     /// backend has no collectives, saying why.
     fn communicator(members: &[&Self]) -> Result<Self::Communicator> {
-        let kind = members.first().map_or(BackendKind::Cpu, |member| member.kind());
-        Err(Error::unsupported(kind, "collectives over a device group"))
+        let _ = members;
+        Err(Error::unsupported(Self::KIND, "collectives over a device group"))
     }
     /// The communicator of `member` as rank `rank` of a group of `ranks`
     /// ranks in several processes, met through `id` (made by rank 0's
@@ -692,7 +679,8 @@ pub trait Backend: Send + Sync + Sized + 'static {
         rank: usize,
     ) -> Result<Self::Communicator> {
         let _ = (id, ranks, rank);
-        Err(Error::unsupported(member.kind(), "groups whose ranks live in several processes"))
+        let _ = member;
+        Err(Error::unsupported(Self::KIND, "groups whose ranks live in several processes"))
     }
     /// Enqueues every member's part of `collective`, in rank order, on
     /// their streams: only the ordered driver calls, as [`Backend::enqueue`].
@@ -707,8 +695,29 @@ pub trait Backend: Send + Sync + Sized + 'static {
         collective: &Collective,
         parts: Vec<CollectivePart<'_, Self>>,
     ) -> Result<(), EnqueueError> {
-        let kind = parts.first().map_or(BackendKind::Cpu, |part| part.backend.kind());
-        Err(EnqueueError::Rejected(Error::unsupported(kind, format!("{} over a device group", collective.name()))))
+        let _ = parts;
+        Err(EnqueueError::Rejected(Error::unsupported(
+            Self::KIND,
+            format!("{} over a device group", collective.name()),
+        )))
+    }
+}
+
+/// Where an upload's bytes come from.
+#[derive(Clone, Copy)]
+pub enum UploadFrom<'a> {
+    /// The caller's bytes.
+    Bytes(&'a [u8]),
+    /// Host memory of the runtime's (see [`crate::Stream::write_host`]).
+    Host(&'a HostBuffer),
+}
+
+impl UploadFrom<'_> {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            UploadFrom::Bytes(bytes) => bytes,
+            UploadFrom::Host(host) => host,
+        }
     }
 }
 

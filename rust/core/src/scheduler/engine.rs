@@ -7,9 +7,9 @@ use std::time::Duration;
 use super::{BufferKey, CommunicatorSlot, PartKeys, Recording};
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{AnyTimestamp, Command, RawAccess, Span};
+use crate::backend::{AnyTimestamp, Command, RawAccess, Span, UploadFrom};
 use crate::completion::Completion;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::Result;
 use crate::host::HostBuffer;
@@ -32,7 +32,6 @@ pub(crate) enum Init<'a> {
 pub(crate) trait Engine: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn info(&self) -> DeviceInfo;
-    fn kernel_language(&self) -> KernelLanguage;
     fn live(&self) -> &Arc<LiveCounters>;
     /// How long a stream fence's wait may spin before it parks (see [`crate::Fence`]).
     fn fence_spin(&self) -> Duration;
@@ -42,12 +41,10 @@ pub(crate) trait Engine: Send + Sync {
     fn create(&self, stream: usize, len: u64, init: Init<'_>) -> Result<BufferKey>;
     fn release(&self, buffer: BufferKey);
     fn submit(&self, stream: usize, command: Command<BufferKey>) -> Result<()>;
-    /// Admits an upload of `bytes` into `dst`, staged by the backend from the
-    /// caller's bytes where it can (see [`Backend::prepare_upload`](crate::backend::Backend::prepare_upload)).
-    fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()>;
-    /// Admits an upload of `host` into `dst`, copied from it directly where
-    /// the backend locked it (see [`Backend::prepare_host_upload`](crate::backend::Backend::prepare_host_upload)).
-    fn submit_host_upload(&self, stream: usize, dst: Span<BufferKey>, host: &HostBuffer) -> Result<()>;
+    /// Admits an upload into `dst` from `from`, staged by the backend from the
+    /// caller's bytes, or copied from host memory it locked, where it can (see
+    /// [`Backend::prepare_upload`](crate::backend::Backend::prepare_upload)).
+    fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, from: UploadFrom<'_>) -> Result<()>;
     /// A host buffer holding a copy of `bytes`; see [`crate::Runtime::host_buffer`].
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer>;
     /// A host buffer of `len` bytes to fill; see [`crate::Stream::staging_buffer`].

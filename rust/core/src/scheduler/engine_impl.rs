@@ -9,11 +9,11 @@ use super::state::BufferEntry;
 use super::streams::StreamSlot;
 use super::versions::History;
 use super::{BufferKey, CommunicatorSlot, Engine, Init, PartKeys, Recording, Scheduler};
-use crate::backend::{AnyTimestamp, Backend, Command, RawAccess, SignalKind, Span};
+use crate::backend::{AnyTimestamp, Backend, Command, RawAccess, SignalKind, Span, UploadFrom};
 #[cfg(feature = "test-support")]
 use crate::backend::{Gate, OpOutcome};
 use crate::completion::Completion;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::{Diagnostics, LiveCounters};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
@@ -26,7 +26,7 @@ use crate::room::{RoomWait, WhenFull};
 
 impl<B: Backend> Engine for Scheduler<B> {
     fn kind(&self) -> BackendKind {
-        self.backend.kind()
+        B::KIND
     }
 
     fn info(&self) -> DeviceInfo {
@@ -35,10 +35,6 @@ impl<B: Backend> Engine for Scheduler<B> {
 
     fn fence_spin(&self) -> Duration {
         self.fence_spin
-    }
-
-    fn kernel_language(&self) -> KernelLanguage {
-        self.backend.kernel_language()
     }
 
     fn live(&self) -> &Arc<LiveCounters> {
@@ -101,7 +97,7 @@ impl<B: Backend> Engine for Scheduler<B> {
                 let prepared = self.backend.prepare(&command)?;
                 Some((command, prepared))
             }
-            Init::Data(bytes) => Some(self.backend.prepare_upload(span, bytes)?),
+            Init::Data(bytes) => Some(self.backend.prepare_upload(span, UploadFrom::Bytes(bytes))?),
         };
         let memory = Arc::new(self.backend.allocate(len)?);
         let mut state = self.open_state_when(|state| state.is_busy(stream))?;
@@ -140,18 +136,13 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.admit_prepared(stream, command, prepared)
     }
 
-    fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, bytes: &[u8]) -> Result<()> {
-        let (command, prepared) = self.backend.prepare_upload(dst, bytes)?;
-        self.admit_prepared(stream, command, prepared)
-    }
-
-    fn submit_host_upload(&self, stream: usize, dst: Span<BufferKey>, host: &HostBuffer) -> Result<()> {
-        let (command, prepared) = self.backend.prepare_host_upload(dst, host)?;
+    fn submit_upload(&self, stream: usize, dst: Span<BufferKey>, from: UploadFrom<'_>) -> Result<()> {
+        let (command, prepared) = self.backend.prepare_upload(dst, from)?;
         self.admit_prepared(stream, command, prepared)
     }
 
     fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
-        self.backend.host_buffer(bytes)
+        HostBuffer::filled(self.backend.staging_buffer(bytes.len())?, bytes)
     }
 
     fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
@@ -208,7 +199,7 @@ impl<B: Backend> Engine for Scheduler<B> {
     fn copy_from_peer(&self, stream: usize, from: &dyn Engine, src: BufferKey, dst: BufferKey) -> Result<()> {
         match from.as_any().downcast_ref::<Scheduler<B>>() {
             Some(from) => Scheduler::copy_from_peer(self, stream, from, src, dst),
-            None => Err(Error::unsupported(self.backend.kind(), "a copy from a runtime of another backend")),
+            None => Err(Error::unsupported(B::KIND, "a copy from a runtime of another backend")),
         }
     }
 
@@ -222,9 +213,10 @@ impl<B: Backend> Engine for Scheduler<B> {
         let members = members
             .iter()
             .map(|member| {
-                member.as_any().downcast_ref::<Scheduler<B>>().ok_or_else(|| {
-                    Error::unsupported(self.backend.kind(), "a collective over runtimes of several backends")
-                })
+                member
+                    .as_any()
+                    .downcast_ref::<Scheduler<B>>()
+                    .ok_or_else(|| Error::unsupported(B::KIND, "a collective over runtimes of several backends"))
             })
             .collect::<Result<Vec<_>>>()?;
         if !members.first().is_some_and(|first| std::ptr::eq(*first, self)) {

@@ -56,7 +56,7 @@ impl<B: Backend> Scheduler<B> {
         }
         if !B::PEER_COPIES {
             return Err(Error::unsupported(
-                self.backend.kind(),
+                B::KIND,
                 "copies between devices (read the buffer, then write it on the other device)",
             ));
         }

@@ -15,7 +15,7 @@ use crate::driver::{
 };
 use crate::enqueue::EnqueueError;
 use crate::error::{Error, Result};
-use crate::info::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
 
@@ -330,7 +330,6 @@ impl Driver for Cuda {
     type Function = Handle<sys::CUfunction>;
 
     const KIND: BackendKind = BackendKind::Cuda;
-    const LANGUAGE: KernelLanguage = KernelLanguage::CudaC;
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()

@@ -11,7 +11,7 @@ use super::ffi::{self, Status as HipStatus};
 use super::{hiprtc, metadata};
 use crate::driver::{callback_run, handle_calls, milliseconds, status_error, Driver, EventUse, Handle, Launch, Loss};
 use crate::error::{Error, Result};
-use crate::info::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
 
@@ -148,7 +148,6 @@ impl Driver for Hip {
     type Function = Handle<hipFunction_t>;
 
     const KIND: BackendKind = BackendKind::Hip;
-    const LANGUAGE: KernelLanguage = KernelLanguage::HipC;
 
     fn info(&self) -> DeviceInfo {
         self.info.clone()

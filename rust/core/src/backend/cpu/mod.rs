@@ -25,7 +25,7 @@ use crate::backend::{
     RawAccess, SignalKind, Span, GROUP_ID_BYTES,
 };
 use crate::completion::Completion;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
+use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::error::{Error, Result};
 use crate::kernel::{Access, CpuKernelArgs, Grid};
 
@@ -184,16 +184,10 @@ impl Backend for CpuBackend {
     // The parts of a collective meet at a rendezvous made per collective.
     type Communicator = CpuCommunicator;
 
-    fn kind(&self) -> BackendKind {
-        BackendKind::Cpu
-    }
+    const KIND: BackendKind = BackendKind::Cpu;
 
     fn info(&self) -> DeviceInfo {
         Self::describe(self.index)
-    }
-
-    fn kernel_language(&self) -> KernelLanguage {
-        KernelLanguage::Rust
     }
 
     // Memory is host memory, and an event is a count on a stream's progress:

@@ -14,10 +14,10 @@ use super::{
 };
 use crate::backend::{
     Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, OpIo, RawAccess, SignalKind,
-    Span,
+    Span, UploadFrom,
 };
 use crate::completion::Completion;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::kernel::Access;
@@ -35,16 +35,10 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Timestamp = GpuTimestamp<D>;
     type Communicator = D::Communicator;
 
-    fn kind(&self) -> BackendKind {
-        D::KIND
-    }
+    const KIND: BackendKind = D::KIND;
 
     fn info(&self) -> DeviceInfo {
         self.device.info.clone()
-    }
-
-    fn kernel_language(&self) -> KernelLanguage {
-        D::LANGUAGE
     }
 
     const PEER_COPIES: bool = D::PEER_COPIES;
@@ -107,17 +101,16 @@ impl<D: Driver> Backend for GpuBackend<D> {
         })
     }
 
-    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, Prepared<D>)> {
-        // Straight from the caller's bytes into page-locked memory.
-        let prepared = self.stage_upload(&dst, bytes)?;
-        Ok((Command::Upload { dst, data: Vec::new() }, prepared))
-    }
-
-    fn prepare_host_upload<R: PartialEq>(&self, dst: Span<R>, host: &HostBuffer) -> Result<(Command<R>, Prepared<D>)> {
-        // Memory another device locked is staged like any host bytes.
-        if host.locked_by() != Some(Device::address(&self.device)) {
-            return self.prepare_upload(dst, host);
-        }
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, Prepared<D>)> {
+        // Memory this device locked is copied from directly; any other bytes
+        // (memory another device locked too) straight into page-locked memory.
+        let host = match from {
+            UploadFrom::Host(host) if host.locked_by() == Some(Device::address(&self.device)) => host,
+            _ => {
+                let prepared = self.stage_upload(&dst, from.bytes())?;
+                return Ok((Command::Upload { dst, data: Vec::new() }, prepared));
+            }
+        };
         if host.len() as u64 != dst.len {
             return Err(Error::invalid("upload size differs from its destination"));
         }
@@ -134,15 +127,6 @@ impl<D: Driver> Backend for GpuBackend<D> {
         let loan = self.device.stage(len)?;
         // SAFETY: a fresh loan of at least `len` bytes, and no copy uses it.
         Ok(unsafe { LentToHost::host_buffer(loan, len, self.device.clone()) })
-    }
-
-    fn host_buffer(&self, bytes: &[u8]) -> Result<HostBuffer> {
-        let mut host = self.staging_buffer(bytes.len())?;
-        // A new buffer has one handle, so it is writable.
-        if let Some(into) = host.get_mut() {
-            into.copy_from_slice(bytes);
-        }
-        Ok(host)
     }
 
     unsafe fn enqueue(

@@ -66,9 +66,9 @@ pub use timestamps::WgpuTimestamp;
 
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
-use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span};
+use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span, UploadFrom};
 use crate::completion::Completion;
-use crate::device::{BackendKind, DeviceInfo, KernelLanguage};
+use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
@@ -171,16 +171,10 @@ impl Backend for WgpuBackend {
         crate::lock::lock(&self.gpu().device_error).clone().filter(Error::is_device_lost)
     }
 
-    fn kind(&self) -> BackendKind {
-        BackendKind::Wgpu
-    }
+    const KIND: BackendKind = BackendKind::Wgpu;
 
     fn info(&self) -> DeviceInfo {
         self.gpu().info.clone()
-    }
-
-    fn kernel_language(&self) -> KernelLanguage {
-        KernelLanguage::Wgsl
     }
 
     fn allocate(&self, bytes: u64) -> Result<WgpuMemory> {
@@ -197,9 +191,9 @@ impl Backend for WgpuBackend {
         prepare::prepare(self.gpu(), command)
     }
 
-    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, bytes: &[u8]) -> Result<(Command<R>, WgpuPrepared)> {
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, WgpuPrepared)> {
         // Straight from the caller's bytes into the staging buffer.
-        let prepared = prepare::prepare_upload(self.gpu(), &dst, bytes)?;
+        let prepared = prepare::prepare_upload(self.gpu(), &dst, from.bytes())?;
         Ok((Command::Upload { dst, data: Vec::new() }, prepared))
     }
 

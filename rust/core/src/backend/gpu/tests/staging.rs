@@ -3,6 +3,7 @@
 //! abandoned when nobody will see its copy end.
 
 use super::*;
+use crate::backend::UploadFrom;
 
 #[test]
 fn uploads_are_staged_in_prepare_and_the_staging_returns_after_the_copy() {
@@ -38,13 +39,13 @@ fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the
     let stream = backend.create_stream(0).unwrap();
     let _open = OpenOnDrop(latch.clone());
     let memory = backend.allocate(8).unwrap();
-    let mut host = backend.host_buffer(&[5; 8]).unwrap();
+    let mut host = HostBuffer::filled(backend.staging_buffer(8).unwrap(), &[5; 8]).unwrap();
     assert!(host.is_page_locked());
     assert_eq!(backend.counters().host_staging_buffers, 1);
 
-    let wrong = backend.prepare_host_upload(span(&memory, 0, 4), &host);
+    let wrong = backend.prepare_upload(span(&memory, 0, 4), UploadFrom::Host(&host));
     assert!(matches!(wrong, Err(Error::InvalidArgument(_))), "a size that is not its destination's");
-    let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &host).unwrap();
+    let (command, prepared) = backend.prepare_upload(span(&memory, 0, 8), UploadFrom::Host(&host)).unwrap();
     // SAFETY: the fake touches no device memory.
     unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
     backend.device.issuer.flush();
@@ -58,8 +59,8 @@ fn an_upload_from_this_devices_host_buffer_copies_from_it_and_holds_it_until_the
 
     // Another device's locked memory is staged like any bytes.
     let (other, _) = super::backend(Wake::Waiter);
-    let foreign = other.host_buffer(&[6; 8]).unwrap();
-    let (command, prepared) = backend.prepare_host_upload(span(&memory, 0, 8), &foreign).unwrap();
+    let foreign = HostBuffer::filled(other.staging_buffer(8).unwrap(), &[6; 8]).unwrap();
+    let (command, prepared) = backend.prepare_upload(span(&memory, 0, 8), UploadFrom::Host(&foreign)).unwrap();
     assert_eq!(backend.counters().host_staging_buffers, 2, "staged in this device's memory");
     // SAFETY: as above.
     unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
