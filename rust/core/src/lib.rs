@@ -116,21 +116,28 @@
 //! parameters packed), then under the runtime's lock admits it: its
 //! dependencies from the buffers' versions, a cross-stream wait only where
 //! the vector clock says the stream has not seen them, its writes
-//! published at its position, and the engine's `enqueue`, which hands a job
-//! to the device's issuing thread. That thread calls `Driver::launch`
-//! (`weir_device::cuda::Cuda`: `cuLaunchKernel`) and records the events the
-//! scheduler asked for; the stream's waiter thread sees them pass and
-//! completes the fences, whose wakers run on the delivery thread, outside
-//! every lock.
+//! published at its position, and the engine's `enqueue`, which makes the
+//! driver calls on the admitting thread while ops come one at a time, or
+//! hands them as a job to the device's issuing thread in a streak. There
+//! `Driver::launch` (`weir_device::cuda::Cuda`: `cuLaunchKernel`) runs and
+//! the events the scheduler asked for are recorded; the stream's waiter
+//! thread sees them pass and completes the fence's cell. A thread waiting
+//! for that fence, while the stream's waits are short, is watching the cell
+//! and sees it at once (`completion/spin.rs`); otherwise its waker runs on
+//! the delivery thread, outside every lock.
 //!
 //! Where the move stands: CUDA and HIP run on the device layer; the CPU and
 //! wgpu engines still talk to their devices directly, and each engine keeps
-//! its own loop. One engine generic over the device layer, with the wgpu
-//! queue and the host as devices, is the next step: the wgpu engine's lanes
-//! (per-stream queues whose items wait on host-side marks, gates and
-//! delays, issued in lane order) are its model, since they would also give
-//! CUDA and HIP host-side gates (a gate on the device itself stalls every
-//! driver call that synchronises the shared primary context).
+//! its own loop. The `Backend` trait asks 27 methods of an engine (31
+//! before): what follows from the backend's kind (its kernel language) and
+//! what is the same for all (a host buffer is a filled staging buffer; one
+//! upload preparation, told where the bytes come from) is no longer asked.
+//! One engine generic over the device layer, with the wgpu queue and the
+//! host as devices, is the next step: the wgpu engine's lanes (per-stream
+//! queues whose items wait on host-side marks, gates and delays, issued in
+//! lane order) are its model, since they would also give CUDA and HIP
+//! host-side gates (a gate on the device itself stalls every driver call
+//! that synchronises the shared primary context).
 
 //!
 //! # Custom kernels, written once per backend
