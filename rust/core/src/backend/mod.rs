@@ -678,8 +678,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
         ranks: usize,
         rank: usize,
     ) -> Result<Self::Communicator> {
-        let _ = (id, ranks, rank);
-        let _ = member;
+        let _ = (member, id, ranks, rank);
         Err(Error::unsupported(Self::KIND, "groups whose ranks live in several processes"))
     }
     /// Enqueues every member's part of `collective`, in rank order, on
@@ -713,6 +712,7 @@ pub enum UploadFrom<'a> {
 }
 
 impl UploadFrom<'_> {
+    /// The bytes to upload, wherever they are.
     pub fn bytes(&self) -> &[u8] {
         match self {
             UploadFrom::Bytes(bytes) => bytes,
