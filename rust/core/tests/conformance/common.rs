@@ -5,7 +5,7 @@
 //! After each test body the harness checks that nothing leaked: no live
 //! backend events, fences or waiters.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use weir_core::{BackendKind, Error, Hold, RawAccess, Runtime, Stream};
 
@@ -120,8 +120,9 @@ pub fn wait_for_waiters(runtime: &Runtime, count: u64) {
 /// otherwise a long device-side delay.
 pub struct Held(Option<Hold>);
 
-/// Long enough that a test thread is not stalled past it, even on a busy
-/// machine where other runtimes open (loading modules can pause the device).
+/// Long enough that a test thread is not stalled past it by a busy machine
+/// alone (loading modules can pause the device). One stall can last as long
+/// as the delay itself: see [`Held::ran_out`].
 pub const HOLD_DELAY: Duration = Duration::from_millis(1500);
 
 pub fn hold(stream: &Stream) -> Held {
@@ -142,6 +143,28 @@ impl Held {
     }
 
     pub fn release(self) {}
+
+    /// True when the hold, made at `held_at`, is a delay that has run out:
+    /// then a check that the stream is still held cannot be made. It happens
+    /// on CUDA: a driver call of this thread can wait behind another test's
+    /// call that synchronises the shared context, which waits for this very
+    /// delay, so the thread stalls as long as the delay. A gate never runs out.
+    pub fn ran_out(&self, held_at: Instant) -> bool {
+        !self.is_gate() && held_at.elapsed() >= HOLD_DELAY
+    }
+}
+
+/// Runs `attempt` until it answers, three times at most: `None` says a
+/// hold ran out before the attempt could see its stream held (see
+/// [`Held::ran_out`]).
+pub fn retried<T>(mut attempt: impl FnMut() -> Option<T>) -> T {
+    for round in 1..=3 {
+        if let Some(answer) = attempt() {
+            return answer;
+        }
+        eprintln!("attempt {round}: the thread stalled until the hold's delay ran out");
+    }
+    panic!("the thread stalled until the hold's delay ran out, three times")
 }
 
 /// Fills every byte of the given buffers with `value` through the backend's

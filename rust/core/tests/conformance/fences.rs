@@ -11,7 +11,7 @@ use futures::executor::block_on;
 use futures::future::join_all;
 use weir_core::{BackendKind, ElementType, Timestamp};
 
-use crate::common::{hold, wait_for_waiters, HOLD_DELAY};
+use crate::common::{hold, retried, wait_for_waiters, HOLD_DELAY};
 
 struct CountingWaker(AtomicUsize);
 
@@ -76,8 +76,7 @@ conformance! {
 conformance! {
     fn future_is_woken_once_by_completion(runtime: &Runtime) {
         let s = runtime.default_stream();
-        let mut attempt = 1;
-        let (held, fence, counter, waker, mut future) = loop {
+        let (held, fence, counter, waker, mut future) = retried(|| {
             let held_at = std::time::Instant::now();
             let held = hold(&s);
             let fence = s.fence().unwrap();
@@ -85,19 +84,13 @@ conformance! {
             let waker = Waker::from(counter.clone());
             let mut future = Box::pin(fence.wait_async());
             let polled = future.as_mut().poll(&mut Context::from_waker(&waker));
-            let since = held_at.elapsed();
-            // A delay (CUDA, HIP) can run out before the first poll when this
-            // thread stalls that long: a driver call here waits behind another
-            // test's call that synchronises the shared context, which waits
-            // for the delays of its own held streams. Then try again.
-            if polled.is_ready() && !held.is_gate() && since >= HOLD_DELAY && attempt < 3 {
-                eprintln!("attempt {attempt}: the thread stalled {since:?}, past the hold's delay");
-                attempt += 1;
-                continue;
+            if polled.is_ready() && held.ran_out(held_at) {
+                return None;
             }
+            let since = held_at.elapsed();
             assert!(polled.is_pending(), "the fence of a held stream is done {since:?} after the hold: {polled:?}");
-            break (held, fence, counter, waker, future);
-        };
+            Some((held, fence, counter, waker, future))
+        });
         assert_eq!(runtime.diagnostics().live_waiters, 1);
         held.release();
         fence.wait().unwrap();

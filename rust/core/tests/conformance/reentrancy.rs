@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 
 use weir_core::{CompletionWait, ElementType, Error, Fence, Runtime};
 
-use crate::common::{hold, raw_fill, words};
+use crate::common::{hold, raw_fill, retried, words, Held};
 
 /// Long enough for a busy machine, short enough that a hang is reported.
 const DEADLINE: Duration = Duration::from_secs(20);
@@ -45,19 +45,29 @@ impl Wake for CallBack {
     }
 }
 
-/// Polls `fence`, held since `held_at`, once with a waker that runs `on_wake`
-/// when the fence completes. The waker stays registered while the returned future lives.
+/// Polls `fence`, held by `held` since `held_at`, once with a waker that
+/// runs `on_wake` when the fence completes. The waker stays registered while
+/// the returned future lives. `None` when the fence was done because the
+/// hold ran out meanwhile (see [`Held::ran_out`]): the caller tries again.
 #[must_use = "dropping the wait unregisters its waker"]
-fn on_completion(fence: &Fence, held_at: Instant, on_wake: impl FnOnce() + Send + 'static) -> CompletionWait {
+fn on_completion(
+    fence: &Fence,
+    held: &Held,
+    held_at: Instant,
+    on_wake: impl FnOnce() + Send + 'static,
+) -> Option<CompletionWait> {
     let waker = Waker::from(Arc::new(CallBack { on_wake: Mutex::new(Some(Box::new(on_wake))) }));
     let mut wait = fence.wait_async();
     let polled = Pin::new(&mut wait).poll(&mut Context::from_waker(&waker));
+    if polled.is_ready() && held.ran_out(held_at) {
+        return None;
+    }
     assert!(
         polled.is_pending(),
         "the fence was held, yet it is done {:?} after the hold: {polled:?}",
         held_at.elapsed()
     );
-    wait
+    Some(wait)
 }
 
 /// Everything a woken task might do at once: fence, admit, read, create, on
@@ -81,7 +91,7 @@ fn use_everything(runtime: &Runtime, woke: &weir_core::Stream, results: &Sender<
 conformance! {
     fn a_woken_task_may_use_the_runtime_at_once(runtime: &Runtime) {
         let runtime = runtime.clone();
-        let outcome = within_deadline(move || {
+        let outcome = within_deadline(move || retried(|| {
             let s = runtime.new_stream().unwrap();
             let held = hold(&s);
             let held_at = std::time::Instant::now();
@@ -89,18 +99,20 @@ conformance! {
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let (woken_runtime, woken_stream) = (runtime.clone(), s.clone());
-            let wait = on_completion(&fence, held_at, move || use_everything(&woken_runtime, &woken_stream, &results));
+            let wait = on_completion(&fence, &held, held_at, move || {
+                use_everything(&woken_runtime, &woken_stream, &results)
+            })?;
             held.release();
             let outcome = received.recv_timeout(DEADLINE);
             drop((wait, buffer));
-            outcome
-        });
+            Some(outcome)
+        }));
         outcome.expect("the woken task never finished").expect("a call from the woken task failed");
     }
 
     fn a_woken_task_may_close_another_runtime_and_drop_its_own(runtime: &Runtime) {
         let kind = runtime.info().backend;
-        let outcome = within_deadline(move || {
+        let outcome = within_deadline(move || retried(|| {
             let own = Runtime::open(kind).unwrap();
             let other = Runtime::open(kind).unwrap();
             let s = own.new_stream().unwrap();
@@ -109,18 +121,18 @@ conformance! {
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let (woken_own, woken_other) = (Mutex::new(Some(own)), other.clone());
-            let wait = on_completion(&fence, held_at, move || {
+            let wait = on_completion(&fence, &held, held_at, move || {
                 let closed = woken_other.close();
                 // The last handle of a runtime may go on the thread that wakes tasks.
                 drop(woken_own.lock().unwrap().take());
                 let _ = results.send(closed);
-            });
+            })?;
             drop(s);
             held.release();
             let closed = received.recv_timeout(DEADLINE);
             drop(wait);
-            (closed, other.new_stream().err())
-        });
+            Some((closed, other.new_stream().err()))
+        }));
         let (closed, after) = outcome;
         closed.expect("the woken task never finished").expect("close from a woken task");
         assert!(matches!(after, Some(Error::Closed)));
@@ -128,7 +140,7 @@ conformance! {
 
     fn a_woken_task_may_wait_for_a_retired_streams_work(runtime: &Runtime) {
         let kind = runtime.info().backend;
-        let outcome = within_deadline(move || {
+        let outcome = within_deadline(move || retried(|| {
             let own = Runtime::open(kind).unwrap();
             let s = own.new_stream().unwrap();
             let held = hold(&s);
@@ -136,7 +148,7 @@ conformance! {
             let fence = s.fence().unwrap();
             let (results, received) = channel();
             let woken = own.clone();
-            let wait = on_completion(&fence, held_at, move || {
+            let wait = on_completion(&fence, &held, held_at, move || {
                 // A stream retired with work still queued: the runtime's fence and
                 // its close cover that work, and are waited for here, on the wake thread.
                 let retired = woken.new_stream().unwrap();
@@ -147,12 +159,12 @@ conformance! {
                 retired.delay(Duration::from_millis(200)).unwrap();
                 drop(retired);
                 let _ = results.send((waited, woken.close()));
-            });
+            })?;
             held.release();
             let outcome = received.recv_timeout(DEADLINE);
             drop(wait);
-            outcome
-        });
+            Some(outcome)
+        }));
         let (waited, closed) = outcome.expect("the woken task never finished");
         waited.expect("a runtime fence from a woken task");
         closed.expect("a close from a woken task");
@@ -196,13 +208,17 @@ conformance! {
         within_deadline(move || {
             let s = runtime.new_stream().unwrap();
             for _ in 0..3 {
-                let held = hold(&s);
-                let held_at = Instant::now();
-                let fence = s.fence().unwrap();
-                let wait = on_completion(&fence, held_at, || panic!("a waker that panics (deliberately, in a test)"));
-                held.release();
-                fence.wait().unwrap();
-                drop(wait);
+                retried(|| {
+                    let held = hold(&s);
+                    let held_at = Instant::now();
+                    let fence = s.fence().unwrap();
+                    let wait =
+                        on_completion(&fence, &held, held_at, || panic!("a waker that panics (deliberately, in a test)"))?;
+                    held.release();
+                    fence.wait().unwrap();
+                    drop(wait);
+                    Some(())
+                });
             }
             // Later completions on every path still arrive, woken or waited.
             let out = s.upload(&[1u32; 8]).unwrap();
