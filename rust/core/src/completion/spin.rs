@@ -51,19 +51,11 @@ impl SpinPolicy {
     /// Runs `check` again and again until it answers, for as long as the
     /// budget allows from `start`, if recent waits were quick; `None` if it
     /// did not spin or `check` did not answer in time (then block).
-    pub fn spin<T>(&self, start: Instant, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    pub fn spin<T>(&self, start: Instant, check: impl FnMut() -> Option<T>) -> Option<T> {
         if !self.is_quick() {
             return None;
         }
-        loop {
-            if let Some(answer) = check() {
-                return Some(answer);
-            }
-            if start.elapsed() >= self.budget {
-                return None;
-            }
-            std::hint::spin_loop();
-        }
+        spin_until(start, self.budget, check)
     }
 
     /// Runs `done` again and again, if recent waits were quick, until it is
@@ -75,15 +67,7 @@ impl SpinPolicy {
         }
         let recent = Duration::from_nanos(self.recent.load(Ordering::Relaxed));
         let bound = (recent * 2 + Duration::from_micros(5)).min(self.budget);
-        loop {
-            if done() {
-                return true;
-            }
-            if start.elapsed() >= bound {
-                return false;
-            }
-            std::hint::spin_loop();
-        }
+        spin_until(start, bound, || done().then_some(())).is_some()
     }
 
     /// A wait that began at `start` ended now, spun or blocked.
@@ -96,6 +80,19 @@ impl SpinPolicy {
         let took = u64::try_from(took.as_nanos()).unwrap_or(u64::MAX);
         let recent = self.recent.load(Ordering::Relaxed);
         self.recent.store(recent.saturating_mul(3).saturating_add(took) / 4, Ordering::Relaxed);
+    }
+}
+
+/// Runs `check` until it answers or `bound` has passed since `start`.
+fn spin_until<T>(start: Instant, bound: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+    loop {
+        if let Some(answer) = check() {
+            return Some(answer);
+        }
+        if start.elapsed() >= bound {
+            return None;
+        }
+        std::hint::spin_loop();
     }
 }
 
