@@ -102,8 +102,9 @@
 //!                        host engines are too (backend/timer.rs)
 //!             completion the cell behind fences and reads, the delivery thread
 //!                        where wakers run, and the one spin rule of every wait
-//!                        (completion/spin.rs): a device's waiter thread, and an
-//!                        awaited stream fence while the stream's waits are short
+//!                        (completion/spin.rs): a device's waiter thread, an
+//!                        awaited stream fence while the stream's waits are short,
+//!                        and every thread idling between jobs (issuing, wake, pool)
 //! weir-device the device layer (rust/device): device calls only, unsafe where
 //!             the driver is, no scheduling meaning; the errors, kinds, element
 //!             types and launch shapes every layer shares

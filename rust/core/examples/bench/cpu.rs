@@ -220,7 +220,7 @@ fn sparse_ops(report: &mut Report) {
             micros(weir_cpu),
             micros(raw_cpu),
             false,
-            "every thread of the process; an idle Weir worker lingers 50 us (yielding) while its idle spells are short",
+            "every thread of the process; an idle Weir worker lingers (yielding) about as long as its recent idle spells, 50 us at most, while they are short",
         ));
     }
 }

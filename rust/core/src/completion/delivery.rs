@@ -23,9 +23,10 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::spin::SpinPolicy;
 use crate::lock::lock;
 
 type Job = Box<dyn FnOnce() + Send>;
@@ -42,18 +43,17 @@ static WATCHED: AtomicUsize = AtomicUsize::new(0);
 /// Until when (nanoseconds since [`EPOCH`]) the wake thread lingers,
 /// spinning with no probe, for the next quick fence to come.
 static LINGER_UNTIL: AtomicU64 = AtomicU64::new(0);
-/// When the last probe was registered, and a moving average of the gaps
-/// between registrations (nanoseconds).
+/// When the last probe was registered (nanoseconds since [`EPOCH`]).
 static LAST_WATCH: AtomicU64 = AtomicU64::new(0);
-static WATCH_GAP: AtomicU64 = AtomicU64::new(u64::MAX);
+/// The gaps between registrations, learnt by the one spin rule.
+static WATCH_GAPS: LazyLock<SpinPolicy> = LazyLock::new(|| SpinPolicy::new(MAX_LINGER));
 /// True while the wake thread sleeps for its next job.
 static PARKED: AtomicBool = AtomicBool::new(false);
 static EPOCH: OnceLock<Instant> = OnceLock::new();
 
 /// Bounds the wake thread's lingering after a quick fence: it lingers only
-/// while quick fences came closer together than this, and then for a
-/// quarter more than their recent gap, so one awaited fence costs it at
-/// most 1.25 times this in spinning.
+/// while quick fences came closer together than this, and then about as
+/// long as their recent gaps ([`SpinPolicy::recent_span`]), this at most.
 const MAX_LINGER: Duration = Duration::from_micros(300);
 
 fn now_nanos() -> u64 {
@@ -70,18 +70,15 @@ pub(crate) type Probe = Box<dyn FnMut() -> bool + Send>;
 /// soon is seen done and its waker run by one thread that is already awake,
 /// with no hand-over between threads. The wake thread wakes at once if it
 /// sleeps (while the device works), and after a probe finished it lingers,
-/// spinning, for about the recent gap between probes while that gap is
-/// below [`MAX_LINGER`], so that the next fence of an app awaiting one after
+/// spinning, for about the recent gaps between probes while they are below
+/// [`MAX_LINGER`], so that the next fence of an app awaiting one after
 /// another finds it awake. What a probe gives up on, its stream's waiter
 /// finishes as before.
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 pub(crate) fn watch(probe: Probe) {
     let now = now_nanos();
     let last = LAST_WATCH.swap(now, Ordering::Relaxed);
-    let gap = now.saturating_sub(last);
-    let average = WATCH_GAP.load(Ordering::Relaxed);
-    let average = if average == u64::MAX { gap } else { (average.saturating_mul(3).saturating_add(gap)) / 4 };
-    WATCH_GAP.store(average, Ordering::Relaxed);
+    WATCH_GAPS.learn_took(Duration::from_nanos(now.saturating_sub(last)));
     lock(&PROBES).push(probe);
     WATCHED.fetch_add(1, Ordering::SeqCst);
     // Wakes the thread if it sleeps, starts it if it never ran.
@@ -103,9 +100,8 @@ fn run_probes() {
     let finished = before - probes.len();
     if finished > 0 {
         WATCHED.fetch_sub(finished, Ordering::SeqCst);
-        let gap = WATCH_GAP.load(Ordering::Relaxed);
-        if gap < MAX_LINGER.as_nanos() as u64 {
-            LINGER_UNTIL.fetch_max(now_nanos() + gap + gap / 4, Ordering::SeqCst);
+        if let Some(span) = WATCH_GAPS.recent_span() {
+            LINGER_UNTIL.fetch_max(now_nanos() + span.as_nanos() as u64, Ordering::SeqCst);
         }
     }
     lock(&PROBES).append(&mut probes);

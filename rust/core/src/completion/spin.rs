@@ -17,7 +17,14 @@
 //!   [`crate::Fence`]; the budget is the builder's `spin`, 100 µs at most): it watches the
 //!   fence about as long as the stream's recent waits took, so an app that
 //!   waits for one small op after another sees each end on its own thread,
-//!   not through a wake-up from another.
+//!   not through a wake-up from another;
+//! - every thread that idles between jobs, watching for its next one about
+//!   as long as the recent gaps between jobs ([`SpinPolicy::spin_as_recent`],
+//!   learning the gaps): the GPU issuing thread (up to the builder's `spin`,
+//!   50 µs at most), the wake thread after a watched fence (300 µs), and
+//!   the CPU pool's workers (50 µs) and the stream a worker runs (20 µs),
+//!   which yield their core as they watch ([`SpinPolicy::yielding`]): the
+//!   threads they wait for may want it.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -31,12 +38,20 @@ pub(crate) struct SpinPolicy {
     /// shared by clones (a CUDA stream asks its waiter's policy whether a
     /// fence is likely quick).
     recent: Arc<AtomicU64>,
+    /// Yield the core between checks, rather than spin on it.
+    yields: bool,
 }
 
 impl SpinPolicy {
     /// A policy that spins up to `budget` per wait; `Duration::ZERO` never spins.
     pub fn new(budget: Duration) -> SpinPolicy {
-        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)) }
+        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)), yields: false }
+    }
+
+    /// As [`SpinPolicy::new`], yielding the core between checks: for a
+    /// thread that may wait for threads wanting its core.
+    pub fn yielding(budget: Duration) -> SpinPolicy {
+        SpinPolicy { yields: true, ..SpinPolicy::new(budget) }
     }
 
     pub fn budget(&self) -> Duration {
@@ -55,19 +70,26 @@ impl SpinPolicy {
         if !self.is_quick() {
             return None;
         }
-        spin_until(start, self.budget, check)
+        self.spin_until(start, self.budget, check)
     }
 
     /// Runs `done` again and again, if recent waits were quick, until it is
     /// true or about as long as they took has passed since `start` (twice
     /// their average and 5 µs more, within the budget); its last answer.
-    pub fn spin_as_recent(&self, start: Instant, done: impl Fn() -> bool) -> bool {
-        if !self.is_quick() {
-            return done();
+    pub fn spin_as_recent(&self, start: Instant, mut done: impl FnMut() -> bool) -> bool {
+        match self.recent_span() {
+            None => done(),
+            Some(bound) => self.spin_until(start, bound, || done().then_some(())).is_some(),
         }
-        let recent = Duration::from_nanos(self.recent.load(Ordering::Relaxed));
-        let bound = (recent * 2 + Duration::from_micros(5)).min(self.budget);
-        spin_until(start, bound, || done().then_some(())).is_some()
+    }
+
+    /// How long [`SpinPolicy::spin_as_recent`] watches: `None` if recent
+    /// waits were not quick.
+    pub fn recent_span(&self) -> Option<Duration> {
+        self.is_quick().then(|| {
+            let recent = Duration::from_nanos(self.recent.load(Ordering::Relaxed));
+            (recent * 2 + Duration::from_micros(5)).min(self.budget)
+        })
     }
 
     /// A wait that began at `start` ended now, spun or blocked.
@@ -81,18 +103,21 @@ impl SpinPolicy {
         let recent = self.recent.load(Ordering::Relaxed);
         self.recent.store(recent.saturating_mul(3).saturating_add(took) / 4, Ordering::Relaxed);
     }
-}
 
-/// Runs `check` until it answers or `bound` has passed since `start`.
-fn spin_until<T>(start: Instant, bound: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
-    loop {
-        if let Some(answer) = check() {
-            return Some(answer);
+    /// Runs `check` until it answers or `bound` has passed since `start`.
+    fn spin_until<T>(&self, start: Instant, bound: Duration, mut check: impl FnMut() -> Option<T>) -> Option<T> {
+        loop {
+            if let Some(answer) = check() {
+                return Some(answer);
+            }
+            if start.elapsed() >= bound {
+                return None;
+            }
+            match self.yields {
+                true => std::thread::yield_now(),
+                false => std::hint::spin_loop(),
+            }
         }
-        if start.elapsed() >= bound {
-            return None;
-        }
-        std::hint::spin_loop();
     }
 }
 
@@ -158,6 +183,30 @@ mod tests {
         let start = Instant::now();
         assert!(!policy.spin_as_recent(start, || false));
         assert!(start.elapsed() < Duration::from_millis(1), "behind long waits it does not spin");
+    }
+
+    #[test]
+    fn an_idle_thread_watches_about_as_long_as_its_recent_gaps_and_not_at_all_behind_long_ones() {
+        let idle = SpinPolicy::yielding(Duration::from_micros(50));
+        assert_eq!(idle.recent_span(), Some(Duration::from_micros(5)), "fresh: a short look");
+        for _ in 0..16 {
+            waited(&idle, Duration::from_micros(10));
+        }
+        let span = idle.recent_span().expect("short gaps: it watches");
+        assert!(span >= Duration::from_micros(20) && span <= Duration::from_micros(26), "{span:?}");
+        for _ in 0..16 {
+            waited(&idle, Duration::from_micros(30));
+        }
+        assert_eq!(idle.recent_span(), Some(Duration::from_micros(50)), "never past the budget");
+        waited(&idle, Duration::from_millis(5));
+        assert_eq!(idle.recent_span(), None, "a long gap: it sleeps at once");
+        let start = Instant::now();
+        let mut checks = 0;
+        assert!(!idle.spin_as_recent(start, || {
+            checks += 1;
+            false
+        }));
+        assert_eq!(checks, 1, "behind long gaps it only looks once");
     }
 
     #[test]

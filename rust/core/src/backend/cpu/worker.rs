@@ -26,6 +26,7 @@ use std::task::{Poll, Wake, Waker};
 use std::time::{Duration, Instant};
 
 use crate::backend::{Counters, FailureTally, OpIo};
+use crate::completion::spin::SpinPolicy;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 
@@ -168,9 +169,9 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally, waker: &
     Ran::Done
 }
 
-/// How long an idle worker keeps asking for its next stream before it sleeps.
+/// How long an idle worker keeps asking for its next stream before it sleeps, at most.
 const LINGER: Duration = Duration::from_micros(50);
-/// How long a worker keeps a stream whose queue ran empty, for its next job.
+/// How long a worker keeps a stream whose queue ran empty, for its next job, at most.
 const LANE_LINGER: Duration = Duration::from_micros(20);
 /// Jobs a worker runs of one stream before it lets the next ready stream have a turn.
 const TURN: usize = 64;
@@ -250,8 +251,8 @@ impl Pool {
     fn serve(&'static self) {
         IN_POOL.with(|in_pool| in_pool.set(true));
         crate::completion::on_blocking_waits(blocking_edge);
-        let mut recent_idle = Duration::ZERO;
-        while let Some(lane) = self.next_lane(&mut recent_idle) {
+        let idle = SpinPolicy::yielding(LINGER);
+        while let Some(lane) = self.next_lane(&idle) {
             WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&lane.progress) as usize));
             lane.run_jobs();
             WORKER_OF.with(|worker| worker.set(0));
@@ -263,12 +264,12 @@ impl Pool {
     /// op by op (an `…AndWait` loop, a pipeline's stages) gets its next job
     /// within microseconds, while a worker that went to sleep takes 10–30 µs
     /// to wake on a busy host. So an idle worker whose recent idle spells
-    /// were short (a moving average in `recent_idle`, below [`LINGER`]) first
-    /// lingers for `LINGER`, yielding its core to any thread that wants it,
-    /// then sleeps until a stream comes; one fed sparsely sleeps at once.
-    fn next_lane(&self, recent_idle: &mut Duration) -> Option<Arc<Lane>> {
-        let idle = Instant::now();
-        let lingers = *recent_idle < LINGER;
+    /// were short (`idle` learns them) first lingers about as long as they
+    /// were, yielding its core to any thread that wants it, then sleeps until
+    /// a stream comes; one fed sparsely sleeps at once.
+    fn next_lane(&self, idle: &SpinPolicy) -> Option<Arc<Lane>> {
+        let since = Instant::now();
+        let mut lingered = false;
         let mut state = lock(&self.state);
         let lane = loop {
             if state.workers > self.size + state.blocked {
@@ -278,13 +279,11 @@ impl Pool {
                 self.ready_hint.store(state.ready.len(), Ordering::Release);
                 break Some(lane);
             }
-            if lingers && !state.lingering && idle.elapsed() < LINGER {
+            if !lingered && !state.lingering && idle.is_quick() {
                 // Watches the hint, not the lock, then looks again under it.
-                state.lingering = true;
+                (lingered, state.lingering) = (true, true);
                 drop(state);
-                while self.ready_hint.load(Ordering::Acquire) == 0 && idle.elapsed() < LINGER {
-                    std::thread::yield_now();
-                }
+                idle.spin_as_recent(since, || self.ready_hint.load(Ordering::Acquire) != 0);
                 state = lock(&self.state);
                 state.lingering = false;
                 if !state.ready.is_empty() {
@@ -305,7 +304,7 @@ impl Pool {
             state.workers -= 1;
         }
         drop(state);
-        *recent_idle = (*recent_idle * 3 + idle.elapsed()) / 4;
+        idle.learn(since);
         lane
     }
 }
@@ -348,6 +347,10 @@ struct Lane {
     pushes: AtomicU64,
     progress: Arc<Progress>,
     tally: Arc<FailureTally>,
+    /// The gaps from the queue running empty to its next job: a worker keeps
+    /// the stream, watching for the next, about as long while they are short
+    /// (jobs fed op by op), and lets it go at once once they are not.
+    gaps: SpinPolicy,
 }
 
 #[derive(Default)]
@@ -362,13 +365,8 @@ struct Queue {
     /// the stream again, not the jobs queued behind it (each would cost the
     /// pool a futile poll).
     parked: bool,
-    /// Whether a worker should keep the stream a moment when its queue runs
-    /// empty: it does while jobs come that quickly (a linger that saw one,
-    /// or a push just after the stream was let go), and stops once a
-    /// linger waited in vain, so a sparsely fed stream costs no spinning.
-    linger: bool,
-    /// When a worker last let the stream go with an empty queue.
-    released: Option<Instant>,
+    /// Since when the queue is empty, for the next push to tell `gaps`.
+    empty_since: Option<Instant>,
 }
 
 impl Wake for Lane {
@@ -399,11 +397,11 @@ impl Lane {
         let mut queue = lock(&self.queue);
         queue.jobs.extend(jobs);
         self.pushes.fetch_add(1, Ordering::Release);
+        if let Some(since) = queue.empty_since.take() {
+            self.gaps.learn(since);
+        }
         if queue.scheduled || queue.parked || queue.jobs.is_empty() {
             return;
-        }
-        if queue.released.is_some_and(|released| released.elapsed() < LANE_LINGER) {
-            queue.linger = true;
         }
         queue.scheduled = true;
         drop(queue);
@@ -421,28 +419,22 @@ impl Lane {
                 queue.woken = false;
                 match queue.jobs.pop_front() {
                     Some(job) => job,
-                    None if lingered || !queue.linger => {
-                        queue.scheduled = false;
-                        if lingered {
-                            queue.linger = false;
-                        }
-                        queue.released = Some(Instant::now());
-                        return;
-                    }
                     None => {
+                        let since = *queue.empty_since.get_or_insert_with(Instant::now);
+                        if lingered || !self.gaps.is_quick() {
+                            queue.scheduled = false;
+                            return;
+                        }
                         // A stream fed op by op gets its next job within
                         // microseconds: keep it (still scheduled, so a push
-                        // is one lock and no pool round trip) for a moment,
-                        // unless other streams wait for a worker.
+                        // is one lock and no pool round trip) for about its
+                        // recent gaps, unless other streams wait for a worker.
                         let seen = self.pushes.load(Ordering::Acquire);
                         drop(queue);
-                        let since = Instant::now();
-                        while self.pushes.load(Ordering::Acquire) == seen
-                            && since.elapsed() < LANE_LINGER
-                            && pool().ready_hint.load(Ordering::Acquire) == 0
-                        {
-                            std::thread::yield_now();
-                        }
+                        self.gaps.spin_as_recent(since, || {
+                            self.pushes.load(Ordering::Acquire) != seen
+                                || pool().ready_hint.load(Ordering::Acquire) != 0
+                        });
                         lingered = true;
                         continue;
                     }
@@ -497,6 +489,7 @@ impl CpuStream {
             pushes: AtomicU64::new(0),
             progress: progress.clone(),
             tally: tally.clone(),
+            gaps: SpinPolicy::yielding(LANE_LINGER),
         });
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
         CpuStream {

@@ -21,8 +21,9 @@
 //!   stream's or a graph's destruction) first [`Issuer::flush`]es the queue;
 //! - the queue holds at most [`MAX_QUEUED`] jobs: beyond, the admitting
 //!   thread waits for room, as it would in a full driver queue;
-//! - the thread polls for more work for a moment before it sleeps, since a
-//!   sleeping thread takes 10–30 µs to wake.
+//! - the thread watches for more work before it sleeps, about as long as
+//!   the recent gaps between its jobs, if they were short (the one rule,
+//!   [`SpinPolicy`]), since a sleeping thread takes 10–30 µs to wake.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,6 +37,7 @@ use super::prepare::ReadyLaunch;
 use super::staging::{InFlight, Staged};
 use super::stream::{StreamCore, StreamRef};
 use crate::backend::{HostSink, OpIo, SignalKind};
+use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
@@ -227,7 +229,7 @@ pub(super) const STREAK_GAP: Duration = Duration::from_micros(10);
 /// Admissions in a streak before their driver calls move to the thread.
 const STREAK: u32 = 4;
 
-/// How long the idle thread polls for its next job before it sleeps, at most.
+/// How long the idle thread watches for its next job before it sleeps, at most.
 const LINGER: Duration = Duration::from_micros(50);
 
 struct Queue<D: Driver> {
@@ -300,7 +302,7 @@ impl<D: Driver> Issuer<D> {
         let shared = self.shared.clone();
         let thread = std::thread::Builder::new()
             .name(format!("weir-{}-issue", D::KIND.name()))
-            .spawn(move || run(&shared, &device, linger.min(LINGER)))
+            .spawn(move || run(&shared, &device, &SpinPolicy::new(linger.min(LINGER))))
             .map_err(|e| Error::backend(D::KIND, format!("cannot start the issuing thread: {e}")))?;
         let _ = self.id.set(thread.thread().id());
         *lock(&self.thread) = Some(thread);
@@ -402,15 +404,21 @@ impl<D: Driver> Issuer<D> {
 }
 
 /// The thread: takes every queued job at once and runs them in order.
-fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
+/// `idle` learns the gaps between the thread's jobs.
+fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, idle: &SpinPolicy) {
     let mut batch: Vec<Job<D>> = Vec::new();
     let mut spent: Vec<OpIo> = Vec::new();
     loop {
         {
             let mut queue = lock(&shared.queue);
+            // Since when the thread found nothing to do, and whether it watched for work since.
             let mut idle_since: Option<Instant> = None;
+            let mut watched = false;
             loop {
                 if !queue.jobs.is_empty() {
+                    if let Some(since) = idle_since {
+                        idle.learn(since);
+                    }
                     std::mem::swap(&mut queue.jobs, &mut batch);
                     match queue.spent.is_empty() {
                         true => std::mem::swap(&mut queue.spent, &mut spent),
@@ -439,19 +447,17 @@ fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, linger: Duration) {
                     return;
                 }
                 let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < linger {
-                    // Poll without the lock, so admissions push freely.
+                if !watched {
+                    // Without the lock, so admissions push freely.
+                    watched = true;
                     drop(queue);
-                    while shared.queued.load(Ordering::Acquire) == 0 && since.elapsed() < linger {
-                        std::hint::spin_loop();
-                    }
+                    idle.spin_as_recent(since, || shared.queued.load(Ordering::Acquire) != 0);
                     queue = lock(&shared.queue);
                     continue;
                 }
                 queue.sleeping = true;
                 queue = shared.work.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
                 queue.sleeping = false;
-                idle_since = None;
             }
         }
         // Nothing but jobs runs on this thread, so the context an op bound
