@@ -4,7 +4,7 @@
 
 use std::net::TcpStream;
 
-use super::frames::{send_outcome, Contribution};
+use super::frames::{receive, send, Contribution, Outcome, SentShare};
 use crate::backend::cpu::collective::run_collective;
 use crate::backend::{Collective, CollectiveKind};
 
@@ -87,7 +87,7 @@ pub(super) fn gather(
     let mut all = vec![mine];
     let mut gone = None;
     for (index, peer) in peers.iter_mut().enumerate() {
-        match Contribution::receive(peer) {
+        match receive::<Contribution>(peer) {
             Ok(part) => all.push(part),
             Err(error) => {
                 gone = Some(format!("rank {} is gone ({error})", index + 1));
@@ -101,11 +101,11 @@ pub(super) fn gather(
     };
     // Every rank still there learns the outcome, even of a broken group.
     for (index, peer) in peers.iter_mut().enumerate() {
-        let share = match &outcome {
-            Ok(shares) => Ok(shares[index + 1].as_deref()),
-            Err(failure) => Err(failure.clone()),
+        let share: Outcome<SentShare> = match &outcome {
+            Ok(shares) => Outcome::Share(shares[index + 1].as_deref().map(serde_bytes::Bytes::new)),
+            Err(failure) => Outcome::Failed(failure.clone()),
         };
-        if let Err(error) = send_outcome(peer, &share) {
+        if let Err(error) = send(peer, &share) {
             gone.get_or_insert(format!("rank {} is gone ({error})", index + 1));
         }
     }

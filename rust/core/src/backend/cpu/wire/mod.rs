@@ -33,7 +33,7 @@ use super::collective::Arrival;
 use super::memory::CpuMemory;
 use crate::backend::{Collective, CollectiveKind};
 use crate::lock::lock;
-use frames::{describe, receive_outcome, Contribution};
+use frames::{describe, receive, send, Contribution, Outcome, Share};
 use hub::gather;
 pub(crate) use join::{join, new_id};
 
@@ -147,8 +147,9 @@ impl Wire {
         };
         let (share, broken) = match &mut *lock(&self.links) {
             Links::Broken(reason) => (Err(format!("{} on a broken CPU group: {reason}", collective.name())), None),
-            Links::Spoke(hub) => match mine.send(hub).and_then(|()| receive_outcome(hub)) {
-                Ok(outcome) => (outcome, None),
+            Links::Spoke(hub) => match send(hub, &mine).and_then(|()| receive::<Outcome<Share>>(hub)) {
+                Ok(Outcome::Share(share)) => (Ok(share.map(serde_bytes::ByteBuf::into_vec)), None),
+                Ok(Outcome::Failed(failure)) => (Err(failure), None),
                 Err(error) => {
                     let reason = format!("rank 0 is gone ({error})");
                     (Err(format!("{} on rank {}: {reason}", collective.name(), self.rank)), Some(reason))
