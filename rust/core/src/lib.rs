@@ -93,7 +93,8 @@
 //! weir-core   handles    Runtime, Stream, Buffer, Fence, Graph, DeviceGroup (stream.rs, ops.rs, …)
 //!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
 //!             engines    HOW it runs, behind the `Backend` trait (backend/):
-//!                          cpu   a bounded pool of workers, streams as queues
+//!                          cpu   a bounded pool of workers, streams as queues; a group
+//!                                across processes meets over loopback TCP (serde, MessagePack)
 //!                          wgpu  logical streams (lanes) on the one queue, a poll thread
 //!                          gpu   an issuing thread per device, a waiter per stream,
 //!                                generic over the device layer's `Driver`
@@ -108,7 +109,8 @@
 //! weir-device the device layer (rust/device): device calls only, unsafe where
 //!             the driver is, no scheduling meaning; the errors, kinds, element
 //!             types and launch shapes every layer shares
-//!               driver::Driver   cuda (cudarc: driver, NVRTC, NCCL) | hip (hip-sys) | fake (tests)
+//!               driver::Driver   cuda (cudarc: driver, NVRTC; NCCL loaded by its runtime name)
+//!                                | hip (hip-sys; code objects read by `object` and `rmp-serde`) | fake (tests)
 //! ```
 //!
 //! One op's path, a CUDA kernel: [`Stream::execute`] checks the arguments
