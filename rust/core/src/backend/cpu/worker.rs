@@ -137,7 +137,7 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally, waker: &
     match job {
         Job::Work(work, io) => {
             let failure = io.failed_input(index).or_else(|| {
-                let ran = catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&panic)));
+                let ran = catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&*panic)));
                 ran.err().map(|message| Error::OpFailed { stream: index, message })
             });
             if let Some(error) = failure {
@@ -147,7 +147,7 @@ fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally, waker: &
         }
         Job::Meet(mut meet, io) => {
             let polled = catch_unwind(AssertUnwindSafe(|| meet(waker)))
-                .unwrap_or_else(|panic| Poll::Ready(Err(panic_message(&panic))));
+                .unwrap_or_else(|panic| Poll::Ready(Err(panic_message(&*panic))));
             match polled {
                 Poll::Pending => return Ran::Parked(Job::Meet(meet, io)),
                 Poll::Ready(Err(message)) => io.fail(Error::OpFailed { stream: index, message }, tally),
@@ -578,11 +578,6 @@ impl Drop for CpuStream {
     }
 }
 
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    let text = panic
-        .downcast_ref::<&str>()
-        .map(|s| (*s).to_owned())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "unknown panic".to_owned());
-    format!("kernel panicked: {text}")
+fn panic_message(panic: &(dyn std::any::Any + Send)) -> String {
+    format!("kernel panicked: {}", crate::error::panic_text(panic))
 }

@@ -262,17 +262,9 @@ fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pi
         .stack_size(COMPILE_STACK_BYTES)
         .spawn(move || compile(&device, &key))
         .map_err(|e| CompileError::NoThread(format!("cannot start a shader compile thread: {e}")))?;
-    Ok(compiler.join().unwrap_or_else(|panic| Err(format!("the shader compiler panicked: {}", panic_text(&panic)))))
-}
-
-fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
-    if let Some(text) = panic.downcast_ref::<&str>() {
-        (*text).to_owned()
-    } else if let Some(text) = panic.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "no message".to_owned()
-    }
+    Ok(compiler
+        .join()
+        .unwrap_or_else(|panic| Err(format!("the shader compiler panicked: {}", crate::error::panic_text(&*panic)))))
 }
 
 /// Checks a custom kernel's bindings, then compiles. A source naga cannot
