@@ -1,10 +1,12 @@
-//! One thread that opens gates when their time is up (test support): a
-//! delay on the host engines is a gate the timer opens, so it holds its
-//! stream as a hold does, with no thread (nor a CPU pool worker) asleep per
-//! delay. CUDA and HIP time a delay on the device instead.
+//! What holds a stream of a host engine at a point (test support), and one
+//! thread that opens gates when their time is up: a delay on the host
+//! engines is a gate the timer opens, so it holds its stream as a hold
+//! does, with no thread (nor a CPU pool worker) asleep per delay. CUDA and
+//! HIP time a delay on the device instead.
 
 use std::sync::mpsc::{channel, RecvTimeoutError, Sender};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
 use super::Gate;
@@ -25,6 +27,31 @@ pub(crate) fn gate_after(duration: Duration) -> Arc<Gate> {
         gate.open();
     }
     gate
+}
+
+/// What holds a stream at a point: a gate its holder opens, or a delay,
+/// counted from when the stream gets there (the CPU pool's lanes and the
+/// wgpu lanes both poll it first there).
+pub(crate) enum Hold {
+    Gate(Arc<Gate>),
+    Delay(Duration),
+}
+
+impl Hold {
+    /// Ready once the stream may go on; else `waker` is woken then. A
+    /// delay's time starts at its first poll; a zero delay holds nothing.
+    pub(crate) fn poll_open(&mut self, waker: &Waker) -> Poll<()> {
+        match self {
+            Hold::Delay(duration) if duration.is_zero() => Poll::Ready(()),
+            Hold::Delay(duration) => {
+                let gate = gate_after(*duration);
+                let opened = gate.poll_open(waker);
+                *self = Hold::Gate(gate);
+                opened
+            }
+            Hold::Gate(gate) => gate.poll_open(waker),
+        }
+    }
 }
 
 /// A gate and when it opens.
@@ -72,6 +99,25 @@ fn timer() -> Option<&'static Mutex<Sender<Timed>>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_delay_counts_from_its_first_poll_and_a_zero_one_holds_nothing() {
+        let waker = std::task::Waker::noop();
+        assert!(Hold::Delay(Duration::ZERO).poll_open(waker).is_ready());
+        let mut delay = Hold::Delay(Duration::from_millis(30));
+        std::thread::sleep(Duration::from_millis(40));
+        let reached = Instant::now();
+        assert!(delay.poll_open(waker).is_pending(), "the time before the stream got there does not count");
+        while delay.poll_open(waker).is_pending() {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        assert!(reached.elapsed() >= Duration::from_millis(30));
+        let gate = Arc::new(Gate::default());
+        let mut held = Hold::Gate(gate.clone());
+        assert!(held.poll_open(waker).is_pending());
+        gate.open();
+        assert!(held.poll_open(waker).is_ready());
+    }
 
     #[test]
     fn a_timed_gate_opens_once_its_time_is_up_in_order_of_its_time() {

@@ -19,7 +19,7 @@ pub use worker::CpuStream;
 use worker::Progress;
 
 #[cfg(feature = "test-support")]
-use crate::backend::Gate;
+use crate::backend::{timer::Hold, Gate};
 use crate::backend::{
     Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError, OpIo,
     RawAccess, SignalKind, Span, GROUP_ID_BYTES,
@@ -158,10 +158,9 @@ impl CpuBackend {
             // the op that does nothing, run as work: what the benchmarks time.)
             #[cfg(feature = "test-support")]
             Command::Delay { duration } if !duration.is_zero() => {
-                let (mut gate, mut io) = (None, Some(io));
+                let (mut hold, mut io) = (Hold::Delay(duration), Some(io));
                 return stream.until(Box::new(move |waker| {
-                    let opened =
-                        gate.get_or_insert_with(|| crate::backend::timer::gate_after(duration)).poll_open(waker);
+                    let opened = hold.poll_open(waker);
                     if opened.is_ready() {
                         // Its share of the queue goes back once it held the stream.
                         io.take();
@@ -291,7 +290,8 @@ impl Backend for CpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
-        stream.until(Box::new(move |waker| gate.poll_open(waker)))
+        let mut hold = Hold::Gate(gate);
+        stream.until(Box::new(move |waker| hold.poll_open(waker)))
     }
 
     fn counters(&self) -> BackendCounters {

@@ -40,8 +40,6 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 #[cfg(feature = "test-support")]
 use std::sync::Weak;
 use std::sync::{Arc, Mutex};
-#[cfg(feature = "test-support")]
-use std::time::Duration;
 
 use super::device::Gpu;
 use super::poll::{once, PollState};
@@ -49,7 +47,7 @@ use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
 #[cfg(feature = "test-support")]
-use crate::backend::Gate;
+use crate::backend::timer::Hold;
 use crate::backend::{EnqueueError, FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
@@ -79,13 +77,11 @@ pub(crate) enum Item {
         lane: LaneId,
         upto: u64,
     },
-    /// Holds until the flag is set (a gate opened, a delay elapsed): test
-    /// support, like every hold of a stream.
+    /// Holds until the hold lets go (a gate opened, a delay elapsed), test
+    /// support like every hold of a stream; polled first at the head, then
+    /// watched through the flag its opening sets.
     #[cfg(feature = "test-support")]
-    Until(Arc<AtomicBool>),
-    /// Holds for the duration, counted from when it reaches the head (test support).
-    #[cfg(feature = "test-support")]
-    Delay(Duration),
+    Hold(Hold, Option<Arc<AtomicBool>>),
     Signal(Arc<Completion>, SignalKind),
     /// An op failed to record: the lane fails here, after the work before it.
     Fail(Error),
@@ -543,30 +539,27 @@ impl Shared {
                 lanes.progress(lane).0 >= upto
             }
             #[cfg(feature = "test-support")]
-            Item::Until(flag) => flag.load(Ordering::Acquire),
-            // A zero delay holds nothing.
+            Item::Hold(_, Some(flag)) => flag.load(Ordering::Acquire),
             #[cfg(feature = "test-support")]
-            Item::Delay(duration) if duration.is_zero() => true,
-            #[cfg(feature = "test-support")]
-            Item::Delay(duration) => {
-                // Timed from here, where the lane gets to it.
-                let flag = self.flag_of(&crate::backend::timer::gate_after(*duration));
+            Item::Hold(hold, unwatched) => {
+                // First polled here, where the lane gets to it: a delay's time starts now.
+                let flag = self.watch(hold);
                 let open = flag.load(Ordering::Acquire);
-                *head = Item::Until(flag);
+                *unwatched = Some(flag);
                 open
             }
             Item::Submit(_) | Item::Read(_) | Item::Signal(..) | Item::Fail(_) => true,
         }
     }
 
-    /// The flag a lane holds at until `gate` opens: the opening sets it and
-    /// issues what waited, on the opening thread (which holds no lock of
+    /// The flag a lane holds at until `hold` lets go: the opening sets it
+    /// and issues what waited, on the opening thread (which holds no lock of
     /// ours: a gate opens on its holder's thread or the timer's).
     #[cfg(feature = "test-support")]
-    pub fn flag_of(&self, gate: &Gate) -> Arc<AtomicBool> {
+    fn watch(&self, hold: &mut Hold) -> Arc<AtomicBool> {
         let flag = Arc::new(AtomicBool::new(false));
         let opened = std::task::Waker::from(Arc::new(GateOpened { flag: flag.clone(), shared: self.me.clone() }));
-        if gate.poll_open(&opened).is_ready() {
+        if hold.poll_open(&opened).is_ready() {
             flag.store(true, Ordering::Release);
         }
         flag
@@ -636,7 +629,7 @@ impl Shared {
                 }
             }
             #[cfg(feature = "test-support")]
-            Item::Until(_) | Item::Delay(_) => {}
+            Item::Hold(..) => {}
         }
         if full {
             self.submit_pending(lanes);

@@ -65,7 +65,7 @@ use scope::scoped;
 pub use timestamps::WgpuTimestamp;
 
 #[cfg(feature = "test-support")]
-use crate::backend::Gate;
+use crate::backend::{timer::Hold, Gate};
 use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span, UploadFrom};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo};
@@ -212,7 +212,7 @@ impl Backend for WgpuBackend {
             Ok(Encoded::Op { op, readback }) => self.shared.record(stream.lane, Queued::Op(op), readback),
             #[cfg(feature = "test-support")]
             Ok(Encoded::Delay(duration)) => {
-                self.shared.push(stream.lane, Item::Delay(duration)).map_err(EnqueueError::Rejected)
+                self.shared.push(stream.lane, Item::Hold(Hold::Delay(duration), None)).map_err(EnqueueError::Rejected)
             }
             Err(error) => Err(EnqueueError::Rejected(error)),
         }
@@ -283,7 +283,7 @@ impl Backend for WgpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
-        self.shared.push(stream.lane, Item::Until(self.shared.flag_of(&gate)))
+        self.shared.push(stream.lane, Item::Hold(Hold::Gate(gate), None))
     }
 
     fn counters(&self) -> BackendCounters {
