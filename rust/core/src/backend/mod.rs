@@ -232,6 +232,8 @@ impl<R> Command<R> {
 /// gets it: its backend, the stream it runs on, its memory, and what it
 /// reads and publishes (as [`Backend::enqueue`]'s `io`).
 pub struct CollectivePart<'a, B: Backend> {
+    // Read by the GPU engine; a build with neither CUDA nor HIP has none.
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub backend: &'a B,
     pub stream: &'a B::Stream,
     /// What the member contributes; for the in-place collectives the one buffer.

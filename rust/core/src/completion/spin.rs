@@ -54,6 +54,8 @@ impl SpinPolicy {
         SpinPolicy { yields: true, ..SpinPolicy::new(budget) }
     }
 
+    // The GPU engine's stream waiter asks; a build with neither CUDA nor HIP has none.
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub fn budget(&self) -> Duration {
         self.budget
     }
@@ -66,6 +68,8 @@ impl SpinPolicy {
     /// Runs `check` again and again until it answers, for as long as the
     /// budget allows from `start`, if recent waits were quick; `None` if it
     /// did not spin or `check` did not answer in time (then block).
+    // The device waiters' rule: a build with no GPU backend has none.
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip", feature = "wgpu")), allow(dead_code))]
     pub fn spin<T>(&self, start: Instant, check: impl FnMut() -> Option<T>) -> Option<T> {
         if !self.is_quick() {
             return None;

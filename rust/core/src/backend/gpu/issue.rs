@@ -45,7 +45,8 @@ use weir_device::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status}
 
 /// One job: the driver calls of one admitted op, event or signal. Jobs
 /// are values in the queue, not boxes: a queue taken whole and handed back
-/// empty allocates nothing per job.
+/// empty allocates nothing per job (so an op's size is every job's).
+#[allow(clippy::large_enum_variant)]
 pub(crate) enum Job<D: Driver> {
     /// An op's driver calls; `io` says whether it may run and what its failure fails.
     Op { stream: StreamRef<D>, issue: Issue<D>, io: OpIo },
