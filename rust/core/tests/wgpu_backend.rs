@@ -769,6 +769,61 @@ fn a_hundred_thousand_small_buffers_are_a_few_wgpu_buffers() {
     assert!(backend.shared_buffers() <= 1, "{} slabs stay once every small buffer is gone", backend.shared_buffers());
 }
 
+/// Writes its second scalar at the index its first names; its uniform comes
+/// first, so it binds by a layout of its own (its scalars cannot go as
+/// immediate data).
+const PUT: &str = "
+struct Put { at: u32, value: u32 }
+@group(0) @binding(0) var<uniform> p: Put;
+@group(0) @binding(1) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(1)
+fn main() { out[p.at] = p.value; }
+";
+
+#[test]
+fn ops_queued_behind_a_hold_keep_their_scalars_without_a_wgpu_buffer_each() {
+    const OPS: u32 = 1_000;
+    let Some(shared) = open() else { return };
+    shared.close().unwrap();
+    // A device of its own: wgpu counts live buffers per device, and other tests share the adapter's.
+    let runtime = Runtime::builder(BackendKind::Wgpu).own_device(true).open().unwrap();
+    let device = device_of(&runtime);
+    let s = runtime.new_stream().unwrap();
+    let out = s.zeros(ElementType::U32, u64::from(OPS)).unwrap();
+    let kernel = Kernel::custom("put").wgsl(PUT, "main").build();
+    let put = |at: u32, value: u32| {
+        s.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&out), Arg::u32(at), Arg::u32(value)]).unwrap()
+    };
+    put(0, 0);
+    s.fence().unwrap().wait().unwrap();
+    let live_buffers = || device.get_internal_counters().hal.buffers.read();
+    let before = live_buffers();
+    let hold = s.hold().unwrap();
+    for at in 0..OPS {
+        put(at, at + 1);
+    }
+    // Every wgpu buffer makes every later pass dearer (wgpu-core sizes its
+    // tracking to the most there ever were): the queued ops' scalars wait in
+    // host memory, and take slots of a shared buffer only when recorded.
+    let grown = live_buffers() - before;
+    assert!(grown <= 2, "{OPS} ops queued behind a hold made {grown} wgpu buffers");
+    hold.release();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), (1..=OPS).collect::<Vec<_>>());
+    // Slots go round: each op still sees its own scalars, on two streams at once.
+    let t = runtime.new_stream().unwrap();
+    let other = t.zeros(ElementType::U32, u64::from(OPS)).unwrap();
+    for round in 1..=3 {
+        for at in 0..OPS {
+            put(at, round * 10_000 + at);
+            t.execute(&kernel, Grid::linear(1, 1), &[Arg::read_write(&other), Arg::u32(at), Arg::u32(round + at)])
+                .unwrap();
+        }
+    }
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), (0..OPS).map(|at| 30_000 + at).collect::<Vec<_>>());
+    assert_eq!(t.read_as::<u32>(&other).unwrap(), (0..OPS).map(|at| 3 + at).collect::<Vec<_>>());
+    runtime.close().unwrap();
+}
+
 /// The wgpu device `runtime`'s ops run on, as raw access shows it.
 fn device_of(runtime: &Runtime) -> weir_core::wgpu::Device {
     let s = runtime.default_stream();

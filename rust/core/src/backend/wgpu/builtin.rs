@@ -125,7 +125,7 @@ fn builtin(gpu: &Gpu, source: &str, read_only: &[bool], widened: bool) -> Result
 
 /// Parameter blocks for a plan of `pipeline`, or why the device could not make them.
 pub(crate) fn params(gpu: &Gpu, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Error> {
-    Params::new(&gpu.device, gpu.shape.uniform_align, pipeline, blocks).map_err(|failure| match failure {
+    Params::new(gpu, pipeline, blocks).map_err(|failure| match failure {
         Failure::OutOfMemory => {
             Error::OutOfMemory { bytes: (blocks.len() as u64) * gpu.shape.uniform_align, host: false }
         }

@@ -23,6 +23,8 @@ pub(crate) struct Gpu {
     pub bind_groups: Arc<BindGroups>,
     /// The wgpu buffers small allocations share.
     pub slabs: Arc<Slabs>,
+    /// The wgpu buffers ops' scalar blocks share.
+    pub uniform_slabs: Arc<Slabs>,
     /// The most bytes of immediate data a dispatch may set (0: the device takes none).
     pub immediate_bytes: u32,
     /// The device takes timestamp queries (`Features::TIMESTAMP_QUERY`).
@@ -82,7 +84,8 @@ impl Gpu {
             timestamps: opened.features.contains(wgpu::Features::TIMESTAMP_QUERY),
             timestamp_period: opened.queue.get_timestamp_period(),
             shape: Shape::new(&opened.limits),
-            slabs: Slabs::new(&opened.device, u64::from(opened.limits.min_storage_buffer_offset_alignment)),
+            slabs: Slabs::storage(&opened.device, u64::from(opened.limits.min_storage_buffer_offset_alignment)),
+            uniform_slabs: Slabs::uniform(&opened.device, u64::from(opened.limits.min_uniform_buffer_offset_alignment)),
             device: opened.device,
             queue: opened.queue,
             limits: opened.limits,

@@ -654,13 +654,14 @@ impl Shared {
             origins.push((run.slot, run.generation));
             kept.push((run.stream, run.tally, run.run));
         }
-        let commands = record_runs(gpu, kept);
+        let recording = record_runs(gpu, kept);
         // `submit` also fires the device's callbacks that are ready, on
         // this thread: a foreign one may panic. Unwinding stops at the
         // first, after the submission was made; the rest ran their drop
         // paths (see `poll::once`), so the lanes stay consistent.
-        let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(commands))));
+        let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(recording.commands))));
         lanes.submits += 1;
+        drop(recording.ops);
         if let Ok(Err(failure)) = outcome {
             let message = failure.message();
             for (slot, generation) in origins {

@@ -17,6 +17,7 @@
 //! software ones) never holds up admissions on other streams.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
 use smallvec::SmallVec;
@@ -25,6 +26,7 @@ use super::device::Gpu;
 use super::encode::Recorder;
 use super::interface::{self, Arguments, Bindings, OwnLayout, ResourceKind};
 use super::scope::{scoped, Failure};
+use super::slabs::{Slot, SHARED_MAX};
 use super::uniform_fill::ScalarType;
 use crate::kernel::{CustomKernel, ScalarArg};
 use crate::key_map::KeyMap;
@@ -405,15 +407,14 @@ impl Params {
         match self {
             Params::Immediate { bytes, .. } if bytes.spilled() => bytes.capacity(),
             Params::Immediate { .. } => 0,
-            Params::Uniform(_) => 0,
+            Params::Uniform(uniforms) => uniforms.heap_bytes(),
         }
     }
 
-    /// One block per entry of `blocks` for `pipeline`; `align` is the
-    /// device's uniform offset alignment.
-    pub fn new(device: &wgpu::Device, align: u64, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
+    /// One block per entry of `blocks` for `pipeline`.
+    pub fn new(gpu: &Gpu, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
         if pipeline.immediate_bytes == 0 {
-            return Uniforms::new(device, align, blocks).map(Params::Uniform);
+            return Uniforms::new(gpu, blocks).map(Params::Uniform);
         }
         let block = pipeline.immediate_bytes as usize;
         let mut bytes = SmallVec::from_elem(0u8, block * blocks.len());
@@ -429,61 +430,89 @@ impl Params {
 
 impl Params {
     /// The uniforms of a kernel with its own layout, filled from its scalars.
-    pub fn own(device: &wgpu::Device, align: u64, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Failure> {
+    pub fn own(gpu: &Gpu, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Failure> {
         let blocks: Vec<Vec<u8>> = own.uniforms.iter().map(|uniform| uniform.bytes(scalars)).collect();
-        Uniforms::from_bytes(device, align, &blocks).map(Params::Uniform)
+        Uniforms::from_bytes(gpu, &blocks).map(Params::Uniform)
     }
 }
 
-/// The uniform blocks of one command's dispatches, one block per dispatch, in
-/// one buffer written when it is made: at a stride the device can bind at.
+/// The uniform blocks of one command's dispatches, one block per dispatch,
+/// at a stride the device can bind at: in a slot of the device's uniform
+/// slabs ([`super::slabs`]), or a buffer of their own when they are large.
+///
+/// Their bytes are written through the queue when the op is recorded (just
+/// before its submission, whose commands the write precedes), not when it is
+/// admitted: an op queued behind a hold then holds only its bytes. The slot
+/// is held until the op's commands are submitted (the queued op is), as its
+/// next owner writes it the same way.
 pub(crate) struct Uniforms {
+    bytes: Vec<u8>,
+    written: AtomicBool,
     buffer: wgpu::Buffer,
+    /// The first block's offset in `buffer`.
+    base: u64,
     stride: u64,
     block: u64,
+    _slot: Option<Arc<Slot>>,
 }
 
 impl Uniforms {
     /// One block per entry of `blocks`, each padded to the largest, to at
     /// least 16 bytes and to a multiple of 16 (so small parameter structs
-    /// always fit); `align` is the device's uniform offset alignment.
-    pub fn new(device: &wgpu::Device, align: u64, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
+    /// always fit).
+    pub fn new(gpu: &Gpu, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
         let blocks: Vec<Vec<u8>> =
             blocks.iter().map(|words| words.iter().flat_map(|word| word.to_le_bytes()).collect()).collect();
-        Uniforms::from_bytes(device, align, &blocks)
+        Uniforms::from_bytes(gpu, &blocks)
     }
 
     /// One block per entry of `blocks`, as [`Uniforms::new`] makes them.
-    pub fn from_bytes(device: &wgpu::Device, align: u64, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
+    pub fn from_bytes(gpu: &Gpu, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
+        let align = gpu.shape.uniform_align.max(1);
         let longest = blocks.iter().map(Vec::len).max().unwrap_or(0);
         let block = (longest as u64).max(16).div_ceil(16) * 16;
-        let stride = block.div_ceil(align.max(1)) * align.max(1);
+        let stride = block.div_ceil(align) * align;
         let size = stride * (blocks.len().max(1) as u64);
         let mut bytes = vec![0u8; size as usize];
         for (index, block) in blocks.iter().enumerate() {
             let at = index * stride as usize;
             bytes[at..at + block.len()].copy_from_slice(block);
         }
-        scoped(device, || {
-            let buffer = device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("weir scalars"),
-                size,
-                usage: wgpu::BufferUsages::UNIFORM,
-                mapped_at_creation: true,
-            });
-            // A failed creation leaves no mapping to fill: the scope reports it.
-            if let Ok(mut view) = buffer.slice(..).get_mapped_range_mut() {
-                view.copy_from_slice(&bytes);
-            }
-            buffer.unmap();
-            Uniforms { buffer, stride, block }
-        })
+        let (buffer, base, slot) = if size <= SHARED_MAX {
+            let placed = gpu.uniform_slabs.place(size)?;
+            (placed.buffer, placed.base, Some(placed.slot))
+        } else {
+            let device = &gpu.device;
+            let buffer = scoped(device, || {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("weir scalars"),
+                    size,
+                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })?;
+            (buffer, 0, None)
+        };
+        Ok(Uniforms { bytes, written: AtomicBool::new(false), buffer, base, stride, block, _slot: slot })
+    }
+
+    /// Bytes of our own it holds beyond its inline size.
+    fn heap_bytes(&self) -> usize {
+        self.bytes.capacity()
+    }
+
+    /// Writes the blocks through `queue`, once: they land before the next
+    /// submission's commands.
+    fn write(&self, queue: &wgpu::Queue) {
+        if !self.written.swap(true, Ordering::Relaxed) {
+            queue.write_buffer(&self.buffer, self.base, &self.bytes);
+        }
     }
 
     fn binding(&self, index: usize) -> wgpu::BindingResource<'_> {
         wgpu::BindingResource::Buffer(wgpu::BufferBinding {
             buffer: &self.buffer,
-            offset: self.stride * index as u64,
+            offset: self.base + self.stride * index as u64,
             size: wgpu::BufferSize::new(self.block),
         })
     }
@@ -524,6 +553,9 @@ pub(crate) fn dispatch(
             Some((Params::Uniform(uniforms), _)) => Some(uniforms),
             _ => None,
         };
+        if let Some(uniforms) = uniforms {
+            uniforms.write(&gpu.queue);
+        }
         let bound: SmallVec<[(u32, wgpu::BindGroup); 4]> = own
             .groups
             .iter()
@@ -565,7 +597,10 @@ pub(crate) fn dispatch(
     };
     let mut immediates = None;
     let bind_group = match params {
-        Some((Params::Uniform(uniforms), index)) => make(Some(uniforms.binding(index))),
+        Some((Params::Uniform(uniforms), index)) => {
+            uniforms.write(&gpu.queue);
+            make(Some(uniforms.binding(index)))
+        }
         other => {
             if let Some((Params::Immediate { bytes, block }, index)) = other {
                 immediates = bytes.get(index * block..(index + 1) * block);

@@ -296,7 +296,7 @@ fn prepare_custom<R: PartialEq>(
         _ if scalars.is_empty() => None,
         (Some(own), _) => {
             let align = gpu.shape.uniform_align;
-            Some(Params::own(&gpu.device, align, own, &scalars).map_err(|failure| refused(failure, align))?)
+            Some(Params::own(gpu, own, &scalars).map_err(|failure| refused(failure, align))?)
         }
         (None, Some(words)) => Some(params(gpu, &pipeline, &[words])?),
         // A kernel in Weir's layout takes 4-byte scalars only (its check says so).

@@ -109,13 +109,22 @@ fn heap_bytes(command: &Command<Held>) -> usize {
 /// counts failures for its next fence.
 type Origin = (u32, Arc<FailureTally>);
 
+/// What [`record_runs`] made: the command buffers to submit, and the ops
+/// recorded into them, to drop once they are submitted (an op's scalars
+/// are in a slot whose next owner writes it through the queue, which lands
+/// before the next submission's commands).
+pub(crate) struct Recording {
+    pub commands: Vec<wgpu::CommandBuffer>,
+    pub ops: Vec<Box<QueuedOp>>,
+}
+
 /// Records `runs` (each lane's queued work, with its stream's number and
 /// failure tally), in order: the ops between two recorded command buffers
 /// into one encoder each. Failed ops are reported through their lane's
 /// tally (see the module doc) and left out.
-pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Vec<wgpu::CommandBuffer> {
+pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Recording {
     let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
-    let mut recorded = Vec::new();
+    let mut recorded = Recording { commands: Vec::new(), ops: Vec::new() };
     // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
     let mut ops = Vec::with_capacity(runs.iter().map(|(_, _, run)| run.len()).sum());
     for (stream, tally, run) in runs {
@@ -128,7 +137,7 @@ pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queu
                 // submitted after this, under the same lanes lock.
                 Queued::Commands(done) => {
                     record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
-                    recorded.push(done.commands);
+                    recorded.commands.push(done.commands);
                 }
             }
         }
@@ -138,12 +147,7 @@ pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queu
 }
 
 /// Records `ops` into one encoder, or, if that fails, each alone.
-fn record_together(
-    gpu: &Gpu,
-    origins: &[Origin],
-    ops: Vec<(usize, Box<QueuedOp>)>,
-    recorded: &mut Vec<wgpu::CommandBuffer>,
-) {
+fn record_together(gpu: &Gpu, origins: &[Origin], ops: Vec<(usize, Box<QueuedOp>)>, recorded: &mut Recording) {
     // An op whose input failed since it was admitted does not run.
     let skip = |(origin, op): (usize, Box<QueuedOp>)| {
         let (stream, tally) = &origins[origin];
@@ -167,7 +171,8 @@ fn record_together(
         recorder.finish()
     });
     if let Ok(commands) = together {
-        recorded.push(commands);
+        recorded.commands.push(commands);
+        recorded.ops.extend(ops.into_iter().map(|(_, op)| op));
         return;
     }
     // One of them (at least) failed, and took the encoder with it: find it.
@@ -180,7 +185,10 @@ fn record_together(
         });
         let (stream, tally) = &origins[origin];
         match alone {
-            Ok(commands) => recorded.push(commands),
+            Ok(commands) => {
+                recorded.commands.push(commands);
+                recorded.ops.push(op);
+            }
             Err(failure) => op.fail(Error::OpFailed { stream: *stream, message: failure.message() }, tally),
         }
     }

@@ -20,6 +20,11 @@
 //! A read-only and a writable binding of one wgpu buffer in one dispatch
 //! are refused by wgpu; ops that may bind two slots of one slab that way are
 //! compiled with every binding writable (see `prepare`).
+//!
+//! An op's scalars, when its kernel takes them in a uniform block, take a
+//! slot of the device's uniform slabs the same way (`pipelines::Uniforms`):
+//! otherwise every op queued behind a hold would be a wgpu buffer, and
+//! every later pass would pay for the most there ever were.
 
 use std::sync::{Arc, Mutex, Weak};
 
@@ -36,6 +41,9 @@ const SLAB_BYTES: u64 = 1 << 20;
 /// The slabs of one device.
 pub(crate) struct Slabs {
     device: wgpu::Device,
+    /// What every slab is made for, and the name it is made with.
+    usage: wgpu::BufferUsages,
+    label: &'static str,
     /// The smallest slot: the device's storage binding offset alignment (at least 16 bytes).
     smallest: u64,
     classes: Mutex<Vec<Class>>,
@@ -102,11 +110,23 @@ pub(crate) struct Placed {
 }
 
 impl Slabs {
-    /// `align` is the device's storage binding offset alignment.
-    pub fn new(device: &wgpu::Device, align: u64) -> Arc<Slabs> {
+    /// Slabs for small allocations; `align` is the device's storage binding offset alignment.
+    pub fn storage(device: &wgpu::Device, align: u64) -> Arc<Slabs> {
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+        Slabs::new(device, align, usage, "weir small buffers")
+    }
+
+    /// Slabs for ops' scalars; `align` is the device's uniform binding offset alignment.
+    pub fn uniform(device: &wgpu::Device, align: u64) -> Arc<Slabs> {
+        Slabs::new(device, align, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST, "weir scalars")
+    }
+
+    fn new(device: &wgpu::Device, align: u64, usage: wgpu::BufferUsages, label: &'static str) -> Arc<Slabs> {
         let smallest = align.max(16).next_power_of_two();
         Arc::new_cyclic(|me| Slabs {
             device: device.clone(),
+            usage,
+            label,
             smallest,
             classes: Mutex::new(Vec::new()),
             me: me.clone(),
@@ -139,9 +159,9 @@ impl Slabs {
         }
         let buffer = scoped(&self.device, || {
             self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some("weir small buffers"),
+                label: Some(self.label),
                 size: slot * u64::from(slots),
-                usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
+                usage: self.usage,
                 mapped_at_creation: false,
             })
         })?;
