@@ -28,6 +28,7 @@
 //! - dropping an `Event` releases it (it may already be waited on); dropping
 //!   a `Stream` retires it after its work, and dropping `Memory` frees it.
 
+mod command;
 pub mod cpu;
 #[cfg(feature = "cuda")]
 pub mod cuda;
@@ -36,197 +37,32 @@ pub mod cuda;
 pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+mod outcome;
 #[cfg(feature = "test-support")]
 mod timer;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
+
+#[cfg(feature = "test-support")]
+pub use command::Spans;
+pub use command::{Accesses, BinaryOp, Command, KernelArg, Span, UploadFrom};
+pub(crate) use outcome::FailureTally;
+pub use outcome::{HostSink, OpIo, OpOutcome, SignalKind};
+#[cfg(feature = "test-support")]
+pub use timer::Gate;
 
 use crate::completion::Completion;
 pub use crate::device::{BackendKind, DeviceInfo};
 pub use crate::diagnostics::BackendCounters;
 pub(crate) use crate::diagnostics::Counters;
-use crate::error::{Error, Failures, Result};
+use crate::error::{Error, Result};
 use crate::host::HostBuffer;
-use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
-use crate::lock::lock;
-use crate::room::Credit;
+use crate::kernel::Access;
 pub use weir_device::collective::{Collective, CollectiveKind, ReduceOp, GROUP_ID_BYTES};
 pub use weir_device::enqueue::EnqueueError;
-
-/// A byte range of one buffer.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Span<R> {
-    pub buffer: R,
-    pub offset: u64,
-    pub len: u64,
-}
-
-/// A kernel argument: a buffer with its declared access, or a scalar.
-#[derive(Debug, Clone)]
-pub enum KernelArg<R> {
-    Buffer(Span<R>, Access),
-    Scalar(ScalarArg),
-}
-
-impl<R: Copy> KernelArg<R> {
-    /// The buffer range and access of a buffer argument.
-    pub fn span(&self) -> Option<(Span<R>, Access)> {
-        match self {
-            KernelArg::Buffer(span, access) => Some((*span, *access)),
-            KernelArg::Scalar(_) => None,
-        }
-    }
-}
-
-/// The byte ranges one command touches: a few, kept inline.
-pub type Spans<R> = smallvec::SmallVec<[(Span<R>, Access); 4]>;
-/// The buffers one command touches, with their access: a few, kept inline.
-pub type Accesses<R> = smallvec::SmallVec<[(R, Access); 4]>;
-
-/// Element-wise binary f32 ops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BinaryOp {
-    Add,
-    Mul,
-}
-
-/// One op on a stream. `R` names buffers: buffer keys in the scheduler,
-/// `&Backend::Memory` once handed to a backend.
-#[derive(Debug)]
-pub enum Command<R> {
-    /// Every byte of `dst` zero.
-    Zero { dst: Span<R> },
-    /// `dst` filled with a 32-bit word.
-    Fill { dst: Span<R>, word: u32 },
-    /// `src` copied to `dst` (same length).
-    Copy { src: Span<R>, dst: Span<R> },
-    /// Host bytes copied into `dst`. `data` is empty where the backend
-    /// staged the bytes while preparing it ([`Backend::prepare_upload`]):
-    /// then its preparation holds them.
-    Upload { dst: Span<R>, data: Vec<u8> },
-    /// `src` copied to the host; the backend fills `sink` when the bytes are there.
-    Download { src: Span<R>, sink: Arc<HostSink> },
-    /// out = a ∘ b over f32.
-    Binary { op: BinaryOp, a: Span<R>, b: Span<R>, out: Span<R> },
-    /// out = alpha·x over f32.
-    Scale { x: Span<R>, out: Span<R>, alpha: f32 },
-    /// y = alpha·x + y over f32.
-    Axpy { x: Span<R>, y: Span<R>, alpha: f32 },
-    /// `out[i] = start + i` over u32.
-    Iota { out: Span<R>, start: u32 },
-    /// Holds the stream for `duration` (test support only: a build without
-    /// the hooks has no such command).
-    #[cfg(feature = "test-support")]
-    Delay { duration: Duration },
-    /// A user kernel.
-    Custom { kernel: Arc<CustomKernel>, grid: Grid, args: Vec<KernelArg<R>> },
-}
-
-impl<R> Command<R> {
-    /// The host bytes the op holds while queued: an upload's data, staged or
-    /// not (see [`crate::room`]).
-    pub(crate) fn host_bytes(&self) -> u64 {
-        match self {
-            Command::Upload { dst, .. } => dst.len,
-            _ => 0,
-        }
-    }
-
-    /// Every byte range the command touches, with its access.
-    pub fn spans(&self) -> Spans<R>
-    where
-        R: Copy,
-    {
-        use Access::*;
-        let list = |spans: &[(Span<R>, Access)]| Spans::from_slice(spans);
-        match self {
-            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => list(&[(*dst, Write)]),
-            Command::Copy { src, dst } => list(&[(*src, Read), (*dst, Write)]),
-            Command::Download { src, .. } => list(&[(*src, Read)]),
-            Command::Binary { a, b, out, .. } => list(&[(*a, Read), (*b, Read), (*out, Write)]),
-            Command::Scale { x, out, .. } => list(&[(*x, Read), (*out, Write)]),
-            Command::Axpy { x, y, .. } => list(&[(*x, Read), (*y, ReadWrite)]),
-            Command::Iota { out, .. } => list(&[(*out, Write)]),
-            #[cfg(feature = "test-support")]
-            Command::Delay { .. } => Spans::new(),
-            Command::Custom { args, .. } => args.iter().filter_map(KernelArg::span).collect(),
-        }
-    }
-
-    /// Every buffer the command touches, with its access.
-    pub fn accesses(&self) -> Accesses<R>
-    where
-        R: Copy,
-    {
-        self.spans().into_iter().map(|(span, access)| (span.buffer, access)).collect()
-    }
-
-    /// A copy of the command to run again (a recorded graph's replay); `None`
-    /// for a download, whose result goes to one reader only.
-    pub fn replayable(&self) -> Option<Command<R>>
-    where
-        R: Copy,
-    {
-        Some(match self {
-            Command::Zero { dst } => Command::Zero { dst: *dst },
-            Command::Fill { dst, word } => Command::Fill { dst: *dst, word: *word },
-            Command::Copy { src, dst } => Command::Copy { src: *src, dst: *dst },
-            Command::Upload { dst, data } => Command::Upload { dst: *dst, data: data.clone() },
-            Command::Download { .. } => return None,
-            Command::Binary { op, a, b, out } => Command::Binary { op: *op, a: *a, b: *b, out: *out },
-            Command::Scale { x, out, alpha } => Command::Scale { x: *x, out: *out, alpha: *alpha },
-            Command::Axpy { x, y, alpha } => Command::Axpy { x: *x, y: *y, alpha: *alpha },
-            Command::Iota { out, start } => Command::Iota { out: *out, start: *start },
-            #[cfg(feature = "test-support")]
-            Command::Delay { duration } => Command::Delay { duration: *duration },
-            Command::Custom { kernel, grid, args } => {
-                Command::Custom { kernel: kernel.clone(), grid: *grid, args: args.clone() }
-            }
-        })
-    }
-
-    /// The same command with every buffer name mapped through `f`.
-    pub fn map<T>(self, mut f: impl FnMut(R) -> T) -> Command<T> {
-        match self.try_map(|r| Ok::<T, std::convert::Infallible>(f(r))) {
-            Ok(command) => command,
-            Err(never) => match never {},
-        }
-    }
-
-    /// The same command with every buffer name mapped through `f`, or `f`'s first error.
-    pub fn try_map<T, E>(self, mut f: impl FnMut(R) -> Result<T, E>) -> Result<Command<T>, E> {
-        let mut span =
-            |s: Span<R>| -> Result<Span<T>, E> { Ok(Span { buffer: f(s.buffer)?, offset: s.offset, len: s.len }) };
-        Ok(match self {
-            Command::Zero { dst } => Command::Zero { dst: span(dst)? },
-            Command::Fill { dst, word } => Command::Fill { dst: span(dst)?, word },
-            Command::Copy { src, dst } => Command::Copy { src: span(src)?, dst: span(dst)? },
-            Command::Upload { dst, data } => Command::Upload { dst: span(dst)?, data },
-            Command::Download { src, sink } => Command::Download { src: span(src)?, sink },
-            Command::Binary { op, a, b, out } => Command::Binary { op, a: span(a)?, b: span(b)?, out: span(out)? },
-            Command::Scale { x, out, alpha } => Command::Scale { x: span(x)?, out: span(out)?, alpha },
-            Command::Axpy { x, y, alpha } => Command::Axpy { x: span(x)?, y: span(y)?, alpha },
-            Command::Iota { out, start } => Command::Iota { out: span(out)?, start },
-            #[cfg(feature = "test-support")]
-            Command::Delay { duration } => Command::Delay { duration },
-            Command::Custom { kernel, grid, args } => Command::Custom {
-                kernel,
-                grid,
-                args: args
-                    .into_iter()
-                    .map(|arg| match arg {
-                        KernelArg::Buffer(s, access) => Ok(KernelArg::Buffer(span(s)?, access)),
-                        KernelArg::Scalar(scalar) => Ok(KernelArg::Scalar(scalar)),
-                    })
-                    .collect::<Result<_, E>>()?,
-            },
-        })
-    }
-}
 
 /// One member's part of a collective, as [`Backend::enqueue_collective`]
 /// gets it: its backend, the stream it runs on, its memory, and what it
@@ -241,196 +77,6 @@ pub struct CollectivePart<'a, B: Backend> {
     /// Where its result lands; `None` for the in-place collectives.
     pub receive: Option<&'a B::Memory>,
     pub io: OpIo,
-}
-
-/// Where a download lands: the bytes, plus the completion a reader awaits.
-#[derive(Debug)]
-pub struct HostSink {
-    bytes: Mutex<Option<HostBuffer>>,
-    pub(crate) completion: Arc<Completion>,
-}
-
-impl HostSink {
-    pub(crate) fn new(completion: Arc<Completion>) -> Arc<Self> {
-        Arc::new(HostSink { bytes: Mutex::new(None), completion })
-    }
-
-    /// Delivers the downloaded bytes and completes the read.
-    pub fn deliver(&self, bytes: Vec<u8>) {
-        self.deliver_host(HostBuffer::heap(bytes));
-    }
-
-    /// Delivers the host memory the bytes were downloaded into, as it is,
-    /// and completes the read.
-    pub(crate) fn deliver_host(&self, bytes: HostBuffer) {
-        *lock(&self.bytes) = Some(bytes);
-        self.completion.complete(Ok(()));
-    }
-
-    /// Fails the read.
-    pub fn fail(&self, error: crate::Error) {
-        self.completion.complete(Err(error));
-    }
-
-    pub(crate) fn take(&self) -> Option<HostBuffer> {
-        lock(&self.bytes).take()
-    }
-}
-
-/// A host-controlled barrier in a stream (test support): work behind it
-/// waits until it is opened.
-///
-/// One mechanism for every engine: an engine that holds a stream at a gate
-/// polls it with a waker, and the opening wakes it (a CPU stream is
-/// rescheduled onto the pool, a wgpu lane issues on). No thread blocks on a gate.
-#[cfg(feature = "test-support")]
-#[derive(Debug, Default)]
-pub struct Gate {
-    /// Whether it is open, and the wakers of the engines held at it.
-    state: Mutex<(bool, Vec<std::task::Waker>)>,
-}
-
-#[cfg(feature = "test-support")]
-impl Gate {
-    /// Lets the stream run past the gate.
-    pub fn open(&self) {
-        let held = {
-            let mut state = lock(&self.state);
-            state.0 = true;
-            std::mem::take(&mut state.1)
-        };
-        // Out of the lock: a waker may poll the gate again.
-        held.into_iter().for_each(std::task::Waker::wake);
-    }
-
-    /// Ready once open; else `waker` is woken when it opens. Never blocks.
-    pub(crate) fn poll_open(&self, waker: &std::task::Waker) -> std::task::Poll<()> {
-        let mut state = lock(&self.state);
-        if state.0 {
-            return std::task::Poll::Ready(());
-        }
-        state.1.push(waker.clone());
-        std::task::Poll::Pending
-    }
-}
-
-/// Whether one admitted op failed. The scheduler gives each op that writes
-/// a cell, and every version it publishes carries it, so that the failure
-/// travels with the data: set at admission when the op cannot run, or by
-/// the backend as the op runs.
-#[derive(Debug, Default)]
-pub struct OpOutcome {
-    failure: OnceLock<Error>,
-}
-
-/// Set before the first failure of any op in this process. Until then no
-/// op's input can have failed, so an op about to run need not read its
-/// inputs' cells: on a GPU's issuing thread those are cache lines the
-/// admitting thread keeps writing, and reading each costs a transfer.
-static ANY_OP_FAILED: AtomicBool = AtomicBool::new(false);
-
-impl OpOutcome {
-    /// Records that the op failed; the first failure stays.
-    pub fn fail(&self, error: Error) {
-        // Before the failure itself: whoever sees the failure sees the flag.
-        ANY_OP_FAILED.store(true, Ordering::SeqCst);
-        let _ = self.failure.set(error);
-    }
-
-    /// The op's failure, once known.
-    pub fn failure(&self) -> Option<&Error> {
-        self.failure.get()
-    }
-}
-
-/// What an op reads and what it publishes, for failures found as it runs.
-#[derive(Debug, Default)]
-pub struct OpIo {
-    /// The outcomes of the versions the op reads (a partial write reads what
-    /// it leaves in place). If one of them failed, the op must not run: it
-    /// fails with an error naming that failure.
-    pub inputs: smallvec::SmallVec<[Arc<OpOutcome>; 2]>,
-    /// The op's own outcome, which the versions it writes carry.
-    pub outcome: Option<Arc<OpOutcome>>,
-    /// The op's share of the runtime's queue: the backend drops the `OpIo`
-    /// once the op has left its host-side queue, and the share goes back.
-    pub(crate) credit: Credit,
-}
-
-impl Clone for OpIo {
-    /// The same inputs and outcome, without the queue share: the original
-    /// gives that back when it drops.
-    fn clone(&self) -> Self {
-        OpIo { inputs: self.inputs.clone(), outcome: self.outcome.clone(), credit: Credit::default() }
-    }
-}
-
-impl OpIo {
-    /// The first failure among the inputs, as the error of an op that depends on it.
-    pub fn failed_input(&self, stream: u32) -> Option<Error> {
-        if !ANY_OP_FAILED.load(Ordering::SeqCst) {
-            return None;
-        }
-        self.inputs.iter().find_map(|input| input.failure()).map(|cause| Error::dependency_failed(stream, cause))
-    }
-
-    /// The op failed with `error`: its versions carry it, and `tally` (its
-    /// stream's) hands it to the stream's next fence.
-    pub(crate) fn fail(&self, error: Error, tally: &FailureTally) {
-        tally.record(&error);
-        if let Some(outcome) = &self.outcome {
-            outcome.fail(error);
-        }
-    }
-}
-
-/// The failures of a stream not yet reported by a fence: the first, and how many.
-#[derive(Debug, Default)]
-pub(crate) struct FailureTally(Mutex<Option<(Error, u64)>>);
-
-impl FailureTally {
-    /// Counts one more failure.
-    pub(crate) fn record(&self, error: &Error) {
-        let mut tally = lock(&self.0);
-        match &mut *tally {
-            Some((_, count)) => *count += 1,
-            None => *tally = Some((error.clone(), 1)),
-        }
-    }
-
-    /// True if no failure waits to be reported. Takes nothing.
-    pub(crate) fn is_clear(&self) -> bool {
-        lock(&self.0).is_none()
-    }
-
-    /// What a fence reports: the first failure since the last take, with the count.
-    pub(crate) fn take(&self) -> Result<(), Failures> {
-        match lock(&self.0).take() {
-            Some((first, count)) => Err(Failures::new(first, count)),
-            None => Ok(()),
-        }
-    }
-
-    /// What a signal of `kind` reports of them: a fence takes them (each
-    /// failure is reported once), a drain none.
-    pub(crate) fn report(&self, kind: SignalKind) -> Result<(), Failures> {
-        match kind {
-            SignalKind::Fence => self.take(),
-            SignalKind::Drain => Ok(()),
-        }
-    }
-}
-
-/// What a [`Backend::signal`] reports.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SignalKind {
-    /// A fence: the first failure, with a count, among the ops that failed on
-    /// the stream since its previous fence signal (each failure is reported
-    /// by one fence); `Ok` if none did.
-    Fence,
-    /// Internal bookkeeping (freeing memory, retiring a stream, draining):
-    /// completes `Ok` once the work is done, and reports nothing.
-    Drain,
 }
 
 /// Raw access handed to an [`external`](crate::Stream::external) op's closure.
@@ -701,25 +347,6 @@ pub trait Backend: Send + Sync + Sized + 'static {
             Self::KIND,
             format!("{} over a device group", collective.name()),
         )))
-    }
-}
-
-/// Where an upload's bytes come from.
-#[derive(Clone, Copy)]
-pub enum UploadFrom<'a> {
-    /// The caller's bytes.
-    Bytes(&'a [u8]),
-    /// Host memory of the runtime's (see [`crate::Stream::write_host`]).
-    Host(&'a HostBuffer),
-}
-
-impl UploadFrom<'_> {
-    /// The bytes to upload, wherever they are.
-    pub fn bytes(&self) -> &[u8] {
-        match self {
-            UploadFrom::Bytes(bytes) => bytes,
-            UploadFrom::Host(host) => host,
-        }
     }
 }
 

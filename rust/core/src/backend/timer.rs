@@ -9,8 +9,42 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
-use super::Gate;
 use crate::lock::lock;
+
+/// A host-controlled barrier in a stream (test support): work behind it
+/// waits until it is opened.
+///
+/// One mechanism for every engine: an engine that holds a stream at a gate
+/// polls it with a waker, and the opening wakes it (a CPU stream is
+/// rescheduled onto the pool, a wgpu lane issues on). No thread blocks on a gate.
+#[derive(Debug, Default)]
+pub struct Gate {
+    /// Whether it is open, and the wakers of the engines held at it.
+    state: Mutex<(bool, Vec<std::task::Waker>)>,
+}
+
+impl Gate {
+    /// Lets the stream run past the gate.
+    pub fn open(&self) {
+        let held = {
+            let mut state = lock(&self.state);
+            state.0 = true;
+            std::mem::take(&mut state.1)
+        };
+        // Out of the lock: a waker may poll the gate again.
+        held.into_iter().for_each(std::task::Waker::wake);
+    }
+
+    /// Ready once open; else `waker` is woken when it opens. Never blocks.
+    pub(crate) fn poll_open(&self, waker: &std::task::Waker) -> std::task::Poll<()> {
+        let mut state = lock(&self.state);
+        if state.0 {
+            return std::task::Poll::Ready(());
+        }
+        state.1.push(waker.clone());
+        std::task::Poll::Pending
+    }
+}
 
 /// A gate that opens by itself `duration` after this call: on the timer
 /// thread, never on the calling one (whose locks a waker of the gate may

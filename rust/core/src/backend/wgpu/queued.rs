@@ -115,6 +115,8 @@ type Origin = (u32, Arc<FailureTally>);
 /// before the next submission's commands).
 pub(crate) struct Recording {
     pub commands: Vec<wgpu::CommandBuffer>,
+    // Boxed as they were queued: unboxing them would copy each.
+    #[allow(clippy::vec_box)]
     pub ops: Vec<Box<QueuedOp>>,
 }
 
