@@ -30,13 +30,13 @@
 //! read issued before it on its lane has delivered ([`Reads`]). Signals
 //! complete in issue order as far as anyone can see: one that finds its work
 //! done at once never completes before an earlier one that waits for the
-//! same work ([`Progress`]).
+//! same work ([`Submissions`]).
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 #[cfg(feature = "test-support")]
 use std::sync::atomic::AtomicBool;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 #[cfg(feature = "test-support")]
 use std::sync::Weak;
 use std::sync::{Arc, Mutex};
@@ -46,6 +46,7 @@ use super::poll::{once, PollState};
 use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::scope::scoped;
+use super::signals::{PendingSignal, Submissions};
 #[cfg(feature = "test-support")]
 use crate::backend::timer::Hold;
 use crate::backend::{EnqueueError, FailureTally, SignalKind};
@@ -210,89 +211,13 @@ pub(crate) struct Mark {
     pub upto: u64,
 }
 
-/// A signal waiting for its submission and for the reads before it.
-struct Join {
-    parts: AtomicUsize,
-    completion: Arc<Completion>,
-    status: Result<(), Failures>,
-}
-
-impl Join {
-    fn part_done(&self) {
-        if self.parts.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.completion.report(self.status.clone());
-        }
-    }
-}
-
-/// How far the device got, as the lanes know it: the highest submission known
-/// done, and the signals still waiting for theirs, in issue order.
-///
-/// Work-done callbacks and read map callbacks both learn that a submission is
-/// done, from different polls in no order between them. Whoever learns it
-/// first finishes every signal waiting for that submission or an earlier one,
-/// and only then raises the count: a signal that finds the count covering it
-/// completes at once, and must not complete before an earlier one whose
-/// callback has not run yet (a runtime fence resolving while the drain of a
-/// stream dropped before it still waits, and the stream still counts live).
-#[derive(Default)]
-pub(crate) struct Progress {
-    completed: AtomicU64,
-    waiting: Mutex<VecDeque<(u64, Arc<Join>)>>,
-}
-
-impl Progress {
-    /// The highest submission known done.
-    pub fn completed(&self) -> u64 {
-        self.completed.load(Ordering::SeqCst)
-    }
-
-    /// Submission `submission`, and every one before it, is done.
-    pub fn done(&self, submission: u64) {
-        // Under the lock, so that no one sees the count raised before the
-        // signals it covers finished. Finishing one only completes a cell,
-        // whose wakers run on the delivery thread, not here.
-        let mut waiting = lock(&self.waiting);
-        waiting.retain(|(upto, join)| {
-            let due = *upto <= submission;
-            if due {
-                join.part_done();
-            }
-            !due
-        });
-        self.completed.fetch_max(submission, Ordering::SeqCst);
-    }
-
-    /// Finishes the device part of `join` once `submission` is done: at once if it already is.
-    fn wait_for(&self, submission: u64, join: Arc<Join>) {
-        let mut waiting = lock(&self.waiting);
-        // Raised meanwhile: the signals before this one were finished first.
-        if self.completed() >= submission {
-            join.part_done();
-        } else {
-            waiting.push_back((submission, join));
-        }
-    }
-
-    /// Finishes the device part of `join` if it still waits (its callback was
-    /// dropped uncalled: its submission is done, but the count stays as it is).
-    fn give_up(&self, join: &Arc<Join>) {
-        let mut waiting = lock(&self.waiting);
-        if let Some(at) = waiting.iter().position(|(_, waiter)| Arc::ptr_eq(waiter, join)) {
-            if let Some((_, join)) = waiting.remove(at) {
-                join.part_done();
-            }
-        }
-    }
-}
-
 /// The device state shared with the poll thread and with gate openers.
 pub(crate) struct Shared {
     pub gpu: Gpu,
     pub poll: Arc<PollState>,
     lanes: Mutex<Lanes>,
     /// Submissions known complete (from fence and read callbacks), and the signals waiting for them.
-    progress: Arc<Progress>,
+    progress: Arc<Submissions>,
     /// A device-wide failure (device lost, an error outside any scope): fails every lane.
     device_error: Arc<Mutex<Option<Error>>>,
     /// For a gate's opening, to pump once it opened.
@@ -684,13 +609,13 @@ impl Shared {
         let device_busy = lane.last_submit > self.progress.completed();
         // No read can start meanwhile: reads start only here, under the lanes
         // lock. Idle reads and a raised count mean the signals before this
-        // one that waited for them finished (see `Progress`, `Reads`).
+        // one that waited for them finished (see `Submissions`, `Reads`).
         if !device_busy && lane.reads.idle() {
             // Already done: no callback, no wake-up.
             completion.report(status);
             return;
         }
-        let join = Arc::new(Join { parts: AtomicUsize::new(1 + usize::from(device_busy)), completion, status });
+        let join = PendingSignal::new(1 + usize::from(device_busy), completion, status);
         let after_reads = join.clone();
         if let Some(unrun) = lane.reads.after_started(move || after_reads.part_done()) {
             unrun();

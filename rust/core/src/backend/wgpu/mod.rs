@@ -43,6 +43,7 @@ mod queued;
 mod raw;
 mod readback;
 mod scope;
+mod signals;
 mod slabs;
 mod timestamps;
 mod uniform_fill;

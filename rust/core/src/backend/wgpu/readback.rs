@@ -15,9 +15,9 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use super::lanes::Progress;
 use super::poll::{once, PollState};
 use super::scope::BACKEND;
+use super::signals::Submissions;
 use crate::backend::HostSink;
 use crate::error::Error;
 use crate::lock::lock;
@@ -113,7 +113,7 @@ pub(crate) struct ReadContext<'a> {
     pub reads: &'a Arc<Reads>,
     /// Told `submission` is done once the read delivered: its copy's
     /// submission, and every one before it, is then known done.
-    pub progress: &'a Arc<Progress>,
+    pub progress: &'a Arc<Submissions>,
     pub submission: u64,
 }
 
