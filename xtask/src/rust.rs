@@ -7,13 +7,18 @@ use crate::util::{cargo, run, target_dir, Result};
 /// benchmarks use; applications build without them.
 pub const TEST_HOOKS: &str = "weir-core/test-support,weir-ffi/test-support";
 
-/// Formatting, clippy over every target with the test hooks, and the docs a
-/// user sees (default features), all with warnings as errors.
+/// Formatting, clippy over every target with the test hooks, and the docs
+/// (with the hooks, whose backend module the suites and benchmarks use, then
+/// the default features a user sees), all with warnings as errors.
 pub fn lint() -> Result {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--features", TEST_HOOKS, "--", "-D", "warnings"]))?;
     // The demo and the soak are what a user runs: they build without the hooks.
     run(cargo().args(["clippy", "-p", "weir-core", "--examples", "--", "-D", "warnings"]))?;
+    run(cargo()
+        .args(["doc", "--no-deps", "-p", "weir-core", "--features", "test-support"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    // Last, so that the docs left in the target directory are the user's.
     run(cargo()
         .args(["doc", "--no-deps", "-p", "weir-device", "-p", "weir-core", "-p", "weir-ffi"])
         .env("RUSTDOCFLAGS", "-D warnings"))

@@ -57,7 +57,7 @@ pub enum Command<R> {
     /// `src` copied to `dst` (same length).
     Copy { src: Span<R>, dst: Span<R> },
     /// Host bytes copied into `dst`. `data` is empty where the backend
-    /// staged the bytes while preparing it ([`Backend::prepare_upload`]):
+    /// staged the bytes while preparing it ([`Backend::prepare_upload`](super::Backend::prepare_upload)):
     /// then its preparation holds them.
     Upload { dst: Span<R>, data: Vec<u8> },
     /// `src` copied to the host; the backend fills `sink` when the bytes are there.

@@ -118,7 +118,7 @@ impl FailureTally {
     }
 }
 
-/// What a [`Backend::signal`] reports.
+/// What a [`Backend::signal`](super::Backend::signal) reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum SignalKind {
     /// A fence: the first failure, with a count, among the ops that failed on

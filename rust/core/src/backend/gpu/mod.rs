@@ -9,11 +9,11 @@
 //!   building launch parameters), and `enqueue` only checks the buffers'
 //!   ranges and writes their addresses; the driver calls are made in
 //!   admission order, by the admitting thread or, once admissions come in a
-//!   streak, by the device's issuing thread (see [`issue`]);
+//!   streak, by the device's issuing thread (see `issue`);
 //! - owners for streams, events and allocations, each releasing its handle
 //!   exactly once in `Drop`, with live counts;
 //! - the completion path: a host callback or a per-stream waiter thread
-//!   (see [`stream`]);
+//!   (see `stream`);
 //! - the built-in kernels as one C source and the compiled-kernel cache;
 //! - page-locked staging for uploads and downloads, so enqueueing a copy
 //!   never waits for the device;

@@ -2,27 +2,27 @@
 //! `Queue::on_submitted_work_done`.
 //!
 //! - **Adapter**: a discrete GPU first; the builder's `wgpu_backends` and
-//!   `adapter_named` narrow the choice ([`adapter`]). No adapter is
+//!   `adapter_named` narrow the choice (`adapter`). No adapter is
 //!   [`Error::Unavailable`] naming the backends tried.
-//! - **Streams** are logical lanes on the one queue ([`lanes`]): cross-stream
+//! - **Streams** are logical lanes on the one queue (`lanes`): cross-stream
 //!   order is submission order; an event wait that is already satisfied costs
 //!   nothing, one that is not holds the waiting lane back.
 //! - **Fences**: pending work is submitted, then `on_submitted_work_done`
-//!   registers the completion; the poll thread ([`poll`]) is the only caller
+//!   registers the completion; the poll thread (`poll`) is the only caller
 //!   of `device.poll` and runs the callbacks. A fence on a lane whose work is
 //!   known finished completes at once.
 //!   A fence also waits for the reads admitted before it on its lane.
 //! - **Ops** are prepared outside the runtime's ordering boundary
-//!   ([`prepare`]: compiles, uniforms, staging), checked and queued on their
-//!   lane ([`encode`], [`queued`]: no wgpu object per queued op), then
+//!   (`prepare`: compiles, uniforms, staging), checked and queued on their
+//!   lane (`encode`, `queued`: no wgpu object per queued op), then
 //!   recorded a batch to one encoder as the lane submits; bind groups are
-//!   reused across ops ([`bind_groups`]); built-ins are WGSL
-//!   ([`builtin`]); custom kernels are cached by source ([`pipelines`]);
-//!   reads map a staging buffer ([`readback`]); timestamps are timestamp
-//!   queries read back the same way ([`timestamps`]).
+//!   reused across ops (`bind_groups`); built-ins are WGSL
+//!   (`builtin`); custom kernels are cached by source (`pipelines`);
+//!   reads map a staging buffer (`readback`); timestamps are timestamp
+//!   queries read back the same way (`timestamps`).
 //! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
 //!   input, a WGSL source that does not compile or whose bindings are not
-//!   what its arguments bind ([`interface`]) among it, refuses the op before
+//!   what its arguments bind (`interface`) among it, refuses the op before
 //!   admission; an op that fails to record (found as its batch is
 //!   recorded) fails alone like a failed job on the CPU backend: its
 //!   versions, its readers and its stream's next fence report it.
@@ -201,7 +201,7 @@ impl Backend for WgpuBackend {
     /// Rejected: the command does not fit its buffers, or its stream is
     /// gone; nothing was queued. Failed: the lane failed when it submitted
     /// earlier work. An op that fails as its batch is recorded fails later,
-    /// alone, through `io` (see [`queued`]).
+    /// alone, through `io` (see `queued`).
     unsafe fn enqueue(
         &self,
         stream: &WgpuStream,
