@@ -44,7 +44,7 @@ pub(crate) struct Slabs {
     /// What every slab is made for, and the name it is made with.
     usage: wgpu::BufferUsages,
     label: &'static str,
-    /// The smallest slot: the device's storage binding offset alignment (at least 16 bytes).
+    /// The smallest slot: the device's offset alignment for bindings of the slabs' kind (at least 16 bytes).
     smallest: u64,
     classes: Mutex<Vec<Class>>,
     me: Weak<Slabs>,
