@@ -586,7 +586,7 @@ impl Shared {
         // paths (see `poll::once`), so the lanes stay consistent.
         let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(recording.commands))));
         lanes.submits += 1;
-        drop(recording.ops);
+        drop((recording.ops, recording.buffers));
         if let Ok(Err(failure)) = outcome {
             let message = failure.message();
             for (slot, generation) in origins {

@@ -268,7 +268,7 @@ impl Backend for WgpuBackend {
         match recorded {
             Ok(Ok((commands, buffers))) => self
                 .shared
-                .record(stream.lane, Queued::Commands(Box::new(Recorded { commands, _buffers: buffers })), None)
+                .record(stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers })), None)
                 .map_err(|error| match error {
                     EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
                 }),

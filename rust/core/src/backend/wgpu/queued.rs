@@ -55,7 +55,7 @@ pub(crate) enum Queued {
 pub(crate) struct Recorded {
     pub commands: wgpu::CommandBuffer,
     /// The buffers it uses, held until it is submitted.
-    pub _buffers: Vec<Held>,
+    pub buffers: Vec<Held>,
 }
 
 impl QueuedOp {
@@ -109,15 +109,17 @@ fn heap_bytes(command: &Command<Held>) -> usize {
 /// counts failures for its next fence.
 type Origin = (u32, Arc<FailureTally>);
 
-/// What [`record_runs`] made: the command buffers to submit, and the ops
-/// recorded into them, to drop once they are submitted (an op's scalars
-/// are in a slot whose next owner writes it through the queue, which lands
-/// before the next submission's commands).
+/// What [`record_runs`] made: the command buffers to submit, and what they
+/// use (the ops recorded into them, the buffers of work recorded already),
+/// to drop once they are submitted: an op's scalars are in a slot whose next
+/// owner writes it through the queue, which lands before the next
+/// submission's commands.
 pub(crate) struct Recording {
     pub commands: Vec<wgpu::CommandBuffer>,
     // Boxed as they were queued: unboxing them would copy each.
     #[allow(clippy::vec_box)]
     pub ops: Vec<Box<QueuedOp>>,
+    pub buffers: Vec<Held>,
 }
 
 /// Records `runs` (each lane's queued work, with its stream's number and
@@ -126,7 +128,7 @@ pub(crate) struct Recording {
 /// tally (see the module doc) and left out.
 pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Recording {
     let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
-    let mut recorded = Recording { commands: Vec::new(), ops: Vec::new() };
+    let mut recorded = Recording { commands: Vec::new(), ops: Vec::new(), buffers: Vec::new() };
     // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
     let mut ops = Vec::with_capacity(runs.iter().map(|(_, _, run)| run.len()).sum());
     for (stream, tally, run) in runs {
@@ -135,11 +137,11 @@ pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queu
         for queued in run {
             match queued {
                 Queued::Op(op) => ops.push((origin, op)),
-                // Its buffers' slots may go now: whatever takes them next is
-                // submitted after this, under the same lanes lock.
                 Queued::Commands(done) => {
                     record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
-                    recorded.commands.push(done.commands);
+                    let Recorded { commands, buffers } = *done;
+                    recorded.commands.push(commands);
+                    recorded.buffers.extend(buffers);
                 }
             }
         }

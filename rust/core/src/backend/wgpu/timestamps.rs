@@ -109,7 +109,7 @@ pub(crate) fn enqueue(
     let sink = HostSink::new(completion);
     let readback = Readback::new(staging, 0, size as usize, sink.clone());
     shared
-        .record(lane, Queued::Commands(Box::new(Recorded { commands, _buffers: Vec::new() })), Some(readback))
+        .record(lane, Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new() })), Some(readback))
         .map_err(|error| match error {
             EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
         })?;
