@@ -186,6 +186,7 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
             wake_latency(report, runtime, &raw, wake, IDLE_BETWEEN_FENCES);
         }
         wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
+        awaited_in_place(report, &runtime, &raw);
     }
     // Measured here, or in fresh processes (see `report::across_processes`).
     let placed = |report: &mut Report, name: &str, here: fn(&mut Report, &Runtime, &Raw)| match processes {
@@ -388,6 +389,60 @@ fn spin_floor(report: &mut Report, raw: &Raw) {
         note: format!("raw only, median of {SAMPLES}: the floor under every wake-up figure"),
         baseline_is_raw: true,
     });
+}
+
+/// An app that awaits each kernel on the thread that launched it, one
+/// after another, beside the floor taken in turn: Weir's own cost over the
+/// driver's, without the hand-over to another thread that `wake_latency`
+/// times (a thread's wake-up, which the host prices).
+fn awaited_in_place(report: &mut Report, runtime: &Runtime, raw: &Raw) {
+    const SAMPLES: usize = 300;
+    let s = runtime.default_stream();
+    let empty = Kernel::custom("empty").cuda(EMPTY, "empty").build();
+    let one = Grid::new([1, 1, 1], [1, 1, 1]);
+    let (function, stream, event) = (raw.function(EMPTY, "empty"), raw.stream(), raw.event(false));
+    let weir_once = || {
+        let start = Instant::now();
+        s.execute(&empty, one, &[]).unwrap();
+        futures::executor::block_on(s.fence().unwrap().wait_async()).unwrap();
+        start.elapsed()
+    };
+    let raw_once = || {
+        let start = Instant::now();
+        launch(function, 1, 1, stream, &mut []);
+        // SAFETY: live handles.
+        unsafe {
+            ck("cuEventRecord", cu::cuEventRecord(event, stream));
+            while cu::cuEventQuery(event) == cu::CUresult::CUDA_ERROR_NOT_READY {
+                std::hint::spin_loop();
+            }
+        }
+        start.elapsed()
+    };
+    // The stream learns that its waits are short.
+    for _ in 0..50 {
+        weir_once();
+        raw_once();
+    }
+    let (mut weir, mut floor) = (Vec::with_capacity(SAMPLES), Vec::with_capacity(SAMPLES));
+    for _ in 0..SAMPLES {
+        weir.push(weir_once());
+        floor.push(raw_once());
+    }
+    report.add(Figure {
+        backend: "cuda".into(),
+        name: "fence awaited on the launching thread, one after another".into(),
+        unit: "us".into(),
+        weir: micros(median(&mut weir)),
+        baseline: Some(micros(median(&mut floor))),
+        higher_is_better: false,
+        note: format!(
+            "median of {SAMPLES}, the sides taken in turn; weir: execute, then block_on(fence); baseline: the \
+             same-thread spin floor (launch, record, spin on cuEventQuery)"
+        ),
+        baseline_is_raw: true,
+    });
+    assert_eq!(runtime.diagnostics().backend.live_events, 0);
 }
 
 /// The pause between two timed fences, so each wake-up finds every thread
