@@ -358,6 +358,21 @@ fn memset_bandwidth(report: &mut Report, runtime: &Runtime, raw: &Raw) {
     });
 }
 
+/// How long until an empty kernel launched on `stream` is seen done by
+/// this thread, spinning on `event` recorded after it.
+fn seen_done_spinning(function: cu::CUfunction, stream: cu::CUstream, event: cu::CUevent) -> Duration {
+    let start = Instant::now();
+    launch(function, 1, 1, stream, &mut []);
+    // SAFETY: live handles.
+    unsafe {
+        ck("cuEventRecord", cu::cuEventRecord(event, stream));
+        while cu::cuEventQuery(event) == cu::CUresult::CUDA_ERROR_NOT_READY {
+            std::hint::spin_loop();
+        }
+    }
+    start.elapsed()
+}
+
 /// The floor under any wake-up: an empty kernel seen done by a thread that
 /// spins on its event right after launching it.
 fn spin_floor(report: &mut Report, raw: &Raw) {
@@ -367,16 +382,7 @@ fn spin_floor(report: &mut Report, raw: &Raw) {
     let event = raw.event(false);
     let mut seen = Vec::with_capacity(SAMPLES);
     for _ in 0..SAMPLES {
-        let start = Instant::now();
-        launch(function, 1, 1, stream, &mut []);
-        // SAFETY: live handles.
-        unsafe {
-            ck("cuEventRecord", cu::cuEventRecord(event, stream));
-            while cu::cuEventQuery(event) == cu::CUresult::CUDA_ERROR_NOT_READY {
-                std::hint::spin_loop();
-            }
-        }
-        seen.push(start.elapsed());
+        seen.push(seen_done_spinning(function, stream, event));
         thread::sleep(Duration::from_micros(200));
     }
     report.add(Figure {
@@ -407,18 +413,7 @@ fn awaited_in_place(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         futures::executor::block_on(s.fence().unwrap().wait_async()).unwrap();
         start.elapsed()
     };
-    let raw_once = || {
-        let start = Instant::now();
-        launch(function, 1, 1, stream, &mut []);
-        // SAFETY: live handles.
-        unsafe {
-            ck("cuEventRecord", cu::cuEventRecord(event, stream));
-            while cu::cuEventQuery(event) == cu::CUresult::CUDA_ERROR_NOT_READY {
-                std::hint::spin_loop();
-            }
-        }
-        start.elapsed()
-    };
+    let raw_once = || seen_done_spinning(function, stream, event);
     // The stream learns that its waits are short.
     for _ in 0..50 {
         weir_once();
