@@ -20,7 +20,7 @@ use crate::lock::lock;
 #[derive(Debug, Default)]
 pub struct Gate {
     /// Whether it is open, and the wakers of the engines held at it.
-    state: Mutex<(bool, Vec<std::task::Waker>)>,
+    state: Mutex<(bool, Vec<Waker>)>,
 }
 
 impl Gate {
@@ -32,17 +32,17 @@ impl Gate {
             std::mem::take(&mut state.1)
         };
         // Out of the lock: a waker may poll the gate again.
-        held.into_iter().for_each(std::task::Waker::wake);
+        held.into_iter().for_each(Waker::wake);
     }
 
     /// Ready once open; else `waker` is woken when it opens. Never blocks.
-    pub(crate) fn poll_open(&self, waker: &std::task::Waker) -> std::task::Poll<()> {
+    pub(crate) fn poll_open(&self, waker: &Waker) -> Poll<()> {
         let mut state = lock(&self.state);
         if state.0 {
-            return std::task::Poll::Ready(());
+            return Poll::Ready(());
         }
         state.1.push(waker.clone());
-        std::task::Poll::Pending
+        Poll::Pending
     }
 }
 
