@@ -185,7 +185,6 @@ mod graph;
 mod group;
 mod host;
 mod kernel;
-mod key_map;
 mod lock;
 mod ops;
 mod options;

@@ -16,10 +16,10 @@ use crate::device::DeviceInfo;
 use crate::diagnostics::LiveCounters;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
-use crate::key_map::KeyMap;
 use crate::lock::lock;
 use crate::options::{Fault, QueueLimit};
 use crate::room::Room;
+use rustc_hash::FxHashMap;
 
 pub(super) struct BufferEntry<M> {
     pub(super) memory: Arc<M>,
@@ -35,7 +35,7 @@ pub(super) struct State<B: Backend> {
     /// Set by the first `close()`; completes once teardown is over.
     pub(super) closed: Option<Arc<Completion>>,
     pub(super) streams: Vec<StreamSlot<B>>,
-    pub(super) buffers: KeyMap<BufferKey, BufferEntry<B::Memory>>,
+    pub(super) buffers: FxHashMap<BufferKey, BufferEntry<B::Memory>>,
     pub(super) next_key: BufferKey,
     /// Streams with an external write in flight.
     pub(super) busy_streams: usize,
@@ -135,7 +135,7 @@ impl<B: Backend> Scheduler<B> {
             state: Mutex::new(State {
                 closed: None,
                 streams: vec![StreamSlot::new(default_stream)],
-                buffers: KeyMap::default(),
+                buffers: FxHashMap::default(),
                 next_key: 1,
                 busy_streams: 0,
                 deferred_releases: Vec::new(),

@@ -44,9 +44,9 @@ use std::time::Duration;
 
 use crate::error::Result;
 use crate::kernel::CustomKernel;
-use crate::key_map::KeyMap;
 use crate::lock::lock;
 use crate::options::RuntimeOptions;
+use rustc_hash::FxHashMap;
 
 use device::Device;
 use kernels::{Builtins, Function};
@@ -97,7 +97,7 @@ pub(crate) struct GpuBackend<D: Driver> {
     device: Arc<Device<D>>,
     builtins: Builtins<D::Function>,
     /// Custom kernels' functions, by kernel (see `custom_function`).
-    by_kernel: Mutex<KeyMap<usize, KnownKernel<D>>>,
+    by_kernel: Mutex<FxHashMap<usize, KnownKernel<D>>>,
     /// Captured replays, by recording.
     graphs: Mutex<HashMap<u64, GraphExec>>,
     /// Where replays are captured; made at the first capture.

@@ -29,8 +29,8 @@ use super::scope::{scoped, Failure};
 use super::slabs::{Slot, SHARED_MAX};
 use super::uniform_fill::ScalarType;
 use crate::kernel::{CustomKernel, ScalarArg};
-use crate::key_map::KeyMap;
 use crate::lock::lock;
+use rustc_hash::FxHashMap;
 
 /// The stack of the thread a shader compiles on. naga parses, lowers and
 /// validates recursively, so a deeply nested source needs far more stack than
@@ -114,7 +114,7 @@ pub(crate) struct PipelineCache {
     /// Custom kernels' pipelines by the kernel's address, each entry holding
     /// a weak handle of its kernel until the kernel is gone: a launch then
     /// neither copies nor hashes its source.
-    by_kernel: Mutex<KeyMap<usize, KnownKernel>>,
+    by_kernel: Mutex<FxHashMap<usize, KnownKernel>>,
 }
 
 /// The pipelines of one custom kernel, one per binding shape it was launched with.

@@ -29,8 +29,8 @@
 use std::sync::{Arc, Mutex, Weak};
 
 use super::scope::{scoped, Failure};
-use crate::key_map::KeyMap;
 use crate::lock::lock;
+use rustc_hash::FxHashMap;
 
 /// Allocations of at most this many bytes take a slot of a slab.
 pub(crate) const SHARED_MAX: u64 = 64 << 10;
@@ -53,7 +53,7 @@ pub(crate) struct Slabs {
 /// The slabs whose slots are `slot` bytes.
 struct Class {
     slot: u64,
-    slabs: KeyMap<u64, Slab>,
+    slabs: FxHashMap<u64, Slab>,
     /// Slabs that may have a free slot, the last tried first. An entry whose
     /// slab is full or gone is dropped when met.
     with_room: Vec<u64>,
@@ -142,7 +142,7 @@ impl Slabs {
         let mut classes = lock(&self.classes);
         while classes.len() <= class {
             let size = self.smallest << classes.len();
-            classes.push(Class { slot: size, slabs: KeyMap::default(), with_room: Vec::new(), listed: 0, made: 0 });
+            classes.push(Class { slot: size, slabs: FxHashMap::default(), with_room: Vec::new(), listed: 0, made: 0 });
         }
         let class_slabs = &mut classes[class];
         while let Some(&id) = class_slabs.with_room.last() {
