@@ -19,6 +19,7 @@ pub mod element;
 pub mod enqueue;
 pub mod error;
 pub mod info;
+pub mod kernel;
 mod launch;
 pub mod lock;
 pub mod raw;

@@ -122,5 +122,5 @@ pub(crate) fn with_kernel_args(
         let write = guard.is_write();
         views.push(if write { CpuView::Write(writable(guard)?) } else { CpuView::Read(guard.bytes()) });
     }
-    body(&mut CpuKernelArgs { grid, buffers: views, scalars })
+    body(&mut CpuKernelArgs::new(grid, views, scalars))
 }
