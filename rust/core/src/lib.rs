@@ -108,9 +108,11 @@
 //!                        and every thread idling between jobs (issuing, wake, pool)
 //! weir-device the device layer (rust/device): device calls only, unsafe where
 //!             the driver is, no scheduling meaning; the errors, kinds, element
-//!             types and launch shapes every layer shares
+//!             types, launch shapes and kernel descriptions every layer shares
 //!               driver::Driver   cuda (cudarc: driver, NVRTC; NCCL loaded by its runtime name)
 //!                                | hip (hip-sys; code objects read by `object` and `rmp-serde`) | fake (tests)
+//!               wgpu::WgpuDevice one queue: adapters, WGSL pipelines checked against
+//!                                their arguments, shared buffers, bind groups, recording
 //! ```
 //!
 //! One op's path, a CUDA kernel: [`Stream::execute`] checks the arguments
@@ -129,9 +131,10 @@
 //! and sees it at once (`completion/spin.rs`); otherwise its waker runs on
 //! the delivery thread, outside every lock.
 //!
-//! Where the move stands: CUDA and HIP run on the device layer; the CPU and
-//! wgpu engines still talk to their devices directly, and each engine keeps
-//! its own loop. The `Backend` trait asks 27 methods of an engine (31
+//! Where the move stands: CUDA, HIP and wgpu run on the device layer (the
+//! wgpu engine keeps its lanes, submissions, reads and poll thread; the
+//! device, its pipelines and its buffers are the layer's); the CPU engine
+//! still runs its kernels itself, and each engine keeps its own loop. The `Backend` trait asks 27 methods of an engine (31
 //! before): what follows from the backend's kind (its kernel language) and
 //! what is the same for all (a host buffer is a filled staging buffer; one
 //! upload preparation, told where the bytes come from) is no longer asked.

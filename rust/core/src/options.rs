@@ -28,17 +28,7 @@ pub enum GpuWake {
 
 pub use weir_device::QueueLimit;
 
-/// Which wgpu adapters a runtime chooses among (see
-/// [`RuntimeBuilder::wgpu_backends`](crate::RuntimeBuilder::wgpu_backends)
-/// and [`RuntimeBuilder::adapter_named`](crate::RuntimeBuilder::adapter_named)).
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub(crate) struct AdapterChoice {
-    /// The graphics APIs to try, as wgpu names them (`vulkan,gl`); `None`:
-    /// the primary ones (Vulkan, Metal, DX12), never GL.
-    pub(crate) backends: Option<String>,
-    /// Only adapters whose name contains this, compared in lower case.
-    pub(crate) name: Option<String>,
-}
+pub(crate) use weir_device::info::AdapterChoice;
 
 /// A deliberate scheduler bug, for tests that prove the suite catches it.
 #[cfg_attr(not(feature = "test-support"), allow(dead_code))]

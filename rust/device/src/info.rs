@@ -110,3 +110,14 @@ impl LaunchLimits {
         max_shared_bytes: 0,
     };
 }
+
+/// Which wgpu adapters a device index counts among: the runtime builder's
+/// `wgpu_backends` and `adapter_named`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct AdapterChoice {
+    /// The graphics APIs to try, as wgpu names them (`vulkan,gl`); `None`:
+    /// the primary ones (Vulkan, Metal, DX12), never GL.
+    pub backends: Option<String>,
+    /// Only adapters whose name contains this, compared in lower case.
+    pub name: Option<String>,
+}

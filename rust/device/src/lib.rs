@@ -9,6 +9,8 @@
 //!
 //! - `cuda` (feature `cuda`): the CUDA driver API, NVRTC and NCCL (cudarc, loaded at run time).
 //! - `hip` (feature `hip`): the HIP runtime and hiprtc (hip-sys).
+//! - `wgpu` (feature `wgpu`): wgpu as a one-queue device (adapters, WGSL
+//!   pipelines, shared buffers, bind groups, recording).
 //! - `fake` (feature `fake`): a driver of no GPU API for the engine's tests,
 //!   which records every call and fails, stalls or delays the ones a test picks.
 
@@ -33,6 +35,8 @@ pub mod cuda;
 pub mod fake;
 #[cfg(feature = "hip")]
 pub mod hip;
+#[cfg(feature = "wgpu")]
+pub mod wgpu;
 
 pub use element::{Element, ElementType};
 pub use error::{DriverStatus, Error, QueueLimit, Result};

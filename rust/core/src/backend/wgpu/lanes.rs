@@ -45,7 +45,6 @@ use super::device::Gpu;
 use super::poll::{once, PollState};
 use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
-use super::scope::scoped;
 use super::signals::{PendingSignal, Submissions};
 #[cfg(feature = "test-support")]
 use crate::backend::timer::Hold;
@@ -53,6 +52,7 @@ use crate::backend::{EnqueueError, FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
+use weir_device::wgpu::scope::scoped;
 
 /// A lane issues its batch once it holds this many ops, and the pending
 /// submission is made once it holds this many, so long streams of work start

@@ -8,11 +8,11 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::bind_groups::BindGroups;
-use super::scope::{scoped, Failure, BACKEND};
-use super::slabs::{Slabs, Slot, SHARED_MAX};
 use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
+use weir_device::wgpu::bind_groups::BindGroups;
+use weir_device::wgpu::scope::{scoped, Failure, BACKEND};
+use weir_device::wgpu::slabs::{Slabs, Slot, SHARED_MAX};
 
 /// A buffer as a queued op holds it until the op is recorded: the wgpu
 /// handle, which keeps the buffer alive, where the allocation starts in it,

@@ -1,8 +1,10 @@
 //! The wgpu backend: WGSL kernels on one device queue, fences from
-//! `Queue::on_submitted_work_done`.
+//! `Queue::on_submitted_work_done`. The device itself (adapters, pipelines,
+//! shared buffers, bind groups, error scopes, the recorder) is the device
+//! layer's (`weir_device::wgpu`); this engine orders, submits and completes.
 //!
 //! - **Adapter**: a discrete GPU first; the builder's `wgpu_backends` and
-//!   `adapter_named` narrow the choice (`adapter`). No adapter is
+//!   `adapter_named` narrow the choice (`weir_device::wgpu::adapter`). No adapter is
 //!   [`Error::Unavailable`] naming the backends tried.
 //! - **Streams** are logical lanes on the one queue (`lanes`): cross-stream
 //!   order is submission order; an event wait that is already satisfied costs
@@ -28,32 +30,23 @@
 //!   versions, its readers and its stream's next fence report it.
 //! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
-mod adapter;
-mod bind_groups;
-mod builtin;
 mod device;
 mod encode;
-mod interface;
 mod lanes;
 mod memory;
-mod pipelines;
 mod poll;
 mod prepare;
 mod queued;
 mod raw;
 mod readback;
-mod scope;
 mod signals;
-mod slabs;
 mod timestamps;
-mod uniform_fill;
 
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Weak};
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
-pub(crate) use adapter::list;
 use device::Gpu;
 use encode::{encode, Encoded};
 use lanes::{Item, LaneId, Mark, Shared};
@@ -62,8 +55,9 @@ use poll::Poller;
 pub use prepare::WgpuPrepared;
 use queued::{Queued, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
-use scope::scoped;
 pub use timestamps::WgpuTimestamp;
+pub(crate) use weir_device::wgpu::adapter::list;
+use weir_device::wgpu::scope::scoped;
 
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};
@@ -148,7 +142,7 @@ impl WgpuBackend {
     /// uniform buffer, and none is kept).
     #[cfg(feature = "test-support")]
     pub fn kept_bind_groups(&self) -> Option<usize> {
-        (self.gpu().immediate_bytes > 0).then(|| self.gpu().bind_groups.len())
+        (self.gpu().immediate_bytes > 0).then(|| self.gpu().bind_groups.kept())
     }
 }
 

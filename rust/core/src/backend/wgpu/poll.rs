@@ -20,10 +20,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use super::scope::BACKEND;
 use crate::completion::spin::SpinPolicy;
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use weir_device::wgpu::scope::BACKEND;
 
 #[derive(Default)]
 struct Waiting {

@@ -10,17 +10,17 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
 use super::device::Gpu;
 use super::memory::{align4, staging_with};
-use super::pipelines::{CompileError, Params, Pipeline, Signature};
-use super::scope::{scoped, Failure, BACKEND};
-use super::slabs::SHARED_MAX;
-use super::uniform_fill::ScalarType;
 use crate::backend::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
 use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
 use weir_device::builtin::BuiltinKernel;
+use weir_device::wgpu::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
+use weir_device::wgpu::pipelines::{CompileError, Params, Pipeline, Signature};
+use weir_device::wgpu::scope::{scoped, Failure, BACKEND};
+use weir_device::wgpu::slabs::SHARED_MAX;
+use weir_device::wgpu::uniform_fill::ScalarType;
 
 /// What [`WgpuBackend::prepare`](super::WgpuBackend) made for one command.
 pub struct WgpuPrepared(pub(crate) Plan);

@@ -23,13 +23,14 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
 use super::device::Gpu;
-use super::encode::{record, Recorder};
+use super::encode::record;
 use super::memory::Held;
 use super::prepare::Plan;
-use super::scope::scoped;
 use crate::backend::{Command, FailureTally, KernelArg, OpIo};
 use crate::diagnostics::Counters;
 use crate::error::Error;
+use weir_device::wgpu::scope::scoped;
+use weir_device::wgpu::Recorder;
 
 /// One admitted op, not yet recorded.
 pub(crate) struct QueuedOp {

@@ -16,11 +16,11 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use super::poll::{once, PollState};
-use super::scope::BACKEND;
 use super::signals::Submissions;
 use crate::backend::HostSink;
 use crate::error::Error;
 use crate::lock::lock;
+use weir_device::wgpu::scope::BACKEND;
 
 /// A download whose device copy is recorded, waiting for its submission.
 pub(crate) struct Readback {

@@ -13,12 +13,12 @@ use super::device::Gpu;
 use super::lanes::{LaneId, Shared};
 use super::queued::{Queued, Recorded};
 use super::readback::Readback;
-use super::scope::{scoped, BACKEND};
 use crate::backend::{DeviceTimestamp, EnqueueError, HostSink};
 use crate::completion::Completion;
 use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use weir_device::wgpu::scope::{scoped, BACKEND};
 
 /// A timestamp query in flight or read: its ticks arrive through a read-back.
 /// Counted among the live events: it is wgpu's timing event.

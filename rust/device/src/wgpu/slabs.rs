@@ -33,13 +33,13 @@ use crate::lock::lock;
 use rustc_hash::FxHashMap;
 
 /// Allocations of at most this many bytes take a slot of a slab.
-pub(crate) const SHARED_MAX: u64 = 64 << 10;
+pub const SHARED_MAX: u64 = 64 << 10;
 
 /// Bytes of one slab.
 const SLAB_BYTES: u64 = 1 << 20;
 
 /// The slabs of one device.
-pub(crate) struct Slabs {
+pub struct Slabs {
     device: wgpu::Device,
     /// What every slab is made for, and the name it is made with.
     usage: wgpu::BufferUsages,
@@ -87,7 +87,7 @@ impl Slab {
 }
 
 /// A slot handed out; it returns to its slab when the last handle goes.
-pub(crate) struct Slot {
+pub struct Slot {
     slabs: Weak<Slabs>,
     class: usize,
     slab: u64,
@@ -103,7 +103,7 @@ impl Drop for Slot {
 }
 
 /// Where a small allocation lives: its slab, and its first byte there.
-pub(crate) struct Placed {
+pub struct Placed {
     pub buffer: wgpu::Buffer,
     pub base: u64,
     pub slot: Arc<Slot>,

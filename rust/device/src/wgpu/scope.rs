@@ -7,13 +7,13 @@ use std::future::Future;
 use std::pin::pin;
 use std::task::{Context, Poll, Waker};
 
-use crate::device::BackendKind;
 use crate::error::Error;
+use crate::info::BackendKind;
 
-pub(crate) const BACKEND: BackendKind = BackendKind::Wgpu;
+pub const BACKEND: BackendKind = BackendKind::Wgpu;
 
 /// The output of a future that is ready on first poll, or `None`.
-pub(crate) fn ready<F: Future>(future: F) -> Option<F::Output> {
+pub fn ready<F: Future>(future: F) -> Option<F::Output> {
     match pin!(future).poll(&mut Context::from_waker(Waker::noop())) {
         Poll::Ready(output) => Some(output),
         Poll::Pending => None,
@@ -22,7 +22,7 @@ pub(crate) fn ready<F: Future>(future: F) -> Option<F::Output> {
 
 /// What a scoped call failed with.
 #[derive(Debug)]
-pub(crate) enum Failure {
+pub enum Failure {
     OutOfMemory,
     Message(String),
 }
@@ -46,7 +46,7 @@ impl Failure {
 
 /// Runs `call` with validation, out-of-memory and internal errors captured on
 /// this thread; the first one captured is the failure.
-pub(crate) fn scoped<T>(device: &wgpu::Device, call: impl FnOnce() -> T) -> Result<T, Failure> {
+pub fn scoped<T>(device: &wgpu::Device, call: impl FnOnce() -> T) -> Result<T, Failure> {
     let internal = device.push_error_scope(wgpu::ErrorFilter::Internal);
     let memory = device.push_error_scope(wgpu::ErrorFilter::OutOfMemory);
     let validation = device.push_error_scope(wgpu::ErrorFilter::Validation);

@@ -7,7 +7,7 @@
 //! there); a group holding a per-op uniform buffer is made per dispatch. An
 //! entry holds its buffers alive, so dropping a buffer's memory drops the
 //! entries that bind it ([`BindGroups::forget`]); the cache holds at most
-//! [`MOST`] entries and starts over when full.
+//! `MOST` entries and starts over when full.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -20,10 +20,10 @@ use crate::lock::lock;
 const MOST: usize = 1024;
 
 /// A storage window as bound: buffer, offset, size.
-pub(crate) type Window = (wgpu::Buffer, u64, u64);
+pub type Window = (wgpu::Buffer, u64, u64);
 
 /// The windows of one group, at bindings `0..`.
-pub(crate) type Windows = SmallVec<[Window; 3]>;
+pub type Windows = SmallVec<[Window; 3]>;
 
 #[derive(PartialEq, Eq, Hash)]
 struct Key {
@@ -32,7 +32,7 @@ struct Key {
 }
 
 #[derive(Default)]
-pub(crate) struct BindGroups {
+pub struct BindGroups {
     entries: Mutex<HashMap<Key, wgpu::BindGroup>>,
 }
 
@@ -60,7 +60,7 @@ impl BindGroups {
 
     /// Entries kept now.
     #[cfg(feature = "test-support")]
-    pub fn len(&self) -> usize {
+    pub fn kept(&self) -> usize {
         lock(&self.entries).len()
     }
 

@@ -12,7 +12,7 @@ use crate::kernel::ScalarArg;
 
 /// The type of one scalar argument, as a uniform must hold it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub(crate) enum ScalarType {
+pub enum ScalarType {
     /// An unsigned integer of this many bytes.
     Uint(u8),
     /// A signed integer of this many bytes.
@@ -56,7 +56,7 @@ impl ScalarType {
 
 /// One uniform's bytes, and which scalar goes where in them.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct Uniform {
+pub struct Uniform {
     pub size: u32,
     /// (byte offset, index of the scalar written there).
     pub values: Vec<(u32, usize)>,

@@ -7,13 +7,13 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
-use super::device::Gpu;
-use super::encode::Recorder;
 use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
 use super::scope::{Failure, BACKEND};
+use super::Recorder;
+use super::WgpuDevice;
+use crate::builtin::{wgsl_source, BuiltinKernel};
 use crate::error::Error;
 use crate::lock::lock;
-use weir_device::builtin::{wgsl_source, BuiltinKernel};
 
 /// How a built-in declares its parameter block `p`: immediate data, or a
 /// uniform at the binding after its `buffers` buffers.
@@ -48,7 +48,7 @@ const BUILTIN_PARAMS_BYTES: u32 = 16;
 
 /// Device limits that shape launches.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Shape {
+pub struct Shape {
     /// Largest binding window, a multiple of `align`.
     pub window: u64,
     /// Storage binding offset alignment.
@@ -80,7 +80,7 @@ impl Shape {
 }
 
 /// True when built-ins take their parameters as immediate data on this device.
-fn immediate(gpu: &Gpu) -> bool {
+fn immediate(gpu: &WgpuDevice) -> bool {
     gpu.immediate_bytes >= BUILTIN_PARAMS_BYTES
 }
 
@@ -88,7 +88,7 @@ fn immediate(gpu: &Gpu) -> bool {
 /// whether every binding is writable: an op finds its pipeline without
 /// writing out and hashing its source, as the pipeline cache would.
 #[derive(Default)]
-pub(crate) struct Builtins {
+pub struct Builtins {
     pipelines: Mutex<HashMap<BuiltinKey, Arc<Pipeline>>>,
 }
 
@@ -114,7 +114,7 @@ impl Builtins {
 /// A built-in pipeline; a built-in that does not compile is a bug of ours,
 /// reported as the backend's error.
 /// `widened`: every binding writable (see [`Signature::widened`]).
-fn builtin(gpu: &Gpu, source: &str, read_only: &[bool], widened: bool) -> Result<Arc<Pipeline>, Error> {
+fn builtin(gpu: &WgpuDevice, source: &str, read_only: &[bool], widened: bool) -> Result<Arc<Pipeline>, Error> {
     let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
     let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None, widened };
     gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
@@ -124,7 +124,7 @@ fn builtin(gpu: &Gpu, source: &str, read_only: &[bool], widened: bool) -> Result
 }
 
 /// Parameter blocks for a plan of `pipeline`, or why the device could not make them.
-pub(crate) fn params(gpu: &Gpu, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Error> {
+pub fn params(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Error> {
     Params::new(gpu, pipeline, blocks).map_err(|failure| match failure {
         Failure::OutOfMemory => {
             Error::OutOfMemory { bytes: (blocks.len() as u64) * gpu.shape.uniform_align, host: false }
@@ -135,7 +135,7 @@ pub(crate) fn params(gpu: &Gpu, pipeline: &Pipeline, blocks: &[&[u32]]) -> Resul
 
 /// One buffer argument of an element-wise launch: a byte range starting on a
 /// binding-aligned offset.
-pub(crate) struct Operand<'a> {
+pub struct Operand<'a> {
     pub buffer: &'a wgpu::Buffer,
     pub offset: u64,
 }
@@ -149,7 +149,7 @@ struct Window {
 
 /// An element-wise launch over `bytes` bytes of each operand, planned: its
 /// pipeline, its windows and one uniform block per window.
-pub(crate) struct ElementwisePlan {
+pub struct ElementwisePlan {
     pipeline: Arc<Pipeline>,
     params: Params,
     windows: Vec<Window>,
@@ -164,8 +164,8 @@ impl ElementwisePlan {
 
 /// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in
 /// windows; with every binding writable when `shared` (operands in one buffer).
-pub(crate) fn plan_elementwise(
-    gpu: &Gpu,
+pub fn plan_elementwise(
+    gpu: &WgpuDevice,
     op: BuiltinKernel,
     bytes: u64,
     scalar: u32,
@@ -193,7 +193,7 @@ pub(crate) fn plan_elementwise(
 }
 
 /// Records a planned element-wise launch over `operands`.
-pub(crate) fn record_elementwise(gpu: &Gpu, recorder: &mut Recorder, plan: &ElementwisePlan, operands: &[Operand<'_>]) {
+pub fn record_elementwise(gpu: &WgpuDevice, recorder: &mut Recorder, plan: &ElementwisePlan, operands: &[Operand<'_>]) {
     for (index, window) in plan.windows.iter().enumerate() {
         let bindings: Vec<Binding<'_>> = operands
             .iter()
@@ -211,7 +211,7 @@ struct Patch {
 
 /// Masked writes of single words, planned: `dst[word] = (dst[word] & keep) | bits`
 /// for each `(word, keep, bits)`, for byte ranges that do not start or end on a word.
-pub(crate) struct PatchPlan {
+pub struct PatchPlan {
     pipeline: Arc<Pipeline>,
     params: Params,
     patches: Vec<Patch>,
@@ -226,10 +226,10 @@ impl PatchPlan {
 
 /// A word of a buffer to write partly: its index, the mask of the bits it
 /// keeps, and the bits it sets.
-pub(crate) type MaskedWord = (u64, u32, u32);
+pub type MaskedWord = (u64, u32, u32);
 
 /// Plans masked writes of `words`.
-pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
+pub fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
     let align = gpu.shape.align;
     let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false], false))?;
     let (mut patches, mut blocks) = (Vec::new(), Vec::new());
@@ -245,8 +245,8 @@ pub(crate) fn plan_patches(gpu: &Gpu, words: &[MaskedWord]) -> Result<PatchPlan,
 
 /// Records the planned masked writes `which` (indices into the plan) on the
 /// allocation at `base` in `buffer` (a binding-aligned offset).
-pub(crate) fn record_patches(
-    gpu: &Gpu,
+pub fn record_patches(
+    gpu: &WgpuDevice,
     recorder: &mut Recorder,
     plan: &PatchPlan,
     which: &[usize],

@@ -28,14 +28,14 @@ use super::uniform_fill::{fill_uniforms, plural, ScalarType, Uniform};
 
 /// The arguments a launch passes: per buffer, whether it is passed as a
 /// read; the scalars' types in order.
-pub(crate) struct Arguments<'a> {
+pub struct Arguments<'a> {
     pub read_only: &'a [bool],
     pub scalars: &'a [ScalarType],
 }
 
 /// How a kernel's arguments bind.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) enum Bindings {
+pub enum Bindings {
     /// Weir's own layout (see the module doc).
     Short,
     /// The shader's own groups and bindings.
@@ -44,7 +44,7 @@ pub(crate) enum Bindings {
 
 /// A shader's own layout: where each argument binds.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct OwnLayout {
+pub struct OwnLayout {
     /// The resources of each group the shader uses, by group index.
     pub groups: Vec<(u32, Vec<Resource>)>,
     /// The uniforms, in the order the scalars fill them.
@@ -56,13 +56,13 @@ pub(crate) struct OwnLayout {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct Resource {
+pub struct Resource {
     pub binding: u32,
     pub kind: ResourceKind,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) enum ResourceKind {
+pub enum ResourceKind {
     /// Buffer argument `argument`, read-only or not.
     Buffer { argument: usize, read_only: bool },
     /// Uniform `index` of [`OwnLayout::uniforms`].
@@ -81,7 +81,7 @@ struct Declared {
 
 /// Matches `module`'s entry point `entry` and the resources it uses to
 /// `arguments`; the error says what differs, in the source's names.
-pub(crate) fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Bindings, String> {
+pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Bindings, String> {
     let Some(point) =
         module.entry_points.iter().position(|point| point.name == entry && point.stage == naga::ShaderStage::Compute)
     else {
@@ -231,11 +231,7 @@ fn is_short(declared: &[Declared], arguments: &Arguments<'_>, filled: &[Uniform]
 /// its dimension. A size written as a number must already be the block's:
 /// otherwise the kernel would run with another block than the grid says,
 /// as CUDA and HIP never do.
-pub(crate) fn block_constants(
-    module: &naga::Module,
-    entry: &str,
-    block: [u32; 3],
-) -> Result<Vec<(String, f64)>, String> {
+pub fn block_constants(module: &naga::Module, entry: &str, block: [u32; 3]) -> Result<Vec<(String, f64)>, String> {
     let Some(point) = module.entry_points.iter().find(|point| point.name == entry) else {
         return Err(format!("the source has no entry point `{entry}`"));
     };
@@ -274,7 +270,7 @@ pub(crate) fn block_constants(
 /// bind a read-only and a writable argument in one wgpu buffer (see
 /// `super::slabs`): the kernel's code is unchanged, and a custom kernel's
 /// bindings were held to its arguments' accesses by [`check`].
-pub(crate) fn storage_writable(module: &mut naga::Module) {
+pub fn storage_writable(module: &mut naga::Module) {
     for (_, global) in module.global_variables.iter_mut() {
         if let naga::AddressSpace::Storage { access } = &mut global.space {
             *access |= naga::StorageAccess::LOAD | naga::StorageAccess::STORE;
@@ -284,7 +280,7 @@ pub(crate) fn storage_writable(module: &mut naga::Module) {
 
 /// Turns the scalars' uniform of a module that passed [`check`] into
 /// immediate data: the same struct, set with each dispatch instead of bound.
-pub(crate) fn scalars_as_immediates(module: &mut naga::Module) {
+pub fn scalars_as_immediates(module: &mut naga::Module) {
     for (_, global) in module.global_variables.iter_mut() {
         if global.space == naga::AddressSpace::Uniform {
             global.space = naga::AddressSpace::Immediate;

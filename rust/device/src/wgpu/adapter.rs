@@ -13,14 +13,13 @@ use std::sync::{Arc, Mutex};
 
 use super::device::describe;
 use super::scope::{ready, BACKEND};
-use crate::device::DeviceInfo;
 use crate::error::{Error, Result};
+use crate::info::{AdapterChoice, DeviceInfo};
 use crate::lock::lock;
-use crate::options::AdapterChoice;
 
 /// An opened device with what was learnt choosing it.
 #[derive(Clone)]
-pub(crate) struct Opened {
+pub struct Opened {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     /// What the listing says of the adapter, so `Runtime::info` says the same.
@@ -132,7 +131,7 @@ impl Adapters {
 /// Every adapter the selection rules keep, best first, described as its
 /// device would be once opened; none where wgpu finds none (or the
 /// environment names no backend: opening says why). Creates no device.
-pub(crate) fn list() -> Vec<DeviceInfo> {
+pub fn list() -> Vec<DeviceInfo> {
     let choice = AdapterChoice::default();
     let Ok(backends) = wanted_backends(&choice) else { return Vec::new() };
     let name_filter = choice.name;
@@ -146,9 +145,9 @@ pub(crate) fn list() -> Vec<DeviceInfo> {
 }
 
 /// The device of adapter `index` (0: the preferred one) of those `choice`
-/// keeps, opened once per process (see [`Adapters`]); with `own`, a new
+/// keeps, opened once per process (see `Adapters`); with `own`, a new
 /// device (and queue) for the caller alone.
-pub(crate) fn open(choice: &AdapterChoice, index: usize, own: bool) -> Result<Opened> {
+pub fn open(choice: &AdapterChoice, index: usize, own: bool) -> Result<Opened> {
     let backends = wanted_backends(choice)?;
     let name_filter = choice.name.clone();
     let mut adapters = lock(&ADAPTERS);

@@ -22,12 +22,12 @@ use std::sync::{Arc, Mutex, Weak};
 
 use smallvec::SmallVec;
 
-use super::device::Gpu;
-use super::encode::Recorder;
 use super::interface::{self, Arguments, Bindings, OwnLayout, ResourceKind};
 use super::scope::{scoped, Failure};
 use super::slabs::{Slot, SHARED_MAX};
 use super::uniform_fill::ScalarType;
+use super::Recorder;
+use super::WgpuDevice;
 use crate::kernel::{CustomKernel, ScalarArg};
 use crate::lock::lock;
 use rustc_hash::FxHashMap;
@@ -59,7 +59,7 @@ struct Key {
 }
 
 /// A compiled kernel and the layout of its bindings.
-pub(crate) struct Pipeline {
+pub struct Pipeline {
     pipeline: wgpu::ComputePipeline,
     /// Group 0's layout: Weir's binding convention.
     layout: wgpu::BindGroupLayout,
@@ -79,7 +79,7 @@ impl Pipeline {
 
 /// Why a pipeline could not be had.
 #[derive(Debug, Clone)]
-pub(crate) enum CompileError {
+pub enum CompileError {
     /// The source does not compile or does not validate against its bindings
     /// (the compiler's message).
     Invalid(String),
@@ -88,7 +88,7 @@ pub(crate) enum CompileError {
 }
 
 /// How a kernel's arguments bind (see the module doc).
-pub(crate) struct Signature<'a> {
+pub struct Signature<'a> {
     /// Per buffer argument: read-only?
     pub read_only: &'a [bool],
     /// Whether it takes scalars.
@@ -109,7 +109,7 @@ pub(crate) struct Signature<'a> {
 
 /// Pipelines by source; a source that failed to compile stays failed.
 #[derive(Default)]
-pub(crate) struct PipelineCache {
+pub struct PipelineCache {
     entries: Mutex<HashMap<Key, Result<Arc<Pipeline>, String>>>,
     /// Custom kernels' pipelines by the kernel's address, each entry holding
     /// a weak handle of its kernel until the kernel is gone: a launch then
@@ -396,7 +396,7 @@ const IMMEDIATE_INLINE_BYTES: usize = 32;
 /// The parameter blocks of one command's dispatches, one block per dispatch:
 /// immediate data recorded with each dispatch where the pipeline takes it (no
 /// device object at all), else a uniform buffer.
-pub(crate) enum Params {
+pub enum Params {
     Immediate { bytes: SmallVec<[u8; IMMEDIATE_INLINE_BYTES]>, block: usize },
     Uniform(Uniforms),
 }
@@ -412,7 +412,7 @@ impl Params {
     }
 
     /// One block per entry of `blocks` for `pipeline`.
-    pub fn new(gpu: &Gpu, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
+    pub fn new(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
         if pipeline.immediate_bytes == 0 {
             return Uniforms::new(gpu, blocks).map(Params::Uniform);
         }
@@ -430,7 +430,7 @@ impl Params {
 
 impl Params {
     /// The uniforms of a kernel with its own layout, filled from its scalars.
-    pub fn own(gpu: &Gpu, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Failure> {
+    pub fn own(gpu: &WgpuDevice, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Failure> {
         let blocks: Vec<Vec<u8>> = own.uniforms.iter().map(|uniform| uniform.bytes(scalars)).collect();
         Uniforms::from_bytes(gpu, &blocks).map(Params::Uniform)
     }
@@ -445,7 +445,7 @@ impl Params {
 /// admitted: an op queued behind a hold then holds only its bytes. The slot
 /// is held until the op's commands are submitted (the queued op is), as its
 /// next owner writes it the same way.
-pub(crate) struct Uniforms {
+pub struct Uniforms {
     bytes: Vec<u8>,
     written: AtomicBool,
     buffer: wgpu::Buffer,
@@ -460,14 +460,14 @@ impl Uniforms {
     /// One block per entry of `blocks`, each padded to the largest, to at
     /// least 16 bytes and to a multiple of 16 (so small parameter structs
     /// always fit).
-    pub fn new(gpu: &Gpu, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
+    pub fn new(gpu: &WgpuDevice, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
         let blocks: Vec<Vec<u8>> =
             blocks.iter().map(|words| words.iter().flat_map(|word| word.to_le_bytes()).collect()).collect();
         Uniforms::from_bytes(gpu, &blocks)
     }
 
     /// One block per entry of `blocks`, as [`Uniforms::new`] makes them.
-    pub fn from_bytes(gpu: &Gpu, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
+    pub fn from_bytes(gpu: &WgpuDevice, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
         let align = gpu.shape.uniform_align.max(1);
         let longest = blocks.iter().map(Vec::len).max().unwrap_or(0);
         let block = (longest as u64).max(16).div_ceil(16) * 16;
@@ -519,7 +519,7 @@ impl Uniforms {
 }
 
 /// A byte window of a buffer to bind.
-pub(crate) struct Binding<'a> {
+pub struct Binding<'a> {
     pub buffer: &'a wgpu::Buffer,
     pub offset: u64,
     pub size: u64,
@@ -537,8 +537,8 @@ fn window<'a>(window: &Binding<'a>) -> wgpu::BindingResource<'a> {
 /// `params`, if the pipeline takes scalars) into the recorder's compute
 /// pass. A group binding only storage windows is reused from the device's
 /// cache ([`super::bind_groups`]).
-pub(crate) fn dispatch(
-    gpu: &Gpu,
+pub fn dispatch(
+    gpu: &WgpuDevice,
     recorder: &mut Recorder,
     pipeline: &Pipeline,
     buffers: &[Binding<'_>],
