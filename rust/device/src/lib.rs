@@ -16,6 +16,7 @@
 
 pub mod builtin;
 pub mod collective;
+pub mod command;
 pub mod driver;
 pub mod element;
 pub mod enqueue;
