@@ -3,7 +3,6 @@
 
 use std::sync::Arc;
 
-pub(crate) use weir_device::kernel::CpuView;
 pub use weir_device::kernel::{CpuKernelArgs, CustomKernel, DeviceCode, DeviceKernel, KernelSource, ScalarArg};
 pub use weir_device::{Access, Grid};
 

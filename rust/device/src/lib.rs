@@ -7,6 +7,7 @@
 //! The engine above (`weir-core`) orders ops, signals completions and counts;
 //! this crate only talks to the device.
 //!
+//! - `host`: the host as a device (memory with a race detector, the ops run over it).
 //! - `cuda` (feature `cuda`): the CUDA driver API, NVRTC and NCCL (cudarc, loaded at run time).
 //! - `hip` (feature `hip`): the HIP runtime and hiprtc (hip-sys).
 //! - `wgpu` (feature `wgpu`): wgpu as a one-queue device (adapters, WGSL
@@ -17,10 +18,12 @@
 pub mod builtin;
 pub mod collective;
 pub mod command;
+pub mod counters;
 pub mod driver;
 pub mod element;
 pub mod enqueue;
 pub mod error;
+pub mod host;
 pub mod info;
 pub mod kernel;
 mod launch;

@@ -19,10 +19,10 @@ use std::task::{Poll, Waker};
 
 use bytemuck::Pod;
 
-use super::memory::{AccessGuard, CpuMemory};
 use crate::backend::{Collective, CollectiveKind, ReduceOp, Span};
 use crate::element::ElementType;
 use crate::lock::lock;
+use weir_device::host::{AccessGuard, CpuMemory};
 
 /// What one part brought: its guarded memory, or why it cannot run.
 pub(super) struct Arrival {
@@ -43,7 +43,7 @@ impl Arrival {
         if let Some(failure) = failure {
             return Err(failure);
         }
-        let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.len() };
+        let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.size() };
         let read = read.map(|memory| CpuMemory::begin(&whole(memory), false)).transpose()?;
         let write = write.map(|memory| CpuMemory::begin(&whole(memory), true)).transpose()?;
         Ok(Arrival { read, write })

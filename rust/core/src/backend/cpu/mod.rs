@@ -1,20 +1,18 @@
 //! The CPU backend: the embedded default and the scheduler's test bench.
 //!
 //! Streams run on a bounded pool of worker threads; memory is host memory watched by a race
-//! detector; events are "stream S finished n jobs"; gates let tests hold a
+//! detector (the device layer's host device, `weir_device::host`, which also runs the ops); events are "stream S finished n jobs"; gates let tests hold a
 //! stream at a chosen point to force any interleaving.
 
 mod collective;
-mod host;
-mod memory;
-mod ops;
 mod wire;
 mod worker;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-pub use memory::CpuMemory;
+use weir_device::host;
+pub use weir_device::host::CpuMemory;
 pub use worker::CpuStream;
 use worker::Progress;
 
@@ -144,8 +142,10 @@ impl CpuBackend {
                 return stream.complete(Box::new(move || {
                     let outcome = match io.failed_input(index) {
                         Some(error) => Err(error),
-                        None => ops::run(Command::Download { src, sink: sink.clone() }, &counters)
-                            .map_err(|message| Error::OpFailed { stream: index, message }),
+                        None => host::run(Command::Download { src, sink: sink.clone() }, &counters, |sink, bytes| {
+                            sink.deliver(bytes)
+                        })
+                        .map_err(|message| Error::OpFailed { stream: index, message }),
                     };
                     if let Err(error) = outcome {
                         tally.record(&error);
@@ -170,7 +170,7 @@ impl CpuBackend {
             }
             other => other,
         };
-        stream.work(Box::new(move || ops::run(command, &counters)), io)
+        stream.work(Box::new(move || host::run(command, &counters, |sink, bytes| sink.deliver(bytes))), io)
     }
 }
 
@@ -272,12 +272,12 @@ impl Backend for CpuBackend {
         run(RawAccess::Cpu(&mut raw))?;
         let spans: Vec<(Span<CpuMemory>, Access)> = buffers
             .iter()
-            .map(|&(memory, access)| (Span { buffer: memory.clone(), offset: 0, len: memory.len() }, access))
+            .map(|&(memory, access)| (Span { buffer: memory.clone(), offset: 0, len: memory.size() }, access))
             .collect();
         stream.work(
             Box::new(move || {
                 let whole = Grid::new([1, 1, 1], [1, 1, 1]);
-                raw.work.into_iter().try_for_each(|work| ops::with_kernel_args(&spans, whole, Vec::new(), work))
+                raw.work.into_iter().try_for_each(|work| host::with_kernel_args(&spans, whole, Vec::new(), work))
             }),
             // The worker skips (and fails) the host work if a version it reads failed.
             io,

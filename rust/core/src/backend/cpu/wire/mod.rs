@@ -30,12 +30,12 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Condvar, Mutex};
 
 use super::collective::Arrival;
-use super::memory::CpuMemory;
 use crate::backend::{Collective, CollectiveKind};
 use crate::lock::lock;
 use frames::{describe, receive, send, Contribution, Outcome, Share};
 use hub::gather;
 pub(crate) use join::{join, new_id};
+use weir_device::host::CpuMemory;
 
 /// The links to the other ranks, as a rank holds them.
 enum Links {
@@ -115,7 +115,7 @@ impl Wire {
             turns = self.turned.wait(turns).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         drop(turns);
-        let write_len = write.as_ref().map(CpuMemory::len);
+        let write_len = write.as_ref().map(CpuMemory::size);
         let outcome =
             self.exchange(turn, collective, Arrival::register(failure, read.as_ref(), write.as_ref()), write_len);
         lock(&self.turns).next += 1;

@@ -1,11 +1,13 @@
-//! Executes commands on a CPU stream's worker.
+//! Runs commands over host memory, on the calling thread.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::memory::{AccessGuard, CpuMemory};
-use crate::backend::{BinaryOp, Command, Counters, KernelArg, Span};
-use crate::kernel::{Access, CpuKernelArgs, CpuView, Grid, ScalarArg};
+use crate::command::{BinaryOp, Command, KernelArg, Span};
+use crate::counters::Counters;
+use crate::kernel::{CpuKernelArgs, CpuView, ScalarArg};
+use crate::{Access, Grid};
 
 type Run = Result<(), String>;
 
@@ -29,8 +31,9 @@ fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], String> {
     bytemuck::try_cast_slice_mut(bytes).map_err(|e| format!("f32 view: {e}"))
 }
 
-/// Runs one command to completion on the calling (worker) thread.
-pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run {
+/// Runs one command to completion on the calling thread; a download's
+/// bytes go to `deliver` with its sink, once its read of the memory ended.
+pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver: impl FnOnce(S, Vec<u8>)) -> Run {
     match command {
         Command::Zero { dst } => {
             writable(&mut write(&dst)?)?.fill(0);
@@ -53,7 +56,7 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
             // The read ends before its delivery, as on a device: a reader
             // woken by it may let another stream overwrite the source at once.
             let bytes = read(&src)?.bytes().to_vec();
-            sink.deliver(bytes);
+            deliver(sink, bytes);
             counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Binary { op, a, b, out } => {
@@ -87,7 +90,7 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
             }
         }
         // Only a zero delay comes here; a longer one holds its stream at a
-        // timed gate instead (see `CpuBackend::enqueue_owned`).
+        // timed gate of the engine's instead.
         #[cfg(feature = "test-support")]
         Command::Delay { .. } => {}
         Command::Custom { kernel, grid, args } => {
@@ -109,7 +112,7 @@ pub(crate) fn run(command: Command<CpuMemory>, counters: &Arc<Counters>) -> Run 
 
 /// Runs `body` over `buffers`, each opened as declared and in order, and
 /// `scalars`: what a CPU kernel, or an external op's host work, gets.
-pub(crate) fn with_kernel_args(
+pub fn with_kernel_args(
     buffers: &[(Span<CpuMemory>, Access)],
     grid: Grid,
     scalars: Vec<ScalarArg>,

@@ -1,11 +1,11 @@
-//! What the host is, as the CPU backend describes itself: the processor's
+//! What the host is, as the CPU device describes itself: the processor's
 //! name and the memory installed, where the system says so cheaply (Linux's
 //! `/proc`); elsewhere a plain name and no memory figure.
 
 use std::sync::OnceLock;
 
 /// The processor's name, with the threads it runs.
-pub(crate) fn name() -> String {
+pub fn name() -> String {
     static NAME: OnceLock<String> = OnceLock::new();
     NAME.get_or_init(|| {
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -16,7 +16,7 @@ pub(crate) fn name() -> String {
 }
 
 /// The host's memory in bytes, where the system tells it.
-pub(crate) fn memory_bytes() -> Option<u64> {
+pub fn memory_bytes() -> Option<u64> {
     static MEMORY: OnceLock<Option<u64>> = OnceLock::new();
     *MEMORY.get_or_init(|| {
         // "MemTotal:       16318200 kB"

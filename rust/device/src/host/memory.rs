@@ -11,11 +11,12 @@ use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::backend::{Counters, Span};
+use crate::command::Span;
+use crate::counters::Counters;
 use crate::lock::lock;
 
 /// Fresh memory is filled with this byte so that a missing initialisation shows.
-pub(crate) const FRESH_BYTE: u8 = 0xA5;
+pub const FRESH_BYTE: u8 = 0xA5;
 
 struct Block {
     // u64 words keep every 4-byte typed view aligned.
@@ -62,7 +63,7 @@ impl std::fmt::Debug for CpuMemory {
 static NEXT_ACCESS: AtomicU64 = AtomicU64::new(1);
 
 /// Proof that a byte range is registered with the race detector; unregisters on drop.
-pub(crate) struct AccessGuard {
+pub struct AccessGuard {
     memory: CpuMemory,
     id: u64,
     range: Range<u64>,
@@ -104,7 +105,7 @@ impl AccessGuard {
 }
 
 impl CpuMemory {
-    pub(crate) fn allocate(bytes: u64, counters: &Arc<Counters>) -> Option<CpuMemory> {
+    pub fn allocate(bytes: u64, counters: &Arc<Counters>) -> Option<CpuMemory> {
         let words = usize::try_from(bytes.div_ceil(8)).ok()?;
         let mut storage: Vec<UnsafeCell<u64>> = Vec::new();
         storage.try_reserve_exact(words).ok()?;
@@ -119,7 +120,8 @@ impl CpuMemory {
         })))
     }
 
-    pub(crate) fn len(&self) -> u64 {
+    /// Its size in bytes.
+    pub fn size(&self) -> u64 {
         self.0.len
     }
 
@@ -128,11 +130,11 @@ impl CpuMemory {
     }
 
     /// Registers an access to `span` of this memory; fails on a conflicting overlap.
-    pub(crate) fn begin(span: &Span<CpuMemory>, write: bool) -> Result<AccessGuard, String> {
+    pub fn begin(span: &Span<CpuMemory>, write: bool) -> Result<AccessGuard, String> {
         let memory = &span.buffer;
         let range = span.offset..span.offset.saturating_add(span.len);
-        if range.end > memory.len() {
-            return Err(format!("range {range:?} outside a {}-byte allocation", memory.len()));
+        if range.end > memory.size() {
+            return Err(format!("range {range:?} outside a {}-byte allocation", memory.size()));
         }
         let mut active = lock(&memory.0.active);
         if let Some(other) =
