@@ -7,6 +7,7 @@ use super::bind_groups::BindGroups;
 use super::builtin::{Builtins, Shape};
 use super::pipelines::PipelineCache;
 use super::slabs::Slabs;
+use crate::counters::Counters;
 use crate::error::Result;
 use crate::info::AdapterChoice;
 use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
@@ -31,6 +32,8 @@ pub struct WgpuDevice {
     pub timestamps: bool,
     /// Nanoseconds per timestamp tick.
     pub timestamp_period: f32,
+    /// What is made and copied on it (allocations, staging buffers, copies).
+    pub counters: Arc<Counters>,
     pub info: DeviceInfo,
     /// Shared by every runtime on the device (see `adapter::open`).
     pub device_error: Arc<Mutex<Option<crate::Error>>>,
@@ -92,6 +95,7 @@ impl WgpuDevice {
             builtins: Builtins::default(),
             bind_groups: Arc::default(),
             immediate_bytes,
+            counters: Arc::default(),
             info,
             device_error: opened.device_error,
         })

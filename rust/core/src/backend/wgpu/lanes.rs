@@ -41,7 +41,6 @@ use std::sync::atomic::Ordering;
 use std::sync::Weak;
 use std::sync::{Arc, Mutex};
 
-use super::device::Gpu;
 use super::poll::{once, PollState};
 use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
@@ -53,6 +52,7 @@ use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
 use weir_device::wgpu::scope::scoped;
+use weir_device::wgpu::WgpuDevice;
 
 /// A lane issues its batch once it holds this many ops, and the pending
 /// submission is made once it holds this many, so long streams of work start
@@ -213,7 +213,7 @@ pub(crate) struct Mark {
 
 /// The device state shared with the poll thread and with gate openers.
 pub(crate) struct Shared {
-    pub gpu: Gpu,
+    pub gpu: WgpuDevice,
     pub poll: Arc<PollState>,
     lanes: Mutex<Lanes>,
     /// Submissions known complete (from fence and read callbacks), and the signals waiting for them.
@@ -226,7 +226,7 @@ pub(crate) struct Shared {
 }
 
 impl Shared {
-    pub fn new(gpu: Gpu, poll: Arc<PollState>) -> Arc<Shared> {
+    pub fn new(gpu: WgpuDevice, poll: Arc<PollState>) -> Arc<Shared> {
         let device_error = gpu.device_error.clone();
         #[cfg_attr(not(feature = "test-support"), allow(unused_variables))]
         Arc::new_cyclic(|me| Shared {

@@ -14,28 +14,24 @@
 //!   of `device.poll` and runs the callbacks. A fence on a lane whose work is
 //!   known finished completes at once.
 //!   A fence also waits for the reads admitted before it on its lane.
-//! - **Ops** are prepared outside the runtime's ordering boundary
-//!   (`prepare`: compiles, uniforms, staging), checked and queued on their
-//!   lane (`encode`, `queued`: no wgpu object per queued op), then
-//!   recorded a batch to one encoder as the lane submits; bind groups are
-//!   reused across ops (`bind_groups`); built-ins are WGSL
-//!   (`builtin`); custom kernels are cached by source (`pipelines`);
-//!   reads map a staging buffer (`readback`); timestamps are timestamp
-//!   queries read back the same way (`timestamps`).
+//! - **Ops** are planned outside the runtime's ordering boundary (the
+//!   device layer's `plan`: compiles, uniforms, staging), checked and queued
+//!   on their lane (`encode`, `queued`: no wgpu object per queued op), then
+//!   recorded a batch to one encoder as the lane submits (the layer's
+//!   `record`, with its bind groups, built-ins and pipeline cache); reads
+//!   map a staging buffer (`readback`); timestamps are timestamp queries
+//!   read back the same way (`timestamps`).
 //! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
 //!   input, a WGSL source that does not compile or whose bindings are not
-//!   what its arguments bind (`interface`) among it, refuses the op before
+//!   what its arguments bind (the layer's `interface`) among it, refuses the op before
 //!   admission; an op that fails to record (found as its batch is
 //!   recorded) fails alone like a failed job on the CPU backend: its
 //!   versions, its readers and its stream's next fence report it.
 //! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
-mod device;
 mod encode;
 mod lanes;
-mod memory;
 mod poll;
-mod prepare;
 mod queued;
 mod raw;
 mod readback;
@@ -47,17 +43,18 @@ use std::sync::{Arc, Weak};
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
-use device::Gpu;
 use encode::{encode, Encoded};
 use lanes::{Item, LaneId, Mark, Shared};
-pub use memory::WgpuMemory;
 use poll::Poller;
-pub use prepare::WgpuPrepared;
 use queued::{Queued, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
 pub use timestamps::WgpuTimestamp;
 pub(crate) use weir_device::wgpu::adapter::list;
+pub use weir_device::wgpu::memory::WgpuMemory;
+use weir_device::wgpu::plan;
+pub use weir_device::wgpu::plan::WgpuPrepared;
 use weir_device::wgpu::scope::scoped;
+use weir_device::wgpu::WgpuDevice;
 
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};
@@ -121,13 +118,13 @@ impl WgpuBackend {
 
     /// Opens adapter `options.device` as `options` say.
     pub(crate) fn open_with(options: &RuntimeOptions) -> Result<WgpuBackend> {
-        let gpu = Gpu::open(&options.adapters, options.device, options.own_device)?;
+        let gpu = WgpuDevice::open(&options.adapters, options.device, options.own_device)?;
         let poller = Poller::spawn(gpu.device.clone(), options.spin)?;
         let shared = Shared::new(gpu, poller.state().clone());
         Ok(WgpuBackend { shared, _poller: poller })
     }
 
-    fn gpu(&self) -> &Gpu {
+    fn gpu(&self) -> &WgpuDevice {
         &self.shared.gpu
     }
 
@@ -183,12 +180,12 @@ impl Backend for WgpuBackend {
     }
 
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
-        prepare::prepare(self.gpu(), command)
+        plan::prepare(self.gpu(), command)
     }
 
     fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, WgpuPrepared)> {
         // Straight from the caller's bytes into the staging buffer.
-        let prepared = prepare::prepare_upload(self.gpu(), &dst, from.bytes())?;
+        let prepared = plan::prepare_upload(self.gpu(), &dst, from.bytes())?;
         Ok((Command::Upload { dst, data: Vec::new() }, prepared))
     }
 

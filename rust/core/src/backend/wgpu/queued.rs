@@ -22,15 +22,15 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
-use super::device::Gpu;
-use super::encode::record;
-use super::memory::Held;
-use super::prepare::Plan;
 use crate::backend::{Command, FailureTally, KernelArg, OpIo};
 use crate::diagnostics::Counters;
 use crate::error::Error;
+use weir_device::wgpu::memory::Held;
+use weir_device::wgpu::plan::Plan;
+use weir_device::wgpu::record::record;
 use weir_device::wgpu::scope::scoped;
 use weir_device::wgpu::Recorder;
+use weir_device::wgpu::WgpuDevice;
 
 /// One admitted op, not yet recorded.
 pub(crate) struct QueuedOp {
@@ -61,7 +61,7 @@ pub(crate) struct Recorded {
 
 impl QueuedOp {
     pub fn new(
-        gpu: &Gpu,
+        gpu: &WgpuDevice,
         command: Command<Held>,
         plan: Plan,
         io: OpIo,
@@ -127,7 +127,7 @@ pub(crate) struct Recording {
 /// failure tally), in order: the ops between two recorded command buffers
 /// into one encoder each. Failed ops are reported through their lane's
 /// tally (see the module doc) and left out.
-pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Recording {
+pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Recording {
     let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
     let mut recorded = Recording { commands: Vec::new(), ops: Vec::new(), buffers: Vec::new() };
     // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
@@ -152,7 +152,7 @@ pub(crate) fn record_runs(gpu: &Gpu, runs: Vec<(u32, Arc<FailureTally>, Vec<Queu
 }
 
 /// Records `ops` into one encoder, or, if that fails, each alone.
-fn record_together(gpu: &Gpu, origins: &[Origin], ops: Vec<(usize, Box<QueuedOp>)>, recorded: &mut Recording) {
+fn record_together(gpu: &WgpuDevice, origins: &[Origin], ops: Vec<(usize, Box<QueuedOp>)>, recorded: &mut Recording) {
     // An op whose input failed since it was admitted does not run.
     let skip = |(origin, op): (usize, Box<QueuedOp>)| {
         let (stream, tally) = &origins[origin];

@@ -1,6 +1,6 @@
 //! Raw access for external writes on the wgpu backend.
 
-use super::memory::{Held, WgpuMemory};
+use weir_device::wgpu::memory::{Held, WgpuMemory};
 
 /// What an [`external_write`](crate::Stream::external_write) closure gets on
 /// the wgpu backend.
@@ -51,7 +51,7 @@ impl WgpuRawAccess {
             queue: queue.clone(),
             ranges: memory
                 .iter()
-                .map(|m| WgpuBufferRange { buffer: m.buffer.clone(), offset: m.offset(), len: m.len })
+                .map(|m| WgpuBufferRange { buffer: m.buffer().clone(), offset: m.offset(), len: m.len() })
                 .collect(),
             held: memory.iter().map(|m| Held::of(m)).collect(),
         }

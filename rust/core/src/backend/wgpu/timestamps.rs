@@ -9,7 +9,6 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::device::Gpu;
 use super::lanes::{LaneId, Shared};
 use super::queued::{Queued, Recorded};
 use super::readback::Readback;
@@ -19,6 +18,7 @@ use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use weir_device::wgpu::scope::{scoped, BACKEND};
+use weir_device::wgpu::WgpuDevice;
 
 /// A timestamp query in flight or read: its ticks arrive through a read-back.
 /// Counted among the live events: it is wgpu's timing event.
@@ -61,7 +61,7 @@ impl DeviceTimestamp for WgpuTimestamp {
 
 /// Enqueues a timestamp on `lane` (stream `number`).
 pub(crate) fn enqueue(
-    gpu: &Gpu,
+    gpu: &WgpuDevice,
     shared: &Shared,
     lane: LaneId,
     number: u32,

@@ -1,5 +1,5 @@
 //! Device memory: a slot of a shared wgpu buffer for a small allocation
-//! ([`super::slabs`]), a wgpu buffer of its own for a larger one, its size
+//! (`super::slabs`), a wgpu buffer of its own for a larger one, its size
 //! rounded up to the 4-byte copy granule. The padding is private to the
 //! allocation, so ops that end at the buffer's end may round their range up
 //! to it. Offsets into an allocation are relative to its `base` in the wgpu
@@ -8,17 +8,17 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::diagnostics::Counters;
+use super::bind_groups::BindGroups;
+use super::scope::{scoped, Failure, BACKEND};
+use super::slabs::{Slabs, Slot, SHARED_MAX};
+use crate::counters::Counters;
 use crate::error::{Error, Result};
-use weir_device::wgpu::bind_groups::BindGroups;
-use weir_device::wgpu::scope::{scoped, Failure, BACKEND};
-use weir_device::wgpu::slabs::{Slabs, Slot, SHARED_MAX};
 
 /// A buffer as a queued op holds it until the op is recorded: the wgpu
 /// handle, which keeps the buffer alive, where the allocation starts in it,
 /// its size as Weir sees it, and its slot, which no other allocation takes
 /// while a queued op holds it.
-pub(crate) struct Held {
+pub struct Held {
     pub buffer: wgpu::Buffer,
     base: u64,
     pub len: u64,
@@ -37,16 +37,16 @@ impl Held {
 }
 
 /// Rounds `bytes` up to a multiple of 4.
-pub(crate) fn align4(bytes: u64) -> u64 {
+pub fn align4(bytes: u64) -> u64 {
     bytes.div_ceil(4) * 4
 }
 
 /// One allocation. Released on drop; wgpu keeps it alive for work in flight.
 pub struct WgpuMemory {
-    pub(crate) buffer: wgpu::Buffer,
+    buffer: wgpu::Buffer,
     /// Where it starts in `buffer` (0 unless it is a slot of a slab).
-    pub(crate) base: u64,
-    pub(crate) len: u64,
+    base: u64,
+    len: u64,
     slot: Option<Arc<Slot>>,
     counters: Arc<Counters>,
     bind_groups: Arc<BindGroups>,
@@ -75,7 +75,7 @@ impl Drop for WgpuMemory {
 #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 impl WgpuMemory {
     /// `bytes` of device memory: a slot of `slabs` for a small allocation.
-    pub(crate) fn allocate(
+    pub fn allocate(
         device: &wgpu::Device,
         limits: &wgpu::Limits,
         slabs: &Slabs,
@@ -136,7 +136,7 @@ impl WgpuMemory {
 }
 
 /// A host-visible buffer holding `data` (padded to 4 bytes), ready to copy from.
-pub(crate) fn staging_with(device: &wgpu::Device, data: &[u8]) -> Result<wgpu::Buffer, String> {
+pub fn staging_with(device: &wgpu::Device, data: &[u8]) -> Result<wgpu::Buffer, String> {
     let size = align4(data.len().max(1) as u64);
     let buffer = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("weir upload"),

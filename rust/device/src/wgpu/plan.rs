@@ -3,29 +3,30 @@
 //! are compiled (first use only), uniform blocks and upload staging buffers
 //! are created and filled, read-back buffers are created, and every check
 //! that needs only the command's byte ranges is made. `enqueue` is then left
-//! with bind groups and one encoder's recording ([`super::encode`]).
+//! with bind groups and one encoder's recording (`super::record`).
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::device::Gpu;
+use super::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
 use super::memory::{align4, staging_with};
-use crate::backend::{BinaryOp, Command, KernelArg, Span};
+use super::pipelines::{CompileError, Params, Pipeline, Signature};
+use super::scope::{scoped, Failure, BACKEND};
+use super::slabs::SHARED_MAX;
+use super::uniform_fill::ScalarType;
+use super::WgpuDevice;
+use crate::builtin::BuiltinKernel;
+use crate::command::{BinaryOp, Command, KernelArg, Span};
 use crate::error::Error;
-use crate::kernel::{Access, CustomKernel, Grid, ScalarArg};
-use weir_device::builtin::BuiltinKernel;
-use weir_device::wgpu::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
-use weir_device::wgpu::pipelines::{CompileError, Params, Pipeline, Signature};
-use weir_device::wgpu::scope::{scoped, Failure, BACKEND};
-use weir_device::wgpu::slabs::SHARED_MAX;
-use weir_device::wgpu::uniform_fill::ScalarType;
+use crate::kernel::{CustomKernel, ScalarArg};
+use crate::{Access, Grid};
 
-/// What [`WgpuBackend::prepare`](super::WgpuBackend) made for one command.
-pub struct WgpuPrepared(pub(crate) Plan);
+/// What preparing one command made (the engine's `prepare`).
+pub struct WgpuPrepared(pub Plan);
 
-pub(crate) enum Plan {
+pub enum Plan {
     /// Nothing to make: a delay, or a copy (whose checks need the buffers).
     Nothing,
     Write(WritePlan),
@@ -59,7 +60,7 @@ impl Plan {
 }
 
 /// Which bytes of a write go in bulk and which by masked word writes.
-pub(crate) struct Layout {
+pub struct Layout {
     /// A word-aligned range written from the staging buffer (or cleared).
     pub bulk: Option<(u64, u64)>,
     /// Indices into the plan's patches.
@@ -67,7 +68,7 @@ pub(crate) struct Layout {
 }
 
 /// A zero or an upload of one byte range, planned.
-pub(crate) struct WritePlan {
+pub struct WritePlan {
     /// An upload's bytes for the widest bulk range, from its start.
     pub staging: Option<wgpu::Buffer>,
     pub patches: Option<PatchPlan>,
@@ -92,7 +93,7 @@ fn refused(failure: Failure, bytes: u64) -> Error {
 }
 
 /// Makes what `command` needs before its buffers are known.
-pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<WgpuPrepared, Error> {
+pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<WgpuPrepared, Error> {
     check(gpu, command)?;
     // wgpu refuses a buffer bound both read-only and writable in one
     // dispatch: where that may happen, every binding is writable.
@@ -137,7 +138,7 @@ pub(crate) fn prepare<R: PartialEq>(gpu: &Gpu, command: &Command<R>) -> Result<W
 }
 
 /// An upload of `bytes` into `dst`, staged straight from them.
-pub(crate) fn prepare_upload<R>(gpu: &Gpu, dst: &Span<R>, bytes: &[u8]) -> Result<WgpuPrepared, Error> {
+pub fn prepare_upload<R>(gpu: &WgpuDevice, dst: &Span<R>, bytes: &[u8]) -> Result<WgpuPrepared, Error> {
     if bytes.len() as u64 != dst.len {
         return Err(Error::invalid(format!("{} bytes to upload into {} bytes", bytes.len(), dst.len)));
     }
@@ -146,7 +147,7 @@ pub(crate) fn prepare_upload<R>(gpu: &Gpu, dst: &Span<R>, bytes: &[u8]) -> Resul
 
 /// True when an element-wise op may bind one wgpu buffer read-only and
 /// writable in one dispatch (see [`one_buffer_both_ways`]).
-fn may_bind_a_buffer_both_ways<R: PartialEq>(command: &Command<R>) -> bool {
+fn may_bind_a_buffer_both_ways<R: PartialEq, S>(command: &Command<R, S>) -> bool {
     match command {
         Command::Binary { a, b, out, .. } => one_buffer_both_ways(&[a, b], &[out]),
         Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => one_buffer_both_ways(&[x], &[y]),
@@ -156,7 +157,7 @@ fn may_bind_a_buffer_both_ways<R: PartialEq>(command: &Command<R>) -> bool {
 
 /// True when a read of `reads` and a write of `writes` may be one wgpu
 /// buffer: views of one allocation, or two small allocations, which may be
-/// slots of one slab ([`super::slabs`]). Which slab an allocation is in is
+/// slots of one slab (`super::slabs`). Which slab an allocation is in is
 /// not known before the boundary, but a view longer than [`SHARED_MAX`] is
 /// of an allocation with a wgpu buffer of its own.
 fn one_buffer_both_ways<R: PartialEq>(reads: &[&Span<R>], writes: &[&Span<R>]) -> bool {
@@ -166,7 +167,7 @@ fn one_buffer_both_ways<R: PartialEq>(reads: &[&Span<R>], writes: &[&Span<R>]) -
 
 /// Checks what wgpu would otherwise reject by panicking or by failing the
 /// stream, as far as the byte ranges tell (a copy's check needs its buffers).
-fn check<R>(gpu: &Gpu, command: &Command<R>) -> Result<(), Error> {
+fn check<R, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<(), Error> {
     let shape = gpu.shape;
     let windowed = |span: &Span<R>| {
         if !span.offset.is_multiple_of(shape.align) || !span.len.is_multiple_of(4) {
@@ -190,7 +191,7 @@ fn check<R>(gpu: &Gpu, command: &Command<R>) -> Result<(), Error> {
     }
 }
 
-fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<(), Error> {
+fn check_custom<R>(gpu: &WgpuDevice, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<(), Error> {
     if kernel.wgsl.is_none() {
         return Err(unsupported(format!("kernel {} has no WGSL source", kernel.name)));
     }
@@ -223,11 +224,11 @@ fn check_custom<R>(gpu: &Gpu, kernel: &CustomKernel, grid: &Grid, args: &[Kernel
 
 /// Compiles (first use) and stages the scalars of a custom kernel. A source
 /// that does not compile, whose bindings are not what its arguments bind
-/// ([`super::interface`]), or that disagrees with the declared accesses, is
+/// (`super::interface`), or that disagrees with the declared accesses, is
 /// the caller's error: it refuses the command with the
 /// compiler's message, before anything is admitted.
 fn prepare_custom<R: PartialEq>(
-    gpu: &Gpu,
+    gpu: &WgpuDevice,
     kernel: &Arc<CustomKernel>,
     grid: &Grid,
     args: &[KernelArg<R>],
@@ -348,7 +349,7 @@ fn layout(start: u64, end: u64, data: Option<&[u8]>) -> (Option<(u64, u64)>, Vec
 /// Plans a write of `dst` from `data` (zeros without): whole words in bulk,
 /// partial words at either end by a masked write on the device (their other
 /// bytes are not ours), for either way the range may end (see [`WritePlan`]).
-fn plan_write<R>(gpu: &Gpu, dst: &Span<R>, data: Option<&[u8]>) -> Result<WritePlan, Error> {
+fn plan_write<R>(gpu: &WgpuDevice, dst: &Span<R>, data: Option<&[u8]>) -> Result<WritePlan, Error> {
     let (start, end) = (dst.offset, dst.offset + dst.len);
     let mut words = Vec::new();
     let mut lay = |end: u64| {
