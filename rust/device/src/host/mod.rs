@@ -1,10 +1,14 @@
 //! The host as a device: memory with a race detector, the built-in ops and
-//! CPU kernels run over it, and what the host is. The CPU engine above
-//! (`weir-core`'s CPU backend) decides when and on which worker each runs.
+//! CPU kernels run over it, collectives (parts meeting in memory, or other
+//! processes' ranks over the wire), and what the host is. The CPU engine
+//! above (`weir-core`'s CPU backend) decides when and on which worker each
+//! runs.
 
 mod about;
+pub mod collective;
 mod memory;
 mod ops;
+pub mod wire;
 
 pub use about::{memory_bytes, name};
 pub use memory::{AccessGuard, CpuMemory, FRESH_BYTE};

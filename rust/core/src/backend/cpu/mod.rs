@@ -4,15 +4,13 @@
 //! detector (the device layer's host device, `weir_device::host`, which also runs the ops); events are "stream S finished n jobs"; gates let tests hold a
 //! stream at a chosen point to force any interleaving.
 
-mod collective;
-mod wire;
 mod worker;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use weir_device::host;
 pub use weir_device::host::CpuMemory;
+use weir_device::host::{self, collective, wire};
 pub use worker::CpuStream;
 use worker::Progress;
 

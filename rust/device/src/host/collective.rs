@@ -19,13 +19,14 @@ use std::task::{Poll, Waker};
 
 use bytemuck::Pod;
 
-use crate::backend::{Collective, CollectiveKind, ReduceOp, Span};
+use super::memory::{AccessGuard, CpuMemory};
+use crate::collective::{Collective, CollectiveKind, ReduceOp};
+use crate::command::Span;
 use crate::element::ElementType;
 use crate::lock::lock;
-use weir_device::host::{AccessGuard, CpuMemory};
 
 /// What one part brought: its guarded memory, or why it cannot run.
-pub(super) struct Arrival {
+pub(crate) struct Arrival {
     /// What the part only reads: a send, a broadcast root's buffer.
     pub read: Option<AccessGuard>,
     /// What it writes: a receive, an in-place buffer.
@@ -35,7 +36,7 @@ pub(super) struct Arrival {
 impl Arrival {
     /// A part's memory registered with the race detector (`read` only read,
     /// `write` written), or the `failure` it brings instead.
-    pub(super) fn register(
+    pub(crate) fn register(
         failure: Option<String>,
         read: Option<&CpuMemory>,
         write: Option<&CpuMemory>,
@@ -62,20 +63,20 @@ struct Meeting {
 }
 
 /// Where the parts of one collective meet.
-pub(crate) struct Rendezvous {
+pub struct Rendezvous {
     collective: Collective,
     meeting: Mutex<Meeting>,
 }
 
 impl Rendezvous {
-    pub(crate) fn new(collective: Collective, members: usize) -> Arc<Self> {
+    pub fn new(collective: Collective, members: usize) -> Arc<Self> {
         let meeting = Meeting { arrivals: (0..members).map(|_| None).collect(), ..Meeting::default() };
         Arc::new(Rendezvous { collective, meeting: Mutex::new(meeting) })
     }
 
     /// Releases every part that arrived or will, with `reason`: some part
     /// was never queued, so the others must not wait for it.
-    pub(crate) fn abandon(&self, reason: String) {
+    pub fn abandon(&self, reason: String) {
         let mut meeting = lock(&self.meeting);
         meeting.outcome.get_or_insert(Err(reason));
         meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
@@ -87,13 +88,7 @@ impl Rendezvous {
     /// Member `rank`'s part, on its stream: registers its memory (`read`
     /// only read, `write` written), or brings `failure`; the last to arrive
     /// computes. Never waits: see [`Rendezvous::poll_outcome`].
-    pub(crate) fn arrive(
-        &self,
-        rank: usize,
-        failure: Option<String>,
-        read: Option<CpuMemory>,
-        write: Option<CpuMemory>,
-    ) {
+    pub fn arrive(&self, rank: usize, failure: Option<String>, read: Option<CpuMemory>, write: Option<CpuMemory>) {
         let arrival = Arrival::register(failure, read.as_ref(), write.as_ref());
         let mut meeting = lock(&self.meeting);
         if meeting.outcome.is_some() {
@@ -115,7 +110,7 @@ impl Rendezvous {
     /// The collective's outcome once every part arrived (or the rendezvous
     /// was abandoned); until then the part's stream parks, and `waker` is
     /// woken when the outcome is known.
-    pub(crate) fn poll_outcome(&self, waker: &Waker) -> Poll<Result<(), String>> {
+    pub fn poll_outcome(&self, waker: &Waker) -> Poll<Result<(), String>> {
         let mut meeting = lock(&self.meeting);
         match &meeting.outcome {
             Some(outcome) => Poll::Ready(outcome.clone()),
@@ -159,7 +154,7 @@ fn run(collective: Collective, parts: &mut [&mut Arrival]) -> Result<(), String>
 /// reads, and what each writes (for an all-reduce, its buffer in place).
 /// Sizes must fit (checked when admitted, or by the wire's rank 0); a panic
 /// is the collective's failure.
-pub(super) fn run_collective(
+pub(crate) fn run_collective(
     collective: Collective,
     reads: &[Option<&[u8]>],
     writes: &mut [Option<&mut [u8]>],

@@ -30,12 +30,12 @@ use std::net::{Shutdown, TcpStream};
 use std::sync::{Condvar, Mutex};
 
 use super::collective::Arrival;
-use crate::backend::{Collective, CollectiveKind};
+use crate::collective::{Collective, CollectiveKind};
+use crate::host::CpuMemory;
 use crate::lock::lock;
 use frames::{describe, receive, send, Contribution, Outcome, Share};
 use hub::gather;
-pub(crate) use join::{join, new_id};
-use weir_device::host::CpuMemory;
+pub use join::{join, new_id, Listening};
 
 /// The links to the other ranks, as a rank holds them.
 enum Links {
@@ -56,7 +56,7 @@ struct Turns {
 }
 
 /// One rank's membership of a group that spans processes.
-pub(crate) struct Wire {
+pub struct Wire {
     pub rank: usize,
     pub ranks: usize,
     links: Mutex<Links>,
@@ -73,7 +73,7 @@ impl std::fmt::Debug for Wire {
 impl Wire {
     /// The turn of a collective admitted now: parts run on the wire in the
     /// order their collectives were admitted.
-    pub(crate) fn admit(&self) -> u64 {
+    pub fn admit(&self) -> u64 {
         let mut turns = lock(&self.turns);
         turns.admitted += 1;
         turns.admitted - 1
@@ -81,7 +81,7 @@ impl Wire {
 
     /// A part admitted on the wire could not be queued: breaks the group, and
     /// lets every later part run (to fail) without waiting for that turn.
-    pub(crate) fn abandon(&self, reason: String) {
+    pub fn abandon(&self, reason: String) {
         self.break_with(reason);
         lock(&self.turns).abandoned = true;
         self.turned.notify_all();
@@ -102,7 +102,7 @@ impl Wire {
     /// This rank's part of the collective admitted as `turn`: brings its
     /// memory (`read` only read, `write` written) or its `failure`, meets the
     /// other ranks, and writes its share of the result.
-    pub(crate) fn run(
+    pub fn run(
         &self,
         turn: u64,
         collective: &Collective,

@@ -9,19 +9,19 @@ use std::io::{Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::backend::{Collective, CollectiveKind, ReduceOp};
+use crate::collective::{Collective, CollectiveKind, ReduceOp};
 use crate::element::ElementType;
 
 /// What a collective is, as the ranks compare it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(super) struct Called {
+pub(crate) struct Called {
     kind: u8,
     op: u8,
     element: u8,
     root: u32,
 }
 
-pub(super) fn describe(collective: &Collective) -> Called {
+pub(crate) fn describe(collective: &Collective) -> Called {
     let (kind, op, root) = match collective.kind {
         CollectiveKind::AllReduce(op) => (0, Some(op), 0),
         CollectiveKind::Broadcast { root } => (1, None, root as u32),
@@ -45,41 +45,41 @@ pub(super) fn describe(collective: &Collective) -> Called {
 
 /// One rank's contribution to a collective, as it travels.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) struct Contribution {
-    pub(super) sequence: u64,
-    pub(super) collective: Called,
-    pub(super) failure: Option<String>,
+pub(crate) struct Contribution {
+    pub(crate) sequence: u64,
+    pub(crate) collective: Called,
+    pub(crate) failure: Option<String>,
     /// What the part only reads (a send, the broadcast root's buffer).
     #[serde(with = "serde_bytes")]
-    pub(super) read: Option<Vec<u8>>,
+    pub(crate) read: Option<Vec<u8>>,
     /// The length of what it writes, and its bytes where the collective
     /// reads them too (all-reduce, in place).
-    pub(super) write_len: Option<u64>,
+    pub(crate) write_len: Option<u64>,
     #[serde(with = "serde_bytes")]
-    pub(super) write: Option<Vec<u8>>,
+    pub(crate) write: Option<Vec<u8>>,
 }
 
 /// Rank 0's answer to one rank: its share of the result, or the failure.
 #[derive(Debug, Serialize, Deserialize)]
-pub(super) enum Outcome<Share> {
+pub(crate) enum Outcome<Share> {
     Share(Share),
     Failed(String),
 }
 
 /// A share as rank 0 sends it, borrowed.
-pub(super) type SentShare<'a> = Option<&'a serde_bytes::Bytes>;
+pub(crate) type SentShare<'a> = Option<&'a serde_bytes::Bytes>;
 /// A share as a rank receives it.
-pub(super) type Share = Option<serde_bytes::ByteBuf>;
+pub(crate) type Share = Option<serde_bytes::ByteBuf>;
 
 /// Sends `message` whole.
-pub(super) fn send(out: &mut impl Write, message: &impl Serialize) -> std::io::Result<()> {
+pub(crate) fn send(out: &mut impl Write, message: &impl Serialize) -> std::io::Result<()> {
     // Encoded first, so that the link sees one write, not one per field.
     let bytes = rmp_serde::to_vec(message).map_err(std::io::Error::other)?;
     out.write_all(&bytes)
 }
 
 /// Receives one message.
-pub(super) fn receive<T: DeserializeOwned>(input: &mut impl Read) -> std::io::Result<T> {
+pub(crate) fn receive<T: DeserializeOwned>(input: &mut impl Read) -> std::io::Result<T> {
     rmp_serde::from_read(input).map_err(|error| match error {
         rmp_serde::decode::Error::InvalidMarkerRead(io) | rmp_serde::decode::Error::InvalidDataRead(io) => io,
         other => std::io::Error::new(std::io::ErrorKind::InvalidData, other),

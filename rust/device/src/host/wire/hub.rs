@@ -5,8 +5,8 @@
 use std::net::TcpStream;
 
 use super::frames::{receive, send, Contribution, Outcome, SentShare};
-use crate::backend::cpu::collective::run_collective;
-use crate::backend::{Collective, CollectiveKind};
+use crate::collective::{Collective, CollectiveKind};
+use crate::host::collective::run_collective;
 
 /// The sizes every rank's contribution must have, given rank 0's, or why not.
 fn check_fits(collective: &Collective, all: &[Contribution]) -> std::result::Result<(), String> {
@@ -79,7 +79,7 @@ fn compute(collective: &Collective, all: &mut [Contribution]) -> std::result::Re
 /// Rank 0's side of one collective: every rank's contribution in, every
 /// rank's share (or the failure) out. Returns rank 0's share, and why the
 /// group broke if a rank is gone.
-pub(super) fn gather(
+pub(crate) fn gather(
     collective: &Collective,
     peers: &mut [TcpStream],
     mine: Contribution,

@@ -8,9 +8,9 @@ use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use super::{Links, Turns, Wire};
-use crate::backend::GROUP_ID_BYTES;
-use crate::device::BackendKind;
+use crate::collective::GROUP_ID_BYTES;
 use crate::error::{Error, Result};
+use crate::info::BackendKind;
 use crate::lock::lock;
 
 const MAGIC: &[u8; 8] = b"weir-cpu";
@@ -27,7 +27,7 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 const MAX_RANKS: usize = 1 << 16;
 
 /// What rank 0's process holds between making an id and joining with it.
-pub(crate) struct Listening {
+pub struct Listening {
     nonce: [u8; NONCE_BYTES],
     listener: Mutex<Option<TcpListener>>,
 }
@@ -45,7 +45,7 @@ fn nonce() -> Result<[u8; NONCE_BYTES]> {
 }
 
 /// A new id: a listener on a free loopback port, kept for rank 0's join.
-pub(crate) fn new_id() -> Result<([u8; GROUP_ID_BYTES], Arc<Listening>)> {
+pub fn new_id() -> Result<([u8; GROUP_ID_BYTES], Arc<Listening>)> {
     let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
         .map_err(|error| Error::backend(BackendKind::Cpu, format!("a group id's loopback listener: {error}")))?;
     let port = listener
@@ -79,7 +79,7 @@ fn io_error(what: &str, error: std::io::Error) -> Error {
 }
 
 /// Joins the group `id` names as `rank` of `ranks`; returns once every rank has.
-pub(crate) fn join(id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<Wire> {
+pub fn join(id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<Wire> {
     if ranks > MAX_RANKS {
         return Err(Error::invalid(format!(
             "a CPU group of {ranks} ranks: one has at most {MAX_RANKS} (each rank but 0 holds a loopback port)"
