@@ -28,6 +28,8 @@ pub mod info;
 pub mod kernel;
 mod launch;
 pub mod lock;
+#[cfg(any(feature = "cuda", feature = "hip", feature = "fake"))]
+pub mod modules;
 pub mod raw;
 pub mod rtc;
 #[cfg(any(feature = "cuda", feature = "hip", feature = "fake"))]

@@ -4,7 +4,6 @@ use std::sync::Arc;
 
 use super::device::{Device, LentToHost};
 use super::issue::{Issue, Job, QueuedEvent};
-use super::kernels::Param;
 #[cfg(feature = "test-support")]
 use super::prepare::PreparedLaunch;
 use super::staging::Staged;
@@ -25,6 +24,7 @@ use crate::kernel::Access;
 use crate::kernel::Grid;
 use crate::lock::lock;
 use weir_device::builtin::BuiltinKernel;
+use weir_device::modules::Param;
 use weir_device::raw::RawStream;
 
 impl<D: Driver> Backend for GpuBackend<D> {

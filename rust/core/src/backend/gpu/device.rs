@@ -9,13 +9,13 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::issue::Issuer;
-use super::kernels::Kernels;
 use crate::backend::Counters;
 use crate::device::DeviceInfo;
 use crate::error::Result;
 use crate::host::{HostBuffer, PinnedBytes};
 use crate::lock::lock;
 use weir_device::driver::{Driver, EventUse, Handle};
+use weir_device::modules::Kernels;
 
 /// One page-locked host buffer. Plain data: the pool's owner frees it.
 struct Staging {

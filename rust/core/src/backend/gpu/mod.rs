@@ -14,7 +14,8 @@
 //!   exactly once in `Drop`, with live counts;
 //! - the completion path: a host callback or a per-stream waiter thread
 //!   (see `stream`);
-//! - the built-in kernels as one C source and the compiled-kernel cache;
+//! - the device's kernel cache (the device layer's `modules`: the built-ins
+//!   as one C source, users' kernels compiled and loaded once);
 //! - page-locked staging for uploads and downloads, so enqueueing a copy
 //!   never waits for the device;
 //! - frees from any thread: owners bind the device before their driver
@@ -29,7 +30,6 @@ mod backend_impl;
 mod device;
 mod enqueue;
 mod issue;
-mod kernels;
 mod owners;
 mod prepare;
 mod staging;
@@ -49,9 +49,9 @@ use crate::options::RuntimeOptions;
 use rustc_hash::FxHashMap;
 
 use device::Device;
-use kernels::{Builtins, Function};
 pub use weir_device::driver::DeviceBuffer;
 pub(crate) use weir_device::driver::{Driver, EventUse, GraphExec, RawPart};
+use weir_device::modules::{Builtins, Function};
 // The built-ins' source and table are for test suites and benchmarks (the
 // backend module is public only with `test-support`); the backend itself
 // loads them through `Kernels::builtin` and indexes by kernel.

@@ -6,7 +6,6 @@
 use std::sync::Arc;
 
 use super::device::Loan;
-use super::kernels::{Function, Param, Params};
 use super::staging::Staged;
 use super::{Driver, GpuBackend};
 use crate::backend::{KernelArg, Span};
@@ -15,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::kernel::{CustomKernel, Grid};
 use crate::lock::lock;
 use weir_device::builtin::BuiltinKernel;
+use weir_device::modules::{Function, Param, Params};
 
 /// Threads per block of the built-in kernels.
 const BLOCK: u32 = 256;

@@ -1,4 +1,6 @@
-//! Built-in kernels (one C source for CUDA and HIP) and the kernel cache.
+//! The kernels a driver launches: the built-ins (one C source for CUDA and
+//! HIP) and users' kernels, compiled, loaded and found, with their
+//! parameters packed for a launch.
 //!
 //! Compiling is slow (NVRTC, hiprtc: tens to hundreds of milliseconds), so a
 //! compiled image is kept for the life of the process, keyed by backend,
@@ -8,18 +10,18 @@ use std::collections::HashMap;
 use std::ffi::{c_void, CString};
 use std::sync::{Arc, Mutex, OnceLock};
 
-use crate::device::BackendKind;
+use crate::builtin::{cuda_source, BuiltinKernel};
+use crate::driver::Driver;
 use crate::error::{Error, Result};
+use crate::info::BackendKind;
 use crate::kernel::{DeviceCode, DeviceKernel, ScalarArg};
 use crate::lock::lock;
-use weir_device::builtin::{cuda_source, BuiltinKernel};
-use weir_device::driver::Driver;
-use weir_device::rtc::Compiled;
-use weir_device::symbols::{is_identifier, symbol_named};
+use crate::rtc::Compiled;
+use crate::symbols::{is_identifier, symbol_named};
 
 /// The functions of the built-ins' source ([`cuda_source`]), indexed by
 /// kernel: a launch finds its function without hashing the source.
-pub(crate) struct Builtins<F: Copy>([F; BuiltinKernel::ALL.len()]);
+pub struct Builtins<F: Copy>([F; BuiltinKernel::ALL.len()]);
 
 impl<F: Copy> Builtins<F> {
     /// Loads every built-in with `load`, given its entry point.
@@ -64,7 +66,7 @@ struct Loaded<D: Driver> {
 
 /// A loaded kernel function, with its parameters' byte sizes where the
 /// driver tells them (to check a launch's arguments against).
-pub(crate) struct Function<D: Driver> {
+pub struct Function<D: Driver> {
     pub raw: D::Function,
     pub param_sizes: Option<Arc<[usize]>>,
 }
@@ -81,7 +83,7 @@ impl<D: Driver> Clone for Function<D> {
 /// context, so a runtime opened beside another's long-running work must
 /// not load its built-ins again. Unloaded when the last runtime on the
 /// context lets go.
-pub(crate) struct Kernels<D: Driver> {
+pub struct Kernels<D: Driver> {
     loaded: Mutex<HashMap<ModuleKey, Loaded<D>>>,
     /// A driver on the context, to unload with (it keeps the context retained).
     driver: Arc<D>,
@@ -258,7 +260,7 @@ impl<D: Driver> Drop for Kernels<D> {
 /// One kernel parameter, as the launch passes it. A `Pointer` made in
 /// `prepare` is a placeholder: `enqueue` writes the buffer's address.
 #[derive(Debug, Clone, Copy)]
-pub(crate) enum Param<'a> {
+pub enum Param<'a> {
     Pointer(u64),
     U32(u32),
     F32(f32),
@@ -268,7 +270,7 @@ pub(crate) enum Param<'a> {
 }
 
 /// Parameter storage for one launch: the values and the pointer array to them.
-pub(crate) struct Params {
+pub struct Params {
     /// Every parameter's bytes in whole 8-byte words of its own; inline up
     /// to eight words, so a launch of small parameters allocates nothing.
     words: smallvec::SmallVec<[u64; 8]>,
