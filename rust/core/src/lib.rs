@@ -93,9 +93,9 @@
 //! weir-core   handles    Runtime, Stream, Buffer, Fence, Graph, DeviceGroup (stream.rs, ops.rs, …)
 //!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
 //!             engines    HOW it runs, behind the `Backend` trait (backend/):
-//!                          cpu   a bounded pool of workers, streams as queues; a group
-//!                                across processes meets over loopback TCP (serde, MessagePack)
-//!                          wgpu  logical streams (lanes) on the one queue, a poll thread
+//!                          cpu   a bounded pool of workers, streams as queues of jobs
+//!                          wgpu  logical streams (lanes) on the one queue, batched
+//!                                submissions, a poll thread
 //!                          gpu   an issuing thread per device, a waiter per stream,
 //!                                generic over the device layer's `Driver`
 //!                        written once for all three: the failure tally, the
@@ -107,18 +107,25 @@
 //!                        awaited stream fence while the stream's waits are short,
 //!                        and every thread idling between jobs (issuing, wake, pool)
 //! weir-device the device layer (rust/device): device calls only, unsafe where
-//!             the driver is, no scheduling meaning; the errors, kinds, element
-//!             types, launch shapes and kernel descriptions every layer shares
+//!             the driver is, no scheduling meaning; the command IR, kernel
+//!             descriptions, errors, kinds, counters, element types and launch
+//!             shapes every layer shares
 //!               driver::Driver   cuda (cudarc: driver, NVRTC; NCCL loaded by its runtime name)
 //!                                | hip (hip-sys; code objects read by `object` and `rmp-serde`) | fake (tests)
-//!               wgpu::WgpuDevice one queue: adapters, WGSL pipelines checked against
-//!                                their arguments, shared buffers, bind groups, recording
+//!               modules          a driver's kernels: built-ins from one C source, users'
+//!                                compiled once per process, loaded once per device
+//!               wgpu::WgpuDevice one queue: adapters, memory in shared buffers, WGSL
+//!                                pipelines checked against their arguments, command
+//!                                plans, bind groups, recording into one encoder
+//!               host             the host: memory with a race detector, the ops and CPU
+//!                                kernels run over it, collectives (in memory, or across
+//!                                processes over loopback TCP: serde, MessagePack)
 //! ```
 //!
 //! One op's path, a CUDA kernel: [`Stream::execute`] checks the arguments
 //! against the kernel (`ops::kernel`) and submits a `Command`; the
-//! scheduler has the engine prepare it outside the lock (compiled, loaded,
-//! parameters packed), then under the runtime's lock admits it: its
+//! scheduler has the engine prepare it outside the lock (compiled and
+//! loaded by the device layer's `modules`, parameters packed), then under the runtime's lock admits it: its
 //! dependencies from the buffers' versions, a cross-stream wait only where
 //! the vector clock says the stream has not seen them, its writes
 //! published at its position, and the engine's `enqueue`, which makes the
@@ -131,11 +138,12 @@
 //! and sees it at once (`completion/spin.rs`); otherwise its waker runs on
 //! the delivery thread, outside every lock.
 //!
-//! Where the move stands: CUDA, HIP and wgpu run on the device layer (the
-//! wgpu engine keeps its lanes, submissions, reads and poll thread; the
-//! device, its pipelines and its buffers are the layer's); the CPU engine
-//! still runs its kernels itself, and each engine keeps its own loop. The `Backend` trait asks 27 methods of an engine (31
-//! before): what follows from the backend's kind (its kernel language) and
+//! Where the move stands: every backend runs on the device layer (the
+//! engines keep only ordering, submission, completion and counting: the
+//! CPU engine its workers, the wgpu engine its lanes, submissions, reads
+//! and poll thread, the GPU engine its issuing thread and waiters); each
+//! engine still keeps its own loop. The `Backend` trait asks 27 methods of
+//! an engine (31 before): what follows from the backend's kind (its kernel language) and
 //! what is the same for all (a host buffer is a filled staging buffer; one
 //! upload preparation, told where the bytes come from) is no longer asked.
 //! One engine generic over the device layer, with the wgpu queue and the
