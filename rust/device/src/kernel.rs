@@ -49,14 +49,14 @@ pub struct CpuKernelArgs<'a> {
 }
 
 /// A CPU kernel's view of one buffer argument, as its access allows.
-pub enum CpuView<'a> {
+pub(crate) enum CpuView<'a> {
     Read(&'a [u8]),
     Write(&'a mut [u8]),
 }
 
 impl<'a> CpuKernelArgs<'a> {
     /// The arguments of one call: the buffers' views and the scalars, each in declaration order.
-    pub fn new(grid: Grid, buffers: Vec<CpuView<'a>>, scalars: Vec<ScalarArg>) -> Self {
+    pub(crate) fn new(grid: Grid, buffers: Vec<CpuView<'a>>, scalars: Vec<ScalarArg>) -> Self {
         CpuKernelArgs { grid, buffers, scalars }
     }
 

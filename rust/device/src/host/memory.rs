@@ -16,7 +16,7 @@ use crate::counters::Counters;
 use crate::lock::lock;
 
 /// Fresh memory is filled with this byte so that a missing initialisation shows.
-pub const FRESH_BYTE: u8 = 0xA5;
+pub(crate) const FRESH_BYTE: u8 = 0xA5;
 
 struct Block {
     // u64 words keep every 4-byte typed view aligned.
@@ -63,7 +63,7 @@ impl std::fmt::Debug for CpuMemory {
 static NEXT_ACCESS: AtomicU64 = AtomicU64::new(1);
 
 /// Proof that a byte range is registered with the race detector; unregisters on drop.
-pub struct AccessGuard {
+pub(crate) struct AccessGuard {
     memory: CpuMemory,
     id: u64,
     range: Range<u64>,
@@ -85,7 +85,7 @@ impl AccessGuard {
     }
 
     /// True for a write guard.
-    pub fn is_write(&self) -> bool {
+    pub(crate) fn is_write(&self) -> bool {
         self.write
     }
 
@@ -130,7 +130,7 @@ impl CpuMemory {
     }
 
     /// Registers an access to `span` of this memory; fails on a conflicting overlap.
-    pub fn begin(span: &Span<CpuMemory>, write: bool) -> Result<AccessGuard, String> {
+    pub(crate) fn begin(span: &Span<CpuMemory>, write: bool) -> Result<AccessGuard, String> {
         let memory = &span.buffer;
         let range = span.offset..span.offset.saturating_add(span.len);
         if range.end > memory.size() {

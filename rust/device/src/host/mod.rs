@@ -11,5 +11,5 @@ mod ops;
 pub mod wire;
 
 pub use about::{memory_bytes, name};
-pub use memory::{AccessGuard, CpuMemory, FRESH_BYTE};
+pub use memory::CpuMemory;
 pub use ops::{run, with_kernel_args};

@@ -20,10 +20,10 @@ use crate::lock::lock;
 const MOST: usize = 1024;
 
 /// A storage window as bound: buffer, offset, size.
-pub type Window = (wgpu::Buffer, u64, u64);
+pub(crate) type Window = (wgpu::Buffer, u64, u64);
 
 /// The windows of one group, at bindings `0..`.
-pub type Windows = SmallVec<[Window; 3]>;
+pub(crate) type Windows = SmallVec<[Window; 3]>;
 
 #[derive(PartialEq, Eq, Hash)]
 struct Key {

@@ -135,7 +135,7 @@ pub fn params(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Resul
 
 /// One buffer argument of an element-wise launch: a byte range starting on a
 /// binding-aligned offset.
-pub struct Operand<'a> {
+pub(crate) struct Operand<'a> {
     pub buffer: &'a wgpu::Buffer,
     pub offset: u64,
 }
@@ -164,7 +164,7 @@ impl ElementwisePlan {
 
 /// Plans `op` over `bytes` bytes of each operand (a multiple of 4), in
 /// windows; with every binding writable when `shared` (operands in one buffer).
-pub fn plan_elementwise(
+pub(crate) fn plan_elementwise(
     gpu: &WgpuDevice,
     op: BuiltinKernel,
     bytes: u64,
@@ -193,7 +193,12 @@ pub fn plan_elementwise(
 }
 
 /// Records a planned element-wise launch over `operands`.
-pub fn record_elementwise(gpu: &WgpuDevice, recorder: &mut Recorder, plan: &ElementwisePlan, operands: &[Operand<'_>]) {
+pub(crate) fn record_elementwise(
+    gpu: &WgpuDevice,
+    recorder: &mut Recorder,
+    plan: &ElementwisePlan,
+    operands: &[Operand<'_>],
+) {
     for (index, window) in plan.windows.iter().enumerate() {
         let bindings: Vec<Binding<'_>> = operands
             .iter()
@@ -226,10 +231,10 @@ impl PatchPlan {
 
 /// A word of a buffer to write partly: its index, the mask of the bits it
 /// keeps, and the bits it sets.
-pub type MaskedWord = (u64, u32, u32);
+pub(crate) type MaskedWord = (u64, u32, u32);
 
 /// Plans masked writes of `words`.
-pub fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
+pub(crate) fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
     let align = gpu.shape.align;
     let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false], false))?;
     let (mut patches, mut blocks) = (Vec::new(), Vec::new());
@@ -245,7 +250,7 @@ pub fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<PatchPlan,
 
 /// Records the planned masked writes `which` (indices into the plan) on the
 /// allocation at `base` in `buffer` (a binding-aligned offset).
-pub fn record_patches(
+pub(crate) fn record_patches(
     gpu: &WgpuDevice,
     recorder: &mut Recorder,
     plan: &PatchPlan,

@@ -17,15 +17,15 @@ pub struct WgpuDevice {
     pub device: wgpu::Device,
     pub queue: wgpu::Queue,
     pub limits: wgpu::Limits,
-    pub shape: Shape,
-    pub pipelines: PipelineCache,
-    pub builtins: Builtins,
+    pub(crate) shape: Shape,
+    pub(crate) pipelines: PipelineCache,
+    pub(crate) builtins: Builtins,
     /// Shared with every allocation, which drops the groups binding it.
     pub bind_groups: Arc<BindGroups>,
     /// The wgpu buffers small allocations share.
     pub slabs: Arc<Slabs>,
     /// The wgpu buffers ops' scalar blocks share.
-    pub uniform_slabs: Arc<Slabs>,
+    pub(crate) uniform_slabs: Arc<Slabs>,
     /// The most bytes of immediate data a dispatch may set (0: the device takes none).
     pub immediate_bytes: u32,
     /// The device takes timestamp queries (`Features::TIMESTAMP_QUERY`).

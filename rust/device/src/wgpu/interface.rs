@@ -231,7 +231,11 @@ fn is_short(declared: &[Declared], arguments: &Arguments<'_>, filled: &[Uniform]
 /// its dimension. A size written as a number must already be the block's:
 /// otherwise the kernel would run with another block than the grid says,
 /// as CUDA and HIP never do.
-pub fn block_constants(module: &naga::Module, entry: &str, block: [u32; 3]) -> Result<Vec<(String, f64)>, String> {
+pub(crate) fn block_constants(
+    module: &naga::Module,
+    entry: &str,
+    block: [u32; 3],
+) -> Result<Vec<(String, f64)>, String> {
     let Some(point) = module.entry_points.iter().find(|point| point.name == entry) else {
         return Err(format!("the source has no entry point `{entry}`"));
     };
@@ -270,7 +274,7 @@ pub fn block_constants(module: &naga::Module, entry: &str, block: [u32; 3]) -> R
 /// bind a read-only and a writable argument in one wgpu buffer (see
 /// `super::slabs`): the kernel's code is unchanged, and a custom kernel's
 /// bindings were held to its arguments' accesses by [`check`].
-pub fn storage_writable(module: &mut naga::Module) {
+pub(crate) fn storage_writable(module: &mut naga::Module) {
     for (_, global) in module.global_variables.iter_mut() {
         if let naga::AddressSpace::Storage { access } = &mut global.space {
             *access |= naga::StorageAccess::LOAD | naga::StorageAccess::STORE;
@@ -280,7 +284,7 @@ pub fn storage_writable(module: &mut naga::Module) {
 
 /// Turns the scalars' uniform of a module that passed [`check`] into
 /// immediate data: the same struct, set with each dispatch instead of bound.
-pub fn scalars_as_immediates(module: &mut naga::Module) {
+pub(crate) fn scalars_as_immediates(module: &mut naga::Module) {
     for (_, global) in module.global_variables.iter_mut() {
         if global.space == naga::AddressSpace::Uniform {
             global.space = naga::AddressSpace::Immediate;

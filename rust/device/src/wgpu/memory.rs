@@ -37,7 +37,7 @@ impl Held {
 }
 
 /// Rounds `bytes` up to a multiple of 4.
-pub fn align4(bytes: u64) -> u64 {
+pub(crate) fn align4(bytes: u64) -> u64 {
     bytes.div_ceil(4) * 4
 }
 
@@ -136,7 +136,7 @@ impl WgpuMemory {
 }
 
 /// A host-visible buffer holding `data` (padded to 4 bytes), ready to copy from.
-pub fn staging_with(device: &wgpu::Device, data: &[u8]) -> Result<wgpu::Buffer, String> {
+pub(crate) fn staging_with(device: &wgpu::Device, data: &[u8]) -> Result<wgpu::Buffer, String> {
     let size = align4(data.len().max(1) as u64);
     let buffer = device.create_buffer(&wgpu::BufferDescriptor {
         label: Some("weir upload"),

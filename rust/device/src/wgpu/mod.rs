@@ -9,17 +9,17 @@
 //! lanes of the one queue, submits, and completes fences and reads.
 
 pub mod adapter;
-pub mod bind_groups;
-pub mod builtin;
+mod bind_groups;
+mod builtin;
 mod device;
-pub mod interface;
+mod interface;
 pub mod memory;
-pub mod pipelines;
+mod pipelines;
 pub mod plan;
 pub mod record;
 pub mod scope;
-pub mod slabs;
-pub mod uniform_fill;
+mod slabs;
+mod uniform_fill;
 
 pub use device::WgpuDevice;
 pub use record::Recorder;

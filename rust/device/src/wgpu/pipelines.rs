@@ -72,14 +72,14 @@ pub struct Pipeline {
 
 impl Pipeline {
     /// The kernel's own layout, if it binds by one.
-    pub fn own_layout(&self) -> Option<&OwnLayout> {
+    pub(crate) fn own_layout(&self) -> Option<&OwnLayout> {
         self.own.as_ref().map(|(layout, _)| layout)
     }
 }
 
 /// Why a pipeline could not be had.
 #[derive(Debug, Clone)]
-pub enum CompileError {
+pub(crate) enum CompileError {
     /// The source does not compile or does not validate against its bindings
     /// (the compiler's message).
     Invalid(String),
@@ -88,7 +88,7 @@ pub enum CompileError {
 }
 
 /// How a kernel's arguments bind (see the module doc).
-pub struct Signature<'a> {
+pub(crate) struct Signature<'a> {
     /// Per buffer argument: read-only?
     pub read_only: &'a [bool],
     /// Whether it takes scalars.
@@ -109,7 +109,7 @@ pub struct Signature<'a> {
 
 /// Pipelines by source; a source that failed to compile stays failed.
 #[derive(Default)]
-pub struct PipelineCache {
+pub(crate) struct PipelineCache {
     entries: Mutex<HashMap<Key, Result<Arc<Pipeline>, String>>>,
     /// Custom kernels' pipelines by the kernel's address, each entry holding
     /// a weak handle of its kernel until the kernel is gone: a launch then
@@ -192,7 +192,7 @@ impl PipelineCache {
     /// The pipeline of custom `kernel`, whose source for this backend is
     /// `code`/`entry`, bound as `signature` says: found by the kernel's
     /// address once it compiled (see [`PipelineCache::get`] otherwise).
-    pub fn get_custom(
+    pub(crate) fn get_custom(
         &self,
         device: &wgpu::Device,
         kernel: &Arc<CustomKernel>,

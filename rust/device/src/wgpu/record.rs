@@ -50,7 +50,7 @@ impl Recorder {
 
     /// The open compute pass (begun if none is) with `pipeline` and `group`
     /// (at group 0) bound.
-    pub fn pass_with(
+    pub(crate) fn pass_with(
         &mut self,
         pipeline: &wgpu::ComputePipeline,
         group: &wgpu::BindGroup,
@@ -70,7 +70,7 @@ impl Recorder {
 
     /// The open compute pass with `pipeline` and each of `groups` (by
     /// group index) bound: a kernel with its own layout.
-    pub fn pass_with_groups(
+    pub(crate) fn pass_with_groups(
         &mut self,
         pipeline: &wgpu::ComputePipeline,
         groups: &[(u32, wgpu::BindGroup)],
@@ -97,7 +97,7 @@ impl Recorder {
 
     /// The kept group of `layout` over `windows`: the one the last dispatch
     /// bound if it is that, else `get`'s (remembered for the next).
-    pub fn kept_group(
+    pub(crate) fn kept_group(
         &mut self,
         layout: &wgpu::BindGroupLayout,
         windows: Windows,

@@ -33,7 +33,7 @@ use crate::lock::lock;
 use rustc_hash::FxHashMap;
 
 /// Allocations of at most this many bytes take a slot of a slab.
-pub const SHARED_MAX: u64 = 64 << 10;
+pub(crate) const SHARED_MAX: u64 = 64 << 10;
 
 /// Bytes of one slab.
 const SLAB_BYTES: u64 = 1 << 20;
