@@ -1,19 +1,24 @@
 //! # Weir's device layer
 //!
 //! The names every layer of Weir shares (errors, backends and devices,
-//! element types, how an op touches a buffer, launch shapes, collectives),
-//! and the calls of each GPU API behind one trait, [`driver::Driver`]:
-//! device calls only, `unsafe` where the driver is, no scheduling meaning.
-//! The engine above (`weir-core`) orders ops, signals completions and counts;
-//! this crate only talks to the device.
+//! element types, how an op touches a buffer, launch shapes, the commands
+//! an engine hands a device, kernel descriptions, counters, collectives),
+//! and every device Weir drives: device calls only, `unsafe` where the
+//! driver is, no scheduling meaning. The engine above (`weir-core`) orders
+//! ops, signals completions and decides which thread makes each call; this
+//! crate only talks to the device.
 //!
-//! - `host`: the host as a device (memory with a race detector, the ops run over it).
-//! - `cuda` (feature `cuda`): the CUDA driver API, NVRTC and NCCL (cudarc, loaded at run time).
-//! - `hip` (feature `hip`): the HIP runtime and hiprtc (hip-sys).
-//! - `wgpu` (feature `wgpu`): wgpu as a one-queue device (adapters, WGSL
-//!   pipelines, shared buffers, bind groups, recording).
-//! - `fake` (feature `fake`): a driver of no GPU API for the engine's tests,
-//!   which records every call and fails, stalls or delays the ones a test picks.
+//! - `host`: the host as a device: memory with a race detector, the ops and
+//!   CPU kernels run over it, collectives (in memory, or across processes).
+//! - [`driver::Driver`]: a GPU API's calls (streams, events, memory, copies,
+//!   launches, host callbacks), with `modules`, its kernel cache:
+//!   - `cuda` (feature `cuda`): the CUDA driver API, NVRTC and NCCL (cudarc, loaded at run time);
+//!   - `hip` (feature `hip`): the HIP runtime and hiprtc (hip-sys);
+//!   - `fake` (feature `fake`): a driver of no GPU API for the engine's tests,
+//!     which records every call and fails, stalls or delays the ones a test picks.
+//! - `wgpu` (feature `wgpu`): wgpu as a one-queue device: adapters, memory
+//!   in shared buffers, WGSL pipelines checked against their arguments,
+//!   command plans, bind groups, recording into one encoder.
 
 pub mod builtin;
 pub mod collective;
