@@ -9,8 +9,7 @@ use super::pipelines::PipelineCache;
 use super::slabs::Slabs;
 use crate::counters::Counters;
 use crate::error::Result;
-use crate::info::AdapterChoice;
-use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
+use crate::info::{AdapterChoice, BackendKind, DeviceInfo, LaunchLimits};
 
 /// A wgpu device and its one queue, with the caches every op records from.
 pub struct WgpuDevice {

@@ -1,8 +1,10 @@
 //! The CPU backend: the embedded default and the scheduler's test bench.
 //!
-//! Streams run on a bounded pool of worker threads; memory is host memory watched by a race
-//! detector (the device layer's host device, `weir_device::host`, which also runs the ops); events are "stream S finished n jobs"; gates let tests hold a
-//! stream at a chosen point to force any interleaving.
+//! Streams run on a bounded pool of worker threads; memory is host memory
+//! watched by a race detector, and the ops run over it, on the device
+//! layer's host device (`weir_device::host`); events are "stream S finished
+//! n jobs"; gates let tests hold a stream at a chosen point to force any
+//! interleaving.
 
 mod worker;
 
