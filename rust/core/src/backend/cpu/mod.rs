@@ -19,8 +19,8 @@ use worker::Progress;
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};
 use crate::backend::{
-    Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError, OpIo,
-    RawAccess, SignalKind, Span, GROUP_ID_BYTES,
+    Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError, HostSink,
+    OpIo, RawAccess, SignalKind, Span, GROUP_ID_BYTES,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo, LaunchLimits};
@@ -142,10 +142,8 @@ impl CpuBackend {
                 return stream.complete(Box::new(move || {
                     let outcome = match io.failed_input(index) {
                         Some(error) => Err(error),
-                        None => host::run(Command::Download { src, sink: sink.clone() }, &counters, |sink, bytes| {
-                            sink.deliver(bytes)
-                        })
-                        .map_err(|message| Error::OpFailed { stream: index, message }),
+                        None => host::run(Command::Download { src, sink: sink.clone() }, &counters, deliver)
+                            .map_err(|message| Error::OpFailed { stream: index, message }),
                     };
                     if let Err(error) = outcome {
                         tally.record(&error);
@@ -170,8 +168,13 @@ impl CpuBackend {
             }
             other => other,
         };
-        stream.work(Box::new(move || host::run(command, &counters, |sink, bytes| sink.deliver(bytes))), io)
+        stream.work(Box::new(move || host::run(command, &counters, deliver)), io)
     }
+}
+
+/// Where the host device hands a download's bytes: to the reader's sink.
+fn deliver(sink: Arc<HostSink>, bytes: Vec<u8>) {
+    sink.deliver(bytes);
 }
 
 impl Backend for CpuBackend {
