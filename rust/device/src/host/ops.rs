@@ -127,3 +127,43 @@ pub fn with_kernel_args(
     }
     body(&mut CpuKernelArgs::new(grid, views, scalars))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn whole(memory: &CpuMemory) -> Span<CpuMemory> {
+        Span { buffer: memory.clone(), offset: 0, len: memory.size() }
+    }
+
+    #[test]
+    fn a_download_is_delivered_once_its_read_of_the_memory_is_over() {
+        let counters = Arc::new(Counters::default());
+        let memory = CpuMemory::allocate(8, &counters).expect("8 bytes");
+        let fill = Command::<CpuMemory, ()>::Fill { dst: whole(&memory), word: 7 };
+        run(fill, &counters, |(), _| unreachable!("a fill delivers nothing")).expect("the fill runs");
+        let mut delivered = None;
+        let download = Command::Download { src: whole(&memory), sink: memory.clone() };
+        run(download, &counters, |sink: CpuMemory, bytes| {
+            // A reader woken by the delivery may let another stream write
+            // the source at once: the download's read must be over by then.
+            let write = CpuMemory::begin(&whole(&sink), true);
+            delivered = Some((bytes, write.is_ok()));
+        })
+        .expect("the download runs");
+        assert_eq!(delivered, Some((7u32.to_ne_bytes().repeat(2), true)));
+        assert_eq!(counters.race_violations.load(Ordering::SeqCst), 0);
+        assert_eq!(counters.device_to_host_copies.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_failed_read_delivers_nothing() {
+        let counters = Arc::new(Counters::default());
+        let memory = CpuMemory::allocate(8, &counters).expect("8 bytes");
+        let _writing = CpuMemory::begin(&whole(&memory), true).expect("a write of the whole buffer");
+        let download = Command::Download { src: whole(&memory), sink: () };
+        let ran = run(download, &counters, |(), _| panic!("a read that overlaps a running write delivered bytes"));
+        assert!(ran.is_err_and(|message| message.contains("race detected")));
+        assert_eq!(counters.device_to_host_copies.load(Ordering::SeqCst), 0);
+    }
+}
