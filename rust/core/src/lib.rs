@@ -93,9 +93,14 @@
 //! weir-core   handles    Runtime, Stream, Buffer, Fence, Graph, DeviceGroup (stream.rs, ops.rs, …)
 //!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
 //!             engines    HOW it runs, behind the `Backend` trait (backend/):
-//!                          cpu   a bounded pool of workers, streams as queues of jobs
-//!                          wgpu  logical streams (lanes) on the one queue, batched
-//!                                submissions, a poll thread
+//!                          lane  the host-side engine: a stream is a lane of jobs run
+//!                                in order, parking on another lane's progress, a gate
+//!                                or a delay, woken by it (backend/lane.rs); its
+//!                                `Runner` says what a job is and where a lane runs:
+//!                          cpu     host work, lanes run by a bounded pool of workers
+//!                          wgpu    recording and submitting on the one queue, lanes
+//!                                  run at once on the pushing thread; batched
+//!                                  submissions, a poll thread
 //!                          gpu   an issuing thread per device, a waiter per stream,
 //!                                generic over the device layer's `Driver`
 //!                        written once for all three: the failure tally, the
@@ -139,17 +144,17 @@
 //! the delivery thread, outside every lock.
 //!
 //! Where the move stands: every backend runs on the device layer (the
-//! engines keep only ordering, submission, completion and counting: the
-//! CPU engine its workers, the wgpu engine its lanes, submissions, reads
-//! and poll thread, the GPU engine its issuing thread and waiters); each
-//! engine still keeps its own loop. The `Backend` trait asks 27 methods of
-//! an engine (31 before): what follows from the backend's kind (its kernel language) and
-//! what is the same for all (a host buffer is a filled staging buffer; one
-//! upload preparation, told where the bytes come from) is no longer asked.
-//! One engine generic over the device layer, with the wgpu queue and the
-//! host as devices, is the next step: the wgpu engine's lanes (per-stream
-//! queues whose items wait on host-side marks, gates and delays, issued in
-//! lane order) are its model, since they would also give CUDA and HIP
+//! engines keep only ordering, submission, completion and counting). The
+//! CPU and wgpu engines share one lane type (`backend/lane.rs`): per-stream
+//! ordering, parking on another stream's progress, gates and delays, and
+//! wake-ups are written once, and each keeps only its jobs and where a
+//! lane runs (the pool; the pushing thread). The GPU engine still keeps its
+//! own loop: its issuing thread and waiters. The `Backend` trait asks 27
+//! methods of an engine (31 before): what follows from the backend's kind
+//! (its kernel language) and what is the same for all (a host buffer is a
+//! filled staging buffer; one upload preparation, told where the bytes
+//! come from) is no longer asked. The GPU engine's streams as lanes run by
+//! its issuing thread is the next step, which would also give CUDA and HIP
 //! host-side gates (a gate on the device itself stalls every driver call
 //! that synchronises the shared primary context).
 

@@ -37,6 +37,7 @@ pub mod cuda;
 pub mod gpu;
 #[cfg(feature = "hip")]
 pub mod hip;
+mod lane;
 mod outcome;
 #[cfg(feature = "test-support")]
 mod timer;

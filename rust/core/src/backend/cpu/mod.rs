@@ -11,10 +11,10 @@ mod worker;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
+use crate::backend::lane::Progress;
 pub use weir_device::host::CpuMemory;
 use weir_device::host::{self, collective, wire};
 pub use worker::CpuStream;
-use worker::Progress;
 
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};

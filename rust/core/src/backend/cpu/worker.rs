@@ -1,8 +1,8 @@
 //! CPU streams run on a bounded pool of worker threads, not a thread each.
 //!
-//! Each stream keeps its own queue of jobs and runs them in order; at most
-//! one worker runs a given stream at a time, and a stream with queued jobs
-//! is scheduled onto an idle worker. The pool has as many workers as the
+//! Each stream is a lane of the host-side engine (`backend::lane`): its
+//! jobs run in order, one at a time, and a lane with queued jobs is
+//! scheduled onto an idle worker. The pool has as many workers as the
 //! host has cores (at least 2), started as work comes and retired when idle,
 //! so the thread count stays bounded whatever the stream churn.
 //!
@@ -22,9 +22,10 @@ use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, OnceLock};
-use std::task::{Poll, Wake, Waker};
+use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
+use crate::backend::lane::{Lane, Progress, Ran, Runner};
 use crate::backend::{Counters, FailureTally, OpIo};
 use crate::completion::spin::SpinPolicy;
 use crate::error::{Error, Result};
@@ -37,73 +38,6 @@ thread_local! {
     static IN_POOL: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };
 }
 
-/// How far a stream has got: the number of jobs it finished.
-#[derive(Debug, Default)]
-pub(crate) struct Progress {
-    state: Mutex<ProgressState>,
-    advanced: Condvar,
-}
-
-#[derive(Debug, Default)]
-struct ProgressState {
-    finished: u64,
-    /// Threads blocked in [`Progress::wait_for`]: only they need the condvar
-    /// (a notification is a system call even with nobody to wake).
-    blocked: usize,
-    /// Parked streams, each with the count it waits for.
-    parked: Vec<(u64, Waker)>,
-}
-
-impl Progress {
-    fn finished(&self) -> u64 {
-        lock(&self.state).finished
-    }
-
-    /// Runs `finish` and counts one more job done, as one step for anyone who
-    /// reads the count: a reader that sees the job unfinished sees `finish`
-    /// not yet run, and one that sees it finished sees it run.
-    fn advance_after(&self, finish: impl FnOnce()) {
-        let mut state = lock(&self.state);
-        finish();
-        state.finished += 1;
-        let finished = state.finished;
-        let reached = if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
-            let (reached, waiting) =
-                std::mem::take(&mut state.parked).into_iter().partition(|(jobs, _)| *jobs <= finished);
-            state.parked = waiting;
-            reached
-        } else {
-            Vec::new()
-        };
-        let blocked = state.blocked > 0;
-        drop(state);
-        if blocked {
-            self.advanced.notify_all();
-        }
-        reached.into_iter().for_each(|(_, waker): (u64, Waker)| waker.wake());
-    }
-
-    /// Blocks until at least `jobs` jobs finished.
-    fn wait_for(&self, jobs: u64) {
-        let mut state = lock(&self.state);
-        while state.finished < jobs {
-            state.blocked += 1;
-            state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            state.blocked -= 1;
-        }
-    }
-
-    /// Ready once at least `jobs` jobs finished; else `waker` is woken then.
-    pub(crate) fn poll_reached(&self, jobs: u64, waker: &Waker) -> Poll<()> {
-        let mut state = lock(&self.state);
-        if state.finished >= jobs {
-            return Poll::Ready(());
-        }
-        state.parked.push((jobs, waker.clone()));
-        Poll::Pending
-    }
-}
-
 pub(crate) type Work = Box<dyn FnOnce() -> Result<(), String> + Send>;
 pub(crate) type Sync = Box<dyn FnOnce() + Send>;
 /// Ordering that may have to wait for another stream: polled until ready,
@@ -113,7 +47,7 @@ pub(crate) type Until = Box<dyn FnMut(&Waker) -> Poll<()> + Send>;
 /// until it has its outcome, never blocking.
 pub(crate) type Meet = Box<dyn FnMut(&Waker) -> Poll<Result<(), String>> + Send>;
 
-enum Job {
+pub(crate) enum Job {
     /// Device work: skipped (and failed) if a version it reads failed.
     Work(Work, OpIo),
     /// Device work polled to its outcome (its parts check their inputs).
@@ -121,52 +55,67 @@ enum Job {
     /// Ordering (waits, gates): always runs, parking the stream until ready.
     Until(Until),
     /// Completion of signals and reads: always runs, and counts as done in
-    /// the same step as it runs (see [`CpuStream::settled`]). Must not block.
+    /// the same step as it runs (see [`CpuStream::is_idle`]). Must not block.
     Complete(Sync),
 }
 
-/// What running a job came to.
-enum Ran {
-    Done,
-    /// The job waits for something else; it stays first in the queue.
-    Parked(Job),
+/// A CPU stream's part of its lane: its number and its failures.
+pub(crate) struct HostJobs {
+    index: u32,
+    tally: Arc<FailureTally>,
 }
 
-/// Runs `job` of stream `index` and counts it done, or parks it.
-fn run(job: Job, index: u32, progress: &Progress, tally: &FailureTally, waker: &Waker) -> Ran {
-    match job {
-        Job::Work(work, io) => {
-            let failure = io.failed_input(index).or_else(|| {
-                let ran = catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&*panic)));
-                ran.err().map(|message| Error::OpFailed { stream: index, message })
-            });
-            if let Some(error) = failure {
-                io.fail(error, tally);
+/// A CPU stream's lane, as the pool runs it.
+type HostLane = Lane<HostJobs>;
+
+impl Runner for HostJobs {
+    type Job = Job;
+    const TURN: usize = TURN;
+
+    fn run(lane: &Arc<HostLane>, job: Job) -> Ran<Job> {
+        let (index, progress, tally) = (lane.runner.index, &lane.progress, &lane.runner.tally);
+        match job {
+            Job::Work(work, io) => {
+                let failure = io.failed_input(index).or_else(|| {
+                    let ran = catch_unwind(AssertUnwindSafe(work)).unwrap_or_else(|panic| Err(panic_message(&*panic)));
+                    ran.err().map(|message| Error::OpFailed { stream: index, message })
+                });
+                if let Some(error) = failure {
+                    io.fail(error, tally);
+                }
+                progress.advance_after(|| {});
             }
-            progress.advance_after(|| {});
-        }
-        Job::Meet(mut meet, io) => {
-            let polled = catch_unwind(AssertUnwindSafe(|| meet(waker)))
-                .unwrap_or_else(|panic| Poll::Ready(Err(panic_message(&*panic))));
-            match polled {
-                Poll::Pending => return Ran::Parked(Job::Meet(meet, io)),
-                Poll::Ready(Err(message)) => io.fail(Error::OpFailed { stream: index, message }, tally),
-                Poll::Ready(Ok(())) => {}
+            Job::Meet(mut meet, io) => {
+                let polled = catch_unwind(AssertUnwindSafe(|| meet(&lane.waker())))
+                    .unwrap_or_else(|panic| Poll::Ready(Err(panic_message(&*panic))));
+                match polled {
+                    Poll::Pending => return Ran::Parked(Job::Meet(meet, io)),
+                    Poll::Ready(Err(message)) => io.fail(Error::OpFailed { stream: index, message }, tally),
+                    Poll::Ready(Ok(())) => {}
+                }
+                progress.advance_after(|| {});
             }
-            progress.advance_after(|| {});
-        }
-        Job::Until(mut until) => {
-            // A panicking poll counts as ready: the stream goes on.
-            if catch_unwind(AssertUnwindSafe(|| until(waker))).unwrap_or(Poll::Ready(())).is_pending() {
-                return Ran::Parked(Job::Until(until));
+            Job::Until(mut until) => {
+                // A panicking poll counts as ready: the stream goes on.
+                if catch_unwind(AssertUnwindSafe(|| until(&lane.waker()))).unwrap_or(Poll::Ready(())).is_pending() {
+                    return Ran::Parked(Job::Until(until));
+                }
+                progress.advance_after(|| {});
             }
-            progress.advance_after(|| {});
+            Job::Complete(complete) => progress.advance_after(|| {
+                let _ = catch_unwind(AssertUnwindSafe(complete));
+            }),
         }
-        Job::Complete(complete) => progress.advance_after(|| {
-            let _ = catch_unwind(AssertUnwindSafe(complete));
-        }),
+        Ran::Done
     }
-    Ran::Done
+
+    fn schedule(lane: Arc<HostLane>) {
+        pool().schedule(lane);
+    }
+
+    fn others_waiting() -> bool {
+        pool().ready_hint.load(Ordering::Acquire) != 0
+    }
 }
 
 /// How long an idle worker keeps asking for its next stream before it sleeps, at most.
@@ -192,7 +141,7 @@ struct Pool {
 #[derive(Default)]
 struct PoolState {
     /// Streams with jobs to run, none of them running.
-    ready: VecDeque<Arc<Lane>>,
+    ready: VecDeque<Arc<HostLane>>,
     workers: usize,
     /// Workers looking for a stream (lingering or asleep).
     free: usize,
@@ -219,7 +168,7 @@ fn pool() -> &'static Pool {
 impl Pool {
     /// Queues a stream that has jobs, and starts a worker for it if none is
     /// free and the pool is below its size (plus one per blocked worker).
-    fn schedule(&'static self, lane: Arc<Lane>) {
+    fn schedule(&'static self, lane: Arc<HostLane>) {
         let mut state = lock(&self.state);
         state.ready.push_back(lane);
         self.ready_hint.store(state.ready.len(), Ordering::Release);
@@ -267,7 +216,7 @@ impl Pool {
     /// were short (`idle` learns them) first lingers about as long as they
     /// were, yielding its core to any thread that wants it, then sleeps until
     /// a stream comes; one fed sparsely sleeps at once.
-    fn next_lane(&self, idle: &SpinPolicy) -> Option<Arc<Lane>> {
+    fn next_lane(&self, idle: &SpinPolicy) -> Option<Arc<HostLane>> {
         let since = Instant::now();
         let mut lingered = false;
         let mut state = lock(&self.state);
@@ -339,130 +288,10 @@ fn blocking_edge(starts: bool) {
     }
 }
 
-/// A stream as the pool sees it: its jobs and whether a worker has it.
-struct Lane {
-    index: u32,
-    queue: Mutex<Queue>,
-    /// Pushes so far, for a worker lingering on the stream to watch without its lock.
-    pushes: AtomicU64,
-    progress: Arc<Progress>,
-    tally: Arc<FailureTally>,
-    /// The gaps from the queue running empty to its next job: a worker keeps
-    /// the stream, watching for the next, about as long while they are short
-    /// (jobs fed op by op), and lets it go at once once they are not.
-    gaps: SpinPolicy,
-}
-
-#[derive(Default)]
-struct Queue {
-    jobs: VecDeque<Job>,
-    /// Ready in the pool or running on a worker.
-    scheduled: bool,
-    /// Woken while scheduled: the parked job is polled again before the
-    /// worker lets the stream go.
-    woken: bool,
-    /// The first job waits for something else: only its waker schedules
-    /// the stream again, not the jobs queued behind it (each would cost the
-    /// pool a futile poll).
-    parked: bool,
-    /// Since when the queue is empty, for the next push to tell `gaps`.
-    empty_since: Option<Instant>,
-}
-
-impl Wake for Lane {
-    fn wake(self: Arc<Self>) {
-        self.schedule();
-    }
-}
-
-impl Lane {
-    /// Hands the stream to the pool if it has jobs and no worker has it.
-    fn schedule(self: Arc<Self>) {
-        let mut queue = lock(&self.queue);
-        queue.parked = false;
-        if queue.scheduled {
-            queue.woken = true;
-            return;
-        }
-        if queue.jobs.is_empty() {
-            return;
-        }
-        queue.scheduled = true;
-        drop(queue);
-        pool().schedule(self);
-    }
-
-    fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = Job>) {
-        // One lock: a stream a worker has (or the pool lists) needs nothing more.
-        let mut queue = lock(&self.queue);
-        queue.jobs.extend(jobs);
-        self.pushes.fetch_add(1, Ordering::Release);
-        if let Some(since) = queue.empty_since.take() {
-            self.gaps.learn(since);
-        }
-        if queue.scheduled || queue.parked || queue.jobs.is_empty() {
-            return;
-        }
-        queue.scheduled = true;
-        drop(queue);
-        pool().schedule(self.clone());
-    }
-
-    /// Runs the stream's jobs in order until it has none or its next parks.
-    fn run_jobs(self: Arc<Self>) {
-        let waker = Waker::from(self.clone());
-        let mut lingered = false;
-        let mut turn = 0;
-        while turn < TURN {
-            let job = {
-                let mut queue = lock(&self.queue);
-                queue.woken = false;
-                match queue.jobs.pop_front() {
-                    Some(job) => job,
-                    None => {
-                        let since = *queue.empty_since.get_or_insert_with(Instant::now);
-                        if lingered || !self.gaps.is_quick() {
-                            queue.scheduled = false;
-                            return;
-                        }
-                        // A stream fed op by op gets its next job within
-                        // microseconds: keep it (still scheduled, so a push
-                        // is one lock and no pool round trip) for about its
-                        // recent gaps, unless other streams wait for a worker.
-                        let seen = self.pushes.load(Ordering::Acquire);
-                        drop(queue);
-                        self.gaps.spin_as_recent(since, || {
-                            self.pushes.load(Ordering::Acquire) != seen
-                                || pool().ready_hint.load(Ordering::Acquire) != 0
-                        });
-                        lingered = true;
-                        continue;
-                    }
-                }
-            };
-            lingered = false;
-            turn += 1;
-            if let Ran::Parked(job) = run(job, self.index, &self.progress, &self.tally, &waker) {
-                let mut queue = lock(&self.queue);
-                queue.jobs.push_front(job);
-                // Woken between the poll and now: poll again, or the wake is lost.
-                if !queue.woken {
-                    queue.scheduled = false;
-                    queue.parked = true;
-                    return;
-                }
-            }
-        }
-        // Its turn is over: back in line (still scheduled), so streams fed
-        // without end cannot keep every worker from the others.
-        pool().schedule(self);
-    }
-}
-
 /// A CPU stream: a queue of jobs the pool runs in order.
 pub struct CpuStream {
     pub(crate) index: u32,
-    lane: Arc<Lane>,
+    lane: Arc<HostLane>,
     pub(crate) progress: Arc<Progress>,
     enqueued: AtomicU64,
     /// Jobs held back while a batch is admitted ([`CpuStream::hold_back`]).
@@ -481,16 +310,9 @@ impl std::fmt::Debug for CpuStream {
 
 impl CpuStream {
     pub(crate) fn new(index: u32, counters: &Arc<Counters>) -> CpuStream {
-        let progress = Arc::new(Progress::default());
         let tally: Arc<FailureTally> = Arc::default();
-        let lane = Arc::new(Lane {
-            index,
-            queue: Mutex::default(),
-            pushes: AtomicU64::new(0),
-            progress: progress.clone(),
-            tally: tally.clone(),
-            gaps: SpinPolicy::yielding(LANE_LINGER),
-        });
+        let lane = Lane::new(HostJobs { index, tally: tally.clone() }, Some(SpinPolicy::yielding(LANE_LINGER)));
+        let progress = lane.progress.clone();
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
         CpuStream {
             index,

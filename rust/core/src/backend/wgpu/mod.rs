@@ -44,7 +44,7 @@ use std::sync::{Arc, Weak};
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
 use encode::{encode, Encoded};
-use lanes::{Item, LaneId, Mark, Shared};
+use lanes::{Item, Mark, Shared, WgpuLane};
 use poll::Poller;
 use queued::{Queued, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
@@ -76,7 +76,7 @@ pub struct WgpuBackend {
 /// A logical stream: a lane on the device's queue. Dropping it retires the
 /// lane once the work on it is issued.
 pub struct WgpuStream {
-    lane: LaneId,
+    lane: Arc<WgpuLane>,
     /// The stream's number, for error messages.
     number: u32,
     shared: Weak<Shared>,
@@ -91,7 +91,7 @@ impl std::fmt::Debug for WgpuStream {
 impl Drop for WgpuStream {
     fn drop(&mut self) {
         if let Some(shared) = self.shared.upgrade() {
-            shared.retire(self.lane);
+            shared.retire(&self.lane);
         }
     }
 }
@@ -201,32 +201,35 @@ impl Backend for WgpuBackend {
         io: OpIo,
     ) -> Result<(), EnqueueError> {
         match encode(self.gpu(), command, prepared, io) {
-            Ok(Encoded::Op { op, readback }) => self.shared.record(stream.lane, Queued::Op(op), readback),
+            Ok(Encoded::Op { op, readback }) => self.shared.record(&stream.lane, Queued::Op(op), readback),
             #[cfg(feature = "test-support")]
             Ok(Encoded::Delay(duration)) => {
-                self.shared.push(stream.lane, Item::Hold(Hold::Delay(duration), None)).map_err(EnqueueError::Rejected)
+                self.shared.push(&stream.lane, Item::Hold(Hold::Delay(duration)));
+                Ok(())
             }
             Err(error) => Err(EnqueueError::Rejected(error)),
         }
     }
 
     fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
-        let mark = self.shared.mark(stream.lane)?;
+        let mark = self.shared.mark(&stream.lane);
         let counters = self.gpu().counters.clone();
         counters.live_events.fetch_add(1, Ordering::SeqCst);
         Ok(WgpuEvent { mark, counters })
     }
 
     fn wait_event(&self, stream: &WgpuStream, event: &WgpuEvent) -> Result<()> {
-        self.shared.wait(stream.lane, &event.mark)
+        self.shared.wait(&stream.lane, &event.mark);
+        Ok(())
     }
 
     fn timestamp(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<WgpuTimestamp> {
-        timestamps::enqueue(self.gpu(), &self.shared, stream.lane, stream.number, completion)
+        timestamps::enqueue(self.gpu(), &self.shared, &stream.lane, stream.number, completion)
     }
 
     fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
-        self.shared.push(stream.lane, Item::Signal(completion, kind))
+        self.shared.push(&stream.lane, Item::Signal(completion, kind));
+        Ok(())
     }
 
     fn flush_queued(&self) {
@@ -234,7 +237,7 @@ impl Backend for WgpuBackend {
     }
 
     fn is_settled(&self, stream: &WgpuStream) -> bool {
-        self.shared.is_settled(stream.lane)
+        self.shared.is_settled(&stream.lane)
     }
 
     unsafe fn external(
@@ -259,7 +262,7 @@ impl Backend for WgpuBackend {
         match recorded {
             Ok(Ok((commands, buffers))) => self
                 .shared
-                .record(stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers })), None)
+                .record(&stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers })), None)
                 .map_err(|error| match error {
                     EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
                 }),
@@ -267,7 +270,7 @@ impl Backend for WgpuBackend {
             Ok(Err(error)) => Err(error),
             Err(failure) => {
                 let error = failure.on_stream(stream.number);
-                self.shared.fail(stream.lane, error.clone())?;
+                self.shared.fail(&stream.lane, error.clone());
                 Err(error)
             }
         }
@@ -275,7 +278,8 @@ impl Backend for WgpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
-        self.shared.push(stream.lane, Item::Hold(Hold::Gate(gate), None))
+        self.shared.push(&stream.lane, Item::Hold(Hold::Gate(gate)));
+        Ok(())
     }
 
     fn counters(&self) -> BackendCounters {

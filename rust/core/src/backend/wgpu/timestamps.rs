@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use super::lanes::{LaneId, Shared};
+use super::lanes::{Shared, WgpuLane};
 use super::queued::{Queued, Recorded};
 use super::readback::Readback;
 use crate::backend::{DeviceTimestamp, EnqueueError, HostSink};
@@ -63,7 +63,7 @@ impl DeviceTimestamp for WgpuTimestamp {
 pub(crate) fn enqueue(
     gpu: &WgpuDevice,
     shared: &Shared,
-    lane: LaneId,
+    lane: &Arc<WgpuLane>,
     number: u32,
     completion: Arc<Completion>,
 ) -> Result<WgpuTimestamp> {

@@ -1,0 +1,295 @@
+//! A stream as the host-side engines see it: a lane of jobs, run in order,
+//! one at a time, each counted done on the stream's [`Progress`].
+//!
+//! A job that waits for something else (another stream's progress, a gate,
+//! a delay, a collective's other parts) parks the lane: it stays first in
+//! the queue, no thread waits for it, and its waker schedules the lane
+//! again. Where a scheduled lane runs is its [`Runner`]'s choice:
+//! - the CPU engine's jobs are host work: a pool of workers runs lanes
+//!   (`cpu::worker`);
+//! - the wgpu engine's jobs only record, submit and register callbacks: a
+//!   lane runs at once on the thread that scheduled it (`wgpu::lanes`).
+//!
+//! Either way the rules are these, written once: jobs run in push order;
+//! an event is "the lane finished its first n jobs" ([`Progress`]); a wake
+//! while the lane runs makes it poll its parked job again before it lets
+//! go, so no wake is lost.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::task::{Poll, Wake, Waker};
+use std::time::Instant;
+
+use crate::completion::spin::SpinPolicy;
+use crate::lock::lock;
+
+/// How far a lane has got: the number of jobs it finished.
+#[derive(Debug, Default)]
+pub(crate) struct Progress {
+    state: Mutex<ProgressState>,
+    advanced: Condvar,
+    /// `finished`, stored once the job's step is over: read without the
+    /// lock, it may lag behind, never run ahead ([`Progress::surely_reached`]).
+    published: AtomicU64,
+}
+
+#[derive(Debug, Default)]
+struct ProgressState {
+    finished: u64,
+    /// Threads blocked in [`Progress::wait_for`]: only they need the condvar
+    /// (a notification is a system call even with nobody to wake).
+    blocked: usize,
+    /// Parked lanes, each with the count it waits for.
+    parked: Vec<(u64, Waker)>,
+}
+
+impl Progress {
+    /// Jobs finished so far.
+    pub(crate) fn finished(&self) -> u64 {
+        lock(&self.state).finished
+    }
+
+    /// Runs `finish` and counts one more job done, as one step for anyone who
+    /// reads the count: a reader that sees the job unfinished sees `finish`
+    /// not yet run, and one that sees it finished sees it run.
+    pub(crate) fn advance_after(&self, finish: impl FnOnce()) {
+        let mut state = lock(&self.state);
+        finish();
+        state.finished += 1;
+        let finished = state.finished;
+        self.published.store(finished, Ordering::Release);
+        let reached = if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
+            let (reached, waiting) =
+                std::mem::take(&mut state.parked).into_iter().partition(|(jobs, _)| *jobs <= finished);
+            state.parked = waiting;
+            reached
+        } else {
+            Vec::new()
+        };
+        let blocked = state.blocked > 0;
+        drop(state);
+        if blocked {
+            self.advanced.notify_all();
+        }
+        reached.into_iter().for_each(|(_, waker): (u64, Waker)| waker.wake());
+    }
+
+    /// True if at least `jobs` jobs finished, read without the lock: `false`
+    /// may be out of date (a job finishing now), `true` never is.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub(crate) fn surely_reached(&self, jobs: u64) -> bool {
+        self.published.load(Ordering::Acquire) >= jobs
+    }
+
+    /// Blocks until at least `jobs` jobs finished.
+    pub(crate) fn wait_for(&self, jobs: u64) {
+        let mut state = lock(&self.state);
+        while state.finished < jobs {
+            state.blocked += 1;
+            state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            state.blocked -= 1;
+        }
+    }
+
+    /// Ready once at least `jobs` jobs finished; else `waker` is woken then.
+    pub(crate) fn poll_reached(&self, jobs: u64, waker: &Waker) -> Poll<()> {
+        let mut state = lock(&self.state);
+        if state.finished >= jobs {
+            return Poll::Ready(());
+        }
+        state.parked.push((jobs, waker.clone()));
+        Poll::Pending
+    }
+}
+
+/// What running a job came to.
+pub(crate) enum Ran<J> {
+    /// Run and counted on the lane's progress.
+    Done,
+    /// The job waits for something else; it stays first in the queue.
+    Parked(J),
+}
+
+/// What a lane's jobs are, how one runs, and where a scheduled lane runs.
+pub(crate) trait Runner: Send + Sync + Sized + 'static {
+    type Job: Send;
+    /// Jobs one run of a lane takes before it lets other lanes have a turn.
+    const TURN: usize;
+    /// Runs `job`, the first of `lane`'s, and counts it on the lane's
+    /// progress ([`Progress::advance_after`]), or hands it back to wait,
+    /// the lane's waker ([`Lane::waker`]) registered where it waits.
+    fn run(lane: &Arc<Lane<Self>>, job: Self::Job) -> Ran<Self::Job>;
+    /// Has [`Lane::run_jobs`] called for `lane`, which has jobs and no thread.
+    fn schedule(lane: Arc<Lane<Self>>);
+    /// True when other lanes wait for a thread: a lane lingering for its
+    /// next job lets its thread go.
+    fn others_waiting() -> bool {
+        false
+    }
+}
+
+/// A lane: its jobs, whether a thread has it, and how far it got.
+pub(crate) struct Lane<R: Runner> {
+    queue: Mutex<Queue<R::Job>>,
+    /// Jobs pushed so far: the count an event recorded now covers, and what a
+    /// thread lingering on the lane watches without its lock.
+    pushed: AtomicU64,
+    pub(crate) progress: Arc<Progress>,
+    /// The gaps from the queue running empty to its next job, for lanes
+    /// whose thread keeps them a moment for it: the thread keeps the lane,
+    /// watching for the next, about as long while they are short (jobs fed
+    /// op by op), and lets it go at once once they are not.
+    gaps: Option<SpinPolicy>,
+    pub(crate) runner: R,
+}
+
+struct Queue<J> {
+    jobs: VecDeque<J>,
+    /// Waiting for a thread, or running on one.
+    scheduled: bool,
+    /// Woken while scheduled: the parked job is polled again before the
+    /// thread lets the lane go.
+    woken: bool,
+    /// The first job waits for something else: only its waker schedules
+    /// the lane again, not the jobs queued behind it (each would cost a
+    /// futile poll).
+    parked: bool,
+    /// Since when the queue is empty, for the next push to tell `gaps`.
+    empty_since: Option<Instant>,
+}
+
+impl<R: Runner> Wake for Lane<R> {
+    fn wake(self: Arc<Self>) {
+        self.schedule();
+    }
+}
+
+impl<R: Runner> Lane<R> {
+    /// A lane with no jobs; `gaps` as the field says.
+    pub(crate) fn new(runner: R, gaps: Option<SpinPolicy>) -> Arc<Self> {
+        let queue = Queue { jobs: VecDeque::new(), scheduled: false, woken: false, parked: false, empty_since: None };
+        Arc::new(Lane { queue: Mutex::new(queue), pushed: AtomicU64::new(0), progress: Arc::default(), gaps, runner })
+    }
+
+    /// What schedules the lane again once what its first job waits for happens.
+    pub(crate) fn waker(self: &Arc<Self>) -> Waker {
+        Waker::from(self.clone())
+    }
+
+    /// Jobs pushed so far.
+    pub(crate) fn pushed(&self) -> u64 {
+        self.pushed.load(Ordering::SeqCst)
+    }
+
+    /// Has the lane run if it has jobs and no thread has it.
+    fn schedule(self: Arc<Self>) {
+        let mut queue = lock(&self.queue);
+        queue.parked = false;
+        if queue.scheduled {
+            queue.woken = true;
+            return;
+        }
+        if queue.jobs.is_empty() {
+            return;
+        }
+        queue.scheduled = true;
+        drop(queue);
+        R::schedule(self);
+    }
+
+    /// Queues `jobs`, in order, and has the lane run unless a thread has it
+    /// or its first job is parked.
+    pub(crate) fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = R::Job>) {
+        let mut queue = lock(&self.queue);
+        let before = queue.jobs.len();
+        queue.jobs.extend(jobs);
+        self.pushed.fetch_add((queue.jobs.len() - before) as u64, Ordering::SeqCst);
+        if let (Some(since), Some(gaps)) = (queue.empty_since.take(), &self.gaps) {
+            gaps.learn(since);
+        }
+        if queue.scheduled || queue.parked || queue.jobs.is_empty() {
+            return;
+        }
+        queue.scheduled = true;
+        drop(queue);
+        R::schedule(self.clone());
+    }
+
+    /// True if every job pushed so far has surely finished (see
+    /// [`Progress::surely_reached`]): without a lock, so it may answer
+    /// `false` for a lane finishing its last job.
+    // What only the wgpu engine's lanes ask: they run on the thread that pushes.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub(crate) fn surely_idle(&self) -> bool {
+        self.progress.surely_reached(self.pushed())
+    }
+
+    /// Counts one job pushed and, once `run` ran it here, done: for a lane
+    /// with nothing queued whose every push the caller keeps out meanwhile,
+    /// and a job that never parks, which a queue round trip would only
+    /// delay by its locks.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub(crate) fn run_here(&self, run: impl FnOnce()) {
+        self.pushed.fetch_add(1, Ordering::SeqCst);
+        run();
+        self.progress.advance_after(|| {});
+    }
+
+    /// Takes every job not yet run, for an engine that is going away.
+    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    pub(crate) fn take_jobs(&self) -> VecDeque<R::Job> {
+        std::mem::take(&mut lock(&self.queue).jobs)
+    }
+
+    /// Runs the lane's jobs in order until it has none or its next parks, or
+    /// its turn ([`Runner::TURN`]) is over: then it is scheduled again, so
+    /// lanes fed without end cannot keep every thread from the others.
+    pub(crate) fn run_jobs(self: Arc<Self>) {
+        let mut lingered = false;
+        let mut turn = 0;
+        while turn < R::TURN {
+            let job = {
+                let mut queue = lock(&self.queue);
+                queue.woken = false;
+                match queue.jobs.pop_front() {
+                    Some(job) => job,
+                    None => {
+                        let Some(gaps) = &self.gaps else {
+                            queue.scheduled = false;
+                            return;
+                        };
+                        // Timed whether or not it lingers: the next push learns the gap.
+                        let since = *queue.empty_since.get_or_insert_with(Instant::now);
+                        if lingered || !gaps.is_quick() {
+                            queue.scheduled = false;
+                            return;
+                        }
+                        // A lane fed op by op gets its next job within
+                        // microseconds: keep it (still scheduled, so a push
+                        // is one lock and no round trip) for about its recent
+                        // gaps, unless other lanes wait for a thread.
+                        let seen = self.pushed();
+                        drop(queue);
+                        gaps.spin_as_recent(since, || self.pushed() != seen || R::others_waiting());
+                        lingered = true;
+                        continue;
+                    }
+                }
+            };
+            lingered = false;
+            turn += 1;
+            if let Ran::Parked(job) = R::run(&self, job) {
+                let mut queue = lock(&self.queue);
+                queue.jobs.push_front(job);
+                // Woken between the poll and now: poll again, or the wake is lost.
+                if !queue.woken {
+                    queue.scheduled = false;
+                    queue.parked = true;
+                    return;
+                }
+            }
+        }
+        R::schedule(self);
+    }
+}
