@@ -293,3 +293,122 @@ impl<R: Runner> Lane<R> {
         R::schedule(self);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::cell::RefCell;
+
+    use super::*;
+
+    thread_local! {
+        /// The lanes scheduled on this thread and not yet run, in order.
+        static SCHEDULED: RefCell<Vec<Arc<Lane<Logged>>>> = const { RefCell::new(Vec::new()) };
+    }
+
+    /// A runner whose jobs log their names, or wait for another lane's
+    /// progress; a scheduled lane waits for the test to run it.
+    #[derive(Default)]
+    struct Logged {
+        log: Mutex<Vec<&'static str>>,
+    }
+
+    enum Step {
+        Log(&'static str),
+        Reach(Arc<Progress>, u64),
+        /// Wakes its own lane as it is polled the first time, then parks:
+        /// a wake between the poll and the park, which must not be lost.
+        WokenWhilePolled(bool),
+    }
+
+    impl Runner for Logged {
+        type Job = Step;
+        const TURN: usize = 3;
+
+        fn run(lane: &Arc<Lane<Self>>, job: Step) -> Ran<Step> {
+            match job {
+                Step::Log(name) => lock(&lane.runner.log).push(name),
+                Step::Reach(progress, jobs) => {
+                    if progress.poll_reached(jobs, &lane.waker()).is_pending() {
+                        return Ran::Parked(Step::Reach(progress, jobs));
+                    }
+                }
+                Step::WokenWhilePolled(false) => {
+                    lane.waker().wake();
+                    return Ran::Parked(Step::WokenWhilePolled(true));
+                }
+                Step::WokenWhilePolled(true) => lock(&lane.runner.log).push("re-polled"),
+            }
+            lane.progress.advance_after(|| {});
+            Ran::Done
+        }
+
+        fn schedule(lane: Arc<Lane<Self>>) {
+            SCHEDULED.with(|scheduled| scheduled.borrow_mut().push(lane));
+        }
+    }
+
+    fn scheduled() -> Vec<Arc<Lane<Logged>>> {
+        SCHEDULED.with(|scheduled| std::mem::take(&mut *scheduled.borrow_mut()))
+    }
+
+    fn log(lane: &Lane<Logged>) -> Vec<&'static str> {
+        lock(&lane.runner.log).clone()
+    }
+
+    #[test]
+    fn jobs_run_in_push_order_a_lane_is_scheduled_once_and_a_turn_ends_after_its_jobs() {
+        let lane = Lane::new(Logged::default(), None);
+        lane.push([Step::Log("a"), Step::Log("b")]);
+        lane.push([Step::Log("c"), Step::Log("d")]);
+        let mut ready = scheduled();
+        assert_eq!(ready.len(), 1, "a lane a thread has is not scheduled again");
+        assert_eq!(lane.pushed(), 4);
+        ready.remove(0).run_jobs();
+        assert_eq!(log(&lane), ["a", "b", "c"], "one turn runs TURN jobs");
+        assert_eq!(lane.progress.finished(), 3);
+        assert!(lane.progress.surely_reached(3) && !lane.surely_idle());
+        let mut ready = scheduled();
+        assert_eq!(ready.len(), 1, "a lane whose turn ended goes back in line");
+        ready.remove(0).run_jobs();
+        assert_eq!(log(&lane), ["a", "b", "c", "d"]);
+        assert!(lane.surely_idle() && scheduled().is_empty());
+    }
+
+    #[test]
+    fn a_lane_parks_on_another_lanes_progress_and_its_progress_wakes_it() {
+        let (first, second) = (Lane::new(Logged::default(), None), Lane::new(Logged::default(), None));
+        second.push([Step::Reach(first.progress.clone(), 1), Step::Log("after")]);
+        scheduled().remove(0).run_jobs();
+        assert!(log(&second).is_empty(), "the lane waits for the other's first job");
+        second.push([Step::Log("later")]);
+        assert!(scheduled().is_empty(), "a push behind a parked job does not schedule the lane");
+        first.push([Step::Log("first")]);
+        scheduled().remove(0).run_jobs();
+        let mut woken = scheduled();
+        assert_eq!(woken.len(), 1, "the other lane's progress woke the parked one");
+        woken.remove(0).run_jobs();
+        assert_eq!(log(&second), ["after", "later"]);
+        assert_eq!(second.progress.finished(), 3);
+    }
+
+    #[test]
+    fn a_wake_between_a_poll_and_its_park_makes_the_lane_poll_again() {
+        let lane = Lane::new(Logged::default(), None);
+        lane.push([Step::WokenWhilePolled(false), Step::Log("then")]);
+        scheduled().remove(0).run_jobs();
+        assert_eq!(log(&lane), ["re-polled", "then"], "the wake during the run was not lost");
+    }
+
+    #[test]
+    fn a_job_run_here_counts_as_pushed_and_done() {
+        let lane = Lane::new(Logged::default(), None);
+        let waiter = Lane::new(Logged::default(), None);
+        waiter.push([Step::Reach(lane.progress.clone(), 1), Step::Log("reached")]);
+        scheduled().remove(0).run_jobs();
+        lane.run_here(|| lock(&lane.runner.log).push("here"));
+        assert_eq!((lane.pushed(), lane.progress.finished()), (1, 1));
+        assert!(lane.surely_idle());
+        scheduled().remove(0).run_jobs();
+        assert_eq!(log(&waiter), ["reached"], "a job run here wakes the lanes waiting for it");
+    }
+}
