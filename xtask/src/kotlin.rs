@@ -107,10 +107,6 @@ fn lay_out(library: &Path) -> Result {
 /// 7. Every object can lend its handle: `uniffiBeginBorrow` keeps it alive as
 ///    `callWithHandle` does and returns its own handle, without the cloning
 ///    call, until `uniffiEndBorrow`; for the JNI entry, which only borrows.
-/// 8. JNA loads the file the JVM can load too. Given the library's name, JNA
-///    unpacks the jar's copy into a temporary file that it deletes once
-///    loaded, which would leave the JNI entry of step 5 nothing to link; the
-///    bindings ask `LibraryFile` for the file to load instead.
 fn patch_generated() -> Result {
     /// Where a step applies: at exactly one place, or at every match (at least one).
     #[derive(Clone, Copy, PartialEq)]
@@ -119,7 +115,7 @@ fn patch_generated() -> Result {
         Every,
     }
     use Matches::{Every, One};
-    const PATCHES: [(&str, Matches, &str, &str); 11] = [
+    const PATCHES: [(&str, Matches, &str, &str); 10] = [
         (
             "waking thread",
             One,
@@ -160,12 +156,6 @@ fn patch_generated() -> Result {
             "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.executeSuspending(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
         ),
         ("lent handles", Every, "    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {\n", LEND_HANDLE),
-        (
-            "one library file",
-            One,
-            "        return libOverride\n    }\n    return \"weir_ffi\"\n}",
-            "        return libOverride\n    }\n    return LibraryFile.name(\"weir_ffi\")\n}",
-        ),
     ];
     /// Step 7's methods, before each object's `callWithHandle`: its counting, without the clone.
     const LEND_HANDLE: &str = "    internal fun uniffiBeginBorrow(): Long {

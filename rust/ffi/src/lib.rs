@@ -48,6 +48,7 @@ mod fence;
 mod graph;
 mod group;
 mod host_kernel;
+mod jni_link;
 mod kernel;
 mod lock;
 mod records;

@@ -1,28 +1,42 @@
 package dev.weir
 
+import com.sun.jna.JNIEnv
 import com.sun.jna.Native
 import com.sun.jna.NativeLibrary
-import java.io.File
-import java.io.IOException
 
 /**
- * The library that the generated bindings load through JNA, linked for the
- * JVM's JNI too by loading that same file, so that both use one copy of the
- * library: the JNI entries ([NativeExecute], [NativeCopy]) are in it. Where
- * it cannot be ([linked] false), the bindings make every call the generated way.
+ * The JNI entries of the library that the generated bindings load through
+ * JNA ([NativeExecute], [NativeCopy]), bound to their declarations here by
+ * the library itself (weir-ffi's `jni_link.rs`): the JVM is handed each
+ * entry's address, so the one copy JNA loaded serves both, and nothing is
+ * loaded twice. Where they cannot be bound ([linked] false), the bindings
+ * make every call the generated way.
  */
 internal object NativeLink {
-    /** True when the JNI entries are linked. */
+    /** True when the JNI entries are bound. */
     val linked: Boolean = try {
-        // Named as the generated bindings name it, so this is the instance JNA loaded.
-        val name = System.getProperty("uniffi.component.weir.libraryOverride") ?: LibraryFile.name(LibraryFile.NAME)
-        val file = NativeLibrary.getInstance(name, UniffiLib::class.java.classLoader).file
-        System.load(file.absolutePath)
-        LibraryFile.loadedTwice()
-        true
+        // Named and loaded as the generated bindings load it, so this is the instance JNA holds.
+        val name = System.getProperty("uniffi.component.weir.libraryOverride") ?: "weir_ffi"
+        Native.register(Registration::class.java, NativeLibrary.getInstance(name, UniffiLib::class.java.classLoader))
+        val bound = Registration.weir_ffi_register_natives(JNIEnv.CURRENT) == 1.toByte()
+        if (!bound) log.log(System.Logger.Level.WARNING, "calls go the generated way: the JVM refused the library's JNI entries")
+        bound
     } catch (failure: Throwable) {
-        System.getLogger("dev.weir").log(System.Logger.Level.WARNING, "calls go the generated way: the library's JNI entries did not link", failure)
+        log.log(System.Logger.Level.WARNING, "calls go the generated way: the library's JNI entries were not bound", failure)
         false
+    }
+
+    private val log: System.Logger get() = System.getLogger("dev.weir")
+
+    /**
+     * The library's binding call, mapped directly: a method of this class,
+     * so the library finds [NativeExecute] and [NativeCopy] with this
+     * class's loader.
+     */
+    private object Registration {
+        @JvmStatic
+        @Suppress("FunctionName") // the library's symbol
+        external fun weir_ffi_register_natives(env: JNIEnv): Byte
     }
 }
 
@@ -91,46 +105,4 @@ internal object NativeCopy {
 
     @JvmStatic
     external fun stageInts(stream: Long, array: IntArray, at: Int, count: Int): Long
-}
-
-/**
- * The library file that both JNA and the JVM load.
- *
- * Given only the library's name, JNA unpacks the copy the jar carries into a
- * temporary file and deletes it once loaded, so the JVM could not load the
- * same file for the JNI entry (and another copy would be another library,
- * with statics of its own). The build has the generated bindings ask [name]
- * instead (xtask/src/kotlin.rs): the jar's copy, unpacked here to a file that
- * stays until both have loaded it. With no copy on the class path, JNA
- * searches for the library by name as before.
- */
-internal object LibraryFile {
-    /** The library's name (`libweir_ffi.so` on Linux). */
-    const val NAME = "weir_ffi"
-
-    /** The file unpacked from the class path (itself, if a plain file there), or null. */
-    private val file: File? by lazy {
-        try {
-            Native.extractFromResourcePath(NAME, LibraryFile::class.java.classLoader)
-        } catch (_: IOException) {
-            null // not on the class path, or not to be unpacked (jna.nounpack): JNA searches by name
-        } catch (_: SecurityException) {
-            null
-        }
-    }
-
-    /** Unpacked from a jar into a temporary file, which is deleted once loaded twice. */
-    private val unpacked: Boolean by lazy {
-        val url = LibraryFile::class.java.classLoader.getResource("${com.sun.jna.Platform.RESOURCE_PREFIX}/${System.mapLibraryName(NAME)}")
-        file != null && url?.protocol != "file"
-    }
-
-    /** What JNA is to load for [default], the name the bindings were generated with: the path of [file], if any. */
-    @JvmStatic
-    fun name(default: String): String = if (default == NAME) file?.absolutePath ?: default else default
-
-    /** Both JNA and the JVM have the library loaded: a temporary copy is no longer needed. */
-    fun loadedTwice() {
-        if (unpacked) file?.delete()
-    }
 }
