@@ -124,6 +124,11 @@ pub(crate) struct OnQueue {
 }
 
 impl OnQueue {
+    /// The stream's number.
+    pub(crate) fn stream(&self) -> u32 {
+        self.stream
+    }
+
     /// Fails the lane now (at issue time).
     fn fail(&self, error: Error) {
         let _ = self.failed.set(error.clone());
@@ -303,10 +308,12 @@ impl Shared {
     }
 
     /// The stream of `lane` was dropped: its batch is issued, and the lane
-    /// counts as gone once everything on it is.
-    pub fn retire(&self, lane: &Arc<WgpuLane>) {
-        let mut batch = lock(&lane.runner.batch);
-        self.flush(lane, &mut batch, Some(Item::Retire));
+    /// counts as gone once everything on it is. Nothing, if the device is gone.
+    pub fn retire(lane: &Arc<WgpuLane>) {
+        if let Some(shared) = lane.runner.shared.upgrade() {
+            let mut batch = lock(&lane.runner.batch);
+            shared.flush(lane, &mut batch, Some(Item::Retire));
+        }
     }
 
     /// Adds queued work to the lane's batch; a read is mapped once its copy

@@ -39,7 +39,7 @@ mod signals;
 mod timestamps;
 
 use std::sync::atomic::Ordering;
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
@@ -77,22 +77,24 @@ pub struct WgpuBackend {
 /// lane once the work on it is issued.
 pub struct WgpuStream {
     lane: Arc<WgpuLane>,
+}
+
+impl WgpuStream {
     /// The stream's number, for error messages.
-    number: u32,
-    shared: Weak<Shared>,
+    fn number(&self) -> u32 {
+        self.lane.runner.stream()
+    }
 }
 
 impl std::fmt::Debug for WgpuStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WgpuStream({})", self.number)
+        write!(f, "WgpuStream({})", self.number())
     }
 }
 
 impl Drop for WgpuStream {
     fn drop(&mut self) {
-        if let Some(shared) = self.shared.upgrade() {
-            shared.retire(&self.lane);
-        }
+        Shared::retire(&self.lane);
     }
 }
 
@@ -175,8 +177,7 @@ impl Backend for WgpuBackend {
     }
 
     fn create_stream(&self, number: u32) -> Result<WgpuStream> {
-        let lane = self.shared.add_lane(number);
-        Ok(WgpuStream { lane, number, shared: Arc::downgrade(&self.shared) })
+        Ok(WgpuStream { lane: self.shared.add_lane(number) })
     }
 
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
@@ -224,7 +225,7 @@ impl Backend for WgpuBackend {
     }
 
     fn timestamp(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<WgpuTimestamp> {
-        timestamps::enqueue(self.gpu(), &self.shared, &stream.lane, stream.number, completion)
+        timestamps::enqueue(self.gpu(), &self.shared, &stream.lane, stream.number(), completion)
     }
 
     fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
@@ -249,7 +250,7 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         // wgpu ops fail as they are recorded, which admission already saw for
         // what this op reads.
-        if let Some(error) = io.failed_input(stream.number) {
+        if let Some(error) = io.failed_input(stream.number()) {
             return Err(error);
         }
         let gpu = self.gpu();
@@ -269,7 +270,7 @@ impl Backend for WgpuBackend {
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {
-                let error = failure.on_stream(stream.number);
+                let error = failure.on_stream(stream.number());
                 self.shared.fail(&stream.lane, error.clone());
                 Err(error)
             }
