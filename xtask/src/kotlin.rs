@@ -66,24 +66,19 @@ fn lay_out(library: &Path) -> Result {
 /// The build steps applied to the generated Kotlin (UniFFI is pinned, so the
 /// anchors are stable; a missing anchor fails the build instead of skipping):
 ///
-/// 1. The waking thread stays attached. When the continuation callback object
-///    initialises (before any call can suspend), it registers `WakerThreads`'
-///    JNA thread policy, so `weir-wake`, the one Rust thread that wakes
-///    coroutines, stays attached to the JVM instead of attaching and detaching
-///    on every wake-up.
-/// 2. A closed handle passed as an argument is refused. UniFFI 0.32 lowers an
+/// 1. A closed handle passed as an argument is refused. UniFFI 0.32 lowers an
 ///    object argument with `uniffiCloneHandle()`, which does not check that the
 ///    handle was destroyed: passing a closed `Buffer` to a call clones a freed
 ///    `Arc` and crashes the JVM. Lowering through `callWithHandle { it }` (the
 ///    guard every method call already uses) throws `IllegalStateException`.
-/// 3. One call status per thread. UniFFI 0.32 allocates a JNA `Structure` for
+/// 2. One call status per thread. UniFFI 0.32 allocates a JNA `Structure` for
 ///    the `RustCallStatus` of every call (native memory freed by JNA's one
 ///    cleaner thread, read and written reflectively around the call): most of
 ///    a trivial call's cost, and under sustained calls from a few threads more
 ///    garbage than that thread frees, until the heap is full. The calls take
 ///    the status as a plain `Pointer` instead, this thread's block from
 ///    `CallStatus`, which copies a failure out and leaves the block clear.
-/// 4. An idle stream's `sync()`, or one whose work ends within moments,
+/// 3. An idle stream's `sync()`, or one whose work ends within moments,
 ///    returns without suspending. Every UniFFI async call creates a Rust
 ///    future, lowers its arguments into `RustBuffer`s, polls (Rust calls back
 ///    into the JVM even when the future is ready), completes and frees it.
@@ -92,19 +87,19 @@ fn lay_out(library: &Path) -> Result {
 ///    for a bounded moment, a failure thrown as `sync()` throws it) and, if
 ///    so, returns without suspending, cancellation checked as a suspension
 ///    would.
-/// 5. `execute` is one JNI call with only handles and integers. As generated
+/// 4. `execute` is one JNI call with only handles and integers. As generated
 ///    it lowers its `Grid` and `List<Arg>` into a `RustBuffer` each, JNA
 ///    structures allocated by a call of their own and passed by value,
 ///    reflectively, and clones every handle by a JNA call of its own: about
 ///    7 µs of a call Rust admits in 0.3. It tries `EncodedOps` first, which
 ///    encodes the op into this thread's memory and admits it through
-///    weir-ffi's JNI entry with the handles lent (step 7), and makes the
+///    weir-ffi's JNI entry with the handles lent (step 6), and makes the
 ///    generated call for an op it does not take or one Rust refuses (so the
 ///    errors are the generated path's).
-/// 6. `executeAndWait` is that `execute`, then `sync(cancel)`: what the Rust
+/// 5. `executeAndWait` is that `execute`, then `sync(cancel)`: what the Rust
 ///    method does (admit, then wait on the stream's completion), without the
 ///    three `RustBuffer`s of its arguments.
-/// 7. Every object can lend its handle: `uniffiBeginBorrow` keeps it alive as
+/// 6. Every object can lend its handle: `uniffiBeginBorrow` keeps it alive as
 ///    `callWithHandle` does and returns its own handle, without the cloning
 ///    call, until `uniffiEndBorrow`; for the JNI entry, which only borrows.
 fn patch_generated() -> Result {
@@ -115,13 +110,7 @@ fn patch_generated() -> Result {
         Every,
     }
     use Matches::{Every, One};
-    const PATCHES: [(&str, Matches, &str, &str); 10] = [
-        (
-            "waking thread",
-            One,
-            "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {",
-            "internal object uniffiRustFutureContinuationCallbackImpl: UniffiRustFutureContinuationCallback {\n    init { WakerThreads.install(this) }",
-        ),
+    const PATCHES: [(&str, Matches, &str, &str); 9] = [
         ("closed handle arguments", Every, "        return value.uniffiCloneHandle()\n", "        return value.callWithHandle { it }\n"),
         (
             "call status: checked calls",
@@ -157,7 +146,7 @@ fn patch_generated() -> Result {
         ),
         ("lent handles", Every, "    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {\n", LEND_HANDLE),
     ];
-    /// Step 7's methods, before each object's `callWithHandle`: its counting, without the clone.
+    /// Step 6's methods, before each object's `callWithHandle`: its counting, without the clone.
     const LEND_HANDLE: &str = "    internal fun uniffiBeginBorrow(): Long {
         if (handle == 0.toLong()) {
             throw InternalException(\"uniffiBeginBorrow() called on NoHandle object\")
@@ -257,25 +246,17 @@ fn run_main(main_class: &str, args: &[String]) -> Result {
 /// trivial call (`index()`), of a suspend round trip (`sync()` on an idle
 /// stream, `executeAndWait` with a no-op kernel), of admitting one op and a
 /// batch of 1 000, and the GB/s and memory of 256 MiB uploads and reads,
-/// beside the same weir-ffi calls made from Rust in the same run; then the
-/// call figures again with JNA's default thread policy for the waking
-/// thread, for comparison.
+/// beside the same weir-ffi calls made from Rust in the same run.
 pub fn bench(args: &[String]) -> Result {
     let backend = args.windows(2).find(|w| w[0] == "--backend").map_or("cpu", |w| w[1].as_str());
     let baselines = bindings::rust_baselines(backend)?;
     prepare(Profile::Release)?;
     run(maven().args(["-q", "-DskipTests", "package"]))?;
-    for detach in ["false", "true"] {
-        run(maven().args([
-            "-q",
-            "exec:java",
-            "-Dexec.mainClass=dev.weir.bench.BenchKt",
-            "-Dexec.classpathScope=test",
-            &format!("-Dweir.wakers.detach={detach}"),
-            // The bulk figures do not depend on the waking thread: once is enough.
-            &format!("-Dweir.bench.bulk={detach_is_default}", detach_is_default = detach == "false"),
-            &format!("-Dexec.args=--backend {backend} {baselines}"),
-        ]))?;
-    }
-    Ok(())
+    run(maven().args([
+        "-q",
+        "exec:java",
+        "-Dexec.mainClass=dev.weir.bench.BenchKt",
+        "-Dexec.classpathScope=test",
+        &format!("-Dexec.args=--backend {backend} {baselines}"),
+    ]))
 }

@@ -208,6 +208,7 @@ mod room;
 mod runtime;
 mod scheduler;
 mod stream;
+mod threads;
 mod timeline;
 mod timestamp;
 
@@ -248,5 +249,6 @@ pub use runtime::{devices, Runtime};
 #[cfg(feature = "test-support")]
 pub use stream::Hold;
 pub use stream::Stream;
+pub use threads::on_thread_start;
 pub use timeline::{Timeline, TimelineBar, TimelineWait};
 pub use timestamp::Timestamp;

@@ -1,5 +1,6 @@
 //! The device-group handle: several devices of one backend, each a runtime.
 
+use crate::jvm_threads::attach_as_they_start;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
@@ -42,6 +43,7 @@ impl DeviceGroup {
     #[uniffi::constructor]
     pub fn open(backend: Backend, devices: Vec<u32>) -> Result<Arc<Self>> {
         let devices: Vec<usize> = devices.into_iter().map(|index| index as usize).collect();
+        attach_as_they_start();
         Ok(Arc::new(DeviceGroup { inner: weir_core::DeviceGroup::open(backend.into(), &devices)? }))
     }
 
@@ -55,6 +57,7 @@ impl DeviceGroup {
     #[uniffi::constructor]
     pub async fn join(backend: Backend, device: u32, id: Arc<GroupId>, ranks: u32, rank: u32) -> Result<Arc<Self>> {
         let id = id.inner.clone();
+        attach_as_they_start();
         let joined = off_thread(move || {
             weir_core::DeviceGroup::join(backend.into(), device as usize, &id, ranks as usize, rank as usize)
         })
@@ -66,6 +69,7 @@ impl DeviceGroup {
     /// has joined.
     #[uniffi::constructor]
     pub fn join_blocking(backend: Backend, device: u32, id: Arc<GroupId>, ranks: u32, rank: u32) -> Result<Arc<Self>> {
+        attach_as_they_start();
         let joined =
             weir_core::DeviceGroup::join(backend.into(), device as usize, &id.inner, ranks as usize, rank as usize)?;
         Ok(Arc::new(DeviceGroup { inner: joined }))

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use crate::cancel::{cancellable, CancelToken};
 use crate::error::Result;
 use crate::fence::Fence;
+use crate::jvm_threads::attach_as_they_start;
 use crate::records::{Backend, DeviceInfo, Diagnostics, RuntimeOptions};
 use crate::stream::WeirStream;
 
@@ -51,6 +52,7 @@ impl WeirRuntime {
     /// `Unavailable`, naming what is missing.
     #[uniffi::constructor]
     pub fn open(backend: Backend) -> Result<Arc<Self>> {
+        attach_as_they_start();
         Ok(Arc::new(WeirRuntime { inner: weir_core::Runtime::open(backend.into())? }))
     }
 
@@ -62,6 +64,7 @@ impl WeirRuntime {
     #[uniffi::constructor]
     pub fn open_device(backend: Backend, index: u32) -> Result<Arc<Self>> {
         let index = usize::try_from(index)?;
+        attach_as_they_start();
         Ok(Arc::new(WeirRuntime { inner: weir_core::Runtime::open_device(backend.into(), index)? }))
     }
 
@@ -70,6 +73,7 @@ impl WeirRuntime {
     /// `InvalidArgument`; the rest as `open_device`.
     #[uniffi::constructor]
     pub fn open_with(backend: Backend, options: RuntimeOptions) -> Result<Arc<Self>> {
+        attach_as_they_start();
         Ok(Arc::new(WeirRuntime { inner: options.builder(backend)?.open()? }))
     }
 

@@ -133,7 +133,7 @@ echo "== bounded heap (-Xmx128m)"
 if [ -n "${WEIR_BENCH_BACKEND:-}" ]; then
     echo "== bench (backend: $WEIR_BENCH_BACKEND)"
     baselines="$(kotlin/bin/round_trip --backend "$WEIR_BENCH_BACKEND") $(kotlin/bin/bulk --backend "$WEIR_BENCH_BACKEND")" || status=1
-    "$java" -cp 'kotlin/lib/*' -Dweir.wakers.detach=false dev.weir.bench.BenchKt \
+    "$java" -cp 'kotlin/lib/*' dev.weir.bench.BenchKt \
         --backend "$WEIR_BENCH_BACKEND" $baselines || status=1
 fi
 if [ -n "${WEIR_DEMO_BACKEND:-}" ]; then

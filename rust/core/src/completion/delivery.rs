@@ -126,7 +126,7 @@ impl Line {
     }
 
     fn sender(&self) -> Option<&Mutex<Sender<Job>>> {
-        let spins = self.spins;
+        let (name, spins) = (self.name, self.spins);
         self.queue
             .get_or_init(|| {
                 let (sender, jobs) = channel::<Job>();
@@ -134,6 +134,7 @@ impl Line {
                     .name(self.name.to_owned())
                     .spawn(move || {
                         ON_DELIVERY_THREAD.with(|flag| flag.set(true));
+                        crate::threads::started(name);
                         while let Some(job) = next_job(&jobs, spins) {
                             // A panicking waker or action must not end deliveries for everyone.
                             let _ = catch_unwind(AssertUnwindSafe(job));

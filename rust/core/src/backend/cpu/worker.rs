@@ -124,6 +124,8 @@ const LINGER: Duration = Duration::from_micros(50);
 const LANE_LINGER: Duration = Duration::from_micros(20);
 /// Jobs a worker runs of one stream before it lets the next ready stream have a turn.
 const TURN: usize = 64;
+/// The name of every worker thread.
+const WORKER_NAME: &str = "weir-cpu-worker";
 /// How long a sleeping worker waits for work before it retires.
 const RETIRE: Duration = Duration::from_millis(200);
 
@@ -187,7 +189,7 @@ impl Pool {
     }
 
     fn start(&'static self, state: &mut PoolState) {
-        let started = std::thread::Builder::new().name("weir-cpu-worker".to_owned()).spawn(move || self.serve());
+        let started = std::thread::Builder::new().name(WORKER_NAME.to_owned()).spawn(move || self.serve());
         // With no worker to spare, a stream waits for a running one to be free.
         if started.is_ok() {
             state.workers += 1;
@@ -199,6 +201,7 @@ impl Pool {
     /// pool has more workers than it needs.
     fn serve(&'static self) {
         IN_POOL.with(|in_pool| in_pool.set(true));
+        crate::threads::started(WORKER_NAME);
         crate::completion::on_blocking_waits(blocking_edge);
         let idle = SpinPolicy::yielding(LINGER);
         while let Some(lane) = self.next_lane(&idle) {

@@ -118,6 +118,27 @@ class CpuKernelTest {
         }
 
     @Test
+    fun `CPU kernels run on the pool's workers, kept attached to the JVM as daemons between calls`(): Unit =
+        WeirRuntime.open(Backend.CPU).use { rt ->
+            val s = rt.defaultStream()
+            val ranOn = java.util.concurrent.ConcurrentLinkedQueue<Thread>()
+            Kernel.custom("where", cpu = cpuKernel { ranOn.add(Thread.currentThread()) }).use { kernel ->
+                runBlocking {
+                    // Queued back to back: one worker runs them all, without going idle between.
+                    repeat(20) { s.execute(kernel, Grid.linear(1, 1), emptyList()) }
+                    s.sync()
+                }
+            }
+            val threads = ranOn.toList()
+            assertEquals(20, threads.size)
+            assertTrue(threads.all { it.name.substringBefore(" @coroutine#") == "weir-cpu-worker" }, "ran on ${threads.map { it.name }.toSet()}")
+            assertTrue(threads.all { it.isDaemon }, "a worker attached by the library is a daemon")
+            // Attached once: a worker is one JVM thread for all its calls (JNA would attach a new one per call).
+            assertTrue(threads.toSet().size < threads.size, "every call ran on a thread of its own: ${threads.toSet().size}")
+            rt.shutdown()
+        }
+
+    @Test
     fun `64-bit scalars and a struct by value reach a CPU kernel as given, and a wrong width is refused`(): Unit =
         WeirRuntime.open(Backend.CPU).use { rt ->
             val s = rt.defaultStream()

@@ -15,7 +15,6 @@ import dev.weir.Kernel
 import dev.weir.KernelSource
 import dev.weir.cpuKernel
 import dev.weir.WeirRuntime
-import dev.weir.WakerThreads
 import dev.weir.batch
 import dev.weir.execute
 import dev.weir.executeAndWait
@@ -215,7 +214,6 @@ fun main(args: Array<String>) {
     val name = list.windowed(2).firstOrNull { it[0] == "--backend" }?.get(1) ?: "cpu"
     val baselines = list.windowed(3).filter { it[0] == "--baseline" }.associate { it[1] to it[2].toDouble() }
     val backend = Backend.entries.first { it.name.equals(name, ignoreCase = true) }
-    val wakers = if (WakerThreads.keepAttached) "the waking thread kept attached" else "the waking thread detached per wake (JNA default)"
     val figures = mutableListOf<Figure>()
     WeirRuntime.open(backend).use { runtime ->
         val stream = runtime.defaultStream()
@@ -226,12 +224,12 @@ fun main(args: Array<String>) {
         runBlocking {
             val sync = medianMicros(20_000) { stream.sync() }
             figures += Figure(name, "kotlin: suspend sync(), idle stream", sync, baselines["sync_idle"],
-                "median round trip in one coroutine; baseline: the same weir-ffi call from Rust; $wakers")
+                "median round trip in one coroutine; baseline: the same weir-ffi call from Rust")
             val execute = medianMicros(10_000) { stream.executeAndWait(noop, scalar(0u)) }
             figures += Figure(name, "kotlin: suspend executeAndWait(no-op kernel)", execute, baselines["execute_and_wait_noop"],
-                "median round trip in one coroutine; baseline: the same weir-ffi call from Rust; $wakers")
+                "median round trip in one coroutine; baseline: the same weir-ffi call from Rust")
             admissions(stream, baselines, name, figures)
-            if (System.getProperty("weir.bench.bulk") != "false") bulk(stream, baselines, name, figures)
+            bulk(stream, baselines, name, figures)
         }
     }
     figures.forEach { println(it.json()) }
