@@ -1,4 +1,4 @@
-//! Binds the JNI entries (`encoded.rs`, `array_copy.rs`) to their Kotlin
+//! Binds the JNI entries (`encoded.rs`, `array_copy.rs`, `jvm_kernel.rs`) to their Kotlin
 //! declarations in a JVM that loaded this library through JNA only.
 //!
 //! The JVM links a `native` method by looking its symbol up in a library it
@@ -17,14 +17,19 @@ use crate::array_copy::{
     Java_dev_weir_NativeCopy_toDirect, Java_dev_weir_NativeCopy_toFloats, Java_dev_weir_NativeCopy_toInts,
 };
 use crate::encoded::Java_dev_weir_NativeExecute_execute;
+use crate::jvm_kernel::Java_dev_weir_NativeKernels_bind;
 
 /// One native method: its name, its JNI signature, its entry.
 type Entry = (&'static CStr, &'static CStr, *mut c_void);
 
 /// Every class with native methods, and its methods, as the Kotlin binding
 /// declares them (`NativeLink.kt`).
-fn classes() -> [(&'static CStr, Vec<Entry>); 2] {
+fn classes() -> [(&'static CStr, Vec<Entry>); 3] {
     [
+        (
+            c"dev/weir/NativeKernels",
+            vec![(c"bind", c"(Ldev/weir/CpuKernelFunction;)J", Java_dev_weir_NativeKernels_bind as _)],
+        ),
         (c"dev/weir/NativeExecute", vec![(c"execute", c"(JJJIIJJJJ)I", Java_dev_weir_NativeExecute_execute as _)]),
         (
             c"dev/weir/NativeCopy",

@@ -10,26 +10,89 @@
 //! name, and detaches as it ends; JNA leaves a thread attached that it did
 //! not attach. Elsewhere (Swift, Rust) this does nothing.
 
+use std::ffi::{c_void, CString};
+
+use jni_sys::{JNIEnv, JavaVM, JavaVMAttachArgs, JNI_OK, JNI_VERSION_1_8};
+
 /// Has every thread of Weir's that runs foreign code attach itself to the
 /// hosting JVM, if there is one, as it starts. Called as a runtime opens:
 /// before any of those threads starts.
 pub(crate) fn attach_as_they_start() {
-    weir_core::on_thread_start(attach::current_thread);
+    weir_core::on_thread_start(|name| {
+        if let Some(vm) = hosting::jvm() {
+            attach(vm, name);
+        }
+    });
+}
+
+/// This thread's `JNIEnv` in `vm`, attaching the thread (as a daemon of its
+/// own name, until it ends) if it is not attached; `None` if the JVM
+/// refuses.
+pub(crate) fn env(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
+    if let Some(env) = attached_env(vm) {
+        return Some(env);
+    }
+    attach(vm, std::thread::current().name().unwrap_or("weir"));
+    attached_env(vm)
+}
+
+/// This thread's `JNIEnv` in `vm` if it is attached.
+fn attached_env(vm: *mut JavaVM) -> Option<*mut JNIEnv> {
+    let mut env: *mut c_void = std::ptr::null_mut();
+    // SAFETY: a live JVM's invocation interface (it hosts this process).
+    let got = unsafe { ((**vm).v1_2.GetEnv)(vm, &mut env, JNI_VERSION_1_8) };
+    (got == JNI_OK && !env.is_null()).then_some(env.cast())
+}
+
+/// Detaches the thread from the JVM as the thread ends.
+struct Attached(*mut JavaVM);
+
+impl Drop for Attached {
+    fn drop(&mut self) {
+        // SAFETY: the JVM this thread attached to, which outlives its threads
+        // (a process ends with its JVM); the thread runs no Java code now.
+        unsafe { ((**self.0).v1_1.DetachCurrentThread)(self.0) };
+    }
+}
+
+thread_local! {
+    static ATTACHED: std::cell::RefCell<Option<Attached>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Attaches the current thread, `name`, to `vm` as a daemon until it ends,
+/// unless it is attached already.
+fn attach(vm: *mut JavaVM, name: &str) {
+    if attached_env(vm).is_some() {
+        return;
+    }
+    let Ok(name) = CString::new(name) else { return };
+    let mut env: *mut c_void = std::ptr::null_mut();
+    let mut args = JavaVMAttachArgs {
+        version: JNI_VERSION_1_8,
+        // The JVM copies the name.
+        name: name.as_ptr().cast_mut(),
+        group: std::ptr::null_mut(),
+    };
+    // SAFETY: a live JVM's invocation interface; `env` and `args` live for the call.
+    let attached =
+        unsafe { ((**vm).v1_4.AttachCurrentThreadAsDaemon)(vm, &mut env, (&mut args as *mut JavaVMAttachArgs).cast()) };
+    if attached == JNI_OK {
+        ATTACHED.with(|slot| *slot.borrow_mut() = Some(Attached(vm)));
+    }
 }
 
 #[cfg(unix)]
-mod attach {
-    use std::ffi::{c_void, CString};
+mod hosting {
     use std::sync::OnceLock;
 
-    use jni_sys::{jint, jsize, JavaVM, JavaVMAttachArgs, JNI_OK, JNI_VERSION_1_8};
+    use jni_sys::{jint, jsize, JavaVM, JNI_OK};
 
     /// `JNI_GetCreatedJavaVMs`: the JVMs this process hosts.
     type CreatedVms = unsafe extern "system" fn(*mut *mut JavaVM, jsize, *mut jsize) -> jint;
 
     /// The JVM this process hosts, found once: the invocation interface of
     /// `libjvm` if the process loaded one (the `java` launcher does, globally).
-    fn hosting_jvm() -> Option<*mut JavaVM> {
+    pub(super) fn jvm() -> Option<*mut JavaVM> {
         static FOUND: OnceLock<Option<usize>> = OnceLock::new();
         let found = FOUND.get_or_init(|| {
             let created = created_vms()?;
@@ -63,50 +126,13 @@ mod attach {
         }
         None
     }
-
-    /// Detaches the thread from the JVM as the thread ends.
-    struct Attached(*mut JavaVM);
-
-    impl Drop for Attached {
-        fn drop(&mut self) {
-            // SAFETY: the JVM this thread attached to, which outlives its threads
-            // (a process ends with its JVM); the thread runs no Java code now.
-            unsafe { ((**self.0).v1_1.DetachCurrentThread)(self.0) };
-        }
-    }
-
-    thread_local! {
-        static ATTACHED: std::cell::RefCell<Option<Attached>> = const { std::cell::RefCell::new(None) };
-    }
-
-    /// Attaches the current thread, `name`, to the hosting JVM as a daemon,
-    /// unless there is none or the thread is attached already.
-    pub(super) fn current_thread(name: &str) {
-        let Some(vm) = hosting_jvm() else { return };
-        let mut env: *mut c_void = std::ptr::null_mut();
-        // SAFETY: a live JVM's invocation interface (it hosts this process).
-        if unsafe { ((**vm).v1_2.GetEnv)(vm, &mut env, JNI_VERSION_1_8) } == JNI_OK {
-            return;
-        }
-        let Ok(name) = CString::new(name) else { return };
-        let mut args = JavaVMAttachArgs {
-            version: JNI_VERSION_1_8,
-            // The JVM copies the name.
-            name: name.as_ptr().cast_mut(),
-            group: std::ptr::null_mut(),
-        };
-        // SAFETY: as above; `env` and `args` live for the call.
-        let attached = unsafe {
-            ((**vm).v1_4.AttachCurrentThreadAsDaemon)(vm, &mut env, (&mut args as *mut JavaVMAttachArgs).cast())
-        };
-        if attached == JNI_OK {
-            ATTACHED.with(|slot| *slot.borrow_mut() = Some(Attached(vm)));
-        }
-    }
 }
 
 #[cfg(not(unix))]
-mod attach {
-    /// No JVM is looked for here: its threads attach per call, as JNA does by default.
-    pub(super) fn current_thread(_name: &str) {}
+mod hosting {
+    /// No JVM is looked for here: Weir's threads attach as a kernel first
+    /// calls into one, or per call, as JNA does by default.
+    pub(super) fn jvm() -> Option<*mut jni_sys::JavaVM> {
+        None
+    }
 }

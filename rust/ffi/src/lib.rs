@@ -49,6 +49,7 @@ mod graph;
 mod group;
 mod host_kernel;
 mod jni_link;
+mod jvm_kernel;
 mod jvm_threads;
 mod kernel;
 mod lock;

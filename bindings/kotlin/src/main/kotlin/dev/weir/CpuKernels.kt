@@ -134,18 +134,46 @@ fun interface CpuKernelFunction {
  * An exception thrown by [body] fails the op, and the buffers it writes, with
  * its message. [body] runs on the stream's worker thread: it must not wait
  * for work on its own stream.
+ *
+ * Where the library's JNI entries are bound ([NativeLink]), the worker calls
+ * [body] through JNI ([NativeKernels]); else through UniFFI's callback, a
+ * JNA callback several times dearer than a small kernel.
  */
-fun cpuKernel(body: CpuKernelFunction): CpuKernelBody = object : CpuKernelBody {
-    override fun run(call: CpuKernelCall): String? = call.use {
-        val args = CpuKernelArgs(it)
-        try {
-            body.run(args)
-            args.finish(wrote = true)
-            null
-        } catch (failure: Throwable) {
-            // A failed op publishes failed versions: what it wrote is not kept.
-            args.finish(wrote = false)
-            failure.message ?: failure.toString()
-        }
+fun cpuKernel(body: CpuKernelFunction): CpuKernelBody {
+    if (NativeLink.linked) {
+        val token = NativeKernels.bind(body)
+        if (token != 0L) return cpuKernelBoundInJvm(token.toULong())
     }
+    return object : CpuKernelBody {
+        override fun run(call: CpuKernelCall): String? = runBody(body, call)
+    }
+}
+
+/** Runs [body] over [call]'s arguments and closes [call]: the kernel's failure message, or null. */
+private fun runBody(body: CpuKernelFunction, call: CpuKernelCall): String? = call.use {
+    val args = CpuKernelArgs(it)
+    try {
+        body.run(args)
+        args.finish(wrote = true)
+        null
+    } catch (failure: Throwable) {
+        // A failed op publishes failed versions: what it wrote is not kept.
+        args.finish(wrote = false)
+        failure.message ?: failure.toString()
+    }
+}
+
+/**
+ * The JNI side of Kotlin CPU kernels (weir-ffi's `jvm_kernel.rs`): [bind]
+ * holds a body in the library under a token, for `cpuKernelBoundInJvm`; the
+ * worker calls [run] for each launch.
+ */
+internal object NativeKernels {
+    /** Holds [body] in the library by a global reference; its token, or 0 if it could not. */
+    @JvmStatic
+    external fun bind(body: CpuKernelFunction): Long
+
+    /** One launch of [body] over the call whose owned handle is [call]; called by the library's worker. */
+    @JvmStatic
+    fun run(body: CpuKernelFunction, call: Long): String? = runBody(body, FfiConverterTypeCpuKernelCall.lift(call))
 }

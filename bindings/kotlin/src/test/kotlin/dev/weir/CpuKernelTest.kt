@@ -118,11 +118,16 @@ class CpuKernelTest {
         }
 
     @Test
-    fun `CPU kernels run on the pool's workers, kept attached to the JVM as daemons between calls`(): Unit =
+    fun `CPU kernels run on the pool's workers, kept attached to the JVM as daemons, called through JNI`(): Unit =
         WeirRuntime.open(Backend.CPU).use { rt ->
             val s = rt.defaultStream()
             val ranOn = java.util.concurrent.ConcurrentLinkedQueue<Thread>()
-            Kernel.custom("where", cpu = cpuKernel { ranOn.add(Thread.currentThread()) }).use { kernel ->
+            val calledFrom = java.util.concurrent.atomic.AtomicReference<List<String>>()
+            val body = cpuKernel {
+                ranOn.add(Thread.currentThread())
+                calledFrom.compareAndSet(null, Thread.currentThread().stackTrace.map { "${it.className}.${it.methodName}" })
+            }
+            Kernel.custom("where", cpu = body).use { kernel ->
                 runBlocking {
                     // Queued back to back: one worker runs them all, without going idle between.
                     repeat(20) { s.execute(kernel, Grid.linear(1, 1), emptyList()) }
@@ -135,6 +140,10 @@ class CpuKernelTest {
             assertTrue(threads.all { it.isDaemon }, "a worker attached by the library is a daemon")
             // Attached once: a worker is one JVM thread for all its calls (JNA would attach a new one per call).
             assertTrue(threads.toSet().size < threads.size, "every call ran on a thread of its own: ${threads.toSet().size}")
+            // The library calls the body through JNI, not through UniFFI's callback (a JNA callback).
+            val frames = calledFrom.get()
+            assertTrue(frames.any { it == "dev.weir.NativeKernels.run" }, "called from $frames")
+            assertTrue(frames.none { it.startsWith("com.sun.jna.") }, "called from $frames")
             rt.shutdown()
         }
 
