@@ -138,7 +138,7 @@ impl CpuBackend {
                 // A read of a failed version fails with that failure, never
                 // with stale bytes; like any failed op, the stream's next
                 // fence counts it.
-                let (index, tally) = (stream.index, stream.tally.clone());
+                let (index, tally) = (stream.index(), stream.tally().clone());
                 return stream.complete(Box::new(move || {
                     let outcome = match io.failed_input(index) {
                         Some(error) => Err(error),
@@ -220,7 +220,7 @@ impl Backend for CpuBackend {
     }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
         self.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(CpuEvent { progress: stream.progress.clone(), jobs: stream.enqueued(), counters: self.counters.clone() })
+        Ok(CpuEvent { progress: stream.progress().clone(), jobs: stream.enqueued(), counters: self.counters.clone() })
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
@@ -244,10 +244,10 @@ impl Backend for CpuBackend {
     fn signal(&self, stream: &CpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
         // An idle stream completes on the spot: no job, no wake-up.
         if stream.is_idle() {
-            completion.report(stream.tally.report(kind));
+            completion.report(stream.tally().report(kind));
             return Ok(());
         }
-        let tally = stream.tally.clone();
+        let tally = stream.tally().clone();
         stream.complete(Box::new(move || completion.report(tally.report(kind))))
     }
 
@@ -261,7 +261,7 @@ impl Backend for CpuBackend {
 
     fn is_settled(&self, stream: &CpuStream) -> bool {
         // A job records its failure before it counts as finished.
-        stream.is_idle() && stream.tally.is_clear()
+        stream.is_idle() && stream.tally().is_clear()
     }
 
     unsafe fn external(
@@ -324,7 +324,7 @@ impl Backend for CpuBackend {
         }
         let rendezvous = collective::Rendezvous::new(*collective, parts.len());
         for (rank, part) in parts.into_iter().enumerate() {
-            let index = part.stream.index;
+            let index = part.stream.index();
             // The part checks its inputs itself: skipped by the worker, it
             // would never arrive, and the others would wait for it forever.
             let (read, write) = part_memory(collective, rank, &part);
@@ -375,7 +375,7 @@ fn enqueue_on_wire(
 ) -> Result<(), EnqueueError> {
     let [part] = <[_; 1]>::try_from(parts)
         .map_err(|_| EnqueueError::Rejected(Error::internal("a joined CPU group's collective with several parts")))?;
-    let index = part.stream.index;
+    let index = part.stream.index();
     let (read, write) = part_memory(collective, wire.rank, &part);
     // As in one process: the part checks its inputs itself, so that it
     // always meets the other ranks, bringing its failure if it has one.

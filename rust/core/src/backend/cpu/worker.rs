@@ -293,44 +293,45 @@ fn blocking_edge(starts: bool) {
 
 /// A CPU stream: a queue of jobs the pool runs in order.
 pub struct CpuStream {
-    pub(crate) index: u32,
     lane: Arc<HostLane>,
-    pub(crate) progress: Arc<Progress>,
     enqueued: AtomicU64,
     /// Jobs held back while a batch is admitted ([`CpuStream::hold_back`]).
     held: Mutex<Option<Vec<Job>>>,
-    /// Failures not yet reported by a fence, counted before the failed job
-    /// counts as finished.
-    pub(crate) tally: Arc<FailureTally>,
     counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for CpuStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CpuStream({})", self.index)
+        write!(f, "CpuStream({})", self.index())
     }
 }
 
 impl CpuStream {
     pub(crate) fn new(index: u32, counters: &Arc<Counters>) -> CpuStream {
-        let tally: Arc<FailureTally> = Arc::default();
-        let lane = Lane::new(HostJobs { index, tally: tally.clone() }, Some(SpinPolicy::yielding(LANE_LINGER)));
-        let progress = lane.progress.clone();
+        let lane = Lane::new(HostJobs { index, tally: Arc::default() }, Some(SpinPolicy::yielding(LANE_LINGER)));
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
-        CpuStream {
-            index,
-            lane,
-            progress,
-            enqueued: AtomicU64::new(0),
-            held: Mutex::new(None),
-            tally,
-            counters: counters.clone(),
-        }
+        CpuStream { lane, enqueued: AtomicU64::new(0), held: Mutex::new(None), counters: counters.clone() }
+    }
+
+    /// The stream's number, which its failures name.
+    pub(crate) fn index(&self) -> u32 {
+        self.lane.runner.index
+    }
+
+    /// How far the stream has got: what its events count.
+    pub(crate) fn progress(&self) -> &Arc<Progress> {
+        &self.lane.progress
+    }
+
+    /// Failures not yet reported by a fence, counted before the failed job
+    /// counts as finished.
+    pub(crate) fn tally(&self) -> &Arc<FailureTally> {
+        &self.lane.runner.tally
     }
 
     /// True while the current thread runs this stream's jobs.
     pub(crate) fn is_current_thread(&self) -> bool {
-        WORKER_OF.with(|worker| worker.get() == Arc::as_ptr(&self.progress) as usize)
+        WORKER_OF.with(|worker| worker.get() == Arc::as_ptr(self.progress()) as usize)
     }
 
     /// True if every job enqueued on the stream has finished. Exact only
@@ -338,7 +339,7 @@ impl CpuStream {
     /// completion has run, this sees its job finished, so a fence made after
     /// an earlier one resolved is complete at once.
     pub(crate) fn is_idle(&self) -> bool {
-        self.progress.finished() >= self.enqueued()
+        self.progress().finished() >= self.enqueued()
     }
 
     /// Jobs enqueued so far: the position an event recorded now covers.
@@ -396,7 +397,7 @@ impl Drop for CpuStream {
         // thread joined here, the drop returns once they have (unless it
         // runs on the stream's own jobs, which would wait for itself).
         if !self.is_current_thread() {
-            let (progress, enqueued) = (&self.progress, self.enqueued());
+            let (progress, enqueued) = (self.progress(), self.enqueued());
             blocking(|| progress.wait_for(enqueued));
         }
         self.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
