@@ -41,11 +41,15 @@ pub struct DeviceKernel {
     pub options: Vec<String>,
 }
 
+/// A kernel call's arguments of one kind: up to eight live on the worker's
+/// stack, so a call allocates nothing.
+pub(crate) type CallArgs<T> = smallvec::SmallVec<[T; 8]>;
+
 /// The arguments a CPU kernel closure receives, in declaration order.
 pub struct CpuKernelArgs<'a> {
     pub grid: Grid,
-    buffers: Vec<CpuView<'a>>,
-    scalars: Vec<ScalarArg>,
+    buffers: CallArgs<CpuView<'a>>,
+    scalars: CallArgs<ScalarArg>,
 }
 
 /// A CPU kernel's view of one buffer argument, as its access allows.
@@ -56,7 +60,7 @@ pub(crate) enum CpuView<'a> {
 
 impl<'a> CpuKernelArgs<'a> {
     /// The arguments of one call: the buffers' views and the scalars, each in declaration order.
-    pub(crate) fn new(grid: Grid, buffers: Vec<CpuView<'a>>, scalars: Vec<ScalarArg>) -> Self {
+    pub(crate) fn new(grid: Grid, buffers: CallArgs<CpuView<'a>>, scalars: CallArgs<ScalarArg>) -> Self {
         CpuKernelArgs { grid, buffers, scalars }
     }
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 use super::memory::{AccessGuard, CpuMemory};
 use crate::command::{BinaryOp, Command, KernelArg, Span};
 use crate::counters::Counters;
-use crate::kernel::{CpuKernelArgs, CpuView, ScalarArg};
+use crate::kernel::{CallArgs, CpuKernelArgs, CpuView, ScalarArg};
 use crate::{Access, Grid};
 
 type Run = Result<(), String>;
@@ -96,8 +96,8 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         Command::Custom { kernel, grid, args } => {
             let body =
                 kernel.cpu.as_ref().ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
-            let mut buffers = Vec::new();
-            let mut scalars = Vec::new();
+            let mut buffers = CallArgs::new();
+            let mut scalars = CallArgs::new();
             for arg in args {
                 match arg {
                     KernelArg::Buffer(span, access) => buffers.push((span, access)),
@@ -115,17 +115,20 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
 pub fn with_kernel_args(
     buffers: &[(Span<CpuMemory>, Access)],
     grid: Grid,
-    scalars: Vec<ScalarArg>,
+    scalars: impl IntoIterator<Item = ScalarArg>,
     body: impl FnOnce(&mut CpuKernelArgs<'_>) -> Run,
 ) -> Run {
-    let mut guards =
-        buffers.iter().map(|(span, access)| CpuMemory::begin(span, access.writes())).collect::<Result<Vec<_>, _>>()?;
-    let mut views = Vec::with_capacity(guards.len());
+    let mut guards = buffers
+        .iter()
+        .map(|(span, access)| CpuMemory::begin(span, access.writes()))
+        .collect::<Result<CallArgs<_>, _>>()?;
+    let mut views = CallArgs::with_capacity(guards.len());
     for guard in &mut guards {
         let write = guard.is_write();
         views.push(if write { CpuView::Write(writable(guard)?) } else { CpuView::Read(guard.bytes()) });
     }
-    body(&mut CpuKernelArgs::new(grid, views, scalars))
+    let mut args = CpuKernelArgs::new(grid, views, scalars.into_iter().collect());
+    body(&mut args)
 }
 
 #[cfg(test)]

@@ -280,7 +280,7 @@ impl Backend for CpuBackend {
         stream.work(
             Box::new(move || {
                 let whole = Grid::new([1, 1, 1], [1, 1, 1]);
-                raw.work.into_iter().try_for_each(|work| host::with_kernel_args(&spans, whole, Vec::new(), work))
+                raw.work.into_iter().try_for_each(|work| host::with_kernel_args(&spans, whole, [], work))
             }),
             // The worker skips (and fails) the host work if a version it reads failed.
             io,
