@@ -105,6 +105,35 @@ fn main() -> Result<(), weir_ffi::WeirError> {
         let _ = stream.execute(four.clone(), Grid::default(), args);
     });
     let _ = block_on(stream.sync(None));
+    // On the CPU, that kernel's call on the worker, per op: a batch of
+    // `BATCH` such ops admitted (untimed: the worker starts once the batch
+    // is in), then the wait until the worker ran them all, which is their
+    // calls (the body does nothing). Bindings call their own bodies.
+    let is_cpu = runtime.info().backend == weir_ffi::Backend::Cpu;
+    let kernel_calls = {
+        // Each op: execute kernel 0, default grid, four arguments: buffers
+        // 0, 1 and 2 read, buffer 3 written.
+        let mut ops = Vec::with_capacity(BATCH as usize * 30);
+        for _ in 0..BATCH {
+            ops.extend([0, 0, 0, 0, 0, 0, 4, 0, 0, 0]);
+            for (slot, access) in [(0, 0), (1, 0), (2, 0), (3, 1)] {
+                ops.extend([0, slot, 0, 0, 0, access]);
+            }
+        }
+        ops
+    };
+    let buffers = vec![a.clone(), b.clone(), c.clone(), d.clone()];
+    let mut calls: Vec<u128> = (0..if is_cpu { 220 } else { 0 })
+        .map(|_| {
+            let _ = stream.submit_batch(buffers.clone(), vec![four.clone()], &kernel_calls);
+            let start = Instant::now();
+            let _ = block_on(stream.sync(None));
+            start.elapsed().as_nanos()
+        })
+        .skip(20)
+        .collect();
+    calls.sort_unstable();
+    let kernel_call = calls.get(calls.len() / 2).map(|&nanos| nanos as f64 / 1e3 / f64::from(BATCH));
     // A batch of 1 000 such fills, per op, as the bindings hand it over
     // (building the ops and admitting them; the stream is synced between
     // batches, untimed, so no batch queues behind the last).
@@ -148,6 +177,9 @@ fn main() -> Result<(), weir_ffi::WeirError> {
             let _ = stream.execute(fill.clone(), Grid::default(), args);
         }
     });
+    if let Some(kernel_call) = kernel_call {
+        print!("--baseline cpu_kernel_call_4_buffers {kernel_call:.4} ");
+    }
     println!(
         "--baseline index {index:.4} --baseline sync_idle {sync:.4} --baseline execute_and_wait_noop {execute:.4} \
          --baseline admit_1_buffer {admit_1:.4} --baseline admit_3_buffers {admit_3:.4} --baseline admit_4_buffers {admit_4:.4} \

@@ -161,6 +161,55 @@ impl CpuKernelCall {
     }
 }
 
+/// A scalar's place in [`CpuKernelCall::packed`]: its tag, then two words.
+fn packed_scalar(scalar: &weir_core::ScalarArg) -> [i64; 3] {
+    use weir_core::ScalarArg::*;
+    let number = |tag: i64, bits: i64| [tag, bits, 0];
+    match scalar {
+        U8(value) => number(1, i64::from(*value)),
+        I8(value) => number(2, i64::from(*value)),
+        U16(value) => number(3, i64::from(*value)),
+        I16(value) => number(4, i64::from(*value)),
+        F16Bits(bits) => number(5, i64::from(*bits)),
+        U32(value) => number(6, i64::from(*value)),
+        I32(value) => number(7, i64::from(*value)),
+        F32(value) => number(8, i64::from(value.to_bits())),
+        U64(value) => number(9, *value as i64),
+        I64(value) => number(10, *value),
+        F64(value) => number(11, value.to_bits() as i64),
+        // The struct's bytes stay where they are, lent for the call as buffers are.
+        Bytes(bytes) => [12, bytes.as_ptr() as i64, bytes.len() as i64],
+    }
+}
+
+#[uniffi::export]
+impl CpuKernelCall {
+    /// The whole call as numbers, for a binding that reads its arguments
+    /// without one call per argument (Kotlin's `CpuKernelArgs`):
+    /// - the grid: groups x, y, z, block x, y, z, shared bytes;
+    /// - the buffer count, then per buffer its address, size in bytes and
+    ///   1 if writable (else 0);
+    /// - the scalar count, then per scalar a tag (1 `u8`, 2 `i8`, 3 `u16`,
+    ///   4 `i16`, 5 `f16` bits, 6 `u32`, 7 `i32`, 8 `f32` bits, 9 `u64`,
+    ///   10 `i64`, 11 `f64` bits, 12 a struct) and two words: the value (its
+    ///   bits, zero-extended) and 0, or for a struct its bytes' address and
+    ///   length, lent for the call as buffers are.
+    pub fn packed(&self) -> Result<Vec<i64>> {
+        self.live()?;
+        let Grid { groups_x, groups_y, groups_z, block_x, block_y, block_z, shared_bytes } = self.grid;
+        let grid = [groups_x, groups_y, groups_z, block_x, block_y, block_z, shared_bytes].map(i64::from);
+        let mut packed = Vec::with_capacity(grid.len() + 2 + 3 * (self.buffers.len() + self.scalars.len()));
+        packed.extend(grid);
+        packed.push(self.buffers.len() as i64);
+        for buffer in &self.buffers {
+            packed.extend([buffer.address as i64, buffer.size_bytes as i64, i64::from(buffer.writable)]);
+        }
+        packed.push(self.scalars.len() as i64);
+        packed.extend(self.scalars.iter().flat_map(packed_scalar));
+        Ok(packed)
+    }
+}
+
 /// The core's CPU closure for `body`: it lends the launch's memory to one
 /// [`CpuKernelCall`], calls `body` and takes the loan back.
 pub(crate) fn cpu_closure(

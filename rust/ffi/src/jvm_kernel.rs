@@ -9,7 +9,9 @@
 //! reference to it, under a token) and takes the Rust body made for that
 //! token ([`cpu_kernel_bound_in_jvm`]), which the worker calls: one JNI
 //! call to `NativeKernels.run`, on a thread the library keeps attached
-//! (`jvm_threads.rs`).
+//! (`jvm_threads.rs`), with the call's arguments packed in one `long[]`
+//! ([`CpuKernelCall::packed`]): the binding reads them there, with no call
+//! per argument and no UniFFI object to make and close.
 
 use std::collections::HashMap;
 use std::ffi::CStr;
@@ -72,7 +74,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeKernels_bind(env: *mut JNIEnv,
                 env,
                 class,
                 c"run".as_ptr(),
-                c"(Ldev/weir/CpuKernelFunction;J)Ljava/lang/String;".as_ptr(),
+                c"(Ldev/weir/CpuKernelFunction;[J)Ljava/lang/String;".as_ptr(),
             );
             let global = (functions.NewGlobalRef)(env, class);
             if run.is_null() || global.is_null() {
@@ -117,18 +119,33 @@ impl CpuKernelBody for JvmBody {
         let Some(env) = jvm_threads::env(self.vm) else {
             return Some("this thread could not be attached to the JVM".to_owned());
         };
-        // An owned handle: the binding lifts it and closes it when the body returns.
-        let handle = <CpuKernelCall as uniffi::HandleAlloc<crate::UniFfiTag>>::new_handle(call).as_raw() as i64;
+        // The arguments go as one array of numbers, read without a call per argument.
+        let packed = match call.packed() {
+            Ok(packed) => packed,
+            Err(error) => return Some(error.to_string()),
+        };
+        let Ok(length) = i32::try_from(packed.len()) else {
+            return Some("the kernel call has more arguments than one JVM array holds".to_owned());
+        };
         // SAFETY: `env` is this thread's, attached; the class, method and
-        // body references are live global ones; the arguments match `run`'s
-        // signature. The local frame frees what the call makes.
+        // body references are live global ones; the array is made here with
+        // `length` elements and filled from `packed`, which holds as many;
+        // the arguments match `run`'s signature. The local frame frees what
+        // the call makes.
         unsafe {
             let functions = &(**env).v1_4;
             if (functions.PushLocalFrame)(env, 4) != JNI_OK {
                 (functions.ExceptionClear)(env);
                 return Some("the JVM refused a local frame for the kernel call".to_owned());
             }
-            let args = [jvalue { l: self.body }, jvalue { j: handle }];
+            let array = (functions.NewLongArray)(env, length);
+            if array.is_null() {
+                (functions.ExceptionClear)(env);
+                (functions.PopLocalFrame)(env, std::ptr::null_mut());
+                return Some("the JVM refused an array for the kernel's arguments".to_owned());
+            }
+            (functions.SetLongArrayRegion)(env, array, 0, length, packed.as_ptr());
+            let args = [jvalue { l: self.body }, jvalue { l: array }];
             let returned = (functions.CallStaticObjectMethodA)(env, entry.class, entry.run, args.as_ptr());
             let outcome = if (functions.ExceptionCheck)(env) {
                 (functions.ExceptionClear)(env);

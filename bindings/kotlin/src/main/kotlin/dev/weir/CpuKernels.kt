@@ -28,7 +28,10 @@ import java.nio.IntBuffer
  * these arguments for anything once the kernel has returned throws
  * [WeirException.InvalidArgument].
  */
-class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
+class CpuKernelArgs internal constructor(
+    /** The call as the library packs it (weir-ffi's `CpuKernelCall.packed`): grid, buffers, scalars. */
+    private val packed: LongArray,
+) {
     /** The copies lent so far, by buffer index. */
     private val lent = HashMap<Int, Lent>()
 
@@ -38,26 +41,33 @@ class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
 
     private class Lent(val bytes: ByteBuffer, val address: Long, val writable: Boolean)
 
+    /** Where the scalars start in [packed]: after the grid, the buffer count and the buffers. */
+    private val scalarsAt: Int = GRID_WORDS + 1 + WORDS_PER_ARGUMENT * packed[GRID_WORDS].toInt()
+
     /** The grid the kernel was launched with (its block is the launch's on every backend). */
-    val grid: Grid get() = call { grid() }
+    val grid: Grid
+        get() = live {
+            val word = { at: Int -> packed[at].toUInt() }
+            Grid(word(0), word(1), word(2), word(3), word(4), word(5), word(6))
+        }
 
     /** Number of buffer arguments. */
-    val bufferCount: Int get() = call { bufferCount().toInt() }
+    val bufferCount: Int get() = live { packed[GRID_WORDS].toInt() }
 
     /** Buffer argument [index] as little-endian bytes: the call's copy of it. */
     fun bytes(index: Int): ByteBuffer {
         val copy = synchronized(lent) {
-            lent.getOrPut(index) {
-                val at = index.toUInt()
-                val (size, address, writable) = call {
-                    Triple(bufferSizeBytes(at).toLong(), bufferAddress(at).toLong(), bufferWritable(at))
+            live {
+                lent.getOrPut(index) {
+                    val at = argument(index, bufferCount, GRID_WORDS + 1, "buffer")
+                    val (address, size, writable) = Triple(packed[at], packed[at + 1], packed[at + 2] != 0L)
+                    if (size > Int.MAX_VALUE) {
+                        throw WeirException.InvalidArgument("invalid argument: buffer argument $index holds $size bytes, more than one JVM array")
+                    }
+                    val bytes = ByteArray(size.toInt())
+                    Pointer(address).read(0, bytes, 0, bytes.size)
+                    Lent(ByteBuffer.wrap(bytes), address, writable)
                 }
-                if (size > Int.MAX_VALUE) {
-                    throw WeirException.InvalidArgument("invalid argument: buffer argument $index holds $size bytes, more than one JVM array")
-                }
-                val bytes = ByteArray(size.toInt())
-                Pointer(address).read(0, bytes, 0, bytes.size)
-                Lent(ByteBuffer.wrap(bytes), address, writable)
             }
         }
         val view = copy.bytes.duplicate().order(ByteOrder.LITTLE_ENDIAN)
@@ -72,37 +82,64 @@ class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
 
     /** Scalar argument [index], an `f32`. */
     @JvmName("scalarF32") // Java: `float` is a keyword there
-    fun float(index: Int): Float = call { scalarF32(index.toUInt()) }
+    fun float(index: Int): Float = Float.fromBits(scalar(index, F32).toInt())
 
     /** Scalar argument [index], an `i32`. */
     @JvmName("scalarI32") // Java: `int` is a keyword there
-    fun int(index: Int): Int = call { scalarI32(index.toUInt()) }
+    fun int(index: Int): Int = scalar(index, I32).toInt()
 
     /** Scalar argument [index], a `u32`. */
     @JvmName("scalarU32")
-    fun uint(index: Int): UInt = call { scalarU32(index.toUInt()) }
+    fun uint(index: Int): UInt = scalar(index, U32).toUInt()
 
     /** Scalar argument [index], a `u64`. */
     @JvmName("scalarU64")
-    fun ulong(index: Int): ULong = call { scalarU64(index.toUInt()) }
+    fun ulong(index: Int): ULong = scalar(index, U64).toULong()
 
     /** Scalar argument [index], an `i64`. */
     @JvmName("scalarI64") // Java: `long` is a keyword there
-    fun long(index: Int): Long = call { scalarI64(index.toUInt()) }
+    fun long(index: Int): Long = scalar(index, I64)
 
     /** Scalar argument [index], an `f64`. */
     @JvmName("scalarF64") // Java: `double` is a keyword there
-    fun double(index: Int): Double = call { scalarF64(index.toUInt()) }
+    fun double(index: Int): Double = Double.fromBits(scalar(index, F64))
 
     /** Scalar argument [index], a struct passed by value: a copy of its bytes (little-endian). */
     @JvmName("structBytes")
-    fun struct(index: Int): ByteBuffer =
-        ByteBuffer.wrap(call { scalarBytes(index.toUInt()) }).order(ByteOrder.LITTLE_ENDIAN)
+    fun struct(index: Int): ByteBuffer = synchronized(lent) {
+        live {
+            val at = typedScalar(index, STRUCT)
+            val bytes = ByteArray(packed[at + 2].toInt())
+            Pointer(packed[at + 1]).read(0, bytes, 0, bytes.size)
+            ByteBuffer.wrap(bytes).order(ByteOrder.LITTLE_ENDIAN)
+        }
+    }
 
-    /** [ask] of the call, or the typed refusal once the kernel has returned. */
-    private fun <T> call(ask: CpuKernelCall.() -> T): T {
+    /** The value of scalar argument [index], which must be of type [tag]. */
+    private fun scalar(index: Int, tag: Int): Long = live { packed[typedScalar(index, tag) + 1] }
+
+    /** Where scalar argument [index] is in [packed], refused unless its type is [tag]. */
+    private fun typedScalar(index: Int, tag: Int): Int {
+        val at = argument(index, packed[scalarsAt].toInt(), scalarsAt + 1, "scalar")
+        val found = packed[at].toInt()
+        if (found != tag) {
+            throw WeirException.InvalidArgument("invalid argument: scalar argument $index is a ${SCALAR_TYPES.getOrElse(found) { "?" }}, not a ${SCALAR_TYPES[tag]}")
+        }
+        return at
+    }
+
+    /** Where argument [index] of [count] is in [packed], the first at [first]; refused if there is none. */
+    private fun argument(index: Int, count: Int, first: Int, kind: String): Int {
+        if (index !in 0 until count) {
+            throw WeirException.InvalidArgument("invalid argument: no $kind argument $index: the kernel has $count")
+        }
+        return first + WORDS_PER_ARGUMENT * index
+    }
+
+    /** [ask], or the typed refusal once the kernel has returned. */
+    private inline fun <T> live(ask: () -> T): T {
         if (!open) throw WeirException.InvalidArgument("invalid argument: this kernel call is over: its memory is no longer lent")
-        return call.ask()
+        return ask()
     }
 
     /**
@@ -120,6 +157,26 @@ class CpuKernelArgs internal constructor(private val call: CpuKernelCall) {
             }
             lent.clear()
         }
+    }
+
+    private companion object {
+        /** The grid's words: groups, block, shared bytes. */
+        const val GRID_WORDS = 7
+
+        /** A buffer's words (address, size, writable) and a scalar's (type, two words). */
+        const val WORDS_PER_ARGUMENT = 3
+
+        // Scalar types as the library tags them.
+        const val U32 = 6
+        const val I32 = 7
+        const val F32 = 8
+        const val U64 = 9
+        const val I64 = 10
+        const val F64 = 11
+        const val STRUCT = 12
+
+        /** Each tag's name, for refusals. */
+        val SCALAR_TYPES = listOf("?", "u8", "i8", "u16", "i16", "f16", "u32", "i32", "f32", "u64", "i64", "f64", "struct")
     }
 }
 
@@ -144,15 +201,18 @@ fun cpuKernel(body: CpuKernelFunction): CpuKernelBody {
         val token = NativeKernels.bind(body)
         if (token != 0L) return cpuKernelBoundInJvm(token.toULong())
     }
-    return object : CpuKernelBody {
-        override fun run(call: CpuKernelCall): String? = runBody(body, call)
-    }
+    return cpuKernelThroughCallback(body)
 }
 
-/** Runs [body] over [call]'s arguments and closes [call]: the kernel's failure message, or null. */
-private fun runBody(body: CpuKernelFunction, call: CpuKernelCall): String? = call.use {
-    val args = CpuKernelArgs(it)
-    try {
+/** [body] called through UniFFI's callback, as where the JNI entries are not bound. */
+internal fun cpuKernelThroughCallback(body: CpuKernelFunction): CpuKernelBody = object : CpuKernelBody {
+    override fun run(call: CpuKernelCall): String? = call.use { runBody(body, it.packed().toLongArray()) }
+}
+
+/** Runs [body] over the call [packed] (see [CpuKernelArgs]): the kernel's failure message, or null. */
+private fun runBody(body: CpuKernelFunction, packed: LongArray): String? {
+    val args = CpuKernelArgs(packed)
+    return try {
         body.run(args)
         args.finish(wrote = true)
         null
@@ -173,7 +233,7 @@ internal object NativeKernels {
     @JvmStatic
     external fun bind(body: CpuKernelFunction): Long
 
-    /** One launch of [body] over the call whose owned handle is [call]; called by the library's worker. */
+    /** One launch of [body] over the call [packed] (see [CpuKernelArgs]); called by the library's worker. */
     @JvmStatic
-    fun run(body: CpuKernelFunction, call: Long): String? = runBody(body, FfiConverterTypeCpuKernelCall.lift(call))
+    fun run(body: CpuKernelFunction, packed: LongArray): String? = runBody(body, packed)
 }

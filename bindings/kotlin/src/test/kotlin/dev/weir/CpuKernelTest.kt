@@ -9,6 +9,7 @@ import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
+import org.junit.jupiter.params.provider.ValueSource
 
 /** One custom kernel, a CPU function and a WGSL source, launched the same way on every backend. */
 class CpuKernelTest {
@@ -147,18 +148,21 @@ class CpuKernelTest {
             rt.shutdown()
         }
 
-    @Test
-    fun `64-bit scalars and a struct by value reach a CPU kernel as given, and a wrong width is refused`(): Unit =
+    /** Both ways a worker calls a Kotlin body: through JNI where it is bound (as here), and UniFFI's callback. */
+    @ParameterizedTest(name = "{0}")
+    @ValueSource(strings = ["JNI", "callback"])
+    fun `64-bit scalars and a struct by value reach a CPU kernel as given, and a wrong width is refused`(path: String): Unit =
         WeirRuntime.open(Backend.CPU).use { rt ->
+            fun kernel(body: CpuKernelFunction) = if (path == "JNI") cpuKernel(body) else cpuKernelThroughCallback(body)
             val s = rt.defaultStream()
             var seen: List<Any>? = null
             val struct = java.nio.ByteBuffer.allocate(12).order(java.nio.ByteOrder.LITTLE_ENDIAN)
                 .putInt(7).putFloat(0.5f).putInt(-3).array()
-            val body = cpuKernel { args ->
+            val body = kernel { args ->
                 val packed = args.struct(3)
                 seen = listOf(args.ulong(0), args.long(1), args.double(2), packed.getInt(0), packed.getFloat(4), packed.getInt(8))
             }
-            val wrongWidth = cpuKernel { args -> args.uint(0) }
+            val wrongWidth = kernel { args -> args.uint(0) }
             Kernel.custom("wide", cpu = body).use { kernel ->
                 val huge = ULong.MAX_VALUE - 1uL
                 runBlocking {

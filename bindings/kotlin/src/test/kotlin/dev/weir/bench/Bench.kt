@@ -105,6 +105,20 @@ private suspend fun admissions(stream: dev.weir.WeirStream, baselines: Map<Strin
         "median per execute (a custom kernel whose CPU body does nothing; no built-in op takes 4 buffers), " +
             "after $ADMISSION_WARM_UP warm-up calls; " +
             "baseline: the same weir-ffi call from Rust; target <= 2 us")
+    baselines["cpu_kernel_call_4_buffers"]?.let { rust ->
+        // On the CPU, that kernel's call on the worker: BATCH ops admitted in one batch (untimed:
+        // the worker starts once the batch is in), then the wait until the worker ran them all.
+        val args = listOf(a.reads(), b.reads(), c.reads(), d.writes())
+        val rounds = (0 until 220).map {
+            stream.batch { repeat(BATCH) { execute(four, grid, args) } }
+            val start = System.nanoTime()
+            stream.sync()
+            System.nanoTime() - start
+        }.drop(20).sorted()
+        figures += Figure(name, "kotlin: CPU kernel call on the worker, 4 buffer arguments", rounds[rounds.size / 2] / 1e3 / BATCH, rust,
+            "median of 200 batches of $BATCH ops, the wait for the worker after the batch is in, per op (a Kotlin body that does " +
+                "nothing, called through JNI with its arguments packed); baseline: the same with a Rust body")
+    }
     four.close()
     d.close()
     // A long warm-up: the JIT compiles the batch builder fully only after
