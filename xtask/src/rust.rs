@@ -8,8 +8,9 @@ use crate::util::{cargo, run, target_dir, Result};
 pub const TEST_HOOKS: &str = "weir-core/test-support,weir-ffi/test-support";
 
 /// Formatting, clippy over every target with the test hooks, and the docs
-/// (with the hooks, whose backend module the suites and benchmarks use, then
-/// the default features a user sees), all with warnings as errors.
+/// (with the hooks, whose backend module the suites and benchmarks use; the
+/// private items' too; then the default features a user sees), all with
+/// warnings as errors.
 pub fn lint() -> Result {
     run(cargo().args(["fmt", "--all", "--", "--check"]))?;
     run(cargo().args(["clippy", "--workspace", "--all-targets", "--features", TEST_HOOKS, "--", "-D", "warnings"]))?;
@@ -17,6 +18,12 @@ pub fn lint() -> Result {
     run(cargo().args(["clippy", "-p", "weir-core", "--examples", "--", "-D", "warnings"]))?;
     run(cargo()
         .args(["doc", "--no-deps", "-p", "weir-core", "--features", "test-support"])
+        .env("RUSTDOCFLAGS", "-D warnings"))?;
+    // The private items' docs too: a link there that no longer resolves
+    // misleads the next reader as much as a public one.
+    run(cargo()
+        .args(["doc", "--no-deps", "--document-private-items", "-p", "weir-device", "-p", "weir-core", "-p", "weir-ffi"])
+        .args(["--features", TEST_HOOKS])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     // Last, so that the docs left in the target directory are the user's.
     run(cargo()

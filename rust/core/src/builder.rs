@@ -30,9 +30,9 @@ impl RuntimeBuilder {
     /// a CUDA or HIP ordinal, a wgpu adapter's place in the listing (0, the
     /// default, is the one [`BackendKind::Auto`] would take); on the CPU every
     /// opening is a device of its own, whatever the index. No such device is
-    /// [`Error::Unavailable`](crate::Error::Unavailable) when opened; an index
+    /// [`Error::Unavailable`] when opened; an index
     /// other than 0 with [`BackendKind::Auto`] is
-    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument).
+    /// [`Error::InvalidArgument`].
     pub fn device(mut self, index: usize) -> Self {
         self.options.device = index;
         self
@@ -78,7 +78,7 @@ impl RuntimeBuilder {
     /// wgpu names them (`vulkan`, `metal`, `dx12`, `gl`); default the
     /// primary ones, never GL, so a machine without Vulkan does not silently
     /// run on a GL emulation. A list naming none is
-    /// [`Error::Unavailable`](crate::Error::Unavailable) when opened. Other
+    /// [`Error::Unavailable`] when opened. Other
     /// backends ignore it.
     pub fn wgpu_backends(mut self, list: impl Into<String>) -> Self {
         self.options.adapters.backends = Some(list.into());
@@ -87,7 +87,7 @@ impl RuntimeBuilder {
 
     /// On wgpu, only adapters whose name contains `name` (in any case):
     /// [`device`](Self::device) then counts among those. None matching is
-    /// [`Error::Unavailable`](crate::Error::Unavailable) naming the APIs
+    /// [`Error::Unavailable`] naming the APIs
     /// tried. Other backends ignore it.
     pub fn adapter_named(mut self, name: impl Into<String>) -> Self {
         self.options.adapters.name = Some(name.into().to_ascii_lowercase());
@@ -116,7 +116,7 @@ impl RuntimeBuilder {
     }
 
     /// Opens the runtime. A backend that cannot run here is
-    /// [`Error::Unavailable`](crate::Error::Unavailable), naming what is missing.
+    /// [`Error::Unavailable`], naming what is missing.
     pub fn open(self) -> Result<Runtime> {
         let limit = self.options.queue_limit;
         if limit.ops == 0 || limit.host_bytes == 0 {

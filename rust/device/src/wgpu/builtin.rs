@@ -25,7 +25,7 @@ fn params_declaration(immediate: bool, buffers: usize) -> String {
     }
 }
 
-/// dst[index] = (dst[index] & keep) | bits: writes part of one word, for
+/// `dst[index] = (dst[index] & keep) | bits`: writes part of one word, for
 /// byte ranges that do not start or end on a word.
 fn patch_source(immediate: bool) -> String {
     format!(

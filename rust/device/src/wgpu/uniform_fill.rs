@@ -180,7 +180,7 @@ fn scalar_name(scalar: naga::Scalar) -> String {
     format!("{kind}{}", 8 * u32::from(scalar.width))
 }
 
-/// "a struct of 2 fields", "one f32", "a vec4<f32>", for messages.
+/// "a struct of 2 fields", "one f32", "a `vec4<f32>`", for messages.
 fn describe(module: &naga::Module, ty: naga::Handle<naga::Type>) -> String {
     match &module.types[ty].inner {
         naga::TypeInner::Struct { members, .. } => {

@@ -97,7 +97,7 @@ pub(crate) struct Poller {
 
 impl Poller {
     /// The poll thread of `device`, which spins for up to `spin` per wait
-    /// (see [`Spin`]) before it blocks.
+    /// (see [`SpinPolicy`]) before it blocks.
     pub fn spawn(device: wgpu::Device, spin: Duration) -> Result<Poller> {
         let state = Arc::new(PollState::default());
         let shared = state.clone();
