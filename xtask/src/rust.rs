@@ -22,8 +22,8 @@ pub fn lint() -> Result {
     // The private items' docs too: a link there that no longer resolves
     // misleads the next reader as much as a public one.
     run(cargo()
-        .args(["doc", "--no-deps", "--document-private-items", "-p", "weir-device", "-p", "weir-core", "-p", "weir-ffi"])
-        .args(["--features", TEST_HOOKS])
+        .args(["doc", "--no-deps", "--document-private-items", "--features", TEST_HOOKS])
+        .args(["-p", "weir-device", "-p", "weir-core", "-p", "weir-ffi"])
         .env("RUSTDOCFLAGS", "-D warnings"))?;
     // Last, so that the docs left in the target directory are the user's.
     run(cargo()
