@@ -88,12 +88,19 @@ fn a_short_op_is_seen_done_in_the_first_poll_long_work_parks_at_once_and_no_spin
     // Timed on a shared host: three tries, so that a host too busy to run
     // the kernel on time during one does not decide.
     let watched_more = (0..3).any(|_| {
-        assert!(teach_short_waits(&stream, &short), "waits of 20 µs never counted as short");
+        if !teach_short_waits(&stream, &short) {
+            eprintln!("waits of 20 µs never counted as short: the host was too busy this try");
+            return false;
+        }
         let (watched, unwatched) = seen_in_first_poll(&runtime, &stream, &short);
         eprintln!("first polls that saw the kernel done: {watched} of 50 watched, {unwatched} of 50 not");
         watched >= unwatched + 10
     });
-    assert!(watched_more, "watched first polls did not see short kernels done more often than unwatched ones");
+    assert!(
+        watched_more,
+        "in three tries, waits of 20 µs never counted as short, or watched first polls did not see short kernels \
+         done more often than unwatched ones"
+    );
 
     let long = busy(Duration::from_millis(20));
     for _ in 0..4 {
@@ -101,14 +108,23 @@ fn a_short_op_is_seen_done_in_the_first_poll_long_work_parks_at_once_and_no_spin
         stream.fence().unwrap().wait().unwrap();
     }
     assert!(!stream.waits_are_short(), "waits of 20 ms are long");
-    run(&stream, &long);
-    let fence = stream.fence().unwrap();
-    let mut wait = fence.wait_async();
-    let start = Instant::now();
-    assert!(poll_once(&mut wait).is_pending());
-    let polled = start.elapsed();
-    assert!(polled < Duration::from_millis(5), "behind long work the first poll took {polled:?}");
-    block_on(wait).unwrap();
+    // The quickest of three first polls: a host that puts the thread aside
+    // during one does not decide, while a poll that watched would take about
+    // the kernel's 20 ms every time.
+    let polled = (0..3)
+        .map(|_| {
+            run(&stream, &long);
+            let fence = stream.fence().unwrap();
+            let mut wait = fence.wait_async();
+            let start = Instant::now();
+            assert!(poll_once(&mut wait).is_pending());
+            let polled = start.elapsed();
+            block_on(wait).unwrap();
+            polled
+        })
+        .min()
+        .unwrap_or_default();
+    assert!(polled < Duration::from_millis(5), "behind long work the quickest of three first polls took {polled:?}");
     assert_eq!(runtime.diagnostics().live_waiters, 0, "a watch leaves no waiter behind");
 
     // A runtime built never to spin: its streams' waits never count as
