@@ -206,7 +206,15 @@ fun cpuKernel(body: CpuKernelFunction): CpuKernelBody {
 
 /** [body] called through UniFFI's callback, as where the JNI entries are not bound. */
 internal fun cpuKernelThroughCallback(body: CpuKernelFunction): CpuKernelBody = object : CpuKernelBody {
-    override fun run(call: CpuKernelCall): String? = call.use { runBody(body, it.packed().toLongArray()) }
+    override fun run(call: CpuKernelCall): String? = call.use {
+        // Nothing may leave a callback that returns no error: a refusal fails the op instead.
+        val packed = try {
+            it.packed().toLongArray()
+        } catch (refused: WeirException) {
+            return refused.message ?: refused.toString()
+        }
+        runBody(body, packed)
+    }
 }
 
 /** Runs [body] over the call [packed] (see [CpuKernelArgs]): the kernel's failure message, or null. */
