@@ -191,9 +191,10 @@ impl CpuKernelCall {
     ///   1 if writable (else 0);
     /// - the scalar count, then per scalar a tag (1 `u8`, 2 `i8`, 3 `u16`,
     ///   4 `i16`, 5 `f16` bits, 6 `u32`, 7 `i32`, 8 `f32` bits, 9 `u64`,
-    ///   10 `i64`, 11 `f64` bits, 12 a struct) and two words: the value (its
-    ///   bits, zero-extended) and 0, or for a struct its bytes' address and
-    ///   length, lent for the call as buffers are.
+    ///   10 `i64`, 11 `f64` bits, 12 a struct) and two words: the value as
+    ///   one word (the signed types sign-extended, the rest zero-extended)
+    ///   and 0, or for a struct its bytes' address and length, lent for the
+    ///   call as buffers are.
     pub fn packed(&self) -> Result<Vec<i64>> {
         self.live()?;
         let Grid { groups_x, groups_y, groups_z, block_x, block_y, block_z, shared_bytes } = self.grid;
