@@ -10,7 +10,14 @@ use crate::info::BackendKind;
 
 /// One runtime compiler's calls. Each returns the library's error text on failure.
 ///
-/// Valid usage: `program` is one `create` returned and `destroy` has not freed.
+/// # Safety
+///
+/// Every method calls into the compiler's library, which must be loaded. A
+/// `program` passed to one is one that `create` returned and `destroy` has
+/// not freed, used by one thread at a time. `options` are pointers to
+/// NUL-terminated strings that live for the call; `into` points to at least
+/// as many writable bytes as `log_size` (for `log`) or `code_size` (for
+/// `code`) answered for that program.
 pub(crate) trait Rtc {
     type Program: Copy;
     /// How errors name the compiler.
