@@ -13,13 +13,16 @@
 //! process's RSS and thread count (`/proc/self/status`) and the runtime's
 //! diagnostics. At the end, with every handle dropped, the soak fails unless
 //! the thread count and every live counter are back at their start values
-//! and RSS grew by at most [`RSS_BOUND_KIB`].
+//! and RSS grew by at most [`RSS_BOUND_KIB`] after the first tenth. That
+//! tenth is the warm-up: a driver grows its own caches and pools in its
+//! first thousands of calls (Vulkan's on the H200 by about 110 MiB, then
+//! flat), while a leak goes on growing over the nine tenths measured.
 //!
 //! Then a flood (`--flood N`, default 2 000 000; 0 skips it): one thread
 //! admits N tiny ops on one stream as fast as it can, far faster than the
 //! device runs them, then waits for them. The runtime's queue limit must
 //! hold the queue at its bound (one JSON line reports the peak), and RSS
-//! after the drain must again be within [`RSS_BOUND_KIB`] of the start.
+//! after the drain must again be within [`RSS_BOUND_KIB`] of the warm mark.
 
 use std::error::Error;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -36,7 +39,7 @@ use proc_status::status;
 
 type Result<T = (), E = Box<dyn Error + Send + Sync>> = std::result::Result<T, E>;
 
-/// How much RSS may grow from start to end.
+/// How much RSS may grow from the end of the first tenth to the end.
 const RSS_BOUND_KIB: u64 = 64 * 1024;
 /// Streams in the shared pool, besides the default stream.
 const POOLED_STREAMS: usize = 4;
@@ -390,7 +393,7 @@ fn arg<T: std::str::FromStr>(args: &[String], name: &str) -> Result<Option<T>> {
 
 /// Floods one stream with `ops` fills from one thread, then drains it; the
 /// failures it finds: a queue past its limit, RSS past the bound after the drain.
-fn flood_then_drain(runtime: &Runtime, ops: u64, start_rss_kib: u64) -> Result<Vec<String>> {
+fn flood_then_drain(runtime: &Runtime, ops: u64, warm_rss_kib: u64) -> Result<Vec<String>> {
     let stream = runtime.new_stream()?;
     let buffer = stream.zeros(ElementType::U32, 4)?;
     let began = Instant::now();
@@ -423,8 +426,8 @@ fn flood_then_drain(runtime: &Runtime, ops: u64, start_rss_kib: u64) -> Result<V
     if d.peak_ops_in_queue > limit.ops + 1 {
         failures.push(format!("the flood queued {} ops, past the limit of {}", d.peak_ops_in_queue, limit.ops));
     }
-    if rss_kib > start_rss_kib + RSS_BOUND_KIB {
-        failures.push(format!("RSS after the flood drained: {rss_kib} KiB, from {start_rss_kib} KiB at the start"));
+    if rss_kib > warm_rss_kib + RSS_BOUND_KIB {
+        failures.push(format!("RSS after the flood drained: {rss_kib} KiB, from {warm_rss_kib} KiB after the warm-up"));
     }
     Ok(failures)
 }
@@ -504,6 +507,8 @@ fn main() -> Result {
         report(&sample, &format!("{}%", tenth * 100 / SAMPLES));
         samples.push(sample);
     }
+    // The warm mark: RSS once the first tenth ran (see the module doc).
+    let warm_rss_kib = samples.first().map_or(start.rss_kib, |sample| sample.rss_kib);
     let mut failures = Vec::new();
     for worker in workers {
         match worker.join() {
@@ -531,10 +536,10 @@ fn main() -> Result {
             failures.push(format!("{name}: {before} at the start, {after} at the end"));
         }
     }
-    if end.rss_kib > start.rss_kib + RSS_BOUND_KIB {
+    if end.rss_kib > warm_rss_kib + RSS_BOUND_KIB {
         failures.push(format!(
-            "RSS grew from {} KiB to {} KiB, more than {} KiB",
-            start.rss_kib, end.rss_kib, RSS_BOUND_KIB
+            "RSS grew from {warm_rss_kib} KiB after the first tenth to {} KiB, more than {RSS_BOUND_KIB} KiB",
+            end.rss_kib
         ));
     }
     if end.ops != total {
@@ -542,12 +547,12 @@ fn main() -> Result {
     }
     let flood: u64 = arg(&args, "--flood")?.unwrap_or(2_000_000);
     if flood > 0 && failures.is_empty() {
-        failures.extend(flood_then_drain(&runtime, flood, start.rss_kib)?);
+        failures.extend(flood_then_drain(&runtime, flood, warm_rss_kib)?);
     }
     if failures.is_empty() {
         eprintln!(
-            "weir soak: flat after {} ops in {:.1} s ({} streams created); RSS {} -> {} KiB (bound +{} KiB)",
-            end.ops, end.seconds, end.streams_created, start.rss_kib, end.rss_kib, RSS_BOUND_KIB
+            "weir soak: flat after {} ops in {:.1} s ({} streams created); RSS {} -> {} (first tenth) -> {} KiB (bound +{} KiB after the first tenth)",
+            end.ops, end.seconds, end.streams_created, start.rss_kib, warm_rss_kib, end.rss_kib, RSS_BOUND_KIB
         );
         Ok(())
     } else {

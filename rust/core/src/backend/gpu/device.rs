@@ -9,6 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::issue::Issuer;
+use super::waiters::WaiterPool;
 use crate::backend::Counters;
 use crate::device::DeviceInfo;
 use crate::error::Result;
@@ -219,6 +220,8 @@ pub(crate) struct Device<D: Driver> {
     reclaimer: Option<Reclaimer>,
     /// Makes the stream-ordered driver calls of admitted ops, in order.
     pub issuer: Issuer<D>,
+    /// The threads that wait for its streams' completions (`Wake::Waiter`).
+    pub waiters: WaiterPool<D>,
     /// How long a stream's waiter (and the wake thread, for a fence) spins
     /// on an event before giving up on seeing it reached at once.
     pub spin_budget: Duration,
@@ -243,6 +246,7 @@ impl<D: Driver> Device<D> {
             all_staging: Mutex::new(Vec::new()),
             reclaimer,
             issuer: Issuer::new(),
+            waiters: WaiterPool::new(),
             spin_budget,
             driver,
         })
@@ -301,6 +305,8 @@ impl<D: Driver> Device<D> {
 
 impl<D: Driver> Drop for Device<D> {
     fn drop(&mut self) {
+        // No stream is left to queue a completion; idle threads exit now.
+        self.waiters.close();
         // Frees already handed over finish first; the thread never holds this device.
         if let Some(mut reclaimer) = self.reclaimer.take() {
             reclaimer.queue.take();

@@ -12,8 +12,8 @@
 //!   streak, by the device's issuing thread (see `issue`);
 //! - owners for streams, events and allocations, each releasing its handle
 //!   exactly once in `Drop`, with live counts;
-//! - the completion path: a host callback or a per-stream waiter thread
-//!   (see `stream`);
+//! - the completion path: a host callback, or a pool of waiter threads
+//!   serving each stream with completions queued (see `stream`, `waiters`);
 //! - the device's kernel cache (the device layer's `modules`: the built-ins
 //!   as one C source, users' kernels compiled and loaded once);
 //! - page-locked staging for uploads and downloads, so enqueueing a copy
@@ -34,6 +34,7 @@ mod owners;
 mod prepare;
 mod staging;
 mod stream;
+mod waiters;
 // Over the device layer's fake driver.
 #[cfg(test)]
 mod tests;

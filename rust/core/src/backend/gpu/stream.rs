@@ -6,10 +6,10 @@
 //! - on the driver's callback thread (`Wake::Callback`), which must not call
 //!   the driver: callbacks here only complete cells, copy host bytes and
 //!   return staging buffers; or
-//! - on one waiter thread per stream (`Wake::Waiter`), which sleeps in an
-//!   event synchronisation (a blocking-sync event, so it does not spin).
-//!   A stream's events complete in order, so one thread per stream never
-//!   waits behind another stream's work. A fence likely to complete soon is
+//! - on a thread of the device's waiter pool (`Wake::Waiter`, see
+//!   `waiters`), which serves a stream while it has completions queued and
+//!   sleeps in each event's synchronisation, so a stream never waits
+//!   behind another stream's work. A fence likely to complete soon is
 //!   also watched by the wake thread (`completion::watch`), which queries its
 //!   event as it spins and, once every earlier completion of the stream ran,
 //!   completes it itself and runs its wakers: one thread, already awake, sees
@@ -18,24 +18,21 @@
 //!
 //! A device error seen by any callback poisons the stream: later callbacks
 //! report it too. A fault that poisons the context (see `Loss`) loses the
-//! whole driver, and the waiter makes no driver call after it. Either path contains a panicking callback, so the
-//! completions behind it still run.
+//! whole driver, and the waiter makes no driver call after it. Either path
+//! contains a panicking callback, so the completions behind it still run.
 //!
 //! The scheduler drops a retired stream on the delivery thread once a signal
 //! on it completed: its work is done, so the drop only binds the device,
-//! lets the waiter drain and exit, and destroys the handle.
+//! lets its queued completions run, and destroys the handle.
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::mpsc::{channel, Sender};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
-use std::thread::JoinHandle;
 use std::time::Instant;
 
 use super::device::Device;
 use super::owners::GpuEvent;
+use super::waiters::{run_claimed, Claim, Completions};
 use crate::backend::FailureTally;
-use crate::completion::spin::SpinPolicy;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -44,70 +41,6 @@ use weir_device::driver::{Callback, Driver, EventUse, Status};
 /// Where completions run; see the module doc.
 pub(crate) type Wake = crate::options::GpuWake;
 
-/// Waits for `event` by the spin policy: querying while recent events were
-/// reached within the budget, then blocking. A fence the wake thread
-/// watches (see the module doc) it does not spin for: one spinning thread is
-/// enough.
-///
-/// # Safety
-/// `event` was made and recorded by `driver` and stays alive for the call.
-unsafe fn wait_for_event<D: Driver>(spin: &SpinPolicy, driver: &D, event: D::Event, watched: bool) -> Status {
-    let start = Instant::now();
-    let reached = if watched {
-        None
-    } else {
-        // Some(None): the driver cannot query it, so block.
-        // SAFETY: this function's contract.
-        spin.spin(start, || match unsafe { driver.event_query(event) } {
-            Some(Ok(false)) => None,
-            Some(done) => Some(Some(done.map(drop))),
-            None => Some(None),
-        })
-        .flatten()
-    };
-    // SAFETY: this function's contract.
-    let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
-    spin.learn(start);
-    status
-}
-
-/// A completion taken by whichever of the waiter and the wake thread's probe
-/// comes first.
-type Claim = Arc<Mutex<Option<Callback>>>;
-
-/// One completion on a waiter's queue: its place among the stream's
-/// completions, its event, and whether the wake thread watches it too.
-struct Entry<D: Driver> {
-    place: u64,
-    event: Arc<GpuEvent<D>>,
-    claim: Claim,
-    watched: bool,
-}
-
-struct Waiter<D: Driver> {
-    /// The queue and the count of what it was given, under one lock so that
-    /// places follow the queue's order.
-    queue: Mutex<Option<(u64, Sender<Entry<D>>)>>,
-    ran: Arc<AtomicU64>,
-    /// Shared with the waiter thread: whether recent events were quick.
-    spin: SpinPolicy,
-}
-
-/// Runs `claim`'s completion if nobody took it yet, once the completions
-/// before `place` ran; counts it as run either way it ends. False if it was
-/// taken already.
-fn run_claimed(claim: &Claim, place: u64, ran: &AtomicU64, status: Status) -> bool {
-    let Some(callback) = lock(claim).take() else { return false };
-    while ran.load(Ordering::SeqCst) < place {
-        // The one before is being run by the other side: a completion's moment.
-        std::thread::yield_now();
-    }
-    // A panicking callback must not end the completions behind it.
-    let _ = catch_unwind(AssertUnwindSafe(move || callback(status)));
-    ran.fetch_add(1, Ordering::SeqCst);
-    true
-}
-
 /// A device stream (non-blocking with respect to the legacy default stream).
 ///
 /// Its state lives in a box of its own ([`StreamCore`]), so that the jobs of
@@ -115,7 +48,6 @@ fn run_claimed(claim: &Claim, place: u64, ran: &AtomicU64, status: Status) -> bo
 /// drop runs every queued job first (see [`StreamRef`]).
 pub(crate) struct GpuStream<D: Driver> {
     core: Box<StreamCore<D>>,
-    waiter_thread: Option<JoinHandle<()>>,
     /// False for the backend's own capture stream, which no user made: the
     /// live count is of the streams of runtimes.
     counted: bool,
@@ -130,7 +62,8 @@ pub(crate) struct StreamCore<D: Driver> {
     failure: Arc<Mutex<Option<Error>>>,
     /// Ops whose driver calls failed on the issuing thread, for the next fence.
     pub(crate) failed_ops: FailureTally,
-    waiter: Option<Waiter<D>>,
+    /// Its completions, for the device's waiter pool (`Wake::Waiter`).
+    waiter: Option<Arc<Completions<D>>>,
     /// The event this stream records for another stream of its device to
     /// wait for (see `issue::record_order`): made at its first such order,
     /// destroyed with the stream. Part of the stream, like its handle, so
@@ -175,9 +108,7 @@ impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let mut stream = Self::made(device, index, true)?;
         if wake == Wake::Waiter {
-            let (waiter, thread) = stream.spawn_waiter()?;
-            stream.core.waiter = Some(waiter);
-            stream.waiter_thread = Some(thread);
+            stream.core.waiter = Some(Completions::new(device.driver.clone(), device.spin_budget));
         }
         Ok(stream)
     }
@@ -202,41 +133,7 @@ impl<D: Driver> GpuStream<D> {
             waiter: None,
             order_event: OnceLock::new(),
         };
-        Ok(GpuStream { core: Box::new(core), waiter_thread: None, counted })
-    }
-
-    fn spawn_waiter(&self) -> Result<(Waiter<D>, JoinHandle<()>)> {
-        let (queue, pending) = channel::<Entry<D>>();
-        let device = self.device.clone();
-        let spin = SpinPolicy::new(device.spin_budget);
-        let ran = Arc::new(AtomicU64::new(0));
-        let policy = spin.clone();
-        let counted = ran.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("weir-{}-waiter-{}", D::KIND.name(), self.index))
-            .spawn(move || {
-                let bound = device.driver.bind();
-                for Entry { place, event, claim, watched } in pending {
-                    if lock(&claim).is_none() {
-                        // The wake thread saw it done and ran it.
-                        continue;
-                    }
-                    // Once the context is lost its events may be gone with it.
-                    let status = match bound.clone().and_then(|()| device.driver.loss().check()) {
-                        // SAFETY: the event was made and recorded by this driver and
-                        // stays alive until after this call (dropped below).
-                        Ok(()) => unsafe { wait_for_event(&policy, &*device.driver, event.raw, watched) },
-                        Err(error) => Err(error),
-                    };
-                    // Off the live events before completing, so a caller woken by
-                    // the completion sees no event of it still alive.
-                    event.uncount();
-                    drop(event);
-                    run_claimed(&claim, place, &counted, status);
-                }
-            })
-            .map_err(|e| Error::backend(D::KIND, format!("cannot start a completion thread: {e}")))?;
-        Ok((Waiter { queue: Mutex::new(Some((0, queue))), ran, spin }, thread))
+        Ok(GpuStream { core: Box::new(core), counted })
     }
 }
 
@@ -256,16 +153,10 @@ impl<D: Driver> StreamCore<D> {
         unsafe { self.device.driver.event_record(event.raw, self.raw)? };
         let claim: Claim = Arc::new(Mutex::new(Some(callback)));
         let watched = awaited && waiter.spin.is_quick();
-        let mut queue = lock(&waiter.queue);
-        let (queued, sender) = queue.as_mut().ok_or(Error::Closed)?;
-        let place = *queued;
-        let probe = watched.then(|| self.probe(&event, &claim, place, waiter));
-        let entry = Entry { place, event, claim, watched };
-        sender.send(entry).map_err(|_| Error::backend(D::KIND, "the completion thread has stopped"))?;
-        *queued += 1;
+        let place = waiter.push(&self.device.waiters, event.clone(), claim.clone(), watched)?;
         // Only once the waiter has it: whichever takes it first runs it.
-        if let Some(probe) = probe {
-            crate::completion::watch(probe);
+        if watched {
+            crate::completion::watch(self.probe(event, claim, place, waiter));
         }
         Ok(())
     }
@@ -276,9 +167,9 @@ impl<D: Driver> StreamCore<D> {
     /// the spin budget from its first check, or on any error, which the
     /// waiter reports. Its share of the event, and through it of the device,
     /// is dropped on the release thread: it may be the device's last.
-    fn probe(&self, event: &Arc<GpuEvent<D>>, claim: &Claim, place: u64, waiter: &Waiter<D>) -> Probe {
-        let (claim, ran) = (claim.clone(), waiter.ran.clone());
-        let mut event = Some(event.clone());
+    fn probe(&self, event: Arc<GpuEvent<D>>, claim: Claim, place: u64, waiter: &Completions<D>) -> Probe {
+        let ran = waiter.ran.clone();
+        let mut event = Some(event);
         let budget = waiter.spin.budget();
         let mut first_check: Option<Instant> = None;
         let mut check = move |event: &GpuEvent<D>| {
@@ -366,15 +257,10 @@ impl<D: Driver> Drop for GpuStream<D> {
             let _ = unsafe { self.device.driver.stream_synchronize(self.raw) };
         }
         if let Some(waiter) = &self.core.waiter {
-            // Closing the queue ends the waiter once it ran what is queued.
-            lock(&waiter.queue).take();
-        }
-        if let Some(thread) = self.waiter_thread.take() {
-            // A drop on the waiter itself (a completion that could not be
-            // delivered elsewhere ran there) must not wait for itself.
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
+            // What is queued runs first; but a drop on the thread running
+            // it (a completion that could not be delivered elsewhere ran
+            // there) does not wait for itself.
+            waiter.close();
         }
         if bound {
             // SAFETY: made by this driver in `new`, synchronised above, destroyed once.

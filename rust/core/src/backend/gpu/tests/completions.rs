@@ -97,3 +97,52 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
     latch.open();
     done.wait().unwrap();
 }
+
+#[test]
+fn waiting_threads_serve_streams_with_completions_queued_not_every_stream() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let streams: Vec<_> = (0..32).map(|index| backend.create_stream(index).unwrap()).collect();
+    assert_eq!(backend.device.waiters.threads(), 0, "streams with nothing queued started threads");
+
+    // Streams made, used and dropped one after another: a thread that
+    // served one serves the next (a second may start while the first is
+    // still on its way back).
+    for stream in &streams {
+        fence(&backend, stream).unwrap();
+    }
+    drop(streams);
+    for index in 0..64 {
+        let stream = backend.create_stream(index).unwrap();
+        fence(&backend, &stream).unwrap();
+    }
+    assert!(
+        backend.device.waiters.threads() <= 2,
+        "{} threads for streams used one at a time",
+        backend.device.waiters.threads()
+    );
+
+    // Streams whose completions are all pending each have a thread: none
+    // waits behind another's event.
+    shared.queries.store(NO_QUERY, Ordering::SeqCst);
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let _open = OpenOnDrop(latch.clone());
+    let streams: Vec<_> = (0..8).map(|index| backend.create_stream(index).unwrap()).collect();
+    let pending: Vec<_> = streams
+        .iter()
+        .map(|stream| {
+            let done = completion();
+            backend.signal(stream, done.clone(), SignalKind::Drain).unwrap();
+            done
+        })
+        .collect();
+    assert!(
+        soon(|| backend.device.waiters.threads() == 8),
+        "{} threads for 8 blocked streams",
+        backend.device.waiters.threads()
+    );
+    latch.open();
+    for done in pending {
+        done.wait().unwrap();
+    }
+}
