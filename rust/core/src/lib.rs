@@ -101,7 +101,8 @@
 //!                          wgpu    recording and submitting on the one queue, lanes
 //!                                  run at once on the pushing thread; batched
 //!                                  submissions, a poll thread
-//!                          gpu   an issuing thread per device, a waiter per stream,
+//!                          gpu   an issuing thread per device; waiter threads, one
+//!                                per stream with completions pending;
 //!                                generic over the device layer's `Driver`
 //!                        written once for all three: the failure tally, the
 //!                        counters, and (test support) gates, which delays on the

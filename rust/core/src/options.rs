@@ -21,8 +21,9 @@ pub(crate) const SPIN_BUDGET: Duration = Duration::from_micros(200);
 pub enum GpuWake {
     /// On the driver's host-callback thread, enqueued on the stream.
     Callback,
-    /// On one waiter thread per stream, which sleeps in an event
-    /// synchronisation (and the wake thread, for fences likely to be quick).
+    /// On the device's waiter threads, one for each stream with completions
+    /// pending, which sleep in an event synchronisation (and the wake
+    /// thread, for fences likely to be quick).
     Waiter,
 }
 

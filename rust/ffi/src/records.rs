@@ -383,7 +383,8 @@ pub type GpuWake = weir_core::GpuWake;
 pub enum GpuWake {
     /// On the driver's host-callback thread, enqueued on the stream.
     Callback,
-    /// On a waiter thread per stream, which sleeps in an event synchronisation.
+    /// On the device's waiter threads, one for each stream with completions
+    /// pending, which sleep in an event synchronisation.
     Waiter,
 }
 
