@@ -657,8 +657,10 @@ fn graph_replay(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         });
         best(&mut replayed, &|| s.replay(&graph).unwrap());
     }
-    // Where the time between replay and raw graph goes: the device's time
-    // from before the graph's launch to after it, once more on each side.
+    // Where the time between replay and raw graph goes, once more on each
+    // side: the device's clock from a mark before the launch to one after
+    // it (for Weir, a timestamp each side of the replay, so its admission
+    // counts as well when the device is idle meanwhile).
     let device_replay = {
         let before = s.timestamp().unwrap();
         s.replay(&graph).unwrap();
@@ -705,7 +707,7 @@ fn graph_replay(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         higher_is_better: false,
         baseline_is_raw: true,
         note: format!(
-            "until all ran, best of {ROUNDS}; admission alone: replay {:.0} us, one by one {:.0} us; on the device: replay {:.0} us; a raw CUDA graph of the same launches: {:.0} us until all ran, cuGraphLaunch alone {:.0} us, on the device {:.0} us; baseline: the same 1 000 launches admitted one by one",
+            "until all ran, best of {ROUNDS}; admission alone: replay {:.0} us, one by one {:.0} us; between device marks: replay {:.0} us; a raw CUDA graph of the same launches: {:.0} us until all ran, cuGraphLaunch alone {:.0} us, between device marks {:.0} us; baseline: the same 1 000 launches admitted one by one",
             micros(replayed.1),
             micros(one_by_one.1),
             micros(device_replay),
