@@ -26,7 +26,10 @@ use crate::scheduler::Engine;
 /// [`spin`](crate::RuntimeBuilder::spin); behind long work it parks at
 /// once): an app that waits for one small op after another then sees each
 /// end at once instead of being woken by another thread, which costs a
-/// parked thread 5–50 µs. A future watches in its first poll.
+/// parked thread 5–50 µs. A future watches in its first poll. On the CPU
+/// backend, once a stream's recent waits took longer than a worker's
+/// wake-up, a wait blocks for that span instead of spinning: the worker it
+/// waits for wakes it directly, and no spinning thread keeps a core from it.
 pub struct Fence {
     completion: Arc<Completion>,
     /// Keeps the runtime alive, and tells a wait that would wait for itself.
@@ -62,7 +65,8 @@ impl Fence {
         if !self.completion.is_complete() {
             self.engine.check_can_wait(self.stream)?;
             if let Some(waits) = &self.waits {
-                waits.spin_as_recent(start, || self.completion.is_complete());
+                // Where it would block, the wait below does.
+                waits.watch(start, || self.completion.is_complete(), |_| false);
             }
         }
         let outcome = self.completion.wait();
@@ -144,7 +148,7 @@ impl Future for CompletionWait {
                 let start = Instant::now();
                 watch.started = Some(start);
                 let completion = &this.completion;
-                watch.waits.spin_as_recent(start, || completion.is_complete());
+                watch.waits.watch(start, || completion.is_complete(), |most| completion.wait_at_most(most));
             }
         }
         let polled = this.completion.poll_wait(cx, &mut this.slot);

@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::backend::cpu::CpuBackend;
 use crate::backend::Backend;
 use crate::builder::RuntimeBuilder;
+use crate::completion::spin::SpinPolicy;
 use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::Diagnostics;
 use crate::element::Element;
@@ -34,23 +35,30 @@ fn engine<B: Backend>(backend: B, options: &RuntimeOptions) -> Result<Arc<dyn En
     let fault = options.fault;
     #[cfg(not(feature = "test-support"))]
     let fault = None;
-    let fence_spin = fence_spin(B::KIND, options);
-    Ok(Arc::new(Scheduler::new(backend, options.queue_limit, fence_spin, fault)?))
+    let fence_waits = fence_waits(B::KIND, options);
+    Ok(Arc::new(Scheduler::new(backend, options.queue_limit, fence_waits, fault)?))
 }
 
 /// The most a stream fence's wait spins on its own thread (see [`crate::Fence`]).
 const FENCE_SPIN_MOST: Duration = Duration::from_micros(100);
 
-/// How long a stream fence's wait may spin before it parks: up to the
+/// On a CPU backend, the longest recent wait a stream fence's wait spins
+/// for: an op queued to an awake worker ends within it; beyond, the worker
+/// was asleep, and the waiter blocks until the worker, once woken, wakes it.
+const CPU_FENCE_SPIN_MOST: Duration = Duration::from_micros(10);
+
+/// How a stream fence's wait watches it before it parks: spinning up to the
 /// builder's `spin`, at most [`FENCE_SPIN_MOST`]; never on a CPU backend
 /// with one core, where the spinning thread would hold the core that the
-/// awaited work needs.
-fn fence_spin(kind: BackendKind, options: &RuntimeOptions) -> Duration {
+/// awaited work needs, and on a CPU backend only for waits that recently
+/// took no longer than [`CPU_FENCE_SPIN_MOST`].
+fn fence_waits(kind: BackendKind, options: &RuntimeOptions) -> SpinPolicy {
     let one_core = std::thread::available_parallelism().is_ok_and(|cores| cores.get() == 1);
-    if kind == BackendKind::Cpu && one_core {
-        return Duration::ZERO;
+    match kind {
+        BackendKind::Cpu if one_core => SpinPolicy::new(Duration::ZERO),
+        BackendKind::Cpu => SpinPolicy::new(options.spin.min(FENCE_SPIN_MOST)).spinning_at_most(CPU_FENCE_SPIN_MOST),
+        _ => SpinPolicy::new(options.spin.min(FENCE_SPIN_MOST)),
     }
-    options.spin.min(FENCE_SPIN_MOST)
 }
 
 /// The device `options.device` of `kind`: a CUDA or HIP ordinal, a wgpu

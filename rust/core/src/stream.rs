@@ -82,7 +82,7 @@ impl std::fmt::Debug for Stream {
 
 impl Stream {
     pub(crate) fn new(engine: Arc<dyn Engine>, index: usize) -> Self {
-        let waits = SpinPolicy::new(engine.fence_spin());
+        let waits = engine.fence_waits();
         Stream { handle: Arc::new(StreamHandle { engine, index, waits, recording: None }), when_full: WhenFull::Wait }
     }
 

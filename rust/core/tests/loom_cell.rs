@@ -260,6 +260,29 @@ fn blocked_wait_returns() {
 /// An action registered with `then` runs exactly once, whether it was
 /// registered before the completion or after; an action may call back into
 /// the cell (it runs outside the cell's lock).
+/// A bounded wait is woken by the completing thread too (loom's timed wait
+/// never times out, so a skipped notification deadlocks the model).
+#[test]
+fn bounded_wait_is_woken_by_the_completion() {
+    loom::model(|| {
+        let cell = new_cell(1);
+        let waiter = {
+            let cell = cell.clone();
+            thread::spawn(move || {
+                let mut blocked = 0isize;
+                let done = cell.wait_at_most(std::time::Duration::from_secs(1), |blocking| {
+                    blocked += if blocking { 1 } else { -1 }
+                });
+                (done, blocked)
+            })
+        };
+        assert!(complete(&cell, Ok(())));
+        let (done, blocked) = waiter.join().unwrap();
+        assert!(done, "a completed cell ends the bounded wait with true");
+        assert_eq!(blocked, 0);
+    });
+}
+
 #[test]
 fn action_runs_exactly_once() {
     loom::model(|| {

@@ -158,13 +158,21 @@ fn pipeline(report: &mut Report) {
     ));
 }
 
-pub fn run(report: &mut Report) {
-    for buffers in [0, 1, 4] {
-        admission(report, buffers);
+pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool) {
+    if part("admission") {
+        for buffers in [0, 1, 4] {
+            admission(report, buffers);
+        }
     }
-    fence_wake_up(report);
-    sparse_ops(report);
-    pipeline(report);
+    if part("fence") {
+        fence_wake_up(report);
+    }
+    if part("sparse") {
+        sparse_ops(report);
+    }
+    if part("pipeline") {
+        pipeline(report);
+    }
 }
 
 /// What an idle worker's linger costs and buys: one zero delay every `gap`,

@@ -3,7 +3,8 @@
 //! Prints one JSON line per figure, then a readable table, and draws the
 //! figures beside raw as `target/weir-bench.svg`.
 //! `--backend NAME` (repeatable) limits the run to some backends; `--only
-//! PART` (repeatable) to some parts of them: `scaling`; on wgpu `fence`,
+//! PART` (repeatable) to some parts of them: `scaling`; on the CPU
+//! `admission`, `fence`, `sparse`, `pipeline`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `own-device`, `live`; on CUDA `memset`,
 //! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced`,
 //! `sgemm`, `transformer` (a
@@ -34,7 +35,6 @@ fn main() {
     let wanted: Vec<&str> = args.windows(2).filter(|w| w[0] == "--backend").map(|w| w[1].as_str()).collect();
     let wants = |name: &str| wanted.is_empty() || wanted.contains(&name);
     let parts: Vec<&str> = args.windows(2).filter(|w| w[0] == "--only").map(|w| w[1].as_str()).collect();
-    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda")), allow(unused_variables))]
     let part = |name: &str| parts.is_empty() || parts.contains(&name);
     #[cfg_attr(not(feature = "cuda"), allow(unused_variables))]
     let processes = match args.windows(2).find(|w| w[0] == "--processes").map(|w| w[1].parse::<usize>()) {
@@ -44,8 +44,10 @@ fn main() {
     };
     let mut report = Report::default();
     if wants("cpu") {
-        cpu::run(&mut report);
-        scaling::run(&mut report, weir_core::BackendKind::Cpu);
+        cpu::run(&mut report, &part);
+        if part("scaling") {
+            scaling::run(&mut report, weir_core::BackendKind::Cpu);
+        }
     }
     #[cfg(feature = "wgpu")]
     if wants("wgpu") {

@@ -8,6 +8,7 @@
 //! against `std::sync` in the library and against `loom::sync` in the model.
 
 use std::task::{Context, Poll, Waker};
+use std::time::{Duration, Instant};
 
 use super::sync::{AtomicBool, Condvar, Mutex, MutexGuard, Ordering};
 
@@ -20,6 +21,10 @@ struct State<T> {
     wakers: Vec<Option<Waker>>,
     free_slots: Vec<usize>,
     actions: Vec<Action<T>>,
+    /// Threads blocked in [`Cell::wait`] or [`Cell::wait_at_most`]: only
+    /// they need the condvar (a notification is a system call even with
+    /// nobody to wake).
+    blocked: usize,
 }
 
 /// A one-shot completion made of `parts` signals, done when every part is.
@@ -81,6 +86,7 @@ impl<T: Clone> Cell<T> {
                 wakers: Vec::new(),
                 free_slots: Vec::new(),
                 actions: Vec::new(),
+                blocked: 0,
             }),
             finished: Condvar::new(),
             merge,
@@ -106,8 +112,11 @@ impl<T: Clone> Cell<T> {
             wakers: std::mem::take(&mut state.wakers).into_iter().flatten().collect(),
             actions: std::mem::take(&mut state.actions),
         };
+        let blocked = state.blocked > 0;
         drop(state);
-        self.finished.notify_all();
+        if blocked {
+            self.finished.notify_all();
+        }
         Some(finished)
     }
 
@@ -129,12 +138,38 @@ impl<T: Clone> Cell<T> {
         let mut state = lock(&self.state);
         if state.parts_left > 0 {
             blocking(true);
+            state.blocked += 1;
             while state.parts_left > 0 {
                 state = self.finished.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
             }
+            state.blocked -= 1;
             blocking(false);
         }
         state.outcome.clone()
+    }
+
+    /// Blocks until complete or until `most` has passed; true if complete.
+    /// `blocking` as in [`Cell::wait`].
+    pub(crate) fn wait_at_most(&self, most: Duration, mut blocking: impl FnMut(bool)) -> bool {
+        let mut state = lock(&self.state);
+        if state.parts_left > 0 && !most.is_zero() {
+            blocking(true);
+            state.blocked += 1;
+            let deadline = Instant::now() + most;
+            while state.parts_left > 0 {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                state = match self.finished.wait_timeout(state, left) {
+                    Ok((state, _)) => state,
+                    Err(poisoned) => poisoned.into_inner().0,
+                };
+            }
+            state.blocked -= 1;
+            blocking(false);
+        }
+        state.parts_left == 0
     }
 
     /// Runs `action` once complete: returns it to the caller if the cell

@@ -137,18 +137,26 @@ impl Completion {
 
     /// Blocks the calling thread until complete.
     pub fn wait(&self) -> Result<()> {
-        let waiters = &self.counters.waiters;
-        reported(self.cell.wait(|blocking| {
-            // A wait on a thread that runs streams (a CPU pool worker): its pool may start another meanwhile.
-            if let Some(hook) = BLOCKING_HOOK.with(std::cell::Cell::get) {
-                hook(blocking);
-            }
-            if blocking {
-                waiters.fetch_add(1, Ordering::SeqCst);
-            } else {
-                waiters.fetch_sub(1, Ordering::SeqCst);
-            }
-        }))
+        reported(self.cell.wait(|blocking| self.blocking(blocking)))
+    }
+
+    /// Blocks the calling thread until complete or until `most` has passed;
+    /// true if complete. Woken by the completing thread itself.
+    pub(crate) fn wait_at_most(&self, most: Duration) -> bool {
+        self.cell.wait_at_most(most, |blocking| self.blocking(blocking))
+    }
+
+    /// Told as a blocking wait on the calling thread starts and ends.
+    fn blocking(&self, blocking: bool) {
+        // A wait on a thread that runs streams (a CPU pool worker): its pool may start another meanwhile.
+        if let Some(hook) = BLOCKING_HOOK.with(std::cell::Cell::get) {
+            hook(blocking);
+        }
+        if blocking {
+            self.counters.waiters.fetch_add(1, Ordering::SeqCst);
+        } else {
+            self.counters.waiters.fetch_sub(1, Ordering::SeqCst);
+        }
     }
 
     /// Runs `action` with the outcome once complete, on the wake thread (at
@@ -190,5 +198,30 @@ impl Completion {
     pub(crate) fn forget_waker(&self, slot: &mut Option<usize>) {
         let registration = self.cell.forget(slot);
         self.count(registration);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_bounded_wait_ends_when_the_cell_completes_or_its_time_is_up() {
+        let counters = Arc::new(LiveCounters::default());
+        let completion = Completion::new(1, counters.clone());
+        let start = Instant::now();
+        assert!(!completion.wait_at_most(Duration::from_millis(20)), "nothing completed it");
+        assert!(start.elapsed() >= Duration::from_millis(20), "it waited its time");
+        assert_eq!(counters.waiters.load(Ordering::SeqCst), 0, "the waiter is counted off");
+        let completer = completion.clone();
+        let thread = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            completer.complete(Ok(()));
+        });
+        let start = Instant::now();
+        assert!(completion.wait_at_most(Duration::from_secs(30)), "the completion ended it");
+        assert!(start.elapsed() < Duration::from_secs(10), "woken by the completion, not by the time");
+        let _ = thread.join();
+        assert_eq!(counters.waiters.load(Ordering::SeqCst), 0);
     }
 }

@@ -17,7 +17,10 @@
 //!   [`crate::Fence`]; the budget is the builder's `spin`, 100 µs at most): it watches the
 //!   fence about as long as the stream's recent waits took, so an app that
 //!   waits for one small op after another sees each end on its own thread,
-//!   not through a wake-up from another;
+//!   not through a wake-up from another; on a CPU backend, behind waits
+//!   longer than an awake worker takes, it blocks on the fence for that
+//!   span instead ([`SpinPolicy::watch`]): the worker was asleep, and once
+//!   woken it wakes the waiter itself;
 //! - every thread that idles between jobs, watching for its next one about
 //!   as long as the recent gaps between jobs ([`SpinPolicy::spin_as_recent`],
 //!   learning the gaps): the GPU issuing thread (up to the builder's `spin`,
@@ -40,12 +43,29 @@ pub(crate) struct SpinPolicy {
     recent: Arc<AtomicU64>,
     /// Yield the core between checks, rather than spin on it.
     yields: bool,
+    /// For a wait that can block on what it awaits ([`SpinPolicy::watch`]):
+    /// the longest recent wait worth spinning for. Beyond it the waiter
+    /// blocks at once: what it awaits is a host thread being woken (a CPU
+    /// worker), which a spinning waiter only keeps from a core, and which
+    /// wakes a blocked waiter itself, with no thread between them.
+    spin_most: Option<Duration>,
 }
 
 impl SpinPolicy {
     /// A policy that spins up to `budget` per wait; `Duration::ZERO` never spins.
     pub fn new(budget: Duration) -> SpinPolicy {
-        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)), yields: false }
+        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)), yields: false, spin_most: None }
+    }
+
+    /// As this policy, where [`SpinPolicy::watch`] blocks at once once
+    /// recent waits took longer than `most` (see the field).
+    pub fn spinning_at_most(self, most: Duration) -> SpinPolicy {
+        SpinPolicy { spin_most: Some(most), ..self }
+    }
+
+    /// A policy of the same settings with no history of its own (a clone shares it).
+    pub fn renewed(&self) -> SpinPolicy {
+        SpinPolicy { recent: Arc::new(AtomicU64::new(0)), ..self.clone() }
     }
 
     /// As [`SpinPolicy::new`], yielding the core between checks: for a
@@ -84,6 +104,20 @@ impl SpinPolicy {
         match self.recent_span() {
             None => done(),
             Some(bound) => self.spin_until(start, bound, || done().then_some(())).is_some(),
+        }
+    }
+
+    /// Watches for `done` as [`SpinPolicy::spin_as_recent`] does, for a
+    /// waiter that can also block on what it awaits: once recent waits took
+    /// longer than the policy spins for ([`SpinPolicy::spinning_at_most`]),
+    /// it calls `block` with the span instead, which waits at most that
+    /// long and says whether it is done. Its last answer.
+    pub fn watch(&self, start: Instant, mut done: impl FnMut() -> bool, block: impl FnOnce(Duration) -> bool) -> bool {
+        let Some(span) = self.recent_span() else { return done() };
+        let recent = Duration::from_nanos(self.recent.load(Ordering::Relaxed));
+        match self.spin_most {
+            Some(most) if recent > most => done() || block(span.saturating_sub(start.elapsed())),
+            _ => self.spin_until(start, span, || done().then_some(())).is_some(),
         }
     }
 
@@ -211,6 +245,48 @@ mod tests {
             false
         }));
         assert_eq!(checks, 1, "behind long gaps it only looks once");
+    }
+
+    #[test]
+    fn a_watch_blocks_instead_of_spinning_once_recent_waits_are_longer_than_it_spins_for() {
+        let policy = SpinPolicy::new(Duration::from_millis(2)).spinning_at_most(Duration::from_micros(200));
+        for _ in 0..16 {
+            waited(&policy, Duration::from_micros(100));
+        }
+        let (mut checks, mut blocked) = (0, None);
+        assert!(!policy.watch(
+            Instant::now(),
+            || {
+                checks += 1;
+                false
+            },
+            |span| {
+                blocked = Some(span);
+                false
+            }
+        ));
+        assert!(checks > 1 && blocked.is_none(), "short waits: it spins ({checks} checks), never blocks");
+        for _ in 0..16 {
+            waited(&policy, Duration::from_micros(300));
+        }
+        let mut checks = 0;
+        assert!(policy.watch(
+            Instant::now(),
+            || {
+                checks += 1;
+                false
+            },
+            |span| {
+                blocked = Some(span);
+                true
+            }
+        ));
+        assert_eq!(checks, 1, "longer waits: one look, no spin");
+        let span = blocked.expect("it blocked");
+        assert!(span > Duration::from_micros(300) && span <= Duration::from_micros(700), "blocked for {span:?}");
+        let renewed = policy.renewed();
+        assert_eq!(renewed.recent_span(), Some(Duration::from_micros(5)), "a renewed policy has no history");
+        assert!(policy.recent_span() > renewed.recent_span());
     }
 
     #[test]

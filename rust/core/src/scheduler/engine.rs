@@ -2,12 +2,12 @@
 //! [`Engine`] trait, which the scheduler implements (in `engine_impl`).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::{BufferKey, CommunicatorSlot, PartKeys, Recording};
 #[cfg(feature = "test-support")]
 use crate::backend::Gate;
 use crate::backend::{AnyTimestamp, Command, RawAccess, Span, UploadFrom};
+use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::{Diagnostics, LiveCounters};
@@ -33,8 +33,8 @@ pub(crate) trait Engine: Send + Sync {
     fn kind(&self) -> BackendKind;
     fn info(&self) -> DeviceInfo;
     fn live(&self) -> &Arc<LiveCounters>;
-    /// How long a stream fence's wait may spin before it parks (see [`crate::Fence`]).
-    fn fence_spin(&self) -> Duration;
+    /// How a new stream's fence waits watch the fence before they park (see [`crate::Fence`]).
+    fn fence_waits(&self) -> SpinPolicy;
     fn new_stream(&self) -> Result<usize>;
     /// The last handle of `stream` went: retire it once its work is done.
     fn retire_stream(&self, stream: usize);

@@ -3,7 +3,6 @@
 //! `external`, `lifecycle`, `peer` and `collective` for the work behind it).
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::state::BufferEntry;
 use super::streams::StreamSlot;
@@ -12,6 +11,7 @@ use super::{BufferKey, CommunicatorSlot, Engine, Init, PartKeys, Recording, Sche
 use crate::backend::{AnyTimestamp, Backend, Command, RawAccess, SignalKind, Span, UploadFrom};
 #[cfg(feature = "test-support")]
 use crate::backend::{Gate, OpOutcome};
+use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo};
 use crate::diagnostics::{Diagnostics, LiveCounters};
@@ -33,8 +33,8 @@ impl<B: Backend> Engine for Scheduler<B> {
         self.info.clone()
     }
 
-    fn fence_spin(&self) -> Duration {
-        self.fence_spin
+    fn fence_waits(&self) -> SpinPolicy {
+        self.fence_waits.renewed()
     }
 
     fn live(&self) -> &Arc<LiveCounters> {

@@ -4,13 +4,13 @@
 
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
 
 use super::external::EXTERNAL_WRITER;
 use super::streams::StreamSlot;
 use super::versions::{Dependencies, History};
 use super::BufferKey;
 use crate::backend::{Backend, Command};
+use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::device::DeviceInfo;
 use crate::diagnostics::LiveCounters;
@@ -93,7 +93,8 @@ pub(crate) struct Scheduler<B: Backend> {
     pub(super) backend: Arc<B>,
     pub(super) info: DeviceInfo,
     /// How long a stream fence's wait may spin before it parks.
-    pub(super) fence_spin: Duration,
+    /// How a stream fence's wait watches it: each stream has a renewed copy.
+    pub(super) fence_waits: SpinPolicy,
     pub(super) live: Arc<LiveCounters>,
     pub(super) inserted_waits: AtomicU64,
     pub(super) admitted_ops: AtomicU64,
@@ -109,7 +110,7 @@ pub(crate) struct Scheduler<B: Backend> {
 }
 
 impl<B: Backend> Scheduler<B> {
-    pub fn new(backend: B, queue_limit: QueueLimit, fence_spin: Duration, fault: Option<Fault>) -> Result<Self> {
+    pub fn new(backend: B, queue_limit: QueueLimit, fence_waits: SpinPolicy, fault: Option<Fault>) -> Result<Self> {
         #[cfg(not(feature = "test-support"))]
         let _ = fault;
         let default_stream = backend.create_stream(0)?;
@@ -123,7 +124,7 @@ impl<B: Backend> Scheduler<B> {
         });
         Ok(Scheduler {
             info,
-            fence_spin,
+            fence_waits,
             backend,
             live: Arc::new(LiveCounters::default()),
             inserted_waits: AtomicU64::new(0),
