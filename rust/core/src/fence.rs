@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::task::{Context, Poll};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::backend::HostSink;
 use crate::completion::spin::SpinPolicy;
@@ -144,7 +144,12 @@ impl Future for CompletionWait {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
         if let Some(watch) = &mut this.watch {
-            if watch.started.is_none() {
+            if watch.started.is_none() && this.completion.is_complete() {
+                // Done before it was awaited (an idle stream): nothing to
+                // watch, and no clock to read; it teaches a wait of nothing.
+                watch.waits.learn_took(Duration::ZERO);
+                this.watch = None;
+            } else if watch.started.is_none() {
                 let start = Instant::now();
                 watch.started = Some(start);
                 let completion = &this.completion;

@@ -13,6 +13,7 @@
 //!   of its own, so no dropping thread (a JVM cleaner, a Swift `deinit`, a CPU
 //!   worker whose kernel held the last handle) waits for device work.
 
+use smallvec::{smallvec, SmallVec};
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -138,8 +139,9 @@ impl<B: Backend> Scheduler<B> {
         stream: Option<usize>,
         kind: SignalKind,
     ) -> Result<Arc<Completion>> {
-        let targets: Vec<usize> = match stream {
-            Some(stream) => state.slot(stream).map(|_| vec![stream])?,
+        // Inline for one stream: a stream's fence allocates nothing here.
+        let targets: SmallVec<[usize; 1]> = match stream {
+            Some(stream) => state.slot(stream).map(|_| smallvec![stream])?,
             None => (0..state.streams.len())
                 .filter(|&index| {
                     let slot = &state.streams[index];
@@ -150,10 +152,10 @@ impl<B: Backend> Scheduler<B> {
         // Failures found at admission travel in one extra part per stream; the
         // fence still resolves only after the work queued before it.
         let reports = kind == SignalKind::Fence;
-        let failed: Vec<Failures> = if reports {
+        let failed: SmallVec<[Failures; 1]> = if reports {
             targets.iter().filter_map(|&stream| state.streams[stream].unreported.take().err()).collect()
         } else {
-            Vec::new()
+            SmallVec::new()
         };
         let done = Completion::new(targets.len() + failed.len(), self.live.clone());
         for failures in failed {
