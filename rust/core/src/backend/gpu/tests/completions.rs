@@ -19,7 +19,7 @@ fn fence_within(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, limit: Dur
 fn panicking_callback_does_not_stop_later_completions(wake: Wake) {
     let (backend, _shared) = backend(wake);
     let stream = backend.create_stream(0).unwrap();
-    stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)")), false).unwrap();
+    stream.after(Box::new(|_| panic!("a panicking completion (expected by this test)")), false, None).unwrap();
     fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
     fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
 }
@@ -96,6 +96,35 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
     assert!(!done.is_complete(), "a fence completed with its event neither queried nor synchronised");
     latch.open();
     done.wait().unwrap();
+}
+
+#[test]
+fn a_fence_s_own_waiter_completes_it_once_the_device_got_there_and_only_then() {
+    // No wake thread watching, and a waiter held in its synchronisation:
+    // only the thread awaiting the fence can see it reached.
+    let (backend, shared) = backend_spinning(Wake::Waiter, Duration::ZERO);
+    let latch = Arc::new(Latch::default());
+    *lock(&shared.slow_sync) = Some(latch.clone());
+    let _open = OpenOnDrop(latch.clone());
+    let stream = backend.create_stream(0).unwrap();
+    shared.queries.store(REACHED_ON_WAKE_THREAD, Ordering::SeqCst);
+    let done = completion();
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    done.help();
+    assert!(!done.is_complete(), "a look at an event not reached completed the fence");
+    shared.queries.store(REACHED, Ordering::SeqCst);
+    done.help();
+    assert!(done.is_complete(), "the waiting thread's look did not complete the reached fence");
+    assert_eq!(done.outcome(), Some(Ok(())));
+    assert_eq!(backend.counters().live_events, 0, "the completed fence's event still counts as live");
+    // The waiter, let go, finds it run and runs the next in order.
+    latch.open();
+    fence_within(&backend, &stream, Duration::from_secs(10)).unwrap();
+    // A completion nobody awaits leaves no look: taking none is harmless.
+    let drained = completion();
+    backend.signal(&stream, drained.clone(), SignalKind::Drain).unwrap();
+    drained.help();
+    drained.wait().unwrap();
 }
 
 #[test]
