@@ -250,37 +250,33 @@ mod tests {
     #[test]
     fn a_watch_blocks_instead_of_spinning_once_recent_waits_are_longer_than_it_spins_for() {
         let policy = SpinPolicy::new(Duration::from_millis(2)).spinning_at_most(Duration::from_micros(200));
+        // One watch that is never done by looking, its blocking answering
+        // `blocked_done`: how many looks it took, and the span it blocked for.
+        let watched = |blocked_done: bool| {
+            let (mut checks, mut blocked) = (0, None);
+            let done = policy.watch(
+                Instant::now(),
+                || {
+                    checks += 1;
+                    false
+                },
+                |span| {
+                    blocked = Some(span);
+                    blocked_done
+                },
+            );
+            assert_eq!(done, blocked_done && blocked.is_some());
+            (checks, blocked)
+        };
         for _ in 0..16 {
             waited(&policy, Duration::from_micros(100));
         }
-        let (mut checks, mut blocked) = (0, None);
-        assert!(!policy.watch(
-            Instant::now(),
-            || {
-                checks += 1;
-                false
-            },
-            |span| {
-                blocked = Some(span);
-                false
-            }
-        ));
+        let (checks, blocked) = watched(false);
         assert!(checks > 1 && blocked.is_none(), "short waits: it spins ({checks} checks), never blocks");
         for _ in 0..16 {
             waited(&policy, Duration::from_micros(300));
         }
-        let mut checks = 0;
-        assert!(policy.watch(
-            Instant::now(),
-            || {
-                checks += 1;
-                false
-            },
-            |span| {
-                blocked = Some(span);
-                true
-            }
-        ));
+        let (checks, blocked) = watched(true);
         assert_eq!(checks, 1, "longer waits: one look, no spin");
         let span = blocked.expect("it blocked");
         assert!(span > Duration::from_micros(300) && span <= Duration::from_micros(700), "blocked for {span:?}");
