@@ -269,6 +269,13 @@ impl<D: Driver> WaiterPool<D> {
         lock(&self.shared.state).threads
     }
 
+    /// Threads serving a stream, or about to.
+    #[cfg(test)]
+    pub(super) fn serving(&self) -> usize {
+        let state = lock(&self.shared.state);
+        state.threads - state.free + state.ready.len()
+    }
+
     /// Lets the threads exit once what is queued ran, and waits for them
     /// (but for the calling thread, if it is one).
     pub(super) fn close(&self) {
