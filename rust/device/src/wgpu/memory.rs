@@ -14,25 +14,35 @@ use super::slabs::{Slabs, Slot, SHARED_MAX};
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 
-/// A buffer as a queued op holds it until the op is recorded: the wgpu
-/// handle, which keeps the buffer alive, where the allocation starts in it,
-/// its size as Weir sees it, and its slot, which no other allocation takes
-/// while a queued op holds it.
-pub struct Held {
-    pub buffer: wgpu::Buffer,
-    base: u64,
-    pub len: u64,
-    _slot: Option<Arc<Slot>>,
-}
+/// A buffer as a queued op holds it until the op is recorded: the
+/// allocation itself, which keeps its wgpu buffer alive and its slot, which
+/// no other allocation takes while a queued op holds it. One pointer: a
+/// launch's arguments map to it in place.
+pub struct Held(Arc<Allocation>);
 
 impl Held {
     pub fn of(memory: &WgpuMemory) -> Held {
-        Held { buffer: memory.buffer.clone(), base: memory.base, len: memory.len, _slot: memory.slot.clone() }
+        Held(memory.0.clone())
+    }
+
+    /// The wgpu buffer the allocation is in.
+    pub fn buffer(&self) -> &wgpu::Buffer {
+        &self.0.buffer
+    }
+
+    /// The allocation's size as Weir sees it.
+    pub fn len(&self) -> u64 {
+        self.0.len
+    }
+
+    /// Always false: allocations have at least one byte.
+    pub fn is_empty(&self) -> bool {
+        false
     }
 
     /// Byte `offset` of the allocation, as an offset into the wgpu buffer.
     pub fn at(&self, offset: u64) -> u64 {
-        self.base + offset
+        self.0.base + offset
     }
 }
 
@@ -41,13 +51,16 @@ pub(crate) fn align4(bytes: u64) -> u64 {
     bytes.div_ceil(4) * 4
 }
 
-/// One allocation. Released on drop; wgpu keeps it alive for work in flight.
-pub struct WgpuMemory {
+/// One allocation. Released once neither its memory nor a queued op holds
+/// it; wgpu keeps the buffer alive for work in flight.
+pub struct WgpuMemory(Arc<Allocation>);
+
+struct Allocation {
     buffer: wgpu::Buffer,
     /// Where it starts in `buffer` (0 unless it is a slot of a slab).
     base: u64,
     len: u64,
-    slot: Option<Arc<Slot>>,
+    _slot: Option<Arc<Slot>>,
     counters: Arc<Counters>,
     bind_groups: Arc<BindGroups>,
 }
@@ -55,17 +68,17 @@ pub struct WgpuMemory {
 impl PartialEq for WgpuMemory {
     /// The same allocation: one object.
     fn eq(&self, other: &Self) -> bool {
-        std::ptr::eq(self, other)
+        Arc::ptr_eq(&self.0, &other.0)
     }
 }
 
 impl std::fmt::Debug for WgpuMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WgpuMemory({} bytes)", self.len)
+        write!(f, "WgpuMemory({} bytes)", self.0.len)
     }
 }
 
-impl Drop for WgpuMemory {
+impl Drop for Allocation {
     fn drop(&mut self) {
         self.bind_groups.forget(&self.buffer, self.base, align4(self.len.max(1)));
         self.counters.live_allocations.fetch_sub(1, Ordering::SeqCst);
@@ -110,23 +123,30 @@ impl WgpuMemory {
             (buffer, 0, None)
         };
         counters.live_allocations.fetch_add(1, Ordering::SeqCst);
-        Ok(WgpuMemory { buffer, base, len: bytes, slot, counters: counters.clone(), bind_groups: bind_groups.clone() })
+        Ok(WgpuMemory(Arc::new(Allocation {
+            buffer,
+            base,
+            len: bytes,
+            _slot: slot,
+            counters: counters.clone(),
+            bind_groups: bind_groups.clone(),
+        })))
     }
 
     /// The wgpu buffer the allocation is in, for raw access: small
     /// allocations share one, each from its own [`WgpuMemory::offset`].
     pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.buffer
+        &self.0.buffer
     }
 
     /// Where the allocation starts in [`WgpuMemory::buffer`].
     pub fn offset(&self) -> u64 {
-        self.base
+        self.0.base
     }
 
     /// The allocation's size as Weir sees it (its range in the wgpu buffer may be up to 3 bytes longer).
     pub fn len(&self) -> u64 {
-        self.len
+        self.0.len
     }
 
     /// Always false: allocations have at least one byte.

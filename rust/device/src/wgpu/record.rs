@@ -151,7 +151,7 @@ fn fits<S>(command: &Command<Held, S>, plan: &Plan) -> bool {
 /// A copy moves whole words, except at a buffer's end.
 fn check_copy<S>(command: &Command<Held, S>) -> Result<(), Error> {
     if let Command::Copy { src, dst } = command {
-        let ends_buffer = dst.offset + dst.len == dst.buffer.len;
+        let ends_buffer = dst.offset + dst.len == dst.buffer.len();
         if src.offset % 4 != 0 || dst.offset % 4 != 0 || (dst.len % 4 != 0 && !ends_buffer) {
             return Err(Error::unsupported(
                 BACKEND,
@@ -166,14 +166,14 @@ fn check_copy<S>(command: &Command<Held, S>) -> Result<(), Error> {
 }
 
 fn operand(span: &Span<Held>) -> Operand<'_> {
-    Operand { buffer: &span.buffer.buffer, offset: span.buffer.at(span.offset) }
+    Operand { buffer: span.buffer.buffer(), offset: span.buffer.at(span.offset) }
 }
 
 /// Records a planned write of `dst`: in bulk where the bytes allow, masked
 /// word writes for the rest.
 fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan) {
-    let (held, buffer) = (&dst.buffer, &dst.buffer.buffer);
-    let ends_buffer = dst.offset + dst.len == dst.buffer.len;
+    let (held, buffer) = (&dst.buffer, dst.buffer.buffer());
+    let ends_buffer = dst.offset + dst.len == dst.buffer.len();
     let layout = match (&plan.to_buffer_end, ends_buffer) {
         (Some(layout), true) => layout,
         _ => &plan.exact,
@@ -195,8 +195,8 @@ fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<Held>, plan: &Wri
 fn copy(gpu: &WgpuDevice, recorder: &mut Recorder, src: &Span<Held>, dst: &Span<Held>) {
     let (from, to, len) = (src.buffer.at(src.offset), dst.buffer.at(dst.offset), align4(dst.len));
     let encoder = recorder.encoder();
-    if src.buffer.buffer != dst.buffer.buffer {
-        encoder.copy_buffer_to_buffer(&src.buffer.buffer, from, &dst.buffer.buffer, to, len);
+    if src.buffer.buffer() != dst.buffer.buffer() {
+        encoder.copy_buffer_to_buffer(src.buffer.buffer(), from, dst.buffer.buffer(), to, len);
         return;
     }
     let scratch = gpu.device.create_buffer(&wgpu::BufferDescriptor {
@@ -205,8 +205,8 @@ fn copy(gpu: &WgpuDevice, recorder: &mut Recorder, src: &Span<Held>, dst: &Span<
         usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
         mapped_at_creation: false,
     });
-    encoder.copy_buffer_to_buffer(&src.buffer.buffer, from, &scratch, 0, len);
-    encoder.copy_buffer_to_buffer(&scratch, 0, &dst.buffer.buffer, to, len);
+    encoder.copy_buffer_to_buffer(src.buffer.buffer(), from, &scratch, 0, len);
+    encoder.copy_buffer_to_buffer(&scratch, 0, dst.buffer.buffer(), to, len);
 }
 
 /// Records `command` with what was prepared for it (`fits` was checked).
@@ -217,7 +217,7 @@ pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<He
         (Command::Zero { dst } | Command::Upload { dst, .. }, Plan::Write(plan)) => write(gpu, recorder, dst, plan),
         (Command::Copy { src, dst }, _) => copy(gpu, recorder, src, dst),
         (Command::Download { src, .. }, Plan::Download { staging, first, size }) => {
-            recorder.encoder().copy_buffer_to_buffer(&src.buffer.buffer, src.buffer.at(*first), staging, 0, *size)
+            recorder.encoder().copy_buffer_to_buffer(src.buffer.buffer(), src.buffer.at(*first), staging, 0, *size)
         }
         (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
             record_elementwise(gpu, recorder, plan, &[operand(dst)])
@@ -234,7 +234,7 @@ pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<He
                 .iter()
                 .filter_map(|arg| match arg {
                     KernelArg::Buffer(span, _) => Some(Binding {
-                        buffer: &span.buffer.buffer,
+                        buffer: span.buffer.buffer(),
                         offset: span.buffer.at(span.offset),
                         size: align4(span.len),
                     }),
