@@ -26,10 +26,7 @@ use crate::scheduler::Engine;
 /// [`spin`](crate::RuntimeBuilder::spin); behind long work it parks at
 /// once): an app that waits for one small op after another then sees each
 /// end at once instead of being woken by another thread, which costs a
-/// parked thread 5–50 µs. On CUDA and HIP (with waiter threads, the
-/// default wake) it queries the fence's event itself as it watches, and
-/// completes the fence once the device got there, as a loop driving the
-/// device by hand would. A future watches in its first poll. On the CPU
+/// parked thread 5–50 µs. A future watches in its first poll. On the CPU
 /// backend, once a stream's recent waits took longer than a worker's
 /// wake-up, a wait blocks for that span instead of spinning: the worker it
 /// waits for wakes it directly, and no spinning thread keeps a core from it.
@@ -69,14 +66,7 @@ impl Fence {
             self.engine.check_can_wait(self.stream)?;
             if let Some(waits) = &self.waits {
                 // Where it would block, the wait below does.
-                waits.watch(
-                    start,
-                    || {
-                        self.completion.help();
-                        self.completion.is_complete()
-                    },
-                    |_| false,
-                );
+                waits.watch(start, || self.completion.is_complete(), |_| false);
             }
         }
         let outcome = self.completion.wait();
@@ -163,14 +153,7 @@ impl Future for CompletionWait {
                 let start = Instant::now();
                 watch.started = Some(start);
                 let completion = &this.completion;
-                watch.waits.watch(
-                    start,
-                    || {
-                        completion.help();
-                        completion.is_complete()
-                    },
-                    |most| completion.wait_at_most(most),
-                );
+                watch.waits.watch(start, || completion.is_complete(), |most| completion.wait_at_most(most));
             }
         }
         let polled = this.completion.poll_wait(cx, &mut this.slot);

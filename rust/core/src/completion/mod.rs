@@ -39,12 +39,7 @@ pub struct Completion {
     /// When the last part completed: what a wait that learns how long its
     /// stream's work takes counts to, not when its thread was woken.
     finished_at: OnceLock<Instant>,
-    /// A look at the device that a waiting thread may take (see [`Completion::help`]).
-    helper: OnceLock<Helper>,
 }
-
-/// A look at the device that completes a cell if the device got there.
-pub(crate) type Helper = Box<dyn Fn() + Send + Sync>;
 
 /// The parts' outcome so far.
 type Outcome = std::result::Result<(), Failures>;
@@ -87,7 +82,6 @@ impl Completion {
             cell: Cell::new(parts, Ok(()), first_error_counting_all),
             counters,
             finished_at: OnceLock::new(),
-            helper: OnceLock::new(),
         })
     }
 
@@ -129,27 +123,6 @@ impl Completion {
     /// `None` while parts are missing.
     pub(crate) fn finished_since(&self, start: Instant) -> Option<Duration> {
         self.finished_at.get().map(|at| at.saturating_duration_since(start))
-    }
-
-    /// Lets a thread waiting for this completion look at the device itself
-    /// with `helper` as it watches ([`Completion::help`]); the first helper
-    /// given stays.
-    #[cfg_attr(not(any(feature = "cuda", feature = "hip", test)), allow(dead_code))]
-    pub(crate) fn help_with(&self, helper: Helper) {
-        let _ = self.helper.set(helper);
-    }
-
-    /// Takes the look at the device its backend left ([`Completion::help_with`]),
-    /// if any, unless complete: a GPU fence's waiter, spinning on its own
-    /// thread, queries the fence's event itself and completes it once the
-    /// device got there, as a thread driving the device by hand would; no
-    /// other thread hands it over.
-    pub(crate) fn help(&self) {
-        if let Some(helper) = self.helper.get() {
-            if !self.is_complete() {
-                helper();
-            }
-        }
     }
 
     /// True once every part completed. Never blocks.

@@ -181,7 +181,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         // SAFETY: both handles are alive and belong to this driver.
         self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) })?;
         // The stream's completion path, as a drain: a lost device, never an op's failure.
-        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), false, None))?;
+        self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), false))?;
         Ok(GpuTimestamp { event })
     }
 

@@ -124,11 +124,8 @@ impl<D: Driver> Job<D> {
                 let refused = completion.clone();
                 let callback: Callback =
                     Box::new(move |status: Status| completion.report(status.map_err(Failures::from).and(report)));
-                // A fence is awaited: its waiter may look at the device itself.
-                let awaited = (kind == SignalKind::Fence).then_some(&*refused);
-                if let Err(error) =
-                    device.driver.bind().and_then(|()| stream.after(callback, awaited.is_some(), awaited))
-                {
+                let awaited = kind == SignalKind::Fence;
+                if let Err(error) = device.driver.bind().and_then(|()| stream.after(callback, awaited)) {
                     // The callback was dropped unrun: nobody else completes it.
                     device.driver.loss().record(&error);
                     refused.complete(Err(error));
@@ -557,7 +554,7 @@ impl<D: Driver> Issue<D> {
                 unsafe { driver.copy_h2d(to, staged.ptr(), len, stream.raw)? };
                 stream.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
                 let staged = InFlight::new(staged);
-                stream.after(Box::new(move |_| drop(staged.release())), false, None)
+                stream.after(Box::new(move |_| drop(staged.release())), false)
             }
             Issue::Download { from, len, sink, loan } => {
                 // SAFETY: as above; the loan holds `len` bytes and outlives
@@ -584,7 +581,6 @@ impl<D: Driver> Issue<D> {
                             (Err(error), _) => sink.fail(error),
                         }),
                         true,
-                        None,
                     )
                     // Nobody else will complete the read: fail it here.
                     .inspect_err(|error| failed.fail(error.clone()))

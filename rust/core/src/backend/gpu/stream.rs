@@ -25,7 +25,7 @@
 //! on it completed: its work is done, so the drop only binds the device,
 //! lets its queued completions run, and destroys the handle.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
 
@@ -33,7 +33,7 @@ use super::device::Device;
 use super::owners::GpuEvent;
 use super::waiters::{run_claimed, Claim, Completions};
 use crate::backend::FailureTally;
-use crate::completion::{Completion, Probe};
+use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use weir_device::driver::{Callback, Driver, EventUse, Status};
@@ -140,10 +140,8 @@ impl<D: Driver> GpuStream<D> {
 impl<D: Driver> StreamCore<D> {
     /// Runs `callback` once all work enqueued on this stream so far is done,
     /// with the stream's first failure if it has one. `awaited` says a task
-    /// is likely to wait for it (a fence), so a quick one is worth spinning
-    /// for; `helped`, the completion the callback completes, if a thread
-    /// waiting for it may look at the device itself ([`Completion::help_with`]).
-    pub(crate) fn after(&self, callback: Callback, awaited: bool, helped: Option<&Completion>) -> Result<()> {
+    /// is likely to wait for it (a fence), so a quick one is worth spinning for.
+    pub(crate) fn after(&self, callback: Callback, awaited: bool) -> Result<()> {
         let callback = self.poisoning(callback);
         let Some(waiter) = &self.waiter else {
             // SAFETY: `raw` is this stream, alive while `self` is; the callback
@@ -157,36 +155,48 @@ impl<D: Driver> StreamCore<D> {
         let watched = awaited && waiter.spin.is_quick();
         let place = waiter.push(&self.device.waiters, event.clone(), claim.clone(), watched)?;
         // Only once the waiter has it: whichever takes it first runs it.
-        if let Some(completion) = helped {
-            // Weak: once the waiter ran it, the look has nothing to find (and
-            // the callback, which holds the completion, holds no cycle).
-            let (event, claim, ran) = (Arc::downgrade(&event), Arc::downgrade(&claim), waiter.ran.clone());
-            completion.help_with(Box::new(move || {
-                if let (Some(event), Some(claim)) = (event.upgrade(), claim.upgrade()) {
-                    look(&event, &claim, place, &ran);
-                }
-            }));
-        }
         if watched {
             crate::completion::watch(self.probe(event, claim, place, waiter));
         }
         Ok(())
     }
 
-    /// The wake thread's check for a watched completion ([`look`]), until it
-    /// is run (by either side), after the spin budget from its first check,
-    /// or on any error, which the waiter reports. Its share of the event,
-    /// and through it of the device, is dropped on the release thread: it
-    /// may be the device's last.
+    /// The wake thread's check for a watched completion: once the ones
+    /// before it ran, it queries the event and, if the device got there,
+    /// runs the completion itself. Done once run (by either side), after
+    /// the spin budget from its first check, or on any error, which the
+    /// waiter reports. Its share of the event, and through it of the device,
+    /// is dropped on the release thread: it may be the device's last.
     fn probe(&self, event: Arc<GpuEvent<D>>, claim: Claim, place: u64, waiter: &Completions<D>) -> Probe {
         let ran = waiter.ran.clone();
         let mut event = Some(event);
         let budget = waiter.spin.budget();
         let mut first_check: Option<Instant> = None;
+        let mut check = move |event: &GpuEvent<D>| {
+            if lock(&claim).is_none() || first_check.get_or_insert_with(Instant::now).elapsed() > budget {
+                return true;
+            }
+            if ran.load(Ordering::SeqCst) != place {
+                return false;
+            }
+            let driver = &event.device().driver;
+            if driver.bind().and_then(|()| driver.loss().check()).is_err() {
+                return true;
+            }
+            // SAFETY: made and recorded by this driver; this probe holds it alive.
+            match unsafe { driver.event_query(event.raw) } {
+                Some(Ok(true)) => {
+                    event.uncount();
+                    run_claimed(&claim, place, &ran, Ok(()));
+                    true
+                }
+                Some(Ok(false)) => false,
+                _ => true,
+            }
+        };
         Box::new(move || {
             let Some(held) = &event else { return true };
-            let done =
-                first_check.get_or_insert_with(Instant::now).elapsed() > budget || look(held, &claim, place, &ran);
+            let done = check(held);
             if done {
                 let held = event.take();
                 crate::completion::release(move || drop(held));
@@ -265,35 +275,5 @@ impl<D: Driver> Drop for GpuStream<D> {
         if self.counted {
             self.device.counters.live_streams.fetch_sub(1, std::sync::atomic::Ordering::SeqCst);
         }
-    }
-}
-
-/// One look at a completion's event, by the wake thread's probe or a thread
-/// waiting for it: once the completions before it ran, queries the event
-/// and, if the device got there, runs the completion itself, on this
-/// thread, which holds no Weir lock (the callback only completes a cell,
-/// whose wakers run on the delivery thread). True once there is nothing
-/// left to look for: it ran (here or elsewhere), or an error, which the
-/// waiter reports.
-fn look<D: Driver>(event: &GpuEvent<D>, claim: &Claim, place: u64, ran: &AtomicU64) -> bool {
-    if lock(claim).is_none() {
-        return true;
-    }
-    if ran.load(Ordering::SeqCst) != place {
-        return false;
-    }
-    let driver = &event.device().driver;
-    if driver.bind().and_then(|()| driver.loss().check()).is_err() {
-        return true;
-    }
-    // SAFETY: made and recorded by this driver; the caller holds it alive.
-    match unsafe { driver.event_query(event.raw) } {
-        Some(Ok(true)) => {
-            event.uncount();
-            run_claimed(claim, place, ran, Ok(()));
-            true
-        }
-        Some(Ok(false)) => false,
-        _ => true,
     }
 }
