@@ -12,6 +12,14 @@ fn enqueue_fill(backend: &GpuBackend<Fake>, stream: &GpuStream<Fake>, memory: &G
     unsafe { backend.enqueue(stream, command, prepared, OpIo::default()) }.unwrap();
 }
 
+/// True if the latest launch was made by the issuing thread. The latest
+/// only: checked after each fill, the first one handed over is the latest
+/// once the thread goes idle (a scan of every launch would lengthen the
+/// gaps between fills until no streak could start).
+fn latest_launch_on_the_thread(shared: &Shared) -> bool {
+    lock(&shared.launched_on).last().is_some_and(|thread| thread.as_deref() == Some(ISSUING_THREAD))
+}
+
 /// Fills enqueued back to back on `stream`, each writing its own index,
 /// until one was launched on the issuing thread; how many.
 fn fill_until_issued_on_the_thread(
@@ -20,10 +28,7 @@ fn fill_until_issued_on_the_thread(
     shared: &Shared,
     memory: &GpuMemory<Fake>,
 ) -> u32 {
-    // The latest launch only: checked after each fill, the first handed over
-    // is the latest when the thread goes idle (a scan of every launch would
-    // lengthen the gaps between fills until no streak could start).
-    let on_thread = || lock(&shared.launched_on).last().is_some_and(|thread| thread.as_deref() == Some(ISSUING_THREAD));
+    let on_thread = || latest_launch_on_the_thread(shared);
     let mut word = 0;
     while !on_thread() && word < 100_000 {
         if !backend.device.issuer.is_idle() {
@@ -91,7 +96,7 @@ fn launches_that_block_in_the_driver_still_make_a_streak_that_moves_to_the_issui
     *lock(&shared.launch_takes) = Some(issue::STREAK_GAP * 5);
     // Checked between admissions, not only at the end: a busy host may
     // pause this thread long enough to end a streak now and then.
-    let on_thread = || lock(&shared.launched_on).last().is_some_and(|thread| thread.as_deref() == Some(ISSUING_THREAD));
+    let on_thread = || latest_launch_on_the_thread(&shared);
     let mut admitted = 0;
     while !on_thread() && admitted < 500 {
         enqueue_fill(&backend, &stream, &memory, admitted);
