@@ -75,6 +75,26 @@ impl WeirStream {
         }
     }
 
+    /// [`WeirStream::admit_encoded`] with buffer slot `i` being `buffer(i)`,
+    /// for `i` below `count`: up to four with no allocation (the entries'
+    /// common case: no built-in op takes more).
+    fn admit_encoded_each<'b>(
+        &self,
+        kernel: &Kernel,
+        bytes: &[u8],
+        count: usize,
+        buffer: impl Fn(usize) -> &'b Buffer,
+    ) -> Outcome {
+        match count {
+            0 => self.admit_encoded::<&Buffer>(kernel, bytes, &[]),
+            1 => self.admit_encoded(kernel, bytes, &[buffer(0)]),
+            2 => self.admit_encoded(kernel, bytes, &[buffer(0), buffer(1)]),
+            3 => self.admit_encoded(kernel, bytes, &[buffer(0), buffer(1), buffer(2)]),
+            4 => self.admit_encoded(kernel, bytes, &[buffer(0), buffer(1), buffer(2), buffer(3)]),
+            _ => self.admit_encoded(kernel, bytes, &(0..count).map(buffer).collect::<Vec<_>>()),
+        }
+    }
+
     /// The core's answer to the op in `bytes`, or why it does not decode.
     fn decode_and_admit<B: Deref<Target = Buffer>>(
         &self,
@@ -147,7 +167,7 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
         // SAFETY: the caller passes live handles of these types and keeps
         // them alive for the call, and `len` bytes at `encoding` that nothing
         // writes meanwhile (this function's contract); the same for the
-        // first `count` buffer handles, the only ones `buffer` is given.
+        // first `count` buffer handles, the only ones read.
         let (stream, kernel, bytes) = unsafe {
             (
                 borrowed::<WeirStream>(stream),
@@ -155,18 +175,9 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
                 std::slice::from_raw_parts(encoding as usize as *const u8, len),
             )
         };
-        let buffer = |handle| unsafe { borrowed::<Buffer>(handle) };
-        match count {
-            0 => stream.admit_encoded::<&Buffer>(kernel, bytes, &[]),
-            1 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0)]),
-            2 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1)]),
-            3 => stream.admit_encoded(kernel, bytes, &[buffer(buffer0), buffer(buffer1), buffer(buffer2)]),
-            _ => stream.admit_encoded(
-                kernel,
-                bytes,
-                &[buffer(buffer0), buffer(buffer1), buffer(buffer2), buffer(buffer3)],
-            ),
-        }
+        let handles = [buffer0, buffer1, buffer2, buffer3];
+        // SAFETY: as above, for the first `count` handles (`count` <= 4).
+        stream.admit_encoded_each(kernel, bytes, count, |i| unsafe { borrowed::<Buffer>(handles[i]) })
     }));
     admitted.unwrap_or(Outcome::NotTaken) as i32
 }
@@ -204,13 +215,34 @@ pub unsafe extern "C" fn weir_ffi_execute_encoded(
                 uniffi::Handle::from_raw_unchecked(kernel).into_arc::<Kernel>(),
             )
         };
-        // SAFETY: `count` handles at `buffers`, handed over like the others.
-        let buffers: Vec<std::sync::Arc<Buffer>> = (0..count)
-            .map(|i| unsafe { uniffi::Handle::from_raw_unchecked(*buffers.add(i)).into_arc::<Buffer>() })
-            .collect();
+        let handles = if count == 0 {
+            &[][..]
+        } else {
+            // SAFETY: `count` handles at `buffers` (the contract).
+            unsafe { std::slice::from_raw_parts(buffers, count) }
+        };
+        // Released when the call ends, whatever it answers (a panic included).
+        let _release = HandedOver(handles);
         // SAFETY: `len` bytes at `encoding` that nothing writes meanwhile (the contract).
         let bytes = unsafe { std::slice::from_raw_parts(encoding, len) };
-        stream.admit_encoded(&kernel, bytes, &buffers)
+        // SAFETY: live handles, handed over to this call and released only
+        // once it ends, so each buffer outlives its borrow.
+        stream.admit_encoded_each(&kernel, bytes, count, |i| unsafe { borrowed::<Buffer>(handles[i] as i64) })
     }));
     admitted.unwrap_or(Outcome::NotTaken) as i32
+}
+
+/// Buffer handles handed over to [`weir_ffi_execute_encoded`]: each let go
+/// once, as the call ends. The call borrows the buffers meanwhile, so taking
+/// them needs no list of its own.
+struct HandedOver<'a>(&'a [u64]);
+
+impl Drop for HandedOver<'_> {
+    fn drop(&mut self) {
+        for &handle in self.0 {
+            // SAFETY: a live handle of a `Buffer` handed over to this call
+            // (its contract), let go here once; no borrow of it outlives the call.
+            drop(unsafe { uniffi::Handle::from_raw_unchecked(handle).into_arc::<Buffer>() });
+        }
+    }
 }
