@@ -39,10 +39,13 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
             writable(&mut write(&dst)?)?.fill(0);
         }
         Command::Fill { dst, word } => {
-            let mut guard = write(&dst)?;
-            for chunk in writable(&mut guard)?.chunks_mut(4) {
-                chunk.copy_from_slice(&word.to_ne_bytes()[..chunk.len()]);
-            }
+            let (mut guard, pattern) = (write(&dst)?, word.to_ne_bytes());
+            // Whole words as fixed-size copies (no copy call per word), then
+            // the bytes of a last partial word.
+            let mut words = writable(&mut guard)?.chunks_exact_mut(4);
+            words.by_ref().for_each(|chunk| chunk.copy_from_slice(&pattern));
+            let tail = words.into_remainder();
+            tail.copy_from_slice(&pattern[..tail.len()]);
         }
         Command::Copy { src, dst } => {
             let (from, mut to) = (read(&src)?, write(&dst)?);
@@ -157,6 +160,21 @@ mod tests {
         assert_eq!(delivered, Some((7u32.to_ne_bytes().repeat(2), true)));
         assert_eq!(counters.race_violations.load(Ordering::SeqCst), 0);
         assert_eq!(counters.device_to_host_copies.load(Ordering::SeqCst), 1);
+    }
+
+    #[test]
+    fn a_fill_repeats_its_word_to_the_last_byte_of_a_span_of_any_length() {
+        let counters = Arc::new(Counters::default());
+        let word = u32::from_ne_bytes([1, 2, 3, 4]);
+        for len in [0, 1, 3, 4, 10, 64, 67] {
+            let memory = CpuMemory::allocate(len, &counters).expect("memory");
+            run(Command::<CpuMemory, ()>::Fill { dst: whole(&memory), word }, &counters, |(), _| {}).expect("the fill");
+            let mut filled = Vec::new();
+            let download = Command::Download { src: whole(&memory), sink: () };
+            run(download, &counters, |(), bytes| filled = bytes).expect("the read");
+            let expected: Vec<u8> = [1u8, 2, 3, 4].iter().copied().cycle().take(len as usize).collect();
+            assert_eq!(filled, expected, "a fill of {len} bytes");
+        }
     }
 
     #[test]
