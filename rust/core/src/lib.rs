@@ -101,9 +101,9 @@
 //!                          wgpu    recording and submitting on the one queue, lanes
 //!                                  run at once on the pushing thread; batched
 //!                                  submissions, a poll thread
-//!                          gpu   an issuing thread per device; waiter threads, one
-//!                                per stream with completions pending;
-//!                                generic over the device layer's `Driver`
+//!                          gpu   an issuing thread per device; a pool of waiting
+//!                                threads, each serving one stream with completions
+//!                                pending; generic over the device layer's `Driver`
 //!                        written once for all three: the failure tally, the
 //!                        counters, and (test support) gates, which delays on the
 //!                        host engines are too (backend/timer.rs)
@@ -157,7 +157,13 @@
 //! come from) is no longer asked. The GPU engine's streams as lanes run by
 //! its issuing thread is the next step, which would also give CUDA and HIP
 //! host-side gates (a gate on the device itself stalls every driver call
-//! that synchronises the shared primary context).
+//! that synchronises the shared primary context). It is not a drop-in:
+//! the issuing thread makes a whole device's driver calls in one admission
+//! order, and a cross-stream wait records its source's one ordering event
+//! at its place in that order; with a lane per stream, the source's record
+//! must be a job of the source's lane and the wait one that parks on it,
+//! with an event per wait from a pool, and each job's progress counted
+//! under a lock where the thread now takes its queue whole.
 
 //!
 //! # Custom kernels, written once per backend
