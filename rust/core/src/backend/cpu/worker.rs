@@ -20,8 +20,8 @@
 
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, OnceLock};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Poll, Waker};
 use std::time::{Duration, Instant};
 
@@ -132,7 +132,6 @@ const RETIRE: Duration = Duration::from_millis(200);
 /// The workers that run every CPU stream of the process.
 struct Pool {
     state: Mutex<PoolState>,
-    work: Condvar,
     /// `ready.len()`, for a lingering worker to watch without the lock: it
     /// would otherwise take the lock between yields, against every admission.
     ready_hint: AtomicUsize,
@@ -147,9 +146,10 @@ struct PoolState {
     workers: usize,
     /// Workers looking for a stream (lingering or asleep).
     free: usize,
-    /// Workers asleep on [`Pool::work`]: only then does a new stream need a
-    /// notification (a system call each, even with nobody to wake).
-    sleeping: usize,
+    /// Workers asleep, the last to fall asleep at the end: a stream ready
+    /// for a worker rings that one's [`Bell`]. With none asleep, nothing is
+    /// rung (a wake-up is a system call, even with nobody to wake).
+    sleepers: Vec<Arc<Bell>>,
     /// A worker is lingering: the others sleep at once, so that idle workers
     /// never spin on every core while the threads they wait for want one.
     lingering: bool,
@@ -161,7 +161,6 @@ fn pool() -> &'static Pool {
     static POOL: OnceLock<Pool> = OnceLock::new();
     POOL.get_or_init(|| Pool {
         state: Mutex::new(PoolState::default()),
-        work: Condvar::new(),
         ready_hint: AtomicUsize::new(0),
         size: std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2),
     })
@@ -181,10 +180,13 @@ impl Pool {
         // is woken only for what it cannot (a system call, and a thread
         // that would find nothing).
         let lingerer = usize::from(state.lingering);
-        let wake = state.sleeping > 0 && state.ready.len() > lingerer;
+        let woken = if state.ready.len() > lingerer { state.sleepers.pop() } else { None };
+        if let Some(bell) = &woken {
+            bell.rung.store(true, Ordering::Release);
+        }
         drop(state);
-        if wake {
-            self.work.notify_one();
+        if let Some(bell) = woken {
+            bell.worker.unpark();
         }
     }
 
@@ -204,7 +206,8 @@ impl Pool {
         crate::threads::started(WORKER_NAME);
         crate::completion::on_blocking_waits(blocking_edge);
         let idle = SpinPolicy::yielding(LINGER);
-        while let Some(lane) = self.next_lane(&idle) {
+        let bell = Arc::new(Bell { rung: AtomicBool::new(false), worker: std::thread::current() });
+        while let Some(lane) = self.next_lane(&idle, &bell) {
             WORKER_OF.with(|worker| worker.set(Arc::as_ptr(&lane.progress) as usize));
             lane.run_jobs();
             WORKER_OF.with(|worker| worker.set(0));
@@ -219,7 +222,7 @@ impl Pool {
     /// were short (`idle` learns them) first lingers about as long as they
     /// were, yielding its core to any thread that wants it, then sleeps until
     /// a stream comes; one fed sparsely sleeps at once.
-    fn next_lane(&self, idle: &SpinPolicy) -> Option<Arc<HostLane>> {
+    fn next_lane(&self, idle: &SpinPolicy, bell: &Arc<Bell>) -> Option<Arc<HostLane>> {
         let since = Instant::now();
         let mut lingered = false;
         let mut state = lock(&self.state);
@@ -242,13 +245,18 @@ impl Pool {
                     continue;
                 }
             }
-            state.sleeping += 1;
-            let (woken, timeout) =
-                self.work.wait_timeout(state, RETIRE).unwrap_or_else(|poisoned| poisoned.into_inner());
-            state = woken;
-            state.sleeping -= 1;
-            if timeout.timed_out() && state.ready.is_empty() {
-                break None;
+            bell.rung.store(false, Ordering::Relaxed);
+            state.sleepers.push(bell.clone());
+            drop(state);
+            bell.sleep(RETIRE);
+            state = lock(&self.state);
+            // Rung under the lock, so read under it: not rung, the bell is
+            // still listed and the sleep timed out.
+            if !bell.rung.load(Ordering::Acquire) {
+                state.sleepers.retain(|listed| !Arc::ptr_eq(listed, bell));
+                if state.ready.is_empty() {
+                    break None;
+                }
             }
         };
         state.free -= 1;
@@ -258,6 +266,34 @@ impl Pool {
         drop(state);
         idle.learn(since);
         lane
+    }
+}
+
+/// How a sleeping worker is woken. Each worker has its own, and a new
+/// stream rings the bell of the worker that went to sleep last: a stream fed
+/// one op at a time keeps to the one worker that ran its last op (its
+/// caches and its core still warm), while the others sleep on and retire.
+/// Woken in turn instead (one condition variable), every op of such a
+/// stream would run on another sleeping worker, and none would ever sleep
+/// long enough to retire.
+struct Bell {
+    /// Set, under the pool's lock, by the admission that hands this worker a stream.
+    rung: AtomicBool,
+    worker: std::thread::Thread,
+}
+
+impl Bell {
+    /// Sleeps until rung, or for `most`.
+    fn sleep(&self, most: Duration) {
+        let deadline = Instant::now() + most;
+        // `park` may return without an `unpark`: the flag says whether it was rung.
+        while !self.rung.load(Ordering::Acquire) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            std::thread::park_timeout(left);
+        }
     }
 }
 
