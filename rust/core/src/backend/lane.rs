@@ -244,50 +244,61 @@ impl<R: Runner> Lane<R> {
 
     /// Runs the lane's jobs in order until it has none or its next parks, or
     /// its turn ([`Runner::TURN`]) is over: then it is scheduled again, so
-    /// lanes fed without end cannot keep every thread from the others.
+    /// lanes fed without end cannot keep every thread from the others. It
+    /// takes what is queued, up to the turn, under one lock, and runs it
+    /// without: pushes meanwhile do not wait behind each job.
     pub(crate) fn run_jobs(self: Arc<Self>) {
         let mut lingered = false;
         let mut turn = 0;
+        // Taken jobs; its buffer goes back and forth with the queue's.
+        let mut taken: VecDeque<R::Job> = VecDeque::new();
         while turn < R::TURN {
-            let job = {
+            {
                 let mut queue = lock(&self.queue);
                 queue.woken = false;
-                match queue.jobs.pop_front() {
-                    Some(job) => job,
-                    None => {
-                        let Some(gaps) = &self.gaps else {
-                            queue.scheduled = false;
-                            return;
-                        };
-                        // Timed whether or not it lingers: the next push learns the gap.
-                        let since = *queue.empty_since.get_or_insert_with(Instant::now);
-                        if lingered || !gaps.is_quick() {
-                            queue.scheduled = false;
-                            return;
-                        }
-                        // A lane fed op by op gets its next job within
-                        // microseconds: keep it (still scheduled, so a push
-                        // is one lock and no round trip) for about its recent
-                        // gaps, unless other lanes wait for a thread.
-                        let seen = self.pushed();
-                        drop(queue);
-                        gaps.spin_as_recent(since, || self.pushed() != seen || R::others_waiting());
-                        lingered = true;
-                        continue;
+                if queue.jobs.is_empty() {
+                    let Some(gaps) = &self.gaps else {
+                        queue.scheduled = false;
+                        return;
+                    };
+                    // Timed whether or not it lingers: the next push learns the gap.
+                    let since = *queue.empty_since.get_or_insert_with(Instant::now);
+                    if lingered || !gaps.is_quick() {
+                        queue.scheduled = false;
+                        return;
                     }
+                    // A lane fed op by op gets its next job within
+                    // microseconds: keep it (still scheduled, so a push
+                    // is one lock and no round trip) for about its recent
+                    // gaps, unless other lanes wait for a thread.
+                    let seen = self.pushed();
+                    drop(queue);
+                    gaps.spin_as_recent(since, || self.pushed() != seen || R::others_waiting());
+                    lingered = true;
+                    continue;
                 }
-            };
+                let take = queue.jobs.len().min(R::TURN - turn);
+                match take == queue.jobs.len() {
+                    true => std::mem::swap(&mut queue.jobs, &mut taken),
+                    false => taken.extend(queue.jobs.drain(..take)),
+                }
+            }
             lingered = false;
-            turn += 1;
-            if let Ran::Parked(job) = R::run(&self, job) {
+            while let Some(job) = taken.pop_front() {
+                turn += 1;
+                let Ran::Parked(job) = R::run(&self, job) else { continue };
+                // Back in front, before the rest taken and what came meanwhile.
                 let mut queue = lock(&self.queue);
-                queue.jobs.push_front(job);
+                taken.push_front(job);
+                taken.append(&mut queue.jobs);
+                std::mem::swap(&mut queue.jobs, &mut taken);
                 // Woken between the poll and now: poll again, or the wake is lost.
                 if !queue.woken {
                     queue.scheduled = false;
                     queue.parked = true;
                     return;
                 }
+                break;
             }
         }
         R::schedule(self);

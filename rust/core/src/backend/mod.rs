@@ -39,6 +39,7 @@ pub mod gpu;
 pub mod hip;
 mod lane;
 mod outcome;
+mod pool;
 #[cfg(feature = "test-support")]
 mod timer;
 #[cfg(feature = "wgpu")]

@@ -147,9 +147,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     fn record_event(&self, stream: &GpuStream<D>) -> Result<Arc<QueuedEvent<D>>> {
         self.driver().loss().check()?;
         let event = Arc::new(QueuedEvent::new(&self.device));
-        self.device
-            .issuer
-            .submit(Job::Record { stream: StreamRef::new(stream), event: event.clone() }, &self.device)?;
+        self.device.issuer.submit(Job::Record { stream: StreamRef::new(stream), event: event.clone() })?;
         Ok(event)
     }
 
@@ -160,16 +158,14 @@ impl<D: Driver> Backend for GpuBackend<D> {
         if !Arc::ptr_eq(&event.device, &self.device) {
             event.device.issuer.flush();
         }
-        self.device.issuer.submit(Job::Wait { stream: StreamRef::new(stream), event: event.clone() }, &self.device)
+        self.device.issuer.submit(Job::Wait { stream: StreamRef::new(stream), event: event.clone() })
     }
 
     fn wait_for_stream(&self, stream: &GpuStream<D>, source: &GpuStream<D>) -> Result<()> {
         self.driver().loss().check()?;
         // One job, not a record and a wait: the source's own ordering event,
         // recorded and waited for in one go, with nothing for another thread to hold.
-        self.device
-            .issuer
-            .submit(Job::Order { source: StreamRef::new(source), stream: StreamRef::new(stream) }, &self.device)
+        self.device.issuer.submit(Job::Order { source: StreamRef::new(source), stream: StreamRef::new(stream) })
     }
 
     fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuTimestamp<D>> {
@@ -187,7 +183,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
         self.driver().loss().check()?;
-        self.device.issuer.submit(Job::Signal { stream: StreamRef::new(stream), completion, kind }, &self.device)
+        self.device.issuer.submit(Job::Signal { stream: StreamRef::new(stream), completion, kind })
     }
 
     fn lost(&self) -> Option<Error> {

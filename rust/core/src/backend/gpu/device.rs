@@ -9,7 +9,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::issue::Issuer;
-use super::waiters::WaiterPool;
+use super::waiters::{waiter_pool, WaiterPool};
 use crate::backend::Counters;
 use crate::device::DeviceInfo;
 use crate::error::Result;
@@ -221,7 +221,7 @@ pub(crate) struct Device<D: Driver> {
     /// Makes the stream-ordered driver calls of admitted ops, in order.
     pub issuer: Issuer<D>,
     /// The threads that wait for its streams' completions (`Wake::Waiter`).
-    pub waiters: WaiterPool<D>,
+    pub waiters: Arc<WaiterPool<D>>,
     /// How long a stream's waiter (and the wake thread, for a fence) spins
     /// on an event before giving up on seeing it reached at once.
     pub spin_budget: Duration,
@@ -245,8 +245,8 @@ impl<D: Driver> Device<D> {
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
             reclaimer,
-            issuer: Issuer::new(),
-            waiters: WaiterPool::new(),
+            issuer: Issuer::new(spin_budget),
+            waiters: waiter_pool(),
             spin_budget,
             driver,
         })

@@ -103,7 +103,7 @@ impl<D: Driver> GpuBackend<D> {
     /// Has `job` run in admission order (see [`issue::Issuer::submit`](super::issue::Issuer::submit));
     /// a stopped issuer fails the op.
     pub(super) fn submit(&self, job: Job<D>) -> Result<(), EnqueueError> {
-        self.device.issuer.submit(job, &self.device).map_err(EnqueueError::Failed)
+        self.device.issuer.submit(job).map_err(EnqueueError::Failed)
     }
 
     /// Captures `commands` on the capture stream as one graph; `None` where

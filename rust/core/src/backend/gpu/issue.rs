@@ -1,7 +1,9 @@
 //! Where a GPU backend's stream-ordered driver calls are made (launches,
 //! memsets, copies, event records and waits, completion hand-offs): by the
 //! admitting thread, or by one issuing thread per device, always in the
-//! order the ops were admitted (see [`Issuer::submit`]).
+//! order the ops were admitted (see [`Issuer::submit`]). They are the jobs
+//! of one lane per device (`backend::lane`), run by a pool of one thread
+//! (`backend::pool`).
 //!
 //! Why a thread: a CUDA launch costs the calling thread 2–4 µs in the
 //! driver, several times Weir's whole admission. Admission still happens
@@ -23,12 +25,13 @@
 //!   thread waits for room, as it would in a full driver queue;
 //! - the thread watches for more work before it sleeps, about as long as
 //!   the recent gaps between its jobs, if they were short (the one rule,
-//!   [`SpinPolicy`]), since a sleeping thread takes 10–30 µs to wake.
+//!   [`SpinPolicy`]), since a sleeping thread takes 10–30 µs to wake; it
+//!   retires after long idle, and the next streak starts another.
 
+use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
-use std::thread::{JoinHandle, ThreadId};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::device::{Device, LentToHost, Loan};
@@ -36,6 +39,8 @@ use super::owners::GpuEvent;
 use super::prepare::ReadyLaunch;
 use super::staging::{InFlight, Staged};
 use super::stream::{StreamCore, StreamRef};
+use crate::backend::lane::{Lane, Ran, Runner};
+use crate::backend::pool::{Pool, Shape};
 use crate::backend::{HostSink, OpIo, SignalKind};
 use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
@@ -65,13 +70,13 @@ pub(crate) enum Job<D: Driver> {
 }
 
 impl<D: Driver> Job<D> {
-    /// Runs the job; an op's [`OpIo`] comes back, spent (see [`Queue::spent`]).
+    /// Runs the job; an op's [`OpIo`] comes back, spent.
     /// `bound`: the device's context is known to be current on this
     /// thread, so it need not be asked for (a `cuCtxGetCurrent` costs about
     /// 2% of a launch). A job leaves it set only when it ran no code that
     /// could make another context current: no failure, no completion (a
     /// waker may run anything), no peer's event let go.
-    fn run(self, device: &Device<D>, bound: &mut bool) -> Option<OpIo> {
+    fn run(self, bound: &mut bool) -> Option<OpIo> {
         match self {
             Job::Op { stream, issue, io } => {
                 issue.run(stream.get(), &io, bound);
@@ -82,7 +87,7 @@ impl<D: Driver> Job<D> {
                 let waited = match record_order(source, bound) {
                     // SAFETY: both handles are alive (the source's event lives
                     // as long as the source, which outlives this job).
-                    Ok(event) => unsafe { device.driver.stream_wait_event(stream.raw, event) },
+                    Ok(event) => unsafe { stream.device.driver.stream_wait_event(stream.raw, event) },
                     Err(error) => {
                         fail_stream(source, Err(error));
                         Err(unrecorded::<D>())
@@ -104,6 +109,7 @@ impl<D: Driver> Job<D> {
             }
             Job::Wait { stream, event } => {
                 let stream = stream.get();
+                let device = &*stream.device;
                 let waited = match event.recorded.get() {
                     // SAFETY: both handles are alive (the job holds the event);
                     // a peer's event was recorded before this wait was queued.
@@ -119,6 +125,7 @@ impl<D: Driver> Job<D> {
             Job::Signal { stream, completion, kind } => {
                 *bound = false;
                 let stream = stream.get();
+                let device = &*stream.device;
                 // A fence reports the ops issued before it that failed, once.
                 let report = stream.failed_ops.report(kind);
                 let refused = completion.clone();
@@ -217,7 +224,7 @@ fn fail_stream<D: Driver>(stream: &StreamCore<D>, result: Result<()>) {
 
 /// The most jobs queued before admission waits for room: enough to keep
 /// the thread busy, few enough that admission runs only a little ahead.
-const MAX_QUEUED: usize = 1024;
+const MAX_QUEUED: u64 = 1024;
 
 /// Admissions this close together are a streak: the caller is streaming ops.
 /// The gap runs from the end of the previous submission, not its start: a
@@ -233,249 +240,142 @@ const STREAK: u32 = 4;
 /// How long the idle thread watches for its next job before it sleeps, at most.
 const LINGER: Duration = Duration::from_micros(50);
 
-struct Queue<D: Driver> {
-    jobs: Vec<Job<D>>,
-    /// The thread is running a batch taken from `jobs`.
-    busy: bool,
-    /// The thread sleeps on `work`: a push must wake it.
-    sleeping: bool,
-    /// No more jobs: the thread ends once the queue is empty.
-    stopped: bool,
-    /// The thread ran its last job and ended.
-    ended: bool,
-    /// When the latest submission returned, and how many came in a row,
-    /// each within [`STREAK_GAP`] of the one before.
-    last_submitted: Option<Instant>,
-    streak: u32,
-    /// The [`OpIo`]s of ops the thread ran, for the next admission to drop.
-    /// Their outcome cells are the admitting thread's: it made them, and the
-    /// versions it publishes hold them too. Dropped on the thread, each
-    /// would pull two of its cache lines across, then back; so in a streak
-    /// the thread only hands them back, and drops them itself once idle.
-    spent: Vec<OpIo>,
+thread_local! {
+    /// On an issuing thread: its device's context is current (see
+    /// [`Job::run`]). Each issuing thread serves one device; a new one
+    /// starts with nothing bound.
+    static BOUND: Cell<bool> = const { Cell::new(false) };
 }
 
-struct Shared<D: Driver> {
-    queue: Mutex<Queue<D>>,
-    /// Signalled when a job arrives for a sleeping thread, or on stop.
-    work: Condvar,
-    /// Signalled when the thread takes a batch (room) or goes idle.
-    progress: Condvar,
-    /// Jobs pushed and not yet taken, read without the lock while polling.
-    queued: AtomicUsize,
-}
-
-/// The issuing thread of one device and its queue.
+/// A device's lane of driver calls, in admission order, and the thread that
+/// runs them.
 pub(crate) struct Issuer<D: Driver> {
-    shared: Arc<Shared<D>>,
-    thread: Mutex<Option<JoinHandle<()>>>,
-    /// The thread's id, so that it never waits for itself.
-    id: OnceLock<ThreadId>,
+    lane: Arc<Lane<Issuing<D>>>,
+}
+
+/// The issuing lane's part: its thread, and when admissions came.
+pub(crate) struct Issuing<D: Driver> {
+    /// A pool of one thread.
+    pool: Arc<Pool<Issuing<D>>>,
+    /// Touched by admissions only, which the runtime's boundary orders.
+    streak: Mutex<Streak>,
+    /// No more jobs: the device is going.
+    stopped: AtomicBool,
+}
+
+/// When the latest submission returned, and how many came in a row, each
+/// within [`STREAK_GAP`] of the one before.
+#[derive(Default)]
+struct Streak {
+    last_submitted: Option<Instant>,
+    count: u32,
+}
+
+impl<D: Driver> Runner for Issuing<D> {
+    type Job = Job<D>;
+    // One lane per thread: it runs until it runs out.
+    const TURN: usize = usize::MAX;
+
+    fn run(lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
+        // Nothing but jobs runs on this thread, so the context an op bound
+        // stays current for the next, unless a job runs other code.
+        let mut bound = BOUND.with(Cell::get);
+        // A panicking job must not end the jobs behind it.
+        let spent = catch_unwind(AssertUnwindSafe(|| job.run(&mut bound))).unwrap_or_else(|_| {
+            bound = false;
+            None
+        });
+        BOUND.with(|cell| cell.set(bound));
+        lane.progress.advance_after(|| {});
+        drop(spent);
+        Ran::Done
+    }
+
+    fn schedule(lane: Arc<Lane<Self>>) {
+        let pool = lane.runner.pool.clone();
+        if let Err(lane) = pool.schedule(lane) {
+            // No thread to be had: the jobs run here, in order, on a thread
+            // whose current context nobody knows.
+            BOUND.with(|cell| cell.set(false));
+            lane.run_jobs();
+            BOUND.with(|cell| cell.set(false));
+        }
+    }
 }
 
 impl<D: Driver> Issuer<D> {
-    /// An issuer with no thread yet: [`Issuer::start`] gives it one.
-    pub(crate) fn new() -> Self {
-        let queue = Queue {
-            jobs: Vec::new(),
-            busy: false,
-            sleeping: false,
-            stopped: false,
-            ended: false,
-            last_submitted: None,
-            streak: 0,
-            spent: Vec::new(),
+    /// An issuer whose thread, once it has one, watches for work for up to `linger`.
+    pub(crate) fn new(linger: Duration) -> Self {
+        let shape = Shape {
+            name: format!("weir-{}-issue", D::KIND.name()),
+            size: Some(1),
+            // Spinning, not yielding: the admitting thread has its own core.
+            idle: SpinPolicy::new(linger.min(LINGER)),
+            on_start: || {},
         };
-        Issuer {
-            shared: Arc::new(Shared {
-                queue: Mutex::new(queue),
-                work: Condvar::new(),
-                progress: Condvar::new(),
-                queued: AtomicUsize::new(0),
-            }),
-            thread: Mutex::new(None),
-            id: OnceLock::new(),
-        }
+        let issuing = Issuing { pool: Pool::new(shape), streak: Mutex::default(), stopped: AtomicBool::new(false) };
+        Issuer { lane: Lane::new(issuing, None) }
     }
 
-    /// Starts the thread over `device`, which it holds until [`Issuer::stop`].
-    pub(crate) fn start(&self, device: Arc<Device<D>>, linger: Duration) -> Result<()> {
-        let shared = self.shared.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("weir-{}-issue", D::KIND.name()))
-            .spawn(move || run(&shared, &device, &SpinPolicy::new(linger.min(LINGER))))
-            .map_err(|e| Error::backend(D::KIND, format!("cannot start the issuing thread: {e}")))?;
-        let _ = self.id.set(thread.thread().id());
-        *lock(&self.thread) = Some(thread);
-        Ok(())
-    }
-
-    /// Has `job` run in admission order: here, at once, while the thread
-    /// is idle and admissions come one at a time (the thread would only add
-    /// a hand-off, and a wake-up if it slept); on the thread once they come
+    /// Has `job` run in admission order: here, at once, while the lane is
+    /// idle and admissions come one at a time (the thread would only add a
+    /// hand-off, and a wake-up if it slept); on the thread once they come
     /// in a streak, or while it has jobs (behind them, so the order holds).
-    /// A signal on an idle thread always runs here: a fence is waited for.
+    /// A signal on an idle lane always runs here: a fence is waited for.
     ///
     /// Jobs are submitted under the runtime's ordering boundary, so while
     /// this caller runs one here nobody else queues one: the thread, idle,
     /// makes no driver call meanwhile.
-    pub(crate) fn submit(&self, job: Job<D>, device: &Device<D>) -> Result<()> {
-        let mut queue = lock(&self.shared.queue);
-        let now = Instant::now();
-        let close = queue.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
-        queue.streak = if close { queue.streak.saturating_add(1) } else { 0 };
-        queue.last_submitted = Some(now);
-        let spent = std::mem::take(&mut queue.spent);
-        let idle = !queue.busy && queue.jobs.is_empty();
-        if idle && (queue.streak < STREAK || matches!(job, Job::Signal { .. })) {
-            drop(queue);
-            // The caller's thread: any code may have made another context current.
-            job.run(device, &mut false);
-            lock(&self.shared.queue).last_submitted = Some(Instant::now());
-            return Ok(());
-        }
-        let pushed = self.push_locked(queue, job);
-        // After the push: the thread goes on meanwhile.
-        drop(spent);
-        pushed
-    }
-
-    /// Queues `job` behind every job queued before it; waits while the
-    /// queue is full. A stopped issuer refuses it.
-    fn push_locked(&self, mut queue: MutexGuard<'_, Queue<D>>, job: Job<D>) -> Result<()> {
-        let mut waited = false;
-        while queue.jobs.len() >= MAX_QUEUED && !queue.stopped && !self.is_own_thread() {
-            queue = self.shared.progress.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
-            waited = true;
-        }
-        if waited {
-            // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
-            queue.last_submitted = Some(Instant::now());
-        }
-        if queue.stopped {
+    pub(crate) fn submit(&self, job: Job<D>) -> Result<()> {
+        let issuing = &self.lane.runner;
+        if issuing.stopped.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        queue.jobs.push(job);
-        self.shared.queued.fetch_add(1, Ordering::Release);
-        if queue.sleeping {
-            queue.sleeping = false;
-            self.shared.work.notify_one();
+        let streaming = {
+            let mut streak = lock(&issuing.streak);
+            let now = Instant::now();
+            let close = streak.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
+            streak.count = if close { streak.count.saturating_add(1) } else { 0 };
+            streak.last_submitted = Some(now);
+            streak.count >= STREAK
+        };
+        if self.lane.surely_idle() && (!streaming || matches!(job, Job::Signal { .. })) {
+            // The caller's thread: any code may have made another context current.
+            self.lane.run_here(|| drop(job.run(&mut false)));
+            lock(&issuing.streak).last_submitted = Some(Instant::now());
+            return Ok(());
         }
+        // Room: at most MAX_QUEUED jobs ahead (the thread itself never waits).
+        let pushed = self.lane.pushed();
+        let room_at = (pushed + 1).saturating_sub(MAX_QUEUED);
+        if !self.lane.progress.surely_reached(room_at) && !Pool::runs_here(&self.lane) {
+            self.lane.progress.wait_for(room_at);
+            // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
+            lock(&issuing.streak).last_submitted = Some(Instant::now());
+        }
+        self.lane.push([job]);
         Ok(())
     }
 
     /// Returns once every job queued so far has run. On the issuing thread
     /// itself (a job's drop) it returns at once.
     pub(crate) fn flush(&self) {
-        if self.is_own_thread() {
-            return;
-        }
-        let mut queue = lock(&self.shared.queue);
-        while (queue.busy || !queue.jobs.is_empty()) && !queue.ended {
-            queue = self.shared.progress.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
+        if !Pool::runs_here(&self.lane) {
+            self.lane.progress.wait_for(self.lane.pushed());
         }
     }
 
     /// True when no job is queued or running: every driver call of the ops
-    /// admitted so far has been made.
+    /// admitted so far has been made. May answer `false` for a job finishing now.
     pub(crate) fn is_idle(&self) -> bool {
-        let queue = lock(&self.shared.queue);
-        !queue.busy && queue.jobs.is_empty()
+        self.lane.surely_idle()
     }
 
-    /// Runs what is queued, then ends the thread and lets the device go.
+    /// Runs what is queued, then ends the thread: it lets the device go.
     pub(crate) fn stop(&self) {
-        {
-            let mut queue = lock(&self.shared.queue);
-            queue.stopped = true;
-            self.shared.work.notify_one();
-        }
-        let thread = lock(&self.thread).take();
-        if let Some(thread) = thread {
-            if thread.thread().id() != std::thread::current().id() {
-                let _ = thread.join();
-            }
-        }
-        self.shared.progress.notify_all();
-    }
-
-    fn is_own_thread(&self) -> bool {
-        self.id.get() == Some(&std::thread::current().id())
-    }
-}
-
-/// The thread: takes every queued job at once and runs them in order.
-/// `idle` learns the gaps between the thread's jobs.
-fn run<D: Driver>(shared: &Shared<D>, device: &Device<D>, idle: &SpinPolicy) {
-    let mut batch: Vec<Job<D>> = Vec::new();
-    let mut spent: Vec<OpIo> = Vec::new();
-    loop {
-        {
-            let mut queue = lock(&shared.queue);
-            // Since when the thread found nothing to do, and whether it watched for work since.
-            let mut idle_since: Option<Instant> = None;
-            let mut watched = false;
-            loop {
-                if !queue.jobs.is_empty() {
-                    if let Some(since) = idle_since {
-                        idle.learn(since);
-                    }
-                    std::mem::swap(&mut queue.jobs, &mut batch);
-                    match queue.spent.is_empty() {
-                        true => std::mem::swap(&mut queue.spent, &mut spent),
-                        false => queue.spent.append(&mut spent),
-                    }
-                    shared.queued.store(0, Ordering::Relaxed);
-                    queue.busy = true;
-                    shared.progress.notify_all();
-                    break;
-                }
-                if queue.busy {
-                    queue.busy = false;
-                    shared.progress.notify_all();
-                }
-                if !spent.is_empty() || !queue.spent.is_empty() {
-                    // Idle: nothing to overlap with, so the thread drops them.
-                    spent.append(&mut queue.spent);
-                    drop(queue);
-                    spent.clear();
-                    queue = lock(&shared.queue);
-                    continue;
-                }
-                if queue.stopped {
-                    queue.ended = true;
-                    shared.progress.notify_all();
-                    return;
-                }
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if !watched {
-                    // Without the lock, so admissions push freely.
-                    watched = true;
-                    drop(queue);
-                    idle.spin_as_recent(since, || shared.queued.load(Ordering::Acquire) != 0);
-                    queue = lock(&shared.queue);
-                    continue;
-                }
-                queue.sleeping = true;
-                queue = shared.work.wait(queue).unwrap_or_else(|poisoned| poisoned.into_inner());
-                queue.sleeping = false;
-            }
-        }
-        // Nothing but jobs runs on this thread, so the context an op bound
-        // stays current for the next, unless a job runs other code.
-        let mut bound = false;
-        // One allocation a batch, not one per doubling: the admitting thread
-        // frees these vectors, and a realloc here may wait for that free's
-        // lock on the allocator (seen in a profile of the pipeline).
-        spent.reserve(batch.len());
-        for job in batch.drain(..) {
-            // A panicking job must not end the jobs behind it.
-            match catch_unwind(AssertUnwindSafe(|| job.run(device, &mut bound))) {
-                Ok(Some(io)) => spent.push(io),
-                Ok(None) => {}
-                Err(_) => bound = false,
-            }
-        }
+        self.lane.runner.stopped.store(true, Ordering::Release);
+        self.flush();
+        self.lane.runner.pool.close();
     }
 }
 

@@ -129,8 +129,6 @@ impl<D: Driver> GpuBackend<D> {
             capture_stream: Mutex::default(),
             wake,
         };
-        // Last: a backend that fails to open stops no thread.
-        backend.device.issuer.start(backend.device.clone(), spin)?;
         Ok(backend)
     }
 

@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use super::device::Device;
 use super::owners::GpuEvent;
-use super::waiters::{run_claimed, Claim, Completions};
+use super::waiters::{self, run_claimed, Claim, Completions, Entry};
 use crate::backend::FailureTally;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
@@ -108,7 +108,7 @@ impl<D: Driver> GpuStream<D> {
     pub(crate) fn new(device: &Arc<Device<D>>, index: u32, wake: Wake) -> Result<Self> {
         let mut stream = Self::made(device, index, true)?;
         if wake == Wake::Waiter {
-            stream.core.waiter = Some(Completions::new(device.driver.clone(), device.spin_budget));
+            stream.core.waiter = Some(waiters::completions(device.driver.clone(), &device.waiters, device.spin_budget));
         }
         Ok(stream)
     }
@@ -152,8 +152,11 @@ impl<D: Driver> StreamCore<D> {
         // SAFETY: both handles are alive and belong to this driver.
         unsafe { self.device.driver.event_record(event.raw, self.raw)? };
         let claim: Claim = Arc::new(Mutex::new(Some(callback)));
-        let watched = awaited && waiter.spin.is_quick();
-        let place = waiter.push(&self.device.waiters, event.clone(), claim.clone(), watched)?;
+        let watched = awaited && waiter.runner.spin.is_quick();
+        // A stream's completions are queued one at a time, by its driver
+        // calls' one thread at a time: the count so far is this one's place.
+        let place = waiter.pushed();
+        waiter.push([Entry { place, event: event.clone(), claim: claim.clone(), watched }]);
         // Only once the waiter has it: whichever takes it first runs it.
         if watched {
             crate::completion::watch(self.probe(event, claim, place, waiter));
@@ -168,9 +171,9 @@ impl<D: Driver> StreamCore<D> {
     /// waiter reports. Its share of the event, and through it of the device,
     /// is dropped on the release thread: it may be the device's last.
     fn probe(&self, event: Arc<GpuEvent<D>>, claim: Claim, place: u64, waiter: &Completions<D>) -> Probe {
-        let ran = waiter.ran.clone();
+        let ran = waiter.runner.ran.clone();
         let mut event = Some(event);
-        let budget = waiter.spin.budget();
+        let budget = waiter.runner.spin.budget();
         let mut first_check: Option<Instant> = None;
         let mut check = move |event: &GpuEvent<D>| {
             if lock(&claim).is_none() || first_check.get_or_insert_with(Instant::now).elapsed() > budget {
@@ -260,7 +263,7 @@ impl<D: Driver> Drop for GpuStream<D> {
             // What is queued runs first; but a drop on the thread running
             // it (a completion that could not be delivered elsewhere ran
             // there) does not wait for itself.
-            waiter.close();
+            waiters::drain(waiter);
         }
         if bound {
             // SAFETY: made by this driver in `new`, synchronised above, destroyed once.

@@ -7,7 +7,7 @@ use super::*;
 fn a_collective_enqueues_every_ranks_part_in_one_group_on_its_stream() {
     use crate::backend::{Collective, CollectiveKind, CollectivePart, ReduceOp};
     let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
-    let communicator = GpuBackend::communicator(&[&a, &b]).unwrap();
+    let communicator = GpuBackend::<Fake>::communicator(&[&a, &b]).unwrap();
     let (sa, sb) = (a.create_stream(0).unwrap(), b.create_stream(0).unwrap());
     let (send_a, send_b) = (a.allocate(64).unwrap(), b.allocate(64).unwrap());
     let (all_a, all_b) = (a.allocate(128).unwrap(), b.allocate(128).unwrap());
@@ -15,7 +15,7 @@ fn a_collective_enqueues_every_ranks_part_in_one_group_on_its_stream() {
     let part = |backend, stream, send, receive| CollectivePart { backend, stream, send, receive, io: OpIo::default() };
     let parts = vec![part(&a, &sa, &send_a, Some(&all_a)), part(&b, &sb, &send_b, Some(&all_b))];
     // SAFETY: the fake touches no memory; the memory outlives the call.
-    unsafe { GpuBackend::enqueue_collective(&communicator, &gather, parts) }.unwrap();
+    unsafe { GpuBackend::<Fake>::enqueue_collective(&communicator, &gather, parts) }.unwrap();
     let collective_calls = |shared: &Shared| -> Vec<Call> {
         shared.calls().into_iter().filter(|call| matches!(call, Call::Collective { .. })).collect()
     };
@@ -35,7 +35,7 @@ fn a_collective_enqueues_every_ranks_part_in_one_group_on_its_stream() {
     shared_b.fail("collective");
     let parts = vec![part(&a, &sa, &send_a, None), part(&b, &sb, &send_b, None)];
     // SAFETY: as above.
-    let failed = unsafe { GpuBackend::enqueue_collective(&communicator, &reduce, parts) };
+    let failed = unsafe { GpuBackend::<Fake>::enqueue_collective(&communicator, &reduce, parts) };
     assert!(matches!(failed, Err(EnqueueError::Failed(_))), "{failed:?}");
     assert!(collective_calls(&shared_a).contains(&Call::Collective {
         group: 2,
@@ -50,5 +50,5 @@ fn a_collective_enqueues_every_ranks_part_in_one_group_on_its_stream() {
 fn a_communicator_that_cannot_be_made_is_the_drivers_error() {
     let ((a, _), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
     shared_b.fail("communicator");
-    assert!(matches!(GpuBackend::communicator(&[&a, &b]), Err(Error::Backend { .. })));
+    assert!(matches!(GpuBackend::<Fake>::communicator(&[&a, &b]), Err(Error::Backend { .. })));
 }

@@ -19,10 +19,10 @@ fn streams_and_memory_drop_on_a_thread_that_never_bound_the_device() {
         let counters = backend.counters();
         assert_eq!((counters.live_streams, counters.live_allocations, counters.live_events), (0, 0, 0));
         assert!(shared.calls().iter().any(|call| matches!(call, Call::Free { ptr: freed, .. } if *freed == ptr)));
-        // Only the backend and its issuing thread hold the device now: the
-        // waiter thread has exited, and the wake thread's probe let its event
-        // go (on the release thread).
-        assert!(soon(|| Arc::strong_count(&backend.device) == 2), "{wake:?}");
+        // Only the backend holds the device now (its issuing thread never
+        // does): the waiter let the stream's completions go, and the wake
+        // thread's probe let its event go (on the release thread).
+        assert!(soon(|| Arc::strong_count(&backend.device) == 1), "{wake:?}");
     }
 }
 
