@@ -93,17 +93,23 @@
 //! weir-core   handles    Runtime, Stream, Buffer, Fence, Graph, DeviceGroup (stream.rs, ops.rs, …)
 //!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
 //!             engines    HOW it runs, behind the `Backend` trait (backend/):
-//!                          lane  the host-side engine: a stream is a lane of jobs run
-//!                                in order, parking on another lane's progress, a gate
-//!                                or a delay, woken by it (backend/lane.rs); its
+//!                          lane  the one engine: a queue of jobs run in order, each
+//!                                counted done, parking on another lane's progress, a
+//!                                gate or a delay, woken by it (backend/lane.rs); its
 //!                                `Runner` says what a job is and where a lane runs:
-//!                          cpu     host work, lanes run by a bounded pool of workers
-//!                          wgpu    recording and submitting on the one queue, lanes
-//!                                  run at once on the pushing thread; batched
-//!                                  submissions, a poll thread
-//!                          gpu   an issuing thread per device; a pool of waiting
-//!                                threads, each serving one stream with completions
-//!                                pending; generic over the device layer's `Driver`
+//!                          pool  threads that run lanes (backend/pool.rs): bounded,
+//!                                or a thread per ready lane; started as lanes come,
+//!                                the warmest woken first, retired when idle
+//!                          cpu     a stream is a lane of host work, run by a bounded
+//!                                  pool of workers
+//!                          wgpu    a stream is a lane recording and submitting on the
+//!                                  one queue, run at once on the pushing thread;
+//!                                  batched submissions, a poll thread
+//!                          gpu     a device's driver calls are one lane in admission
+//!                                  order, run by a pool of one (its issuing thread)
+//!                                  or at once by the admitting thread; a stream's
+//!                                  completions are a lane, run by the device's pool
+//!                                  of waiting threads; generic over the `Driver`
 //!                        written once for all three: the failure tally, the
 //!                        counters, and (test support) gates, which delays on the
 //!                        host engines are too (backend/timer.rs)
@@ -145,25 +151,26 @@
 //! the delivery thread, outside every lock.
 //!
 //! Where the move stands: every backend runs on the device layer (the
-//! engines keep only ordering, submission, completion and counting). The
-//! CPU and wgpu engines share one lane type (`backend/lane.rs`): per-stream
-//! ordering, parking on another stream's progress, gates and delays, and
-//! wake-ups are written once, and each keeps only its jobs and where a
-//! lane runs (the pool; the pushing thread). The GPU engine still keeps its
-//! own loop: its issuing thread and waiters. The `Backend` trait asks 27
+//! engines keep only ordering, submission, completion and counting). Every
+//! queue of jobs is a lane (`backend/lane.rs`) and every thread that runs
+//! them belongs to one kind of pool (`backend/pool.rs`): in-order running,
+//! progress counting, parking on another lane's progress, gates and delays,
+//! wake-ups, lingering and retiring are written once; each engine keeps
+//! only its jobs and where a lane runs (the CPU workers; the pushing thread
+//! on wgpu; on a GPU, its issuing thread, and its waiting threads for the
+//! streams' completions). The `Backend` trait asks 27
 //! methods of an engine (31 before): what follows from the backend's kind
 //! (its kernel language) and what is the same for all (a host buffer is a
 //! filled staging buffer; one upload preparation, told where the bytes
-//! come from) is no longer asked. The GPU engine's streams as lanes run by
-//! its issuing thread is the next step, which would also give CUDA and HIP
-//! host-side gates (a gate on the device itself stalls every driver call
-//! that synchronises the shared primary context). It is not a drop-in:
-//! the issuing thread makes a whole device's driver calls in one admission
+//! come from) is no longer asked. A GPU stream's driver calls as a lane of
+//! their own (not one lane per device) is the next step, which would also
+//! give CUDA and HIP host-side gates (a gate on the device itself stalls
+//! every driver call that synchronises the shared primary context). It is
+//! not a drop-in: the device's lane makes its driver calls in one admission
 //! order, and a cross-stream wait records its source's one ordering event
 //! at its place in that order; with a lane per stream, the source's record
 //! must be a job of the source's lane and the wait one that parks on it,
-//! with an event per wait from a pool, and each job's progress counted
-//! under a lock where the thread now takes its queue whole.
+//! with an event per wait from a pool.
 
 //!
 //! # Custom kernels, written once per backend

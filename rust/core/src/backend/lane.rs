@@ -54,9 +54,14 @@ impl Progress {
     /// reads the count: a reader that sees the job unfinished sees `finish`
     /// not yet run, and one that sees it finished sees it run.
     pub(crate) fn advance_after(&self, finish: impl FnOnce()) {
+        self.advance_by(1, finish);
+    }
+
+    /// As [`Progress::advance_after`], for `jobs` jobs done at once.
+    pub(crate) fn advance_by(&self, jobs: u64, finish: impl FnOnce()) {
         let mut state = lock(&self.state);
         finish();
-        state.finished += 1;
+        state.finished += jobs;
         let finished = state.finished;
         self.published.store(finished, Ordering::Release);
         let reached = if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
@@ -127,6 +132,10 @@ pub(crate) trait Runner: Send + Sync + Sized + 'static {
     fn others_waiting() -> bool {
         false
     }
+    /// Called once the jobs [`Lane::run_jobs`] took at once have run (up to
+    /// one that parked), on the same thread: for a runner that counts its
+    /// progress, or lets go of what its jobs held, a batch at a time.
+    fn ran_taken(_lane: &Arc<Lane<Self>>) {}
 }
 
 /// A lane: its jobs, whether a thread has it, and how far it got.
@@ -257,6 +266,11 @@ impl<R: Runner> Lane<R> {
                 let mut queue = lock(&self.queue);
                 queue.woken = false;
                 if queue.jobs.is_empty() {
+                    // The queue gets back the buffer it lent, so a push
+                    // need not allocate.
+                    if queue.jobs.capacity() < taken.capacity() {
+                        std::mem::swap(&mut queue.jobs, &mut taken);
+                    }
                     let Some(gaps) = &self.gaps else {
                         queue.scheduled = false;
                         return;
@@ -284,9 +298,16 @@ impl<R: Runner> Lane<R> {
                 }
             }
             lingered = false;
+            let mut parked = None;
             while let Some(job) = taken.pop_front() {
                 turn += 1;
-                let Ran::Parked(job) = R::run(&self, job) else { continue };
+                if let Ran::Parked(job) = R::run(&self, job) {
+                    parked = Some(job);
+                    break;
+                }
+            }
+            R::ran_taken(&self);
+            if let Some(job) = parked {
                 // Back in front, before the rest taken and what came meanwhile.
                 let mut queue = lock(&self.queue);
                 taken.push_front(job);
@@ -298,7 +319,6 @@ impl<R: Runner> Lane<R> {
                     queue.parked = true;
                     return;
                 }
-                break;
             }
         }
         R::schedule(self);

@@ -28,7 +28,7 @@
 //!   [`SpinPolicy`]), since a sleeping thread takes 10–30 µs to wake; it
 //!   retires after long idle, and the next streak starts another.
 
-use std::cell::Cell;
+use std::cell::{Cell, RefCell};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
@@ -245,6 +245,11 @@ thread_local! {
     /// [`Job::run`]). Each issuing thread serves one device; a new one
     /// starts with nothing bound.
     static BOUND: Cell<bool> = const { Cell::new(false) };
+    /// Jobs run and not yet counted on the lane's progress, and the
+    /// [`OpIo`]s of the ops among them: both are handed on a batch at a time
+    /// ([`Issuing::ran_taken`]).
+    static RAN: Cell<u64> = const { Cell::new(0) };
+    static SPENT: RefCell<Vec<OpIo>> = const { RefCell::new(Vec::new()) };
 }
 
 /// A device's lane of driver calls, in admission order, and the thread that
@@ -253,22 +258,27 @@ pub(crate) struct Issuer<D: Driver> {
     lane: Arc<Lane<Issuing<D>>>,
 }
 
-/// The issuing lane's part: its thread, and when admissions came.
+/// The issuing lane's part: its thread, and what admissions share with it.
 pub(crate) struct Issuing<D: Driver> {
     /// A pool of one thread.
     pool: Arc<Pool<Issuing<D>>>,
-    /// Touched by admissions only, which the runtime's boundary orders.
-    streak: Mutex<Streak>,
+    admissions: Mutex<Admissions>,
     /// No more jobs: the device is going.
     stopped: AtomicBool,
 }
 
 /// When the latest submission returned, and how many came in a row, each
-/// within [`STREAK_GAP`] of the one before.
+/// within [`STREAK_GAP`] of the one before; and the [`OpIo`]s of ops the
+/// thread ran, for the next admission to drop. Their outcome cells are the
+/// admitting thread's: it made them, and the versions it publishes hold
+/// them too. Dropped on the thread, each would pull two of its cache lines
+/// across, then back; so in a streak the thread only hands them back, and
+/// drops them itself once idle.
 #[derive(Default)]
-struct Streak {
+struct Admissions {
     last_submitted: Option<Instant>,
-    count: u32,
+    streak: u32,
+    spent: Vec<OpIo>,
 }
 
 impl<D: Driver> Runner for Issuing<D> {
@@ -276,7 +286,7 @@ impl<D: Driver> Runner for Issuing<D> {
     // One lane per thread: it runs until it runs out.
     const TURN: usize = usize::MAX;
 
-    fn run(lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
+    fn run(_lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
         // Nothing but jobs runs on this thread, so the context an op bound
         // stays current for the next, unless a job runs other code.
         let mut bound = BOUND.with(Cell::get);
@@ -286,9 +296,25 @@ impl<D: Driver> Runner for Issuing<D> {
             None
         });
         BOUND.with(|cell| cell.set(bound));
-        lane.progress.advance_after(|| {});
-        drop(spent);
+        RAN.with(|ran| ran.set(ran.get() + 1));
+        if let Some(io) = spent {
+            SPENT.with(|kept| kept.borrow_mut().push(io));
+        }
         Ran::Done
+    }
+
+    /// Counts the batch's jobs done, and hands their [`OpIo`]s to the next
+    /// admission; once the lane is idle, drops them here (nothing to overlap
+    /// with, and an admission waiting for the room they hold may wait for them).
+    fn ran_taken(lane: &Arc<Lane<Self>>) {
+        let admissions = &lane.runner.admissions;
+        let mut spent = SPENT.with(RefCell::take);
+        lock(admissions).spent.append(&mut spent);
+        SPENT.with(|kept| *kept.borrow_mut() = spent);
+        lane.progress.advance_by(RAN.with(|ran| ran.replace(0)), || {});
+        if lane.surely_idle() {
+            drop(std::mem::take(&mut lock(admissions).spent));
+        }
     }
 
     fn schedule(lane: Arc<Lane<Self>>) {
@@ -313,7 +339,7 @@ impl<D: Driver> Issuer<D> {
             idle: SpinPolicy::new(linger.min(LINGER)),
             on_start: || {},
         };
-        let issuing = Issuing { pool: Pool::new(shape), streak: Mutex::default(), stopped: AtomicBool::new(false) };
+        let issuing = Issuing { pool: Pool::new(shape), admissions: Mutex::default(), stopped: AtomicBool::new(false) };
         Issuer { lane: Lane::new(issuing, None) }
     }
 
@@ -331,18 +357,18 @@ impl<D: Driver> Issuer<D> {
         if issuing.stopped.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let streaming = {
-            let mut streak = lock(&issuing.streak);
+        let (streaming, spent) = {
+            let mut admissions = lock(&issuing.admissions);
             let now = Instant::now();
-            let close = streak.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
-            streak.count = if close { streak.count.saturating_add(1) } else { 0 };
-            streak.last_submitted = Some(now);
-            streak.count >= STREAK
+            let close = admissions.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
+            admissions.streak = if close { admissions.streak.saturating_add(1) } else { 0 };
+            admissions.last_submitted = Some(now);
+            (admissions.streak >= STREAK, std::mem::take(&mut admissions.spent))
         };
         if self.lane.surely_idle() && (!streaming || matches!(job, Job::Signal { .. })) {
             // The caller's thread: any code may have made another context current.
             self.lane.run_here(|| drop(job.run(&mut false)));
-            lock(&issuing.streak).last_submitted = Some(Instant::now());
+            lock(&issuing.admissions).last_submitted = Some(Instant::now());
             return Ok(());
         }
         // Room: at most MAX_QUEUED jobs ahead (the thread itself never waits).
@@ -351,9 +377,11 @@ impl<D: Driver> Issuer<D> {
         if !self.lane.progress.surely_reached(room_at) && !Pool::runs_here(&self.lane) {
             self.lane.progress.wait_for(room_at);
             // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
-            lock(&issuing.streak).last_submitted = Some(Instant::now());
+            lock(&issuing.admissions).last_submitted = Some(Instant::now());
         }
         self.lane.push([job]);
+        // After the push: the thread goes on meanwhile.
+        drop(spent);
         Ok(())
     }
 
