@@ -293,3 +293,99 @@ impl Bell {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::AtomicUsize;
+
+    use super::*;
+    use crate::backend::lane::Ran;
+
+    /// A lane whose jobs count how many run at once, each for `hold`, on
+    /// `pool`'s threads.
+    struct Counted {
+        pool: Arc<Pool<Counted>>,
+        running: Arc<AtomicUsize>,
+        most: Arc<AtomicUsize>,
+        ran: Arc<AtomicUsize>,
+    }
+
+    impl Runner for Counted {
+        type Job = Duration;
+        const TURN: usize = usize::MAX;
+
+        fn run(lane: &Arc<Lane<Self>>, hold: Duration) -> Ran<Duration> {
+            let counted = &lane.runner;
+            let now = counted.running.fetch_add(1, Ordering::SeqCst) + 1;
+            counted.most.fetch_max(now, Ordering::SeqCst);
+            std::thread::sleep(hold);
+            counted.running.fetch_sub(1, Ordering::SeqCst);
+            counted.ran.fetch_add(1, Ordering::SeqCst);
+            lane.progress.advance_after(|| {});
+            Ran::Done
+        }
+
+        fn schedule(lane: Arc<Lane<Self>>) {
+            let pool = lane.runner.pool.clone();
+            if let Err(lane) = pool.schedule(lane) {
+                lane.run_jobs();
+            }
+        }
+    }
+
+    /// `lanes` lanes of `jobs` jobs each on a pool of `size`: the most that
+    /// ran at once, and the pool, once every job ran.
+    fn run_lanes(size: Option<usize>, lanes: usize, jobs: usize) -> (usize, Arc<Pool<Counted>>) {
+        let shape =
+            Shape { name: "weir-test-pool".into(), size, idle: SpinPolicy::new(Duration::ZERO), on_start: || {} };
+        let pool = Pool::new(shape);
+        let (running, most, ran) = (Arc::default(), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
+        let made: Vec<_> = (0..lanes)
+            .map(|_| {
+                let runner =
+                    Counted { pool: pool.clone(), running: Arc::clone(&running), most: most.clone(), ran: ran.clone() };
+                Lane::new(runner, None)
+            })
+            .collect();
+        for lane in &made {
+            lane.push((0..jobs).map(|_| Duration::from_millis(20)));
+        }
+        for lane in &made {
+            lane.progress.wait_for(jobs as u64);
+        }
+        assert_eq!(ran.load(Ordering::SeqCst), lanes * jobs);
+        (most.load(Ordering::SeqCst), pool)
+    }
+
+    #[test]
+    fn a_bounded_pool_runs_at_most_its_size_of_lanes_at_once() {
+        let (most, pool) = run_lanes(Some(2), 6, 2);
+        assert_eq!(most, 2, "two threads ran the six lanes, two at a time");
+        assert!(pool.threads() <= 2);
+    }
+
+    #[test]
+    fn an_unbounded_pool_gives_each_ready_lane_a_thread() {
+        let (most, pool) = run_lanes(None, 6, 2);
+        assert_eq!(most, 6, "no lane waited behind another's job");
+        assert!(pool.threads() >= 6);
+    }
+
+    #[test]
+    fn closing_a_pool_waits_for_its_threads_to_exit() {
+        let (_, pool) = run_lanes(None, 3, 1);
+        assert!(pool.threads() > 0, "idle threads stay a while, for the next lane");
+        pool.close();
+        assert_eq!(pool.threads(), 0);
+    }
+
+    #[test]
+    fn idle_threads_retire() {
+        let (_, pool) = run_lanes(Some(4), 4, 1);
+        let deadline = Instant::now() + RETIRE * 10;
+        while pool.threads() > 0 && Instant::now() < deadline {
+            std::thread::sleep(RETIRE / 4);
+        }
+        assert_eq!(pool.threads(), 0, "threads with nothing to run retire");
+    }
+}
