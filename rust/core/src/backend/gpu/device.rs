@@ -3,14 +3,15 @@
 //! where the driver's free waits for the whole device, the thread that frees.
 
 use std::sync::atomic::Ordering;
-use std::sync::mpsc::{channel, Sender};
 use std::sync::{Arc, Mutex};
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use super::issue::Issuer;
 use super::waiters::{waiter_pool, WaiterPool};
+use crate::backend::lane::{Lane, Ran, Runner};
+use crate::backend::pool::{Pool, Shape};
 use crate::backend::Counters;
+use crate::completion::spin::SpinPolicy;
 use crate::device::DeviceInfo;
 use crate::error::Result;
 use crate::host::{HostBuffer, PinnedBytes};
@@ -111,34 +112,45 @@ impl Drop for Loan {
     }
 }
 
-/// The thread that frees device memory for a driver whose free waits for the
-/// whole device (`hipFree`): memory is released on the delivery thread, which
-/// must not wait behind other streams' kernels to run the next waker.
-struct Reclaimer {
-    queue: Option<Sender<u64>>,
-    thread: Option<JoinHandle<()>>,
+/// The frees of a driver whose free waits for the whole device (`hipFree`),
+/// a lane run by a pool of one thread: memory is released on the delivery
+/// thread, which must not wait behind other streams' kernels to run the
+/// next waker. It holds the driver, not the device: the device's drop ends it.
+pub(crate) struct Frees<D: Driver> {
+    driver: Arc<D>,
+    pool: Arc<Pool<Frees<D>>>,
 }
 
-impl Reclaimer {
-    fn start<D: Driver>(driver: &Arc<D>) -> Option<Reclaimer> {
-        let (queue, frees) = channel::<u64>();
-        // The thread holds the driver, not the device: the device's drop ends it.
-        let driver = driver.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("weir-{}-free", D::KIND.name()))
-            .spawn(move || {
-                // Unbound, the device is gone: its memory went with it.
-                let bound = driver.bind().is_ok();
-                for ptr in frees {
-                    if bound {
-                        // SAFETY: `ptr` came from this driver's `alloc`, every user
-                        // completed (`Device::free`'s contract), and it is sent once.
-                        unsafe { driver.free(ptr) };
-                    }
-                }
-            })
-            .ok()?;
-        Some(Reclaimer { queue: Some(queue), thread: Some(thread) })
+impl<D: Driver> Frees<D> {
+    fn start(driver: &Arc<D>) -> Arc<Lane<Frees<D>>> {
+        let name = format!("weir-{}-free", D::KIND.name());
+        let pool = Pool::new(Shape { name, size: Some(1), idle: SpinPolicy::new(Duration::ZERO), on_start: || {} });
+        Lane::new(Frees { driver: driver.clone(), pool }, None)
+    }
+}
+
+impl<D: Driver> Runner for Frees<D> {
+    type Job = u64;
+    const TURN: usize = usize::MAX;
+
+    fn run(lane: &Arc<Lane<Self>>, ptr: u64) -> Ran<u64> {
+        let driver = &lane.runner.driver;
+        // Unbound, the device is gone: its memory went with it.
+        if driver.bind().is_ok() {
+            // SAFETY: `ptr` came from this driver's `alloc`, every user
+            // completed (`Device::free`'s contract), and it is pushed once.
+            unsafe { driver.free(ptr) };
+        }
+        lane.progress.advance_after(|| {});
+        Ran::Done
+    }
+
+    fn schedule(lane: Arc<Lane<Self>>) {
+        let pool = lane.runner.pool.clone();
+        // With no thread to be had, the frees run here, waiting for the device.
+        if let Err(lane) = pool.schedule(lane) {
+            lane.run_jobs();
+        }
     }
 }
 
@@ -216,8 +228,8 @@ pub(crate) struct Device<D: Driver> {
     free_staging: FreeList,
     /// Every staging buffer ever allocated, lent or not: freed with the device.
     all_staging: Mutex<Vec<Staging>>,
-    /// `None` where the driver's free returns at once (or no thread could start).
-    reclaimer: Option<Reclaimer>,
+    /// `None` where the driver's free returns at once.
+    frees: Option<Arc<Lane<Frees<D>>>>,
     /// Makes the stream-ordered driver calls of admitted ops, in order.
     pub issuer: Issuer<D>,
     /// The threads that wait for its streams' completions (`Wake::Waiter`).
@@ -232,7 +244,7 @@ impl<D: Driver> Device<D> {
     /// The device of `driver`, whose waiting threads spin for up to `spin_budget` per wait.
     pub fn new(driver: D, spin_budget: Duration) -> Arc<Self> {
         let driver = Arc::new(driver);
-        let reclaimer = if driver.free_waits_for_device() { Reclaimer::start(&driver) } else { None };
+        let frees = driver.free_waits_for_device().then(|| Frees::start(&driver));
         Arc::new(Device {
             info: driver.info(),
             counters: OwnLine(Counters::default()),
@@ -244,7 +256,7 @@ impl<D: Driver> Device<D> {
             }),
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
-            reclaimer,
+            frees,
             issuer: Issuer::new(spin_budget),
             waiters: waiter_pool(),
             spin_budget,
@@ -253,17 +265,16 @@ impl<D: Driver> Device<D> {
     }
 
     /// Frees device memory from any thread without waiting for the device:
-    /// on the reclaimer where the driver's free would wait, else here, after
+    /// on the frees' thread where the driver's free would wait, else here, after
     /// binding the device (this may be a thread that never used it).
     ///
     /// # Safety
     /// `ptr` came from this driver's `alloc`, every command that used it
     /// completed, and it is freed once.
     pub unsafe fn free(&self, ptr: u64) {
-        if let Some(queue) = self.reclaimer.as_ref().and_then(|r| r.queue.as_ref()) {
-            if queue.send(ptr).is_ok() {
-                return;
-            }
+        if let Some(frees) = &self.frees {
+            frees.push([ptr]);
+            return;
         }
         if self.driver.bind().is_ok() {
             // SAFETY: this function's contract.
@@ -308,11 +319,9 @@ impl<D: Driver> Drop for Device<D> {
         // No stream is left to queue a completion; idle threads exit now.
         self.waiters.close();
         // Frees already handed over finish first; the thread never holds this device.
-        if let Some(mut reclaimer) = self.reclaimer.take() {
-            reclaimer.queue.take();
-            if let Some(thread) = reclaimer.thread.take() {
-                let _ = thread.join();
-            }
+        if let Some(frees) = self.frees.take() {
+            frees.progress.wait_for(frees.pushed());
+            frees.runner.pool.close();
         }
         // Streams synchronise before they go and hold this device, so no copy
         // or callback still uses a staging buffer or a module here.

@@ -106,7 +106,7 @@ impl<D: Driver> Drop for GpuMemory<D> {
         // The scheduler drops memory only once a signal on every stream that
         // used it completed, on the delivery thread (or a closing thread),
         // never from a completion callback. CUDA queues the free on its pool
-        // stream; HIP's free waits for the device, so it goes to the reclaimer.
+        // stream; HIP's free waits for the device, so it goes to the frees' thread.
         // SAFETY: allocated by this driver in `new`; this owner frees it once,
         // after its last user completed.
         unsafe { self.device.free(self.ptr) };
