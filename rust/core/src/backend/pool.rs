@@ -46,6 +46,9 @@ pub(crate) struct Shape {
     pub(crate) idle: SpinPolicy,
     /// Run on each thread as it starts.
     pub(crate) on_start: fn(),
+    /// With no thread running and none to be had, a ready lane runs on the
+    /// thread that scheduled it; else it waits for a thread to free up.
+    pub(crate) else_here: bool,
 }
 
 /// A pool of threads running lanes of `R`; see the module doc.
@@ -95,18 +98,25 @@ impl<R: Runner> Pool<R> {
 
     /// Queues a lane that has jobs, and starts a thread for it if none is
     /// free and the shape allows one more (plus one per blocked thread).
-    /// `Err` gives the lane back where no thread runs and none can start.
-    pub(crate) fn schedule(self: &Arc<Self>, lane: Arc<Lane<R>>) -> Result<(), Arc<Lane<R>>> {
+    /// Where no thread runs and none can start, see [`Shape::else_here`].
+    pub(crate) fn schedule(self: &Arc<Self>, lane: Arc<Lane<R>>) {
         let mut state = lock(&self.state);
         state.ready.push_back(lane);
         self.ready_hint.store(state.ready.len(), Ordering::Release);
         let room = self.shape.size.is_none_or(|size| state.threads < size + state.blocked);
-        if state.ready.len() > state.free && room && !self.start(&mut state) && state.threads == 0 {
+        if state.ready.len() > state.free
+            && room
+            && !self.start(&mut state)
+            && state.threads == 0
+            && self.shape.else_here
+        {
             let refused = state.ready.pop_back();
             self.ready_hint.store(state.ready.len(), Ordering::Release);
+            drop(state);
             if let Some(lane) = refused {
-                return Err(lane);
+                lane.run_jobs();
             }
+            return;
         }
         // A lingering thread takes the first ready lane itself: a sleeper
         // is rung only for what it cannot (a system call, and a thread that
@@ -120,7 +130,6 @@ impl<R: Runner> Pool<R> {
         if let Some(bell) = rung {
             bell.thread.unpark();
         }
-        Ok(())
     }
 
     /// Starts a thread; false if the system has none to give.
@@ -233,7 +242,7 @@ impl<R: Runner> Pool<R> {
     }
 
     /// True on one of this pool's threads.
-    fn is_own_thread(&self) -> bool {
+    pub(crate) fn is_own_thread(&self) -> bool {
         CURRENT.with(Cell::get).0 == self as *const Self as usize
     }
 
@@ -326,18 +335,20 @@ mod tests {
         }
 
         fn schedule(lane: Arc<Lane<Self>>) {
-            let pool = lane.runner.pool.clone();
-            if let Err(lane) = pool.schedule(lane) {
-                lane.run_jobs();
-            }
+            lane.runner.pool.clone().schedule(lane);
         }
     }
 
     /// `lanes` lanes of `jobs` jobs each on a pool of `size`: the most that
     /// ran at once, and the pool, once every job ran.
     fn run_lanes(size: Option<usize>, lanes: usize, jobs: usize) -> (usize, Arc<Pool<Counted>>) {
-        let shape =
-            Shape { name: "weir-test-pool".into(), size, idle: SpinPolicy::new(Duration::ZERO), on_start: || {} };
+        let shape = Shape {
+            name: "weir-test-pool".into(),
+            size,
+            idle: SpinPolicy::new(Duration::ZERO),
+            on_start: || {},
+            else_here: true,
+        };
         let pool = Pool::new(shape);
         let (running, most, ran) = (Arc::default(), Arc::new(AtomicUsize::new(0)), Arc::new(AtomicUsize::new(0)));
         let made: Vec<_> = (0..lanes)

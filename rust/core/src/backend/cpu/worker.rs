@@ -104,8 +104,7 @@ impl Runner for HostJobs {
     }
 
     fn schedule(lane: Arc<HostLane>) {
-        // With no worker to be had, the stream waits for a running one to be free.
-        let _ = pool().schedule(lane);
+        pool().schedule(lane);
     }
 
     fn others_waiting() -> bool {
@@ -136,6 +135,10 @@ fn pool() -> &'static Arc<Pool<HostJobs>> {
                 crate::threads::started(WORKER_NAME);
                 crate::completion::on_blocking_waits(blocking_edge);
             },
+            // Host work never runs on the admitting thread (under the
+            // runtime's lock, a kernel calling Weir would wait for itself):
+            // with no worker to be had, a stream waits for one to be free.
+            else_here: false,
         })
     })
 }

@@ -124,7 +124,9 @@ pub(crate) struct Frees<D: Driver> {
 impl<D: Driver> Frees<D> {
     fn start(driver: &Arc<D>) -> Arc<Lane<Frees<D>>> {
         let name = format!("weir-{}-free", D::KIND.name());
-        let pool = Pool::new(Shape { name, size: Some(1), idle: SpinPolicy::new(Duration::ZERO), on_start: || {} });
+        // With no thread to be had, the frees run here, waiting for the device.
+        let idle = SpinPolicy::new(Duration::ZERO);
+        let pool = Pool::new(Shape { name, size: Some(1), idle, on_start: || {}, else_here: true });
         Lane::new(Frees { driver: driver.clone(), pool }, None)
     }
 }
@@ -146,11 +148,7 @@ impl<D: Driver> Runner for Frees<D> {
     }
 
     fn schedule(lane: Arc<Lane<Self>>) {
-        let pool = lane.runner.pool.clone();
-        // With no thread to be had, the frees run here, waiting for the device.
-        if let Err(lane) = pool.schedule(lane) {
-            lane.run_jobs();
-        }
+        lane.runner.pool.clone().schedule(lane);
     }
 }
 

@@ -286,10 +286,12 @@ impl<D: Driver> Runner for Issuing<D> {
     // One lane per thread: it runs until it runs out.
     const TURN: usize = usize::MAX;
 
-    fn run(_lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
-        // Nothing but jobs runs on this thread, so the context an op bound
-        // stays current for the next, unless a job runs other code.
-        let mut bound = BOUND.with(Cell::get);
+    fn run(lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
+        // Nothing but jobs runs on the issuing thread, so the context an op
+        // bound stays current for the next, unless a job runs other code.
+        // Elsewhere (a caller running the lane, with no thread to be had)
+        // nobody knows the current context.
+        let mut bound = lane.runner.pool.is_own_thread() && BOUND.with(Cell::get);
         // A panicking job must not end the jobs behind it.
         let spent = catch_unwind(AssertUnwindSafe(|| job.run(&mut bound))).unwrap_or_else(|_| {
             bound = false;
@@ -318,14 +320,7 @@ impl<D: Driver> Runner for Issuing<D> {
     }
 
     fn schedule(lane: Arc<Lane<Self>>) {
-        let pool = lane.runner.pool.clone();
-        if let Err(lane) = pool.schedule(lane) {
-            // No thread to be had: the jobs run here, in order, on a thread
-            // whose current context nobody knows.
-            BOUND.with(|cell| cell.set(false));
-            lane.run_jobs();
-            BOUND.with(|cell| cell.set(false));
-        }
+        lane.runner.pool.clone().schedule(lane);
     }
 }
 
@@ -338,6 +333,8 @@ impl<D: Driver> Issuer<D> {
             // Spinning, not yielding: the admitting thread has its own core.
             idle: SpinPolicy::new(linger.min(LINGER)),
             on_start: || {},
+            // With no thread to be had, the caller makes the driver calls, in order.
+            else_here: true,
         };
         let issuing = Issuing { pool: Pool::new(shape), admissions: Mutex::default(), stopped: AtomicBool::new(false) };
         Issuer { lane: Lane::new(issuing, None) }

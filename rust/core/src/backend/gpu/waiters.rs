@@ -70,7 +70,10 @@ pub(crate) type WaiterPool<D> = Pool<Waits<D>>;
 /// The waiter pool of a device.
 pub(super) fn waiter_pool<D: Driver>() -> Arc<WaiterPool<D>> {
     let name = format!("weir-{}-waiter", D::KIND.name());
-    Pool::new(Shape { name, size: None, idle: SpinPolicy::new(Duration::ZERO), on_start: || {} })
+    // With no thread to be had, the completions run here: late, as the
+    // thread waits for the device, but never lost.
+    let idle = SpinPolicy::new(Duration::ZERO);
+    Pool::new(Shape { name, size: None, idle, on_start: || {}, else_here: true })
 }
 
 /// The completions of a stream of `driver`, run by `pool`'s threads, which
@@ -111,12 +114,7 @@ impl<D: Driver> Runner for Waits<D> {
     }
 
     fn schedule(lane: Arc<Completions<D>>) {
-        // With no thread to be had, the completions run here: late, as the
-        // thread waits for the device, but never lost.
-        let pool = lane.runner.pool.clone();
-        if let Err(lane) = pool.schedule(lane) {
-            lane.run_jobs();
-        }
+        lane.runner.pool.clone().schedule(lane);
     }
 }
 
