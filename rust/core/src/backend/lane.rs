@@ -1,14 +1,19 @@
-//! A stream as the host-side engines see it: a lane of jobs, run in order,
-//! one at a time, each counted done on the stream's [`Progress`].
+//! The one engine: a lane of jobs, run in order, one at a time, each
+//! counted done on the lane's [`Progress`].
 //!
 //! A job that waits for something else (another stream's progress, a gate,
 //! a delay, a collective's other parts) parks the lane: it stays first in
 //! the queue, no thread waits for it, and its waker schedules the lane
-//! again. Where a scheduled lane runs is its [`Runner`]'s choice:
-//! - the CPU engine's jobs are host work: a pool of workers runs lanes
-//!   (`cpu::worker`);
-//! - the wgpu engine's jobs only record, submit and register callbacks: a
-//!   lane runs at once on the thread that scheduled it (`wgpu::lanes`).
+//! again. What a job is and where a scheduled lane runs is its [`Runner`]'s
+//! choice, mostly a pool's thread (`backend::pool`):
+//! - a CPU stream's jobs are host work: a bounded pool of workers runs
+//!   lanes (`cpu::worker`);
+//! - a wgpu stream's jobs only record, submit and register callbacks: a
+//!   lane runs at once on the thread that scheduled it (`wgpu::lanes`);
+//! - a GPU device's driver calls are one lane in admission order, run by
+//!   a pool of one or at once by the admitting thread (`gpu::issue`), and
+//!   each GPU stream's completions are a lane its device's waiting threads
+//!   run (`gpu::waiters`).
 //!
 //! Either way the rules are these, written once: jobs run in push order;
 //! an event is "the lane finished its first n jobs" ([`Progress`]); a wake
