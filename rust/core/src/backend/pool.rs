@@ -1,7 +1,9 @@
 //! Threads that run lanes (`backend::lane`): one kind of pool, in two
 //! shapes.
-//! - **Bounded** (the CPU engine's workers): as many threads as the host
-//!   has cores, since its jobs are host work; a lane waits for a free one.
+//! - **Bounded**: the CPU engine's workers, as many as the host has cores,
+//!   since its jobs are host work (a lane waits for a free one); a GPU
+//!   device's issuing thread, and the thread of a driver whose free waits
+//!   for the device: one each.
 //! - **One thread per ready lane** (a GPU device's completion waiters):
 //!   their jobs sleep in the driver until the device gets somewhere, so a
 //!   lane must never wait behind another lane's wait.

@@ -315,7 +315,9 @@ impl<D: Driver> Runner for Issuing<D> {
         SPENT.with(|kept| *kept.borrow_mut() = spent);
         lane.progress.advance_by(RAN.with(|ran| ran.replace(0)), || {});
         if lane.surely_idle() {
-            drop(std::mem::take(&mut lock(admissions).spent));
+            // Taken out first: dropped after the lock goes.
+            let idle = std::mem::take(&mut lock(admissions).spent);
+            drop(idle);
         }
     }
 
