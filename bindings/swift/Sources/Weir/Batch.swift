@@ -33,19 +33,7 @@ public final class Batch {
     public func execute(kernel: Kernel, grid: Grid, args: [Arg]) {
         beginExecute(slot(of: kernel), grid: grid, arguments: args.count)
         for arg in args {
-            switch arg {
-            case .buffer(let buffer, let access): putBuffer(buffer, access)
-            case .u32(let value): putScalar(EncodedTag.u32, value)
-            case .i32(let value): putScalar(EncodedTag.i32, UInt32(bitPattern: value))
-            case .f32(let value): putScalar(EncodedTag.f32, value.bitPattern)
-            case .u64(let value): putWide(EncodedTag.u64, value)
-            case .i64(let value): putWide(EncodedTag.i64, UInt64(bitPattern: value))
-            case .f64(let value): putWide(EncodedTag.f64, value.bitPattern)
-            case .bytes(let value):
-                encoded.append(EncodedTag.bytes)
-                put(UInt32(value.count))
-                encoded.append(contentsOf: value)
-            }
+            encoded.put(arg, slot: arg.bufferArgument.map { slot(of: $0) } ?? 0)
         }
         count += 1
     }
@@ -54,7 +42,7 @@ public final class Batch {
     /// elements) into `buffer` at element `offset`.
     public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) {
         beginWrite(buffer, element: .bytes, offset: offset, bytes: data.count)
-        encoded.append(contentsOf: data)
+        encoded.put(data)
         count += 1
     }
 
@@ -78,11 +66,11 @@ public final class Batch {
 
     /// The write op's tag, buffer slot, data type, element offset and byte length.
     private func beginWrite(_ buffer: Buffer, element: ElementType, offset: UInt64, bytes: Int) {
-        encoded.append(EncodedTag.write)
-        put(slot(of: buffer))
-        encoded.append(EncodedTag.element(element))
-        put(offset)
-        put(UInt64(bytes))
+        encoded.put(EncodedTag.write)
+        encoded.put(slot(of: buffer))
+        encoded.put(EncodedTag.element(element))
+        encoded.put(offset)
+        encoded.put(UInt64(bytes))
     }
 
     // The built-in ops encode their arguments directly: no `[Arg]` per op.
@@ -157,41 +145,26 @@ public final class Batch {
 
     /// The op's tag, kernel slot, grid (nil: the default) and argument count.
     private func beginExecute(_ kernel: UInt32, grid: Grid?, arguments: Int) {
-        encoded.append(EncodedTag.execute)
-        put(kernel)
+        encoded.put(EncodedTag.execute)
+        encoded.put(kernel)
         if let grid, grid != Batch.defaultGrid {
-            encoded.append(EncodedTag.givenGrid)
+            encoded.put(EncodedTag.givenGrid)
             for field in [grid.groupsX, grid.groupsY, grid.groupsZ, grid.blockX, grid.blockY, grid.blockZ, grid.sharedBytes] {
-                put(field)
+                encoded.put(field)
             }
         } else {
-            encoded.append(EncodedTag.defaultGrid)
+            encoded.put(EncodedTag.defaultGrid)
         }
-        put(UInt32(arguments))
+        encoded.put(UInt32(arguments))
     }
 
     private func putBuffer(_ buffer: Buffer, _ access: Access) {
-        encoded.append(EncodedTag.buffer)
-        put(slot(of: buffer))
-        encoded.append(EncodedTag.access(access))
+        encoded.putBuffer(slot: slot(of: buffer), access)
     }
 
     private func putScalar(_ tag: UInt8, _ bits: UInt32) {
-        encoded.append(tag)
-        put(bits)
-    }
-
-    private func putWide(_ tag: UInt8, _ bits: UInt64) {
-        encoded.append(tag)
-        put(bits)
-    }
-
-    private func put(_ value: UInt32) {
-        withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
-    }
-
-    private func put(_ value: UInt64) {
-        withUnsafeBytes(of: value.littleEndian) { encoded.append(contentsOf: $0) }
+        encoded.put(tag)
+        encoded.put(bits)
     }
 
     // The arrays hold every object with a slot, so its identifier stays
@@ -218,6 +191,69 @@ public final class Batch {
         kernels.append(kernel)
         kernelSlots[ObjectIdentifier(kernel)] = slot
         return slot
+    }
+}
+
+/// Where an op's bytes go, little-endian: a batch's growing array, or one
+/// op's stack memory (`EncodedOp.swift`).
+protocol OpBytes {
+    mutating func put(_ byte: UInt8)
+    mutating func put(_ word: UInt32)
+    mutating func put(_ word: UInt64)
+    mutating func put(_ data: Data)
+}
+
+extension OpBytes {
+    /// A buffer argument: its tag, its slot among the call's buffers, its access.
+    mutating func putBuffer(slot: UInt32, _ access: Access) {
+        put(EncodedTag.buffer)
+        put(slot)
+        put(EncodedTag.access(access))
+    }
+
+    /// One argument of an op: its tag, then its bits; a buffer's `slot`
+    /// among the call's buffers (ignored for the others).
+    mutating func put(_ arg: Arg, slot: UInt32) {
+        switch arg {
+        case .buffer(_, let access): putBuffer(slot: slot, access)
+        case .u32(let value): put(EncodedTag.u32); put(value)
+        case .i32(let value): put(EncodedTag.i32); put(UInt32(bitPattern: value))
+        case .f32(let value): put(EncodedTag.f32); put(value.bitPattern)
+        case .u64(let value): put(EncodedTag.u64); put(value)
+        case .i64(let value): put(EncodedTag.i64); put(UInt64(bitPattern: value))
+        case .f64(let value): put(EncodedTag.f64); put(value.bitPattern)
+        case .bytes(let value):
+            put(EncodedTag.bytes)
+            put(UInt32(value.count))
+            put(value)
+        }
+    }
+}
+
+extension Array: OpBytes where Element == UInt8 {
+    mutating func put(_ byte: UInt8) { append(byte) }
+    mutating func put(_ word: UInt32) { Swift.withUnsafeBytes(of: word.littleEndian) { append(contentsOf: $0) } }
+    mutating func put(_ word: UInt64) { Swift.withUnsafeBytes(of: word.littleEndian) { append(contentsOf: $0) } }
+    mutating func put(_ data: Data) { append(contentsOf: data) }
+}
+
+extension Arg {
+    /// The buffer of a buffer argument.
+    var bufferArgument: Buffer? {
+        switch self {
+        case .buffer(let buffer, _): buffer
+        default: nil
+        }
+    }
+
+    /// The bytes it takes in the encoding.
+    var encodedSize: Int {
+        switch self {
+        case .buffer: 6
+        case .u32, .i32, .f32: 5
+        case .u64, .i64, .f64: 9
+        case .bytes(let value): 5 + value.count
+        }
     }
 }
 

@@ -17,12 +17,8 @@ extension WeirStream {
         // The op's tag, kernel slot, grid tag and argument count, then each argument.
         var size = 10
         for arg in args {
-            switch arg {
-            case .buffer: (buffers, size) = (buffers + 1, size + 6)
-            case .u32, .i32, .f32: size += 5
-            case .u64, .i64, .f64: size += 9
-            case .bytes(let value): size += 5 + value.count
-            }
+            size += arg.encodedSize
+            if case .buffer = arg { buffers += 1 }
         }
         let outcome = withUnsafeTemporaryAllocation(of: UInt8.self, capacity: size) { bytes in
             withUnsafeTemporaryAllocation(of: UInt64.self, capacity: max(buffers, 1)) { handles in
@@ -33,22 +29,10 @@ extension WeirStream {
                 op.put(UInt32(args.count))
                 var slot = 0
                 for arg in args {
-                    switch arg {
-                    case .buffer(let buffer, let access):
+                    op.put(arg, slot: UInt32(slot))
+                    if let buffer = arg.bufferArgument {
                         handles[slot] = buffer.uniffiCloneHandle()
-                        op.put(EncodedTag.buffer)
-                        op.put(UInt32(slot))
-                        op.put(EncodedTag.access(access))
                         slot += 1
-                    case .u32(let value): op.put(EncodedTag.u32, value)
-                    case .i32(let value): op.put(EncodedTag.i32, UInt32(bitPattern: value))
-                    case .f32(let value): op.put(EncodedTag.f32, value.bitPattern)
-                    case .u64(let value): op.put(EncodedTag.u64, value)
-                    case .i64(let value): op.put(EncodedTag.i64, UInt64(bitPattern: value))
-                    case .f64(let value): op.put(EncodedTag.f64, value.bitPattern)
-                    case .bytes(let value):
-                        op.put(EncodedTag.bytes, UInt32(value.count))
-                        op.put(value)
                     }
                 }
                 // Every handle given is the entry's to let go, whatever it answers.
@@ -69,7 +53,7 @@ extension WeirStream {
 
 /// Writes one op's bytes, little-endian, into stack memory sized for them:
 /// plain stores, no per-byte calls, so one admission costs what its bytes do.
-private struct OpWriter {
+private struct OpWriter: OpBytes {
     private let bytes: UnsafeMutableRawBufferPointer
     /// Where the bytes start, for the C call.
     let start: UnsafePointer<UInt8>?
@@ -94,17 +78,6 @@ private struct OpWriter {
     mutating func put(_ word: UInt64) {
         bytes.storeBytes(of: word.littleEndian, toByteOffset: count, as: UInt64.self)
         count += 8
-    }
-
-    /// A scalar argument: its tag, then its bits.
-    mutating func put(_ tag: UInt8, _ bits: UInt32) {
-        put(tag)
-        put(bits)
-    }
-
-    mutating func put(_ tag: UInt8, _ bits: UInt64) {
-        put(tag)
-        put(bits)
     }
 
     mutating func put(_ data: Data) {
