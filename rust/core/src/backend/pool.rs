@@ -253,6 +253,14 @@ impl<R: Runner> Pool<R> {
         CURRENT.with(Cell::get).1 == lane as *const Lane<R> as usize
     }
 
+    /// Returns once the jobs pushed on `lane` so far ran; at once on the
+    /// thread running it, which would wait for itself.
+    pub(crate) fn drain(lane: &Lane<R>) {
+        if !Self::runs_here(lane) {
+            lane.progress.wait_for(lane.pushed());
+        }
+    }
+
     /// Threads alive.
     #[cfg(test)]
     pub(crate) fn threads(&self) -> usize {

@@ -318,7 +318,7 @@ impl<D: Driver> Drop for Device<D> {
         self.waiters.close();
         // Frees already handed over finish first; the thread never holds this device.
         if let Some(frees) = self.frees.take() {
-            frees.progress.wait_for(frees.pushed());
+            Pool::drain(&frees);
             frees.runner.pool.close();
         }
         // Streams synchronise before they go and hold this device, so no copy

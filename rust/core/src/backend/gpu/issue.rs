@@ -387,9 +387,7 @@ impl<D: Driver> Issuer<D> {
     /// Returns once every job queued so far has run. On the issuing thread
     /// itself (a job's drop) it returns at once.
     pub(crate) fn flush(&self) {
-        if !Pool::runs_here(&self.lane) {
-            self.lane.progress.wait_for(self.lane.pushed());
-        }
+        Pool::drain(&self.lane);
     }
 
     /// True when no job is queued or running: every driver call of the ops

@@ -31,7 +31,7 @@ use std::time::Instant;
 
 use super::device::Device;
 use super::owners::GpuEvent;
-use super::waiters::{self, run_claimed, Claim, Completions, Entry};
+use super::waiters::{self, run_claimed, Claim, Completions, Entry, WaiterPool};
 use crate::backend::FailureTally;
 use crate::completion::Probe;
 use crate::error::{Error, Result};
@@ -263,7 +263,7 @@ impl<D: Driver> Drop for GpuStream<D> {
             // What is queued runs first; but a drop on the thread running
             // it (a completion that could not be delivered elsewhere ran
             // there) does not wait for itself.
-            waiters::drain(waiter);
+            WaiterPool::drain(waiter);
         }
         if bound {
             // SAFETY: made by this driver in `new`, synchronised above, destroyed once.

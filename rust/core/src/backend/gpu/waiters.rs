@@ -118,14 +118,6 @@ impl<D: Driver> Runner for Waits<D> {
     }
 }
 
-/// Returns once the completions queued so far ran (at once on the thread
-/// running them: a stream dropped by one of its own completions).
-pub(super) fn drain<D: Driver>(lane: &Completions<D>) {
-    if !WaiterPool::runs_here(lane) {
-        lane.progress.wait_for(lane.pushed());
-    }
-}
-
 /// Waits for `event` by the spin policy: querying while recent events were
 /// reached within the budget, then blocking. A fence the wake thread
 /// watches it does not spin for: one spinning thread is enough.
