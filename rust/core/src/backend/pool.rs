@@ -255,6 +255,8 @@ impl<R: Runner> Pool<R> {
 
     /// Returns once the jobs pushed on `lane` so far ran; at once on the
     /// thread running it, which would wait for itself.
+    // The GPU engine's (a build with neither CUDA nor HIP has none, but for its tests).
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn drain(lane: &Lane<R>) {
         if !Self::runs_here(lane) {
             lane.progress.wait_for(lane.pushed());
@@ -276,6 +278,7 @@ impl<R: Runner> Pool<R> {
 
     /// Lets the threads exit once what is ready ran, and waits for them (but
     /// for the calling thread, if it is one).
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn close(&self) {
         let mut state = lock(&self.state);
         state.closed = true;
