@@ -213,21 +213,23 @@ impl<R: Runner> Lane<R> {
     }
 
     /// Queues `jobs`, in order, and has the lane run unless a thread has it
-    /// or its first job is parked.
-    pub(crate) fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = R::Job>) {
+    /// or its first job is parked. Returns how many jobs were pushed before
+    /// them: the first one's place in the lane.
+    pub(crate) fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = R::Job>) -> u64 {
         let mut queue = lock(&self.queue);
         let before = queue.jobs.len();
         queue.jobs.extend(jobs);
-        self.pushed.fetch_add((queue.jobs.len() - before) as u64, Ordering::SeqCst);
+        let place = self.pushed.fetch_add((queue.jobs.len() - before) as u64, Ordering::SeqCst);
         if let (Some(since), Some(gaps)) = (queue.empty_since.take(), &self.gaps) {
             gaps.learn(since);
         }
         if queue.scheduled || queue.parked || queue.jobs.is_empty() {
-            return;
+            return place;
         }
         queue.scheduled = true;
         drop(queue);
         R::schedule(self.clone());
+        place
     }
 
     /// True if every job pushed so far has surely finished (see

@@ -235,9 +235,8 @@ impl CpuStream {
 
     /// Queues the jobs held back since [`CpuStream::hold_back`], in order.
     pub(crate) fn hand_over(&self) -> Result<()> {
-        match lock(&self.held).take() {
-            Some(jobs) if !jobs.is_empty() => self.lane.push(jobs),
-            _ => {}
+        if let Some(jobs) = lock(&self.held).take().filter(|jobs| !jobs.is_empty()) {
+            self.lane.push(jobs);
         }
         Ok(())
     }

@@ -153,10 +153,7 @@ impl<D: Driver> StreamCore<D> {
         unsafe { self.device.driver.event_record(event.raw, self.raw)? };
         let claim: Claim = Arc::new(Mutex::new(Some(callback)));
         let watched = awaited && waiter.runner.spin.is_quick();
-        // A stream's completions are queued one at a time, by its driver
-        // calls' one thread at a time: the count so far is this one's place.
-        let place = waiter.pushed();
-        waiter.push([Entry { place, event: event.clone(), claim: claim.clone(), watched }]);
+        let place = waiter.push([Entry { event: event.clone(), claim: claim.clone(), watched }]);
         // Only once the waiter has it: whichever takes it first runs it.
         if watched {
             crate::completion::watch(self.probe(event, claim, place, waiter));

@@ -43,10 +43,8 @@ pub(super) fn run_claimed(claim: &Claim, place: u64, ran: &AtomicU64, status: St
     true
 }
 
-/// One completion: its place among the stream's completions, its event,
-/// and whether the wake thread watches it too.
+/// One completion: its event, and whether the wake thread watches it too.
 pub(crate) struct Entry<D: Driver> {
-    pub(super) place: u64,
     pub(super) event: Arc<GpuEvent<D>>,
     pub(super) claim: Claim,
     pub(super) watched: bool,
@@ -92,7 +90,7 @@ impl<D: Driver> Runner for Waits<D> {
     // Its jobs wait for the device: a thread keeps its lane until it runs out.
     const TURN: usize = usize::MAX;
 
-    fn run(lane: &Arc<Completions<D>>, Entry { place, event, claim, watched }: Entry<D>) -> Ran<Entry<D>> {
+    fn run(lane: &Arc<Completions<D>>, Entry { event, claim, watched }: Entry<D>) -> Ran<Entry<D>> {
         let waits = &lane.runner;
         // Not taken already by the wake thread, which saw it done.
         if lock(&claim).is_some() {
@@ -107,7 +105,8 @@ impl<D: Driver> Runner for Waits<D> {
             // the completion sees no event of it still alive.
             event.uncount();
             drop(event);
-            run_claimed(&claim, place, &waits.ran, status);
+            // Its place among the stream's completions: they run in order, each counted as it ends.
+            run_claimed(&claim, lane.progress.finished(), &waits.ran, status);
         }
         lane.progress.advance_after(|| {});
         Ran::Done
