@@ -87,7 +87,7 @@ impl Progress {
 
     /// True if at least `jobs` jobs finished, read without the lock: `false`
     /// may be out of date (a job finishing now), `true` never is.
-    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn surely_reached(&self, jobs: u64) -> bool {
         self.published.load(Ordering::Acquire) >= jobs
     }
@@ -235,8 +235,8 @@ impl<R: Runner> Lane<R> {
     /// True if every job pushed so far has surely finished (see
     /// [`Progress::surely_reached`]): without a lock, so it may answer
     /// `false` for a lane finishing its last job.
-    // What only the wgpu engine's lanes ask: they run on the thread that pushes.
-    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    // What the wgpu lanes and the GPU issuer ask: their jobs may run on the pushing thread.
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn surely_idle(&self) -> bool {
         self.progress.surely_reached(self.pushed())
     }
@@ -245,7 +245,7 @@ impl<R: Runner> Lane<R> {
     /// with nothing queued whose every push the caller keeps out meanwhile,
     /// and a job that never parks, which a queue round trip would only
     /// delay by its locks.
-    #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
+    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn run_here(&self, run: impl FnOnce()) {
         self.pushed.fetch_add(1, Ordering::SeqCst);
         run();
