@@ -21,8 +21,8 @@
 //! go, so no wake is lost.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::task::{Poll, Wake, Waker};
 use std::time::Instant;
 
@@ -30,18 +30,23 @@ use crate::completion::spin::SpinPolicy;
 use crate::lock::lock;
 
 /// How far a lane has got: the number of jobs it finished.
+///
+/// The count is an atomic, so a lane advancing with nobody waiting for it
+/// (the usual case: a stream's work runs ahead of its fences) takes no lock;
+/// only waiters, parked lanes and blocked threads, share the lock.
 #[derive(Debug, Default)]
 pub(crate) struct Progress {
-    state: Mutex<ProgressState>,
+    finished: AtomicU64,
+    /// Parked lanes plus blocked threads, kept under `state`'s lock and read
+    /// by an advance without it: zero, and nobody needs waking.
+    waiting: AtomicUsize,
+    state: Mutex<Waiting>,
     advanced: Condvar,
-    /// `finished`, stored once the job's step is over: read without the
-    /// lock, it may lag behind, never run ahead ([`Progress::surely_reached`]).
-    published: AtomicU64,
 }
 
+/// Who waits for a lane's progress.
 #[derive(Debug, Default)]
-struct ProgressState {
-    finished: u64,
+struct Waiting {
     /// Threads blocked in [`Progress::wait_for`]: only they need the condvar
     /// (a notification is a system call even with nobody to wake).
     blocked: usize,
@@ -50,29 +55,50 @@ struct ProgressState {
 }
 
 impl Progress {
-    /// Jobs finished so far.
+    /// Jobs finished so far, read under the lock: a job counted by
+    /// [`Progress::advance_after`] is counted here only once its `finish` ran.
     pub(crate) fn finished(&self) -> u64 {
-        lock(&self.state).finished
+        let _state = lock(&self.state);
+        self.count()
     }
 
-    /// Runs `finish` and counts one more job done, as one step for anyone who
-    /// reads the count: a reader that sees the job unfinished sees `finish`
-    /// not yet run, and one that sees it finished sees it run.
+    fn count(&self) -> u64 {
+        self.finished.load(Ordering::SeqCst)
+    }
+
+    /// Counts `jobs` more jobs done.
+    pub(crate) fn advance(&self, jobs: u64) {
+        // Both sides sequentially consistent: a waiter counts itself, then
+        // reads the count; an advance adds to the count, then reads the
+        // waiters. Either the waiter sees its jobs done or the advance sees
+        // the waiter (and takes the lock, which the waiter holds until it
+        // has parked or sleeps on the condvar).
+        self.finished.fetch_add(jobs, Ordering::SeqCst);
+        if self.waiting.load(Ordering::SeqCst) > 0 {
+            self.wake(lock(&self.state));
+        }
+    }
+
+    /// Counts one more job done and runs `finish` (which must not call into
+    /// this progress), as one step under the lock: whoever sees `finish`'s
+    /// effect sees the job counted, and a [`Progress::wait_for`] that
+    /// returns saw `finish` run. A read of the count without the lock may
+    /// see the job counted before `finish` ran.
     pub(crate) fn advance_after(&self, finish: impl FnOnce()) {
-        self.advance_by(1, finish);
+        let state = lock(&self.state);
+        self.finished.fetch_add(1, Ordering::SeqCst);
+        finish();
+        self.wake(state);
     }
 
-    /// As [`Progress::advance_after`], for `jobs` jobs done at once.
-    pub(crate) fn advance_by(&self, jobs: u64, finish: impl FnOnce()) {
-        let mut state = lock(&self.state);
-        finish();
-        state.finished += jobs;
-        let finished = state.finished;
-        self.published.store(finished, Ordering::Release);
+    /// Wakes the waiters the count now satisfies.
+    fn wake(&self, mut state: MutexGuard<'_, Waiting>) {
+        let finished = self.count();
         let reached = if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
-            let (reached, waiting) =
+            let (reached, waiting): (Vec<_>, Vec<_>) =
                 std::mem::take(&mut state.parked).into_iter().partition(|(jobs, _)| *jobs <= finished);
             state.parked = waiting;
+            self.waiting.fetch_sub(reached.len(), Ordering::SeqCst);
             reached
         } else {
             Vec::new()
@@ -86,26 +112,37 @@ impl Progress {
     }
 
     /// True if at least `jobs` jobs finished, read without the lock: `false`
-    /// may be out of date (a job finishing now), `true` never is.
-    #[cfg_attr(not(any(feature = "wgpu", feature = "cuda", feature = "hip", test)), allow(dead_code))]
+    /// may be out of date (a job finishing now), `true` never is (but a
+    /// job's `finish` may still be running, see [`Progress::advance_after`]).
     pub(crate) fn surely_reached(&self, jobs: u64) -> bool {
-        self.published.load(Ordering::Acquire) >= jobs
+        self.count() >= jobs
     }
 
-    /// Blocks until at least `jobs` jobs finished.
+    /// Blocks until at least `jobs` jobs finished (their `finish` run, see
+    /// [`Progress::advance_after`]: so it takes the lock even then).
     pub(crate) fn wait_for(&self, jobs: u64) {
         let mut state = lock(&self.state);
-        while state.finished < jobs {
-            state.blocked += 1;
-            state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            state.blocked -= 1;
+        if self.surely_reached(jobs) {
+            return;
         }
+        state.blocked += 1;
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        while !self.surely_reached(jobs) {
+            state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+        }
+        state.blocked -= 1;
+        self.waiting.fetch_sub(1, Ordering::SeqCst);
     }
 
     /// Ready once at least `jobs` jobs finished; else `waker` is woken then.
     pub(crate) fn poll_reached(&self, jobs: u64, waker: &Waker) -> Poll<()> {
+        if self.surely_reached(jobs) {
+            return Poll::Ready(());
+        }
         let mut state = lock(&self.state);
-        if state.finished >= jobs {
+        self.waiting.fetch_add(1, Ordering::SeqCst);
+        if self.surely_reached(jobs) {
+            self.waiting.fetch_sub(1, Ordering::SeqCst);
             return Poll::Ready(());
         }
         state.parked.push((jobs, waker.clone()));
@@ -127,7 +164,7 @@ pub(crate) trait Runner: Send + Sync + Sized + 'static {
     /// Jobs one run of a lane takes before it lets other lanes have a turn.
     const TURN: usize;
     /// Runs `job`, the first of `lane`'s, and counts it on the lane's
-    /// progress ([`Progress::advance_after`]), or hands it back to wait,
+    /// progress ([`Progress::advance`]), or hands it back to wait,
     /// the lane's waker ([`Lane::waker`]) registered where it waits.
     fn run(lane: &Arc<Lane<Self>>, job: Self::Job) -> Ran<Self::Job>;
     /// Has [`Lane::run_jobs`] called for `lane`, which has jobs and no thread.
@@ -249,7 +286,7 @@ impl<R: Runner> Lane<R> {
     pub(crate) fn run_here(&self, run: impl FnOnce()) {
         self.pushed.fetch_add(1, Ordering::SeqCst);
         run();
-        self.progress.advance_after(|| {});
+        self.progress.advance(1);
     }
 
     /// Takes every job not yet run, for an engine that is going away.
@@ -376,7 +413,7 @@ mod tests {
                 }
                 Step::WokenWhilePolled(true) => lock(&lane.runner.log).push("re-polled"),
             }
-            lane.progress.advance_after(|| {});
+            lane.progress.advance(1);
             Ran::Done
         }
 

@@ -77,7 +77,7 @@ impl Runner for HostJobs {
                 if let Some(error) = failure {
                     io.fail(error, tally);
                 }
-                progress.advance_after(|| {});
+                progress.advance(1);
             }
             Job::Meet(mut meet, io) => {
                 let polled = catch_unwind(AssertUnwindSafe(|| meet(&lane.waker())))
@@ -87,14 +87,14 @@ impl Runner for HostJobs {
                     Poll::Ready(Err(message)) => io.fail(Error::OpFailed { stream: index, message }, tally),
                     Poll::Ready(Ok(())) => {}
                 }
-                progress.advance_after(|| {});
+                progress.advance(1);
             }
             Job::Until(mut until) => {
                 // A panicking poll counts as ready: the stream goes on.
                 if catch_unwind(AssertUnwindSafe(|| until(&lane.waker()))).unwrap_or(Poll::Ready(())).is_pending() {
                     return Ran::Parked(Job::Until(until));
                 }
-                progress.advance_after(|| {});
+                progress.advance(1);
             }
             Job::Complete(complete) => progress.advance_after(|| {
                 let _ = catch_unwind(AssertUnwindSafe(complete));

@@ -262,23 +262,27 @@ pub(crate) struct Issuer<D: Driver> {
 pub(crate) struct Issuing<D: Driver> {
     /// A pool of one thread.
     pool: Arc<Pool<Issuing<D>>>,
-    admissions: Mutex<Admissions>,
+    streak: Mutex<Streak>,
+    /// The [`OpIo`]s of ops the thread ran, for the next admission to drop.
+    /// Their outcome cells are the admitting thread's: it made them, and the
+    /// versions it publishes hold them too. Dropped on the thread, each would
+    /// pull two of its cache lines across, then back; so in a streak the
+    /// thread only hands them back, and drops them itself once idle.
+    spent: Mutex<Vec<OpIo>>,
+    /// `spent` has some: an admission takes its lock only then.
+    has_spent: AtomicBool,
     /// No more jobs: the device is going.
     stopped: AtomicBool,
 }
 
 /// When the latest submission returned, and how many came in a row, each
-/// within [`STREAK_GAP`] of the one before; and the [`OpIo`]s of ops the
-/// thread ran, for the next admission to drop. Their outcome cells are the
-/// admitting thread's: it made them, and the versions it publishes hold
-/// them too. Dropped on the thread, each would pull two of its cache lines
-/// across, then back; so in a streak the thread only hands them back, and
-/// drops them itself once idle.
+/// within [`STREAK_GAP`] of the one before. Only admissions touch it, one at
+/// a time (under the runtime's ordering boundary), so its lock is never
+/// contended: the issuing thread's hand-back has a lock of its own.
 #[derive(Default)]
-struct Admissions {
+struct Streak {
     last_submitted: Option<Instant>,
-    streak: u32,
-    spent: Vec<OpIo>,
+    count: u32,
 }
 
 impl<D: Driver> Runner for Issuing<D> {
@@ -309,20 +313,33 @@ impl<D: Driver> Runner for Issuing<D> {
     /// admission; once the lane is idle, drops them here (nothing to overlap
     /// with, and an admission waiting for the room they hold may wait for them).
     fn ran_taken(lane: &Arc<Lane<Self>>) {
-        let admissions = &lane.runner.admissions;
+        let issuing = &lane.runner;
         let mut spent = SPENT.with(RefCell::take);
-        lock(admissions).spent.append(&mut spent);
+        if !spent.is_empty() {
+            lock(&issuing.spent).append(&mut spent);
+            issuing.has_spent.store(true, Ordering::Release);
+        }
         SPENT.with(|kept| *kept.borrow_mut() = spent);
-        lane.progress.advance_by(RAN.with(|ran| ran.replace(0)), || {});
+        lane.progress.advance(RAN.with(|ran| ran.replace(0)));
         if lane.surely_idle() {
             // Taken out first: dropped after the lock goes.
-            let idle = std::mem::take(&mut lock(admissions).spent);
+            let idle = issuing.take_spent();
             drop(idle);
         }
     }
 
     fn schedule(lane: Arc<Lane<Self>>) {
         lane.runner.pool.clone().schedule(lane);
+    }
+}
+
+impl<D: Driver> Issuing<D> {
+    /// The [`OpIo`]s handed back so far, without a lock while there are none.
+    fn take_spent(&self) -> Vec<OpIo> {
+        if !self.has_spent.swap(false, Ordering::Acquire) {
+            return Vec::new();
+        }
+        std::mem::take(&mut *lock(&self.spent))
     }
 }
 
@@ -338,7 +355,13 @@ impl<D: Driver> Issuer<D> {
             // With no thread to be had, the caller makes the driver calls, in order.
             else_here: true,
         };
-        let issuing = Issuing { pool: Pool::new(shape), admissions: Mutex::default(), stopped: AtomicBool::new(false) };
+        let issuing = Issuing {
+            pool: Pool::new(shape),
+            streak: Mutex::default(),
+            spent: Mutex::default(),
+            has_spent: AtomicBool::new(false),
+            stopped: AtomicBool::new(false),
+        };
         Issuer { lane: Lane::new(issuing, None) }
     }
 
@@ -356,18 +379,19 @@ impl<D: Driver> Issuer<D> {
         if issuing.stopped.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let (streaming, spent) = {
-            let mut admissions = lock(&issuing.admissions);
+        let streaming = {
+            let mut streak = lock(&issuing.streak);
             let now = Instant::now();
-            let close = admissions.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
-            admissions.streak = if close { admissions.streak.saturating_add(1) } else { 0 };
-            admissions.last_submitted = Some(now);
-            (admissions.streak >= STREAK, std::mem::take(&mut admissions.spent))
+            let close = streak.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
+            streak.count = if close { streak.count.saturating_add(1) } else { 0 };
+            streak.last_submitted = Some(now);
+            streak.count >= STREAK
         };
+        let spent = issuing.take_spent();
         if self.lane.surely_idle() && (!streaming || matches!(job, Job::Signal { .. })) {
             // The caller's thread: any code may have made another context current.
             self.lane.run_here(|| drop(job.run(&mut false)));
-            lock(&issuing.admissions).last_submitted = Some(Instant::now());
+            lock(&issuing.streak).last_submitted = Some(Instant::now());
             return Ok(());
         }
         // Room: at most MAX_QUEUED jobs ahead (the thread itself never waits).
@@ -376,7 +400,7 @@ impl<D: Driver> Issuer<D> {
         if !self.lane.progress.surely_reached(room_at) && !Pool::runs_here(&self.lane) {
             self.lane.progress.wait_for(room_at);
             // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
-            lock(&issuing.admissions).last_submitted = Some(Instant::now());
+            lock(&issuing.streak).last_submitted = Some(Instant::now());
         }
         self.lane.push([job]);
         // After the push: the thread goes on meanwhile.

@@ -177,7 +177,7 @@ impl Runner for OnQueue {
                 None => closed(item),
             },
         }
-        lane.progress.advance_after(|| {});
+        lane.progress.advance(1);
         Ran::Done
     }
 
