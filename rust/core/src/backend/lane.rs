@@ -474,6 +474,60 @@ mod tests {
         assert_eq!(log(&lane), ["re-polled", "then"], "the wake during the run was not lost");
     }
 
+    /// The count is advanced without the lock while nobody waits: a waiter
+    /// that counts itself as the advance passes must still be woken.
+    #[test]
+    fn no_wake_is_lost_between_a_waiter_counting_itself_and_an_advance() {
+        const JOBS: u64 = 20_000;
+        let progress = Arc::new(Progress::default());
+        let (done, finished) = std::sync::mpsc::channel();
+        let blocked: Vec<_> = (0..2)
+            .map(|offset| {
+                let (progress, done) = (progress.clone(), done.clone());
+                std::thread::spawn(move || {
+                    for jobs in (1 + offset..=JOBS).step_by(7) {
+                        progress.wait_for(jobs);
+                    }
+                    done.send(()).unwrap();
+                })
+            })
+            .collect();
+        // A parked "lane": a waker that polls again at once, until the end.
+        let parked = {
+            let (progress, done) = (progress.clone(), done.clone());
+            std::thread::spawn(move || {
+                let (woken, wakes) = std::sync::mpsc::channel::<()>();
+                struct Ring(Mutex<std::sync::mpsc::Sender<()>>);
+                impl Wake for Ring {
+                    fn wake(self: Arc<Self>) {
+                        let _ = lock(&self.0).send(());
+                    }
+                }
+                let waker = Waker::from(Arc::new(Ring(Mutex::new(woken))));
+                for jobs in (1..=JOBS).step_by(5) {
+                    while progress.poll_reached(jobs, &waker).is_pending() {
+                        wakes
+                            .recv_timeout(std::time::Duration::from_secs(10))
+                            .expect("a parked waiter was never woken");
+                    }
+                }
+                done.send(()).unwrap();
+            })
+        };
+        for job in 0..JOBS {
+            progress.advance(1);
+            // Paced, so the waiters meet the advances rather than find them all done.
+            if job % 8 == 0 {
+                std::thread::yield_now();
+            }
+        }
+        for _ in 0..3 {
+            finished.recv_timeout(std::time::Duration::from_secs(10)).expect("a blocked waiter was never woken");
+        }
+        blocked.into_iter().chain([parked]).for_each(|thread| thread.join().unwrap());
+        assert_eq!(progress.finished(), JOBS);
+    }
+
     #[test]
     fn a_job_run_here_counts_as_pushed_and_done() {
         let lane = Lane::new(Logged::default(), None);
