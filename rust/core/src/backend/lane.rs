@@ -55,8 +55,8 @@ struct Waiting {
 }
 
 impl Progress {
-    /// Jobs finished so far, read under the lock: a job counted by
-    /// [`Progress::advance_after`] is counted here only once its `finish` ran.
+    /// Jobs finished so far, read under the lock: a job whose `finish`
+    /// ([`Progress::advance_after`]) is running is waited for.
     pub(crate) fn finished(&self) -> u64 {
         let _state = lock(&self.state);
         self.count()
@@ -79,15 +79,15 @@ impl Progress {
         }
     }
 
-    /// Counts one more job done and runs `finish` (which must not call into
-    /// this progress), as one step under the lock: whoever sees `finish`'s
-    /// effect sees the job counted, and a [`Progress::wait_for`] that
-    /// returns saw `finish` run. A read of the count without the lock may
-    /// see the job counted before `finish` ran.
+    /// Runs `finish` and counts one more job done, as one step under the
+    /// lock (`finish` must not call into this progress): a reader of the
+    /// count, with the lock or without, that sees the job done sees `finish`
+    /// run, and one who sees `finish`'s effect and then reads the count
+    /// under the lock ([`Progress::finished`]) sees the job done.
     pub(crate) fn advance_after(&self, finish: impl FnOnce()) {
         let state = lock(&self.state);
-        self.finished.fetch_add(1, Ordering::SeqCst);
         finish();
+        self.finished.fetch_add(1, Ordering::SeqCst);
         self.wake(state);
     }
 
@@ -112,19 +112,17 @@ impl Progress {
     }
 
     /// True if at least `jobs` jobs finished, read without the lock: `false`
-    /// may be out of date (a job finishing now), `true` never is (but a
-    /// job's `finish` may still be running, see [`Progress::advance_after`]).
+    /// may be out of date (a job finishing now), `true` never is.
     pub(crate) fn surely_reached(&self, jobs: u64) -> bool {
         self.count() >= jobs
     }
 
-    /// Blocks until at least `jobs` jobs finished (their `finish` run, see
-    /// [`Progress::advance_after`]: so it takes the lock even then).
+    /// Blocks until at least `jobs` jobs finished.
     pub(crate) fn wait_for(&self, jobs: u64) {
-        let mut state = lock(&self.state);
         if self.surely_reached(jobs) {
             return;
         }
+        let mut state = lock(&self.state);
         state.blocked += 1;
         self.waiting.fetch_add(1, Ordering::SeqCst);
         while !self.surely_reached(jobs) {
@@ -372,6 +370,7 @@ impl<R: Runner> Lane<R> {
 #[cfg(test)]
 mod tests {
     use std::cell::RefCell;
+    use std::sync::atomic::AtomicBool;
 
     use super::*;
 
@@ -472,6 +471,29 @@ mod tests {
         lane.push([Step::WokenWhilePolled(false), Step::Log("then")]);
         scheduled().remove(0).run_jobs();
         assert_eq!(log(&lane), ["re-polled", "then"], "the wake during the run was not lost");
+    }
+
+    /// A CPU read copies its bytes in its job's `finish`: a stream waiting
+    /// for it must not see it done, and overwrite the bytes, before that.
+    #[test]
+    fn a_job_counted_with_its_finish_is_seen_done_only_after_the_finish() {
+        let progress = Arc::new(Progress::default());
+        let finished = Arc::new(AtomicBool::new(false));
+        let watcher = {
+            let (progress, finished) = (progress.clone(), finished.clone());
+            std::thread::spawn(move || {
+                while !progress.surely_reached(1) {
+                    std::hint::spin_loop();
+                }
+                finished.load(Ordering::SeqCst)
+            })
+        };
+        progress.advance_after(|| {
+            std::thread::sleep(std::time::Duration::from_millis(50));
+            finished.store(true, Ordering::SeqCst);
+        });
+        assert!(watcher.join().unwrap(), "the job was seen done before its finish ran");
+        assert_eq!(progress.finished(), 1);
     }
 
     /// The count is advanced without the lock while nobody waits: a waiter
