@@ -15,6 +15,7 @@ use crate::backend::lane::Progress;
 pub use weir_device::host::CpuMemory;
 use weir_device::host::{self, collective, wire};
 pub use worker::CpuStream;
+use worker::Job;
 
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};
@@ -130,8 +131,8 @@ impl CpuBackend {
         command.map(CpuMemory::clone)
     }
 
-    /// Queues `command` on the stream's worker; fails only if the worker is gone.
-    fn enqueue_owned(&self, stream: &CpuStream, command: Command<CpuMemory>, io: OpIo) -> Result<()> {
+    /// Queues `command` on the stream's lane.
+    fn enqueue_owned(&self, stream: &CpuStream, command: Command<CpuMemory>, io: OpIo) {
         let counters = self.counters.clone();
         let command = match command {
             Command::Download { src, sink } => {
@@ -139,7 +140,7 @@ impl CpuBackend {
                 // with stale bytes; like any failed op, the stream's next
                 // fence counts it.
                 let (index, tally) = (stream.index(), stream.tally().clone());
-                return stream.complete(Box::new(move || {
+                return stream.push(Job::Complete(Box::new(move || {
                     let outcome = match io.failed_input(index) {
                         Some(error) => Err(error),
                         None => host::run(Command::Download { src, sink: sink.clone() }, &counters, deliver)
@@ -149,7 +150,7 @@ impl CpuBackend {
                         tally.record(&error);
                         sink.fail(error);
                     }
-                }));
+                })));
             }
             // A gate the timer opens once the stream gets there: the stream
             // parks meanwhile, and no pool worker sleeps. (A zero delay is
@@ -157,18 +158,18 @@ impl CpuBackend {
             #[cfg(feature = "test-support")]
             Command::Delay { duration } if !duration.is_zero() => {
                 let (mut hold, mut io) = (Hold::Delay(duration), Some(io));
-                return stream.until(Box::new(move |waker| {
+                return stream.push(Job::Until(Box::new(move |waker| {
                     let opened = hold.poll_open(waker);
                     if opened.is_ready() {
                         // Its share of the queue goes back once it held the stream.
                         io.take();
                     }
                     opened
-                }));
+                })));
             }
             other => other,
         };
-        stream.work(Box::new(move || host::run(command, &counters, deliver)), io)
+        stream.push(Job::Work(Box::new(move || host::run(command, &counters, deliver)), io));
     }
 }
 
@@ -216,7 +217,8 @@ impl Backend for CpuBackend {
         (): (),
         io: OpIo,
     ) -> Result<(), EnqueueError> {
-        self.enqueue_owned(stream, Self::owned(command), io).map_err(EnqueueError::Failed)
+        self.enqueue_owned(stream, Self::owned(command), io);
+        Ok(())
     }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
         self.counters.live_events.fetch_add(1, Ordering::SeqCst);
@@ -226,17 +228,18 @@ impl Backend for CpuBackend {
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
         let (progress, jobs) = (event.progress.clone(), event.jobs);
         // Parks the stream until the other gets there, never blocking a worker.
-        stream.until(Box::new(move |waker| progress.poll_reached(jobs, waker)))
+        stream.push(Job::Until(Box::new(move |waker| progress.poll_reached(jobs, waker))));
+        Ok(())
     }
 
     fn timestamp(&self, stream: &CpuStream, completion: Arc<Completion>) -> Result<CpuTimestamp> {
         let taken = Arc::new(std::sync::OnceLock::new());
         let taking = taken.clone();
         // A completion job: it runs once every job before it has, and takes no failure.
-        stream.complete(Box::new(move || {
+        stream.push(Job::Complete(Box::new(move || {
             let _ = taking.set(std::time::Instant::now());
             completion.complete(Ok(()));
-        }))?;
+        })));
         self.counters.live_events.fetch_add(1, Ordering::SeqCst);
         Ok(CpuTimestamp { taken, counters: self.counters.clone() })
     }
@@ -248,7 +251,8 @@ impl Backend for CpuBackend {
             return Ok(());
         }
         let tally = stream.tally().clone();
-        stream.complete(Box::new(move || completion.report(tally.report(kind))))
+        stream.push(Job::Complete(Box::new(move || completion.report(tally.report(kind)))));
+        Ok(())
     }
 
     fn begin_admissions(&self, stream: &CpuStream) {
@@ -256,7 +260,8 @@ impl Backend for CpuBackend {
     }
 
     fn end_admissions(&self, stream: &CpuStream) -> Result<()> {
-        stream.hand_over()
+        stream.hand_over();
+        Ok(())
     }
 
     fn is_settled(&self, stream: &CpuStream) -> bool {
@@ -277,14 +282,15 @@ impl Backend for CpuBackend {
             .iter()
             .map(|&(memory, access)| (Span { buffer: memory.clone(), offset: 0, len: memory.size() }, access))
             .collect();
-        stream.work(
+        stream.push(Job::Work(
             Box::new(move || {
                 let whole = Grid::new([1, 1, 1], [1, 1, 1]);
                 raw.work.into_iter().try_for_each(|work| host::with_kernel_args(&spans, whole, [], work))
             }),
             // The worker skips (and fails) the host work if a version it reads failed.
             io,
-        )
+        ));
+        Ok(())
     }
 
     fn is_current_thread(&self, stream: &CpuStream) -> bool {
@@ -294,7 +300,8 @@ impl Backend for CpuBackend {
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
         let mut hold = Hold::Gate(gate);
-        stream.until(Box::new(move |waker| hold.poll_open(waker)))
+        stream.push(Job::Until(Box::new(move |waker| hold.poll_open(waker))));
+        Ok(())
     }
 
     fn counters(&self) -> BackendCounters {
@@ -332,7 +339,7 @@ impl Backend for CpuBackend {
             let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
             let meeting = rendezvous.clone();
             let mut memory = Some((read, write));
-            let queued = part.stream.meet(
+            part.stream.push(Job::Meet(
                 Box::new(move |waker| {
                     // The first poll arrives; later ones look for the outcome.
                     if let Some((read, write)) = memory.take() {
@@ -342,12 +349,7 @@ impl Backend for CpuBackend {
                     meeting.poll_outcome(waker)
                 }),
                 io,
-            );
-            if let Err(error) = queued {
-                // The parts queued so far must not wait for this one.
-                rendezvous.abandon(format!("member {rank}'s part could not be queued: {error}"));
-                return Err(EnqueueError::Failed(error));
-            }
+            ));
         }
         Ok(())
     }
@@ -382,7 +384,7 @@ fn enqueue_on_wire(
     let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
     let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
     let (turn, on_wire, collective) = (wire.admit(), wire.clone(), *collective);
-    let queued = part.stream.work(
+    part.stream.push(Job::Work(
         Box::new(move || {
             let failure = inputs.failed_input(index).map(|error| error.to_string());
             // The other ranks are other processes: it may block, so the
@@ -390,10 +392,6 @@ fn enqueue_on_wire(
             worker::blocking(|| on_wire.run(turn, &collective, failure, read, write))
         }),
         io,
-    );
-    if let Err(error) = queued {
-        wire.abandon(format!("rank {}'s part of a {} could not be queued: {error}", wire.rank, collective.name()));
-        return Err(EnqueueError::Failed(error));
-    }
+    ));
     Ok(())
 }

@@ -215,14 +215,14 @@ impl CpuStream {
         self.enqueued.load(Ordering::SeqCst)
     }
 
-    fn send(&self, job: Job) -> Result<()> {
+    /// Queues `job` (or holds it back, see [`CpuStream::hold_back`]).
+    pub(crate) fn push(&self, job: Job) {
         if let Some(held) = lock(&self.held).as_mut() {
             held.push(job);
         } else {
             self.lane.push([job]);
         }
         self.enqueued.fetch_add(1, Ordering::SeqCst);
-        Ok(())
     }
 
     /// Holds back the jobs enqueued from now on, which count as enqueued,
@@ -234,27 +234,10 @@ impl CpuStream {
     }
 
     /// Queues the jobs held back since [`CpuStream::hold_back`], in order.
-    pub(crate) fn hand_over(&self) -> Result<()> {
+    pub(crate) fn hand_over(&self) {
         if let Some(jobs) = lock(&self.held).take().filter(|jobs| !jobs.is_empty()) {
             self.lane.push(jobs);
         }
-        Ok(())
-    }
-
-    pub(crate) fn work(&self, work: Work, io: OpIo) -> Result<()> {
-        self.send(Job::Work(work, io))
-    }
-
-    pub(crate) fn meet(&self, meet: Meet, io: OpIo) -> Result<()> {
-        self.send(Job::Meet(meet, io))
-    }
-
-    pub(crate) fn until(&self, until: Until) -> Result<()> {
-        self.send(Job::Until(until))
-    }
-
-    pub(crate) fn complete(&self, complete: Sync) -> Result<()> {
-        self.send(Job::Complete(complete))
     }
 }
 
