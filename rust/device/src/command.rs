@@ -49,7 +49,7 @@ pub enum BinaryOp {
 /// One op on a stream. `R` names buffers: buffer keys in the scheduler,
 /// the backend's memory once handed to a backend. `S` is where a download's
 /// bytes go: the engine's sink, which the device only hands them to.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub enum Command<R, S> {
     /// Every byte of `dst` zero.
     Zero { dst: Span<R> },
@@ -121,24 +121,10 @@ impl<R, S> Command<R, S> {
     /// for a download, whose result goes to one reader only.
     pub fn replayable(&self) -> Option<Command<R, S>>
     where
-        R: Copy,
+        R: Clone,
+        S: Clone,
     {
-        Some(match self {
-            Command::Zero { dst } => Command::Zero { dst: *dst },
-            Command::Fill { dst, word } => Command::Fill { dst: *dst, word: *word },
-            Command::Copy { src, dst } => Command::Copy { src: *src, dst: *dst },
-            Command::Upload { dst, data } => Command::Upload { dst: *dst, data: data.clone() },
-            Command::Download { .. } => return None,
-            Command::Binary { op, a, b, out } => Command::Binary { op: *op, a: *a, b: *b, out: *out },
-            Command::Scale { x, out, alpha } => Command::Scale { x: *x, out: *out, alpha: *alpha },
-            Command::Axpy { x, y, alpha } => Command::Axpy { x: *x, y: *y, alpha: *alpha },
-            Command::Iota { out, start } => Command::Iota { out: *out, start: *start },
-            #[cfg(feature = "test-support")]
-            Command::Delay { duration } => Command::Delay { duration: *duration },
-            Command::Custom { kernel, grid, args } => {
-                Command::Custom { kernel: kernel.clone(), grid: *grid, args: args.clone() }
-            }
-        })
+        (!matches!(self, Command::Download { .. })).then(|| self.clone())
     }
 
     /// The same command with every buffer name mapped through `f`.

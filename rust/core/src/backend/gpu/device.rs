@@ -170,20 +170,20 @@ impl<T> std::ops::Deref for OwnLine<T> {
 /// own streams order each other through each stream's own event). Bounded:
 /// past it, events are destroyed.
 pub(crate) struct EventPool<D: Driver> {
-    stream_order: Mutex<Vec<D::Event>>,
-    host_wait: Mutex<Vec<D::Event>>,
-    timing: Mutex<Vec<D::Event>>,
+    /// By [`EventUse`] (see `of`).
+    by_use: [Mutex<Vec<D::Event>>; 3],
 }
 
 impl<D: Driver> EventPool<D> {
     const MAX: usize = 256;
 
     fn of(&self, usage: EventUse) -> &Mutex<Vec<D::Event>> {
-        match usage {
-            EventUse::StreamOrder => &self.stream_order,
-            EventUse::HostWait => &self.host_wait,
-            EventUse::Timing => &self.timing,
-        }
+        let index = match usage {
+            EventUse::StreamOrder => 0,
+            EventUse::HostWait => 1,
+            EventUse::Timing => 2,
+        };
+        &self.by_use[index]
     }
 
     /// An idle event made for `usage`, if one is pooled.
@@ -202,10 +202,7 @@ impl<D: Driver> EventPool<D> {
     }
 
     fn drain(&self) -> Vec<D::Event> {
-        let mut all = std::mem::take(&mut *lock(&self.stream_order));
-        all.append(&mut lock(&self.host_wait));
-        all.append(&mut lock(&self.timing));
-        all
+        self.by_use.iter().flat_map(|pool| std::mem::take(&mut *lock(pool))).collect()
     }
 }
 
@@ -247,11 +244,7 @@ impl<D: Driver> Device<D> {
             info: driver.info(),
             counters: OwnLine(Counters::default()),
             kernels: Kernels::of_context(&driver),
-            events: OwnLine(EventPool {
-                stream_order: Mutex::new(Vec::new()),
-                host_wait: Mutex::new(Vec::new()),
-                timing: Mutex::new(Vec::new()),
-            }),
+            events: OwnLine(EventPool { by_use: Default::default() }),
             free_staging: FreeList::default(),
             all_staging: Mutex::new(Vec::new()),
             frees,
