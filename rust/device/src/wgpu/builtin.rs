@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
-use super::scope::{Failure, BACKEND};
+use super::scope::BACKEND;
 use super::Recorder;
 use super::WgpuDevice;
 use crate::builtin::{wgsl_source, BuiltinKernel};
@@ -125,12 +125,8 @@ fn builtin(gpu: &WgpuDevice, source: &str, read_only: &[bool], widened: bool) ->
 
 /// Parameter blocks for a plan of `pipeline`, or why the device could not make them.
 pub fn params(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Error> {
-    Params::new(gpu, pipeline, blocks).map_err(|failure| match failure {
-        Failure::OutOfMemory => {
-            Error::OutOfMemory { bytes: (blocks.len() as u64) * gpu.shape.uniform_align, host: false }
-        }
-        Failure::Message(message) => Error::backend(BACKEND, message),
-    })
+    Params::new(gpu, pipeline, blocks)
+        .map_err(|failure| failure.refusing((blocks.len() as u64) * gpu.shape.uniform_align))
 }
 
 /// One buffer argument of an element-wise launch: a byte range starting on a

@@ -9,7 +9,7 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::bind_groups::BindGroups;
-use super::scope::{scoped, Failure, BACKEND};
+use super::scope::scoped;
 use super::slabs::{Slabs, Slot, SHARED_MAX};
 use crate::counters::Counters;
 use crate::error::{Error, Result};
@@ -44,6 +44,16 @@ impl Held {
     pub fn at(&self, offset: u64) -> u64 {
         self.0.base + offset
     }
+}
+
+/// What an allocation's wgpu buffer (its own or a slab) is made for.
+pub(crate) const STORAGE_USAGE: wgpu::BufferUsages =
+    wgpu::BufferUsages::STORAGE.union(wgpu::BufferUsages::COPY_SRC).union(wgpu::BufferUsages::COPY_DST);
+
+/// A wgpu buffer of `size` bytes, not mapped: every buffer Weir makes but an
+/// upload's staging buffer (`staging_with`).
+pub fn buffer(device: &wgpu::Device, label: &str, size: u64, usage: wgpu::BufferUsages) -> wgpu::Buffer {
+    device.create_buffer(&wgpu::BufferDescriptor { label: Some(label), size, usage, mapped_at_creation: false })
 }
 
 /// Rounds `bytes` up to a multiple of 4.
@@ -103,23 +113,12 @@ impl WgpuMemory {
                 limits.max_buffer_size
             )));
         }
-        let refused = |failure| match failure {
-            Failure::OutOfMemory => Error::OutOfMemory { bytes, host: false },
-            Failure::Message(message) => Error::backend(BACKEND, message),
-        };
         let (buffer, base, slot) = if size <= SHARED_MAX {
-            let placed = slabs.place(size).map_err(refused)?;
+            let placed = slabs.place(size).map_err(|failure| failure.refusing(bytes))?;
             (placed.buffer, placed.base, Some(placed.slot))
         } else {
-            let buffer = scoped(device, || {
-                device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("weir buffer"),
-                    size,
-                    usage: wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            })
-            .map_err(refused)?;
+            let buffer = scoped(device, || buffer(device, "weir buffer", size, STORAGE_USAGE))
+                .map_err(|failure| failure.refusing(bytes))?;
             (buffer, 0, None)
         };
         counters.live_allocations.fetch_add(1, Ordering::SeqCst);

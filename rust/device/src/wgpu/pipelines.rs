@@ -23,6 +23,7 @@ use std::sync::{Arc, Mutex, Weak};
 use smallvec::SmallVec;
 
 use super::interface::{self, Arguments, Bindings, OwnLayout, ResourceKind};
+use super::memory;
 use super::scope::{scoped, Failure};
 use super::slabs::{Slot, SHARED_MAX};
 use super::uniform_fill::ScalarType;
@@ -482,15 +483,8 @@ impl Uniforms {
             let placed = gpu.uniform_slabs.place(size)?;
             (placed.buffer, placed.base, Some(placed.slot))
         } else {
-            let device = &gpu.device;
-            let buffer = scoped(device, || {
-                device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("weir scalars"),
-                    size,
-                    usage: wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            })?;
+            let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
+            let buffer = scoped(&gpu.device, || memory::buffer(&gpu.device, "weir scalars", size, usage))?;
             (buffer, 0, None)
         };
         Ok(Uniforms { bytes, written: AtomicBool::new(false), buffer, base, stride, block, _slot: slot })

@@ -11,9 +11,9 @@ use std::sync::Arc;
 use smallvec::SmallVec;
 
 use super::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
-use super::memory::{align4, staging_with};
+use super::memory::{align4, buffer, staging_with};
 use super::pipelines::{CompileError, Params, Pipeline, Signature};
-use super::scope::{scoped, Failure, BACKEND};
+use super::scope::{scoped, BACKEND};
 use super::slabs::SHARED_MAX;
 use super::uniform_fill::ScalarType;
 use super::WgpuDevice;
@@ -84,14 +84,6 @@ fn unsupported(what: String) -> Error {
     Error::unsupported(BACKEND, what)
 }
 
-/// A device failure making a buffer of `bytes`, as the error that refuses the command.
-fn refused(failure: Failure, bytes: u64) -> Error {
-    match failure {
-        Failure::OutOfMemory => Error::OutOfMemory { bytes, host: false },
-        Failure::Message(message) => Error::backend(BACKEND, message),
-    }
-}
-
 /// Makes what `command` needs before its buffers are known.
 pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<WgpuPrepared, Error> {
     check(gpu, command)?;
@@ -120,15 +112,9 @@ pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Re
         Command::Download { src, .. } => {
             let first = src.offset / 4 * 4;
             let size = align4(src.offset + src.len) - first;
-            let staging = scoped(&gpu.device, || {
-                gpu.device.create_buffer(&wgpu::BufferDescriptor {
-                    label: Some("weir read-back"),
-                    size,
-                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-                    mapped_at_creation: false,
-                })
-            })
-            .map_err(|failure| refused(failure, size))?;
+            let usage = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let staging = scoped(&gpu.device, || buffer(&gpu.device, "weir read-back", size, usage))
+                .map_err(|failure| failure.refusing(size))?;
             gpu.counters.host_staging_buffers.fetch_add(1, Ordering::Relaxed);
             Plan::Download { staging, first, size }
         }
@@ -297,7 +283,7 @@ fn prepare_custom<R: PartialEq>(
         _ if scalars.is_empty() => None,
         (Some(own), _) => {
             let align = gpu.shape.uniform_align;
-            Some(Params::own(gpu, own, &scalars).map_err(|failure| refused(failure, align))?)
+            Some(Params::own(gpu, own, &scalars).map_err(|failure| failure.refusing(align))?)
         }
         (None, Some(words)) => Some(params(gpu, &pipeline, &[words])?),
         // A kernel in Weir's layout takes 4-byte scalars only (its check says so).
@@ -376,7 +362,7 @@ fn plan_write<R>(gpu: &WgpuDevice, dst: &Span<R>, data: Option<&[u8]>) -> Result
             let to = ((hi - start) as usize).min(data.len());
             let bytes = data.get(from..to).unwrap_or_default();
             let staging = scoped(&gpu.device, || staging_with(&gpu.device, bytes))
-                .map_err(|failure| refused(failure, hi - lo))?
+                .map_err(|failure| failure.refusing(hi - lo))?
                 .map_err(|message| Error::backend(BACKEND, message))?;
             gpu.counters.host_staging_buffers.fetch_add(1, Ordering::Relaxed);
             Some(staging)

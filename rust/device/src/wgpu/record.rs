@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::bind_groups::Windows;
 use super::builtin::{record_elementwise, record_patches, Operand};
-use super::memory::{align4, Held};
+use super::memory::{align4, buffer, Held};
 use super::pipelines::{dispatch, Binding};
 use super::plan::{Plan, WritePlan};
 use super::scope::BACKEND;
@@ -199,12 +199,8 @@ fn copy(gpu: &WgpuDevice, recorder: &mut Recorder, src: &Span<Held>, dst: &Span<
         encoder.copy_buffer_to_buffer(src.buffer.buffer(), from, dst.buffer.buffer(), to, len);
         return;
     }
-    let scratch = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-        label: Some("weir copy within a buffer"),
-        size: len.max(4),
-        usage: wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST,
-        mapped_at_creation: false,
-    });
+    let usage = wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
+    let scratch = buffer(&gpu.device, "weir copy within a buffer", len.max(4), usage);
     encoder.copy_buffer_to_buffer(src.buffer.buffer(), from, &scratch, 0, len);
     encoder.copy_buffer_to_buffer(&scratch, 0, dst.buffer.buffer(), to, len);
 }

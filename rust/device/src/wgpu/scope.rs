@@ -28,18 +28,25 @@ pub enum Failure {
 }
 
 impl Failure {
-    /// As an op failure on `stream` (allocation failures keep their own variant).
+    /// As an op failure on `stream`, running out of memory included (a
+    /// refusal keeps its own variant: [`Failure::refusing`]).
     pub fn on_stream(self, stream: u32) -> Error {
+        Error::OpFailed { stream, message: self.message() }
+    }
+
+    /// As the error that refuses a command, where making `bytes` of device
+    /// memory (a buffer, a slot) failed: running out keeps its own variant.
+    pub fn refusing(self, bytes: u64) -> Error {
         match self {
-            Failure::OutOfMemory => Error::OpFailed { stream, message: "out of device memory".to_owned() },
-            Failure::Message(message) => Error::OpFailed { stream, message },
+            Failure::OutOfMemory => Error::OutOfMemory { bytes, host: false },
+            Failure::Message(message) => Error::backend(BACKEND, message),
         }
     }
 
-    pub fn message(&self) -> String {
+    pub fn message(self) -> String {
         match self {
             Failure::OutOfMemory => "out of device memory".to_owned(),
-            Failure::Message(message) => message.clone(),
+            Failure::Message(message) => message,
         }
     }
 }

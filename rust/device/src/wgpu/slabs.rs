@@ -28,6 +28,7 @@
 
 use std::sync::{Arc, Mutex, Weak};
 
+use super::memory::{buffer, STORAGE_USAGE};
 use super::scope::{scoped, Failure};
 use crate::lock::lock;
 use rustc_hash::FxHashMap;
@@ -112,8 +113,7 @@ pub struct Placed {
 impl Slabs {
     /// Slabs for small allocations; `align` is the device's storage binding offset alignment.
     pub fn storage(device: &wgpu::Device, align: u64) -> Arc<Slabs> {
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_SRC | wgpu::BufferUsages::COPY_DST;
-        Slabs::new(device, align, usage, "weir small buffers")
+        Slabs::new(device, align, STORAGE_USAGE, "weir small buffers")
     }
 
     /// Slabs for ops' scalars; `align` is the device's uniform binding offset alignment.
@@ -157,14 +157,7 @@ impl Slabs {
             class_slabs.listed -= 1;
             class_slabs.with_room.pop();
         }
-        let buffer = scoped(&self.device, || {
-            self.device.create_buffer(&wgpu::BufferDescriptor {
-                label: Some(self.label),
-                size: slot * u64::from(slots),
-                usage: self.usage,
-                mapped_at_creation: false,
-            })
-        })?;
+        let buffer = scoped(&self.device, || buffer(&self.device, self.label, slot * u64::from(slots), self.usage))?;
         class_slabs.made += 1;
         let id = class_slabs.made;
         let mut slab = Slab { buffer, fresh: 0, returned: Vec::new(), used: 0, listed: true };

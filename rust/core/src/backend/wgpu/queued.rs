@@ -194,7 +194,7 @@ fn record_together(gpu: &WgpuDevice, origins: &[Origin], ops: Vec<(usize, Box<Qu
                 recorded.commands.push(commands);
                 recorded.ops.push(op);
             }
-            Err(failure) => op.fail(Error::OpFailed { stream: *stream, message: failure.message() }, tally),
+            Err(failure) => op.fail(failure.on_stream(*stream), tally),
         }
     }
 }

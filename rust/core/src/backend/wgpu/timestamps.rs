@@ -17,6 +17,7 @@ use crate::completion::Completion;
 use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use weir_device::wgpu::memory::buffer;
 use weir_device::wgpu::scope::{scoped, BACKEND};
 use weir_device::wgpu::WgpuDevice;
 
@@ -80,18 +81,10 @@ pub(crate) fn enqueue(
             ty: wgpu::QueryType::Timestamp,
             count: 1,
         });
-        let resolved = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("weir timestamp resolve"),
-            size,
-            usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
-            mapped_at_creation: false,
-        });
-        let staging = gpu.device.create_buffer(&wgpu::BufferDescriptor {
-            label: Some("weir timestamp read-back"),
-            size,
-            usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
-            mapped_at_creation: false,
-        });
+        let resolve = wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC;
+        let resolved = buffer(&gpu.device, "weir timestamp resolve", size, resolve);
+        let read_back = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+        let staging = buffer(&gpu.device, "weir timestamp read-back", size, read_back);
         let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
         drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
             label: Some("weir timestamp"),
