@@ -7,6 +7,8 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
+use smallvec::SmallVec;
+
 use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
 use super::scope::BACKEND;
 use super::Recorder;
@@ -116,6 +118,7 @@ impl Builtins {
 /// `widened`: every binding writable (see [`Signature::widened`]).
 fn builtin(gpu: &WgpuDevice, source: &str, read_only: &[bool], widened: bool) -> Result<Arc<Pipeline>, Error> {
     let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
+    let read_only = SmallVec::from_slice(read_only);
     let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None, widened };
     gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
         CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),

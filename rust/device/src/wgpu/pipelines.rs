@@ -43,20 +43,7 @@ const COMPILE_STACK_BYTES: usize = 64 << 20;
 struct Key {
     code: String,
     entry: String,
-    /// Per buffer binding: read-only?
-    read_only: Vec<bool>,
-    scalars: bool,
-    /// A custom kernel's scalar types: its source's bindings are checked
-    /// against its arguments ([`interface`]). `None` for built-ins.
-    checked: Option<Vec<ScalarType>>,
-    /// Bytes of immediate data the scalars are set as; 0: they are a uniform
-    /// buffer at the binding after the buffers.
-    immediate_bytes: u32,
-    /// A custom kernel's block (the grid's): its `@workgroup_size` is this,
-    /// as written or through `override` constants. `None` for built-ins.
-    block: Option<[u32; 3]>,
-    /// Compiled with every storage binding writable (see [`Signature::widened`]).
-    widened: bool,
+    signature: Signature,
 }
 
 /// A compiled kernel and the layout of its bindings.
@@ -88,18 +75,22 @@ pub(crate) enum CompileError {
     NoThread(String),
 }
 
-/// How a kernel's arguments bind (see the module doc).
-pub(crate) struct Signature<'a> {
+/// How a kernel's arguments bind (see the module doc): with its source, what
+/// tells its pipelines apart. Inline: a launch finds a known one allocating nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub(crate) struct Signature {
     /// Per buffer argument: read-only?
-    pub read_only: &'a [bool],
+    pub read_only: SmallVec<[bool; 8]>,
     /// Whether it takes scalars.
     pub scalars: bool,
     /// A custom kernel's scalar types: its source's bindings must be what
-    /// these arguments bind. `None` for built-ins.
-    pub checked: Option<&'a [ScalarType]>,
-    /// Bytes of immediate data the scalars are set as; 0: a uniform buffer.
+    /// these arguments bind ([`interface`]). `None` for built-ins.
+    pub checked: Option<SmallVec<[ScalarType; 8]>>,
+    /// Bytes of immediate data the scalars are set as; 0: a uniform buffer
+    /// at the binding after the buffers.
     pub immediate_bytes: u32,
-    /// A custom kernel's block size, from its grid. `None` for built-ins.
+    /// A custom kernel's block (the grid's): its `@workgroup_size` is this,
+    /// as written or through `override` constants. `None` for built-ins.
     pub block: Option<[u32; 3]>,
     /// A kernel whose launch may bind a read-only and a writable argument
     /// in one wgpu buffer, which wgpu refuses: compiled with every storage
@@ -121,29 +112,7 @@ pub(crate) struct PipelineCache {
 /// The pipelines of one custom kernel, one per binding shape it was launched with.
 struct KnownKernel {
     kernel: Weak<CustomKernel>,
-    shapes: Vec<(Shape, Arc<Pipeline>)>,
-}
-
-/// A custom kernel's [`Signature`] without its source: what else tells its pipelines apart.
-#[derive(PartialEq)]
-struct Shape {
-    read_only: SmallVec<[bool; 8]>,
-    checked: SmallVec<[ScalarType; 8]>,
-    immediate_bytes: u32,
-    block: Option<[u32; 3]>,
-    widened: bool,
-}
-
-impl Shape {
-    fn of(signature: &Signature<'_>) -> Shape {
-        Shape {
-            read_only: SmallVec::from_slice(signature.read_only),
-            checked: signature.checked.map(SmallVec::from_slice).unwrap_or_default(),
-            immediate_bytes: signature.immediate_bytes,
-            block: signature.block,
-            widened: signature.widened,
-        }
-    }
+    shapes: Vec<(Signature, Arc<Pipeline>)>,
 }
 
 fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntry {
@@ -163,18 +132,9 @@ impl PipelineCache {
         device: &wgpu::Device,
         code: &str,
         entry: &str,
-        signature: Signature<'_>,
+        signature: Signature,
     ) -> Result<Arc<Pipeline>, CompileError> {
-        let key = Key {
-            code: code.to_owned(),
-            entry: entry.to_owned(),
-            read_only: signature.read_only.to_vec(),
-            scalars: signature.scalars,
-            checked: signature.checked.map(<[ScalarType]>::to_vec),
-            immediate_bytes: signature.immediate_bytes,
-            block: signature.block,
-            widened: signature.widened,
-        };
+        let key = Key { code: code.to_owned(), entry: entry.to_owned(), signature };
         if let Some(found) = lock(&self.entries).get(&key) {
             return found.clone().map_err(CompileError::Invalid);
         }
@@ -199,26 +159,24 @@ impl PipelineCache {
         kernel: &Arc<CustomKernel>,
         code: &str,
         entry: &str,
-        signature: Signature<'_>,
+        signature: Signature,
     ) -> Result<Arc<Pipeline>, CompileError> {
         let address = Arc::as_ptr(kernel) as usize;
-        // Inline: finding a known shape allocates nothing.
-        let shape = Shape::of(&signature);
         // An entry's weak handle keeps its kernel's allocation, so no other
         // kernel is made at that address while the entry stays: the entry at
         // a live kernel's address is that kernel's.
         if let Some(known) = lock(&self.by_kernel).get(&address) {
-            if let Some((_, pipeline)) = known.shapes.iter().find(|(known, _)| *known == shape) {
+            if let Some((_, pipeline)) = known.shapes.iter().find(|(known, _)| *known == signature) {
                 return Ok(pipeline.clone());
             }
         }
-        let pipeline = self.get(device, code, entry, signature)?;
+        let pipeline = self.get(device, code, entry, signature.clone())?;
         let mut by_kernel = lock(&self.by_kernel);
         by_kernel.retain(|_, known| known.kernel.strong_count() > 0);
         let known = by_kernel
             .entry(address)
             .or_insert_with(|| KnownKernel { kernel: Arc::downgrade(kernel), shapes: Vec::new() });
-        known.shapes.push((shape, pipeline.clone()));
+        known.shapes.push((signature, pipeline.clone()));
         Ok(pipeline)
     }
 }
@@ -279,68 +237,73 @@ fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pi
 /// source as written is compiled for the message: it names lines and
 /// columns, which a parsed module cannot.
 fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
-    let Some(scalars) = &key.checked else { return compile_builtin(device, key) };
-    let as_written = Key { immediate_bytes: 0, widened: false, ..key.clone() };
-    let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(&key.code) else {
-        return build(device, &as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[], None)
-            .map_err(|f| f.message());
+    let Key { code, entry, signature } = key;
+    let Some(scalars) = &signature.checked else { return compile_builtin(device, key) };
+    let as_written = Signature { immediate_bytes: 0, widened: false, ..signature.clone() };
+    let wgsl = || wgpu::ShaderSource::Wgsl(code.as_str().into());
+    let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(code) else {
+        return build(device, entry, &as_written, wgsl(), &[], None).map_err(|f| f.message());
     };
-    let bindings = interface::check(&module, &key.entry, &Arguments { read_only: &key.read_only, scalars })?;
-    let block = key.block.unwrap_or([1; 3]);
-    let constants = interface::block_constants(&module, &key.entry, block)?;
+    let bindings = interface::check(&module, entry, &Arguments { read_only: &signature.read_only, scalars })?;
+    let block = signature.block.unwrap_or([1; 3]);
+    let constants = interface::block_constants(&module, entry, block)?;
     let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
-    let (key, own) = match bindings {
-        Bindings::Short => (key.clone(), None),
+    let (signature, own) = match bindings {
+        Bindings::Short => (signature.clone(), None),
         // Its own layout binds its uniforms as written: no immediates.
-        Bindings::Own(layout) => (Key { immediate_bytes: 0, ..key.clone() }, Some(layout)),
+        Bindings::Own(layout) => (Signature { immediate_bytes: 0, ..signature.clone() }, Some(layout)),
     };
-    let as_built = |key: &Key, source| build(device, key, source, &constants, own.as_ref());
-    if key.immediate_bytes == 0 && !key.widened {
-        return as_built(&key, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message());
+    let as_built = |signature: &Signature, source| build(device, entry, signature, source, &constants, own.as_ref());
+    if signature.immediate_bytes == 0 && !signature.widened {
+        return as_built(&signature, wgsl()).map_err(|f| f.message());
     }
-    if key.immediate_bytes > 0 {
+    if signature.immediate_bytes > 0 {
         interface::scalars_as_immediates(&mut module);
     }
-    if key.widened {
+    if signature.widened {
         interface::storage_writable(&mut module);
     }
-    as_built(&key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)))
-        .or_else(|_| as_built(&as_written, wgpu::ShaderSource::Wgsl(key.code.as_str().into())).map_err(|f| f.message()))
+    as_built(&signature, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)))
+        .or_else(|_| as_built(&as_written, wgsl()).map_err(|f| f.message()))
 }
 
 /// Compiles a built-in. A widened one is made writable as a custom kernel
 /// is, in its parsed module: one rewrite for every kernel.
 fn compile_builtin(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
-    if !key.widened {
-        return build(device, key, wgpu::ShaderSource::Wgsl(key.code.as_str().into()), &[], None)
-            .map_err(|f| f.message());
-    }
-    let mut module = wgpu::naga::front::wgsl::parse_str(&key.code).map_err(|error| error.emit_to_string(&key.code))?;
-    interface::storage_writable(&mut module);
-    build(device, key, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)), &[], None).map_err(|f| f.message())
+    let Key { code, entry, signature } = key;
+    let source = if signature.widened {
+        let mut module = wgpu::naga::front::wgsl::parse_str(code).map_err(|error| error.emit_to_string(code))?;
+        interface::storage_writable(&mut module);
+        wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module))
+    } else {
+        wgpu::ShaderSource::Wgsl(code.as_str().into())
+    };
+    build(device, entry, signature, source, &[], None).map_err(|f| f.message())
 }
 
+/// Builds the pipeline of `entry_point` in `source`, its bindings as `signature` says.
 fn build(
     device: &wgpu::Device,
-    key: &Key,
+    entry_point: &str,
+    signature: &Signature,
     source: wgpu::ShaderSource<'_>,
     constants: &[(&str, f64)],
     own: Option<&OwnLayout>,
 ) -> Result<Arc<Pipeline>, Failure> {
     scoped(device, || {
-        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(&key.entry), source });
-        let storage = |read_only: bool| wgpu::BufferBindingType::Storage { read_only: read_only && !key.widened };
-        let mut entries: Vec<wgpu::BindGroupLayoutEntry> = key
+        let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(entry_point), source });
+        let storage = |read_only: bool| wgpu::BufferBindingType::Storage { read_only: read_only && !signature.widened };
+        let mut entries: Vec<wgpu::BindGroupLayoutEntry> = signature
             .read_only
             .iter()
             .enumerate()
             .map(|(binding, &read_only)| entry(binding as u32, storage(read_only)))
             .collect();
-        if key.scalars && key.immediate_bytes == 0 {
-            entries.push(entry(key.read_only.len() as u32, wgpu::BufferBindingType::Uniform));
+        if signature.scalars && signature.immediate_bytes == 0 {
+            entries.push(entry(signature.read_only.len() as u32, wgpu::BufferBindingType::Uniform));
         }
         let layout = device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(&key.entry), entries: &entries });
+            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(entry_point), entries: &entries });
         // A layout of its own: a group layout per group it uses, none
         // between them.
         let own = own.map(|own| {
@@ -356,7 +319,7 @@ fn build(
                         })
                         .collect();
                     device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                        label: Some(&key.entry),
+                        label: Some(entry_point),
                         entries: &entries,
                     })
                 })
@@ -375,19 +338,19 @@ fn build(
             }
         };
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
-            label: Some(&key.entry),
+            label: Some(entry_point),
             bind_group_layouts: &by_index,
-            immediate_size: key.immediate_bytes,
+            immediate_size: signature.immediate_bytes,
         });
         let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-            label: Some(&key.entry),
+            label: Some(entry_point),
             layout: Some(&pipeline_layout),
             module: &module,
-            entry_point: Some(&key.entry),
+            entry_point: Some(entry_point),
             compilation_options: wgpu::PipelineCompilationOptions { constants, ..Default::default() },
             cache: None,
         });
-        Arc::new(Pipeline { pipeline, layout, own, immediate_bytes: key.immediate_bytes })
+        Arc::new(Pipeline { pipeline, layout, own, immediate_bytes: signature.immediate_bytes })
     })
 }
 

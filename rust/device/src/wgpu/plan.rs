@@ -254,9 +254,9 @@ fn prepare_custom<R: PartialEq>(
         _ => 0,
     };
     let signature = Signature {
-        read_only: &read_only,
+        read_only,
         scalars: !scalars.is_empty(),
-        checked: Some(&types),
+        checked: Some(types),
         immediate_bytes,
         block: Some(grid.block),
         widened: one_buffer_both_ways(&reads, &writes),
