@@ -132,13 +132,14 @@ pub fn params(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Resul
         .map_err(|failure| failure.refusing((blocks.len() as u64) * gpu.shape.uniform_align))
 }
 
-/// One buffer argument of an element-wise launch: a byte range starting on a
+/// One buffer argument of a built-in's launch: a byte range starting on a
 /// binding-aligned offset.
 pub(crate) struct Operand<'a> {
     pub buffer: &'a wgpu::Buffer,
     pub offset: u64,
 }
 
+/// One dispatch of a planned launch: the window each operand binds, and its grid.
 struct Window {
     /// First byte, relative to each operand's offset.
     start: u64,
@@ -146,18 +147,24 @@ struct Window {
     groups: [u32; 3],
 }
 
-/// An element-wise launch over `bytes` bytes of each operand, planned: its
-/// pipeline, its windows and one uniform block per window.
-pub struct ElementwisePlan {
+/// A built-in launched as dispatches, planned: its pipeline, and a window and
+/// a uniform block per dispatch. An element-wise launch's windows cover its
+/// bytes; a masked word write's window holds its word, in a grid of one.
+pub struct DispatchPlan {
     pipeline: Arc<Pipeline>,
     params: Params,
     windows: Vec<Window>,
 }
 
-impl ElementwisePlan {
+impl DispatchPlan {
     /// Bytes of our own it holds beyond its inline size.
     pub fn heap_bytes(&self) -> usize {
         self.windows.capacity() * std::mem::size_of::<Window>() + self.params.heap_bytes()
+    }
+
+    /// Every dispatch, by index.
+    pub(crate) fn all(&self) -> std::ops::Range<usize> {
+        0..self.windows.len()
     }
 }
 
@@ -169,7 +176,7 @@ pub(crate) fn plan_elementwise(
     bytes: u64,
     scalar: u32,
     shared: bool,
-) -> Result<ElementwisePlan, Error> {
+) -> Result<DispatchPlan, Error> {
     let shape = gpu.shape;
     let pipeline = gpu.builtins.get((Some(op), shared), || {
         let read_only = op.read_only();
@@ -187,19 +194,31 @@ pub(crate) fn plan_elementwise(
         blocks.push([words as u32, (start / 4) as u32, scalar, 0]);
         start += size;
     }
-    let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
-    Ok(ElementwisePlan { params: params(gpu, &pipeline, &blocks)?, pipeline, windows })
+    planned(gpu, pipeline, windows, &blocks)
 }
 
-/// Records a planned element-wise launch over `operands`.
-pub(crate) fn record_elementwise(
+/// The plan of `windows`, with a uniform block per window from `blocks`.
+fn planned(
+    gpu: &WgpuDevice,
+    pipeline: Arc<Pipeline>,
+    windows: Vec<Window>,
+    blocks: &[[u32; 4]],
+) -> Result<DispatchPlan, Error> {
+    let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
+    Ok(DispatchPlan { params: params(gpu, &pipeline, &blocks)?, pipeline, windows })
+}
+
+/// Records the planned dispatches `which` (indices into the plan) over `operands`.
+pub(crate) fn record_dispatches(
     gpu: &WgpuDevice,
     recorder: &mut Recorder,
-    plan: &ElementwisePlan,
+    plan: &DispatchPlan,
+    which: impl IntoIterator<Item = usize>,
     operands: &[Operand<'_>],
 ) {
-    for (index, window) in plan.windows.iter().enumerate() {
-        let bindings: Vec<Binding<'_>> = operands
+    for index in which {
+        let Some(window) = plan.windows.get(index) else { continue };
+        let bindings: SmallVec<[Binding<'_>; 3]> = operands
             .iter()
             .map(|operand| Binding { buffer: operand.buffer, offset: operand.offset + window.start, size: window.size })
             .collect();
@@ -207,60 +226,21 @@ pub(crate) fn record_elementwise(
     }
 }
 
-/// One masked word write: where to bind the buffer for it.
-struct Patch {
-    offset: u64,
-    size: u64,
-}
-
-/// Masked writes of single words, planned: `dst[word] = (dst[word] & keep) | bits`
-/// for each `(word, keep, bits)`, for byte ranges that do not start or end on a word.
-pub struct PatchPlan {
-    pipeline: Arc<Pipeline>,
-    params: Params,
-    patches: Vec<Patch>,
-}
-
-impl PatchPlan {
-    /// Bytes of our own it holds beyond its inline size.
-    pub fn heap_bytes(&self) -> usize {
-        self.patches.capacity() * std::mem::size_of::<Patch>() + self.params.heap_bytes()
-    }
-}
-
 /// A word of a buffer to write partly: its index, the mask of the bits it
 /// keeps, and the bits it sets.
 pub(crate) type MaskedWord = (u64, u32, u32);
 
-/// Plans masked writes of `words`.
-pub(crate) fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<PatchPlan, Error> {
+/// Plans masked writes of `words`, one dispatch each, over a buffer bound
+/// at a binding-aligned offset.
+pub(crate) fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<DispatchPlan, Error> {
     let align = gpu.shape.align;
     let pipeline = gpu.builtins.get((None, false), || builtin(gpu, &patch_source(immediate(gpu)), &[false], false))?;
-    let (mut patches, mut blocks) = (Vec::new(), Vec::new());
+    let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     for &(word, keep, bits) in words {
         let byte = word * 4;
-        let offset = byte / align * align;
-        patches.push(Patch { offset, size: byte - offset + 4 });
-        blocks.push([((byte - offset) / 4) as u32, keep, bits, 0]);
+        let start = byte / align * align;
+        windows.push(Window { start, size: byte - start + 4, groups: [1, 1, 1] });
+        blocks.push([((byte - start) / 4) as u32, keep, bits, 0]);
     }
-    let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
-    Ok(PatchPlan { params: params(gpu, &pipeline, &blocks)?, pipeline, patches })
-}
-
-/// Records the planned masked writes `which` (indices into the plan) on the
-/// allocation at `base` in `buffer` (a binding-aligned offset).
-pub(crate) fn record_patches(
-    gpu: &WgpuDevice,
-    recorder: &mut Recorder,
-    plan: &PatchPlan,
-    which: &[usize],
-    buffer: &wgpu::Buffer,
-    base: u64,
-) {
-    for &index in which {
-        if let Some(patch) = plan.patches.get(index) {
-            let binding = Binding { buffer, offset: base + patch.offset, size: patch.size };
-            dispatch(gpu, recorder, &plan.pipeline, &[binding], Some((&plan.params, index)), [1, 1, 1]);
-        }
-    }
+    planned(gpu, pipeline, windows, &blocks)
 }

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::builtin::{params, plan_elementwise, plan_patches, ElementwisePlan, MaskedWord, PatchPlan};
+use super::builtin::{params, plan_elementwise, plan_patches, DispatchPlan, MaskedWord};
 use super::memory::{align4, buffer, staging_with};
 use super::pipelines::{CompileError, Params, Pipeline, Signature};
 use super::scope::{scoped, BACKEND};
@@ -30,7 +30,7 @@ pub enum Plan {
     /// Nothing to make: a delay, or a copy (whose checks need the buffers).
     Nothing,
     Write(WritePlan),
-    Elementwise(ElementwisePlan),
+    Elementwise(DispatchPlan),
     Download {
         staging: wgpu::Buffer,
         first: u64,
@@ -51,7 +51,7 @@ impl Plan {
             Plan::Write(plan) => {
                 let layouts = [Some(&plan.exact), plan.to_buffer_end.as_ref()];
                 let patches: usize = layouts.iter().flatten().map(|layout| layout.patches.capacity()).sum();
-                patches * std::mem::size_of::<usize>() + plan.patches.as_ref().map_or(0, PatchPlan::heap_bytes)
+                patches * std::mem::size_of::<usize>() + plan.patches.as_ref().map_or(0, DispatchPlan::heap_bytes)
             }
             Plan::Elementwise(plan) => plan.heap_bytes(),
             Plan::Custom { params, .. } => params.as_ref().map_or(0, Params::heap_bytes),
@@ -71,7 +71,7 @@ pub struct Layout {
 pub struct WritePlan {
     /// An upload's bytes for the widest bulk range, from its start.
     pub staging: Option<wgpu::Buffer>,
-    pub patches: Option<PatchPlan>,
+    pub patches: Option<DispatchPlan>,
     /// The layout when the range ends where it says.
     pub exact: Layout,
     /// For a range that ends inside a word: the layout when that end is the

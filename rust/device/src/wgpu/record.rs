@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use super::bind_groups::Windows;
-use super::builtin::{record_elementwise, record_patches, Operand};
+use super::builtin::{record_dispatches, Operand};
 use super::memory::{align4, buffer, Held};
 use super::pipelines::{dispatch, Binding};
 use super::plan::{Plan, WritePlan};
@@ -185,7 +185,8 @@ fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<Held>, plan: &Wri
         }
     }
     if let Some(patches) = &plan.patches {
-        record_patches(gpu, recorder, patches, &layout.patches, buffer, held.at(0));
+        let operand = Operand { buffer, offset: held.at(0) };
+        record_dispatches(gpu, recorder, patches, layout.patches.iter().copied(), &[operand]);
     }
 }
 
@@ -216,13 +217,13 @@ pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<He
             recorder.encoder().copy_buffer_to_buffer(src.buffer.buffer(), src.buffer.at(*first), staging, 0, *size)
         }
         (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(gpu, recorder, plan, &[operand(dst)])
+            record_dispatches(gpu, recorder, plan, plan.all(), &[operand(dst)])
         }
         (Command::Binary { a, b, out, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(gpu, recorder, plan, &[operand(a), operand(b), operand(out)])
+            record_dispatches(gpu, recorder, plan, plan.all(), &[operand(a), operand(b), operand(out)])
         }
         (Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. }, Plan::Elementwise(plan)) => {
-            record_elementwise(gpu, recorder, plan, &[operand(x), operand(y)])
+            record_dispatches(gpu, recorder, plan, plan.all(), &[operand(x), operand(y)])
         }
         (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
             // On the stack: a kernel binds a few buffers, and this runs per op.
