@@ -3,7 +3,7 @@
 //! rounded up to the 4-byte copy granule. The padding is private to the
 //! allocation, so ops that end at the buffer's end may round their range up
 //! to it. Offsets into an allocation are relative to its `base` in the wgpu
-//! buffer; [`Held::at`] turns them into the wgpu buffer's.
+//! buffer; [`WgpuMemory::at`] turns them into the wgpu buffer's.
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -13,38 +13,6 @@ use super::scope::scoped;
 use super::slabs::{Slabs, Slot, SHARED_MAX};
 use crate::counters::Counters;
 use crate::error::{Error, Result};
-
-/// A buffer as a queued op holds it until the op is recorded: the
-/// allocation itself, which keeps its wgpu buffer alive and its slot, which
-/// no other allocation takes while a queued op holds it. One pointer: a
-/// launch's arguments map to it in place.
-pub struct Held(Arc<Allocation>);
-
-impl Held {
-    pub fn of(memory: &WgpuMemory) -> Held {
-        Held(memory.0.clone())
-    }
-
-    /// The wgpu buffer the allocation is in.
-    pub fn buffer(&self) -> &wgpu::Buffer {
-        &self.0.buffer
-    }
-
-    /// The allocation's size as Weir sees it.
-    pub fn len(&self) -> u64 {
-        self.0.len
-    }
-
-    /// Always false: allocations have at least one byte.
-    pub fn is_empty(&self) -> bool {
-        false
-    }
-
-    /// Byte `offset` of the allocation, as an offset into the wgpu buffer.
-    pub fn at(&self, offset: u64) -> u64 {
-        self.0.base + offset
-    }
-}
 
 /// What an allocation's wgpu buffer (its own or a slab) is made for.
 pub(crate) const STORAGE_USAGE: wgpu::BufferUsages =
@@ -63,6 +31,12 @@ pub(crate) fn align4(bytes: u64) -> u64 {
 
 /// One allocation. Released once neither its memory nor a queued op holds
 /// it; wgpu keeps the buffer alive for work in flight.
+///
+/// A clone is a hold, as a queued op takes one until it is recorded: it
+/// keeps the allocation's wgpu buffer alive, and its slot, which no other
+/// allocation takes meanwhile. One pointer: a launch's arguments map to it in
+/// place.
+#[derive(Clone)]
 pub struct WgpuMemory(Arc<Allocation>);
 
 struct Allocation {
@@ -151,6 +125,11 @@ impl WgpuMemory {
     /// Always false: allocations have at least one byte.
     pub fn is_empty(&self) -> bool {
         false
+    }
+
+    /// Byte `offset` of the allocation, as an offset into the wgpu buffer.
+    pub fn at(&self, offset: u64) -> u64 {
+        self.0.base + offset
     }
 }
 

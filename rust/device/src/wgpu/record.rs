@@ -6,7 +6,7 @@ use smallvec::SmallVec;
 
 use super::bind_groups::Windows;
 use super::builtin::{record_dispatches, Operand};
-use super::memory::{align4, buffer, Held};
+use super::memory::{align4, buffer, WgpuMemory};
 use super::pipelines::{dispatch, Binding};
 use super::plan::{Plan, WritePlan};
 use super::scope::BACKEND;
@@ -124,7 +124,7 @@ impl Recorder {
 /// The checks of a prepared command that need its buffers: `plan` is what
 /// preparing a command of this kind makes, and a copy moves whole words,
 /// except at a buffer's end, whose padding is private.
-pub fn check<S>(command: &Command<Held, S>, plan: &Plan) -> Result<(), Error> {
+pub fn check<S>(command: &Command<WgpuMemory, S>, plan: &Plan) -> Result<(), Error> {
     if !fits(command, plan) {
         return Err(Error::invalid("the command was prepared as a different command"));
     }
@@ -132,7 +132,7 @@ pub fn check<S>(command: &Command<Held, S>, plan: &Plan) -> Result<(), Error> {
 }
 
 /// True when `plan` is what `prepare` makes for a command of this kind.
-fn fits<S>(command: &Command<Held, S>, plan: &Plan) -> bool {
+fn fits<S>(command: &Command<WgpuMemory, S>, plan: &Plan) -> bool {
     match command {
         #[cfg(feature = "test-support")]
         Command::Delay { .. } => matches!(plan, Plan::Nothing),
@@ -149,7 +149,7 @@ fn fits<S>(command: &Command<Held, S>, plan: &Plan) -> bool {
 }
 
 /// A copy moves whole words, except at a buffer's end.
-fn check_copy<S>(command: &Command<Held, S>) -> Result<(), Error> {
+fn check_copy<S>(command: &Command<WgpuMemory, S>) -> Result<(), Error> {
     if let Command::Copy { src, dst } = command {
         let ends_buffer = dst.offset + dst.len == dst.buffer.len();
         if src.offset % 4 != 0 || dst.offset % 4 != 0 || (dst.len % 4 != 0 && !ends_buffer) {
@@ -165,13 +165,13 @@ fn check_copy<S>(command: &Command<Held, S>) -> Result<(), Error> {
     Ok(())
 }
 
-fn operand(span: &Span<Held>) -> Operand<'_> {
+fn operand(span: &Span<WgpuMemory>) -> Operand<'_> {
     Operand { buffer: span.buffer.buffer(), offset: span.buffer.at(span.offset) }
 }
 
 /// Records a planned write of `dst`: in bulk where the bytes allow, masked
 /// word writes for the rest.
-fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<Held>, plan: &WritePlan) {
+fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<WgpuMemory>, plan: &WritePlan) {
     let (held, buffer) = (&dst.buffer, dst.buffer.buffer());
     let ends_buffer = dst.offset + dst.len == dst.buffer.len();
     let layout = match (&plan.to_buffer_end, ends_buffer) {
@@ -193,7 +193,7 @@ fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<Held>, plan: &Wri
 /// Records a copy. wgpu copies between two buffers only, and two small
 /// allocations may be slots of one (`super::slabs`): such a copy goes
 /// through a scratch buffer, which wgpu keeps until the copy ran.
-fn copy(gpu: &WgpuDevice, recorder: &mut Recorder, src: &Span<Held>, dst: &Span<Held>) {
+fn copy(gpu: &WgpuDevice, recorder: &mut Recorder, src: &Span<WgpuMemory>, dst: &Span<WgpuMemory>) {
     let (from, to, len) = (src.buffer.at(src.offset), dst.buffer.at(dst.offset), align4(dst.len));
     let encoder = recorder.encoder();
     if src.buffer.buffer() != dst.buffer.buffer() {
@@ -209,7 +209,7 @@ fn copy(gpu: &WgpuDevice, recorder: &mut Recorder, src: &Span<Held>, dst: &Span<
 /// Records `command` with what was prepared for it (`fits` was checked).
 /// Failures show in the error scope around it; it can be recorded again
 /// (alone, when a run recorded together failed).
-pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<Held, S>, plan: &Plan) {
+pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<WgpuMemory, S>, plan: &Plan) {
     match (command, plan) {
         (Command::Zero { dst } | Command::Upload { dst, .. }, Plan::Write(plan)) => write(gpu, recorder, dst, plan),
         (Command::Copy { src, dst }, _) => copy(gpu, recorder, src, dst),

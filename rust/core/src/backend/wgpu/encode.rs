@@ -14,7 +14,7 @@ use super::queued::QueuedOp;
 use super::readback::Readback;
 use crate::backend::{Command, OpIo};
 use crate::error::Error;
-use weir_device::wgpu::memory::{Held, WgpuMemory};
+use weir_device::wgpu::memory::WgpuMemory;
 use weir_device::wgpu::plan::{Plan, WgpuPrepared};
 use weir_device::wgpu::record::check;
 use weir_device::wgpu::WgpuDevice;
@@ -39,7 +39,7 @@ pub(crate) fn encode(
     io: OpIo,
 ) -> Result<Encoded, Error> {
     let plan = prepared.0;
-    let mut command = command.map(Held::of);
+    let mut command = command.map(WgpuMemory::clone);
     check(&command, &plan)?;
     #[cfg(feature = "test-support")]
     if let Command::Delay { duration } = command {

@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use crate::backend::{Command, FailureTally, KernelArg, OpIo};
 use crate::diagnostics::Counters;
 use crate::error::Error;
-use weir_device::wgpu::memory::Held;
+use weir_device::wgpu::memory::WgpuMemory;
 use weir_device::wgpu::plan::Plan;
 use weir_device::wgpu::record::record;
 use weir_device::wgpu::scope::scoped;
@@ -34,7 +34,7 @@ use weir_device::wgpu::WgpuDevice;
 
 /// One admitted op, not yet recorded.
 pub(crate) struct QueuedOp {
-    command: Command<Held>,
+    command: Command<WgpuMemory>,
     plan: Plan,
     io: OpIo,
     /// A download's: where its read-back learns that the copy failed.
@@ -56,13 +56,13 @@ pub(crate) enum Queued {
 pub(crate) struct Recorded {
     pub commands: wgpu::CommandBuffer,
     /// The buffers it uses, held until it is submitted.
-    pub buffers: Vec<Held>,
+    pub buffers: Vec<WgpuMemory>,
 }
 
 impl QueuedOp {
     pub fn new(
         gpu: &WgpuDevice,
-        command: Command<Held>,
+        command: Command<WgpuMemory>,
         plan: Plan,
         io: OpIo,
         copy_failed: Option<Arc<OnceLock<Error>>>,
@@ -98,9 +98,9 @@ impl Drop for QueuedOp {
 }
 
 /// Bytes of our own a queued command holds beyond its inline size.
-fn heap_bytes(command: &Command<Held>) -> usize {
+fn heap_bytes(command: &Command<WgpuMemory>) -> usize {
     match command {
-        Command::Custom { args, .. } => args.capacity() * std::mem::size_of::<KernelArg<Held>>(),
+        Command::Custom { args, .. } => args.capacity() * std::mem::size_of::<KernelArg<WgpuMemory>>(),
         Command::Upload { data, .. } => data.capacity(),
         _ => 0,
     }
@@ -120,7 +120,7 @@ pub(crate) struct Recording {
     // Boxed as they were queued: unboxing them would copy each.
     #[allow(clippy::vec_box)]
     pub ops: Vec<Box<QueuedOp>>,
-    pub buffers: Vec<Held>,
+    pub buffers: Vec<WgpuMemory>,
 }
 
 /// Records `runs` (each lane's queued work, with its stream's number and

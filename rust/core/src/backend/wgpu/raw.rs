@@ -1,6 +1,6 @@
 //! Raw access for external writes on the wgpu backend.
 
-use weir_device::wgpu::memory::{Held, WgpuMemory};
+use weir_device::wgpu::memory::WgpuMemory;
 
 /// What an [`external_write`](crate::Stream::external_write) closure gets on
 /// the wgpu backend.
@@ -24,7 +24,7 @@ pub struct WgpuRawAccess {
     queue: wgpu::Queue,
     ranges: Vec<WgpuBufferRange>,
     /// The allocations' slots, kept until the commands are submitted.
-    held: Vec<Held>,
+    held: Vec<WgpuMemory>,
     encoder: wgpu::CommandEncoder,
 }
 
@@ -53,7 +53,7 @@ impl WgpuRawAccess {
                 .iter()
                 .map(|m| WgpuBufferRange { buffer: m.buffer().clone(), offset: m.offset(), len: m.len() })
                 .collect(),
-            held: memory.iter().map(|m| Held::of(m)).collect(),
+            held: memory.iter().map(|&m| m.clone()).collect(),
         }
     }
 
@@ -78,7 +78,7 @@ impl WgpuRawAccess {
     }
 
     /// The commands recorded, and what they hold until they are submitted.
-    pub(crate) fn finish(self) -> (wgpu::CommandBuffer, Vec<Held>) {
+    pub(crate) fn finish(self) -> (wgpu::CommandBuffer, Vec<WgpuMemory>) {
         (self.encoder.finish(), self.held)
     }
 }
