@@ -49,7 +49,7 @@ use super::signals::{PendingSignal, Submissions};
 use crate::backend::lane::{Lane, Ran, Runner};
 #[cfg(feature = "test-support")]
 use crate::backend::timer::Hold;
-use crate::backend::{EnqueueError, FailureTally, SignalKind};
+use crate::backend::{FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
@@ -319,13 +319,13 @@ impl Shared {
     /// Adds queued work to the lane's batch; a read is mapped once its copy
     /// is submitted. On a failed lane the work is dropped, the read fails, and
     /// the lane's failure is the op's.
-    pub fn record(&self, lane: &Arc<WgpuLane>, queued: Queued, readback: Option<Readback>) -> Result<(), EnqueueError> {
+    pub fn record(&self, lane: &Arc<WgpuLane>, queued: Queued, readback: Option<Readback>) -> Result<(), Error> {
         let mut batch = lock(&lane.runner.batch);
         if let Some(error) = lane.runner.failed.get() {
             if let Some(readback) = readback {
                 readback.fail(error.clone());
             }
-            return Err(EnqueueError::Failed(error.clone()));
+            return Err(error.clone());
         }
         batch.push(queued);
         match readback {

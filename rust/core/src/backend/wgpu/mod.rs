@@ -202,7 +202,9 @@ impl Backend for WgpuBackend {
         io: OpIo,
     ) -> Result<(), EnqueueError> {
         match encode(self.gpu(), command, prepared, io) {
-            Ok(Encoded::Op { op, readback }) => self.shared.record(&stream.lane, Queued::Op(op), readback),
+            Ok(Encoded::Op { op, readback }) => {
+                self.shared.record(&stream.lane, Queued::Op(op), readback).map_err(EnqueueError::Failed)
+            }
             #[cfg(feature = "test-support")]
             Ok(Encoded::Delay(duration)) => {
                 self.shared.push(&stream.lane, Item::Hold(Hold::Delay(duration)));
@@ -261,12 +263,9 @@ impl Backend for WgpuBackend {
             Ok::<_, Error>(raw.finish())
         });
         match recorded {
-            Ok(Ok((commands, buffers))) => self
-                .shared
-                .record(&stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers })), None)
-                .map_err(|error| match error {
-                    EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
-                }),
+            Ok(Ok((commands, buffers))) => {
+                self.shared.record(&stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers })), None)
+            }
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {

@@ -12,7 +12,7 @@ use std::time::Duration;
 use super::lanes::{Shared, WgpuLane};
 use super::queued::{Queued, Recorded};
 use super::readback::Readback;
-use crate::backend::{DeviceTimestamp, EnqueueError, HostSink};
+use crate::backend::{DeviceTimestamp, HostSink};
 use crate::completion::Completion;
 use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
@@ -101,11 +101,7 @@ pub(crate) fn enqueue(
     let (commands, staging) = recorded.map_err(|failure| failure.on_stream(number))?;
     let sink = HostSink::new(completion);
     let readback = Readback::new(staging, 0, size as usize, sink.clone());
-    shared
-        .record(lane, Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new() })), Some(readback))
-        .map_err(|error| match error {
-            EnqueueError::Rejected(error) | EnqueueError::Failed(error) => error,
-        })?;
+    shared.record(lane, Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new() })), Some(readback))?;
     gpu.counters.live_events.fetch_add(1, Ordering::SeqCst);
     Ok(WgpuTimestamp { sink, ticks: Mutex::new(None), period: gpu.timestamp_period, counters: gpu.counters.clone() })
 }
