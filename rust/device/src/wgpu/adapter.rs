@@ -11,7 +11,7 @@
 
 use std::sync::{Arc, Mutex};
 
-use super::device::describe;
+use super::device::{describe, kind};
 use super::scope::{ready, BACKEND};
 use crate::error::{Error, Result};
 use crate::info::{AdapterChoice, DeviceInfo};
@@ -62,16 +62,6 @@ fn wanted_backends(choice: &AdapterChoice) -> Result<wgpu::Backends> {
     }
 }
 
-fn preference(kind: wgpu::DeviceType) -> u8 {
-    match kind {
-        wgpu::DeviceType::DiscreteGpu => 0,
-        wgpu::DeviceType::IntegratedGpu => 1,
-        wgpu::DeviceType::VirtualGpu => 2,
-        wgpu::DeviceType::Other => 3,
-        wgpu::DeviceType::Cpu => 4,
-    }
-}
-
 /// The adapters the name filter keeps of those on `backends`, best first:
 /// an adapter's place here is its device index.
 fn candidates(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter: &Option<String>) -> Vec<wgpu::Adapter> {
@@ -83,7 +73,7 @@ fn candidates(instance: &wgpu::Instance, backends: wgpu::Backends, name_filter: 
         })
         .collect();
     // Stable: adapters of one kind keep the driver's order, run after run.
-    adapters.sort_by_key(|adapter| preference(adapter.get_info().device_type));
+    adapters.sort_by_key(|adapter| kind(adapter.get_info().device_type).0);
     adapters
 }
 

@@ -38,13 +38,15 @@ pub struct WgpuDevice {
     pub device_error: Arc<Mutex<Option<crate::Error>>>,
 }
 
-fn kind_in_words(kind: wgpu::DeviceType) -> &'static str {
-    match kind {
-        wgpu::DeviceType::DiscreteGpu => "discrete GPU",
-        wgpu::DeviceType::IntegratedGpu => "integrated GPU",
-        wgpu::DeviceType::VirtualGpu => "virtual GPU",
-        wgpu::DeviceType::Cpu => "software",
-        wgpu::DeviceType::Other => "other",
+/// An adapter's kind: its rank among adapters (the lowest is tried first)
+/// and its name in words.
+pub(crate) fn kind(device_type: wgpu::DeviceType) -> (u8, &'static str) {
+    match device_type {
+        wgpu::DeviceType::DiscreteGpu => (0, "discrete GPU"),
+        wgpu::DeviceType::IntegratedGpu => (1, "integrated GPU"),
+        wgpu::DeviceType::VirtualGpu => (2, "virtual GPU"),
+        wgpu::DeviceType::Other => (3, "other"),
+        wgpu::DeviceType::Cpu => (4, "software"),
     }
 }
 
@@ -54,7 +56,7 @@ pub(crate) fn describe(adapter: &wgpu::AdapterInfo, limits: &wgpu::Limits, index
     DeviceInfo {
         backend: BackendKind::Wgpu,
         index,
-        name: format!("{} ({:?}, {})", adapter.name, adapter.backend, kind_in_words(adapter.device_type)),
+        name: format!("{} ({:?}, {})", adapter.name, adapter.backend, kind(adapter.device_type).1),
         // wgpu does not say how much memory an adapter has.
         memory_bytes: None,
         // Allocations are rounded up to 4 bytes; keep the rounded size legal.
