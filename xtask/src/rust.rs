@@ -31,8 +31,9 @@ pub fn lint() -> Result {
         .env("RUSTDOCFLAGS", "-D warnings"))
 }
 
-/// The loom model check of the completion cell (`rust/core/tests/loom_cell.rs`):
-/// every interleaving, in release, CPU backend only. `--cfg loom` changes every
+/// The loom model checks of the completion cell and of a lane's progress
+/// (`rust/core/tests/loom_cell.rs`, `loom_progress.rs`): every
+/// interleaving, in release, CPU backend only. `--cfg loom` changes every
 /// crate's flags, so it builds in a target directory of its own rather than
 /// invalidating the main build.
 pub fn loom() -> Result {
@@ -41,7 +42,8 @@ pub fn loom() -> Result {
         _ => "--cfg loom".to_owned(),
     };
     run(cargo()
-        .args(["test", "-p", "weir-core", "--no-default-features", "--test", "loom_cell", "--release"])
+        .args(["test", "-p", "weir-core", "--no-default-features", "--release"])
+        .args(["--test", "loom_cell", "--test", "loom_progress"])
         .env("RUSTFLAGS", rustflags)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("CARGO_TARGET_DIR", target_dir().join("loom")))
@@ -51,7 +53,7 @@ pub fn loom() -> Result {
 /// `HIP_PATH`, or the system's under `/usr`), the device layer's HIP unit
 /// tests (its code-object reader among them: hiprtc compiles without a GPU),
 /// the HIP backend's suite and the conformance suite built with it;
-/// then the model check of the completion cell.
+/// then the model checks of the completion cell and of a lane's progress.
 pub fn test() -> Result {
     run(cargo().args([
         "test",

@@ -40,10 +40,17 @@ pub mod hip;
 mod lane;
 mod outcome;
 mod pool;
+mod progress;
 #[cfg(feature = "test-support")]
 mod timer;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
+
+/// The synchronisation primitives a lane's progress is built on (`loom`'s in its model check).
+mod sync {
+    pub(super) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+    pub(super) use std::sync::{Condvar, Mutex, MutexGuard};
+}
 
 use std::sync::Arc;
 use std::time::Duration;
