@@ -94,9 +94,11 @@
 //!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
 //!             engines    HOW it runs, behind the `Backend` trait (backend/):
 //!                          lane  the one engine: a queue of jobs run in order, each
-//!                                counted done, parking on another lane's progress, a
-//!                                gate or a delay, woken by it (backend/lane.rs); its
-//!                                `Runner` says what a job is and where a lane runs:
+//!                                counted done (backend/progress.rs: no lock unless
+//!                                someone waits; model-checked), parking on another
+//!                                lane's progress, a gate or a delay, woken by it
+//!                                (backend/lane.rs); its `Runner` says what a job is
+//!                                and where a lane runs:
 //!                          pool  threads that run lanes (backend/pool.rs): bounded,
 //!                                or a thread per ready lane; started as lanes come,
 //!                                the warmest woken first, retired when idle
