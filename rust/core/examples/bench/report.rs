@@ -1,5 +1,9 @@
 //! Benchmark figures: one JSON line each as they are measured, then a table.
 
+// Taking rounds in turn, in fresh processes, and CPU time per round serve the
+// GPU backends' parts: a build with neither CUDA nor wgpu has none of them.
+#![cfg_attr(not(any(feature = "cuda", feature = "wgpu")), allow(dead_code))]
+
 use std::time::Duration;
 
 /// One measured figure, beside its raw-backend baseline where there is one.
