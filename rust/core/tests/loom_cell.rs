@@ -22,38 +22,17 @@ mod sync {
 
 #[path = "../src/completion/cell.rs"]
 mod cell;
+#[path = "support/counting_waker.rs"]
+mod counting_waker;
 
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 
 use cell::{Action, Cell, Registration};
+use counting_waker::Counter;
 use loom::sync::atomic::AtomicUsize;
 use loom::sync::Arc;
 use loom::thread;
 use sync::Ordering::SeqCst;
-
-/// A waker that counts its wake-ups.
-#[derive(Default)]
-struct Counter {
-    wakes: AtomicUsize,
-}
-
-impl Wake for Counter {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.wakes.fetch_add(1, SeqCst);
-    }
-}
-
-impl Counter {
-    fn new() -> (std::sync::Arc<Counter>, Waker) {
-        let counter = std::sync::Arc::new(Counter::default());
-        let waker = Waker::from(counter.clone());
-        (counter, waker)
-    }
-
-    fn wakes(&self) -> usize {
-        self.wakes.load(SeqCst)
-    }
-}
 
 /// The outcome a cell of several parts folds: the library's first-error rule,
 /// plus the order in which parts arrived, so the model can tell which was first.

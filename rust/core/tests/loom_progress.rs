@@ -19,28 +19,19 @@ mod sync {
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
 }
 
+#[path = "support/counting_waker.rs"]
+mod counting_waker;
 #[path = "../src/backend/progress.rs"]
 mod progress;
 
-use std::task::{Poll, Wake, Waker};
+use std::task::Poll;
 
-use loom::sync::atomic::{AtomicBool, AtomicUsize};
+use counting_waker::Counter;
+use loom::sync::atomic::AtomicBool;
 use loom::sync::Arc;
 use loom::thread;
 use progress::Progress;
 use sync::Ordering::SeqCst;
-
-/// A parked lane's waker: counts its wake-ups.
-#[derive(Default)]
-struct Counter {
-    wakes: AtomicUsize,
-}
-
-impl Wake for Counter {
-    fn wake(self: std::sync::Arc<Self>) {
-        self.wakes.fetch_add(1, SeqCst);
-    }
-}
 
 /// A thread blocked for a count returns once another counts the jobs.
 #[test]
@@ -71,11 +62,10 @@ fn a_parked_lane_is_woken_once_its_count_is_reached() {
             let progress = progress.clone();
             thread::spawn(move || progress.advance(1))
         };
-        let counter = std::sync::Arc::new(Counter::default());
-        let waker = Waker::from(counter.clone());
+        let (counter, waker) = Counter::new();
         let parked = progress.poll_reached(1, &waker).is_pending();
         advancer.join().unwrap();
-        let wakes = counter.wakes.load(SeqCst);
+        let wakes = counter.wakes();
         match parked {
             true => assert_eq!(wakes, 1, "a parked lane is woken once its count is reached"),
             false => assert_eq!(wakes, 0, "a lane that saw its count reached is not woken"),
