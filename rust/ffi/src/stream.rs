@@ -56,14 +56,26 @@ impl WeirStream {
     /// watches the fence for a moment on the polling thread (see
     /// [`weir_core::Fence`]): a Kotlin or Swift wait that ends then
     /// resumes without a suspension and a wake-up from another thread.
+    ///
+    /// A `sync()` of the bindings asks [`WeirStream::sync_quickly`] first,
+    /// whose unfinished fence covers all the wait is for. Should the runtime
+    /// close between the two (`shutdown()` on another thread), that fence,
+    /// which closing drained, is the wait: a sync begun before the shutdown
+    /// completes as the work it waits for did, not with `Closed`.
     fn completion(&self) -> Result<Waits> {
-        let fence = self.inner.fence()?;
-        // After the new fence: one made at the same place is the same fence.
-        let earlier = lock(&self.unfinished).take();
+        let (earlier, last) = match self.inner.fence() {
+            // After the new fence: one made at the same place is the same fence.
+            Ok(fence) => (lock(&self.unfinished).take(), fence),
+            Err(weir_core::Error::Closed) => match lock(&self.unfinished).take() {
+                Some(begun) => (None, begun),
+                None => return Err(weir_core::Error::Closed.into()),
+            },
+            Err(error) => return Err(error.into()),
+        };
         Ok(Waits {
             earlier: earlier.as_ref().map(weir_core::Fence::wait_async),
             earlier_failure: None,
-            last: fence.wait_async(),
+            last: last.wait_async(),
         })
     }
 

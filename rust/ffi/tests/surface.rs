@@ -607,6 +607,32 @@ fn sync_quickly_answers_done_work_and_throws_a_failure_as_sync_would() {
     assert_eq!((diagnostics.live_fences, diagnostics.live_waiters), (0, 0), "quick answers leave nothing behind");
 }
 
+/// A binding's `sync()` is a quick check, then the wait: a shutdown on
+/// another thread between the two must not fail a sync begun before it.
+#[test]
+fn a_sync_whose_quick_check_came_before_a_shutdown_completes_after_it() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    let x = stream.zeros(256, ElementType::F32).unwrap();
+    let hold = stream.hold().unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    let closing = {
+        let runtime = runtime.clone();
+        std::thread::spawn(move || runtime.shutdown())
+    };
+    // Closed to new work (each fence before that is drained with the rest).
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !matches!(stream.fence(), Err(WeirError::Closed { .. })) {
+        assert!(Instant::now() < deadline, "the runtime never closed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    hold.release();
+    closing.join().unwrap().unwrap();
+    block_on(stream.sync(None)).unwrap();
+    assert!(matches!(block_on(stream.sync(None)), Err(WeirError::Closed { .. })), "a sync begun after it is refused");
+}
+
 #[test]
 fn a_failure_in_a_fence_sync_quickly_left_unfinished_reaches_the_next_wait() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
