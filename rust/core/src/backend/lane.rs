@@ -27,7 +27,10 @@ use std::task::{Wake, Waker};
 use std::time::Instant;
 
 pub(crate) use super::progress::Progress;
+#[cfg(feature = "test-support")]
+use super::{timer::Hold, OpIo};
 use crate::completion::spin::SpinPolicy;
+use crate::diagnostics::Counters;
 use crate::lock::lock;
 
 /// What running a job came to.
@@ -36,6 +39,19 @@ pub(crate) enum Ran<J> {
     Done,
     /// The job waits for something else; it stays first in the queue.
     Parked(J),
+}
+
+/// One entry of a lane's queue: a job of its runner, or ordering that
+/// every engine's lanes keep alike, so the lane runs it itself.
+pub(crate) enum Step<R: Runner> {
+    Job(R::Job),
+    /// Holds the lane until `lane` finished its first `upto` jobs (a
+    /// [`LaneEvent`]), then tells the runner ([`Runner::reached`]).
+    Reach(Arc<Lane<R>>, u64),
+    /// Holds the lane until a gate opens or a delay elapsed (test support);
+    /// the op's share of the runtime's queue goes back as it passes.
+    #[cfg(feature = "test-support")]
+    Hold(Hold, OpIo),
 }
 
 /// What a lane's jobs are, how one runs, and where a scheduled lane runs.
@@ -58,11 +74,47 @@ pub(crate) trait Runner: Send + Sync + Sized + 'static {
     /// one that parked), on the same thread: for a runner that counts its
     /// progress, or lets go of what its jobs held, a batch at a time.
     fn ran_taken(_lane: &Arc<Lane<Self>>) {}
+    /// `lane` waited for `source`'s point ([`Step::Reach`]) and it came:
+    /// for a runner whose lanes' later work covers what the source's did.
+    fn reached(_lane: &Lane<Self>, _source: &Lane<Self>) {}
+}
+
+/// "The lane finished its first `upto` jobs": a point another lane of the
+/// same runner can wait for, with no device object. Counted among the
+/// live events while it lives.
+pub(crate) struct LaneEvent<R: Runner> {
+    lane: Arc<Lane<R>>,
+    upto: u64,
+    counters: Arc<Counters>,
+}
+
+impl<R: Runner> LaneEvent<R> {
+    /// The point after `lane`'s first `upto` jobs.
+    pub(crate) fn new(lane: &Arc<Lane<R>>, upto: u64, counters: &Arc<Counters>) -> Self {
+        counters.live_events.fetch_add(1, Ordering::SeqCst);
+        LaneEvent { lane: lane.clone(), upto, counters: counters.clone() }
+    }
+
+    /// What `waiting` queues to wait for this point: nothing once the point
+    /// is reached (the runner is told at once), else a step that parks it.
+    pub(crate) fn wait_step(&self, waiting: &Lane<R>) -> Option<Step<R>> {
+        if self.lane.progress.finished() >= self.upto {
+            R::reached(waiting, &self.lane);
+            return None;
+        }
+        Some(Step::Reach(self.lane.clone(), self.upto))
+    }
+}
+
+impl<R: Runner> Drop for LaneEvent<R> {
+    fn drop(&mut self) {
+        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 /// A lane: its jobs, whether a thread has it, and how far it got.
 pub(crate) struct Lane<R: Runner> {
-    queue: Mutex<Queue<R::Job>>,
+    queue: Mutex<Queue<Step<R>>>,
     /// Jobs pushed so far: the count an event recorded now covers, and what a
     /// thread lingering on the lane watches without its lock.
     pushed: AtomicU64,
@@ -132,10 +184,17 @@ impl<R: Runner> Lane<R> {
     /// Queues `jobs`, in order, and has the lane run unless a thread has it
     /// or its first job is parked. Returns how many jobs were pushed before
     /// them: the first one's place in the lane.
+    // The GPU engine's lanes push jobs only; the host engines' push steps.
+    #[cfg_attr(not(any(feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = R::Job>) -> u64 {
+        self.push_steps(jobs.into_iter().map(Step::Job))
+    }
+
+    /// As [`Lane::push`], for steps of any kind.
+    pub(crate) fn push_steps(self: &Arc<Self>, steps: impl IntoIterator<Item = Step<R>>) -> u64 {
         let mut queue = lock(&self.queue);
         let before = queue.jobs.len();
-        queue.jobs.extend(jobs);
+        queue.jobs.extend(steps);
         let place = self.pushed.fetch_add((queue.jobs.len() - before) as u64, Ordering::SeqCst);
         if let (Some(since), Some(gaps)) = (queue.empty_since.take(), &self.gaps) {
             gaps.learn(since);
@@ -171,8 +230,37 @@ impl<R: Runner> Lane<R> {
 
     /// Takes every job not yet run, for an engine that is going away.
     #[cfg_attr(not(feature = "wgpu"), allow(dead_code))]
-    pub(crate) fn take_jobs(&self) -> VecDeque<R::Job> {
-        std::mem::take(&mut lock(&self.queue).jobs)
+    pub(crate) fn take_jobs(&self) -> impl Iterator<Item = R::Job> {
+        std::mem::take(&mut lock(&self.queue).jobs).into_iter().filter_map(|step| match step {
+            Step::Job(job) => Some(job),
+            _ => None,
+        })
+    }
+
+    /// Runs `step`, the lane's first, and counts it done; or hands it back to wait.
+    fn run_step(self: &Arc<Self>, step: Step<R>) -> Option<Step<R>> {
+        match step {
+            Step::Job(job) => {
+                return match R::run(self, job) {
+                    Ran::Done => None,
+                    Ran::Parked(job) => Some(Step::Job(job)),
+                }
+            }
+            Step::Reach(source, upto) => {
+                if source.progress.poll_reached(upto, &self.waker()).is_pending() {
+                    return Some(Step::Reach(source, upto));
+                }
+                R::reached(self, &source);
+            }
+            #[cfg(feature = "test-support")]
+            Step::Hold(mut hold, io) => {
+                if hold.poll_open(&self.waker()).is_pending() {
+                    return Some(Step::Hold(hold, io));
+                }
+            }
+        }
+        self.progress.advance(1);
+        None
     }
 
     /// Runs the lane's jobs in order until it has none or its next parks, or
@@ -184,7 +272,7 @@ impl<R: Runner> Lane<R> {
         let mut lingered = false;
         let mut turn = 0;
         // Taken jobs; its buffer goes back and forth with the queue's.
-        let mut taken: VecDeque<R::Job> = VecDeque::new();
+        let mut taken: VecDeque<Step<R>> = VecDeque::new();
         while turn < R::TURN {
             {
                 let mut queue = lock(&self.queue);
@@ -223,10 +311,10 @@ impl<R: Runner> Lane<R> {
             }
             lingered = false;
             let mut parked = None;
-            while let Some(job) = taken.pop_front() {
+            while let Some(step) = taken.pop_front() {
                 turn += 1;
-                if let Ran::Parked(job) = R::run(&self, job) {
-                    parked = Some(job);
+                parked = self.run_step(step);
+                if parked.is_some() {
                     break;
                 }
             }
@@ -268,31 +356,25 @@ mod tests {
         log: Mutex<Vec<&'static str>>,
     }
 
-    enum Step {
+    enum Act {
         Log(&'static str),
-        Reach(Arc<Progress>, u64),
         /// Wakes its own lane as it is polled the first time, then parks:
         /// a wake between the poll and the park, which must not be lost.
         WokenWhilePolled(bool),
     }
 
     impl Runner for Logged {
-        type Job = Step;
+        type Job = Act;
         const TURN: usize = 3;
 
-        fn run(lane: &Arc<Lane<Self>>, job: Step) -> Ran<Step> {
+        fn run(lane: &Arc<Lane<Self>>, job: Act) -> Ran<Act> {
             match job {
-                Step::Log(name) => lock(&lane.runner.log).push(name),
-                Step::Reach(progress, jobs) => {
-                    if progress.poll_reached(jobs, &lane.waker()).is_pending() {
-                        return Ran::Parked(Step::Reach(progress, jobs));
-                    }
-                }
-                Step::WokenWhilePolled(false) => {
+                Act::Log(name) => lock(&lane.runner.log).push(name),
+                Act::WokenWhilePolled(false) => {
                     lane.waker().wake();
-                    return Ran::Parked(Step::WokenWhilePolled(true));
+                    return Ran::Parked(Act::WokenWhilePolled(true));
                 }
-                Step::WokenWhilePolled(true) => lock(&lane.runner.log).push("re-polled"),
+                Act::WokenWhilePolled(true) => lock(&lane.runner.log).push("re-polled"),
             }
             lane.progress.advance(1);
             Ran::Done
@@ -300,6 +382,10 @@ mod tests {
 
         fn schedule(lane: Arc<Lane<Self>>) {
             SCHEDULED.with(|scheduled| scheduled.borrow_mut().push(lane));
+        }
+
+        fn reached(lane: &Lane<Self>, _source: &Lane<Self>) {
+            lock(&lane.runner.log).push("reached");
         }
     }
 
@@ -314,8 +400,8 @@ mod tests {
     #[test]
     fn jobs_run_in_push_order_a_lane_is_scheduled_once_and_a_turn_ends_after_its_jobs() {
         let lane = Lane::new(Logged::default(), None);
-        lane.push([Step::Log("a"), Step::Log("b")]);
-        lane.push([Step::Log("c"), Step::Log("d")]);
+        lane.push([Act::Log("a"), Act::Log("b")]);
+        lane.push([Act::Log("c"), Act::Log("d")]);
         let mut ready = scheduled();
         assert_eq!(ready.len(), 1, "a lane a thread has is not scheduled again");
         assert_eq!(lane.pushed(), 4);
@@ -331,26 +417,35 @@ mod tests {
     }
 
     #[test]
-    fn a_lane_parks_on_another_lanes_progress_and_its_progress_wakes_it() {
+    fn a_lane_parks_on_another_lanes_event_and_its_progress_wakes_it() {
         let (first, second) = (Lane::new(Logged::default(), None), Lane::new(Logged::default(), None));
-        second.push([Step::Reach(first.progress.clone(), 1), Step::Log("after")]);
+        let counters = Arc::new(Counters::default());
+        let event = LaneEvent::new(&first, 1, &counters);
+        assert_eq!(counters.live_events.load(Ordering::SeqCst), 1);
+        let wait = event.wait_step(&second).expect("the point is not reached yet");
+        second.push_steps([wait, Step::Job(Act::Log("after"))]);
         scheduled().remove(0).run_jobs();
         assert!(log(&second).is_empty(), "the lane waits for the other's first job");
-        second.push([Step::Log("later")]);
+        second.push([Act::Log("later")]);
         assert!(scheduled().is_empty(), "a push behind a parked job does not schedule the lane");
-        first.push([Step::Log("first")]);
+        first.push([Act::Log("first")]);
         scheduled().remove(0).run_jobs();
         let mut woken = scheduled();
         assert_eq!(woken.len(), 1, "the other lane's progress woke the parked one");
         woken.remove(0).run_jobs();
-        assert_eq!(log(&second), ["after", "later"]);
+        assert_eq!(log(&second), ["reached", "after", "later"]);
         assert_eq!(second.progress.finished(), 3);
+        // A point already reached needs no step; the runner hears of it at once.
+        assert!(event.wait_step(&second).is_none());
+        assert_eq!(log(&second).last(), Some(&"reached"));
+        drop(event);
+        assert_eq!(counters.live_events.load(Ordering::SeqCst), 0, "a dropped event is no longer live");
     }
 
     #[test]
     fn a_wake_between_a_poll_and_its_park_makes_the_lane_poll_again() {
         let lane = Lane::new(Logged::default(), None);
-        lane.push([Step::WokenWhilePolled(false), Step::Log("then")]);
+        lane.push([Act::WokenWhilePolled(false), Act::Log("then")]);
         scheduled().remove(0).run_jobs();
         assert_eq!(log(&lane), ["re-polled", "then"], "the wake during the run was not lost");
     }
@@ -436,12 +531,12 @@ mod tests {
     fn a_job_run_here_counts_as_pushed_and_done() {
         let lane = Lane::new(Logged::default(), None);
         let waiter = Lane::new(Logged::default(), None);
-        waiter.push([Step::Reach(lane.progress.clone(), 1), Step::Log("reached")]);
+        waiter.push_steps([Step::Reach(lane.clone(), 1), Step::Job(Act::Log("after"))]);
         scheduled().remove(0).run_jobs();
         lane.run_here(|| lock(&lane.runner.log).push("here"));
         assert_eq!((lane.pushed(), lane.progress.finished()), (1, 1));
         assert!(lane.surely_idle());
         scheduled().remove(0).run_jobs();
-        assert_eq!(log(&waiter), ["reached"], "a job run here wakes the lanes waiting for it");
+        assert_eq!(log(&waiter), ["reached", "after"], "a job run here wakes the lanes waiting for it");
     }
 }

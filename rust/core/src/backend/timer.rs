@@ -64,8 +64,8 @@ pub(crate) fn gate_after(duration: Duration) -> Arc<Gate> {
 }
 
 /// What holds a stream at a point: a gate its holder opens, or a delay,
-/// counted from when the stream gets there (the CPU pool's lanes and the
-/// wgpu lanes both poll it first there).
+/// counted from when the stream gets there (a host engine's lane polls it
+/// first there: `lane::Step::Hold`).
 pub(crate) enum Hold {
     Gate(Arc<Gate>),
     Delay(Duration),

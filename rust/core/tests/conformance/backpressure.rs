@@ -10,7 +10,7 @@ use std::task::Context;
 use std::time::Duration;
 
 use futures::executor::block_on;
-use weir_core::{ElementType, Error, QueueLimit, Runtime};
+use weir_core::{BackendKind, ElementType, Error, QueueLimit, Runtime};
 
 use crate::common::{hold, Held};
 
@@ -139,6 +139,21 @@ conformance! {
         limited.close().expect("close");
     }
 
+    fn a_delay_keeps_its_share_until_its_stream_passes_it(runtime: &Runtime) {
+        // CUDA and HIP time a delay on the device: it leaves the host's queue as it is issued.
+        if matches!(runtime.info().backend, BackendKind::Cuda | BackendKind::Hip) {
+            eprintln!("a delay on {} is device work", runtime.info().backend.name());
+            return;
+        }
+        let own = Runtime::builder(runtime.info().backend).open().expect("open");
+        let stream = own.new_stream().expect("stream");
+        stream.delay(Duration::from_millis(300)).expect("delay");
+        assert_eq!(own.diagnostics().ops_in_queue, 1, "a delay the stream has not passed left the queue");
+        stream.fence().and_then(|fence| fence.wait()).expect("the delay passed");
+        assert_eq!(crate::common::settled_diagnostics(&own).ops_in_queue, 0, "the delay's share never came back");
+        own.close().expect("close");
+    }
+
     fn a_queue_limit_of_nothing_is_invalid(runtime: &Runtime) {
         for limit in [QueueLimit { ops: 0, host_bytes: 1 }, QueueLimit { ops: 1, host_bytes: 0 }] {
             match Runtime::builder(runtime.info().backend).queue_limit(limit).open() {
@@ -151,7 +166,7 @@ conformance! {
 
 #[test]
 fn a_cpu_kernel_admitting_into_a_full_queue_does_not_wait_for_itself() {
-    use weir_core::{Arg, BackendKind, Grid, Kernel};
+    use weir_core::{Arg, Grid, Kernel};
     let limited =
         Runtime::builder(BackendKind::Cpu).queue_limit(QueueLimit { ops: 1, host_bytes: 1 << 20 }).open().expect("cpu");
     let stream = limited.default_stream();

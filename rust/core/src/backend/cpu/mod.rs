@@ -11,14 +11,14 @@ mod worker;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use crate::backend::lane::Progress;
+use crate::backend::lane::LaneEvent;
 pub use weir_device::host::CpuMemory;
 use weir_device::host::{self, collective, wire};
 pub use worker::CpuStream;
-use worker::Job;
+use worker::{HostJobs, Job};
 
 #[cfg(feature = "test-support")]
-use crate::backend::{timer::Hold, Gate};
+use crate::backend::{lane::Step, timer::Hold, Gate};
 use crate::backend::{
     Backend, BackendCounters, Collective, CollectivePart, Command, Counters, DeviceTimestamp, EnqueueError, HostSink,
     OpIo, RawAccess, SignalKind, Span, GROUP_ID_BYTES,
@@ -46,18 +46,8 @@ pub(crate) fn new_group_id() -> Result<([u8; GROUP_ID_BYTES], Arc<dyn std::any::
     Ok((id, listening))
 }
 
-/// "Stream S has finished `jobs` jobs".
-pub struct CpuEvent {
-    progress: Arc<Progress>,
-    jobs: u64,
-    counters: Arc<Counters>,
-}
-
-impl Drop for CpuEvent {
-    fn drop(&mut self) {
-        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+/// "Stream S has finished n jobs".
+pub struct CpuEvent(LaneEvent<HostJobs>);
 
 /// The worker's monotonic clock when the stream got to the timestamp.
 /// Counted among the live events: it is the CPU's timing event.
@@ -157,15 +147,7 @@ impl CpuBackend {
             // the op that does nothing, run as work: what the benchmarks time.)
             #[cfg(feature = "test-support")]
             Command::Delay { duration } if !duration.is_zero() => {
-                let (mut hold, mut io) = (Hold::Delay(duration), Some(io));
-                return stream.push(Job::Until(Box::new(move |waker| {
-                    let opened = hold.poll_open(waker);
-                    if opened.is_ready() {
-                        // Its share of the queue goes back once it held the stream.
-                        io.take();
-                    }
-                    opened
-                })));
+                return stream.push_step(Step::Hold(Hold::Delay(duration), io));
             }
             other => other,
         };
@@ -221,14 +203,14 @@ impl Backend for CpuBackend {
         Ok(())
     }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
-        self.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(CpuEvent { progress: stream.progress().clone(), jobs: stream.enqueued(), counters: self.counters.clone() })
+        Ok(CpuEvent(LaneEvent::new(stream.lane(), stream.enqueued(), &self.counters)))
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
-        let (progress, jobs) = (event.progress.clone(), event.jobs);
         // Parks the stream until the other gets there, never blocking a worker.
-        stream.push(Job::Until(Box::new(move |waker| progress.poll_reached(jobs, waker))));
+        if let Some(wait) = event.0.wait_step(stream.lane()) {
+            stream.push_step(wait);
+        }
         Ok(())
     }
 
@@ -299,8 +281,7 @@ impl Backend for CpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
-        let mut hold = Hold::Gate(gate);
-        stream.push(Job::Until(Box::new(move |waker| hold.poll_open(waker))));
+        stream.push_step(Step::Hold(Hold::Gate(gate), OpIo::default()));
         Ok(())
     }
 

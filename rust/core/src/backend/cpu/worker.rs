@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use crate::backend::lane::{Lane, Progress, Ran, Runner};
+use crate::backend::lane::{Lane, Progress, Ran, Runner, Step};
 use crate::backend::pool::{Pool, Shape};
 use crate::backend::{Counters, FailureTally, OpIo};
 use crate::completion::spin::SpinPolicy;
@@ -34,9 +34,6 @@ use crate::lock::lock;
 
 pub(crate) type Work = Box<dyn FnOnce() -> Result<(), String> + Send>;
 pub(crate) type Sync = Box<dyn FnOnce() + Send>;
-/// Ordering that may have to wait for another stream: polled until ready,
-/// never blocking.
-pub(crate) type Until = Box<dyn FnMut(&Waker) -> Poll<()> + Send>;
 /// Device work that meets other streams' parts (a collective): polled
 /// until it has its outcome, never blocking.
 pub(crate) type Meet = Box<dyn FnMut(&Waker) -> Poll<Result<(), String>> + Send>;
@@ -46,8 +43,6 @@ pub(crate) enum Job {
     Work(Work, OpIo),
     /// Device work polled to its outcome (its parts check their inputs).
     Meet(Meet, OpIo),
-    /// Ordering (waits, gates): always runs, parking the stream until ready.
-    Until(Until),
     /// Completion of signals and reads: always runs, and counts as done in
     /// the same step as it runs (see [`CpuStream::is_idle`]). Must not block.
     Complete(Sync),
@@ -60,7 +55,7 @@ pub(crate) struct HostJobs {
 }
 
 /// A CPU stream's lane, as the pool runs it.
-type HostLane = Lane<HostJobs>;
+pub(crate) type HostLane = Lane<HostJobs>;
 
 impl Runner for HostJobs {
     type Job = Job;
@@ -86,13 +81,6 @@ impl Runner for HostJobs {
                     Poll::Pending => return Ran::Parked(Job::Meet(meet, io)),
                     Poll::Ready(Err(message)) => io.fail(Error::OpFailed { stream: index, message }, tally),
                     Poll::Ready(Ok(())) => {}
-                }
-                progress.advance(1);
-            }
-            Job::Until(mut until) => {
-                // A panicking poll counts as ready: the stream goes on.
-                if catch_unwind(AssertUnwindSafe(|| until(&lane.waker()))).unwrap_or(Poll::Ready(())).is_pending() {
-                    return Ran::Parked(Job::Until(until));
                 }
                 progress.advance(1);
             }
@@ -164,7 +152,7 @@ pub struct CpuStream {
     lane: Arc<HostLane>,
     enqueued: AtomicU64,
     /// Jobs held back while a batch is admitted ([`CpuStream::hold_back`]).
-    held: Mutex<Option<Vec<Job>>>,
+    held: Mutex<Option<Vec<Step<HostJobs>>>>,
     counters: Arc<Counters>,
 }
 
@@ -189,6 +177,11 @@ impl CpuStream {
     /// How far the stream has got: what its events count.
     pub(crate) fn progress(&self) -> &Arc<Progress> {
         &self.lane.progress
+    }
+
+    /// The stream's lane, whose points its events are.
+    pub(crate) fn lane(&self) -> &Arc<HostLane> {
+        &self.lane
     }
 
     /// Failures not yet reported by a fence, counted before the failed job
@@ -217,10 +210,15 @@ impl CpuStream {
 
     /// Queues `job` (or holds it back, see [`CpuStream::hold_back`]).
     pub(crate) fn push(&self, job: Job) {
+        self.push_step(Step::Job(job));
+    }
+
+    /// As [`CpuStream::push`], for a step of any kind.
+    pub(crate) fn push_step(&self, step: Step<HostJobs>) {
         if let Some(held) = lock(&self.held).as_mut() {
-            held.push(job);
+            held.push(step);
         } else {
-            self.lane.push([job]);
+            self.lane.push_steps([step]);
         }
         self.enqueued.fetch_add(1, Ordering::SeqCst);
     }
@@ -235,8 +233,8 @@ impl CpuStream {
 
     /// Queues the jobs held back since [`CpuStream::hold_back`], in order.
     pub(crate) fn hand_over(&self) {
-        if let Some(jobs) = lock(&self.held).take().filter(|jobs| !jobs.is_empty()) {
-            self.lane.push(jobs);
+        if let Some(steps) = lock(&self.held).take().filter(|steps| !steps.is_empty()) {
+            self.lane.push_steps(steps);
         }
     }
 }

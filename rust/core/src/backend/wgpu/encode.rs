@@ -26,7 +26,7 @@ pub(crate) enum Encoded {
     Op { op: Box<QueuedOp>, readback: Option<Readback> },
     /// Holds the stream; not device work (test support).
     #[cfg(feature = "test-support")]
-    Delay(Duration),
+    Delay(Duration, OpIo),
 }
 
 /// Checks `command` against its buffers and queues it with what was
@@ -43,7 +43,7 @@ pub(crate) fn encode(
     check(&command, &plan)?;
     #[cfg(feature = "test-support")]
     if let Command::Delay { duration } = command {
-        return Ok(Encoded::Delay(duration));
+        return Ok(Encoded::Delay(duration, io));
     }
     match &mut command {
         Command::Upload { data, .. } => {

@@ -46,9 +46,7 @@ use super::poll::{once, PollState};
 use super::queued::{record_runs, Queued};
 use super::readback::{ReadContext, Readback, Reads};
 use super::signals::{PendingSignal, Submissions};
-use crate::backend::lane::{Lane, Ran, Runner};
-#[cfg(feature = "test-support")]
-use crate::backend::timer::Hold;
+use crate::backend::lane::{Lane, LaneEvent, Ran, Runner, Step};
 use crate::backend::{FailureTally, SignalKind};
 use crate::completion::Completion;
 use crate::error::{Error, Failures, Result};
@@ -67,38 +65,17 @@ const BATCH_LIMIT: usize = 32;
 /// A stream's lane on the queue.
 pub(crate) type WgpuLane = Lane<OnQueue>;
 
-/// One job of a lane.
+/// One job of a lane (besides the waits for other lanes and the holds,
+/// which the lane keeps itself: `lane::Step`).
 pub(crate) enum Item {
     /// A batch, issued into the pending submission.
     Submit(Vec<Queued>),
     Read(Readback),
-    /// Holds until `source` has issued `upto` jobs.
-    Wait {
-        source: Arc<WgpuLane>,
-        upto: u64,
-    },
-    /// Holds until the hold lets go (a gate opened, a delay elapsed), test
-    /// support like every hold of a stream; polled first where the lane
-    /// gets to it.
-    #[cfg(feature = "test-support")]
-    Hold(Hold),
     Signal(Arc<Completion>, SignalKind),
     /// An op failed to record: the lane fails here, after the work before it.
     Fail(Error),
     /// The stream was dropped: the lane counts as gone once this is issued.
     Retire,
-}
-
-impl Item {
-    /// True for a job that may park its lane.
-    fn may_hold(&self) -> bool {
-        match self {
-            Item::Wait { .. } => true,
-            #[cfg(feature = "test-support")]
-            Item::Hold(_) => true,
-            _ => false,
-        }
-    }
 }
 
 /// A lane's part of the wgpu engine: its stream, batch, failures and
@@ -157,28 +134,18 @@ impl Runner for OnQueue {
     const TURN: usize = usize::MAX;
 
     fn run(lane: &Arc<WgpuLane>, item: Item) -> Ran<Item> {
-        let on_queue = &lane.runner;
-        match item {
-            Item::Wait { source, upto } => {
-                if source.progress.poll_reached(upto, &lane.waker()).is_pending() {
-                    return Ran::Parked(Item::Wait { source, upto });
-                }
-                // A fence on this lane now also covers what it waited for.
-                on_queue.last_submit.fetch_max(source.runner.last_submit.load(Ordering::SeqCst), Ordering::SeqCst);
-            }
-            #[cfg(feature = "test-support")]
-            Item::Hold(mut hold) => {
-                if hold.poll_open(&lane.waker()).is_pending() {
-                    return Ran::Parked(Item::Hold(hold));
-                }
-            }
-            item => match on_queue.shared.upgrade() {
-                Some(shared) => shared.issue(lane, item),
-                None => closed(item),
-            },
+        match lane.runner.shared.upgrade() {
+            Some(shared) => shared.issue(lane, item),
+            None => closed(item),
         }
         lane.progress.advance(1);
         Ran::Done
+    }
+
+    fn reached(lane: &WgpuLane, source: &WgpuLane) {
+        // A fence on this lane now also covers what it waited for, as on other backends.
+        let source_submit = source.runner.last_submit.load(Ordering::SeqCst);
+        lane.runner.last_submit.fetch_max(source_submit, Ordering::SeqCst);
     }
 
     /// Runs the lane now, on this thread; or, if this thread already runs
@@ -232,12 +199,6 @@ struct Pending {
     ops: usize,
     /// Queue submissions made so far.
     submits: u64,
-}
-
-/// A point in a lane another lane can wait for.
-pub(crate) struct Mark {
-    lane: Arc<WgpuLane>,
-    upto: u64,
 }
 
 /// The device state the lanes share.
@@ -294,16 +255,20 @@ impl Shared {
     /// `batch` is the lane's, locked, which every push holds. A lane with
     /// nothing queued issues them at once, on this thread, unless `then`
     /// may hold it: what its run would do, without the queue's round trip.
-    fn flush(&self, lane: &Arc<WgpuLane>, batch: &mut Vec<Queued>, then: Option<Item>) {
+    fn flush(&self, lane: &Arc<WgpuLane>, batch: &mut Vec<Queued>, then: Option<Step<OnQueue>>) {
         let run = (!batch.is_empty())
             // Sized for a full batch: grown op by op, it would be copied four times.
-            .then(|| Item::Submit(std::mem::replace(batch, Vec::with_capacity(BATCH_LIMIT))));
-        let may_hold = then.as_ref().is_some_and(Item::may_hold);
-        let jobs = run.into_iter().chain(then);
+            .then(|| Step::Job(Item::Submit(std::mem::replace(batch, Vec::with_capacity(BATCH_LIMIT)))));
+        let may_hold = then.as_ref().is_some_and(|then| !matches!(then, Step::Job(_)));
+        let steps = run.into_iter().chain(then);
         if !may_hold && lane.surely_idle() {
-            jobs.for_each(|job| lane.run_here(|| self.issue(lane, job)));
+            for step in steps {
+                if let Step::Job(item) = step {
+                    lane.run_here(|| self.issue(lane, item));
+                }
+            }
         } else {
-            lane.push(jobs);
+            lane.push_steps(steps);
         }
     }
 
@@ -312,7 +277,7 @@ impl Shared {
     pub fn retire(lane: &Arc<WgpuLane>) {
         if let Some(shared) = lane.runner.shared.upgrade() {
             let mut batch = lock(&lane.runner.batch);
-            shared.flush(lane, &mut batch, Some(Item::Retire));
+            shared.flush(lane, &mut batch, Some(Step::Job(Item::Retire)));
         }
     }
 
@@ -329,7 +294,7 @@ impl Shared {
         }
         batch.push(queued);
         match readback {
-            Some(readback) => self.flush(lane, &mut batch, Some(Item::Read(readback))),
+            Some(readback) => self.flush(lane, &mut batch, Some(Step::Job(Item::Read(readback)))),
             None if batch.len() >= BATCH_LIMIT => self.flush(lane, &mut batch, None),
             None => {}
         }
@@ -340,14 +305,14 @@ impl Shared {
     pub fn fail(&self, lane: &Arc<WgpuLane>, error: Error) {
         let mut batch = lock(&lane.runner.batch);
         if lane.runner.failed.set(error.clone()).is_ok() {
-            self.flush(lane, &mut batch, Some(Item::Fail(error)));
+            self.flush(lane, &mut batch, Some(Step::Job(Item::Fail(error))));
         }
     }
 
-    /// Adds a lane-level item after everything recorded so far.
-    pub fn push(&self, lane: &Arc<WgpuLane>, item: Item) {
+    /// Adds a lane-level step after everything recorded so far.
+    pub fn push(&self, lane: &Arc<WgpuLane>, step: Step<OnQueue>) {
         let mut batch = lock(&lane.runner.batch);
-        self.flush(lane, &mut batch, Some(item));
+        self.flush(lane, &mut batch, Some(step));
     }
 
     /// True if a signal pushed on `lane` now would complete at once with `Ok`
@@ -366,23 +331,18 @@ impl Shared {
             && lock(&self.device_error).is_none()
     }
 
-    /// A mark covering everything recorded on `lane` so far.
-    pub fn mark(&self, lane: &Arc<WgpuLane>) -> Mark {
+    /// A point covering everything recorded on `lane` so far.
+    pub fn mark(&self, lane: &Arc<WgpuLane>) -> LaneEvent<OnQueue> {
         let mut batch = lock(&lane.runner.batch);
         self.flush(lane, &mut batch, None);
-        Mark { lane: lane.clone(), upto: lane.pushed() }
+        LaneEvent::new(lane, lane.pushed(), &self.gpu.counters)
     }
 
-    /// Makes `lane` hold until `mark` is issued (at once if it already was).
-    pub fn wait(&self, lane: &Arc<WgpuLane>, mark: &Mark) {
-        let source = &mark.lane;
-        if source.progress.finished() >= mark.upto {
-            // A fence on this lane now also covers what it waited for, as on other backends.
-            let source_submit = source.runner.last_submit.load(Ordering::SeqCst);
-            lane.runner.last_submit.fetch_max(source_submit, Ordering::SeqCst);
-            return;
+    /// Makes `lane` hold until `event`'s point is issued (at once if it already was).
+    pub fn wait(&self, lane: &Arc<WgpuLane>, event: &LaneEvent<OnQueue>) {
+        if let Some(wait) = event.wait_step(lane) {
+            self.push(lane, wait);
         }
-        self.push(lane, Item::Wait { source: source.clone(), upto: mark.upto });
     }
 
     /// Issues every lane's unrecorded batch and submits what was issued: a
@@ -452,10 +412,6 @@ impl Shared {
             Item::Retire => {
                 self.gpu.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
             }
-            // Held on the lane, never issued here.
-            Item::Wait { .. } => {}
-            #[cfg(feature = "test-support")]
-            Item::Hold(_) => {}
         }
     }
 
@@ -546,7 +502,7 @@ impl Drop for Shared {
         // Whatever never got issued (a gate never opened) must still complete.
         let lanes = std::mem::take(&mut *lock(&self.lanes));
         for lane in lanes.iter().filter_map(Weak::upgrade) {
-            lane.take_jobs().into_iter().for_each(closed);
+            lane.take_jobs().for_each(closed);
         }
     }
 }

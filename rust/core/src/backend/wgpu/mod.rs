@@ -38,13 +38,12 @@ mod readback;
 mod signals;
 mod timestamps;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
 use encode::{encode, Encoded};
-use lanes::{Item, Mark, Shared, WgpuLane};
+use lanes::{Item, OnQueue, Shared, WgpuLane};
 use poll::Poller;
 use queued::{Queued, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
@@ -56,12 +55,12 @@ pub use weir_device::wgpu::plan::WgpuPrepared;
 use weir_device::wgpu::scope::scoped;
 use weir_device::wgpu::WgpuDevice;
 
+use crate::backend::lane::{LaneEvent, Step};
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};
 use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span, UploadFrom};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo};
-use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
 use crate::options::RuntimeOptions;
@@ -99,16 +98,7 @@ impl Drop for WgpuStream {
 }
 
 /// "Lane S has issued its first n items". Cheap: no device object.
-pub struct WgpuEvent {
-    mark: Mark,
-    counters: Arc<Counters>,
-}
-
-impl Drop for WgpuEvent {
-    fn drop(&mut self) {
-        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
-    }
-}
+pub struct WgpuEvent(LaneEvent<OnQueue>);
 
 impl WgpuBackend {
     /// Opens adapter `index` (0: the preferred one; see the module doc)
@@ -206,8 +196,8 @@ impl Backend for WgpuBackend {
                 self.shared.record(&stream.lane, Queued::Op(op), readback).map_err(EnqueueError::Failed)
             }
             #[cfg(feature = "test-support")]
-            Ok(Encoded::Delay(duration)) => {
-                self.shared.push(&stream.lane, Item::Hold(Hold::Delay(duration)));
+            Ok(Encoded::Delay(duration, io)) => {
+                self.shared.push(&stream.lane, Step::Hold(Hold::Delay(duration), io));
                 Ok(())
             }
             Err(error) => Err(EnqueueError::Rejected(error)),
@@ -215,14 +205,11 @@ impl Backend for WgpuBackend {
     }
 
     fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
-        let mark = self.shared.mark(&stream.lane);
-        let counters = self.gpu().counters.clone();
-        counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(WgpuEvent { mark, counters })
+        Ok(WgpuEvent(self.shared.mark(&stream.lane)))
     }
 
     fn wait_event(&self, stream: &WgpuStream, event: &WgpuEvent) -> Result<()> {
-        self.shared.wait(&stream.lane, &event.mark);
+        self.shared.wait(&stream.lane, &event.0);
         Ok(())
     }
 
@@ -231,7 +218,7 @@ impl Backend for WgpuBackend {
     }
 
     fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
-        self.shared.push(&stream.lane, Item::Signal(completion, kind));
+        self.shared.push(&stream.lane, Step::Job(Item::Signal(completion, kind)));
         Ok(())
     }
 
@@ -278,7 +265,7 @@ impl Backend for WgpuBackend {
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &WgpuStream, gate: Arc<Gate>) -> Result<()> {
-        self.shared.push(&stream.lane, Item::Hold(Hold::Gate(gate)));
+        self.shared.push(&stream.lane, Step::Hold(Hold::Gate(gate), OpIo::default()));
         Ok(())
     }
 
