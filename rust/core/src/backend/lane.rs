@@ -22,7 +22,7 @@
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
@@ -140,6 +140,8 @@ struct Queue<J> {
     parked: bool,
     /// Since when the queue is empty, for the next push to tell `gaps`.
     empty_since: Option<Instant>,
+    /// Pushes do not schedule the lane ([`Lane::defer`]).
+    deferred: bool,
 }
 
 impl<R: Runner> Wake for Lane<R> {
@@ -151,7 +153,14 @@ impl<R: Runner> Wake for Lane<R> {
 impl<R: Runner> Lane<R> {
     /// A lane with no jobs; `gaps` as the field says.
     pub(crate) fn new(runner: R, gaps: Option<SpinPolicy>) -> Arc<Self> {
-        let queue = Queue { jobs: VecDeque::new(), scheduled: false, woken: false, parked: false, empty_since: None };
+        let queue = Queue {
+            jobs: VecDeque::new(),
+            scheduled: false,
+            woken: false,
+            parked: false,
+            empty_since: None,
+            deferred: false,
+        };
         Arc::new(Lane { queue: Mutex::new(queue), pushed: AtomicU64::new(0), progress: Arc::default(), gaps, runner })
     }
 
@@ -199,13 +208,34 @@ impl<R: Runner> Lane<R> {
         if let (Some(since), Some(gaps)) = (queue.empty_since.take(), &self.gaps) {
             gaps.learn(since);
         }
+        if !queue.deferred {
+            self.schedule_if_ready(queue);
+        }
+        place
+    }
+
+    /// Pushes queue their jobs without having the lane run, until
+    /// [`Lane::resume`]: a batch of pushes schedules it once, not once per
+    /// job. Its caller resumes before anything may wait for those jobs.
+    pub(crate) fn defer(&self) {
+        lock(&self.queue).deferred = true;
+    }
+
+    /// Ends [`Lane::defer`]: the lane runs if it has jobs and no thread.
+    pub(crate) fn resume(self: &Arc<Self>) {
+        let mut queue = lock(&self.queue);
+        queue.deferred = false;
+        self.schedule_if_ready(queue);
+    }
+
+    /// Has the lane run if it has jobs, no thread and no parked job.
+    fn schedule_if_ready(self: &Arc<Self>, mut queue: MutexGuard<'_, Queue<Step<R>>>) {
         if queue.scheduled || queue.parked || queue.jobs.is_empty() {
-            return place;
+            return;
         }
         queue.scheduled = true;
         drop(queue);
         R::schedule(self.clone());
-        place
     }
 
     /// True if every job pushed so far has surely finished (see
@@ -440,6 +470,23 @@ mod tests {
         assert_eq!(log(&second).last(), Some(&"reached"));
         drop(event);
         assert_eq!(counters.live_events.load(Ordering::SeqCst), 0, "a dropped event is no longer live");
+    }
+
+    #[test]
+    fn a_deferred_lane_is_scheduled_once_it_resumes_with_its_jobs_counted_meanwhile() {
+        let lane = Lane::new(Logged::default(), None);
+        lane.defer();
+        lane.push([Act::Log("a")]);
+        lane.push([Act::Log("b")]);
+        assert!(scheduled().is_empty(), "a push while deferred scheduled the lane");
+        assert_eq!(lane.pushed(), 2, "deferred jobs count as pushed: events cover them");
+        lane.resume();
+        let mut ready = scheduled();
+        assert_eq!(ready.len(), 1, "resuming schedules the lane once");
+        ready.remove(0).run_jobs();
+        assert_eq!(log(&lane), ["a", "b"]);
+        lane.resume();
+        assert!(scheduled().is_empty(), "an empty lane is not scheduled");
     }
 
     #[test]

@@ -203,7 +203,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
-        Ok(CpuEvent(LaneEvent::new(stream.lane(), stream.enqueued(), &self.counters)))
+        Ok(CpuEvent(LaneEvent::new(stream.lane(), stream.lane().pushed(), &self.counters)))
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
@@ -238,11 +238,12 @@ impl Backend for CpuBackend {
     }
 
     fn begin_admissions(&self, stream: &CpuStream) {
-        stream.hold_back();
+        // Its jobs queue, counted, without waking a worker per op.
+        stream.lane().defer();
     }
 
     fn end_admissions(&self, stream: &CpuStream) -> Result<()> {
-        stream.hand_over();
+        stream.lane().resume();
         Ok(())
     }
 

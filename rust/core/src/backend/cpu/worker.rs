@@ -20,8 +20,8 @@
 //! stream's next fence.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, OnceLock};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
@@ -30,7 +30,6 @@ use crate::backend::pool::{Pool, Shape};
 use crate::backend::{Counters, FailureTally, OpIo};
 use crate::completion::spin::SpinPolicy;
 use crate::error::{Error, Result};
-use crate::lock::lock;
 
 pub(crate) type Work = Box<dyn FnOnce() -> Result<(), String> + Send>;
 pub(crate) type Sync = Box<dyn FnOnce() + Send>;
@@ -150,9 +149,6 @@ fn blocking_edge(starts: bool) {
 /// A CPU stream: a queue of jobs the pool runs in order.
 pub struct CpuStream {
     lane: Arc<HostLane>,
-    enqueued: AtomicU64,
-    /// Jobs held back while a batch is admitted ([`CpuStream::hold_back`]).
-    held: Mutex<Option<Vec<Step<HostJobs>>>>,
     counters: Arc<Counters>,
 }
 
@@ -166,7 +162,7 @@ impl CpuStream {
     pub(crate) fn new(index: u32, counters: &Arc<Counters>) -> CpuStream {
         let lane = Lane::new(HostJobs { index, tally: Arc::default() }, Some(SpinPolicy::yielding(LANE_LINGER)));
         counters.live_streams.fetch_add(1, Ordering::SeqCst);
-        CpuStream { lane, enqueued: AtomicU64::new(0), held: Mutex::new(None), counters: counters.clone() }
+        CpuStream { lane, counters: counters.clone() }
     }
 
     /// The stream's number, which its failures name.
@@ -200,42 +196,17 @@ impl CpuStream {
     /// completion has run, this sees its job finished, so a fence made after
     /// an earlier one resolved is complete at once.
     pub(crate) fn is_idle(&self) -> bool {
-        self.progress().finished() >= self.enqueued()
+        self.progress().finished() >= self.lane.pushed()
     }
 
-    /// Jobs enqueued so far: the position an event recorded now covers.
-    pub(crate) fn enqueued(&self) -> u64 {
-        self.enqueued.load(Ordering::SeqCst)
-    }
-
-    /// Queues `job` (or holds it back, see [`CpuStream::hold_back`]).
+    /// Queues `job`.
     pub(crate) fn push(&self, job: Job) {
         self.push_step(Step::Job(job));
     }
 
-    /// As [`CpuStream::push`], for a step of any kind.
+    /// Queues `step`, of any kind.
     pub(crate) fn push_step(&self, step: Step<HostJobs>) {
-        if let Some(held) = lock(&self.held).as_mut() {
-            held.push(step);
-        } else {
-            self.lane.push_steps([step]);
-        }
-        self.enqueued.fetch_add(1, Ordering::SeqCst);
-    }
-
-    /// Holds back the jobs enqueued from now on, which count as enqueued,
-    /// until [`CpuStream::hand_over`]: a batch schedules its stream once, not
-    /// once per op. Only under the scheduler's lock, which hands over before
-    /// it lets go, so nothing waits for a held job.
-    pub(crate) fn hold_back(&self) {
-        lock(&self.held).get_or_insert_with(Vec::new);
-    }
-
-    /// Queues the jobs held back since [`CpuStream::hold_back`], in order.
-    pub(crate) fn hand_over(&self) {
-        if let Some(steps) = lock(&self.held).take().filter(|steps| !steps.is_empty()) {
-            self.lane.push_steps(steps);
-        }
+        self.lane.push_steps([step]);
     }
 }
 
@@ -245,8 +216,8 @@ impl Drop for CpuStream {
         // thread joined here, the drop returns once they have (unless it
         // runs on the stream's own jobs, which would wait for itself).
         if !self.is_current_thread() {
-            let (progress, enqueued) = (self.progress(), self.enqueued());
-            blocking(|| progress.wait_for(enqueued));
+            let (progress, pushed) = (self.progress(), self.lane.pushed());
+            blocking(|| progress.wait_for(pushed));
         }
         self.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
     }
