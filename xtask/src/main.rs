@@ -76,7 +76,7 @@ struct PassedOn {
 enum Task {
     /// Every check of the project: lints (rustfmt, clippy, rustdoc, warnings as errors;
     /// the Maven and Gradle builds' versions in step), Rust tests (all available
-    /// backends, then the loom model checks of the completion cell and a lane's progress), Kotlin (the suites,
+    /// backends, then the loom model checks of the completion cell, a lane and its progress), Kotlin (the suites,
     /// then the installed artifact and the consumer project), Swift
     Test {
         /// The lints alone

@@ -31,8 +31,8 @@ pub fn lint() -> Result {
         .env("RUSTDOCFLAGS", "-D warnings"))
 }
 
-/// The loom model checks of the completion cell and of a lane's progress
-/// (`rust/core/tests/loom_cell.rs`, `loom_progress.rs`): every
+/// The loom model checks of the completion cell, a lane and a lane's
+/// progress (`rust/core/tests/loom_cell.rs`, `loom_lane.rs`, `loom_progress.rs`): every
 /// interleaving, in release, CPU backend only. `--cfg loom` changes every
 /// crate's flags, so it builds in a target directory of its own rather than
 /// invalidating the main build.
@@ -43,7 +43,7 @@ pub fn loom() -> Result {
     };
     run(cargo()
         .args(["test", "-p", "weir-core", "--no-default-features", "--release"])
-        .args(["--test", "loom_cell", "--test", "loom_progress"])
+        .args(["--test", "loom_cell", "--test", "loom_lane", "--test", "loom_progress"])
         .env("RUSTFLAGS", rustflags)
         .env_remove("CARGO_ENCODED_RUSTFLAGS")
         .env("CARGO_TARGET_DIR", target_dir().join("loom")))
@@ -53,7 +53,7 @@ pub fn loom() -> Result {
 /// `HIP_PATH`, or the system's under `/usr`), the device layer's HIP unit
 /// tests (its code-object reader among them: hiprtc compiles without a GPU),
 /// the HIP backend's suite and the conformance suite built with it;
-/// then the model checks of the completion cell and of a lane's progress.
+/// then the model checks of the completion cell, a lane and its progress.
 pub fn test() -> Result {
     run(cargo().args([
         "test",

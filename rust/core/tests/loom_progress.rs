@@ -17,6 +17,10 @@
 mod sync {
     pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
+
+    pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+        mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 #[path = "support/counting_waker.rs"]

@@ -21,17 +21,16 @@
 //! go, so no wake is lost.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::task::{Wake, Waker};
 use std::time::Instant;
 
 pub(crate) use super::progress::Progress;
+use super::sync::{lock, AtomicU64, Mutex, MutexGuard, Ordering};
 #[cfg(feature = "test-support")]
 use super::{timer::Hold, OpIo};
 use crate::completion::spin::SpinPolicy;
 use crate::diagnostics::Counters;
-use crate::lock::lock;
 
 /// What running a job came to.
 pub(crate) enum Ran<J> {
@@ -367,7 +366,8 @@ impl<R: Runner> Lane<R> {
     }
 }
 
-#[cfg(test)]
+// Not in the model check, whose primitives are loom's (`tests/loom_lane.rs`).
+#[cfg(all(test, not(loom)))]
 mod tests {
     use std::cell::RefCell;
     use std::sync::atomic::AtomicBool;

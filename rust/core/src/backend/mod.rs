@@ -46,10 +46,16 @@ mod timer;
 #[cfg(feature = "wgpu")]
 pub mod wgpu;
 
-/// The synchronisation primitives a lane's progress is built on (`loom`'s in its model check).
+/// The synchronisation primitives a lane and its progress are built on
+/// (`loom`'s in their model checks, `tests/loom_lane.rs`, `tests/loom_progress.rs`).
 mod sync {
     pub(super) use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
     pub(super) use std::sync::{Condvar, Mutex, MutexGuard};
+
+    /// Locks `mutex`, ignoring poisoning (as `crate::lock::lock`).
+    pub(super) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+        mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
 }
 
 use std::sync::Arc;

@@ -6,7 +6,7 @@
 
 use std::task::{Poll, Waker};
 
-use super::sync::{AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
+use super::sync::{lock, AtomicU64, AtomicUsize, Condvar, Mutex, MutexGuard, Ordering};
 
 /// How far a lane has got: the number of jobs it finished.
 ///
@@ -130,8 +130,4 @@ impl Progress {
         state.parked.push((jobs, waker.clone()));
         Poll::Pending
     }
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
