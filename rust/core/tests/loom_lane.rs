@@ -17,15 +17,8 @@
 // The lane's source serves every engine; each model uses part of it.
 #![allow(dead_code)]
 
-/// What `lane.rs` and `progress.rs` build on: here loom's primitives.
-mod sync {
-    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
-
-    pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-        mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
+#[path = "support/loom_sync.rs"]
+mod sync;
 
 /// The parts of the crate `lane.rs` names that no model uses.
 mod completion {

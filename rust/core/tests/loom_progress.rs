@@ -13,15 +13,8 @@
 //! done before that `finish` ran.
 #![cfg(loom)]
 
-/// What `progress.rs` builds on: here loom's primitives instead of `std::sync`'s.
-mod sync {
-    pub(crate) use loom::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-    pub(crate) use loom::sync::{Condvar, Mutex, MutexGuard};
-
-    pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-        mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-}
+#[path = "support/loom_sync.rs"]
+mod sync;
 
 #[path = "support/counting_waker.rs"]
 mod counting_waker;
