@@ -313,25 +313,24 @@ pub fn micros(duration: Duration) -> f64 {
     duration.as_secs_f64() * 1e6
 }
 
-/// CPU time used so far by every thread of this process (Linux: the
-/// scheduler's per-thread run time, in nanoseconds); zero elsewhere.
+/// CPU time used so far by every thread of this process, threads that
+/// have exited included (a CPU pool worker retires when idle); zero where
+/// the clock cannot be read.
 pub fn cpu_time() -> Duration {
-    // The process's clock counts threads that have exited too (a CPU pool
-    // worker retires when idle), which a sum over /proc/self/task would lose.
+    clock(libc::CLOCK_PROCESS_CPUTIME_ID)
+}
+
+/// CPU time used so far by the calling thread; zero where the clock cannot be read.
+pub fn thread_cpu_time() -> Duration {
+    clock(libc::CLOCK_THREAD_CPUTIME_ID)
+}
+
+/// The time on one of the system's CPU-time clocks.
+fn clock(id: libc::clockid_t) -> Duration {
     let mut now = libc::timespec { tv_sec: 0, tv_nsec: 0 };
     // SAFETY: `now` is a valid timespec for the call to fill.
-    if unsafe { libc::clock_gettime(libc::CLOCK_PROCESS_CPUTIME_ID, &mut now) } != 0 {
+    if unsafe { libc::clock_gettime(id, &mut now) } != 0 {
         return Duration::ZERO;
     }
     Duration::new(now.tv_sec as u64, now.tv_nsec as u32)
-}
-
-/// CPU time used so far by the calling thread; zero off Linux.
-pub fn thread_cpu_time() -> Duration {
-    Duration::from_nanos(run_time(std::path::Path::new("/proc/thread-self/schedstat")).unwrap_or(0))
-}
-
-/// The run time, in nanoseconds, in a task's `schedstat`.
-fn run_time(schedstat: &std::path::Path) -> Option<u64> {
-    std::fs::read_to_string(schedstat).ok()?.split_whitespace().next()?.parse().ok()
 }
