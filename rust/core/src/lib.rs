@@ -93,12 +93,14 @@
 //! weir-core   handles    Runtime, Stream, Buffer, Fence, Graph, DeviceGroup (stream.rs, ops.rs, …)
 //!             scheduler  versions, vector clocks, admission: WHAT waits for WHAT (scheduler/)
 //!             engines    HOW it runs, behind the `Backend` trait (backend/):
-//!                          lane  the one engine: a queue of jobs run in order, each
+//!                          lane  the one engine: a queue of steps run in order, each
 //!                                counted done (backend/progress.rs: no lock unless
-//!                                someone waits; model-checked), parking on another
-//!                                lane's progress, a gate or a delay, woken by it
-//!                                (backend/lane.rs); its `Runner` says what a job is
-//!                                and where a lane runs:
+//!                                someone waits); the lane itself runs a wait for
+//!                                another lane's point (a host engine's event is a
+//!                                `LaneEvent`) and a gate or delay, parking until
+//!                                woken, and defers its scheduling for a batch
+//!                                (backend/lane.rs); both model-checked; its
+//!                                `Runner` says what a job is and where a lane runs:
 //!                          pool  threads that run lanes (backend/pool.rs): bounded,
 //!                                or a thread per ready lane; started as lanes come,
 //!                                the warmest woken first, retired when idle
@@ -113,8 +115,9 @@
 //!                                  completions are a lane, run by the device's pool
 //!                                  of waiting threads; generic over the `Driver`
 //!                        written once for all three: the failure tally, the
-//!                        counters, and (test support) gates, which delays on the
-//!                        host engines are too (backend/timer.rs)
+//!                        counters; for the host engines, events, waits and
+//!                        (test support) gates, which their delays are too
+//!                        (backend/lane.rs, backend/timer.rs)
 //!             completion the cell behind fences and reads, the delivery thread
 //!                        where wakers run, and the one spin rule of every wait
 //!                        (completion/spin.rs): a device's waiter thread, an
