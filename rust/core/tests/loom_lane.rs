@@ -9,7 +9,8 @@
 //! The lane's rules, each checked in every interleaving: every job pushed
 //! runs exactly once and in push order; a lane with jobs is never left
 //! with no thread to run it (a push racing the end of a run, a wake racing
-//! the park of the job it wakes, a batch deferred and resumed); and its
+//! the park of the job it wakes, a wait for another lane polled where it
+//! is pushed as that lane gets there, a batch deferred and resumed); and its
 //! progress counts every job run. The runner here runs a scheduled lane at
 //! once on the scheduling thread, as the wgpu lanes and a GPU issuer with
 //! no thread to be had do, so every thread of a model may run the lane.
@@ -55,7 +56,7 @@ mod progress;
 use std::sync::Arc;
 use std::task::{Poll, Waker};
 
-use lane::{Lane, Ran, Runner};
+use lane::{Lane, Ran, Runner, Step};
 use loom::sync::Mutex;
 use loom::thread;
 use sync::lock;
@@ -184,5 +185,26 @@ fn a_deferred_batch_runs_once_whoever_schedules_it() {
         other.join().unwrap();
         assert_eq!(log(&lane), [1, 2]);
         assert_eq!(lane.progress.finished(), 2);
+    });
+}
+
+/// A wait for another lane's point, pushed (and so polled on the pushing
+/// thread, the lane having nothing before it) while that lane gets there on
+/// another thread: the waiting lane runs its job once, after the point.
+#[test]
+fn a_wait_polled_where_it_is_pushed_is_never_left_parked() {
+    loom::model(|| {
+        let (source, waiting) = (Lane::new(Logged::default(), None), Lane::new(Logged::default(), None));
+        let other = {
+            let source = source.clone();
+            thread::spawn(move || {
+                source.push([Job::Log(1)]);
+            })
+        };
+        waiting.push_steps([Step::Reach(source.clone(), 1), Step::Job(Job::Log(2))]);
+        other.join().unwrap();
+        assert_eq!(log(&waiting), [2], "the waiting lane stayed parked, or ran its job twice");
+        assert_eq!(waiting.progress.finished(), 2);
+        assert_eq!(log(&source), [1]);
     });
 }

@@ -184,6 +184,9 @@ impl<R: Runner> Lane<R> {
         if queue.jobs.is_empty() {
             return;
         }
+        // To the runner even when the first step only orders: polled here,
+        // a step that comes ready counts, which may wake the next lane, and
+        // so on down a chain of waits, on this thread's stack.
         queue.scheduled = true;
         drop(queue);
         R::schedule(self);
@@ -227,14 +230,52 @@ impl<R: Runner> Lane<R> {
         self.schedule_if_ready(queue);
     }
 
-    /// Has the lane run if it has jobs, no thread and no parked job.
+    /// Has the lane run, as a push does, if it has jobs, no thread and no
+    /// parked job. A first step that only orders (a wait for another lane,
+    /// a hold) is polled here at once ([`Lane::order_here`]): a lane that
+    /// would only park takes no thread, and no thread is woken for it.
     fn schedule_if_ready(self: &Arc<Self>, mut queue: MutexGuard<'_, Queue<Step<R>>>) {
         if queue.scheduled || queue.parked || queue.jobs.is_empty() {
             return;
         }
         queue.scheduled = true;
+        let orders_first = !matches!(queue.jobs.front(), Some(Step::Job(_)));
         drop(queue);
-        R::schedule(self.clone());
+        match orders_first {
+            true => self.clone().order_here(),
+            false => R::schedule(self.clone()),
+        }
+    }
+
+    /// Runs the lane's first steps here, this thread having the lane, while
+    /// they only order (polls, no job's code): until one parks it, the
+    /// queue runs empty, or a job comes first, which goes to the runner.
+    fn order_here(self: Arc<Self>) {
+        loop {
+            let step = {
+                let mut queue = lock(&self.queue);
+                queue.woken = false;
+                match queue.jobs.front() {
+                    None => {
+                        queue.scheduled = false;
+                        return;
+                    }
+                    Some(Step::Job(_)) => break,
+                    Some(_) => queue.jobs.pop_front(),
+                }
+            };
+            if let Some(parked) = step.and_then(|step| self.run_step(step)) {
+                let mut queue = lock(&self.queue);
+                queue.jobs.push_front(parked);
+                // Woken between the poll and now: poll again, or the wake is lost.
+                if !queue.woken {
+                    queue.scheduled = false;
+                    queue.parked = true;
+                    return;
+                }
+            }
+        }
+        R::schedule(self);
     }
 
     /// True if every job pushed so far has surely finished (see
@@ -454,7 +495,7 @@ mod tests {
         assert_eq!(counters.live_events.load(Ordering::SeqCst), 1);
         let wait = event.wait_step(&second).expect("the point is not reached yet");
         second.push_steps([wait, Step::Job(Act::Log("after"))]);
-        scheduled().remove(0).run_jobs();
+        assert!(scheduled().is_empty(), "a lane whose first step waits parks at once, asking no thread");
         assert!(log(&second).is_empty(), "the lane waits for the other's first job");
         second.push([Act::Log("later")]);
         assert!(scheduled().is_empty(), "a push behind a parked job does not schedule the lane");
@@ -579,7 +620,7 @@ mod tests {
         let lane = Lane::new(Logged::default(), None);
         let waiter = Lane::new(Logged::default(), None);
         waiter.push_steps([Step::Reach(lane.clone(), 1), Step::Job(Act::Log("after"))]);
-        scheduled().remove(0).run_jobs();
+        assert!(scheduled().is_empty(), "the waiter parked at once");
         lane.run_here(|| lock(&lane.runner.log).push("here"));
         assert_eq!((lane.pushed(), lane.progress.finished()), (1, 1));
         assert!(lane.surely_idle());
