@@ -88,10 +88,10 @@ pub(crate) struct LaneEvent<R: Runner> {
 }
 
 impl<R: Runner> LaneEvent<R> {
-    /// The point after `lane`'s first `upto` jobs.
-    pub(crate) fn new(lane: &Arc<Lane<R>>, upto: u64, counters: &Arc<Counters>) -> Self {
+    /// The point after every job pushed on `lane` so far.
+    pub(crate) fn now(lane: &Arc<Lane<R>>, counters: &Arc<Counters>) -> Self {
         counters.live_events.fetch_add(1, Ordering::SeqCst);
-        LaneEvent { lane: lane.clone(), upto, counters: counters.clone() }
+        LaneEvent { lane: lane.clone(), upto: lane.pushed(), counters: counters.clone() }
     }
 
     /// What `waiting` queues to wait for this point: nothing once the point
@@ -195,8 +195,6 @@ impl<R: Runner> Lane<R> {
     /// Queues `jobs`, in order, and has the lane run unless a thread has it
     /// or its first job is parked. Returns how many jobs were pushed before
     /// them: the first one's place in the lane.
-    // The GPU engine's lanes push jobs only; the host engines' push steps.
-    #[cfg_attr(not(any(feature = "cuda", feature = "hip", test)), allow(dead_code))]
     pub(crate) fn push(self: &Arc<Self>, jobs: impl IntoIterator<Item = R::Job>) -> u64 {
         self.push_steps(jobs.into_iter().map(Step::Job))
     }
@@ -491,7 +489,10 @@ mod tests {
     fn a_lane_parks_on_another_lanes_event_and_its_progress_wakes_it() {
         let (first, second) = (Lane::new(Logged::default(), None), Lane::new(Logged::default(), None));
         let counters = Arc::new(Counters::default());
-        let event = LaneEvent::new(&first, 1, &counters);
+        // Its job is pushed, not yet run: the lane is held back meanwhile.
+        first.defer();
+        first.push([Act::Log("first")]);
+        let event = LaneEvent::now(&first, &counters);
         assert_eq!(counters.live_events.load(Ordering::SeqCst), 1);
         let wait = event.wait_step(&second).expect("the point is not reached yet");
         second.push_steps([wait, Step::Job(Act::Log("after"))]);
@@ -499,7 +500,7 @@ mod tests {
         assert!(log(&second).is_empty(), "the lane waits for the other's first job");
         second.push([Act::Log("later")]);
         assert!(scheduled().is_empty(), "a push behind a parked job does not schedule the lane");
-        first.push([Act::Log("first")]);
+        first.resume();
         scheduled().remove(0).run_jobs();
         let mut woken = scheduled();
         assert_eq!(woken.len(), 1, "the other lane's progress woke the parked one");

@@ -203,7 +203,7 @@ impl Backend for CpuBackend {
         Ok(())
     }
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
-        Ok(CpuEvent(LaneEvent::new(stream.lane(), stream.lane().pushed(), &self.counters)))
+        Ok(CpuEvent(LaneEvent::now(stream.lane(), &self.counters)))
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {

@@ -201,7 +201,7 @@ impl CpuStream {
 
     /// Queues `job`.
     pub(crate) fn push(&self, job: Job) {
-        self.push_step(Step::Job(job));
+        self.lane.push([job]);
     }
 
     /// Queues `step`, of any kind.

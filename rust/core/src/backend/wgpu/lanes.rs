@@ -335,7 +335,7 @@ impl Shared {
     pub fn mark(&self, lane: &Arc<WgpuLane>) -> LaneEvent<OnQueue> {
         let mut batch = lock(&lane.runner.batch);
         self.flush(lane, &mut batch, None);
-        LaneEvent::new(lane, lane.pushed(), &self.gpu.counters)
+        LaneEvent::now(lane, &self.gpu.counters)
     }
 
     /// Makes `lane` hold until `event`'s point is issued (at once if it already was).
