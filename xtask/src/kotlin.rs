@@ -63,8 +63,12 @@ fn lay_out(library: &Path) -> Result {
     Ok(())
 }
 
-/// The build steps applied to the generated Kotlin (UniFFI is pinned, so the
-/// anchors are stable; a missing anchor fails the build instead of skipping):
+/// The build steps applied to the generated Kotlin: two fixes and one
+/// missing capability that belong in UniFFI itself, kept here in one place (UniFFI is pinned, so the anchors are
+/// stable; a missing anchor fails the build instead of skipping, which is
+/// how an upgrade finds out which are still needed). What is the binding's
+/// own choice (the fast `sync`, `execute` and `executeAndWait`) is Kotlin in
+/// its sources instead, over the generated calls renamed in uniffi.toml.
 ///
 /// 1. A closed handle passed as an argument is refused. UniFFI 0.32 lowers an
 ///    object argument with `uniffiCloneHandle()`, which does not check that the
@@ -78,28 +82,7 @@ fn lay_out(library: &Path) -> Result {
 ///    garbage than that thread frees, until the heap is full. The calls take
 ///    the status as a plain `Pointer` instead, this thread's block from
 ///    `CallStatus`, which copies a failure out and leaves the block clear.
-/// 3. An idle stream's `sync()`, or one whose work ends within moments,
-///    returns without suspending. Every UniFFI async call creates a Rust
-///    future, lowers its arguments into `RustBuffer`s, polls (Rust calls back
-///    into the JVM even when the future is ready), completes and frees it.
-///    `WeirStream.sync()` without a token first asks `syncQuickly()` (all work
-///    done; or, where the stream's recent waits were quick, its fence watched
-///    for a bounded moment, a failure thrown as `sync()` throws it) and, if
-///    so, returns without suspending, cancellation checked as a suspension
-///    would.
-/// 4. `execute` is one JNI call with only handles and integers. As generated
-///    it lowers its `Grid` and `List<Arg>` into a `RustBuffer` each, JNA
-///    structures allocated by a call of their own and passed by value,
-///    reflectively, and clones every handle by a JNA call of its own: about
-///    7 µs of a call Rust admits in 0.3. It tries `EncodedOps` first, which
-///    encodes the op into this thread's memory and admits it through
-///    weir-ffi's JNI entry with the handles lent (step 6), and makes the
-///    generated call for an op it does not take or one Rust refuses (so the
-///    errors are the generated path's).
-/// 5. `executeAndWait` is that `execute`, then `sync(cancel)`: what the Rust
-///    method does (admit, then wait on the stream's completion), without the
-///    three `RustBuffer`s of its arguments.
-/// 6. Every object can lend its handle: `uniffiBeginBorrow` keeps it alive as
+/// 3. Every object can lend its handle: `uniffiBeginBorrow` keeps it alive as
 ///    `callWithHandle` does and returns its own handle, without the cloning
 ///    call, until `uniffiEndBorrow`; for the JNI entry, which only borrows.
 fn patch_generated() -> Result {
@@ -110,7 +93,7 @@ fn patch_generated() -> Result {
         Every,
     }
     use Matches::{Every, One};
-    const PATCHES: [(&str, Matches, &str, &str); 9] = [
+    const PATCHES: [(&str, Matches, &str, &str); 6] = [
         ("closed handle arguments", Every, "        return value.uniffiCloneHandle()\n", "        return value.callWithHandle { it }\n"),
         (
             "call status: checked calls",
@@ -126,27 +109,9 @@ fn patch_generated() -> Result {
         ),
         ("call status: async completion", One, "completeFunc: (Long, UniffiRustCallStatus) -> F,", "completeFunc: (Long, Pointer) -> F,"),
         ("call status: native declarations", Every, "uniffi_out_err: UniffiRustCallStatus,", "uniffi_out_err: Pointer,"),
-        (
-            "idle sync",
-            One,
-            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
-            "    override suspend fun `sync`(`cancel`: CancelToken?) {\n        if (`cancel` == null && `syncQuickly`()) return returnedAtOnce()\n        return uniffiRustCallAsync(\n        callWithHandle { uniffiHandle ->\n            UniffiLib.uniffi_weir_ffi_fn_method_weirstream_sync(",
-        ),
-        (
-            "encoded execute",
-            One,
-            "override fun `execute`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>)\n        = \n    callWithHandle {",
-            "override fun `execute`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>)\n        = \n    if (EncodedOps.execute(this, `kernel`, `grid`, `args`)) Unit else callWithHandle {",
-        ),
-        (
-            "encoded executeAndWait",
-            One,
-            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        return uniffiRustCallAsync(",
-            "    override suspend fun `executeAndWait`(`kernel`: Kernel, `grid`: Grid, `args`: List<Arg>, `cancel`: CancelToken?) {\n        if (EncodedOps.executeSuspending(this, `kernel`, `grid`, `args`)) return `sync`(`cancel`)\n        return uniffiRustCallAsync(",
-        ),
         ("lent handles", Every, "    internal inline fun <R> callWithHandle(block: (handle: Long) -> R): R {\n", LEND_HANDLE),
     ];
-    /// Step 6's methods, before each object's `callWithHandle`: its counting, without the clone.
+    /// Step 3's methods, before each object's `callWithHandle`: its counting, without the clone.
     const LEND_HANDLE: &str = "    internal fun uniffiBeginBorrow(): Long {
         if (handle == 0.toLong()) {
             throw InternalException(\"uniffiBeginBorrow() called on NoHandle object\")

@@ -236,8 +236,8 @@ impl WeirStream {
     /// Suspends until all work admitted on this stream so far is done. On the
     /// CPU and wgpu backends an idle stream answers at once, without a wake-up;
     /// CUDA and HIP always go through their completion thread. (The Kotlin
-    /// binding asks [`WeirStream::is_synced`] first and, when it says yes and no
-    /// token is given, returns without creating a Rust future at all.)
+    /// and Swift bindings' own `sync()` asks [`WeirStream::sync_quickly`]
+    /// first and, when it says yes, returns without creating a Rust future.)
     #[uniffi::method(default(cancel = None))]
     pub async fn sync(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         cancellable(self.completion()?, cancel).await

@@ -17,12 +17,11 @@ import java.nio.ByteOrder
  * direct memory, and [NativeExecute.execute] admits it, the handles of the
  * stream, the kernel and up to [MAX_BUFFERS] distinct buffers lent for the
  * call, each kept alive meanwhile as a generated call keeps it
- * (`uniffiBeginBorrow`, a build step, see xtask/src/kotlin.rs).
+ * (`uniffiBeginBorrow`, a build step: see xtask/src/kotlin.rs).
  *
- * The build makes the generated `execute` and `executeAndWait` try this
- * first. An op it does not take (more distinct buffers, longer than the
- * memory, no JNI entry linked) or one that Rust refuses goes the generated
- * way, so the errors are the generated path's, in its order (the stream, the
+ * The stream's `execute` and `executeAndWait` (Weir.kt) try this first. An
+ * op it does not take (more distinct buffers, longer than the memory, no JNI
+ * entry linked) or one that Rust refuses goes the generated way, so the errors are the generated path's, in its order (the stream, the
  * kernel, each buffer is checked for being closed, as lowering checks them),
  * and no handle is kept after the call.
  */

@@ -21,6 +21,7 @@ import dev.weir.executeAndWait
 import dev.weir.readInto
 import dev.weir.reads
 import dev.weir.scalar
+import dev.weir.sync
 import dev.weir.upload
 import dev.weir.writes
 import dev.weir.zeros

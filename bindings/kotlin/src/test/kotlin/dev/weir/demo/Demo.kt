@@ -35,10 +35,12 @@ import dev.weir.WeirStream
 import dev.weir.asByteBuffer
 import dev.weir.cpuKernel
 import dev.weir.enqueueRead
+import dev.weir.execute
 import dev.weir.hostBytes
 import dev.weir.linear
 import dev.weir.reads
 import dev.weir.scalar
+import dev.weir.sync
 import dev.weir.timelineSvg
 import dev.weir.writeHost
 import dev.weir.writes

@@ -36,6 +36,7 @@ import dev.weir.WeirRuntime
 import dev.weir.WeirStream
 import dev.weir.asByteBuffer
 import dev.weir.enqueueRead
+import dev.weir.execute
 import dev.weir.kernel
 import dev.weir.linear
 import dev.weir.reads
