@@ -34,11 +34,20 @@ pub struct WeirStream {
     /// The fence a `sync_quickly` made and left unfinished: the next wait
     /// waits for it too, so that what it reports reaches someone.
     unfinished: Mutex<Option<weir_core::Fence>>,
+    /// Waits made through a Rust future on this handle (test support: the
+    /// bindings' suites check that their fast paths make none).
+    #[cfg(feature = "test-support")]
+    future_waits: std::sync::atomic::AtomicU64,
 }
 
 impl WeirStream {
     pub(crate) fn new(inner: weir_core::Stream) -> Self {
-        WeirStream { inner, unfinished: Mutex::new(None) }
+        WeirStream {
+            inner,
+            unfinished: Mutex::new(None),
+            #[cfg(feature = "test-support")]
+            future_waits: std::sync::atomic::AtomicU64::new(0),
+        }
     }
 
     pub(crate) fn core(&self) -> &weir_core::Stream {
@@ -63,6 +72,8 @@ impl WeirStream {
     /// which closing drained, is the wait: a sync begun before the shutdown
     /// completes as the work it waits for did, not with `Closed`.
     fn completion(&self) -> Result<Waits> {
+        #[cfg(feature = "test-support")]
+        self.future_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let (earlier, last) = match self.inner.fence() {
             // After the new fence: one made at the same place is the same fence.
             Ok(fence) => (lock(&self.unfinished).take(), fence),
@@ -341,6 +352,13 @@ impl WeirStream {
     /// have it; others answer `Unsupported`).
     pub fn hold(&self) -> Result<Arc<Hold>> {
         Ok(Arc::new(Hold { gate: std::sync::Mutex::new(Some(self.inner.hold()?)) }))
+    }
+
+    /// How many waits this handle made through a Rust future (a suspending
+    /// `sync`, `executeAndWait`, `memsetZeroAndWait`, …): what the bindings'
+    /// fast paths avoid, so their suites can see them taken. Test support.
+    pub fn debug_future_waits(&self) -> u64 {
+        self.future_waits.load(std::sync::atomic::Ordering::Relaxed)
     }
 }
 

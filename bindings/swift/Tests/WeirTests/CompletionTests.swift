@@ -35,6 +35,19 @@ struct CompletionTests {
         #expect(try await stream.read(buffer, as: Float.self) == [Float](repeating: 7.5, count: 1024))
     }
 
+    @Test("an idle stream's sync() answers without a Rust future", arguments: TestBackend.allCases)
+    func idleSyncMakesNoFuture(backend: TestBackend) async throws {
+        guard let runtime = try backend.open() else { return }
+        let stream = try runtime.newStream()
+        try await stream.sync()
+        #expect(await eventually { stream.isSynced() }, "the idle stream never said it is synced")
+        let futures = stream.debugFutureWaits()
+        for _ in 0..<1_000 { try await stream.sync() }
+        #expect(stream.debugFutureWaits() == futures, "an idle sync() waited through a Rust future")
+        try await stream.sync(cancel: CancelToken())  // a token: the generated call
+        #expect(stream.debugFutureWaits() == futures + 1, "a sync(cancel:) made no Rust future")
+    }
+
     @Test("WeirRuntime.sync() covers every stream", arguments: TestBackend.allCases)
     func runtimeSyncCoversEveryStream(backend: TestBackend) async throws {
         guard let runtime = try backend.open() else { return }

@@ -45,7 +45,11 @@ class StreamTest {
             runBlocking {
                 stream.sync()
                 eventually(what = "the idle stream to say it is synced") { stream.isSynced() }
+                val futures = stream.debugFutureWaits()
                 repeat(1_000) { stream.sync() } // the fast path: no Rust future
+                assertEquals(futures, stream.debugFutureWaits(), "an idle sync() waited through a Rust future")
+                stream.sync(CancelToken()) // a token: the generated call
+                assertEquals(futures + 1u, stream.debugFutureWaits(), "a sync() with a token made no Rust future")
                 // A failure waiting to be reported: isSynced() takes nothing, the next sync reports it.
                 val target = stream.zeros(16, ElementType.BYTES)
                 assertThrows<WeirException> { stream.failWrite(target, "a deliberate failure") }
