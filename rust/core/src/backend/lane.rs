@@ -388,11 +388,17 @@ impl<R: Runner> Lane<R> {
             }
             R::ran_taken(&self);
             if let Some(job) = parked {
-                // Back in front, before the rest taken and what came meanwhile.
+                // Back in front, before the rest taken and what came
+                // meanwhile. Only what was taken moves, never the queue
+                // behind it: a lane far behind its pushes (a chain of
+                // streams, each waiting for the last) parks once per job,
+                // and moving its whole queue each time would make every
+                // park slower the further behind it is.
                 let mut queue = lock(&self.queue);
-                taken.push_front(job);
-                taken.append(&mut queue.jobs);
-                std::mem::swap(&mut queue.jobs, &mut taken);
+                while let Some(step) = taken.pop_back() {
+                    queue.jobs.push_front(step);
+                }
+                queue.jobs.push_front(job);
                 // Woken between the poll and now: poll again, or the wake is lost.
                 if !queue.woken {
                     queue.scheduled = false;
@@ -430,6 +436,8 @@ mod tests {
         /// Wakes its own lane as it is polled the first time, then parks:
         /// a wake between the poll and the park, which must not be lost.
         WokenWhilePolled(bool),
+        /// Parks the first time it is polled (until the test wakes the lane).
+        ParksOnce(bool),
     }
 
     impl Runner for Logged {
@@ -444,6 +452,8 @@ mod tests {
                     return Ran::Parked(Act::WokenWhilePolled(true));
                 }
                 Act::WokenWhilePolled(true) => lock(&lane.runner.log).push("re-polled"),
+                Act::ParksOnce(false) => return Ran::Parked(Act::ParksOnce(true)),
+                Act::ParksOnce(true) => lock(&lane.runner.log).push("parked"),
             }
             lane.progress.advance(1);
             Ran::Done
@@ -537,6 +547,23 @@ mod tests {
         lane.push([Act::WokenWhilePolled(false), Act::Log("then")]);
         scheduled().remove(0).run_jobs();
         assert_eq!(log(&lane), ["re-polled", "then"], "the wake during the run was not lost");
+    }
+
+    #[test]
+    fn a_job_that_parks_keeps_its_place_before_the_jobs_taken_with_it_and_those_pushed_meanwhile() {
+        let lane = Lane::new(Logged::default(), None);
+        // One turn takes all three: the last two wait behind the parked one.
+        lane.push([Act::ParksOnce(false), Act::Log("b"), Act::Log("c")]);
+        scheduled().remove(0).run_jobs();
+        assert!(log(&lane).is_empty(), "the lane parked at its first job");
+        lane.push([Act::Log("d"), Act::Log("e")]);
+        assert!(scheduled().is_empty(), "a push behind a parked job does not schedule the lane");
+        lane.waker().wake();
+        while let Some(ready) = scheduled().pop() {
+            ready.run_jobs();
+        }
+        assert_eq!(log(&lane), ["parked", "b", "c", "d", "e"]);
+        assert!(lane.surely_idle());
     }
 
     /// A CPU read copies its bytes in its job's `finish`: a stream waiting
