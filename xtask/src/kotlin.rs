@@ -64,11 +64,12 @@ fn lay_out(library: &Path) -> Result {
 }
 
 /// The build steps applied to the generated Kotlin: two fixes and one
-/// missing capability that belong in UniFFI itself, kept here in one place (UniFFI is pinned, so the anchors are
-/// stable; a missing anchor fails the build instead of skipping, which is
-/// how an upgrade finds out which are still needed). What is the binding's
-/// own choice (the fast `sync`, `execute` and `executeAndWait`) is Kotlin in
-/// its sources instead, over the generated calls renamed in uniffi.toml.
+/// missing capability that belong in UniFFI itself, kept here in one place.
+/// UniFFI is pinned, so the anchors are stable; a missing anchor fails the
+/// build instead of skipping, which is how an upgrade finds out which are
+/// still needed. What is the binding's own choice (the fast `sync`,
+/// `execute` and `executeAndWait`) is Kotlin in its sources instead, over
+/// the generated calls renamed in uniffi.toml.
 ///
 /// 1. A closed handle passed as an argument is refused. UniFFI 0.32 lowers an
 ///    object argument with `uniffiCloneHandle()`, which does not check that the

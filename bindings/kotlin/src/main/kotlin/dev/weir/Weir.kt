@@ -207,9 +207,10 @@ internal val single = Grid()
  * failure thrown as the suspending wait throws it. Every UniFFI async call
  * creates a Rust future, lowers its arguments, polls (Rust calls back into
  * the JVM even when the future is ready), completes and frees it: several
- * times what the answer costs. Cancellation is checked as a suspension would.
- * Cancelling the coroutine ends the wait (not the work) with
- * `CancellationException`, as does cancelling [cancel].
+ * times what the answer costs. Cancellation is checked as a suspension would:
+ * cancelling the coroutine ends the wait (not the work) with
+ * `CancellationException`; cancelling [cancel] ends it with
+ * [WeirException.Cancelled].
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.sync(cancel: CancelToken? = null) {
