@@ -263,17 +263,33 @@ impl<R: Runner> Lane<R> {
                 }
             };
             if let Some(parked) = step.and_then(|step| self.run_step(step)) {
-                let mut queue = lock(&self.queue);
-                queue.jobs.push_front(parked);
-                // Woken between the poll and now: poll again, or the wake is lost.
-                if !queue.woken {
-                    queue.scheduled = false;
-                    queue.parked = true;
+                if self.park(parked, &mut VecDeque::new()) {
                     return;
                 }
             }
         }
         R::schedule(self);
+    }
+
+    /// Puts `parked` back in front of the queue, then `rest` (what was taken
+    /// behind it), before what came meanwhile, and parks the lane: true. Only
+    /// these move, never the queue behind them: a lane far behind its pushes
+    /// (a chain of streams, each waiting for the last) parks once per job, and
+    /// moving its whole queue each time would make every park slower the
+    /// further behind it is. False, parking nothing, if the lane was woken
+    /// between the poll and now: the caller polls again, or the wake is lost.
+    fn park(&self, parked: Step<R>, rest: &mut VecDeque<Step<R>>) -> bool {
+        let mut queue = lock(&self.queue);
+        while let Some(step) = rest.pop_back() {
+            queue.jobs.push_front(step);
+        }
+        queue.jobs.push_front(parked);
+        if queue.woken {
+            return false;
+        }
+        queue.scheduled = false;
+        queue.parked = true;
+        true
     }
 
     /// True if every job pushed so far has surely finished (see
@@ -388,21 +404,7 @@ impl<R: Runner> Lane<R> {
             }
             R::ran_taken(&self);
             if let Some(job) = parked {
-                // Back in front, before the rest taken and what came
-                // meanwhile. Only what was taken moves, never the queue
-                // behind it: a lane far behind its pushes (a chain of
-                // streams, each waiting for the last) parks once per job,
-                // and moving its whole queue each time would make every
-                // park slower the further behind it is.
-                let mut queue = lock(&self.queue);
-                while let Some(step) = taken.pop_back() {
-                    queue.jobs.push_front(step);
-                }
-                queue.jobs.push_front(job);
-                // Woken between the poll and now: poll again, or the wake is lost.
-                if !queue.woken {
-                    queue.scheduled = false;
-                    queue.parked = true;
+                if self.park(job, &mut taken) {
                     return;
                 }
             }
