@@ -93,6 +93,19 @@ impl Fence {
         wait.watch = self.waits.clone().map(|waits| Watch { waits, started: None });
         wait
     }
+
+    /// A future for a wait of this fence that began at `started` and has
+    /// watched it already (a binding's quick check that ran out before the
+    /// work ended): it does not watch again, and once the work is done it
+    /// teaches the stream how long after `started` the work ended, as the
+    /// first wait would have. (A new wait of work done by its first poll
+    /// teaches a wait of nothing: right for an idle stream, wrong for one
+    /// that was waited for all along.)
+    pub fn wait_async_since(&self, started: Instant) -> CompletionWait {
+        let mut wait = self.completion.wait_async();
+        wait.watch = self.waits.clone().map(|waits| Watch { waits, started: Some(started) });
+        wait
+    }
 }
 
 impl Drop for Fence {

@@ -4,6 +4,7 @@ use std::future::Future;
 use std::pin::Pin;
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll, Waker};
+use std::time::Instant;
 
 use crate::buffer::Buffer;
 use crate::cancel::{cancellable, CancelToken};
@@ -31,9 +32,10 @@ use crate::timestamp::Timestamp;
 #[derive(Debug, uniffi::Object)]
 pub struct WeirStream {
     inner: weir_core::Stream,
-    /// The fence a `sync_quickly` made and left unfinished: the next wait
-    /// waits for it too, so that what it reports reaches someone.
-    unfinished: Mutex<Option<weir_core::Fence>>,
+    /// The fence a `sync_quickly` made and left unfinished, and when its
+    /// watch began: the next wait waits for it too, so that what it reports
+    /// reaches someone, and learns how long the work took from then.
+    unfinished: Mutex<Option<(weir_core::Fence, Instant)>>,
     /// Waits made through a Rust future on this handle (test support: the
     /// bindings' suites check that their fast paths make none).
     #[cfg(feature = "test-support")]
@@ -74,20 +76,20 @@ impl WeirStream {
     fn completion(&self) -> Result<Waits> {
         #[cfg(feature = "test-support")]
         self.future_waits.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        // The unfinished fence's wait goes on from where `sync_quickly`
+        // began it: begun anew, work done by now would teach the stream's
+        // waits a wait of nothing, and keep its quick checks too short.
+        let resumed = |(fence, since): (weir_core::Fence, Instant)| fence.wait_async_since(since);
         let (earlier, last) = match self.inner.fence() {
             // After the new fence: one made at the same place is the same fence.
-            Ok(fence) => (lock(&self.unfinished).take(), fence),
+            Ok(fence) => (lock(&self.unfinished).take().map(resumed), fence.wait_async()),
             Err(weir_core::Error::Closed) => match lock(&self.unfinished).take() {
-                Some(begun) => (None, begun),
+                Some(begun) => (None, resumed(begun)),
                 None => return Err(weir_core::Error::Closed.into()),
             },
             Err(error) => return Err(error.into()),
         };
-        Ok(Waits {
-            earlier: earlier.as_ref().map(weir_core::Fence::wait_async),
-            earlier_failure: None,
-            last: last.wait_async(),
-        })
+        Ok(Waits { earlier, earlier_failure: None, last })
     }
 
     /// Admits a read of `length` elements of `buffer` from element `offset`
@@ -277,7 +279,7 @@ impl WeirStream {
         {
             // An earlier call's fence first: what it carries is reported here.
             let mut unfinished = lock(&self.unfinished);
-            if let Some(fence) = unfinished.as_ref() {
+            if let Some((fence, _)) = unfinished.as_ref() {
                 let Some(outcome) = fence.outcome() else { return Ok(false) };
                 *unfinished = None;
                 outcome?;
@@ -291,11 +293,11 @@ impl WeirStream {
         }
         let fence = self.inner.fence()?;
         // The first poll watches the fence (the stream's waits are short).
-        let mut wait = fence.wait_async();
+        let (mut wait, started) = (fence.wait_async(), Instant::now());
         if let Poll::Ready(outcome) = Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
             return outcome.map(|()| true).map_err(WeirError::from);
         }
-        *lock(&self.unfinished) = Some(fence);
+        *lock(&self.unfinished) = Some((fence, started));
         Ok(false)
     }
 }

@@ -607,6 +607,33 @@ fn sync_quickly_answers_done_work_and_throws_a_failure_as_sync_would() {
     assert_eq!((diagnostics.live_fences, diagnostics.live_waiters), (0, 0), "quick answers leave nothing behind");
 }
 
+/// A binding's `sync()` whose quick check ran out goes on through a
+/// future, which the binding may first poll once the work is done (a
+/// suspending call takes a while to start). That wait still teaches the
+/// stream how long its work took from the check: learning a wait of nothing
+/// instead kept every later check too short to see quick work end, and a
+/// stream behind long work watching in vain.
+#[test]
+fn a_sync_after_a_quick_check_that_ran_out_learns_how_long_the_work_took() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    let x = stream.zeros(256, ElementType::F32).unwrap();
+    let hold = stream.hold().unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    std::thread::sleep(Duration::from_millis(5));
+    hold.release();
+    assert!(eventually(|| stream.is_synced()), "the work is done before the wait is first polled");
+    block_on(stream.sync(None)).unwrap();
+    // That wait took 5 ms, far beyond any watch: the next check makes no fence to watch.
+    let hold = stream.hold().unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    assert_eq!(runtime.diagnostics().live_fences, 0, "a stream behind long work made a fence to watch");
+    hold.release();
+    block_on(stream.sync(None)).unwrap();
+}
+
 /// A binding's `sync()` is a quick check, then the wait: a shutdown on
 /// another thread between the two must not fail a sync begun before it.
 #[test]
