@@ -283,6 +283,25 @@ pub(crate) struct Issuing<D: Driver> {
 struct Streak {
     last_submitted: Option<Instant>,
     count: u32,
+    /// The latest fence submitted: done by the next submission, the caller
+    /// (most likely) waited for it, and a caller that waits is not
+    /// streaming, however short the wait (a small kernel's fence on a fast
+    /// device ends within [`STREAK_GAP`]).
+    fence: Option<Arc<Completion>>,
+}
+
+impl Streak {
+    /// Counts a submission made at `now` (`fence`: the one it makes, if
+    /// any); true once admissions stream: [`STREAK`] in a row, each within
+    /// [`STREAK_GAP`] of the one before, with no wait for a fence between.
+    fn submitted(&mut self, now: Instant, fence: Option<&Arc<Completion>>) -> bool {
+        let waited = self.fence.take().is_some_and(|fence| fence.is_complete());
+        let close = self.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
+        self.count = if close && !waited { self.count.saturating_add(1) } else { 0 };
+        self.last_submitted = Some(now);
+        self.fence = fence.cloned();
+        self.count >= STREAK
+    }
 }
 
 impl<D: Driver> Runner for Issuing<D> {
@@ -379,14 +398,11 @@ impl<D: Driver> Issuer<D> {
         if issuing.stopped.load(Ordering::Acquire) {
             return Err(Error::Closed);
         }
-        let streaming = {
-            let mut streak = lock(&issuing.streak);
-            let now = Instant::now();
-            let close = streak.last_submitted.is_some_and(|last| now.duration_since(last) < STREAK_GAP);
-            streak.count = if close { streak.count.saturating_add(1) } else { 0 };
-            streak.last_submitted = Some(now);
-            streak.count >= STREAK
+        let fence = match &job {
+            Job::Signal { completion, kind: SignalKind::Fence, .. } => Some(completion),
+            _ => None,
         };
+        let streaming = lock(&issuing.streak).submitted(Instant::now(), fence);
         let spent = issuing.take_spent();
         if self.lane.surely_idle() && (!streaming || matches!(job, Job::Signal { .. })) {
             // The caller's thread: any code may have made another context current.
@@ -553,5 +569,39 @@ impl<D: Driver> Issue<D> {
             // this call.
             Issue::Graph(exec) => unsafe { driver.graph_launch(exec, stream.raw) },
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::diagnostics::LiveCounters;
+
+    fn fence() -> Arc<Completion> {
+        Completion::new(1, Arc::new(LiveCounters::default()))
+    }
+
+    #[test]
+    fn admissions_close_together_stream_unless_the_caller_waits_for_a_fence_between_them() {
+        let (start, step) = (Instant::now(), STREAK_GAP / 4);
+        let at = |n: u32| start + step * n;
+        // Ops back to back: a streak once STREAK came in a row.
+        let mut streak = Streak::default();
+        let streaming: Vec<bool> = (0..=STREAK).map(|n| streak.submitted(at(n), None)).collect();
+        assert_eq!(streaming.iter().filter(|&&on| on).count(), 1, "{streaming:?}");
+        assert!(streaming[STREAK as usize]);
+        // An op, then its fence, done before the next op: however close
+        // together, a caller that waits for each op is not streaming.
+        let mut streak = Streak::default();
+        for n in 0..4 * STREAK {
+            let fence = fence();
+            assert!(!streak.submitted(at(2 * n), None), "op {n} streamed");
+            assert!(!streak.submitted(at(2 * n + 1), Some(&fence)), "fence {n} streamed");
+            fence.complete_here(Ok(()));
+        }
+        // Fences nobody waits for (still running at the next op) do not end a streak.
+        let (mut streak, pending) = (Streak::default(), fence());
+        let streaming = (0..=STREAK).any(|n| streak.submitted(at(n), Some(&pending)));
+        assert!(streaming, "fences left running ended the streak");
     }
 }
