@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 use futures::executor::block_on;
 use futures::FutureExt;
 use weir_ffi::{
-    Access, Arg, Backend, BuiltinOp, CancelToken, ElementType, Grid, Kernel, WeirError, WeirRuntime, WeirStream,
+    Access, Arg, Backend, Buffer, BuiltinOp, CancelToken, ElementType, Grid, Hold, Kernel, WeirError, WeirRuntime,
+    WeirStream,
 };
 
 fn grid() -> Grid {
@@ -581,6 +582,15 @@ fn timestamps_time_a_delay_in_both_forms_and_refuse_a_pair_of_two_streams() {
     runtime.shutdown().unwrap();
 }
 
+/// Holds `stream`, zeroes `x` behind the hold, and checks that the quick
+/// answer is then "not synced"; the hold, to release.
+fn zero_behind_a_hold(stream: &WeirStream, x: &Arc<Buffer>) -> Arc<Hold> {
+    let hold = stream.hold().unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    hold
+}
+
 #[test]
 fn sync_quickly_answers_done_work_and_throws_a_failure_as_sync_would() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
@@ -588,10 +598,7 @@ fn sync_quickly_answers_done_work_and_throws_a_failure_as_sync_would() {
     assert!(stream.sync_quickly().unwrap(), "an idle stream is synced");
     let x = stream.zeros(256, ElementType::F32).unwrap();
     // Held, the work cannot be done: false, whatever the watch.
-    let hold = stream.hold().unwrap();
-    stream.memset_zero(x.clone()).unwrap();
-    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
-    hold.release();
+    zero_behind_a_hold(&stream, &x).release();
     block_on(stream.sync(None)).unwrap();
     assert!(stream.sync_quickly().unwrap(), "done work is synced");
     // A failure found at admission: thrown by the quick answer, or by the wait after it.
@@ -618,17 +625,13 @@ fn a_sync_after_a_quick_check_that_ran_out_learns_how_long_the_work_took() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.new_stream().unwrap();
     let x = stream.zeros(256, ElementType::F32).unwrap();
-    let hold = stream.hold().unwrap();
-    stream.memset_zero(x.clone()).unwrap();
-    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    let hold = zero_behind_a_hold(&stream, &x);
     std::thread::sleep(Duration::from_millis(5));
     hold.release();
     assert!(eventually(|| stream.is_synced()), "the work is done before the wait is first polled");
     block_on(stream.sync(None)).unwrap();
     // That wait took 5 ms, far beyond any watch: the next check makes no fence to watch.
-    let hold = stream.hold().unwrap();
-    stream.memset_zero(x.clone()).unwrap();
-    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    let hold = zero_behind_a_hold(&stream, &x);
     assert_eq!(runtime.diagnostics().live_fences, 0, "a stream behind long work made a fence to watch");
     hold.release();
     block_on(stream.sync(None)).unwrap();
@@ -641,9 +644,7 @@ fn a_sync_whose_quick_check_came_before_a_shutdown_completes_after_it() {
     let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
     let stream = runtime.new_stream().unwrap();
     let x = stream.zeros(256, ElementType::F32).unwrap();
-    let hold = stream.hold().unwrap();
-    stream.memset_zero(x.clone()).unwrap();
-    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    let hold = zero_behind_a_hold(&stream, &x);
     let closing = {
         let runtime = runtime.clone();
         std::thread::spawn(move || runtime.shutdown())
