@@ -12,7 +12,8 @@
 //! ops come one at a time they run at once, on the admitting thread (a
 //! hand-off would only add a wake-up to a fence's latency); once they come
 //! in a streak they queue for the thread, so the admitting loop pays
-//! admission and the thread the driver, side by side.
+//! admission and the thread the driver, side by side. A caller that waits
+//! for each op's fence is never in a streak, however quick its waits.
 //!
 //! What follows from it:
 //! - a driver call that fails on the thread fails its op as it runs: its
