@@ -21,9 +21,10 @@ import java.nio.ByteOrder
  *
  * The stream's `execute` and `executeAndWait` (Weir.kt) try this first. An
  * op it does not take (more distinct buffers, longer than the memory, no JNI
- * entry linked) or one that Rust refuses goes the generated way, so the errors are the generated path's, in its order (the stream, the
- * kernel, each buffer is checked for being closed, as lowering checks them),
- * and no handle is kept after the call.
+ * entry linked) or one that Rust refuses goes the generated way, so the
+ * errors are the generated path's, in its order (the stream, the kernel,
+ * each buffer is checked for being closed, as lowering checks them), and no
+ * handle is kept after the call.
  */
 internal object EncodedOps {
     /** The most distinct buffers one encoded op takes. */
