@@ -49,6 +49,35 @@ fn a_blocked_wait_returns_once_the_jobs_are_counted() {
     });
 }
 
+/// Two threads blocked for different counts each return once theirs is
+/// counted: an advance wakes the blocked only once it reaches the least
+/// count among them, and the one still short of its count is woken later.
+/// Three threads: explored up to two preemptions, which every lost wake-up
+/// of this protocol needs at most (unbounded, it takes a quarter hour).
+#[test]
+fn blocked_waits_for_different_counts_each_return() {
+    let mut model = loom::model::Builder::new();
+    model.preemption_bound = Some(2);
+    model.check(|| {
+        let progress = Arc::new(Progress::default());
+        let first = {
+            let progress = progress.clone();
+            thread::spawn(move || progress.wait_for(1))
+        };
+        let advancer = {
+            let progress = progress.clone();
+            thread::spawn(move || {
+                progress.advance(1);
+                progress.advance(1);
+            })
+        };
+        progress.wait_for(2);
+        first.join().unwrap();
+        advancer.join().unwrap();
+        assert_eq!(progress.finished(), 2);
+    });
+}
+
 /// A lane that parks on a count is woken exactly once when it is reached,
 /// or sees it reached as it polls.
 #[test]

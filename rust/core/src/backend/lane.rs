@@ -58,6 +58,12 @@ pub(crate) trait Runner: Send + Sync + Sized + 'static {
     type Job: Send;
     /// Jobs one run of a lane takes before it lets other lanes have a turn.
     const TURN: usize;
+    /// Jobs taken from the queue under one lock and run before
+    /// [`Runner::ran_taken`] counts them. Everything queued, by default; a
+    /// runner whose pushers wait for room in a long queue takes less, so
+    /// that they see room while it still has work queued, not only once it
+    /// ran everything and waits for them.
+    const BATCH: usize = usize::MAX;
     /// Runs `job`, the first of `lane`'s, and counts it on the lane's
     /// progress ([`Progress::advance`]), or hands it back to wait,
     /// the lane's waker ([`Lane::waker`]) registered where it waits.
@@ -387,7 +393,7 @@ impl<R: Runner> Lane<R> {
                     lingered = true;
                     continue;
                 }
-                let take = queue.jobs.len().min(R::TURN - turn);
+                let take = queue.jobs.len().min(R::TURN - turn).min(R::BATCH);
                 match take == queue.jobs.len() {
                     true => std::mem::swap(&mut queue.jobs, &mut taken),
                     false => taken.extend(queue.jobs.drain(..take)),
@@ -495,6 +501,42 @@ mod tests {
         ready.remove(0).run_jobs();
         assert_eq!(log(&lane), ["a", "b", "c", "d"]);
         assert!(lane.surely_idle() && scheduled().is_empty());
+    }
+
+    /// A runner that takes two jobs at a time, and notes how many of its
+    /// jobs had run each time it was told a batch ran.
+    #[derive(Default)]
+    struct Batched {
+        ran: AtomicU64,
+        told: Mutex<Vec<u64>>,
+    }
+
+    impl Runner for Batched {
+        type Job = ();
+        const TURN: usize = usize::MAX;
+        const BATCH: usize = 2;
+
+        fn run(lane: &Arc<Lane<Self>>, (): ()) -> Ran<()> {
+            lane.runner.ran.fetch_add(1, Ordering::SeqCst);
+            Ran::Done
+        }
+
+        fn schedule(_lane: Arc<Lane<Self>>) {}
+
+        fn ran_taken(lane: &Arc<Lane<Self>>) {
+            let ran = lane.runner.ran.load(Ordering::SeqCst);
+            lane.progress.advance(ran - lane.progress.finished());
+            lock(&lane.runner.told).push(ran);
+        }
+    }
+
+    #[test]
+    fn a_runner_with_a_batch_is_told_after_each_batch_it_took() {
+        let lane = Lane::new(Batched::default(), None);
+        lane.push([(); 5]);
+        lane.clone().run_jobs();
+        assert_eq!(*lock(&lane.runner.told), [2, 4, 5], "jobs counted a batch at a time, all in one turn");
+        assert!(lane.surely_idle());
     }
 
     #[test]

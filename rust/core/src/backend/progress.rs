@@ -29,6 +29,10 @@ struct Waiting {
     /// Threads blocked in [`Progress::wait_for`]: only they need the condvar
     /// (a notification is a system call even with nobody to wake).
     blocked: usize,
+    /// The least count a blocked thread waits for, since the last
+    /// notification: an advance short of it wakes nobody (a thread waiting
+    /// for room in a long queue is not woken at every batch run).
+    blocked_until: u64,
     /// Parked lanes, each with the count it waits for.
     parked: Vec<(u64, Waker)>,
 }
@@ -87,7 +91,11 @@ impl Progress {
         } else {
             Vec::new()
         };
-        let blocked = state.blocked > 0;
+        let blocked = state.blocked > 0 && finished >= state.blocked_until;
+        if blocked {
+            // Each woken thread still short of its count sets it again.
+            state.blocked_until = u64::MAX;
+        }
         drop(state);
         if blocked {
             self.advanced.notify_all();
@@ -107,9 +115,13 @@ impl Progress {
             return;
         }
         let mut state = lock(&self.state);
+        if state.blocked == 0 {
+            state.blocked_until = u64::MAX;
+        }
         state.blocked += 1;
         self.waiting.fetch_add(1, Ordering::SeqCst);
         while !self.surely_reached(jobs) {
+            state.blocked_until = state.blocked_until.min(jobs);
             state = self.advanced.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         state.blocked -= 1;

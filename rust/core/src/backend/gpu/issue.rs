@@ -23,7 +23,9 @@
 //!   write's closure, a timestamp, a collective, a peer's event, a
 //!   stream's or a graph's destruction) first [`Issuer::flush`]es the queue;
 //! - the queue holds at most [`MAX_QUEUED`] jobs: beyond, the admitting
-//!   thread waits for room, as it would in a full driver queue;
+//!   thread waits for room, as it would in a full driver queue, until half
+//!   of them ran; the thread counts its jobs done [`ISSUE_BATCH`] at a time,
+//!   so it still has the other half to run while the admitting thread wakes;
 //! - the thread watches for more work before it sleeps, about as long as
 //!   the recent gaps between its jobs, if they were short (the one rule,
 //!   [`SpinPolicy`]), since a sleeping thread takes 10–30 µs to wake; it
@@ -227,6 +229,12 @@ fn fail_stream<D: Driver>(stream: &StreamCore<D>, result: Result<()>) {
 /// the thread busy, few enough that admission runs only a little ahead.
 const MAX_QUEUED: u64 = 1024;
 
+/// The jobs the thread takes from the queue at once, and counts done
+/// together: few against [`MAX_QUEUED`]. Taking the whole queue, it counted
+/// nothing until it had run all of it, so a caller waiting for room woke to
+/// an empty queue and the thread sat idle until that caller's next push.
+const ISSUE_BATCH: usize = 128;
+
 /// Admissions this close together are a streak: the caller is streaming ops.
 /// The gap runs from the end of the previous submission, not its start: a
 /// job run here may wait in the driver (a launch blocks while the device's
@@ -309,6 +317,7 @@ impl<D: Driver> Runner for Issuing<D> {
     type Job = Job<D>;
     // One lane per thread: it runs until it runs out.
     const TURN: usize = usize::MAX;
+    const BATCH: usize = ISSUE_BATCH;
 
     fn run(lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
         // Nothing but jobs runs on the issuing thread, so the context an op
@@ -411,11 +420,13 @@ impl<D: Driver> Issuer<D> {
             lock(&issuing.streak).last_submitted = Some(Instant::now());
             return Ok(());
         }
-        // Room: at most MAX_QUEUED jobs ahead (the thread itself never waits).
+        // Room: at most MAX_QUEUED jobs ahead (the thread itself never
+        // waits). Full, it waits until half ran: one wake-up per half a
+        // queue, and the thread has the rest to run meanwhile.
         let pushed = self.lane.pushed();
         let room_at = (pushed + 1).saturating_sub(MAX_QUEUED);
         if !self.lane.progress.surely_reached(room_at) && !Pool::runs_here(&self.lane) {
-            self.lane.progress.wait_for(room_at);
+            self.lane.progress.wait_for((pushed + 1).saturating_sub(MAX_QUEUED / 2));
             // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
             lock(&issuing.streak).last_submitted = Some(Instant::now());
         }
