@@ -89,31 +89,36 @@ pub struct Kernels<D: Driver> {
     driver: Arc<D>,
 }
 
-/// Every context's kernels, by driver type and context, while a runtime holds them.
+/// What the runtimes on one context share (its kernels, its page-locked
+/// staging), by type and context, while a runtime holds it.
 type Registry = Mutex<Vec<(std::any::TypeId, u64, std::sync::Weak<dyn std::any::Any + Send + Sync>)>>;
 static SHARED: Registry = Mutex::new(Vec::new());
 
+/// The `T` of `driver`'s context: the one another runtime on it made, or a
+/// new one from `make` (always new where the driver names no context to share).
+pub fn of_context<T: Send + Sync + 'static, D: Driver>(driver: &D, make: impl FnOnce() -> T) -> Arc<T> {
+    let Some(context) = driver.context_key() else { return Arc::new(make()) };
+    let kind = std::any::TypeId::of::<T>();
+    let mut shared = lock(&SHARED);
+    shared.retain(|(_, _, value)| value.strong_count() > 0);
+    let found = shared
+        .iter()
+        .filter(|(of, key, _)| *of == kind && *key == context)
+        .find_map(|(_, _, value)| value.upgrade()?.downcast::<T>().ok());
+    if let Some(value) = found {
+        return value;
+    }
+    let value = Arc::new(make());
+    let any: Arc<dyn std::any::Any + Send + Sync> = value.clone();
+    shared.push((kind, context, Arc::downgrade(&any)));
+    value
+}
+
 impl<D: Driver> Kernels<D> {
     /// The kernels of `driver`'s context: those another runtime on it
-    /// already loaded, or new ones (always new where the driver names no
-    /// context to share).
+    /// already loaded, or new ones.
     pub fn of_context(driver: &Arc<D>) -> Arc<Kernels<D>> {
-        let fresh = || Arc::new(Kernels { loaded: Mutex::new(HashMap::new()), driver: driver.clone() });
-        let Some(context) = driver.context_key() else { return fresh() };
-        let kind = std::any::TypeId::of::<D>();
-        let mut shared = lock(&SHARED);
-        shared.retain(|(_, _, kernels)| kernels.strong_count() > 0);
-        let found = shared
-            .iter()
-            .filter(|(of, key, _)| *of == kind && *key == context)
-            .find_map(|(_, _, kernels)| kernels.upgrade()?.downcast::<Kernels<D>>().ok());
-        if let Some(kernels) = found {
-            return kernels;
-        }
-        let kernels = fresh();
-        let any: Arc<dyn std::any::Any + Send + Sync> = kernels.clone();
-        shared.push((kind, context, Arc::downgrade(&any)));
-        kernels
+        of_context(&**driver, || Kernels { loaded: Mutex::new(HashMap::new()), driver: driver.clone() })
     }
 
     /// The function `kernel` names, compiling and loading on first use.

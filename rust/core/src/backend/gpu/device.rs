@@ -1,5 +1,5 @@
 //! The device state every stream, event and allocation of one GPU backend
-//! shares: the driver, live-object counters, the page-locked staging pool and,
+//! shares: the driver, live-object counters, its context's page-locked staging and,
 //! where the driver's free waits for the whole device, the thread that frees.
 
 use std::sync::atomic::Ordering;
@@ -17,7 +17,7 @@ use crate::error::Result;
 use crate::host::{HostBuffer, PinnedBytes};
 use crate::lock::lock;
 use weir_device::driver::{Driver, EventUse, Handle};
-use weir_device::modules::Kernels;
+use weir_device::modules::{of_context, Kernels};
 
 /// One page-locked host buffer. Plain data: the pool's owner frees it.
 struct Staging {
@@ -26,6 +26,36 @@ struct Staging {
 }
 
 type FreeList = Arc<Mutex<Vec<Staging>>>;
+
+/// The page-locked staging buffers of one context, shared by every runtime
+/// on it ([`of_context`]) and freed once the last one went. Freeing
+/// page-locked memory waits for all work on the context (CUDA's
+/// `cuMemFreeHost` synchronises it): a runtime that freed its own as it
+/// went, while another ran kernels on the context, held up every driver
+/// call of the process (the other's launches, its fences' wake-ups) until
+/// those kernels ended.
+pub(crate) struct StagingPool<D: Driver> {
+    free: FreeList,
+    /// Every buffer ever allocated, lent or not: freed with the pool.
+    all: Mutex<Vec<Staging>>,
+    /// The driver the buffers are allocated and freed with.
+    driver: Arc<D>,
+}
+
+impl<D: Driver> Drop for StagingPool<D> {
+    fn drop(&mut self) {
+        // Unbound, the context is lost and its memory went with it.
+        if self.driver.bind().is_err() {
+            return;
+        }
+        for staging in lock(&self.all).drain(..) {
+            // SAFETY: allocated by this pool's driver, freed once (drained);
+            // every runtime on the context went, their streams synchronised
+            // first, so no copy uses it.
+            unsafe { self.driver.host_free(staging.ptr.0) };
+        }
+    }
+}
 
 /// A staging buffer lent out for one copy; back in the pool when dropped.
 ///
@@ -42,8 +72,8 @@ impl Loan {
 
     /// Gives the buffer up without returning it to the pool, for a copy whose
     /// end nobody will learn (its completion callback was refused): it stays
-    /// lent until the device goes, which frees it after every stream
-    /// synchronised.
+    /// lent until its context's last runtime goes, which frees it after
+    /// every stream synchronised.
     pub fn abandon(mut self) {
         self.staging = None;
     }
@@ -220,9 +250,7 @@ pub(crate) struct Device<D: Driver> {
     pub counters: OwnLine<Counters>,
     pub kernels: Arc<Kernels<D>>,
     pub events: OwnLine<EventPool<D>>,
-    free_staging: FreeList,
-    /// Every staging buffer ever allocated, lent or not: freed with the device.
-    all_staging: Mutex<Vec<Staging>>,
+    staging: Arc<StagingPool<D>>,
     /// `None` where the driver's free returns at once.
     frees: Option<Arc<Lane<Frees<D>>>>,
     /// Makes the stream-ordered driver calls of admitted ops, in order.
@@ -245,8 +273,11 @@ impl<D: Driver> Device<D> {
             counters: OwnLine(Counters::default()),
             kernels: Kernels::of_context(&driver),
             events: OwnLine(EventPool { by_use: Default::default() }),
-            free_staging: FreeList::default(),
-            all_staging: Mutex::new(Vec::new()),
+            staging: of_context(&*driver, || StagingPool {
+                free: FreeList::default(),
+                all: Mutex::new(Vec::new()),
+                driver: driver.clone(),
+            }),
             frees,
             issuer: Issuer::new(spin_budget),
             waiters: waiter_pool(),
@@ -281,7 +312,7 @@ impl<D: Driver> Device<D> {
 
     pub fn stage(&self, len: usize) -> Result<Loan> {
         let reused = {
-            let mut free = lock(&self.free_staging);
+            let mut free = lock(&self.staging.free);
             let best = free
                 .iter()
                 .enumerate()
@@ -295,13 +326,13 @@ impl<D: Driver> Device<D> {
             None => {
                 // Power-of-two sizes keep the pool small and reusable.
                 let capacity = len.max(64 * 1024).next_power_of_two();
-                let ptr = self.driver.host_alloc(capacity)?;
-                lock(&self.all_staging).push(Staging { ptr: Handle(ptr), capacity });
+                let ptr = self.staging.driver.host_alloc(capacity)?;
+                lock(&self.staging.all).push(Staging { ptr: Handle(ptr), capacity });
                 self.counters.host_staging_buffers.fetch_add(1, Ordering::SeqCst);
                 Staging { ptr: Handle(ptr), capacity }
             }
         };
-        Ok(Loan { staging: Some(staging), home: self.free_staging.clone() })
+        Ok(Loan { staging: Some(staging), home: self.staging.free.clone() })
     }
 }
 
@@ -314,18 +345,13 @@ impl<D: Driver> Drop for Device<D> {
             Pool::drain(&frees);
             frees.runner.pool.close();
         }
-        // Streams synchronise before they go and hold this device, so no copy
-        // or callback still uses a staging buffer or a module here.
+        // Its staging goes with the context's last runtime (`StagingPool`).
         if self.driver.bind().is_err() {
             return;
         }
         for event in self.events.drain() {
             // SAFETY: made by this driver, idle (pooled), destroyed once (drained).
             unsafe { self.driver.event_destroy(event) };
-        }
-        for staging in lock(&self.all_staging).drain(..) {
-            // SAFETY: allocated by this driver's `host_alloc`, freed once (drained).
-            unsafe { self.driver.host_free(staging.ptr.0) };
         }
     }
 }

@@ -158,15 +158,8 @@ fn built_ins_get_their_addresses_and_counts_at_enqueue() {
 
 #[test]
 fn runtimes_on_one_context_share_its_loaded_modules() {
-    // A context no other test names.
-    let context = Some(NEXT_FAKE.fetch_add(1, Ordering::SeqCst) << 32);
-    let on_context = || {
-        let shared = Arc::new(Shared { id: NEXT_FAKE.fetch_add(1, Ordering::SeqCst), context, ..Shared::default() });
-        match GpuBackend::with(Fake(shared.clone()), Wake::Waiter, SPIN_BUDGET) {
-            Ok(backend) => (backend, shared),
-            Err(error) => panic!("the fake backend opens: {error}"),
-        }
-    };
+    let context = new_context();
+    let on_context = || backend_on_context(context);
     let (first, first_fake) = on_context();
     assert_eq!(lock(&first_fake.modules).len(), 1, "the first runtime loads the built-ins");
     let (second, second_fake) = on_context();

@@ -36,6 +36,22 @@ fn backend(wake: Wake) -> (GpuBackend<Fake>, Arc<Shared>) {
     backend_spinning(wake, SPIN_BUDGET)
 }
 
+/// A fake backend on `context`, which other fakes that name it share, and
+/// no other test names (see `NEXT_FAKE`).
+fn backend_on_context(context: u64) -> (GpuBackend<Fake>, Arc<Shared>) {
+    let shared =
+        Arc::new(Shared { id: NEXT_FAKE.fetch_add(1, Ordering::SeqCst), context: Some(context), ..Shared::default() });
+    match GpuBackend::with(Fake(shared.clone()), Wake::Waiter, SPIN_BUDGET) {
+        Ok(backend) => (backend, shared),
+        Err(error) => panic!("the fake backend opens: {error}"),
+    }
+}
+
+/// A context no other test names.
+fn new_context() -> u64 {
+    NEXT_FAKE.fetch_add(1, Ordering::SeqCst) << 32
+}
+
 /// A fake backend whose waiting threads spin for up to `spin` per wait.
 fn backend_spinning(wake: Wake, spin: Duration) -> (GpuBackend<Fake>, Arc<Shared>) {
     let (fake, shared) = Fake::new(false);

@@ -114,3 +114,27 @@ fn a_refused_completion_abandons_the_staging_and_fails_the_read() {
     drop(backend.prepare(&Command::Upload { dst: span(&memory, 0, 8), data: vec![3; 8] }).unwrap());
     assert_eq!(backend.counters().host_staging_buffers, 3, "each abandoned loan stays out of the pool");
 }
+
+/// Page-locked memory is the context's: a runtime that goes while another
+/// is on its context frees none (a free would wait for the other's
+/// kernels, and hold up every driver call meanwhile); the other reuses it,
+/// and the context's last runtime frees it.
+#[test]
+fn runtimes_on_one_context_share_its_page_locked_staging_and_the_last_one_frees_it() {
+    let context = new_context();
+    let (first, first_fake) = backend_on_context(context);
+    drop(first.staging_buffer(64).unwrap());
+    assert_eq!(lock(&first_fake.host).len(), 1);
+    let (second, second_fake) = backend_on_context(context);
+    drop(first);
+    assert_eq!(lock(&first_fake.host).len(), 1, "the first runtime freed page-locked memory as it went");
+    let lent = second.staging_buffer(64).unwrap();
+    assert_eq!(second.counters().host_staging_buffers, 0, "the second allocated rather than reuse the first's");
+    assert!(lock(&second_fake.host).is_empty());
+    drop((lent, second));
+    assert!(lock(&first_fake.host).is_empty(), "the context's last runtime freed its page-locked memory");
+    let (unshared, unshared_fake) = backend(Wake::Waiter);
+    drop(unshared.staging_buffer(64).unwrap());
+    drop(unshared);
+    assert!(lock(&unshared_fake.host).is_empty(), "a runtime that shares no context frees its own as it goes");
+}
