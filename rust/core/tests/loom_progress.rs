@@ -30,18 +30,21 @@ use loom::thread;
 use progress::Progress;
 use sync::Ordering::SeqCst;
 
+/// A thread that counts two jobs done, one at a time.
+fn advancing_twice(progress: &Arc<Progress>) -> thread::JoinHandle<()> {
+    let progress = progress.clone();
+    thread::spawn(move || {
+        progress.advance(1);
+        progress.advance(1);
+    })
+}
+
 /// A thread blocked for a count returns once another counts the jobs.
 #[test]
 fn a_blocked_wait_returns_once_the_jobs_are_counted() {
     loom::model(|| {
         let progress = Arc::new(Progress::default());
-        let advancer = {
-            let progress = progress.clone();
-            thread::spawn(move || {
-                progress.advance(1);
-                progress.advance(1);
-            })
-        };
+        let advancer = advancing_twice(&progress);
         progress.wait_for(2);
         assert!(progress.surely_reached(2));
         advancer.join().unwrap();
@@ -52,8 +55,9 @@ fn a_blocked_wait_returns_once_the_jobs_are_counted() {
 /// Two threads blocked for different counts each return once theirs is
 /// counted: an advance wakes the blocked only once it reaches the least
 /// count among them, and the one still short of its count is woken later.
-/// Three threads: explored up to two preemptions, which every lost wake-up
-/// of this protocol needs at most (unbounded, it takes a quarter hour).
+/// Three threads, explored up to two preemptions (unbounded, a quarter
+/// hour): the lost wake-up it guards against, a woken thread still short of
+/// its count that does not register it again, deadlocks within that bound.
 #[test]
 fn blocked_waits_for_different_counts_each_return() {
     let mut model = loom::model::Builder::new();
@@ -64,13 +68,7 @@ fn blocked_waits_for_different_counts_each_return() {
             let progress = progress.clone();
             thread::spawn(move || progress.wait_for(1))
         };
-        let advancer = {
-            let progress = progress.clone();
-            thread::spawn(move || {
-                progress.advance(1);
-                progress.advance(1);
-            })
-        };
+        let advancer = advancing_twice(&progress);
         progress.wait_for(2);
         first.join().unwrap();
         advancer.join().unwrap();
