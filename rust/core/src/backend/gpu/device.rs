@@ -31,9 +31,9 @@ type FreeList = Arc<Mutex<Vec<Staging>>>;
 /// on it ([`of_context`]) and freed once the last one went. Freeing
 /// page-locked memory waits for all work on the context (CUDA's
 /// `cuMemFreeHost` synchronises it): a runtime that freed its own as it
-/// went, while another ran kernels on the context, held up every driver
-/// call of the process (the other's launches, its fences' wake-ups) until
-/// those kernels ended.
+/// went, while another ran kernels on the context, kept its teardown thread
+/// in the driver until those kernels ended, and the other runtime's
+/// wake-ups and `diagnostics` waited as long.
 pub(crate) struct StagingPool<D: Driver> {
     free: FreeList,
     /// Every buffer ever allocated, lent or not: freed with the pool.
