@@ -130,7 +130,9 @@
 //!               driver::Driver   cuda (cudarc: driver, NVRTC; NCCL loaded by its runtime name)
 //!                                | hip (hip-sys; code objects read by `object` and `rmp-serde`) | fake (tests)
 //!               modules          a driver's kernels: built-ins from one C source, users'
-//!                                compiled once per process, loaded once per device
+//!                                compiled once per process, loaded once per context;
+//!                                `of_context`: what a context's runtimes share (these
+//!                                modules, and the GPU engine's page-locked staging)
 //!               wgpu::WgpuDevice one queue: adapters, memory in shared buffers, WGSL
 //!                                pipelines checked against their arguments, command
 //!                                plans, bind groups, recording into one encoder
