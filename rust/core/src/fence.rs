@@ -89,9 +89,7 @@ impl Fence {
     /// A future that resolves when the work is done. It owns what it needs, so
     /// it may outlive this handle.
     pub fn wait_async(&self) -> CompletionWait {
-        let mut wait = self.completion.wait_async();
-        wait.watch = self.waits.clone().map(|waits| Watch { waits, started: None });
-        wait
+        self.watched_wait(None)
     }
 
     /// A future for a wait of this fence that began at `started` and has
@@ -102,8 +100,14 @@ impl Fence {
     /// teaches a wait of nothing: right for an idle stream, wrong for one
     /// that was waited for all along.)
     pub fn wait_async_since(&self, started: Instant) -> CompletionWait {
+        self.watched_wait(Some(started))
+    }
+
+    /// A wait of the completion, watched as the stream's waits are (from
+    /// its first poll, or from `started` where a watch already began).
+    fn watched_wait(&self, started: Option<Instant>) -> CompletionWait {
         let mut wait = self.completion.wait_async();
-        wait.watch = self.waits.clone().map(|waits| Watch { waits, started: Some(started) });
+        wait.watch = self.waits.clone().map(|waits| Watch { waits, started });
         wait
     }
 }
