@@ -153,7 +153,7 @@ fn open(wake: GpuWake, spin_micros: Option<u32>) -> Option<Runtime> {
 }
 
 /// `processes`: see [`report::across_processes`], which measures the
-/// launches and the pipeline when above 1.
+/// launches, the awaited fence and the pipeline when above 1.
 pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
     let Some(runtime) = open(GpuWake::Waiter, None) else {
         return;
@@ -186,13 +186,15 @@ pub fn run(report: &mut Report, part: &dyn Fn(&str) -> bool, processes: usize) {
             wake_latency(report, runtime, &raw, wake, IDLE_BETWEEN_FENCES);
         }
         wake_latency(report, &runtime, &raw, "waiter, spins first; one fence after another", Duration::ZERO);
-        awaited_in_place(report, &runtime, &raw);
     }
     // Measured here, or in fresh processes (see `report::across_processes`).
     let placed = |report: &mut Report, name: &str, here: fn(&mut Report, &Runtime, &Raw)| match processes {
         1 => here(report, &runtime, &raw),
         _ => report.add(report::across_processes("cuda", name, processes)),
     };
+    if part("awaited") {
+        placed(report, "awaited", awaited_in_place);
+    }
     if part("launches") {
         placed(report, "launches", admission);
     }

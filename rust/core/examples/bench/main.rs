@@ -6,7 +6,7 @@
 //! PART` (repeatable) to some parts of them: `scaling`; on the CPU
 //! `admission`, `fence`, `sparse`, `pipeline`; on wgpu `fence`,
 //! `queued`, `launches`, `fills`, `compiles`, `own-device`, `live`; on CUDA `memset`,
-//! `fence`, `launches`, `replay`, `pipeline`, `pipeline-device-paced`,
+//! `fence`, `awaited`, `launches`, `replay`, `pipeline`, `pipeline-device-paced`,
 //! `sgemm`, `transformer` (a
 //! quick run while iterating on one figure). `--processes N` (default 15):
 //! how many fresh processes measure each figure that sets a Weir thread
