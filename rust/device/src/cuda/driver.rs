@@ -1,12 +1,20 @@
 //! CUDA driver calls: the only module of the CUDA backend that calls the driver.
+//!
+//! Calls go through cudarc's result layer (`cudarc::driver::result`), whose
+//! [`DriverError`] becomes Weir's error naming the call ([`Called`]). The
+//! few it has no wrapper for (a 32-bit memset, a stream query, a host-wait
+//! event's two flags, a module's kernel list, eager loading and parameter
+//! sizes) are raw `sys` calls checked the same way, as are the calls written
+//! once with HIP's (`handle_calls!`), which differ from it only by name.
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::Arc;
 use std::time::Duration;
 
+use cudarc::driver::result::{self, stream::StreamKind, DriverError};
 use cudarc::driver::sys::{
-    self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstreamCaptureMode, CUstream_flags,
+    self, CUdevice_attribute, CUevent_flags, CUfunction_attribute, CUresult, CUstreamCaptureMode,
 };
 
 use super::{nccl, nvrtc};
@@ -78,10 +86,35 @@ const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 /// Dynamic shared memory beyond this needs an explicit opt-in per function.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
 
-pub fn check(call: &str, result: CUresult) -> Result<()> {
-    match result {
-        CUresult::CUDA_SUCCESS => Ok(()),
-        error => Err(failure(call, error)),
+/// A call of cudarc's result layer as Weir's result, naming the call.
+trait Called<T> {
+    fn called(self, call: &str) -> Result<T>;
+    /// As [`Called::called`], for a call made while opening: its failure
+    /// says CUDA cannot run here.
+    fn opening(self, call: &str) -> Result<T>;
+}
+
+impl<T> Called<T> for std::result::Result<T, DriverError> {
+    fn called(self, call: &str) -> Result<T> {
+        self.map_err(|DriverError(code)| failure(call, code))
+    }
+
+    fn opening(self, call: &str) -> Result<T> {
+        self.called(call).map_err(|error| Error::unavailable(NAME, error.to_string()))
+    }
+}
+
+/// A raw call's status as Weir's result, for the calls cudarc's result
+/// layer has no wrapper for (and those written once with HIP's, `handle_calls!`).
+fn check(call: &str, status: CUresult) -> Result<()> {
+    status.result().called(call)
+}
+
+/// A query's answer: done, not yet (`CUDA_ERROR_NOT_READY`), or a failure.
+fn done(call: &str, queried: std::result::Result<(), DriverError>) -> Result<bool> {
+    match queried {
+        Err(DriverError(CUresult::CUDA_ERROR_NOT_READY)) => Ok(false),
+        other => other.called(call).map(|()| true),
     }
 }
 
@@ -145,10 +178,6 @@ struct Loaded {
     count: i32,
 }
 
-fn unavailable(call: &str, result: CUresult) -> Result<()> {
-    check(call, result).map_err(|e| Error::unavailable(NAME, e.to_string()))
-}
-
 /// Checks that the driver library, every symbol this backend calls and
 /// NVRTC are there (cudarc panics on a missing one), then initialises the
 /// driver and counts its devices; or says why CUDA cannot run here.
@@ -169,19 +198,14 @@ fn loaded() -> Result<Loaded> {
     let lists_kernels =
         ["cuModuleGetFunctionCount", "cuModuleEnumerateFunctions", "cuFuncGetName"].iter().all(|name| has(name));
     nvrtc::check_present()?;
-    // SAFETY: every symbol used below was found above; `count` is a local.
-    unsafe {
-        match sys::cuInit(0) {
-            CUresult::CUDA_SUCCESS => {}
-            CUresult::CUDA_ERROR_NO_DEVICE => return Err(Error::unavailable(NAME, "no CUDA device")),
-            other => unavailable("cuInit", other)?,
-        }
-        let mut count = 0;
-        unavailable("cuDeviceGetCount", sys::cuDeviceGetCount(&mut count))?;
-        if count < 1 {
-            return Err(Error::unavailable(NAME, "no CUDA device"));
-        }
-        Ok(Loaded { eager_load, elapsed_time, lists_kernels, count })
+    // Every symbol cudarc calls below was found above.
+    match result::init() {
+        Err(DriverError(CUresult::CUDA_ERROR_NO_DEVICE)) => return Err(Error::unavailable(NAME, "no CUDA device")),
+        other => other.opening("cuInit")?,
+    }
+    match result::device::get_count().opening("cuDeviceGetCount")? {
+        count if count < 1 => Err(Error::unavailable(NAME, "no CUDA device")),
+        count => Ok(Loaded { eager_load, elapsed_time, lists_kernels, count }),
     }
 }
 
@@ -192,26 +216,20 @@ fn loaded() -> Result<Loaded> {
 /// # Safety
 /// [`loaded`] succeeded, and `ordinal` is below its count.
 unsafe fn describe(ordinal: i32) -> Result<(sys::CUdevice, DeviceInfo, String)> {
-    // SAFETY: the driver is initialised (contract); out-pointers are locals.
+    // SAFETY: the driver is initialised (contract), and `device` is the
+    // driver's own for `ordinal`.
     unsafe {
-        let mut device = 0;
-        unavailable("cuDeviceGet", sys::cuDeviceGet(&mut device, ordinal))?;
-        let attribute = |attribute: CUdevice_attribute| -> Result<i32> {
-            let mut value = 0;
-            unavailable("cuDeviceGetAttribute", sys::cuDeviceGetAttribute(&mut value, attribute, device))?;
-            Ok(value)
-        };
+        let device = result::device::get(ordinal).opening("cuDeviceGet")?;
+        let attribute =
+            |of: CUdevice_attribute| result::device::get_attribute(device, of).opening("cuDeviceGetAttribute");
         let unsigned = |of: CUdevice_attribute| attribute(of).map(|value| u32::try_from(value).unwrap_or(0));
         if attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_POOLS_SUPPORTED)? == 0 {
             return Err(Error::unavailable(NAME, "the device has no stream-ordered memory pools"));
         }
         let major = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR)?;
         let minor = attribute(CUdevice_attribute::CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR)?;
-        let mut name = [0 as std::ffi::c_char; 256];
-        unavailable("cuDeviceGetName", sys::cuDeviceGetName(name.as_mut_ptr(), name.len() as i32, device))?;
-        let name = CStr::from_ptr(name.as_ptr()).to_string_lossy().into_owned();
-        let mut memory = 0usize;
-        unavailable("cuDeviceTotalMem", sys::cuDeviceTotalMem_v2(&mut memory, device))?;
+        let name = result::device::get_name(device).opening("cuDeviceGetName")?;
+        let memory = result::device::total_mem(device).opening("cuDeviceTotalMem")?;
         use CUdevice_attribute::*;
         let limits = LaunchLimits {
             max_block: [
@@ -265,15 +283,16 @@ impl Cuda {
         };
         // SAFETY: `loaded` succeeded and the ordinal is below its count.
         let (device, info, arch) = unsafe { describe(ordinal)? };
-        // SAFETY: every symbol used below was found by `loaded`; the out-pointer is a local.
+        // SAFETY: every symbol used below was found by `loaded`; `device` is the driver's.
         unsafe {
-            let mut context = null_mut();
-            match sys::cuDevicePrimaryCtxRetain(&mut context, device) {
+            let context = match result::primary_ctx::retain(device) {
                 // An earlier runtime's fault poisoned the process's context:
                 // the driver refuses CUDA to this process from then on.
-                fault if poisons_context(fault) => return Err(failure("cuDevicePrimaryCtxRetain", fault)),
-                other => unavailable("cuDevicePrimaryCtxRetain", other)?,
-            }
+                Err(DriverError(fault)) if poisons_context(fault) => {
+                    return Err(failure("cuDevicePrimaryCtxRetain", fault))
+                }
+                other => other.opening("cuDevicePrimaryCtxRetain")?,
+            };
             let mut driver = Cuda {
                 device,
                 context: Handle(context),
@@ -308,10 +327,10 @@ impl Drop for Cuda {
         // the pool stream (if made) has only allocations and frees on it.
         unsafe {
             if self.bind().is_ok() && !self.pool_stream.0.is_null() {
-                let _ = sys::cuStreamSynchronize(self.pool_stream.0);
-                let _ = sys::cuStreamDestroy_v2(self.pool_stream.0);
+                let _ = result::stream::synchronize(self.pool_stream.0);
+                let _ = result::stream::destroy(self.pool_stream.0);
             }
-            let _ = sys::cuDevicePrimaryCtxRelease_v2(self.device);
+            let _ = result::primary_ctx::release(self.device);
         }
     }
 }
@@ -342,14 +361,11 @@ impl Driver for Cuda {
     fn bind(&self) -> Result<()> {
         self.loss.check()?;
         // Asking is cheaper than setting, and every enqueue binds.
-        let mut current = null_mut();
-        // SAFETY: an out-pointer to a local; the context is retained for the driver's life.
-        unsafe {
-            if sys::cuCtxGetCurrent(&mut current) == CUresult::CUDA_SUCCESS && current == self.context.0 {
-                return Ok(());
-            }
-            check("cuCtxSetCurrent", sys::cuCtxSetCurrent(self.context.0))
+        if result::ctx::get_current().is_ok_and(|current| current == Some(self.context.0)) {
+            return Ok(());
         }
+        // SAFETY: the context is retained for the driver's life.
+        unsafe { result::ctx::set_current(self.context.0) }.called("cuCtxSetCurrent")
     }
 
     fn context_key(&self) -> Option<u64> {
@@ -361,12 +377,7 @@ impl Driver for Cuda {
     }
 
     fn stream_create(&self) -> Result<Self::Stream> {
-        let mut stream = null_mut();
-        // SAFETY: writes one handle into `stream`.
-        check("cuStreamCreate", unsafe {
-            sys::cuStreamCreate(&mut stream, CUstream_flags::CU_STREAM_NON_BLOCKING as u32)
-        })?;
-        Ok(Handle(stream))
+        result::stream::create(StreamKind::NonBlocking).map(Handle).called("cuStreamCreate")
     }
 
     fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
@@ -378,6 +389,7 @@ impl Driver for Cuda {
             // Nobody blocks on a timing event: the stream's completion path says when it is done.
             EventUse::Timing => CUevent_flags::CU_EVENT_DEFAULT as u32,
         };
+        // The raw call: cudarc's `event::create` takes one flag, and a host wait's event needs two.
         let mut event = null_mut();
         // SAFETY: writes one handle into `event`.
         check("cuEventCreate", unsafe { sys::cuEventCreate(&mut event, flags) })?;
@@ -399,66 +411,58 @@ impl Driver for Cuda {
     }
 
     unsafe fn event_elapsed(&self, start: Self::Event, end: Self::Event) -> Result<Duration> {
-        let mut ms = 0f32;
-        // SAFETY: live timing events, both complete (trait contract); `ms` is a local.
-        check("cuEventElapsedTime", unsafe { sys::cuEventElapsedTime_v2(&mut ms, start.0, end.0) })?;
-        Ok(milliseconds(ms))
+        // SAFETY: live timing events, both complete (trait contract).
+        unsafe { result::event::elapsed(start.0, end.0) }.map(milliseconds).called("cuEventElapsedTime")
     }
 
     unsafe fn stream_query(&self, stream: Self::Stream) -> Option<Result<bool>> {
         // SAFETY: a live stream (trait contract).
-        Some(match unsafe { sys::cuStreamQuery(stream.0) } {
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => check("cuStreamQuery", other).map(|()| true),
-        })
+        Some(done("cuStreamQuery", unsafe { sys::cuStreamQuery(stream.0) }.result()))
     }
 
     unsafe fn event_query(&self, event: Self::Event) -> Option<Result<bool>> {
         // SAFETY: a live event (trait contract).
-        Some(match unsafe { sys::cuEventQuery(event.0) } {
-            CUresult::CUDA_ERROR_NOT_READY => Ok(false),
-            other => check("cuEventQuery", other).map(|()| true),
-        })
+        Some(done("cuEventQuery", unsafe { result::event::query(event.0) }))
     }
 
     fn alloc(&self, bytes: u64) -> Result<u64> {
-        let mut ptr = 0;
-        // SAFETY: the pool stream is alive; `ptr` receives the allocation.
-        let result = unsafe { sys::cuMemAllocAsync(&mut ptr, bytes as usize, self.pool_stream.0) };
-        match result {
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY => return Err(Error::OutOfMemory { bytes, host: false }),
-            other => check("cuMemAllocAsync", other)?,
-        }
+        // SAFETY: the pool stream is alive.
+        let ptr = match unsafe { result::malloc_async(self.pool_stream.0, bytes as usize) } {
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                return Err(Error::OutOfMemory { bytes, host: false })
+            }
+            other => other.called("cuMemAllocAsync")?,
+        };
         // Only allocations are queued on the pool stream, so this returns at once;
         // afterwards the memory is usable on any stream without an event.
         // SAFETY: the pool stream is alive.
-        check("cuStreamSynchronize", unsafe { sys::cuStreamSynchronize(self.pool_stream.0) })?;
+        unsafe { result::stream::synchronize(self.pool_stream.0) }.called("cuStreamSynchronize")?;
         Ok(ptr)
     }
 
     unsafe fn free(&self, ptr: u64) {
         // SAFETY: `ptr` came from `alloc` and its users completed (trait contract).
-        let _ = unsafe { sys::cuMemFreeAsync(ptr, self.pool_stream.0) };
+        let _ = unsafe { result::free_async(ptr, self.pool_stream.0) };
     }
 
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
-        let mut ptr = null_mut();
-        // SAFETY: `ptr` receives the allocation.
-        let result = unsafe { sys::cuMemHostAlloc(&mut ptr, bytes, sys::CU_MEMHOSTALLOC_PORTABLE) };
-        match result {
-            CUresult::CUDA_ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64, host: false }),
-            other => check("cuMemHostAlloc", other).map(|()| ptr.cast()),
+        // SAFETY: allocates; nothing of ours is touched.
+        match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
+            Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
+                Err(Error::OutOfMemory { bytes: bytes as u64, host: false })
+            }
+            other => other.map(<*mut c_void>::cast).called("cuMemHostAlloc"),
         }
     }
 
     unsafe fn host_free(&self, ptr: *mut u8) {
         // SAFETY: from `host_alloc`, freed once by the staging pool.
-        let _ = unsafe { sys::cuMemFreeHost(ptr.cast()) };
+        let _ = unsafe { result::free_host(ptr.cast()) };
     }
 
     unsafe fn memset_d8(&self, ptr: u64, byte: u8, count: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: range inside a live allocation (trait contract).
-        check("cuMemsetD8Async", unsafe { sys::cuMemsetD8Async(ptr, byte, count as usize, stream.0) })
+        unsafe { result::memset_d8_async(ptr, byte, count as usize, stream.0) }.called("cuMemsetD8Async")
     }
 
     unsafe fn memset_d32(&self, ptr: u64, word: u32, count: u64, stream: Self::Stream) -> Result<()> {
@@ -467,18 +471,21 @@ impl Driver for Cuda {
     }
 
     unsafe fn copy_h2d(&self, dst: u64, src: *const u8, len: u64, stream: Self::Stream) -> Result<()> {
-        // SAFETY: `src` is page-locked and outlives the copy (trait contract).
-        check("cuMemcpyHtoDAsync", unsafe { sys::cuMemcpyHtoDAsync_v2(dst, src.cast(), len as usize, stream.0) })
+        // SAFETY: `src` holds `len` bytes, is page-locked and outlives the copy (trait contract).
+        unsafe { result::memcpy_htod_async(dst, std::slice::from_raw_parts(src, len as usize), stream.0) }
+            .called("cuMemcpyHtoDAsync")
     }
 
     unsafe fn copy_d2h(&self, dst: *mut u8, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
-        // SAFETY: `dst` is page-locked and outlives the copy (trait contract).
-        check("cuMemcpyDtoHAsync", unsafe { sys::cuMemcpyDtoHAsync_v2(dst.cast(), src, len as usize, stream.0) })
+        // SAFETY: `dst` holds `len` bytes nobody else touches until the copy
+        // is done, is page-locked and outlives it (trait contract).
+        unsafe { result::memcpy_dtoh_async(std::slice::from_raw_parts_mut(dst, len as usize), src, stream.0) }
+            .called("cuMemcpyDtoHAsync")
     }
 
     unsafe fn copy_d2d(&self, dst: u64, src: u64, len: u64, stream: Self::Stream) -> Result<()> {
         // SAFETY: both ranges inside live allocations (trait contract).
-        check("cuMemcpyDtoDAsync", unsafe { sys::cuMemcpyDtoDAsync_v2(dst, src, len as usize, stream.0) })
+        unsafe { result::memcpy_dtod_async(dst, src, len as usize, stream.0) }.called("cuMemcpyDtoDAsync")
     }
 
     fn compile(&self, source: &str, options: &[String], name_expression: Option<&str>) -> Result<Compiled> {
@@ -497,21 +504,22 @@ impl Driver for Cuda {
                 &text
             }
         };
-        let mut module = null_mut();
         // SAFETY: `image` is a whole CUBIN or fatbin, or NUL-terminated PTX
         // (see above); the driver reads it during the call and keeps a copy.
-        match unsafe { sys::cuModuleLoadData(&mut module, image.as_ptr().cast()) } {
-            CUresult::CUDA_SUCCESS => Ok(Handle(module)),
-            refused @ (CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
-            | CUresult::CUDA_ERROR_INVALID_PTX
-            | CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
-            | CUresult::CUDA_ERROR_INVALID_IMAGE
-            | CUresult::CUDA_ERROR_INVALID_SOURCE) => Err(Error::invalid(format!(
+        match unsafe { result::module::load_data(image.as_ptr().cast()) } {
+            Ok(module) => Ok(Handle(module)),
+            Err(DriverError(
+                refused @ (CUresult::CUDA_ERROR_NO_BINARY_FOR_GPU
+                | CUresult::CUDA_ERROR_INVALID_PTX
+                | CUresult::CUDA_ERROR_UNSUPPORTED_PTX_VERSION
+                | CUresult::CUDA_ERROR_INVALID_IMAGE
+                | CUresult::CUDA_ERROR_INVALID_SOURCE),
+            )) => Err(Error::invalid(format!(
                 "the module cannot run on this {} ({}): {refused:?}: build it for {} (CUBIN, or a fatbin \
                  holding it) or as PTX of a version this driver reads",
                 self.info.name, self.arch, self.arch
             ))),
-            other => Err(failure("cuModuleLoadData", other)),
+            Err(DriverError(other)) => Err(failure("cuModuleLoadData", other)),
         }
     }
 
@@ -543,13 +551,11 @@ impl Driver for Cuda {
     }
 
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>> {
-        let mut function = null_mut();
-        // SAFETY: a loaded module (trait contract) and a NUL-terminated name.
-        let result = unsafe { sys::cuModuleGetFunction(&mut function, module.0, entry.as_ptr()) };
-        match result {
-            CUresult::CUDA_ERROR_NOT_FOUND => return Ok(None),
-            other => check("cuModuleGetFunction", other)?,
-        }
+        // SAFETY: a loaded module (trait contract).
+        let function = match unsafe { result::module::get_function(module.0, entry.to_owned()) } {
+            Err(DriverError(CUresult::CUDA_ERROR_NOT_FOUND)) => return Ok(None),
+            other => other.called("cuModuleGetFunction")?,
+        };
         // With lazy loading (the default since CUDA 12.2) the function would load
         // at its first launch, which can synchronise the context: in `enqueue`,
         // behind work in flight. Load it now, in `prepare` (or at open).
@@ -588,39 +594,39 @@ impl Driver for Cuda {
         stream: Self::Stream,
         enqueue: &mut dyn FnMut() -> Result<(), EnqueueError>,
     ) -> Option<Result<GraphExec, EnqueueError>> {
-        let failed = |call: &str, result: CUresult| check(call, result).map_err(EnqueueError::Failed);
+        let failed = |call: &'static str| move |DriverError(code)| EnqueueError::Failed(failure(call, code));
         // SAFETY: `stream` is live and used for nothing but this capture;
         // thread-local mode, so other threads' driver calls do not disturb it.
         // The graph is destroyed once instantiated (the instance is self-contained).
         Some(unsafe {
-            let begin =
-                sys::cuStreamBeginCapture_v2(stream.0, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL);
-            failed("cuStreamBeginCapture", begin).and_then(|()| {
-                let enqueued = enqueue();
-                let mut graph = null_mut();
-                let ended = failed("cuStreamEndCapture", sys::cuStreamEndCapture(stream.0, &mut graph));
-                let captured = enqueued.and(ended).and_then(|()| {
-                    let mut exec = null_mut();
-                    failed("cuGraphInstantiate", sys::cuGraphInstantiateWithFlags(&mut exec, graph, 0))
-                        .map(|()| Handle(exec.cast()))
-                });
-                if !graph.is_null() {
-                    let _ = sys::cuGraphDestroy(graph);
-                }
-                captured
-            })
+            result::stream::begin_capture(stream.0, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
+                .map_err(failed("cuStreamBeginCapture"))
+                .and_then(|()| {
+                    let enqueued = enqueue();
+                    let ended = result::stream::end_capture(stream.0);
+                    // An enqueue's own error first: the capture's end fails after it too.
+                    let captured = enqueued.and(ended.map_err(failed("cuStreamEndCapture"))).and_then(|graph| {
+                        result::graph::instantiate(graph, sys::CUgraphInstantiate_flags(0))
+                            .map(|exec| Handle(exec.cast()))
+                            .map_err(failed("cuGraphInstantiate"))
+                    });
+                    if let Some(graph) = ended.ok().filter(|graph| !graph.is_null()) {
+                        let _ = result::graph::destroy(graph);
+                    }
+                    captured
+                })
         })
     }
 
     unsafe fn graph_launch(&self, exec: GraphExec, stream: Self::Stream) -> Result<()> {
         // SAFETY: an instance `capture` made, not destroyed; a live stream.
-        check("cuGraphLaunch", unsafe { sys::cuGraphLaunch(exec.0.cast(), stream.0) })
+        unsafe { result::graph::launch(exec.0.cast(), stream.0) }.called("cuGraphLaunch")
     }
 
     unsafe fn graph_destroy(&self, exec: GraphExec) {
         // SAFETY: an instance `capture` made, destroyed once; CUDA frees it
         // once launches in flight are done.
-        let _ = unsafe { sys::cuGraphExecDestroy(exec.0.cast()) };
+        let _ = unsafe { result::graph::exec_destroy(exec.0.cast()) };
     }
 
     unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {
@@ -628,31 +634,14 @@ impl Driver for Cuda {
         // kernel parameter (trait contract).
         unsafe {
             if grid.shared_bytes > DEFAULT_SHARED_LIMIT {
-                check(
-                    "cuFuncSetAttribute",
-                    sys::cuFuncSetAttribute(
-                        function.0,
-                        CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                        grid.shared_bytes as i32,
-                    ),
-                )?;
+                let dynamic_shared = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+                result::function::set_function_attribute(function.0, dynamic_shared, grid.shared_bytes as i32)
+                    .called("cuFuncSetAttribute")?;
             }
-            check(
-                "cuLaunchKernel",
-                sys::cuLaunchKernel(
-                    function.0,
-                    grid.groups[0],
-                    grid.groups[1],
-                    grid.groups[2],
-                    grid.block[0],
-                    grid.block[1],
-                    grid.block[2],
-                    grid.shared_bytes,
-                    stream.0,
-                    params.as_mut_ptr(),
-                    null_mut(),
-                ),
-            )
+            let [x, y, z] = grid.groups;
+            let [bx, by, bz] = grid.block;
+            result::launch_kernel(function.0, (x, y, z), (bx, by, bz), grid.shared_bytes, stream.0, params)
+                .called("cuLaunchKernel")
         }
     }
 
