@@ -127,7 +127,7 @@
 //!             the driver is, no scheduling meaning; the command IR, kernel
 //!             descriptions, errors, kinds, counters, element types and launch
 //!             shapes every layer shares
-//!               driver::Driver   cuda (cudarc: driver, NVRTC; NCCL loaded by its runtime name)
+//!               driver::Driver   cuda (cudarc's result layer: driver, NVRTC; NCCL loaded by its runtime name)
 //!                                | hip (hip-sys; code objects read by `object` and `rmp-serde`) | fake (tests)
 //!               modules          a driver's kernels: built-ins from one C source, users'
 //!                                compiled once per process, loaded once per context;
