@@ -5,6 +5,7 @@ mod bindings;
 mod bundle;
 mod docs;
 mod kotlin;
+mod lines;
 mod rust;
 mod setup;
 mod swift;
@@ -157,6 +158,13 @@ enum Task {
         #[arg(long, value_name = "DIR")]
         out: Option<PathBuf>,
     },
+    /// Lines of code of the engine and the device layer, no tests, comments or blanks
+    /// (in the working tree, or --rev REV)
+    Lines {
+        /// A git revision to count instead of the working tree
+        #[arg(long, value_name = "REV")]
+        rev: Option<String>,
+    },
     /// Benchmarks beside their raw baselines: JSON lines, then a table; Rust on every
     /// backend, then the Kotlin and Swift call overhead (cpu by default; --backend NAME)
     Bench {
@@ -206,6 +214,7 @@ fn run_task(task: Task) -> util::Result {
         Task::Bundle { swift: true, out, .. } => swift::bundle(out),
         Task::Bundle { out, .. } => bundle::bundle(out),
         Task::Docs { out } => docs::command(out),
+        Task::Lines { rev } => lines::command(rev.as_deref()),
         Task::Bench { side: Side { rust: true, .. }, passed_on } => rust::bench(&passed_on.args),
         Task::Bench { side: Side { kotlin: true, .. }, passed_on } => kotlin::bench(&passed_on.args),
         Task::Bench { side: Side { swift: true, .. }, passed_on } => swift::bench(&passed_on.args),

@@ -65,6 +65,9 @@ pub fn test() -> Result {
         "--features",
         TEST_HOOKS,
     ]))?;
+    // This tool's own checks (the generated Swift's one patch against what
+    // UniFFI writes, the build files' versions in step, the line count).
+    run(cargo().args(["test", "-p", "xtask"]))?;
     // Which backends the suite ran on and which it skipped, and why.
     run(cargo().args([
         "test",
