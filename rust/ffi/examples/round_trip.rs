@@ -3,7 +3,11 @@
 //! so the difference is the foreign-language cost alone.
 //!
 //! Prints `--baseline NAME MICROS` pairs, median microseconds per call, ready to
-//! hand to the Kotlin benchmark. `--backend NAME` picks the backend (cpu).
+//! hand to the Kotlin and Swift benchmarks. `--backend NAME` picks the backend
+//! (cpu). Each figure is the median over `--processes N` fresh processes
+//! (default 5; 1 measures here): one process's figures move by up to a
+//! quarter with where its threads landed, and a binding's ratio is only as
+//! steady as its baseline.
 
 mod support;
 
@@ -48,7 +52,58 @@ fn median_micros(iterations: usize, mut call: impl FnMut()) -> f64 {
     samples[iterations / 2] as f64 / 1e3
 }
 
+/// Fresh processes whose figures' medians are printed, unless `--processes` says otherwise.
+const PROCESSES: usize = 5;
+
 fn main() -> Result<(), weir_ffi::WeirError> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let processes = args
+        .windows(2)
+        .find(|w| w[0] == "--processes")
+        .map_or(PROCESSES, |w| w[1].parse().unwrap_or_else(|_| panic!("--processes takes a count, not {}", w[1])));
+    if processes > 1 {
+        print_medians_of(processes, &args);
+        return Ok(());
+    }
+    measure()
+}
+
+/// Runs this example in `processes` fresh processes, each measuring once,
+/// and prints each figure's median in the same `--baseline NAME MICROS`
+/// form, with every process's value on stderr.
+fn print_medians_of(processes: usize, args: &[String]) {
+    let this = std::env::current_exe().expect("this example's own path");
+    let mut figures: Vec<(String, Vec<f64>)> = Vec::new();
+    for _ in 0..processes {
+        let output = std::process::Command::new(&this)
+            .args(args)
+            .args(["--processes", "1"])
+            .stderr(std::process::Stdio::inherit())
+            .output()
+            .expect("a measuring process");
+        assert!(output.status.success(), "a measuring process failed: {}", output.status);
+        let printed = String::from_utf8_lossy(&output.stdout).into_owned();
+        let words: Vec<&str> = printed.split_whitespace().collect();
+        for pair in words.chunks(3) {
+            let [flag, name, value] = pair else { panic!("a measuring process printed {printed:?}") };
+            assert_eq!(*flag, "--baseline", "a measuring process printed {printed:?}");
+            let value: f64 = value.parse().unwrap_or_else(|_| panic!("a measuring process printed {printed:?}"));
+            match figures.iter_mut().find(|(known, _)| known == name) {
+                Some((_, values)) => values.push(value),
+                None => figures.push(((*name).to_owned(), vec![value])),
+            }
+        }
+    }
+    for (name, values) in &mut figures {
+        values.sort_by(f64::total_cmp);
+        eprintln!("round_trip: {name} across {processes} processes: {values:?}");
+        print!("--baseline {name} {:.4} ", values[values.len() / 2]);
+    }
+    println!();
+}
+
+/// Measures every figure in this process and prints them.
+fn measure() -> Result<(), weir_ffi::WeirError> {
     let runtime = support::open_from_args()?;
     let stream = runtime.default_stream();
     let kernel = Kernel::builtin(BuiltinOp::Delay);
