@@ -59,7 +59,8 @@ fn main() -> Result<(), weir_ffi::WeirError> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let processes = args
         .windows(2)
-        .find(|w| w[0] == "--processes")
+        // The last one given: a measuring process gets `--processes 1` after the caller's.
+        .rfind(|w| w[0] == "--processes")
         .map_or(PROCESSES, |w| w[1].parse().unwrap_or_else(|_| panic!("--processes takes a count, not {}", w[1])));
     if processes > 1 {
         print_medians_of(processes, &args);
