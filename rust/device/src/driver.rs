@@ -91,6 +91,7 @@ pub type Callback = Box<dyn FnOnce(Status) + Send>;
 /// point a host thread blocks on (then the thread sleeps instead of
 /// spinning), or as a timestamp (the only use that records a time, which
 /// costs the others' records).
+// The engine's event pool is an array indexed by `usage as usize`: a new use grows it too.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EventUse {
     StreamOrder,

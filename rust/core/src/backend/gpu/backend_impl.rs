@@ -8,9 +8,7 @@ use super::issue::{Issue, Job, QueuedEvent};
 use super::prepare::PreparedLaunch;
 use super::staging::Staged;
 use super::stream::StreamRef;
-use super::{
-    DeviceBuffer, Driver, EventUse, GpuBackend, GpuEvent, GpuMemory, GpuStream, GpuTimestamp, Prepared, RawPart,
-};
+use super::{DeviceBuffer, Driver, EventUse, GpuBackend, GpuEvent, GpuMemory, GpuStream, Prepared, RawPart};
 use crate::backend::{
     Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, OpIo, RawAccess, SignalKind,
     Span, UploadFrom,
@@ -32,7 +30,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
     type Event = Arc<QueuedEvent<D>>;
     type Memory = GpuMemory<D>;
     type Prepared = Prepared<D>;
-    type Timestamp = GpuTimestamp<D>;
+    type Timestamp = GpuEvent<D>;
     type Communicator = D::Communicator;
 
     const KIND: BackendKind = D::KIND;
@@ -53,13 +51,10 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Prepared<D>> {
-        let words = |span: &Span<R>| span.len / 4;
         let pointer = Param::Pointer(0);
         Ok(match command {
             Command::Zero { .. } | Command::Copy { .. } => Prepared::Direct,
-            Command::Fill { dst, word } => {
-                self.builtin(BuiltinKernel::Fill, words(dst), &[pointer, Param::U32(*word), Param::U64(words(dst))])
-            }
+            Command::Fill { dst, word } => self.builtin(BuiltinKernel::Fill, dst, &[pointer, Param::U32(*word)]),
             Command::Upload { dst, data } => self.stage_upload(dst, data)?,
             Command::Download { src, .. } => {
                 let len = usize::try_from(src.len)
@@ -68,25 +63,19 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 Prepared::Download(self.device.stage(len)?)
             }
             Command::Binary { op, out, .. } => {
-                let entry = match op {
+                let kernel = match op {
                     BinaryOp::Add => BuiltinKernel::Add,
                     BinaryOp::Mul => BuiltinKernel::Mul,
                 };
-                self.builtin(entry, words(out), &[pointer, pointer, pointer, Param::U64(words(out))])
+                self.builtin(kernel, out, &[pointer; 3])
             }
-            Command::Scale { out, alpha, .. } => self.builtin(
-                BuiltinKernel::Scale,
-                words(out),
-                &[pointer, pointer, Param::F32(*alpha), Param::U64(words(out))],
-            ),
-            Command::Axpy { y, alpha, .. } => self.builtin(
-                BuiltinKernel::Axpy,
-                words(y),
-                &[pointer, pointer, Param::F32(*alpha), Param::U64(words(y))],
-            ),
-            Command::Iota { out, start } => {
-                self.builtin(BuiltinKernel::Iota, words(out), &[pointer, Param::U32(*start), Param::U64(words(out))])
+            Command::Scale { out, alpha, .. } => {
+                self.builtin(BuiltinKernel::Scale, out, &[pointer, pointer, Param::F32(*alpha)])
             }
+            Command::Axpy { y, alpha, .. } => {
+                self.builtin(BuiltinKernel::Axpy, y, &[pointer, pointer, Param::F32(*alpha)])
+            }
+            Command::Iota { out, start } => self.builtin(BuiltinKernel::Iota, out, &[pointer, Param::U32(*start)]),
             #[cfg(feature = "test-support")]
             Command::Delay { duration } => {
                 let ticks = self.driver().delay_ticks(*duration);
@@ -168,7 +157,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.device.issuer.submit(Job::Order { source: StreamRef::new(source), stream: StreamRef::new(stream) })
     }
 
-    fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuTimestamp<D>> {
+    fn timestamp(&self, stream: &GpuStream<D>, completion: Arc<Completion>) -> Result<GpuEvent<D>> {
         self.driver().can_time()?;
         // Rare: made here, once every queued driver call has been made.
         self.device.issuer.flush();
@@ -178,7 +167,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         self.noting_loss(unsafe { self.driver().event_record(event.raw, stream.raw) })?;
         // The stream's completion path, as a drain: a lost device, never an op's failure.
         self.noting_loss(stream.after(Box::new(move |status| completion.complete(status)), false))?;
-        Ok(GpuTimestamp { event })
+        Ok(event)
     }
 
     fn signal(&self, stream: &GpuStream<D>, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
@@ -273,11 +262,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
 
     fn communicator(members: &[&Self]) -> Result<D::Communicator> {
         let drivers: Vec<&D> = members.iter().map(|member| member.driver()).collect();
-        let made = D::communicator(&drivers);
-        if let Err(error) = &made {
-            drivers.iter().for_each(|driver| driver.loss().record(error));
-        }
-        made
+        D::communicator(&drivers).inspect_err(|error| drivers.iter().for_each(|driver| driver.loss().record(error)))
     }
 
     fn joined_communicator(
@@ -286,11 +271,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
         ranks: usize,
         rank: usize,
     ) -> Result<D::Communicator> {
-        let made = D::joined_communicator(member.driver(), id, ranks, rank);
-        if let Err(error) = &made {
-            member.driver().loss().record(error);
-        }
-        made
+        D::joined_communicator(member.driver(), id, ranks, rank)
+            .inspect_err(|error| member.driver().loss().record(error))
     }
 
     unsafe fn enqueue_collective(
@@ -312,11 +294,9 @@ impl<D: Driver> Backend for GpuBackend<D> {
             .collect();
         // SAFETY: every memory is a live allocation of its member's driver,
         // kept alive and ordered by the caller (this function's contract).
-        let enqueued = unsafe { D::enqueue_collective(communicator, collective, &raw) };
-        if let Err(error) = &enqueued {
-            raw.iter().for_each(|part| part.driver.loss().record(error));
-        }
-        enqueued.map_err(EnqueueError::Failed)
+        unsafe { D::enqueue_collective(communicator, collective, &raw) }
+            .inspect_err(|error| raw.iter().for_each(|part| part.driver.loss().record(error)))
+            .map_err(EnqueueError::Failed)
     }
 }
 

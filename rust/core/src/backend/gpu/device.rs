@@ -200,30 +200,22 @@ impl<T> std::ops::Deref for OwnLine<T> {
 /// own streams order each other through each stream's own event). Bounded:
 /// past it, events are destroyed.
 pub(crate) struct EventPool<D: Driver> {
-    /// By [`EventUse`] (see `of`).
+    /// By [`EventUse`], indexed by `usage as usize`: in the enum's order
+    /// (its variants carry no data, so their discriminants are 0, 1, 2).
     by_use: [Mutex<Vec<D::Event>>; 3],
 }
 
 impl<D: Driver> EventPool<D> {
     const MAX: usize = 256;
 
-    fn of(&self, usage: EventUse) -> &Mutex<Vec<D::Event>> {
-        let index = match usage {
-            EventUse::StreamOrder => 0,
-            EventUse::HostWait => 1,
-            EventUse::Timing => 2,
-        };
-        &self.by_use[index]
-    }
-
     /// An idle event made for `usage`, if one is pooled.
     pub fn take(&self, usage: EventUse) -> Option<D::Event> {
-        lock(self.of(usage)).pop()
+        lock(&self.by_use[usage as usize]).pop()
     }
 
     /// Pools an event no longer in use; hands it back if the pool is full.
     pub fn give_back(&self, usage: EventUse, event: D::Event) -> Option<D::Event> {
-        let mut pool = lock(self.of(usage));
+        let mut pool = lock(&self.by_use[usage as usize]);
         if pool.len() >= Self::MAX {
             return Some(event);
         }

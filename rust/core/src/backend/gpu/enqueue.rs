@@ -28,11 +28,6 @@ impl<D: Driver> GpuBackend<D> {
         }
     }
 
-    /// Binds the device for the driver calls to come; failing, the op fails.
-    fn bind(&self) -> Result<(), EnqueueError> {
-        self.driver().bind().map_err(EnqueueError::Failed)
-    }
-
     /// The pointers of `launch` filled with the addresses of `buffers`, in
     /// order; a rejection if they do not match what it was prepared for.
     fn resolve_launch<'m>(
@@ -119,7 +114,7 @@ impl<D: Driver> GpuBackend<D> {
         if commands.is_empty() {
             return Ok(None);
         }
-        self.bind()?;
+        self.driver().bind().map_err(EnqueueError::Failed)?;
         let mut capture_stream = lock(&self.capture_stream);
         if capture_stream.is_none() {
             *capture_stream = Some(GpuStream::internal(&self.device).map_err(EnqueueError::Failed)?);

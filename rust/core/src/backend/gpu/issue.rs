@@ -160,16 +160,9 @@ fn record_order<D: Driver>(source: &StreamCore<D>, bound: &bool) -> Result<D::Ev
         Some(&event) => event,
         None => {
             let made = driver.event_create(EventUse::StreamOrder)?;
-            let mut stored = false;
-            let kept = *source.order_event.get_or_init(|| {
-                stored = true;
-                made
-            });
-            if !stored {
-                // SAFETY: made just above by this driver, never recorded.
-                unsafe { driver.event_destroy(made) };
-            }
-            kept
+            // Only jobs, which run one at a time, set it: unset above, so unset still.
+            let _ = source.order_event.set(made);
+            made
         }
     };
     // SAFETY: both handles are alive and belong to this driver.
@@ -541,7 +534,7 @@ impl<D: Driver> Issue<D> {
                     return Err(error);
                 }
                 stream.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
-                let loan = InFlight::new(loan);
+                let loan = InFlight::new(Staged::Loan(loan));
                 let failed = sink.clone();
                 let device = stream.device.clone();
                 stream
@@ -551,10 +544,10 @@ impl<D: Driver> Issue<D> {
                             // copy out of them is the reader's, off the stream's
                             // completion order.
                             // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
-                            (Ok(()), Some(loan)) => {
+                            (Ok(()), Some(Staged::Loan(loan))) => {
                                 sink.deliver_host(unsafe { LentToHost::host_buffer(loan, len as usize, device) })
                             }
-                            (Ok(()), None) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
+                            (Ok(()), _) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
                             (Err(error), _) => sink.fail(error),
                         }),
                         true,

@@ -56,7 +56,7 @@ use weir_device::modules::{Builtins, Function};
 // The built-ins' source and table are for test suites and benchmarks (the
 // backend module is public only with `test-support`); the backend itself
 // loads them through `Kernels::builtin` and indexes by kernel.
-pub(crate) use owners::{GpuEvent, GpuMemory, GpuTimestamp};
+pub(crate) use owners::{GpuEvent, GpuMemory};
 use prepare::Prepared;
 pub(crate) use stream::{GpuStream, Wake};
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
@@ -138,9 +138,6 @@ impl<D: Driver> GpuBackend<D> {
 
     /// `result`, remembering a lost device it reports.
     fn noting_loss<T>(&self, result: Result<T>) -> Result<T> {
-        if let Err(error) = &result {
-            self.driver().loss().record(error);
-        }
-        result
+        result.inspect_err(|error| self.driver().loss().record(error))
     }
 }

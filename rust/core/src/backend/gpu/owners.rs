@@ -13,9 +13,11 @@ use weir_device::driver::{Driver, EventUse};
 /// A device event (timing off, except for [`EventUse::Timing`]), from the
 /// device's pool and back to it when dropped. Reusing one that a stream still waits on is allowed: a stream
 /// wait takes the event's latest record when it is made, and a host wait
-/// is over before the event drops.
+/// is over before the event drops. A timing event recorded on its stream is
+/// the backend's timestamp, counted among the live events, as it is one.
 pub(crate) struct GpuEvent<D: Driver> {
-    device: Arc<Device<D>>,
+    /// The device it belongs to, alive while the event is.
+    pub(crate) device: Arc<Device<D>>,
     usage: EventUse,
     pub(crate) raw: D::Event,
     /// Whether it is still among the live events (see [`GpuEvent::uncount`]).
@@ -32,11 +34,6 @@ impl<D: Driver> GpuEvent<D> {
         Ok(GpuEvent { device: device.clone(), usage, raw, counted: AtomicBool::new(true) })
     }
 
-    /// The device it belongs to, alive while the event is.
-    pub(crate) fn device(&self) -> &Arc<Device<D>> {
-        &self.device
-    }
-
     /// Takes it off the live events once its work is done, before its
     /// completion runs, though a second owner (a waiter and a wake-thread
     /// probe share a fence's event) may drop it later.
@@ -47,20 +44,15 @@ impl<D: Driver> GpuEvent<D> {
     }
 }
 
-/// A timestamp: a timing event recorded on its stream. Counted among the
-/// live events, as it is one.
-pub(crate) struct GpuTimestamp<D: Driver> {
-    pub(crate) event: GpuEvent<D>,
-}
-
-impl<D: Driver> DeviceTimestamp for GpuTimestamp<D> {
+impl<D: Driver> DeviceTimestamp for GpuEvent<D> {
     fn elapsed_since(&self, earlier: &Self) -> Result<Duration> {
-        let driver = &self.event.device.driver;
+        let driver = &self.device.driver;
         // Read from any thread: bind first.
         driver.bind()?;
-        // SAFETY: both are live timing events of this driver, recorded on one
-        // stream in this order, and complete (the caller waited for both).
-        unsafe { driver.event_elapsed(earlier.event.raw, self.event.raw) }
+        // SAFETY: both are live events of this driver, timing ones (only
+        // `Backend::timestamp` makes timestamps), recorded on one stream in
+        // this order, and complete (the caller waited for both).
+        unsafe { driver.event_elapsed(earlier.raw, self.raw) }
     }
 }
 

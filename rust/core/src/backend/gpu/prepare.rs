@@ -52,12 +52,17 @@ pub(crate) struct ReadyLaunch<D: Driver> {
 }
 
 impl<D: Driver> GpuBackend<D> {
-    /// A built-in launch over `items` elements; `params` name buffers with
-    /// placeholder pointers, filled by `enqueue`.
-    pub(super) fn builtin(&self, kernel: BuiltinKernel, items: u64, params: &[Param]) -> Prepared<D> {
-        let groups = items.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
+    /// A built-in launch over the 4-byte words of `over`; `params` name
+    /// buffers with placeholder pointers, filled by `enqueue`, and the word
+    /// count follows them (every built-in's last parameter).
+    pub(super) fn builtin<R>(&self, kernel: BuiltinKernel, over: &Span<R>, params: &[Param]) -> Prepared<D> {
+        let words = over.len / 4;
+        let groups = words.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
         let grid = Grid::new([groups, 1, 1], [BLOCK, 1, 1]);
-        Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, params))
+        // On the stack: a built-in takes at most four parameters.
+        let mut all = smallvec::SmallVec::<[Param; 8]>::from_slice(params);
+        all.push(Param::U64(words));
+        Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, &all))
     }
 
     fn custom_source(kernel: &CustomKernel) -> Option<&crate::DeviceKernel> {

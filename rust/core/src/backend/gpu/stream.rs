@@ -179,7 +179,7 @@ impl<D: Driver> StreamCore<D> {
             if ran.load(Ordering::SeqCst) != place {
                 return false;
             }
-            let driver = &event.device().driver;
+            let driver = &event.device.driver;
             if driver.bind().and_then(|()| driver.loss().check()).is_err() {
                 return true;
             }
