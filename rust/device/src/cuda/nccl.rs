@@ -47,6 +47,10 @@ pub struct UniqueId {
     pub internal: [c_char; 128],
 }
 
+/// The signature all-reduce, broadcast and reduce-scatter share: send,
+/// receive, count, data type, then a reduction (or broadcast's root).
+type Collect = unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult;
+
 /// The functions, looked up once; the library stays loaded for the process.
 struct Nccl {
     _library: libloading::Library,
@@ -57,10 +61,10 @@ struct Nccl {
     comm_destroy: unsafe extern "C" fn(Comm) -> NcclResult,
     group_start: unsafe extern "C" fn() -> NcclResult,
     group_end: unsafe extern "C" fn() -> NcclResult,
-    all_reduce: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
-    broadcast: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    all_reduce: Collect,
+    broadcast: Collect,
     all_gather: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, Comm, Stream) -> NcclResult,
-    reduce_scatter: unsafe extern "C" fn(*const c_void, *mut c_void, usize, c_int, c_int, Comm, Stream) -> NcclResult,
+    reduce_scatter: Collect,
     get_unique_id: unsafe extern "C" fn(*mut UniqueId) -> NcclResult,
     comm_init_rank: unsafe extern "C" fn(*mut Comm, c_int, UniqueId, c_int) -> NcclResult,
 }
@@ -68,11 +72,10 @@ struct Nccl {
 /// The library, or why it cannot be used here.
 fn nccl() -> Result<&'static Nccl> {
     static LOADED: OnceLock<std::result::Result<Nccl, String>> = OnceLock::new();
-    LOADED.get_or_init(load).as_ref().map_err(|reason| Error::unavailable(NAME, reason.clone()))
-}
-
-fn load() -> std::result::Result<Nccl, String> {
-    load_from(&LIBRARY_NAMES.map(str::to_owned))
+    LOADED
+        .get_or_init(|| load_from(&LIBRARY_NAMES.map(str::to_owned)))
+        .as_ref()
+        .map_err(|reason| Error::unavailable(NAME, reason.clone()))
 }
 
 /// The first of `candidates` (paths or names for the loader) that loads as NCCL 2.
@@ -188,19 +191,7 @@ impl Communicator {
         nccl.check("ncclCommInitAll", status)?;
         Ok(Communicator { comms: comms.into_iter().map(Handle).collect() })
     }
-}
 
-/// A new `ncclUniqueId`, as rank 0's process makes it: NCCL's bootstrap
-/// starts listening in this process.
-pub fn unique_id() -> Result<[u8; 128]> {
-    let nccl = nccl()?;
-    let mut id = UniqueId { internal: [0; 128] };
-    // SAFETY: an out-pointer to a local of the type nccl.h names.
-    nccl.check("ncclGetUniqueId", unsafe { (nccl.get_unique_id)(&mut id) })?;
-    Ok(id.internal.map(|byte| byte as u8))
-}
-
-impl Communicator {
     /// `ncclCommInitRank` as rank `rank` of `ranks`, on the device whose
     /// context is current on this thread; returns once every rank joined.
     pub fn join(id: &[u8; 128], ranks: usize, rank: usize) -> Result<Communicator> {
@@ -217,6 +208,16 @@ impl Communicator {
         nccl.check("ncclCommInitRank", status)?;
         Ok(Communicator { comms: vec![Handle(comm)] })
     }
+}
+
+/// A new `ncclUniqueId`, as rank 0's process makes it: NCCL's bootstrap
+/// starts listening in this process.
+pub fn unique_id() -> Result<[u8; 128]> {
+    let nccl = nccl()?;
+    let mut id = UniqueId { internal: [0; 128] };
+    // SAFETY: an out-pointer to a local of the type nccl.h names.
+    nccl.check("ncclGetUniqueId", unsafe { (nccl.get_unique_id)(&mut id) })?;
+    Ok(id.internal.map(|byte| byte as u8))
 }
 
 impl Drop for Communicator {
@@ -263,74 +264,40 @@ pub unsafe fn enqueue(communicator: &Communicator, collective: &Collective, part
     }
     let datatype = data_type(collective.element);
     let size = collective.element.size_bytes();
+    // All-gather alone takes neither a reduction nor a root.
+    let (call, collect, arg) = match collective.kind {
+        CollectiveKind::AllReduce(op) => ("ncclAllReduce", Some(nccl.all_reduce), reduction(op)),
+        CollectiveKind::Broadcast { root } => ("ncclBroadcast", Some(nccl.broadcast), root as c_int),
+        CollectiveKind::ReduceScatter(op) => ("ncclReduceScatter", Some(nccl.reduce_scatter), reduction(op)),
+        CollectiveKind::AllGather => ("ncclAllGather", None, 0),
+    };
     // SAFETY: no NCCL call of this thread is in a group yet.
     nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() })?;
-    let mut first_error = None;
-    for (part, comm) in parts.iter().zip(&communicator.comms) {
-        let called = part.driver.bind().and_then(|()| {
-            let (send, receive) = (part.send.ptr as *const c_void, part.receive.ptr as *mut c_void);
-            let stream = part.stream.0.cast::<c_void>();
-            // SAFETY: the pointers and counts lie in live allocations
-            // (this function's contract); the stream and communicator are
-            // the rank's, live; NCCL only enqueues inside a group.
-            let (call, status) = unsafe {
-                match collective.kind {
-                    CollectiveKind::AllReduce(op) => (
-                        "ncclAllReduce",
-                        (nccl.all_reduce)(
-                            send,
-                            receive,
-                            (part.send.len / size) as usize,
-                            datatype,
-                            reduction(op),
-                            comm.0,
-                            stream,
-                        ),
-                    ),
-                    CollectiveKind::Broadcast { root } => (
-                        "ncclBroadcast",
-                        (nccl.broadcast)(
-                            send,
-                            receive,
-                            (part.send.len / size) as usize,
-                            datatype,
-                            root as c_int,
-                            comm.0,
-                            stream,
-                        ),
-                    ),
-                    CollectiveKind::AllGather => (
-                        "ncclAllGather",
-                        (nccl.all_gather)(send, receive, (part.send.len / size) as usize, datatype, comm.0, stream),
-                    ),
-                    CollectiveKind::ReduceScatter(op) => (
-                        "ncclReduceScatter",
-                        (nccl.reduce_scatter)(
-                            send,
-                            receive,
-                            (part.receive.len / size) as usize,
-                            datatype,
-                            reduction(op),
-                            comm.0,
-                            stream,
-                        ),
-                    ),
-                }
-            };
-            nccl.check(call, status)
-        });
-        if let Err(error) = called {
-            first_error = Some(error);
-            break;
-        }
-    }
-    // The group is closed whatever happened inside it.
+    // The first rank whose call fails ends the loop: the ranks after it make none.
+    let called = parts.iter().zip(&communicator.comms).try_for_each(|(part, comm)| {
+        part.driver.bind()?;
+        let (send, receive) = (part.send.ptr as *const c_void, part.receive.ptr as *mut c_void);
+        // Reduce-scatter counts the elements each rank receives; the others, those it sends.
+        let counted = match collective.kind {
+            CollectiveKind::ReduceScatter(_) => part.receive.len,
+            _ => part.send.len,
+        };
+        let (count, stream) = ((counted / size) as usize, part.stream.0.cast::<c_void>());
+        // SAFETY: the pointers and counts lie in live allocations (this
+        // function's contract); the stream and communicator are the rank's,
+        // live; NCCL only enqueues inside a group.
+        let status = unsafe {
+            match collect {
+                Some(collect) => collect(send, receive, count, datatype, arg, comm.0, stream),
+                None => (nccl.all_gather)(send, receive, count, datatype, comm.0, stream),
+            }
+        };
+        nccl.check(call, status)
+    });
+    // The group is closed whatever happened inside it; a rank's failure is the one reported.
     // SAFETY: closes the group opened above, on this thread.
     let ended = nccl.check("ncclGroupEnd", unsafe { (nccl.group_end)() });
-    match first_error {
-        Some(error) => Err(error),
-        None => ended,
-    }
+    called.and(ended)
 }
 
 #[cfg(test)]
