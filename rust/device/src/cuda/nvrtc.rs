@@ -2,11 +2,11 @@
 
 use std::ffi::c_void;
 
-use cudarc::nvrtc::sys::{self, nvrtcProgram, nvrtcResult};
+use cudarc::nvrtc::sys::{self, nvrtcResult};
 
 use crate::error::{Error, Result};
 use crate::info::BackendKind;
-use crate::rtc::{rtc_calls, Compiled};
+use crate::rtc::{rtc_compile, Compiled};
 
 const SYMBOLS: [&str; 9] = [
     "nvrtcCreateProgram",
@@ -48,15 +48,12 @@ fn status(result: nvrtcResult) -> Result<(), String> {
     }
 }
 
-/// NVRTC's calls, producing CUBIN (not PTX): loading it needs no JIT step.
-pub struct Nvrtc;
-
-// The same calls as hiprtc's but for the names, written once in `rtc_calls!`.
-rtc_calls! { impl Rtc for Nvrtc { NAME: "NVRTC", Program: nvrtcProgram, calls: sys, check: status }
-    create: nvrtcCreateProgram, compile: nvrtcCompileProgram, destroy: nvrtcDestroyProgram,
-    log_size: nvrtcGetProgramLogSize, log: nvrtcGetProgramLog,
-    code_size: nvrtcGetCUBINSize, code: nvrtcGetCUBIN,
-    add_name_expression: nvrtcAddNameExpression, lowered_name: nvrtcGetLoweredName,
+// The same compile as hiprtc's but for the names, written once in `rtc_compile!`. It asks
+// for CUBIN (not PTX): loading it needs no JIT step.
+rtc_compile! { BackendKind::Cuda, "NVRTC", calls: sys, check: status;
+    create: nvrtcCreateProgram, add_name_expression: nvrtcAddNameExpression, compile: nvrtcCompileProgram,
+    log_size: nvrtcGetProgramLogSize, log: nvrtcGetProgramLog, lowered_name: nvrtcGetLoweredName,
+    code_size: nvrtcGetCUBINSize, code: nvrtcGetCUBIN, destroy: nvrtcDestroyProgram,
 }
 
 /// Compiles `source` to a CUBIN for `arch` (`sm_90`, …): C++17 unless
@@ -69,7 +66,7 @@ pub fn compile(source: &str, arch: &str, options: &[String], name_expression: Op
     }
     all.extend(toolkit_includes().iter().map(|include| format!("--include-path={}", include.display())));
     all.extend(options.iter().cloned());
-    crate::rtc::compile::<Nvrtc>(BackendKind::Cuda, source, &all, name_expression)
+    compile_program(source, &all, name_expression)
 }
 
 /// The CUDA toolkit's include directories, beside the NVRTC library this

@@ -5,7 +5,7 @@ use std::sync::Mutex;
 use super::ffi;
 use crate::error::Result;
 use crate::lock::lock;
-use crate::rtc::{rtc_calls, Compiled};
+use crate::rtc::{rtc_compile, Compiled};
 
 /// hiprtc statuses are `hiprtcResult` codes, not `hipError_t`: kept as numbers.
 fn describe(result: ffi::Status) -> Result<(), String> {
@@ -15,15 +15,12 @@ fn describe(result: ffi::Status) -> Result<(), String> {
     }
 }
 
-/// hiprtc's calls (they live in libamdhip64 in ROCm 5.2).
-pub struct Hiprtc;
-
-// The same calls as NVRTC's but for the names, written once in `rtc_calls!`.
-rtc_calls! { impl Rtc for Hiprtc { NAME: "hiprtc", Program: ffi::Program, calls: ffi, check: describe }
-    create: hiprtcCreateProgram, compile: hiprtcCompileProgram, destroy: hiprtcDestroyProgram,
-    log_size: hiprtcGetProgramLogSize, log: hiprtcGetProgramLog,
-    code_size: hiprtcGetCodeSize, code: hiprtcGetCode,
-    add_name_expression: hiprtcAddNameExpression, lowered_name: hiprtcGetLoweredName,
+// The same compile as NVRTC's but for the names, written once in `rtc_compile!`; hiprtc's
+// calls live in libamdhip64 in ROCm 5.2.
+rtc_compile! { crate::info::BackendKind::Hip, "hiprtc", calls: ffi, check: describe;
+    create: hiprtcCreateProgram, add_name_expression: hiprtcAddNameExpression, compile: hiprtcCompileProgram,
+    log_size: hiprtcGetProgramLogSize, log: hiprtcGetProgramLog, lowered_name: hiprtcGetLoweredName,
+    code_size: hiprtcGetCodeSize, code: hiprtcGetCode, destroy: hiprtcDestroyProgram,
 }
 
 /// Held while hiprtc compiles: ROCm 5.2's hiprtcCompileProgram crashes when
@@ -45,5 +42,5 @@ pub fn compile(
     }
     all.extend(options.iter().cloned());
     let _compiling = lock(&COMPILING);
-    crate::rtc::compile::<Hiprtc>(crate::info::BackendKind::Hip, source, &all, name_expression)
+    compile_program(source, &all, name_expression)
 }
