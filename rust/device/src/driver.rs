@@ -238,19 +238,14 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// # Safety
     /// The trait's valid usage (above).
     unsafe fn function(&self, module: Self::Module, entry: &CStr) -> Result<Option<Self::Function>>;
-    /// The byte size of each parameter of `function`, in order, where the
-    /// driver can tell (`None` where it cannot).
+    /// The byte size of each parameter of `function`, kernel `entry` of the
+    /// compiled `image`, in order, where the driver can tell (`None` where it
+    /// cannot): CUDA asks the loaded function, HIP reads the image.
     ///
     /// # Safety
     /// The trait's valid usage (above).
-    unsafe fn param_sizes(&self, _function: Self::Function) -> Result<Option<Vec<usize>>> {
+    unsafe fn param_sizes(&self, _function: Self::Function, _image: &[u8], _entry: &str) -> Result<Option<Vec<usize>>> {
         Ok(None)
-    }
-    /// The byte size of each parameter of kernel `entry`, in order, as the
-    /// compiled `image` declares it, for a driver that cannot ask the loaded
-    /// function ([`Driver::param_sizes`] is `None`) but can read its images.
-    fn image_param_sizes(&self, _image: &[u8], _entry: &str) -> Option<Vec<usize>> {
-        None
     }
     /// Whether a stream of one device's driver may copy from another's
     /// memory and wait for its events (see `Backend::PEER_COPIES`).

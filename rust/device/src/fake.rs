@@ -121,9 +121,10 @@ pub struct Shared {
     /// Names of the calls that fail with a fault that poisons the context.
     pub fatal: Mutex<Vec<&'static str>>,
     pub loss: Arc<Loss>,
-    /// What `param_sizes` answers for every function.
+    /// What `param_sizes` answers for every function, as a CUDA driver asks it.
     pub param_sizes: Mutex<Option<Vec<usize>>>,
-    /// What `image_param_sizes` answers for an entry its image (the source) names.
+    /// What `param_sizes` answers otherwise, for an entry its image (the
+    /// source) names, as HIP reads a code object.
     pub image_param_sizes: Mutex<Option<Vec<usize>>>,
     /// Driver calls made after the context was lost (`bind` aside).
     pub calls_after_loss: AtomicUsize,
@@ -398,13 +399,10 @@ impl Driver for Fake {
         }
     }
 
-    unsafe fn param_sizes(&self, _function: u64) -> Result<Option<Vec<usize>>> {
-        Ok(lock(&self.0.param_sizes).clone())
-    }
-
-    fn image_param_sizes(&self, image: &[u8], entry: &str) -> Option<Vec<usize>> {
+    unsafe fn param_sizes(&self, _function: u64, image: &[u8], entry: &str) -> Result<Option<Vec<usize>>> {
         let named = String::from_utf8_lossy(image).contains(entry);
-        lock(&self.0.image_param_sizes).clone().filter(|_| named)
+        let from_image = || lock(&self.0.image_param_sizes).clone().filter(|_| named);
+        Ok(lock(&self.0.param_sizes).clone().or_else(from_image))
     }
 
     unsafe fn launch(&self, launch: Launch<'_, Self>) -> Result<()> {

@@ -218,12 +218,8 @@ impl<D: Driver> Kernels<D> {
             }
             None => return Ok(None),
         };
-        // SAFETY: `raw` was just loaded by this driver.
-        let param_sizes = match unsafe { driver.param_sizes(raw)? } {
-            Some(sizes) => Some(sizes),
-            None => driver.image_param_sizes(&module.image.bytes, symbol),
-        };
-        let param_sizes = param_sizes.map(Arc::from);
+        // SAFETY: `raw` was just loaded by this driver, from this image.
+        let param_sizes = unsafe { driver.param_sizes(raw, &module.image.bytes, symbol)? }.map(Arc::from);
         let function = Function { raw, param_sizes };
         module.functions.insert(entry.to_owned(), function.clone());
         Ok(Some(function))
@@ -307,13 +303,11 @@ impl Params {
 
     /// Overwrites parameter `index` with a device address. False if there is no such parameter.
     pub fn set_pointer(&mut self, index: usize, address: u64) -> bool {
-        match self.starts.get(index).and_then(|&start| self.words.get_mut(start as usize)) {
-            Some(word) => {
-                *word = address;
-                true
-            }
-            None => false,
-        }
+        let Some(word) = self.starts.get(index).and_then(|&start| self.words.get_mut(start as usize)) else {
+            return false;
+        };
+        *word = address;
+        true
     }
 
     /// The `void**` array a launch takes; valid while `self` stays where it

@@ -155,25 +155,25 @@ pub struct Cuda {
     /// new memory usable on every stream at once.
     pool_stream: Handle<sys::CUstream>,
     arch: String,
-    /// The driver has `cuFuncLoad` and `cuFuncGetParamInfo` (CUDA 12.4 and later).
-    eager_load: bool,
-    /// The driver can time events (`cuEventElapsedTime_v2`, CUDA 12.8 and later).
-    elapsed_time: bool,
-    /// The driver lists a module's kernels (CUDA 12.4 and later).
-    lists_kernels: bool,
+    has: OptionalCalls,
     info: DeviceInfo,
     loss: Arc<Loss>,
 }
 
+/// The calls a newer driver has, found at open.
+struct OptionalCalls {
+    /// `cuFuncLoad` and `cuFuncGetParamInfo` (CUDA 12.4 and later).
+    eager_load: bool,
+    /// `cuEventElapsedTime_v2` (CUDA 12.8 and later).
+    elapsed_time: bool,
+    /// `cuModuleGetFunctionCount`, `cuModuleEnumerateFunctions` and
+    /// `cuFuncGetName`, which list a module's kernels (CUDA 12.4 and later).
+    lists_kernels: bool,
+}
+
 /// What [`loaded`] learnt of the driver.
 struct Loaded {
-    /// The driver has `cuFuncLoad` and `cuFuncGetParamInfo` (CUDA 12.4 and later).
-    eager_load: bool,
-    /// The driver has `cuEventElapsedTime_v2` (CUDA 12.8 and later).
-    elapsed_time: bool,
-    /// The driver has `cuModuleGetFunctionCount`, `cuModuleEnumerateFunctions`
-    /// and `cuFuncGetName` (CUDA 12.4 and later).
-    lists_kernels: bool,
+    has: OptionalCalls,
     /// Devices the driver sees.
     count: i32,
 }
@@ -193,10 +193,12 @@ fn loaded() -> Result<Loaded> {
     if let Some(missing) = SYMBOLS.iter().find(|name| !has(name)) {
         return Err(Error::unavailable(NAME, format!("the CUDA driver lacks {missing} (driver too old)")));
     }
-    let eager_load = has("cuFuncLoad") && has("cuFuncGetParamInfo");
-    let elapsed_time = has(ELAPSED_TIME);
-    let lists_kernels =
-        ["cuModuleGetFunctionCount", "cuModuleEnumerateFunctions", "cuFuncGetName"].iter().all(|name| has(name));
+    let all = |names: &[&str]| names.iter().all(|name| has(name));
+    let optional = OptionalCalls {
+        eager_load: all(&["cuFuncLoad", "cuFuncGetParamInfo"]),
+        elapsed_time: has(ELAPSED_TIME),
+        lists_kernels: all(&["cuModuleGetFunctionCount", "cuModuleEnumerateFunctions", "cuFuncGetName"]),
+    };
     nvrtc::check_present()?;
     // Every symbol cudarc calls below was found above.
     match result::init() {
@@ -205,7 +207,7 @@ fn loaded() -> Result<Loaded> {
     }
     match result::device::get_count().opening("cuDeviceGetCount")? {
         count if count < 1 => Err(Error::unavailable(NAME, "no CUDA device")),
-        count => Ok(Loaded { eager_load, elapsed_time, lists_kernels, count }),
+        count => Ok(Loaded { has: optional, count }),
     }
 }
 
@@ -276,14 +278,15 @@ pub fn list() -> Vec<DeviceInfo> {
 impl Cuda {
     /// Opens device `ordinal`, or says why it cannot.
     pub fn open(ordinal: usize) -> Result<Cuda> {
-        let Loaded { eager_load, elapsed_time, lists_kernels, count } = loaded()?;
+        let Loaded { has, count } = loaded()?;
         let ordinal = match i32::try_from(ordinal) {
             Ok(ordinal) if ordinal < count => ordinal,
             _ => return Err(Error::unavailable(NAME, format!("no CUDA device {ordinal}: the machine has {count}"))),
         };
         // SAFETY: `loaded` succeeded and the ordinal is below its count.
         let (device, info, arch) = unsafe { describe(ordinal)? };
-        // SAFETY: every symbol used below was found by `loaded`; `device` is the driver's.
+        // SAFETY: every symbol used below was found by `loaded`; `device` is the
+        // driver's; the pool stream is queried once made, in the bound context.
         unsafe {
             let context = match result::primary_ctx::retain(device) {
                 // An earlier runtime's fault poisoned the process's context:
@@ -298,26 +301,19 @@ impl Cuda {
                 context: Handle(context),
                 pool_stream: Handle(null_mut()),
                 arch,
-                eager_load,
-                elapsed_time,
-                lists_kernels,
+                has,
                 info,
                 loss: Arc::default(),
             };
             // From here `driver`'s Drop releases what was made.
             driver.bind()?;
-            driver.start_pool_stream()?;
+            driver.pool_stream = driver.stream_create()?;
+            // Is the context healthy? A poisoned one reports its fault on every
+            // call, so a query of the empty pool stream reports it (a lost
+            // device) without waiting for anything.
+            check("cuStreamQuery", sys::cuStreamQuery(driver.pool_stream.0))?;
             Ok(driver)
         }
-    }
-
-    /// Creates the pool stream, and asks it whether the context is healthy:
-    /// a poisoned context reports its fault on every call, so a query of an
-    /// empty stream reports it (a lost device) without waiting for anything.
-    fn start_pool_stream(&mut self) -> Result<()> {
-        self.pool_stream = self.stream_create()?;
-        // SAFETY: the stream was just made in the bound context.
-        check("cuStreamQuery", unsafe { sys::cuStreamQuery(self.pool_stream.0) })
     }
 }
 
@@ -404,7 +400,7 @@ impl Driver for Cuda {
     }
 
     fn can_time(&self) -> Result<()> {
-        match self.elapsed_time {
+        match self.has.elapsed_time {
             true => Ok(()),
             false => Err(Error::unsupported(NAME, format!("timestamps need {ELAPSED_TIME} (a CUDA 12.8 driver)"))),
         }
@@ -524,7 +520,7 @@ impl Driver for Cuda {
     }
 
     unsafe fn kernel_symbols(&self, module: Self::Module) -> Result<Option<Vec<String>>> {
-        if !self.lists_kernels {
+        if !self.has.lists_kernels {
             return Ok(None);
         }
         let mut count = 0;
@@ -559,15 +555,15 @@ impl Driver for Cuda {
         // With lazy loading (the default since CUDA 12.2) the function would load
         // at its first launch, which can synchronise the context: in `enqueue`,
         // behind work in flight. Load it now, in `prepare` (or at open).
-        if self.eager_load {
+        if self.has.eager_load {
             // SAFETY: a function of a loaded module; `cuFuncLoad` was found at open.
             check("cuFuncLoad", unsafe { sys::cuFuncLoad(function) })?;
         }
         Ok(Some(Handle(function)))
     }
 
-    unsafe fn param_sizes(&self, function: Self::Function) -> Result<Option<Vec<usize>>> {
-        if !self.eager_load {
+    unsafe fn param_sizes(&self, function: Self::Function, _image: &[u8], _entry: &str) -> Result<Option<Vec<usize>>> {
+        if !self.has.eager_load {
             return Ok(None);
         }
         let mut sizes = Vec::new();

@@ -300,12 +300,12 @@ impl Driver for Hip {
         }
     }
 
-    fn image_param_sizes(&self, image: &[u8], entry: &str) -> Option<Vec<usize>> {
+    unsafe fn param_sizes(&self, _function: Self::Function, image: &[u8], entry: &str) -> Result<Option<Vec<usize>>> {
         // HIP cannot ask a loaded function for its parameters, but hiprtc's
         // code object declares them. An image this reader cannot follow (a
         // later code object format) loses only the check, as on a CUDA driver
         // without `cuFuncGetParamInfo`.
-        metadata::param_sizes(image, entry)
+        Ok(metadata::param_sizes(image, entry))
     }
 
     unsafe fn launch(&self, Launch { function, grid, stream, params }: Launch<'_, Self>) -> Result<()> {

@@ -28,13 +28,6 @@ pub struct ArgInfo {
     pub value_kind: String,
 }
 
-impl ArgInfo {
-    /// True for the arguments the runtime appends, which the caller never passes.
-    pub fn is_hidden(&self) -> bool {
-        self.value_kind.starts_with("hidden_")
-    }
-}
-
 /// One kernel of a code object.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct KernelInfo {
@@ -56,9 +49,10 @@ impl KernelInfo {
         self.name == entry || self.symbol.as_deref().and_then(|symbol| symbol.strip_suffix(".kd")) == Some(entry)
     }
 
-    /// The byte size of each parameter the caller passes, in order.
+    /// The byte size of each parameter the caller passes, in order: the
+    /// `hidden_*` arguments are the runtime's, appended after them.
     pub fn param_sizes(&self) -> Vec<usize> {
-        self.args.iter().filter(|arg| !arg.is_hidden()).map(|arg| arg.size).collect()
+        self.args.iter().filter(|arg| !arg.value_kind.starts_with("hidden_")).map(|arg| arg.size).collect()
     }
 }
 
@@ -135,20 +129,15 @@ fn bundled(image: &[u8]) -> Option<&[u8]> {
 /// in an image without section headers, the note segments.
 fn metadata_note(elf: &[u8]) -> Option<&[u8]> {
     let header = FileHeader64::<LittleEndian>::parse(elf).ok()?;
-    let is_metadata = |note: &object::read::elf::Note<'_, FileHeader64<LittleEndian>>| {
-        note.n_type(LittleEndian) == NOTE_AMDGPU_METADATA && note.name() == b"AMDGPU"
-    };
-    let in_sections = header.sections(LittleEndian, elf).ok().and_then(|sections| {
-        sections.iter().find_map(|section| {
-            let mut notes = section.notes(LittleEndian, elf).ok()??;
-            std::iter::from_fn(|| notes.next().ok().flatten()).find(is_metadata)
-        })
-    });
-    let note = in_sections.or_else(|| {
-        header.program_headers(LittleEndian, elf).ok()?.iter().find_map(|segment| {
-            let mut notes = segment.notes(LittleEndian, elf).ok()??;
-            std::iter::from_fn(|| notes.next().ok().flatten()).find(is_metadata)
-        })
+    let sections = header.sections(LittleEndian, elf).ok();
+    let sections = sections.iter().flat_map(|sections| sections.iter()).map(|section| section.notes(LittleEndian, elf));
+    let segments = header.program_headers(LittleEndian, elf).ok().into_iter().flatten();
+    let segments = segments.map(|segment| segment.notes(LittleEndian, elf));
+    // The sections' notes first: the segments' are read only where no section has the note.
+    let note = sections.chain(segments).find_map(|notes| {
+        let mut notes = notes.ok()??;
+        std::iter::from_fn(|| notes.next().ok().flatten())
+            .find(|note| note.n_type(LittleEndian) == NOTE_AMDGPU_METADATA && note.name() == b"AMDGPU")
     })?;
     Some(note.desc())
 }
@@ -201,7 +190,11 @@ extern "C" __global__ void nothing() {}
             "gfx90a",
         );
         let say = kernels(&image).and_then(|kernels| kernels.into_iter().find(|kernel| kernel.is("say"))).unwrap();
-        assert!(say.args.len() > 2 && say.args[2..].iter().all(ArgInfo::is_hidden), "{:?}", say.args);
+        assert!(
+            say.args.len() > 2 && say.args[2..].iter().all(|arg| arg.value_kind.starts_with("hidden_")),
+            "{:?}",
+            say.args
+        );
         assert_eq!(say.param_sizes(), [8, 4]);
     }
 
