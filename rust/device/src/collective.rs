@@ -7,7 +7,7 @@ use crate::launch::Access;
 /// element. Integers wrap on overflow; `Max`/`Min` of `f32` follow
 /// `f32::max`/`f32::min` on the CPU (a NaN loses to a number) and NCCL on
 /// CUDA.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ReduceOp {
     Sum,
     Max,
@@ -16,7 +16,7 @@ pub enum ReduceOp {
 
 /// What a collective does, as the backend gets it (checked by the scheduler:
 /// one part per member, sizes that fit, one element type).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum CollectiveKind {
     /// Every member's buffer becomes the reduction of all of them (in place).
     AllReduce(ReduceOp),
@@ -29,7 +29,7 @@ pub enum CollectiveKind {
 }
 
 /// One collective over a group: what it does, over elements of which type.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Collective {
     pub kind: CollectiveKind,
     pub element: ElementType,

@@ -3,7 +3,7 @@
 /// The element type of a buffer. Sizes, offsets and counts of a buffer are
 /// in its elements; a [`ElementType::Bytes`] buffer counts single bytes and
 /// takes any data, the one way to reinterpret memory on purpose.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
 pub enum ElementType {
     /// Raw bytes, with no claim about what they hold.
     Bytes,

@@ -5,9 +5,8 @@
 //! with the race detector (reads of what it only reads, writes of what it
 //! writes) or with its failure. The last to arrive computes every member's
 //! result over all of their memory, then releases the others (whose
-//! streams parked, holding no worker) with the outcome: a failed part fails them all. Nothing waits for a part that was
-//! never queued: a rendezvous whose parts could not all be queued is
-//! abandoned, releasing those that were.
+//! streams parked, holding no worker) with the outcome: a failed part fails
+//! them all.
 //!
 //! The scheduler admits the parts of every collective of a group together,
 //! under all members' locks, so every stream meets the collectives it takes
@@ -55,8 +54,7 @@ impl Arrival {
 struct Meeting {
     arrivals: Vec<Option<Result<Arrival, String>>>,
     arrived: usize,
-    /// The outcome every part returns, once the last arrived (or the
-    /// rendezvous was abandoned).
+    /// The outcome every part returns, once the last arrived.
     outcome: Option<Result<(), String>>,
     /// The streams of parts that arrived, parked until the outcome.
     parked: Vec<Waker>,
@@ -74,26 +72,12 @@ impl Rendezvous {
         Arc::new(Rendezvous { collective, meeting: Mutex::new(meeting) })
     }
 
-    /// Releases every part that arrived or will, with `reason`: some part
-    /// was never queued, so the others must not wait for it.
-    pub fn abandon(&self, reason: String) {
-        let mut meeting = lock(&self.meeting);
-        meeting.outcome.get_or_insert(Err(reason));
-        meeting.arrivals.iter_mut().for_each(|arrival| *arrival = None);
-        let parked = std::mem::take(&mut meeting.parked);
-        drop(meeting);
-        parked.into_iter().for_each(Waker::wake);
-    }
-
     /// Member `rank`'s part, on its stream: registers its memory (`read`
     /// only read, `write` written), or brings `failure`; the last to arrive
     /// computes. Never waits: see [`Rendezvous::poll_outcome`].
     pub fn arrive(&self, rank: usize, failure: Option<String>, read: Option<CpuMemory>, write: Option<CpuMemory>) {
         let arrival = Arrival::register(failure, read.as_ref(), write.as_ref());
         let mut meeting = lock(&self.meeting);
-        if meeting.outcome.is_some() {
-            return;
-        }
         meeting.arrivals[rank] = Some(arrival);
         meeting.arrived += 1;
         if meeting.arrived == meeting.arrivals.len() {
@@ -107,9 +91,8 @@ impl Rendezvous {
         }
     }
 
-    /// The collective's outcome once every part arrived (or the rendezvous
-    /// was abandoned); until then the part's stream parks, and `waker` is
-    /// woken when the outcome is known.
+    /// The collective's outcome once every part arrived; until then the
+    /// part's stream parks, and `waker` is woken when the outcome is known.
     pub fn poll_outcome(&self, waker: &Waker) -> Poll<Result<(), String>> {
         let mut meeting = lock(&self.meeting);
         match &meeting.outcome {
@@ -121,33 +104,25 @@ impl Rendezvous {
         }
     }
 
-    /// Every part's result, once all arrived: the first failed part's
-    /// failure fails every part.
+    /// Every part's result over the members' memory as bytes (what each
+    /// reads, and what each writes), once all arrived: the first failed
+    /// part's failure fails every part.
     fn compute(&self, arrivals: &mut [Option<Result<Arrival, String>>]) -> Result<(), String> {
-        let mut parts = Vec::with_capacity(arrivals.len());
+        let name = self.collective.name();
+        let mut reads = Vec::with_capacity(arrivals.len());
+        let mut writes = Vec::with_capacity(arrivals.len());
         for (rank, arrival) in arrivals.iter_mut().enumerate() {
             match arrival {
-                Some(Ok(arrival)) => parts.push(arrival),
-                Some(Err(failure)) => {
-                    return Err(format!("{} failed on member {rank}: {failure}", self.collective.name()))
+                Some(Ok(Arrival { read, write })) => {
+                    reads.push(read.as_ref().map(AccessGuard::bytes));
+                    writes.push(write.as_mut().map(AccessGuard::bytes_mut).transpose()?);
                 }
-                None => return Err(format!("member {rank} of a {} never arrived", self.collective.name())),
+                Some(Err(failure)) => return Err(format!("{name} failed on member {rank}: {failure}")),
+                None => return Err(format!("member {rank} of a {name} never arrived")),
             }
         }
-        run(self.collective, &mut parts)
+        run_collective(self.collective, &reads, &mut writes)
     }
-}
-
-/// The members' memory, as bytes: what each reads, and what each writes.
-fn run(collective: Collective, parts: &mut [&mut Arrival]) -> Result<(), String> {
-    let mut reads: Vec<Option<&[u8]>> = Vec::with_capacity(parts.len());
-    let mut writes: Vec<Option<&mut [u8]>> = Vec::with_capacity(parts.len());
-    for part in parts.iter_mut() {
-        let Arrival { read, write } = &mut **part;
-        reads.push(read.as_ref().map(AccessGuard::bytes));
-        writes.push(write.as_mut().and_then(AccessGuard::bytes_mut));
-    }
-    run_collective(collective, &reads, &mut writes)
 }
 
 /// `collective` over every rank's bytes, in rank order: what each only
@@ -225,12 +200,13 @@ fn reduce(element: ElementType, op: ReduceOp, sources: &[&[u8]]) -> Result<Vec<u
 }
 
 fn reduce_as<T: Pod>(sources: &[&[u8]], combine: impl Fn(T, T) -> T) -> Result<Vec<u8>, String> {
-    let view = |bytes: &[u8]| bytemuck::try_cast_slice::<u8, T>(bytes).map(<[T]>::to_vec);
+    let cast = |bytes| {
+        bytemuck::try_cast_slice::<u8, T>(bytes).map_err(|e| format!("{} view: {e}", std::any::type_name::<T>()))
+    };
     let (first, rest) = sources.split_first().ok_or_else(|| "a reduction over no member".to_owned())?;
-    let mut reduced = view(first).map_err(|e| format!("{} view: {e}", std::any::type_name::<T>()))?;
+    let mut reduced = cast(first)?.to_vec();
     for source in rest {
-        let source: &[T] =
-            bytemuck::try_cast_slice(source).map_err(|e| format!("{} view: {e}", std::any::type_name::<T>()))?;
+        let source = cast(source)?;
         if source.len() != reduced.len() {
             return Err("a reduction over buffers of different sizes".to_owned());
         }

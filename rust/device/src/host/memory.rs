@@ -65,14 +65,12 @@ static NEXT_ACCESS: AtomicU64 = AtomicU64::new(1);
 /// Proof that a byte range is registered with the race detector; unregisters on drop.
 pub(crate) struct AccessGuard {
     memory: CpuMemory,
-    id: u64,
-    range: Range<u64>,
-    write: bool,
+    access: ActiveAccess,
 }
 
 impl Drop for AccessGuard {
     fn drop(&mut self) {
-        lock(&self.memory.0.active).retain(|access| access.id != self.id);
+        lock(&self.memory.0.active).retain(|access| access.id != self.access.id);
     }
 }
 
@@ -81,26 +79,27 @@ impl AccessGuard {
     pub fn bytes(&self) -> &[u8] {
         // SAFETY: the guard registered this range; any overlapping access registered
         // meanwhile is a read (checked in `begin`), so shared bytes are not written.
-        unsafe { std::slice::from_raw_parts(self.memory.base().add(self.range.start as usize), self.len()) }
+        unsafe { std::slice::from_raw_parts(self.memory.base().add(self.access.range.start as usize), self.len()) }
     }
 
     /// True for a write guard.
     pub(crate) fn is_write(&self) -> bool {
-        self.write
+        self.access.write
     }
 
-    /// The guarded bytes, writable; `None` for a read guard.
-    pub fn bytes_mut(&mut self) -> Option<&mut [u8]> {
-        if !self.write {
-            return None;
+    /// The guarded bytes, writable; an error for a read guard.
+    pub fn bytes_mut(&mut self) -> Result<&mut [u8], String> {
+        if !self.access.write {
+            return Err("write through a read guard".to_owned());
         }
+        let start = self.access.range.start as usize;
         // SAFETY: a write guard is granted only when no other access overlaps the
         // range, and none is granted while it lives; callers take one slice per guard.
-        Some(unsafe { std::slice::from_raw_parts_mut(self.memory.base().add(self.range.start as usize), self.len()) })
+        Ok(unsafe { std::slice::from_raw_parts_mut(self.memory.base().add(start), self.len()) })
     }
 
     fn len(&self) -> usize {
-        (self.range.end - self.range.start) as usize
+        (self.access.range.end - self.access.range.start) as usize
     }
 }
 
@@ -148,9 +147,9 @@ impl CpuMemory {
                 other.range
             ));
         }
-        let id = NEXT_ACCESS.fetch_add(1, Ordering::Relaxed);
-        active.push(ActiveAccess { id, range: range.clone(), write });
-        Ok(AccessGuard { memory: memory.clone(), id, range, write })
+        let access = ActiveAccess { id: NEXT_ACCESS.fetch_add(1, Ordering::Relaxed), range, write };
+        active.push(access.clone());
+        Ok(AccessGuard { memory: memory.clone(), access })
     }
 }
 

@@ -10,6 +10,6 @@ mod memory;
 mod ops;
 pub mod wire;
 
-pub use about::{memory_bytes, name};
+pub use about::about;
 pub use memory::CpuMemory;
 pub use ops::{run, with_kernel_args};

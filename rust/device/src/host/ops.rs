@@ -19,10 +19,6 @@ fn write(span: &Span<CpuMemory>) -> Result<AccessGuard, String> {
     CpuMemory::begin(span, true)
 }
 
-fn writable(guard: &mut AccessGuard) -> Result<&mut [u8], String> {
-    guard.bytes_mut().ok_or_else(|| "write through a read guard".to_owned())
-}
-
 fn f32s(bytes: &[u8]) -> Result<&[f32], String> {
     bytemuck::try_cast_slice(bytes).map_err(|e| format!("f32 view: {e}"))
 }
@@ -36,23 +32,23 @@ fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], String> {
 pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver: impl FnOnce(S, Vec<u8>)) -> Run {
     match command {
         Command::Zero { dst } => {
-            writable(&mut write(&dst)?)?.fill(0);
+            write(&dst)?.bytes_mut()?.fill(0);
         }
         Command::Fill { dst, word } => {
             let (mut guard, pattern) = (write(&dst)?, word.to_ne_bytes());
             // Whole words as fixed-size copies (no copy call per word), then
             // the bytes of a last partial word.
-            let mut words = writable(&mut guard)?.chunks_exact_mut(4);
+            let mut words = guard.bytes_mut()?.chunks_exact_mut(4);
             words.by_ref().for_each(|chunk| chunk.copy_from_slice(&pattern));
             let tail = words.into_remainder();
             tail.copy_from_slice(&pattern[..tail.len()]);
         }
         Command::Copy { src, dst } => {
             let (from, mut to) = (read(&src)?, write(&dst)?);
-            writable(&mut to)?.copy_from_slice(from.bytes());
+            to.bytes_mut()?.copy_from_slice(from.bytes());
         }
         Command::Upload { dst, data } => {
-            writable(&mut write(&dst)?)?.copy_from_slice(&data);
+            write(&dst)?.bytes_mut()?.copy_from_slice(&data);
             counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
         }
         Command::Download { src, sink } => {
@@ -64,7 +60,7 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         }
         Command::Binary { op, a, b, out } => {
             let (a, b, mut out) = (read(&a)?, read(&b)?, write(&out)?);
-            let (a, b, out) = (f32s(a.bytes())?, f32s(b.bytes())?, f32s_mut(writable(&mut out)?)?);
+            let (a, b, out) = (f32s(a.bytes())?, f32s(b.bytes())?, f32s_mut(out.bytes_mut()?)?);
             for ((o, x), y) in out.iter_mut().zip(a).zip(b) {
                 *o = match op {
                     BinaryOp::Add => x + y,
@@ -74,20 +70,20 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         }
         Command::Scale { x, out, alpha } => {
             let (x, mut out) = (read(&x)?, write(&out)?);
-            for (o, v) in f32s_mut(writable(&mut out)?)?.iter_mut().zip(f32s(x.bytes())?) {
+            for (o, v) in f32s_mut(out.bytes_mut()?)?.iter_mut().zip(f32s(x.bytes())?) {
                 *o = alpha * v;
             }
         }
         Command::Axpy { x, y, alpha } => {
             let (x, mut y) = (read(&x)?, write(&y)?);
-            for (o, v) in f32s_mut(writable(&mut y)?)?.iter_mut().zip(f32s(x.bytes())?) {
+            for (o, v) in f32s_mut(y.bytes_mut()?)?.iter_mut().zip(f32s(x.bytes())?) {
                 *o += alpha * v;
             }
         }
         Command::Iota { out, start } => {
             let mut guard = write(&out)?;
             let words: &mut [u32] =
-                bytemuck::try_cast_slice_mut(writable(&mut guard)?).map_err(|e| format!("u32 view: {e}"))?;
+                bytemuck::try_cast_slice_mut(guard.bytes_mut()?).map_err(|e| format!("u32 view: {e}"))?;
             for (i, w) in words.iter_mut().enumerate() {
                 *w = start.wrapping_add(i as u32);
             }
@@ -128,7 +124,7 @@ pub fn with_kernel_args(
     let mut views = CallArgs::with_capacity(guards.len());
     for guard in &mut guards {
         let write = guard.is_write();
-        views.push(if write { CpuView::Write(writable(guard)?) } else { CpuView::Read(guard.bytes()) });
+        views.push(if write { CpuView::Write(guard.bytes_mut()?) } else { CpuView::Read(guard.bytes()) });
     }
     let mut args = CpuKernelArgs::new(grid, views, scalars.into_iter().collect());
     body(&mut args)

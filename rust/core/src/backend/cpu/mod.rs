@@ -106,11 +106,12 @@ impl CpuBackend {
 
     /// The host as device `index`: what the listing shows and `info` reports.
     pub fn describe(index: usize) -> DeviceInfo {
+        let (name, memory_bytes) = host::about();
         DeviceInfo {
             backend: BackendKind::Cpu,
             index,
-            name: host::name(),
-            memory_bytes: host::memory_bytes(),
+            name,
+            memory_bytes,
             max_buffer_bytes: u64::from(u32::MAX) * 4,
             software: true,
             limits: LaunchLimits::HOST,

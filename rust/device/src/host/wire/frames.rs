@@ -9,45 +9,14 @@ use std::io::{Read, Write};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
-use crate::collective::{Collective, CollectiveKind, ReduceOp};
-use crate::element::ElementType;
-
-/// What a collective is, as the ranks compare it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct Called {
-    kind: u8,
-    op: u8,
-    element: u8,
-    root: u32,
-}
-
-pub(crate) fn describe(collective: &Collective) -> Called {
-    let (kind, op, root) = match collective.kind {
-        CollectiveKind::AllReduce(op) => (0, Some(op), 0),
-        CollectiveKind::Broadcast { root } => (1, None, root as u32),
-        CollectiveKind::AllGather => (2, None, 0),
-        CollectiveKind::ReduceScatter(op) => (3, Some(op), 0),
-    };
-    let op = match op {
-        None => 0,
-        Some(ReduceOp::Sum) => 1,
-        Some(ReduceOp::Max) => 2,
-        Some(ReduceOp::Min) => 3,
-    };
-    let element = match collective.element {
-        ElementType::Bytes => 0,
-        ElementType::F32 => 1,
-        ElementType::I32 => 2,
-        ElementType::U32 => 3,
-    };
-    Called { kind, op, element, root }
-}
+use crate::collective::Collective;
 
 /// One rank's contribution to a collective, as it travels.
 #[derive(Debug, Serialize, Deserialize)]
 pub(crate) struct Contribution {
     pub(crate) sequence: u64,
-    pub(crate) collective: Called,
+    /// What the rank called, which every rank's must equal.
+    pub(crate) collective: Collective,
     pub(crate) failure: Option<String>,
     /// What the part only reads (a send, the broadcast root's buffer).
     #[serde(with = "serde_bytes")]
@@ -89,12 +58,14 @@ pub(crate) fn receive<T: DeserializeOwned>(input: &mut impl Read) -> std::io::Re
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::collective::CollectiveKind;
+    use crate::element::ElementType;
 
     #[test]
     fn a_contribution_and_an_outcome_arrive_as_sent_one_after_another() {
         let sent = Contribution {
             sequence: 7,
-            collective: Called { kind: 1, op: 0, element: 2, root: 3 },
+            collective: Collective { kind: CollectiveKind::Broadcast { root: 3 }, element: ElementType::I32 },
             failure: None,
             read: Some(vec![1, 2, 3]),
             write_len: Some(12),

@@ -7,6 +7,9 @@ use std::net::{Ipv4Addr, SocketAddrV4, TcpListener, TcpStream};
 use std::sync::{Arc, Condvar, Mutex, Weak};
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
+
+use super::frames::{receive, send};
 use super::{Links, Turns, Wire};
 use crate::collective::GROUP_ID_BYTES;
 use crate::error::{Error, Result};
@@ -22,8 +25,8 @@ const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
 /// The most ranks a CPU group has. Every rank but 0 holds a connection from
 /// this host's loopback address to rank 0's one port, and each needs a
 /// client port of its own: a 16-bit number, so no host fits more. Rank 0
-/// holds a slot per rank while they join: this bound keeps that allocation,
-/// and the ranks' hello (a 32-bit count), honest.
+/// holds a slot per rank while they join: this bound keeps that allocation
+/// honest.
 const MAX_RANKS: usize = 1 << 16;
 
 /// What rank 0's process holds between making an id and joining with it.
@@ -47,11 +50,8 @@ fn nonce() -> Result<[u8; NONCE_BYTES]> {
 /// A new id: a listener on a free loopback port, kept for rank 0's join.
 pub fn new_id() -> Result<([u8; GROUP_ID_BYTES], Arc<Listening>)> {
     let listener = TcpListener::bind(SocketAddrV4::new(Ipv4Addr::LOCALHOST, 0))
-        .map_err(|error| Error::backend(BackendKind::Cpu, format!("a group id's loopback listener: {error}")))?;
-    let port = listener
-        .local_addr()
-        .map_err(|error| Error::backend(BackendKind::Cpu, format!("a group id's listener address: {error}")))?
-        .port();
+        .map_err(|error| io_error("a group id's loopback listener", error))?;
+    let port = listener.local_addr().map_err(|error| io_error("a group id's listener address", error))?.port();
     let listening = Arc::new(Listening { nonce: nonce()?, listener: Mutex::new(Some(listener)) });
     let mut id = [0; GROUP_ID_BYTES];
     id[..8].copy_from_slice(MAGIC);
@@ -89,20 +89,19 @@ pub fn join(id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<Wire
     let links = if rank == 0 { accept_all(nonce, ranks)? } else { connect(port, nonce, ranks, rank)? };
     Ok(Wire {
         rank,
-        ranks,
         links: Mutex::new(links),
-        turns: Mutex::new(Turns { admitted: 0, next: 0, abandoned: false }),
+        turns: Mutex::new(Turns { admitted: 0, next: 0 }),
         turned: Condvar::new(),
     })
 }
 
-fn hello(nonce: &[u8; NONCE_BYTES], ranks: usize, rank: usize) -> Vec<u8> {
-    let mut bytes = Vec::with_capacity(8 + NONCE_BYTES + 8);
-    bytes.extend_from_slice(MAGIC);
-    bytes.extend_from_slice(nonce);
-    bytes.extend_from_slice(&(ranks as u32).to_le_bytes());
-    bytes.extend_from_slice(&(rank as u32).to_le_bytes());
-    bytes
+/// What a connecting rank says first: the id's nonce, proving it holds
+/// the id, and who it is.
+#[derive(Serialize, Deserialize)]
+struct Hello {
+    nonce: [u8; NONCE_BYTES],
+    ranks: usize,
+    rank: usize,
 }
 
 /// Rank 0: takes the id's listener and accepts every other rank.
@@ -170,13 +169,9 @@ fn greet(
     // A caller that says nothing is turned away soon, not at the deadline.
     let patience = deadline.saturating_duration_since(Instant::now()).min(HELLO_TIMEOUT);
     stream.set_read_timeout(Some(patience.max(Duration::from_millis(1))))?;
-    let mut bytes = [0; 8 + NONCE_BYTES + 8];
-    (&*stream).read_exact(&mut bytes)?;
+    let hello: Hello = receive(&mut &*stream)?;
     stream.set_read_timeout(None)?;
-    let word = |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]) as usize;
-    let (their_ranks, rank) = (word(8 + NONCE_BYTES), word(12 + NONCE_BYTES));
-    let ours = &bytes[..8] == MAGIC && bytes[8..8 + NONCE_BYTES] == nonce[..];
-    Ok((ours && their_ranks == ranks && (1..ranks).contains(&rank)).then_some(rank))
+    Ok((hello.nonce == *nonce && hello.ranks == ranks && (1..ranks).contains(&hello.rank)).then_some(hello.rank))
 }
 
 /// Any rank but 0: connects to rank 0, retrying until it listens, and
@@ -195,7 +190,7 @@ fn connect(port: u16, nonce: [u8; NONCE_BYTES], ranks: usize, rank: usize) -> Re
     };
     let setup = |stream: &mut TcpStream| -> std::io::Result<u8> {
         stream.set_nodelay(true)?;
-        stream.write_all(&hello(&nonce, ranks, rank))?;
+        send(stream, &Hello { nonce, ranks, rank })?;
         stream
             .set_read_timeout(Some(deadline.saturating_duration_since(Instant::now()).max(Duration::from_millis(1))))?;
         let mut answer = [1];

@@ -33,7 +33,7 @@ use super::collective::Arrival;
 use crate::collective::{Collective, CollectiveKind};
 use crate::host::CpuMemory;
 use crate::lock::lock;
-use frames::{describe, receive, send, Contribution, Outcome, Share};
+use frames::{receive, send, Contribution, Outcome, Share};
 use hub::gather;
 pub use join::{join, new_id, Listening};
 
@@ -51,14 +51,11 @@ enum Links {
 struct Turns {
     admitted: u64,
     next: u64,
-    /// A part could not be queued: no turn waits for the ones before it.
-    abandoned: bool,
 }
 
 /// One rank's membership of a group that spans processes.
 pub struct Wire {
     pub rank: usize,
-    pub ranks: usize,
     links: Mutex<Links>,
     turns: Mutex<Turns>,
     turned: Condvar,
@@ -66,7 +63,7 @@ pub struct Wire {
 
 impl std::fmt::Debug for Wire {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Wire").field("rank", &self.rank).field("ranks", &self.ranks).finish()
+        f.debug_struct("Wire").field("rank", &self.rank).finish_non_exhaustive()
     }
 }
 
@@ -77,14 +74,6 @@ impl Wire {
         let mut turns = lock(&self.turns);
         turns.admitted += 1;
         turns.admitted - 1
-    }
-
-    /// A part admitted on the wire could not be queued: breaks the group, and
-    /// lets every later part run (to fail) without waiting for that turn.
-    pub fn abandon(&self, reason: String) {
-        self.break_with(reason);
-        lock(&self.turns).abandoned = true;
-        self.turned.notify_all();
     }
 
     /// Breaks the group: every later collective fails with `reason`, and the
@@ -111,7 +100,7 @@ impl Wire {
         write: Option<CpuMemory>,
     ) -> std::result::Result<(), String> {
         let mut turns = lock(&self.turns);
-        while turns.next != turn && !turns.abandoned {
+        while turns.next != turn {
             turns = self.turned.wait(turns).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         drop(turns);
@@ -139,7 +128,7 @@ impl Wire {
         };
         let mine = Contribution {
             sequence: turn,
-            collective: describe(collective),
+            collective: *collective,
             failure,
             read: read_guard.as_ref().map(|guard| guard.bytes().to_vec()),
             write_len,
@@ -163,7 +152,7 @@ impl Wire {
         let share = share?;
         read_guard.take();
         if let (Some(share), Some(guard)) = (share, write_guard.as_mut()) {
-            let target = guard.bytes_mut().ok_or_else(|| "a collective's write guard is read-only".to_owned())?;
+            let target = guard.bytes_mut()?;
             if target.len() != share.len() {
                 return Err(format!(
                     "{} brought {} B for a {}-byte buffer",
