@@ -8,15 +8,16 @@
 
 mod worker;
 
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use crate::backend::lane::LaneEvent;
 pub use weir_device::host::CpuMemory;
 use weir_device::host::{self, collective, wire};
+pub(crate) use wire::new_id as new_group_id;
 pub use worker::CpuStream;
 use worker::{HostJobs, Job};
 
+use crate::backend::pool::Pool;
 #[cfg(feature = "test-support")]
 use crate::backend::{lane::Step, timer::Hold, Gate};
 use crate::backend::{
@@ -40,26 +41,15 @@ pub struct CpuBackend {
 /// parts meet in memory), the wire to the other ranks for a joined one.
 pub struct CpuCommunicator(Option<Arc<wire::Wire>>);
 
-/// A new id for a CPU group whose ranks live in several processes of this host.
-pub(crate) fn new_group_id() -> Result<([u8; GROUP_ID_BYTES], Arc<dyn std::any::Any + Send + Sync>)> {
-    let (id, listening) = wire::new_id()?;
-    Ok((id, listening))
-}
-
 /// "Stream S has finished n jobs".
 pub struct CpuEvent(LaneEvent<HostJobs>);
 
 /// The worker's monotonic clock when the stream got to the timestamp.
-/// Counted among the live events: it is the CPU's timing event.
 pub struct CpuTimestamp {
     taken: Arc<std::sync::OnceLock<std::time::Instant>>,
-    counters: Arc<Counters>,
-}
-
-impl Drop for CpuTimestamp {
-    fn drop(&mut self) {
-        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
-    }
+    /// Counted among the live events as this lane event: it is the CPU's
+    /// timing event.
+    _live: LaneEvent<HostJobs>,
 }
 
 impl DeviceTimestamp for CpuTimestamp {
@@ -117,43 +107,6 @@ impl CpuBackend {
             limits: LaunchLimits::HOST,
         }
     }
-
-    fn owned(command: Command<&CpuMemory>) -> Command<CpuMemory> {
-        command.map(CpuMemory::clone)
-    }
-
-    /// Queues `command` on the stream's lane.
-    fn enqueue_owned(&self, stream: &CpuStream, command: Command<CpuMemory>, io: OpIo) {
-        let counters = self.counters.clone();
-        let command = match command {
-            Command::Download { src, sink } => {
-                // A read of a failed version fails with that failure, never
-                // with stale bytes; like any failed op, the stream's next
-                // fence counts it.
-                let (index, tally) = (stream.index(), stream.tally().clone());
-                return stream.push(Job::Complete(Box::new(move || {
-                    let outcome = match io.failed_input(index) {
-                        Some(error) => Err(error),
-                        None => host::run(Command::Download { src, sink: sink.clone() }, &counters, deliver)
-                            .map_err(|message| Error::OpFailed { stream: index, message }),
-                    };
-                    if let Err(error) = outcome {
-                        tally.record(&error);
-                        sink.fail(error);
-                    }
-                })));
-            }
-            // A gate the timer opens once the stream gets there: the stream
-            // parks meanwhile, and no pool worker sleeps. (A zero delay is
-            // the op that does nothing, run as work: what the benchmarks time.)
-            #[cfg(feature = "test-support")]
-            Command::Delay { duration } if !duration.is_zero() => {
-                return stream.push_step(Step::Hold(Hold::Delay(duration), io));
-            }
-            other => other,
-        };
-        stream.push(Job::Work(Box::new(move || host::run(command, &counters, deliver)), io));
-    }
 }
 
 /// Where the host device hands a download's bytes: to the reader's sink.
@@ -200,17 +153,48 @@ impl Backend for CpuBackend {
         (): (),
         io: OpIo,
     ) -> Result<(), EnqueueError> {
-        self.enqueue_owned(stream, Self::owned(command), io);
+        let counters = self.counters.clone();
+        let command = match command.map(CpuMemory::clone) {
+            Command::Download { src, sink } => {
+                // A read of a failed version fails with that failure, never
+                // with stale bytes; like any failed op, the stream's next
+                // fence counts it.
+                let (index, tally) = (stream.lane.runner.index, stream.lane.runner.tally.clone());
+                stream.lane.push([Job::Complete(Box::new(move || {
+                    let outcome = match io.failed_input(index) {
+                        Some(error) => Err(error),
+                        None => host::run(Command::Download { src, sink: sink.clone() }, &counters, deliver)
+                            .map_err(|message| Error::OpFailed { stream: index, message }),
+                    };
+                    if let Err(error) = outcome {
+                        tally.record(&error);
+                        sink.fail(error);
+                    }
+                }))]);
+                return Ok(());
+            }
+            // A gate the timer opens once the stream gets there: the stream
+            // parks meanwhile, and no pool worker sleeps. (A zero delay is
+            // the op that does nothing, run as work: what the benchmarks time.)
+            #[cfg(feature = "test-support")]
+            Command::Delay { duration } if !duration.is_zero() => {
+                stream.lane.push_steps([Step::Hold(Hold::Delay(duration), io)]);
+                return Ok(());
+            }
+            other => other,
+        };
+        stream.lane.push([Job::Work(Box::new(move || host::run(command, &counters, deliver)), io)]);
         Ok(())
     }
+
     fn record_event(&self, stream: &CpuStream) -> Result<CpuEvent> {
-        Ok(CpuEvent(LaneEvent::now(stream.lane(), &self.counters)))
+        Ok(CpuEvent(LaneEvent::now(&stream.lane, &self.counters)))
     }
 
     fn wait_event(&self, stream: &CpuStream, event: &CpuEvent) -> Result<()> {
         // Parks the stream until the other gets there, never blocking a worker.
-        if let Some(wait) = event.0.wait_step(stream.lane()) {
-            stream.push_step(wait);
+        if let Some(wait) = event.0.wait_step(&stream.lane) {
+            stream.lane.push_steps([wait]);
         }
         Ok(())
     }
@@ -219,38 +203,37 @@ impl Backend for CpuBackend {
         let taken = Arc::new(std::sync::OnceLock::new());
         let taking = taken.clone();
         // A completion job: it runs once every job before it has, and takes no failure.
-        stream.push(Job::Complete(Box::new(move || {
+        stream.lane.push([Job::Complete(Box::new(move || {
             let _ = taking.set(std::time::Instant::now());
             completion.complete(Ok(()));
-        })));
-        self.counters.live_events.fetch_add(1, Ordering::SeqCst);
-        Ok(CpuTimestamp { taken, counters: self.counters.clone() })
+        }))]);
+        Ok(CpuTimestamp { taken, _live: LaneEvent::now(&stream.lane, &self.counters) })
     }
 
     fn signal(&self, stream: &CpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {
         // An idle stream completes on the spot: no job, no wake-up.
         if stream.is_idle() {
-            completion.report(stream.tally().report(kind));
+            completion.report(stream.lane.runner.tally.report(kind));
             return Ok(());
         }
-        let tally = stream.tally().clone();
-        stream.push(Job::Complete(Box::new(move || completion.report(tally.report(kind)))));
+        let tally = stream.lane.runner.tally.clone();
+        stream.lane.push([Job::Complete(Box::new(move || completion.report(tally.report(kind))))]);
         Ok(())
     }
 
     fn begin_admissions(&self, stream: &CpuStream) {
         // Its jobs queue, counted, without waking a worker per op.
-        stream.lane().defer();
+        stream.lane.defer();
     }
 
     fn end_admissions(&self, stream: &CpuStream) -> Result<()> {
-        stream.lane().resume();
+        stream.lane.resume();
         Ok(())
     }
 
     fn is_settled(&self, stream: &CpuStream) -> bool {
         // A job records its failure before it counts as finished.
-        stream.is_idle() && stream.tally().is_clear()
+        stream.is_idle() && stream.lane.runner.tally.is_clear()
     }
 
     unsafe fn external(
@@ -266,24 +249,24 @@ impl Backend for CpuBackend {
             .iter()
             .map(|&(memory, access)| (Span { buffer: memory.clone(), offset: 0, len: memory.size() }, access))
             .collect();
-        stream.push(Job::Work(
+        stream.lane.push([Job::Work(
             Box::new(move || {
                 let whole = Grid::new([1, 1, 1], [1, 1, 1]);
                 raw.work.into_iter().try_for_each(|work| host::with_kernel_args(&spans, whole, [], work))
             }),
             // The worker skips (and fails) the host work if a version it reads failed.
             io,
-        ));
+        )]);
         Ok(())
     }
 
     fn is_current_thread(&self, stream: &CpuStream) -> bool {
-        stream.is_current_thread()
+        Pool::runs_here(&stream.lane)
     }
 
     #[cfg(feature = "test-support")]
     fn hold(&self, stream: &CpuStream, gate: Arc<Gate>) -> Result<()> {
-        stream.push_step(Step::Hold(Hold::Gate(gate), OpIo::default()));
+        stream.lane.push_steps([Step::Hold(Hold::Gate(gate), OpIo::default())]);
         Ok(())
     }
 
@@ -314,15 +297,11 @@ impl Backend for CpuBackend {
         }
         let rendezvous = collective::Rendezvous::new(*collective, parts.len());
         for (rank, part) in parts.into_iter().enumerate() {
-            let index = part.stream.index();
-            // The part checks its inputs itself: skipped by the worker, it
-            // would never arrive, and the others would wait for it forever.
-            let (read, write) = part_memory(collective, rank, &part);
-            let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
-            let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
+            let (lane, index) = (&part.stream.lane, part.stream.lane.runner.index);
+            let (read, write, inputs, io) = part_job(collective, rank, part);
             let meeting = rendezvous.clone();
             let mut memory = Some((read, write));
-            part.stream.push(Job::Meet(
+            lane.push([Job::Meet(
                 Box::new(move |waker| {
                     // The first poll arrives; later ones look for the outcome.
                     if let Some((read, write)) = memory.take() {
@@ -332,23 +311,29 @@ impl Backend for CpuBackend {
                     meeting.poll_outcome(waker)
                 }),
                 io,
-            ));
+            )]);
         }
         Ok(())
     }
 }
 
-/// What member `rank`'s part only reads, and what it writes.
-fn part_memory(
+/// Member `rank`'s part as its job takes it: what it only reads, what it
+/// writes, the io whose inputs it checks itself, and the io it runs with.
+/// The part checks its inputs itself so that it always meets the other
+/// parts, bringing its failure if it has one: skipped by the worker, it
+/// would never arrive, and the others would wait for it forever.
+fn part_job(
     collective: &Collective,
     rank: usize,
-    part: &CollectivePart<'_, CpuBackend>,
-) -> (Option<CpuMemory>, Option<CpuMemory>) {
-    match (collective.accesses(rank), part.receive) {
+    part: CollectivePart<'_, CpuBackend>,
+) -> (Option<CpuMemory>, Option<CpuMemory>, OpIo, OpIo) {
+    let (read, write) = match (collective.accesses(rank), part.receive) {
         ((_, Some(_)), Some(receive)) => (Some(part.send.clone()), Some(receive.clone())),
         ((access, _), _) if access.writes() => (None, Some(part.send.clone())),
         _ => (Some(part.send.clone()), None),
-    }
+    };
+    let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
+    (read, write, inputs, OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() })
 }
 
 /// A joined group's one part: a job on its stream that meets the other
@@ -360,14 +345,10 @@ fn enqueue_on_wire(
 ) -> Result<(), EnqueueError> {
     let [part] = <[_; 1]>::try_from(parts)
         .map_err(|_| EnqueueError::Rejected(Error::internal("a joined CPU group's collective with several parts")))?;
-    let index = part.stream.index();
-    let (read, write) = part_memory(collective, wire.rank, &part);
-    // As in one process: the part checks its inputs itself, so that it
-    // always meets the other ranks, bringing its failure if it has one.
-    let inputs = OpIo { inputs: part.io.inputs, ..Default::default() };
-    let io = OpIo { outcome: part.io.outcome, credit: part.io.credit, ..Default::default() };
+    let (lane, index) = (&part.stream.lane, part.stream.lane.runner.index);
+    let (read, write, inputs, io) = part_job(collective, wire.rank, part);
     let (turn, on_wire, collective) = (wire.admit(), wire.clone(), *collective);
-    part.stream.push(Job::Work(
+    lane.push([Job::Work(
         Box::new(move || {
             let failure = inputs.failed_input(index).map(|error| error.to_string());
             // The other ranks are other processes: it may block, so the
@@ -375,6 +356,6 @@ fn enqueue_on_wire(
             worker::blocking(|| on_wire.run(turn, &collective, failure, read, write))
         }),
         io,
-    ));
+    )]);
     Ok(())
 }

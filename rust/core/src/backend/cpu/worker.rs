@@ -25,7 +25,7 @@ use std::sync::{Arc, OnceLock};
 use std::task::{Poll, Waker};
 use std::time::Duration;
 
-use crate::backend::lane::{Lane, Progress, Ran, Runner, Step};
+use crate::backend::lane::{Lane, Ran, Runner};
 use crate::backend::pool::{Pool, Shape};
 use crate::backend::{Counters, FailureTally, OpIo};
 use crate::completion::spin::SpinPolicy;
@@ -49,8 +49,11 @@ pub(crate) enum Job {
 
 /// A CPU stream's part of its lane: its number and its failures.
 pub(crate) struct HostJobs {
-    index: u32,
-    tally: Arc<FailureTally>,
+    /// The stream's number, which its failures name.
+    pub(super) index: u32,
+    /// Failures not yet reported by a fence, counted before the failed job
+    /// counts as finished.
+    pub(super) tally: Arc<FailureTally>,
 }
 
 /// A CPU stream's lane, as the pool runs it.
@@ -120,7 +123,10 @@ fn pool() -> &'static Arc<Pool<HostJobs>> {
             idle: SpinPolicy::yielding(LINGER),
             on_start: || {
                 crate::threads::started(WORKER_NAME);
-                crate::completion::on_blocking_waits(blocking_edge);
+                // On a pool worker (a user kernel waiting on another stream's
+                // work), the pool counts the worker blocked while a Weir wait
+                // blocks, and may start a compensating one ([`Pool::blocking`]).
+                crate::completion::on_blocking_waits(|starts| pool().blocking(starts));
             },
             // Host work never runs on the admitting thread (under the
             // runtime's lock, a kernel calling Weir would wait for itself):
@@ -130,31 +136,26 @@ fn pool() -> &'static Arc<Pool<HostJobs>> {
     })
 }
 
-/// Runs `wait`, a Weir wait that may block: see [`blocking_edge`].
+/// Runs `wait`, a Weir wait that may block: on a pool worker, the pool may
+/// start a compensating worker meanwhile ([`Pool::blocking`]).
 pub(crate) fn blocking<T>(wait: impl FnOnce() -> T) -> T {
-    blocking_edge(true);
+    pool().blocking(true);
     let waited = wait();
-    blocking_edge(false);
+    pool().blocking(false);
     waited
-}
-
-/// Called as a Weir wait that may block starts (`true`) and ends
-/// (`false`). On a pool worker (a user kernel waiting on another stream's
-/// work), the pool counts the worker blocked and may start a compensating
-/// one ([`Pool::blocking`]).
-fn blocking_edge(starts: bool) {
-    pool().blocking(starts);
 }
 
 /// A CPU stream: a queue of jobs the pool runs in order.
 pub struct CpuStream {
-    lane: Arc<HostLane>,
+    /// Its lane: its jobs, its progress (what its events count), its number
+    /// and its failures.
+    pub(super) lane: Arc<HostLane>,
     counters: Arc<Counters>,
 }
 
 impl std::fmt::Debug for CpuStream {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "CpuStream({})", self.index())
+        write!(f, "CpuStream({})", self.lane.runner.index)
     }
 }
 
@@ -165,48 +166,12 @@ impl CpuStream {
         CpuStream { lane, counters: counters.clone() }
     }
 
-    /// The stream's number, which its failures name.
-    pub(crate) fn index(&self) -> u32 {
-        self.lane.runner.index
-    }
-
-    /// How far the stream has got: what its events count.
-    pub(crate) fn progress(&self) -> &Arc<Progress> {
-        &self.lane.progress
-    }
-
-    /// The stream's lane, whose points its events are.
-    pub(crate) fn lane(&self) -> &Arc<HostLane> {
-        &self.lane
-    }
-
-    /// Failures not yet reported by a fence, counted before the failed job
-    /// counts as finished.
-    pub(crate) fn tally(&self) -> &Arc<FailureTally> {
-        &self.lane.runner.tally
-    }
-
-    /// True while the current thread runs this stream's jobs.
-    pub(crate) fn is_current_thread(&self) -> bool {
-        Pool::runs_here(&self.lane)
-    }
-
     /// True if every job enqueued on the stream has finished. Exact only
     /// while nobody enqueues concurrently (the scheduler's lock). Once a
     /// completion has run, this sees its job finished, so a fence made after
     /// an earlier one resolved is complete at once.
     pub(crate) fn is_idle(&self) -> bool {
-        self.progress().finished() >= self.lane.pushed()
-    }
-
-    /// Queues `job`.
-    pub(crate) fn push(&self, job: Job) {
-        self.lane.push([job]);
-    }
-
-    /// Queues `step`, of any kind.
-    pub(crate) fn push_step(&self, step: Step<HostJobs>) {
-        self.lane.push_steps([step]);
+        self.lane.progress.finished() >= self.lane.pushed()
     }
 }
 
@@ -215,8 +180,8 @@ impl Drop for CpuStream {
         // The stream's queued jobs still run; as when each stream was a
         // thread joined here, the drop returns once they have (unless it
         // runs on the stream's own jobs, which would wait for itself).
-        if !self.is_current_thread() {
-            let (progress, pushed) = (self.progress(), self.lane.pushed());
+        if !Pool::runs_here(&self.lane) {
+            let (progress, pushed) = (&self.lane.progress, self.lane.pushed());
             blocking(|| progress.wait_for(pushed));
         }
         self.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
