@@ -54,7 +54,7 @@ pub(crate) fn gate_after(duration: Duration) -> Arc<Gate> {
     let gate = Arc::new(Gate::default());
     let due = Instant::now() + duration;
     let refused = match timer() {
-        Some(sender) => lock(sender).send((due, gate.clone())).is_err(),
+        Some(sender) => sender.send((due, gate.clone())).is_err(),
         None => true,
     };
     if refused {
@@ -93,8 +93,8 @@ type Timed = (Instant, Arc<Gate>);
 
 /// Where timed gates go: the timer thread's queue, started at the first
 /// delay; `None` if it could not start.
-fn timer() -> Option<&'static Mutex<Sender<Timed>>> {
-    static TIMER: OnceLock<Option<Mutex<Sender<Timed>>>> = OnceLock::new();
+fn timer() -> Option<&'static Sender<Timed>> {
+    static TIMER: OnceLock<Option<Sender<Timed>>> = OnceLock::new();
     TIMER
         .get_or_init(|| {
             let (sender, due) = channel::<Timed>();
@@ -125,7 +125,7 @@ fn timer() -> Option<&'static Mutex<Sender<Timed>>> {
                     }
                 })
                 .ok()
-                .map(|_| Mutex::new(sender))
+                .map(|_| sender)
         })
         .as_ref()
 }

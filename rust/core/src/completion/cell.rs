@@ -21,9 +21,8 @@ struct State<T> {
     wakers: Vec<Option<Waker>>,
     free_slots: Vec<usize>,
     actions: Vec<Action<T>>,
-    /// Threads blocked in [`Cell::wait`] or [`Cell::wait_at_most`]: only
-    /// they need the condvar (a notification is a system call even with
-    /// nobody to wake).
+    /// Threads blocked in [`Cell::wait`]: only they need the condvar (a
+    /// notification is a system call even with nobody to wake).
     blocked: usize,
 }
 
@@ -133,30 +132,21 @@ impl<T: Clone> Cell<T> {
         Some(lock(&self.state).outcome.clone())
     }
 
-    /// Blocks until complete; `blocking` is told before and after the thread blocks.
-    pub(crate) fn wait(&self, mut blocking: impl FnMut(bool)) -> T {
+    /// Blocks until complete, or until `most` has passed if given; the
+    /// outcome if complete. `blocking` is told before and after the thread
+    /// blocks.
+    pub(crate) fn wait(&self, most: Option<Duration>, mut blocking: impl FnMut(bool)) -> Option<T> {
         let mut state = lock(&self.state);
-        if state.parts_left > 0 {
+        if state.parts_left > 0 && most != Some(Duration::ZERO) {
             blocking(true);
             state.blocked += 1;
+            // An unbounded wait reads no clock.
+            let deadline = most.map(|most| Instant::now() + most);
             while state.parts_left > 0 {
-                state = self.finished.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            }
-            state.blocked -= 1;
-            blocking(false);
-        }
-        state.outcome.clone()
-    }
-
-    /// Blocks until complete or until `most` has passed; true if complete.
-    /// `blocking` as in [`Cell::wait`].
-    pub(crate) fn wait_at_most(&self, most: Duration, mut blocking: impl FnMut(bool)) -> bool {
-        let mut state = lock(&self.state);
-        if state.parts_left > 0 && !most.is_zero() {
-            blocking(true);
-            state.blocked += 1;
-            let deadline = Instant::now() + most;
-            while state.parts_left > 0 {
+                let Some(deadline) = deadline else {
+                    state = self.finished.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+                    continue;
+                };
                 let left = deadline.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
@@ -169,7 +159,7 @@ impl<T: Clone> Cell<T> {
             state.blocked -= 1;
             blocking(false);
         }
-        state.parts_left == 0
+        (state.parts_left == 0).then(|| state.outcome.clone())
     }
 
     /// Runs `action` once complete: returns it to the caller if the cell

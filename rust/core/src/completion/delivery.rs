@@ -23,7 +23,7 @@ use std::cell::Cell;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
-use std::sync::{Arc, Condvar, LazyLock, Mutex, OnceLock};
+use std::sync::{LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::spin::SpinPolicy;
@@ -117,7 +117,7 @@ struct Line {
     name: &'static str,
     /// Whether the thread spins for quick fences (see [`watch`]).
     spins: bool,
-    queue: OnceLock<Option<Mutex<Sender<Job>>>>,
+    queue: OnceLock<Option<Sender<Job>>>,
 }
 
 impl Line {
@@ -125,7 +125,7 @@ impl Line {
         Line { name, spins, queue: OnceLock::new() }
     }
 
-    fn sender(&self) -> Option<&Mutex<Sender<Job>>> {
+    fn sender(&self) -> Option<&Sender<Job>> {
         let (name, spins) = (self.name, self.spins);
         self.queue
             .get_or_init(|| {
@@ -141,7 +141,7 @@ impl Line {
                         }
                     })
                     .ok()
-                    .map(|_| Mutex::new(sender))
+                    .map(|_| sender)
             })
             .as_ref()
     }
@@ -151,7 +151,7 @@ impl Line {
     /// its guards before delivering).
     fn run(&self, job: Job) {
         let refused = match self.sender() {
-            Some(sender) => lock(sender).send(job).err().map(|returned| returned.0),
+            Some(sender) => sender.send(job).err().map(|returned| returned.0),
             None => Some(job),
         };
         if let Some(job) = refused {
@@ -164,16 +164,11 @@ impl Line {
         if self.queue.get().is_none() {
             return;
         }
-        let done = Arc::new((Mutex::new(false), Condvar::new()));
-        let signal = done.clone();
-        self.run(Box::new(move || {
-            *lock(&signal.0) = true;
-            signal.1.notify_all();
-        }));
-        let mut flag = lock(&done.0);
-        while !*flag {
-            flag = done.1.wait(flag).unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
+        // The job holds the one sender: the receive ends once it ran (and
+        // dropped it), or once it is gone unrun.
+        let (done, flushed) = channel::<()>();
+        self.run(Box::new(move || drop(done)));
+        let _ = flushed.recv();
     }
 }
 

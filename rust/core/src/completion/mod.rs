@@ -28,7 +28,7 @@ pub(crate) use delivery::{deliver, flush as flush_deliveries, on_delivery_thread
 pub(crate) use delivery::{watch, Probe};
 
 use crate::diagnostics::LiveCounters;
-use crate::error::{Failures, Result};
+use crate::error::{Error, Failures, Result};
 
 /// A one-shot completion made of `parts` signals; done when every part is.
 /// The first error reported by any part wins, and the count of failed ops
@@ -137,13 +137,15 @@ impl Completion {
 
     /// Blocks the calling thread until complete.
     pub fn wait(&self) -> Result<()> {
-        reported(self.cell.wait(|blocking| self.blocking(blocking)))
+        // Unbounded, the cell's wait returns only once complete.
+        let outcome = self.cell.wait(None, |blocking| self.blocking(blocking));
+        outcome.map_or_else(|| Err(Error::internal("a completion's wait ended before it completed")), reported)
     }
 
     /// Blocks the calling thread until complete or until `most` has passed;
     /// true if complete. Woken by the completing thread itself.
     pub(crate) fn wait_at_most(&self, most: Duration) -> bool {
-        self.cell.wait_at_most(most, |blocking| self.blocking(blocking))
+        self.cell.wait(Some(most), |blocking| self.blocking(blocking)).is_some()
     }
 
     /// Told as a blocking wait on the calling thread starts and ends.
@@ -152,11 +154,7 @@ impl Completion {
         if let Some(hook) = BLOCKING_HOOK.with(std::cell::Cell::get) {
             hook(blocking);
         }
-        if blocking {
-            self.counters.waiters.fetch_add(1, Ordering::SeqCst);
-        } else {
-            self.counters.waiters.fetch_sub(1, Ordering::SeqCst);
-        }
+        self.count(if blocking { Registration::Added } else { Registration::Removed });
     }
 
     /// Runs `action` with the outcome once complete, on the wake thread (at
