@@ -24,8 +24,6 @@ use crate::kernel::{CustomKernel, ScalarArg};
 use crate::{Access, Grid};
 
 /// What preparing one command made (the engine's `prepare`).
-pub struct WgpuPrepared(pub Plan);
-
 pub enum Plan {
     /// Nothing to make: a delay, or a copy (whose checks need the buffers).
     Nothing,
@@ -85,14 +83,14 @@ fn unsupported(what: String) -> Error {
 }
 
 /// Makes what `command` needs before its buffers are known.
-pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<WgpuPrepared, Error> {
+pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<Plan, Error> {
     check(gpu, command)?;
     // wgpu refuses a buffer bound both read-only and writable in one
     // dispatch: where that may happen, every binding is writable.
     let shared = may_bind_a_buffer_both_ways(command);
     let elementwise =
         |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar, shared).map(Plan::Elementwise);
-    let plan = match command {
+    Ok(match command {
         #[cfg(feature = "test-support")]
         Command::Delay { .. } => Plan::Nothing,
         Command::Copy { .. } => Plan::Nothing,
@@ -119,16 +117,15 @@ pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Re
             Plan::Download { staging, first, size }
         }
         Command::Custom { kernel, grid, args } => prepare_custom(gpu, kernel, grid, args)?,
-    };
-    Ok(WgpuPrepared(plan))
+    })
 }
 
 /// An upload of `bytes` into `dst`, staged straight from them.
-pub fn prepare_upload<R>(gpu: &WgpuDevice, dst: &Span<R>, bytes: &[u8]) -> Result<WgpuPrepared, Error> {
+pub fn prepare_upload<R>(gpu: &WgpuDevice, dst: &Span<R>, bytes: &[u8]) -> Result<Plan, Error> {
     if bytes.len() as u64 != dst.len {
         return Err(Error::invalid(format!("{} bytes to upload into {} bytes", bytes.len(), dst.len)));
     }
-    Ok(WgpuPrepared(Plan::Write(plan_write(gpu, dst, Some(bytes))?)))
+    Ok(Plan::Write(plan_write(gpu, dst, Some(bytes))?))
 }
 
 /// True when an element-wise op may bind one wgpu buffer read-only and

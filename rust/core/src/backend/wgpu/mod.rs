@@ -16,7 +16,7 @@
 //!   A fence also waits for the reads admitted before it on its lane.
 //! - **Ops** are planned outside the runtime's ordering boundary (the
 //!   device layer's `plan`: compiles, uniforms, staging), checked and queued
-//!   on their lane (`encode`, `queued`: no wgpu object per queued op), then
+//!   on their lane (`enqueue`, `queued`: no wgpu object per queued op), then
 //!   recorded a batch to one encoder as the lane submits (the layer's
 //!   `record`, with its bind groups, built-ins and pipeline cache); reads
 //!   map a staging buffer (`readback`); timestamps are timestamp queries
@@ -29,7 +29,6 @@
 //!   versions, its readers and its stream's next fence report it.
 //! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
-mod encode;
 mod lanes;
 mod poll;
 mod queued;
@@ -38,20 +37,21 @@ mod readback;
 mod signals;
 mod timestamps;
 
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
-use encode::{encode, Encoded};
 use lanes::{Item, OnQueue, Shared, WgpuLane};
 use poll::Poller;
-use queued::{Queued, Recorded};
+use queued::{Queued, QueuedOp, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
+use readback::Readback;
 pub use timestamps::WgpuTimestamp;
 pub(crate) use weir_device::wgpu::adapter::list;
 pub use weir_device::wgpu::memory::WgpuMemory;
-use weir_device::wgpu::plan;
-pub use weir_device::wgpu::plan::WgpuPrepared;
+use weir_device::wgpu::plan::{self, Plan};
+use weir_device::wgpu::record::check;
 use weir_device::wgpu::scope::scoped;
 use weir_device::wgpu::WgpuDevice;
 
@@ -139,7 +139,7 @@ impl Backend for WgpuBackend {
     type Stream = WgpuStream;
     type Event = WgpuEvent;
     type Memory = WgpuMemory;
-    type Prepared = WgpuPrepared;
+    type Prepared = Plan;
     type Timestamp = WgpuTimestamp;
     type Communicator = ();
 
@@ -170,38 +170,55 @@ impl Backend for WgpuBackend {
         Ok(WgpuStream { lane: self.shared.add_lane(number) })
     }
 
-    fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<WgpuPrepared> {
+    fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Plan> {
         plan::prepare(self.gpu(), command)
     }
 
-    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, WgpuPrepared)> {
+    fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, Plan)> {
         // Straight from the caller's bytes into the staging buffer.
         let prepared = plan::prepare_upload(self.gpu(), &dst, from.bytes())?;
         Ok((Command::Upload { dst, data: Vec::new() }, prepared))
     }
 
-    /// Rejected: the command does not fit its buffers, or its stream is
-    /// gone; nothing was queued. Failed: the lane failed when it submitted
-    /// earlier work. An op that fails as its batch is recorded fails later,
-    /// alone, through `io` (see `queued`).
+    /// Checks `command` against its buffers and queues it with its plan.
+    /// Nothing is recorded yet: the queued op holds its buffers and plan, not
+    /// a command buffer, until its lane submits (see `queued`). Rejected: the
+    /// command does not fit its buffers, or its stream is gone; nothing was
+    /// queued. Failed: the lane failed when it submitted earlier work. An op
+    /// that fails as its batch is recorded fails later, alone, through `io`.
     unsafe fn enqueue(
         &self,
         stream: &WgpuStream,
         command: Command<&WgpuMemory>,
-        prepared: WgpuPrepared,
+        plan: Plan,
         io: OpIo,
     ) -> Result<(), EnqueueError> {
-        match encode(self.gpu(), command, prepared, io) {
-            Ok(Encoded::Op { op, readback }) => {
-                self.shared.record(&stream.lane, Queued::Op(op), readback).map_err(EnqueueError::Failed)
-            }
-            #[cfg(feature = "test-support")]
-            Ok(Encoded::Delay(duration, io)) => {
-                self.shared.push(&stream.lane, Step::Hold(Hold::Delay(duration), io));
-                Ok(())
-            }
-            Err(error) => Err(EnqueueError::Rejected(error)),
+        let gpu = self.gpu();
+        let mut command = command.map(WgpuMemory::clone);
+        check(&command, &plan).map_err(EnqueueError::Rejected)?;
+        #[cfg(feature = "test-support")]
+        if let Command::Delay { duration } = command {
+            self.shared.push(&stream.lane, Step::Hold(Hold::Delay(duration), io));
+            return Ok(());
         }
+        // `check` saw that the plan is the command's kind.
+        let readback = match (&mut command, &plan) {
+            (Command::Upload { data, .. }, _) => {
+                // Its bytes are in its staging buffer since `prepare`.
+                *data = Vec::new();
+                gpu.counters.host_to_device_copies.fetch_add(1, Ordering::Relaxed);
+                None
+            }
+            // Issued after the submission that copies into its staging buffer.
+            (Command::Download { src, sink }, Plan::Download { staging, first, .. }) => {
+                gpu.counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
+                Some(Readback::new(staging.clone(), (src.offset - first) as usize, src.len as usize, sink.clone()))
+            }
+            _ => None,
+        };
+        let copy_failed = readback.as_ref().map(Readback::copy_failed);
+        let op = Box::new(QueuedOp::new(gpu, command, plan, io, copy_failed));
+        self.shared.record(&stream.lane, Queued::Op(op), readback).map_err(EnqueueError::Failed)
     }
 
     fn record_event(&self, stream: &WgpuStream) -> Result<WgpuEvent> {
