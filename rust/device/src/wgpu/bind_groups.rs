@@ -25,15 +25,10 @@ pub(crate) type Window = (wgpu::Buffer, u64, u64);
 /// The windows of one group, at bindings `0..`.
 pub(crate) type Windows = SmallVec<[Window; 3]>;
 
-#[derive(PartialEq, Eq, Hash)]
-struct Key {
-    layout: wgpu::BindGroupLayout,
-    windows: Windows,
-}
-
+/// The kept groups, by layout and windows.
 #[derive(Default)]
 pub struct BindGroups {
-    entries: Mutex<HashMap<Key, wgpu::BindGroup>>,
+    entries: Mutex<HashMap<(wgpu::BindGroupLayout, Windows), wgpu::BindGroup>>,
 }
 
 impl BindGroups {
@@ -45,7 +40,7 @@ impl BindGroups {
         windows: Windows,
         make: impl FnOnce() -> wgpu::BindGroup,
     ) -> wgpu::BindGroup {
-        let key = Key { layout: layout.clone(), windows };
+        let key = (layout.clone(), windows);
         let mut entries = lock(&self.entries);
         if let Some(group) = entries.get(&key) {
             return group.clone();
@@ -71,7 +66,7 @@ impl BindGroups {
         if !entries.is_empty() {
             let binds =
                 |(bound, offset, size): &Window| bound == buffer && *offset < start + len && start < offset + size;
-            entries.retain(|key, _| !key.windows.iter().any(binds));
+            entries.retain(|(_, windows), _| !windows.iter().any(binds));
         }
     }
 }

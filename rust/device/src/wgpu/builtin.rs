@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 use smallvec::SmallVec;
 
-use super::pipelines::{dispatch, Binding, CompileError, Params, Pipeline, Signature};
+use super::pipelines::{dispatch, Binding, Params, Pipeline, Signature};
 use super::scope::BACKEND;
 use super::Recorder;
 use super::WgpuDevice;
@@ -120,23 +120,8 @@ fn builtin(gpu: &WgpuDevice, source: &str, read_only: &[bool], widened: bool) ->
     let immediate_bytes = if immediate(gpu) { BUILTIN_PARAMS_BYTES } else { 0 };
     let read_only = SmallVec::from_slice(read_only);
     let signature = Signature { read_only, scalars: true, checked: None, immediate_bytes, block: None, widened };
-    gpu.pipelines.get(&gpu.device, source, "main", signature).map_err(|error| match error {
-        CompileError::Invalid(message) => Error::backend(BACKEND, format!("a built-in kernel: {message}")),
-        CompileError::NoThread(message) => Error::backend(BACKEND, message),
-    })
-}
-
-/// Parameter blocks for a plan of `pipeline`, or why the device could not make them.
-pub fn params(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Error> {
-    Params::new(gpu, pipeline, blocks)
-        .map_err(|failure| failure.refusing((blocks.len() as u64) * gpu.shape.uniform_align))
-}
-
-/// One buffer argument of a built-in's launch: a byte range starting on a
-/// binding-aligned offset.
-pub(crate) struct Operand<'a> {
-    pub buffer: &'a wgpu::Buffer,
-    pub offset: u64,
+    let built = gpu.pipelines.get(&gpu.device, source, "main", signature)?;
+    built.map_err(|message| Error::backend(BACKEND, format!("a built-in kernel: {message}")))
 }
 
 /// One dispatch of a planned launch: the window each operand binds, and its grid.
@@ -194,27 +179,18 @@ pub(crate) fn plan_elementwise(
         blocks.push([words as u32, (start / 4) as u32, scalar, 0]);
         start += size;
     }
-    planned(gpu, pipeline, windows, &blocks)
+    Ok(DispatchPlan { params: Params::new(gpu, &pipeline, &blocks)?, pipeline, windows })
 }
 
-/// The plan of `windows`, with a uniform block per window from `blocks`.
-fn planned(
-    gpu: &WgpuDevice,
-    pipeline: Arc<Pipeline>,
-    windows: Vec<Window>,
-    blocks: &[[u32; 4]],
-) -> Result<DispatchPlan, Error> {
-    let blocks: Vec<&[u32]> = blocks.iter().map(|block| block.as_slice()).collect();
-    Ok(DispatchPlan { params: params(gpu, &pipeline, &blocks)?, pipeline, windows })
-}
-
-/// Records the planned dispatches `which` (indices into the plan) over `operands`.
+/// Records the planned dispatches `which` (indices into the plan) over
+/// `operands`, each a byte range starting on a binding-aligned offset (its
+/// windows are bound, not its size).
 pub(crate) fn record_dispatches(
     gpu: &WgpuDevice,
     recorder: &mut Recorder,
     plan: &DispatchPlan,
     which: impl IntoIterator<Item = usize>,
-    operands: &[Operand<'_>],
+    operands: &[Binding<'_>],
 ) {
     for index in which {
         let Some(window) = plan.windows.get(index) else { continue };
@@ -242,5 +218,5 @@ pub(crate) fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<Dis
         windows.push(Window { start, size: byte - start + 4, groups: [1, 1, 1] });
         blocks.push([((byte - start) / 4) as u32, keep, bits, 0]);
     }
-    planned(gpu, pipeline, windows, &blocks)
+    Ok(DispatchPlan { params: Params::new(gpu, &pipeline, &blocks)?, pipeline, windows })
 }

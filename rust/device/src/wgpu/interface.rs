@@ -18,9 +18,9 @@
 //! - nothing else (a texture or sampler is refused by name).
 //!
 //! A shader that binds as Weir's own kernels do (everything at group 0,
-//! buffers at `0..n`, one uniform of consecutive 4-byte values at `n`) is
-//! [`Bindings::Short`]: its scalars may go as immediate data. Any other
-//! layout, another project's shader unchanged, is [`Bindings::Own`].
+//! buffers at `0..n`, one uniform of consecutive 4-byte values at `n`) has
+//! no [`OwnLayout`]: its scalars may go as immediate data. Any other layout,
+//! another project's shader unchanged, is its own.
 
 use wgpu::naga;
 
@@ -33,16 +33,7 @@ pub struct Arguments<'a> {
     pub scalars: &'a [ScalarType],
 }
 
-/// How a kernel's arguments bind.
-#[derive(Debug, Clone, PartialEq)]
-pub enum Bindings {
-    /// Weir's own layout (see the module doc).
-    Short,
-    /// The shader's own groups and bindings.
-    Own(OwnLayout),
-}
-
-/// A shader's own layout: where each argument binds.
+/// A shader's own layout (groups and bindings): where each argument binds.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OwnLayout {
     /// The resources of each group the shader uses, by group index.
@@ -80,8 +71,10 @@ struct Declared {
 }
 
 /// Matches `module`'s entry point `entry` and the resources it uses to
-/// `arguments`; the error says what differs, in the source's names.
-pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Bindings, String> {
+/// `arguments`: the shader's own layout, or `None` where it binds as Weir's
+/// kernels do (see the module doc); the error says what differs, in the
+/// source's names.
+pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Option<OwnLayout>, String> {
     let Some(point) =
         module.entry_points.iter().position(|point| point.name == entry && point.stage == naga::ShaderStage::Compute)
     else {
@@ -131,7 +124,7 @@ pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> R
         uniforms.iter().map(|resource| (resource.at.as_str(), resource.ty)).collect();
     let filled = fill_uniforms(module, &uniforms, arguments.scalars, arguments.read_only.len())?;
     if is_short(&declared, arguments, &filled) {
-        return Ok(Bindings::Short);
+        return Ok(None);
     }
     let mut groups: Vec<(u32, Vec<Resource>)> = Vec::new();
     let (mut buffers, mut uniform_index) = (0, 0);
@@ -159,7 +152,7 @@ pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> R
             (u64::from(size), resource.at.clone())
         })
         .collect();
-    Ok(Bindings::Own(OwnLayout { groups, uniforms: filled, buffers }))
+    Ok(Some(OwnLayout { groups, uniforms: filled, buffers }))
 }
 
 /// The storage buffers take the buffer arguments, in order and with their accesses.

@@ -9,8 +9,8 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::bind_groups::BindGroups;
-use super::scope::scoped;
-use super::slabs::{Slabs, Slot, SHARED_MAX};
+use super::slabs::{Placed, Slot};
+use super::WgpuDevice;
 use crate::counters::Counters;
 use crate::error::{Error, Result};
 
@@ -71,38 +71,22 @@ impl Drop for Allocation {
 
 #[cfg_attr(not(feature = "test-support"), allow(dead_code))]
 impl WgpuMemory {
-    /// `bytes` of device memory: a slot of `slabs` for a small allocation.
-    pub fn allocate(
-        device: &wgpu::Device,
-        limits: &wgpu::Limits,
-        slabs: &Slabs,
-        bytes: u64,
-        counters: &Arc<Counters>,
-        bind_groups: &Arc<BindGroups>,
-    ) -> Result<WgpuMemory> {
+    /// `bytes` of device memory on `gpu`: a slot of its slabs for a small allocation.
+    pub fn allocate(gpu: &WgpuDevice, bytes: u64) -> Result<WgpuMemory> {
         let size = align4(bytes.max(1));
-        if size > limits.max_buffer_size {
-            return Err(Error::invalid(format!(
-                "{bytes} bytes exceed the device's buffer limit of {} bytes",
-                limits.max_buffer_size
-            )));
+        let max = gpu.limits.max_buffer_size;
+        if size > max {
+            return Err(Error::invalid(format!("{bytes} bytes exceed the device's buffer limit of {max} bytes")));
         }
-        let (buffer, base, slot) = if size <= SHARED_MAX {
-            let placed = slabs.place(size).map_err(|failure| failure.refusing(bytes))?;
-            (placed.buffer, placed.base, Some(placed.slot))
-        } else {
-            let buffer = scoped(device, || buffer(device, "weir buffer", size, STORAGE_USAGE))
-                .map_err(|failure| failure.refusing(bytes))?;
-            (buffer, 0, None)
-        };
-        counters.live_allocations.fetch_add(1, Ordering::SeqCst);
+        let Placed { buffer, base, slot } = gpu.slabs.place(size).map_err(|failure| failure.refusing(bytes))?;
+        gpu.counters.live_allocations.fetch_add(1, Ordering::SeqCst);
         Ok(WgpuMemory(Arc::new(Allocation {
             buffer,
             base,
             len: bytes,
             _slot: slot,
-            counters: counters.clone(),
-            bind_groups: bind_groups.clone(),
+            counters: gpu.counters.clone(),
+            bind_groups: gpu.bind_groups.clone(),
         })))
     }
 

@@ -11,7 +11,6 @@
 pub mod adapter;
 mod bind_groups;
 mod builtin;
-mod device;
 mod interface;
 pub mod memory;
 mod pipelines;
@@ -21,5 +20,5 @@ pub mod scope;
 mod slabs;
 mod uniform_fill;
 
-pub use device::WgpuDevice;
+pub use adapter::WgpuDevice;
 pub use record::Recorder;

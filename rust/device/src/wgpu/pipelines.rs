@@ -22,13 +22,13 @@ use std::sync::{Arc, Mutex, Weak};
 
 use smallvec::SmallVec;
 
-use super::interface::{self, Arguments, Bindings, OwnLayout, ResourceKind};
-use super::memory;
-use super::scope::{scoped, Failure};
-use super::slabs::{Slot, SHARED_MAX};
+use super::interface::{self, Arguments, OwnLayout, ResourceKind};
+use super::scope::{scoped, Failure, BACKEND};
+use super::slabs::{Placed, Slot};
 use super::uniform_fill::ScalarType;
 use super::Recorder;
 use super::WgpuDevice;
+use crate::error::Error;
 use crate::kernel::{CustomKernel, ScalarArg};
 use crate::lock::lock;
 use rustc_hash::FxHashMap;
@@ -39,12 +39,8 @@ use rustc_hash::FxHashMap;
 /// 2 MiB); a fresh thread with this much is cheap beside the compile itself.
 const COMPILE_STACK_BYTES: usize = 64 << 20;
 
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-struct Key {
-    code: String,
-    entry: String,
-    signature: Signature,
-}
+/// A pipeline's source, entry point and binding shape.
+type Key = (String, String, Signature);
 
 /// A compiled kernel and the layout of its bindings.
 pub struct Pipeline {
@@ -63,16 +59,6 @@ impl Pipeline {
     pub(crate) fn own_layout(&self) -> Option<&OwnLayout> {
         self.own.as_ref().map(|(layout, _)| layout)
     }
-}
-
-/// Why a pipeline could not be had.
-#[derive(Debug, Clone)]
-pub(crate) enum CompileError {
-    /// The source does not compile or does not validate against its bindings
-    /// (the compiler's message).
-    Invalid(String),
-    /// No thread to compile on: nothing is wrong with the source.
-    NoThread(String),
 }
 
 /// How a kernel's arguments bind (see the module doc): with its source, what
@@ -126,17 +112,19 @@ fn entry(binding: u32, ty: wgpu::BufferBindingType) -> wgpu::BindGroupLayoutEntr
 
 impl PipelineCache {
     /// The pipeline for `code`/`entry` bound as `signature` says, compiling
-    /// it on first use.
+    /// it on first use; or the compiler's message, where the source does not
+    /// compile or does not validate against its bindings. The outer error
+    /// is no thread to compile on: nothing is wrong with the source.
     pub fn get(
         &self,
         device: &wgpu::Device,
         code: &str,
         entry: &str,
         signature: Signature,
-    ) -> Result<Arc<Pipeline>, CompileError> {
-        let key = Key { code: code.to_owned(), entry: entry.to_owned(), signature };
+    ) -> Result<Result<Arc<Pipeline>, String>, Error> {
+        let key = (code.to_owned(), entry.to_owned(), signature);
         if let Some(found) = lock(&self.entries).get(&key) {
-            return found.clone().map_err(CompileError::Invalid);
+            return Ok(found.clone());
         }
         // Compile outside the lock; a racing compile of the same key is harmless.
         let built = match expression_depth(code) {
@@ -147,7 +135,7 @@ impl PipelineCache {
             _ => compile_on_big_stack(device, key.clone())?,
         };
         lock(&self.entries).insert(key, built.clone());
-        built.map_err(CompileError::Invalid)
+        Ok(built)
     }
 
     /// The pipeline of custom `kernel`, whose source for this backend is
@@ -160,24 +148,27 @@ impl PipelineCache {
         code: &str,
         entry: &str,
         signature: Signature,
-    ) -> Result<Arc<Pipeline>, CompileError> {
+    ) -> Result<Result<Arc<Pipeline>, String>, Error> {
         let address = Arc::as_ptr(kernel) as usize;
         // An entry's weak handle keeps its kernel's allocation, so no other
         // kernel is made at that address while the entry stays: the entry at
         // a live kernel's address is that kernel's.
         if let Some(known) = lock(&self.by_kernel).get(&address) {
             if let Some((_, pipeline)) = known.shapes.iter().find(|(known, _)| *known == signature) {
-                return Ok(pipeline.clone());
+                return Ok(Ok(pipeline.clone()));
             }
         }
-        let pipeline = self.get(device, code, entry, signature.clone())?;
+        let pipeline = match self.get(device, code, entry, signature.clone())? {
+            Ok(pipeline) => pipeline,
+            failed => return Ok(failed),
+        };
         let mut by_kernel = lock(&self.by_kernel);
         by_kernel.retain(|_, known| known.kernel.strong_count() > 0);
         let known = by_kernel
             .entry(address)
             .or_insert_with(|| KnownKernel { kernel: Arc::downgrade(kernel), shapes: Vec::new() });
         known.shapes.push((signature, pipeline.clone()));
-        Ok(pipeline)
+        Ok(Ok(pipeline))
     }
 }
 
@@ -216,13 +207,13 @@ fn expression_depth(code: &str) -> usize {
 /// Compiles on a thread of its own with [`COMPILE_STACK_BYTES`] of stack and
 /// waits for it. The error scopes are that thread's, so every error the
 /// compile raises is captured there. A compiler panic is a failed compile.
-fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pipeline>, String>, CompileError> {
+fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pipeline>, String>, Error> {
     let device = device.clone();
     let compiler = std::thread::Builder::new()
         .name("weir-wgpu-compile".to_owned())
         .stack_size(COMPILE_STACK_BYTES)
         .spawn(move || compile(&device, &key))
-        .map_err(|e| CompileError::NoThread(format!("cannot start a shader compile thread: {e}")))?;
+        .map_err(|e| Error::backend(BACKEND, format!("cannot start a shader compile thread: {e}")))?;
     Ok(compiler
         .join()
         .unwrap_or_else(|panic| Err(format!("the shader compiler panicked: {}", crate::error::panic_text(&*panic)))))
@@ -237,21 +228,21 @@ fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pi
 /// source as written is compiled for the message: it names lines and
 /// columns, which a parsed module cannot.
 fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
-    let Key { code, entry, signature } = key;
+    let (code, entry, signature) = key;
     let Some(scalars) = &signature.checked else { return compile_builtin(device, key) };
     let as_written = Signature { immediate_bytes: 0, widened: false, ..signature.clone() };
     let wgsl = || wgpu::ShaderSource::Wgsl(code.as_str().into());
     let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(code) else {
         return build(device, entry, &as_written, wgsl(), &[], None).map_err(|f| f.message());
     };
-    let bindings = interface::check(&module, entry, &Arguments { read_only: &signature.read_only, scalars })?;
+    let own = interface::check(&module, entry, &Arguments { read_only: &signature.read_only, scalars })?;
     let block = signature.block.unwrap_or([1; 3]);
     let constants = interface::block_constants(&module, entry, block)?;
     let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
-    let (signature, own) = match bindings {
-        Bindings::Short => (signature.clone(), None),
+    let signature = match own {
+        None => signature.clone(),
         // Its own layout binds its uniforms as written: no immediates.
-        Bindings::Own(layout) => (Signature { immediate_bytes: 0, ..signature.clone() }, Some(layout)),
+        Some(_) => Signature { immediate_bytes: 0, ..signature.clone() },
     };
     let as_built = |signature: &Signature, source| build(device, entry, signature, source, &constants, own.as_ref());
     if signature.immediate_bytes == 0 && !signature.widened {
@@ -270,7 +261,7 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
 /// Compiles a built-in. A widened one is made writable as a custom kernel
 /// is, in its parsed module: one rewrite for every kernel.
 fn compile_builtin(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
-    let Key { code, entry, signature } = key;
+    let (code, entry, signature) = key;
     let source = if signature.widened {
         let mut module = wgpu::naga::front::wgsl::parse_str(code).map_err(|error| error.emit_to_string(code))?;
         interface::storage_writable(&mut module);
@@ -371,32 +362,37 @@ impl Params {
         match self {
             Params::Immediate { bytes, .. } if bytes.spilled() => bytes.capacity(),
             Params::Immediate { .. } => 0,
-            Params::Uniform(uniforms) => uniforms.heap_bytes(),
+            Params::Uniform(uniforms) => uniforms.bytes.capacity(),
         }
     }
 
-    /// One block per entry of `blocks` for `pipeline`.
-    pub fn new(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[&[u32]]) -> Result<Params, Failure> {
+    /// One block per entry of `blocks` for `pipeline`, or why the device
+    /// could not make them.
+    pub fn new(gpu: &WgpuDevice, pipeline: &Pipeline, blocks: &[impl AsRef<[u32]>]) -> Result<Params, Error> {
         if pipeline.immediate_bytes == 0 {
-            return Uniforms::new(gpu, blocks).map(Params::Uniform);
+            let bytes: Vec<Vec<u8>> = blocks
+                .iter()
+                .map(|words| words.as_ref().iter().flat_map(|word| word.to_le_bytes()).collect())
+                .collect();
+            return Uniforms::new(gpu, &bytes)
+                .map(Params::Uniform)
+                .map_err(|failure| failure.refusing((blocks.len() as u64) * gpu.shape.uniform_align));
         }
         let block = pipeline.immediate_bytes as usize;
         let mut bytes = SmallVec::from_elem(0u8, block * blocks.len());
         for (index, words) in blocks.iter().enumerate() {
-            for (word, value) in words.iter().enumerate().take(block / 4) {
+            for (word, value) in words.as_ref().iter().enumerate().take(block / 4) {
                 let at = index * block + word * 4;
                 bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
             }
         }
         Ok(Params::Immediate { bytes, block })
     }
-}
 
-impl Params {
     /// The uniforms of a kernel with its own layout, filled from its scalars.
-    pub fn own(gpu: &WgpuDevice, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Failure> {
+    pub fn own(gpu: &WgpuDevice, own: &OwnLayout, scalars: &[&ScalarArg]) -> Result<Params, Error> {
         let blocks: Vec<Vec<u8>> = own.uniforms.iter().map(|uniform| uniform.bytes(scalars)).collect();
-        Uniforms::from_bytes(gpu, &blocks).map(Params::Uniform)
+        Uniforms::new(gpu, &blocks).map(Params::Uniform).map_err(|failure| failure.refusing(gpu.shape.uniform_align))
     }
 }
 
@@ -424,14 +420,7 @@ impl Uniforms {
     /// One block per entry of `blocks`, each padded to the largest, to at
     /// least 16 bytes and to a multiple of 16 (so small parameter structs
     /// always fit).
-    pub fn new(gpu: &WgpuDevice, blocks: &[&[u32]]) -> Result<Uniforms, Failure> {
-        let blocks: Vec<Vec<u8>> =
-            blocks.iter().map(|words| words.iter().flat_map(|word| word.to_le_bytes()).collect()).collect();
-        Uniforms::from_bytes(gpu, &blocks)
-    }
-
-    /// One block per entry of `blocks`, as [`Uniforms::new`] makes them.
-    pub fn from_bytes(gpu: &WgpuDevice, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
+    fn new(gpu: &WgpuDevice, blocks: &[Vec<u8>]) -> Result<Uniforms, Failure> {
         let align = gpu.shape.uniform_align.max(1);
         let longest = blocks.iter().map(Vec::len).max().unwrap_or(0);
         let block = (longest as u64).max(16).div_ceil(16) * 16;
@@ -442,20 +431,8 @@ impl Uniforms {
             let at = index * stride as usize;
             bytes[at..at + block.len()].copy_from_slice(block);
         }
-        let (buffer, base, slot) = if size <= SHARED_MAX {
-            let placed = gpu.uniform_slabs.place(size)?;
-            (placed.buffer, placed.base, Some(placed.slot))
-        } else {
-            let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
-            let buffer = scoped(&gpu.device, || memory::buffer(&gpu.device, "weir scalars", size, usage))?;
-            (buffer, 0, None)
-        };
+        let Placed { buffer, base, slot } = gpu.uniform_slabs.place(size)?;
         Ok(Uniforms { bytes, written: AtomicBool::new(false), buffer, base, stride, block, _slot: slot })
-    }
-
-    /// Bytes of our own it holds beyond its inline size.
-    fn heap_bytes(&self) -> usize {
-        self.bytes.capacity()
     }
 
     /// Writes the blocks through `queue`, once: they land before the next
@@ -467,11 +444,7 @@ impl Uniforms {
     }
 
     fn binding(&self, index: usize) -> wgpu::BindingResource<'_> {
-        wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-            buffer: &self.buffer,
-            offset: self.base + self.stride * index as u64,
-            size: wgpu::BufferSize::new(self.block),
-        })
+        window(&Binding { buffer: &self.buffer, offset: self.base + self.stride * index as u64, size: self.block })
     }
 }
 

@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use smallvec::SmallVec;
 
-use super::builtin::{params, plan_elementwise, plan_patches, DispatchPlan, MaskedWord};
+use super::builtin::{plan_elementwise, plan_patches, DispatchPlan, MaskedWord};
 use super::memory::{align4, buffer, staging_with};
-use super::pipelines::{CompileError, Params, Pipeline, Signature};
+use super::pipelines::{Params, Pipeline, Signature};
 use super::scope::{scoped, BACKEND};
 use super::slabs::SHARED_MAX;
 use super::uniform_fill::ScalarType;
@@ -258,13 +258,8 @@ fn prepare_custom<R: PartialEq>(
         block: Some(grid.block),
         widened: one_buffer_both_ways(&reads, &writes),
     };
-    let pipeline =
-        gpu.pipelines.get_custom(&gpu.device, kernel, &source.code, &source.entry, signature).map_err(|error| {
-            match error {
-                CompileError::Invalid(message) => Error::invalid(format!("kernel {}: {message}", kernel.name)),
-                CompileError::NoThread(message) => Error::backend(BACKEND, message),
-            }
-        })?;
+    let pipeline = gpu.pipelines.get_custom(&gpu.device, kernel, &source.code, &source.entry, signature)?;
+    let pipeline = pipeline.map_err(|message| Error::invalid(format!("kernel {}: {message}", kernel.name)))?;
     // A layout of its own may declare fixed-size storage (a struct, an
     // array of known length): a shorter buffer would fail the dispatch.
     let least = pipeline.own_layout().map(|own| own.buffers.as_slice()).unwrap_or_default();
@@ -278,11 +273,8 @@ fn prepare_custom<R: PartialEq>(
     }
     let params = match (pipeline.own_layout(), &words) {
         _ if scalars.is_empty() => None,
-        (Some(own), _) => {
-            let align = gpu.shape.uniform_align;
-            Some(Params::own(gpu, own, &scalars).map_err(|failure| failure.refusing(align))?)
-        }
-        (None, Some(words)) => Some(params(gpu, &pipeline, &[words])?),
+        (Some(own), _) => Some(Params::own(gpu, own, &scalars)?),
+        (None, Some(words)) => Some(Params::new(gpu, &pipeline, &[words])?),
         // A kernel in Weir's layout takes 4-byte scalars only (its check says so).
         (None, None) => None,
     };

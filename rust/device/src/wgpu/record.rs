@@ -5,7 +5,7 @@
 use smallvec::SmallVec;
 
 use super::bind_groups::Windows;
-use super::builtin::{record_dispatches, Operand};
+use super::builtin::record_dispatches;
 use super::memory::{align4, buffer, WgpuMemory};
 use super::pipelines::{dispatch, Binding};
 use super::plan::{Plan, WritePlan};
@@ -128,7 +128,19 @@ pub fn check<S>(command: &Command<WgpuMemory, S>, plan: &Plan) -> Result<(), Err
     if !fits(command, plan) {
         return Err(Error::invalid("the command was prepared as a different command"));
     }
-    check_copy(command)
+    if let Command::Copy { src, dst } = command {
+        let ends_buffer = dst.offset + dst.len == dst.buffer.len();
+        if src.offset % 4 != 0 || dst.offset % 4 != 0 || (dst.len % 4 != 0 && !ends_buffer) {
+            return Err(Error::unsupported(
+                BACKEND,
+                format!(
+                    "a copy of {} bytes from offset {} to offset {} (copies move whole words)",
+                    src.len, src.offset, dst.offset
+                ),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// True when `plan` is what `prepare` makes for a command of this kind.
@@ -148,25 +160,9 @@ fn fits<S>(command: &Command<WgpuMemory, S>, plan: &Plan) -> bool {
     }
 }
 
-/// A copy moves whole words, except at a buffer's end.
-fn check_copy<S>(command: &Command<WgpuMemory, S>) -> Result<(), Error> {
-    if let Command::Copy { src, dst } = command {
-        let ends_buffer = dst.offset + dst.len == dst.buffer.len();
-        if src.offset % 4 != 0 || dst.offset % 4 != 0 || (dst.len % 4 != 0 && !ends_buffer) {
-            return Err(Error::unsupported(
-                BACKEND,
-                format!(
-                    "a copy of {} bytes from offset {} to offset {} (copies move whole words)",
-                    src.len, src.offset, dst.offset
-                ),
-            ));
-        }
-    }
-    Ok(())
-}
-
-fn operand(span: &Span<WgpuMemory>) -> Operand<'_> {
-    Operand { buffer: span.buffer.buffer(), offset: span.buffer.at(span.offset) }
+/// The window of its wgpu buffer that `span` binds (its padding to a word included).
+fn binding(span: &Span<WgpuMemory>) -> Binding<'_> {
+    Binding { buffer: span.buffer.buffer(), offset: span.buffer.at(span.offset), size: align4(span.len) }
 }
 
 /// Records a planned write of `dst`: in bulk where the bytes allow, masked
@@ -185,7 +181,7 @@ fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<WgpuMemory>, plan
         }
     }
     if let Some(patches) = &plan.patches {
-        let operand = Operand { buffer, offset: held.at(0) };
+        let operand = Binding { buffer, offset: held.at(0), size: align4(held.len()) };
         record_dispatches(gpu, recorder, patches, layout.patches.iter().copied(), &[operand]);
     }
 }
@@ -217,24 +213,20 @@ pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<Wg
             recorder.encoder().copy_buffer_to_buffer(src.buffer.buffer(), src.buffer.at(*first), staging, 0, *size)
         }
         (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
-            record_dispatches(gpu, recorder, plan, plan.all(), &[operand(dst)])
+            record_dispatches(gpu, recorder, plan, plan.all(), &[binding(dst)])
         }
         (Command::Binary { a, b, out, .. }, Plan::Elementwise(plan)) => {
-            record_dispatches(gpu, recorder, plan, plan.all(), &[operand(a), operand(b), operand(out)])
+            record_dispatches(gpu, recorder, plan, plan.all(), &[binding(a), binding(b), binding(out)])
         }
         (Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. }, Plan::Elementwise(plan)) => {
-            record_dispatches(gpu, recorder, plan, plan.all(), &[operand(x), operand(y)])
+            record_dispatches(gpu, recorder, plan, plan.all(), &[binding(x), binding(y)])
         }
         (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
             // On the stack: a kernel binds a few buffers, and this runs per op.
             let bindings: SmallVec<[Binding<'_>; 8]> = args
                 .iter()
                 .filter_map(|arg| match arg {
-                    KernelArg::Buffer(span, _) => Some(Binding {
-                        buffer: span.buffer.buffer(),
-                        offset: span.buffer.at(span.offset),
-                        size: align4(span.len),
-                    }),
+                    KernelArg::Buffer(span, _) => Some(binding(span)),
                     KernelArg::Scalar(_) => None,
                 })
                 .collect();

@@ -42,9 +42,11 @@ const SLAB_BYTES: u64 = 1 << 20;
 /// The slabs of one device.
 pub struct Slabs {
     device: wgpu::Device,
-    /// What every slab is made for, and the name it is made with.
+    /// What every slab (and every buffer of its own) is made for, and the
+    /// names they are made with.
     usage: wgpu::BufferUsages,
     label: &'static str,
+    own_label: &'static str,
     /// The smallest slot: the device's offset alignment for bindings of the slabs' kind (at least 16 bytes).
     smallest: u64,
     classes: Mutex<Vec<Class>>,
@@ -103,39 +105,48 @@ impl Drop for Slot {
     }
 }
 
-/// Where a small allocation lives: its slab, and its first byte there.
+/// Where an allocation lives: its slab and its first byte there, or (over
+/// [`SHARED_MAX`] bytes) a buffer of its own, from byte 0 and with no slot.
 pub struct Placed {
     pub buffer: wgpu::Buffer,
     pub base: u64,
-    pub slot: Arc<Slot>,
+    pub slot: Option<Arc<Slot>>,
 }
 
 impl Slabs {
     /// Slabs for small allocations; `align` is the device's storage binding offset alignment.
     pub fn storage(device: &wgpu::Device, align: u64) -> Arc<Slabs> {
-        Slabs::new(device, align, STORAGE_USAGE, "weir small buffers")
+        Slabs::new(device, align, STORAGE_USAGE, ["weir small buffers", "weir buffer"])
     }
 
     /// Slabs for ops' scalars; `align` is the device's uniform binding offset alignment.
     pub fn uniform(device: &wgpu::Device, align: u64) -> Arc<Slabs> {
-        Slabs::new(device, align, wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST, "weir scalars")
+        let usage = wgpu::BufferUsages::UNIFORM | wgpu::BufferUsages::COPY_DST;
+        Slabs::new(device, align, usage, ["weir scalars", "weir scalars"])
     }
 
-    fn new(device: &wgpu::Device, align: u64, usage: wgpu::BufferUsages, label: &'static str) -> Arc<Slabs> {
+    /// `labels`: a slab's name, and a buffer of its own's.
+    fn new(device: &wgpu::Device, align: u64, usage: wgpu::BufferUsages, labels: [&'static str; 2]) -> Arc<Slabs> {
         let smallest = align.max(16).next_power_of_two();
+        let [label, own_label] = labels;
         Arc::new_cyclic(|me| Slabs {
             device: device.clone(),
             usage,
             label,
+            own_label,
             smallest,
             classes: Mutex::new(Vec::new()),
             me: me.clone(),
         })
     }
 
-    /// A slot for `bytes` (at most [`SHARED_MAX`]), in a new slab if every
-    /// slab of its size is full.
+    /// A slot for `bytes`, in a new slab if every slab of its size is full;
+    /// over [`SHARED_MAX`] bytes, a buffer of its own.
     pub fn place(&self, bytes: u64) -> Result<Placed, Failure> {
+        if bytes > SHARED_MAX {
+            let buffer = scoped(&self.device, || buffer(&self.device, self.own_label, bytes, self.usage))?;
+            return Ok(Placed { buffer, base: 0, slot: None });
+        }
         let slot = bytes.max(1).next_power_of_two().max(self.smallest);
         let class = slot.trailing_zeros().saturating_sub(self.smallest.trailing_zeros()) as usize;
         let slots = (SLAB_BYTES / slot).max(1) as u32;
@@ -173,7 +184,7 @@ impl Slabs {
         Placed {
             buffer: buffer.clone(),
             base: u64::from(index) * slot,
-            slot: Arc::new(Slot { slabs: self.me.clone(), class, slab, index }),
+            slot: Some(Arc::new(Slot { slabs: self.me.clone(), class, slab, index })),
         }
     }
 

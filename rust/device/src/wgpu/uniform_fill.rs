@@ -6,7 +6,7 @@
 //! passed by value).
 
 use wgpu::naga;
-use wgpu::naga::common::wgsl::TypeContext;
+use wgpu::naga::common::wgsl::{TryToWgsl, TypeContext};
 
 use crate::kernel::ScalarArg;
 
@@ -145,7 +145,7 @@ pub(super) fn fill_uniforms(
         let mut placed = Vec::with_capacity(values.len());
         for value in values {
             let field = if value.name.is_empty() { "its value".to_owned() } else { format!("field `{}`", value.name) };
-            let shown = scalar_name(value.scalar);
+            let shown = value.scalar.to_wgsl_for_diagnostics();
             let Some(&scalar) = scalars.get(next) else {
                 return Err(format!("{at} is {described}, but {wanted}: {field} ({shown}) gets no scalar"));
             };
@@ -166,18 +166,6 @@ pub(super) fn fill_uniforms(
         ));
     }
     Ok(filled)
-}
-
-/// A scalar type as WGSL names it.
-fn scalar_name(scalar: naga::Scalar) -> String {
-    let kind = match scalar.kind {
-        naga::ScalarKind::Uint => "u",
-        naga::ScalarKind::Sint => "i",
-        naga::ScalarKind::Float => "f",
-        naga::ScalarKind::Bool => return "bool".to_owned(),
-        _ => "abstract ",
-    };
-    format!("{kind}{}", 8 * u32::from(scalar.width))
 }
 
 /// "a struct of 2 fields", "one f32", "a `vec4<f32>`", for messages.

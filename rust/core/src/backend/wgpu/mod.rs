@@ -162,8 +162,7 @@ impl Backend for WgpuBackend {
     }
 
     fn allocate(&self, bytes: u64) -> Result<WgpuMemory> {
-        let gpu = self.gpu();
-        WgpuMemory::allocate(&gpu.device, &gpu.limits, &gpu.slabs, bytes, &gpu.counters, &gpu.bind_groups)
+        WgpuMemory::allocate(self.gpu(), bytes)
     }
 
     fn create_stream(&self, number: u32) -> Result<WgpuStream> {
