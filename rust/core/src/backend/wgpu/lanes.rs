@@ -39,13 +39,12 @@
 use std::cell::RefCell;
 use std::collections::VecDeque;
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use super::poll::{once, PollState};
 use super::queued::{record_runs, Queued};
-use super::readback::{ReadContext, Readback, Reads};
-use super::signals::{PendingSignal, Submissions};
+use super::readback::{Readback, Reads};
 use crate::backend::lane::{Lane, LaneEvent, Ran, Runner, Step};
 use crate::backend::{FailureTally, SignalKind};
 use crate::completion::Completion;
@@ -82,7 +81,7 @@ pub(crate) enum Item {
 /// submissions.
 pub(crate) struct OnQueue {
     /// The stream's number, for error messages.
-    stream: u32,
+    pub stream: u32,
     shared: Weak<Shared>,
     /// Ops admitted but not yet recorded. Its lock also orders the lane's
     /// pushes: whoever issues a batch pushes it before letting go.
@@ -92,7 +91,7 @@ pub(crate) struct OnQueue {
     /// The first failure as issued: later work is dropped, fences and reads report it.
     status: OnceLock<Error>,
     /// Ops that failed as their batch was recorded, for the next fence.
-    tally: Arc<FailureTally>,
+    pub tally: Arc<FailureTally>,
     /// Our submission count when this lane last submitted (or learnt, by a
     /// wait, that what it waits for did).
     last_submit: AtomicU64,
@@ -101,11 +100,6 @@ pub(crate) struct OnQueue {
 }
 
 impl OnQueue {
-    /// The stream's number.
-    pub(crate) fn stream(&self) -> u32 {
-        self.stream
-    }
-
     /// Fails the lane now (at issue time).
     fn fail(&self, error: Error) {
         let _ = self.failed.set(error.clone());
@@ -184,17 +178,12 @@ fn closed(item: Item) {
     }
 }
 
-/// A lane's run, issued and waiting for the submission that carries it.
-struct PendingRun {
-    lane: Arc<WgpuLane>,
-    run: Vec<Queued>,
-}
-
-/// The runs issued and not yet submitted, in issue order: submitted together
-/// at the next read or signal, or once they hold [`BATCH_LIMIT`] ops.
+/// The runs issued and not yet submitted, each with its lane, in issue
+/// order: submitted together at the next read or signal, or once they hold
+/// [`BATCH_LIMIT`] ops.
 #[derive(Default)]
 struct Pending {
-    runs: Vec<PendingRun>,
+    runs: Vec<(Arc<WgpuLane>, Vec<Queued>)>,
     /// Ops in `runs`.
     ops: usize,
     /// Queue submissions made so far.
@@ -210,22 +199,18 @@ pub(crate) struct Shared {
     lanes: Mutex<Vec<Weak<WgpuLane>>>,
     /// Submissions known complete (from fence and read callbacks), and the signals waiting for them.
     progress: Arc<Submissions>,
-    /// A device-wide failure (device lost, an error outside any scope): fails every lane.
-    device_error: Arc<Mutex<Option<Error>>>,
     /// For the lanes, which issue through it while it lives.
     me: Weak<Shared>,
 }
 
 impl Shared {
     pub fn new(gpu: WgpuDevice, poll: Arc<PollState>) -> Arc<Shared> {
-        let device_error = gpu.device_error.clone();
         Arc::new_cyclic(|me| Shared {
             gpu,
             poll,
             pending: Mutex::default(),
             lanes: Mutex::default(),
             progress: Arc::default(),
-            device_error,
             me: me.clone(),
         })
     }
@@ -328,7 +313,7 @@ impl Shared {
             && on_queue.tally.is_clear()
             && on_queue.last_submit.load(Ordering::SeqCst) <= self.progress.completed()
             && on_queue.reads.idle()
-            && lock(&self.device_error).is_none()
+            && lock(&self.gpu.device_error).is_none()
     }
 
     /// A point covering everything recorded on `lane` so far.
@@ -362,7 +347,8 @@ impl Shared {
     /// Issues `item`, the first job of `lane`.
     fn issue(&self, lane: &Arc<WgpuLane>, item: Item) {
         let on_queue = &lane.runner;
-        if let Some(error) = lock(&self.device_error).clone() {
+        // A device-wide failure (device lost, an error outside any scope) fails every lane.
+        if let Some(error) = lock(&self.gpu.device_error).clone() {
             on_queue.fail(error);
         }
         match item {
@@ -381,7 +367,7 @@ impl Shared {
                 pending.ops += run.iter().filter(|queued| matches!(queued, Queued::Op(_))).count();
                 // The submission that will carry it: the next one.
                 on_queue.last_submit.store(pending.submits + 1, Ordering::SeqCst);
-                pending.runs.push(PendingRun { lane: lane.clone(), run });
+                pending.runs.push((lane.clone(), run));
                 if pending.ops >= BATCH_LIMIT {
                     self.submit_pending(&mut pending);
                 }
@@ -391,12 +377,10 @@ impl Shared {
                 self.submit_pending(&mut lock(&self.pending));
                 match on_queue.status.get() {
                     Some(error) => readback.fail(error.clone()),
-                    None => readback.start(ReadContext {
-                        poll: &self.poll,
-                        reads: &on_queue.reads,
-                        progress: &self.progress,
-                        submission: on_queue.last_submit.load(Ordering::SeqCst),
-                    }),
+                    None => {
+                        let submission = on_queue.last_submit.load(Ordering::SeqCst);
+                        readback.start(&self.poll, &on_queue.reads, &self.progress, submission)
+                    }
                 }
             }
             Item::Signal(completion, kind) => {
@@ -423,17 +407,10 @@ impl Shared {
             return;
         }
         let gpu = &self.gpu;
-        let runs = std::mem::take(&mut pending.runs);
         pending.ops = 0;
         // A run issued before its lane failed still runs, as it would have
         // had it been submitted at once.
-        let mut lanes = Vec::with_capacity(runs.len());
-        let mut kept = Vec::with_capacity(runs.len());
-        for PendingRun { lane, run } in runs {
-            kept.push((lane.runner.stream, lane.runner.tally.clone(), run));
-            lanes.push(lane);
-        }
-        let recording = record_runs(gpu, kept);
+        let recording = record_runs(gpu, std::mem::take(&mut pending.runs));
         // `submit` also fires the device's callbacks that are ready, on
         // this thread: a foreign one may panic. Unwinding stops at the
         // first, after the submission was made; the rest ran their drop
@@ -443,7 +420,7 @@ impl Shared {
         drop((recording.ops, recording.buffers));
         if let Ok(Err(failure)) = outcome {
             let message = failure.message();
-            for lane in lanes {
+            for lane in recording.lanes {
                 let stream = lane.runner.stream;
                 lane.runner.fail(Error::OpFailed { stream, message: message.clone() });
             }
@@ -503,6 +480,88 @@ impl Drop for Shared {
         let lanes = std::mem::take(&mut *lock(&self.lanes));
         for lane in lanes.iter().filter_map(Weak::upgrade) {
             lane.take_jobs().for_each(closed);
+        }
+    }
+}
+
+/// A signal waiting for its submission and for the reads before it.
+pub(crate) struct PendingSignal {
+    parts: AtomicUsize,
+    completion: Arc<Completion>,
+    status: Result<(), Failures>,
+}
+
+impl PendingSignal {
+    /// A signal completing `completion` with `status` once `parts` parts are done.
+    pub fn new(parts: usize, completion: Arc<Completion>, status: Result<(), Failures>) -> Arc<PendingSignal> {
+        Arc::new(PendingSignal { parts: AtomicUsize::new(parts), completion, status })
+    }
+
+    /// One of its parts is done; the last one completes the signal.
+    pub fn part_done(&self) {
+        if self.parts.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.completion.report(self.status.clone());
+        }
+    }
+}
+
+/// How far the device got, as the lanes know it: the highest submission known
+/// done, and the signals still waiting for theirs, in issue order.
+///
+/// Work-done callbacks and read map callbacks both learn that a submission is
+/// done, from different polls in no order between them. Whoever learns it
+/// first finishes every signal waiting for that submission or an earlier one,
+/// and only then raises the count: a signal that finds the count covering it
+/// completes at once, and must not complete before an earlier one whose
+/// callback has not run yet (a runtime fence resolving while the drain of a
+/// stream dropped before it still waits, and the stream still counts live).
+#[derive(Default)]
+pub(crate) struct Submissions {
+    completed: AtomicU64,
+    waiting: Mutex<VecDeque<(u64, Arc<PendingSignal>)>>,
+}
+
+impl Submissions {
+    /// The highest submission known done.
+    pub fn completed(&self) -> u64 {
+        self.completed.load(Ordering::SeqCst)
+    }
+
+    /// Submission `submission`, and every one before it, is done.
+    pub fn done(&self, submission: u64) {
+        // Under the lock, so that no one sees the count raised before the
+        // signals it covers finished. Finishing one only completes a cell,
+        // whose wakers run on the delivery thread, not here.
+        let mut waiting = lock(&self.waiting);
+        waiting.retain(|(upto, join)| {
+            let due = *upto <= submission;
+            if due {
+                join.part_done();
+            }
+            !due
+        });
+        self.completed.fetch_max(submission, Ordering::SeqCst);
+    }
+
+    /// Finishes the device part of `join` once `submission` is done: at once if it already is.
+    pub fn wait_for(&self, submission: u64, join: Arc<PendingSignal>) {
+        let mut waiting = lock(&self.waiting);
+        // Raised meanwhile: the signals before this one were finished first.
+        if self.completed() >= submission {
+            join.part_done();
+        } else {
+            waiting.push_back((submission, join));
+        }
+    }
+
+    /// Finishes the device part of `join` if it still waits (its callback was
+    /// dropped uncalled: its submission is done, but the count stays as it is).
+    pub fn give_up(&self, join: &Arc<PendingSignal>) {
+        let mut waiting = lock(&self.waiting);
+        if let Some(at) = waiting.iter().position(|(_, waiter)| Arc::ptr_eq(waiter, join)) {
+            if let Some((_, join)) = waiting.remove(at) {
+                join.part_done();
+            }
         }
     }
 }

@@ -20,7 +20,7 @@
 //!   recorded a batch to one encoder as the lane submits (the layer's
 //!   `record`, with its bind groups, built-ins and pipeline cache); reads
 //!   map a staging buffer (`readback`); timestamps are timestamp queries
-//!   read back the same way (`timestamps`).
+//!   read back the same way ([`WgpuTimestamp`]).
 //! - **Errors**: every wgpu call that can fail runs in an error scope. Bad
 //!   input, a WGSL source that does not compile or whose bindings are not
 //!   what its arguments bind (the layer's `interface`) among it, refuses the op before
@@ -34,11 +34,10 @@ mod poll;
 mod queued;
 mod raw;
 mod readback;
-mod signals;
-mod timestamps;
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 /// The wgpu crate this backend is built on, for code that uses [`WgpuRawAccess`].
 pub use ::wgpu;
@@ -47,22 +46,27 @@ use poll::Poller;
 use queued::{Queued, QueuedOp, Recorded};
 pub use raw::{WgpuBufferRange, WgpuRawAccess};
 use readback::Readback;
-pub use timestamps::WgpuTimestamp;
 pub(crate) use weir_device::wgpu::adapter::list;
+use weir_device::wgpu::memory::buffer;
 pub use weir_device::wgpu::memory::WgpuMemory;
 use weir_device::wgpu::plan::{self, Plan};
 use weir_device::wgpu::record::check;
-use weir_device::wgpu::scope::scoped;
+use weir_device::wgpu::scope::{scoped, BACKEND};
 use weir_device::wgpu::WgpuDevice;
 
 use crate::backend::lane::{LaneEvent, Step};
 #[cfg(feature = "test-support")]
 use crate::backend::{timer::Hold, Gate};
-use crate::backend::{Backend, BackendCounters, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span, UploadFrom};
+use crate::backend::{
+    Backend, BackendCounters, Command, DeviceTimestamp, EnqueueError, HostSink, OpIo, RawAccess, SignalKind, Span,
+    UploadFrom,
+};
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo};
+use crate::diagnostics::Counters;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
+use crate::lock::lock;
 use crate::options::RuntimeOptions;
 
 /// The wgpu backend.
@@ -81,7 +85,7 @@ pub struct WgpuStream {
 impl WgpuStream {
     /// The stream's number, for error messages.
     fn number(&self) -> u32 {
-        self.lane.runner.stream()
+        self.lane.runner.stream
     }
 }
 
@@ -100,6 +104,45 @@ impl Drop for WgpuStream {
 /// "Lane S has issued its first n items". Cheap: no device object.
 pub struct WgpuEvent(LaneEvent<OnQueue>);
 
+/// A timestamp query in flight or read: its ticks arrive through a read-back.
+/// Counted among the live events: it is wgpu's timing event.
+pub struct WgpuTimestamp {
+    sink: Arc<HostSink>,
+    /// The ticks, once taken out of the sink (the first time they are asked for).
+    ticks: Mutex<Option<u64>>,
+    /// Nanoseconds per tick (`Queue::get_timestamp_period`).
+    period: f32,
+    counters: Arc<Counters>,
+}
+
+impl Drop for WgpuTimestamp {
+    fn drop(&mut self) {
+        self.counters.live_events.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl WgpuTimestamp {
+    fn ticks(&self) -> Result<u64> {
+        let mut ticks = lock(&self.ticks);
+        if let Some(ticks) = *ticks {
+            return Ok(ticks);
+        }
+        let bytes = self.sink.take().ok_or_else(|| Error::internal("a timestamp was read before it was taken"))?;
+        let raw: [u8; 8] =
+            bytes.get(..8).and_then(|b| b.try_into().ok()).ok_or_else(|| Error::internal("a short timestamp query"))?;
+        let value = u64::from_le_bytes(raw);
+        *ticks = Some(value);
+        Ok(value)
+    }
+}
+
+impl DeviceTimestamp for WgpuTimestamp {
+    fn elapsed_since(&self, earlier: &Self) -> Result<Duration> {
+        let ticks = self.ticks()?.saturating_sub(earlier.ticks()?);
+        Ok(Duration::from_nanos((ticks as f64 * f64::from(self.period)).round() as u64))
+    }
+}
+
 impl WgpuBackend {
     /// Opens adapter `index` (0: the preferred one; see the module doc)
     /// with every other option at its default (backend-level tests).
@@ -112,7 +155,7 @@ impl WgpuBackend {
     pub(crate) fn open_with(options: &RuntimeOptions) -> Result<WgpuBackend> {
         let gpu = WgpuDevice::open(&options.adapters, options.device, options.own_device)?;
         let poller = Poller::spawn(gpu.device.clone(), options.spin)?;
-        let shared = Shared::new(gpu, poller.state().clone());
+        let shared = Shared::new(gpu, poller.state.clone());
         Ok(WgpuBackend { shared, _poller: poller })
     }
 
@@ -229,8 +272,52 @@ impl Backend for WgpuBackend {
         Ok(())
     }
 
+    /// One command buffer per timestamp: an empty compute pass whose
+    /// end-of-pass write takes the queue's clock once every command before
+    /// it is done (Vulkan writes it at the bottom of the pipe), resolved into
+    /// a buffer and read back like a download. Needs the adapter's
+    /// `TIMESTAMP_QUERY` feature (pass timestamp writes only, not
+    /// `TIMESTAMP_QUERY_INSIDE_ENCODERS`: each op already has its own encoder).
     fn timestamp(&self, stream: &WgpuStream, completion: Arc<Completion>) -> Result<WgpuTimestamp> {
-        timestamps::enqueue(self.gpu(), &self.shared, &stream.lane, stream.number(), completion)
+        let gpu = self.gpu();
+        if !gpu.timestamps {
+            return Err(Error::unsupported(
+                BACKEND,
+                format!("timestamps need the adapter feature TIMESTAMP_QUERY, which {} lacks", gpu.info.name),
+            ));
+        }
+        let size = wgpu::QUERY_SIZE as u64;
+        let recorded = scoped(&gpu.device, || {
+            let queries = gpu.device.create_query_set(&wgpu::QuerySetDescriptor {
+                label: Some("weir timestamp"),
+                ty: wgpu::QueryType::Timestamp,
+                count: 1,
+            });
+            let resolve = wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC;
+            let resolved = buffer(&gpu.device, "weir timestamp resolve", size, resolve);
+            let read_back = wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST;
+            let staging = buffer(&gpu.device, "weir timestamp read-back", size, read_back);
+            let mut encoder = gpu.device.create_command_encoder(&wgpu::CommandEncoderDescriptor { label: None });
+            drop(encoder.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: Some("weir timestamp"),
+                timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                    query_set: &queries,
+                    beginning_of_pass_write_index: None,
+                    end_of_pass_write_index: Some(0),
+                }),
+            }));
+            encoder.resolve_query_set(&queries, 0..1, &resolved, 0);
+            encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 0, size);
+            (encoder.finish(), staging)
+        });
+        let (commands, staging) = recorded.map_err(|failure| failure.on_stream(stream.number()))?;
+        let sink = HostSink::new(completion);
+        let readback = Readback::new(staging, 0, size as usize, sink.clone());
+        let queued = Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new() }));
+        self.shared.record(&stream.lane, queued, Some(readback))?;
+        gpu.counters.live_events.fetch_add(1, Ordering::SeqCst);
+        let (period, counters) = (gpu.timestamp_period, gpu.counters.clone());
+        Ok(WgpuTimestamp { sink, ticks: Mutex::new(None), period, counters })
     }
 
     fn signal(&self, stream: &WgpuStream, completion: Arc<Completion>, kind: SignalKind) -> Result<()> {

@@ -91,7 +91,8 @@ impl<A, F: FnOnce(Option<A>)> Drop for Once<A, F> {
 /// Owns the poll thread; dropping it lets the thread finish the callbacks
 /// still registered, then joins it.
 pub(crate) struct Poller {
-    state: Arc<PollState>,
+    /// What the thread waits for: the callbacks the lanes register.
+    pub state: Arc<PollState>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -107,17 +108,6 @@ impl Poller {
             .map_err(|e| Error::backend(BACKEND, format!("cannot start the poll thread: {e}")))?;
         Ok(Poller { state, thread: Some(thread) })
     }
-
-    pub fn state(&self) -> &Arc<PollState> {
-        &self.state
-    }
-}
-
-/// Polls `device` once without blocking; false if nothing of ours is pending any more.
-fn poll_once(device: &wgpu::Device, state: &PollState) -> bool {
-    // A panicking callback unwinds out of `poll` (see `run`).
-    let _ = catch_unwind(AssertUnwindSafe(|| device.poll(wgpu::PollType::Poll)));
-    lock(&state.waiting).pending > 0
 }
 
 fn run(device: &wgpu::Device, state: &PollState, budget: Duration) {
@@ -135,7 +125,9 @@ fn run(device: &wgpu::Device, state: &PollState, budget: Duration) {
         };
         let start = Instant::now();
         let seen = spin.spin(start, || {
-            let pending = poll_once(device, state);
+            // Without blocking. A panicking callback unwinds out of `poll` (see below).
+            let _ = catch_unwind(AssertUnwindSafe(|| device.poll(wgpu::PollType::Poll)));
+            let pending = lock(&state.waiting).pending > 0;
             // A pause between polls: each takes the device's locks, which
             // submitting threads want too.
             for _ in 0..64 {

@@ -22,6 +22,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, OnceLock};
 
+use super::lanes::WgpuLane;
 use crate::backend::{Command, FailureTally, KernelArg, OpIo};
 use crate::diagnostics::Counters;
 use crate::error::Error;
@@ -106,40 +107,37 @@ fn heap_bytes(command: &Command<WgpuMemory>) -> usize {
     }
 }
 
-/// Where a queued op came from: its stream's number, and where its lane
-/// counts failures for its next fence.
-type Origin = (u32, Arc<FailureTally>);
-
 /// What [`record_runs`] made: the command buffers to submit, and what they
 /// use (the ops recorded into them, the buffers of work recorded already),
 /// to drop once they are submitted: an op's scalars are in a slot whose next
 /// owner writes it through the queue, which lands before the next
-/// submission's commands.
+/// submission's commands. With them, the runs' lanes, in order.
 pub(crate) struct Recording {
     pub commands: Vec<wgpu::CommandBuffer>,
     // Boxed as they were queued: unboxing them would copy each.
     #[allow(clippy::vec_box)]
     pub ops: Vec<Box<QueuedOp>>,
     pub buffers: Vec<WgpuMemory>,
+    pub lanes: Vec<Arc<WgpuLane>>,
 }
 
-/// Records `runs` (each lane's queued work, with its stream's number and
-/// failure tally), in order: the ops between two recorded command buffers
-/// into one encoder each. Failed ops are reported through their lane's
-/// tally (see the module doc) and left out.
-pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(u32, Arc<FailureTally>, Vec<Queued>)>) -> Recording {
-    let mut origins: Vec<Origin> = Vec::with_capacity(runs.len());
-    let mut recorded = Recording { commands: Vec::new(), ops: Vec::new(), buffers: Vec::new() };
+/// Records `runs` (each lane's queued work, with its lane), in order: the
+/// ops between two recorded command buffers into one encoder each. Failed
+/// ops are reported through their lane's tally (see the module doc) and
+/// left out.
+pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(Arc<WgpuLane>, Vec<Queued>)>) -> Recording {
+    let lanes = Vec::with_capacity(runs.len());
+    let mut recorded = Recording { commands: Vec::new(), ops: Vec::new(), buffers: Vec::new(), lanes };
     // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
-    let mut ops = Vec::with_capacity(runs.iter().map(|(_, _, run)| run.len()).sum());
-    for (stream, tally, run) in runs {
-        let origin = origins.len();
-        origins.push((stream, tally));
+    let mut ops = Vec::with_capacity(runs.iter().map(|(_, run)| run.len()).sum());
+    for (lane, run) in runs {
+        let origin = recorded.lanes.len();
+        recorded.lanes.push(lane);
         for queued in run {
             match queued {
                 Queued::Op(op) => ops.push((origin, op)),
                 Queued::Commands(done) => {
-                    record_together(gpu, &origins, std::mem::take(&mut ops), &mut recorded);
+                    record_together(gpu, std::mem::take(&mut ops), &mut recorded);
                     let Recorded { commands, buffers } = *done;
                     recorded.commands.push(commands);
                     recorded.buffers.extend(buffers);
@@ -147,18 +145,20 @@ pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(u32, Arc<FailureTally>, V
             }
         }
     }
-    record_together(gpu, &origins, ops, &mut recorded);
+    record_together(gpu, ops, &mut recorded);
     recorded
 }
 
-/// Records `ops` into one encoder, or, if that fails, each alone.
-fn record_together(gpu: &WgpuDevice, origins: &[Origin], ops: Vec<(usize, Box<QueuedOp>)>, recorded: &mut Recording) {
+/// Records `ops` (each with the index of its lane in the recording's) into
+/// one encoder, or, if that fails, each alone.
+fn record_together(gpu: &WgpuDevice, ops: Vec<(usize, Box<QueuedOp>)>, recorded: &mut Recording) {
+    let lanes = &recorded.lanes;
     // An op whose input failed since it was admitted does not run.
     let skip = |(origin, op): (usize, Box<QueuedOp>)| {
-        let (stream, tally) = &origins[origin];
-        match op.io.failed_input(*stream) {
+        let lane = &lanes[origin].runner;
+        match op.io.failed_input(lane.stream) {
             Some(error) => {
-                op.fail(error, tally);
+                op.fail(error, &lane.tally);
                 None
             }
             None => Some((origin, op)),
@@ -188,13 +188,13 @@ fn record_together(gpu: &WgpuDevice, origins: &[Origin], ops: Vec<(usize, Box<Qu
             record(gpu, &mut recorder, &op.command, &op.plan);
             recorder.finish()
         });
-        let (stream, tally) = &origins[origin];
+        let lane = &lanes[origin].runner;
         match alone {
             Ok(commands) => {
                 recorded.commands.push(commands);
                 recorded.ops.push(op);
             }
-            Err(failure) => op.fail(failure.on_stream(*stream), tally),
+            Err(failure) => op.fail(failure.on_stream(lane.stream), &lane.tally),
         }
     }
 }

@@ -15,8 +15,8 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::lanes::Submissions;
 use super::poll::{once, PollState};
-use super::signals::Submissions;
 use crate::backend::HostSink;
 use crate::error::Error;
 use crate::lock::lock;
@@ -107,16 +107,6 @@ impl Reads {
     }
 }
 
-/// Where a started read reports to.
-pub(crate) struct ReadContext<'a> {
-    pub poll: &'a Arc<PollState>,
-    pub reads: &'a Arc<Reads>,
-    /// Told `submission` is done once the read delivered: its copy's
-    /// submission, and every one before it, is then known done.
-    pub progress: &'a Arc<Submissions>,
-    pub submission: u64,
-}
-
 impl Readback {
     pub fn new(staging: wgpu::Buffer, skip: usize, len: usize, sink: Arc<HostSink>) -> Readback {
         Readback { staging, skip, len, sink, copy_failed: Arc::default() }
@@ -132,14 +122,15 @@ impl Readback {
         self.sink.fail(error);
     }
 
-    /// Maps the staging buffer; call after the copy's submission. A read
-    /// whose copy failed fails with it.
-    pub fn start(self, context: ReadContext<'_>) {
+    /// Maps the staging buffer; call after the copy's submission, number
+    /// `submission`. A read whose copy failed fails with it. The read counts
+    /// among the lane's `reads`, and once it delivered, `progress` is told
+    /// that `submission`, and every one before it, is done.
+    pub fn start(self, poll: &Arc<PollState>, reads: &Arc<Reads>, progress: &Arc<Submissions>, submission: u64) {
         if let Some(error) = self.copy_failed.get() {
             let error = error.clone();
             return self.fail(error);
         }
-        let ReadContext { poll, reads, progress, submission } = context;
         poll.register();
         let number = reads.start();
         let (poll, reads, progress) = (poll.clone(), reads.clone(), progress.clone());
