@@ -3,7 +3,8 @@
 // (measured by rust/ffi/examples/round_trip.rs and passed in as arguments).
 //
 // Prints one JSON object per figure (the bench report's format), then a table.
-// Arguments: `--backend NAME` and, per figure, `--baseline NAME MICROS`.
+// Arguments: `--backend NAME`, `--processes N` (each figure the median of N
+// fresh processes, 5 by default) and, per figure, `--baseline NAME MICROS`.
 
 import Foundation
 import Weir
@@ -55,8 +56,10 @@ func medianMicros(_ iterations: Int, _ call: () async throws -> Void) async reth
     return Double(samples[iterations / 2]) / 1e3
 }
 
+/// The value after the last `flag`: a measuring process is started with
+/// its parent's arguments and `--processes 1` after them.
 func value(after flag: String, in arguments: [String]) -> String? {
-    guard let index = arguments.firstIndex(of: flag), index + 1 < arguments.count else { return nil }
+    guard let index = arguments.lastIndex(of: flag), index + 1 < arguments.count else { return nil }
     return arguments[index + 1]
 }
 
@@ -78,7 +81,7 @@ let arguments = CommandLine.arguments
 let name = value(after: "--backend", in: arguments) ?? "cpu"
 let backends: [String: Backend] = ["auto": .auto, "cpu": .cpu, "wgpu": .wgpu, "cuda": .cuda, "hip": .hip]
 guard let backend = backends[name.lowercased()] else {
-    print("usage: weir-bench [--backend auto|cpu|wgpu|cuda|hip] [--baseline NAME MICROS]…")
+    print("usage: weir-bench [--backend auto|cpu|wgpu|cuda|hip] [--processes N] [--baseline NAME MICROS]…")
     exit(2)
 }
 let rust = baselines(in: arguments)
@@ -237,7 +240,48 @@ final class PeakResident: @unchecked Sendable {
     ]
 }
 
-let figures = try await Task.detached(operation: measure).value
+/// Runs this bench `count` times, each in a fresh process (`--processes 1`),
+/// and gives each figure the median of their values. On some hosts a
+/// process's threads land so that all its calls are fast, or all slow (two
+/// clusters, a few microseconds apart), so one process decides nothing; the
+/// Rust baselines are medians across processes too (`round_trip`).
+func acrossProcesses(_ count: Int) throws -> [Figure] {
+    var runs: [[Figure]] = []
+    for _ in 0..<count {
+        let child = Process()
+        child.executableURL = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
+        child.arguments = Array(CommandLine.arguments.dropFirst()) + ["--processes", "1"]
+        let output = Pipe()
+        child.standardOutput = output
+        try child.run()
+        let printed = output.fileHandleForReading.readDataToEndOfFile()
+        child.waitUntilExit()
+        guard child.terminationStatus == 0 else {
+            throw WeirError.bug(description: "a measuring process exited with \(child.terminationStatus)")
+        }
+        runs.append(String(decoding: printed, as: UTF8.self).split(separator: "\n").compactMap(parsed))
+    }
+    return (runs.first ?? []).map { first in
+        let values = runs.compactMap { run in run.first { $0.name == first.name }?.weir }.sorted()
+        let listed = values.map { String(format: "%.3f", $0) }.joined(separator: ", ")
+        return Figure(backend: first.backend, name: first.name, weir: values[values.count / 2], baseline: first.baseline,
+                      note: "the median of \(values.count) processes (theirs: \(listed)); in each: \(first.note)",
+                      unit: first.unit)
+    }
+}
+
+/// A figure from its JSON line; nil for any other line.
+func parsed(_ line: Substring) -> Figure? {
+    guard let object = try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any],
+          let backend = object["backend"] as? String, let name = object["bench"] as? String,
+          let weir = object["weir"] as? Double else { return nil }
+    return Figure(backend: backend, name: name, weir: weir, baseline: object["baseline"] as? Double,
+                  note: object["note"] as? String ?? "", unit: object["unit"] as? String ?? "us")
+}
+
+/// Fresh processes measured, each figure their median (5 by default; 1 measures in this one).
+let processes = Int(value(after: "--processes", in: arguments) ?? "") ?? 5
+let figures = processes > 1 ? try acrossProcesses(processes) : try await Task.detached(operation: measure).value
 let sync = figures.first { $0.name.hasPrefix("swift: sync(),") }?.weir ?? .nan
 let execute = figures.first { $0.name.hasPrefix("swift: executeAndWait(no-op kernel)") }?.weir ?? .nan
 for figure in figures { print(figure.json) }

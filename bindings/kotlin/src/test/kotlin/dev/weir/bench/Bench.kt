@@ -3,7 +3,8 @@
  * Rust in the same `cargo xtask bench --kotlin` run (passed in as arguments).
  *
  * Prints one JSON object per figure (the bench report's format), then a table.
- * Arguments: `--backend NAME` and, per figure, `--baseline NAME MICROS`.
+ * Arguments: `--backend NAME`, `--processes N` (each figure the median of N fresh JVMs, 5 by
+ * default) and, per figure, `--baseline NAME MICROS`.
  */
 package dev.weir.bench
 
@@ -25,6 +26,8 @@ import dev.weir.sync
 import dev.weir.upload
 import dev.weir.writes
 import dev.weir.zeros
+import java.io.File
+import java.net.URLClassLoader
 import kotlinx.coroutines.runBlocking
 
 private class Figure(
@@ -224,9 +227,8 @@ private suspend fun bulk(stream: dev.weir.WeirStream, baselines: Map<String, Dou
     }
 }
 
-fun main(args: Array<String>) {
-    val list = args.toList()
-    val name = list.windowed(2).firstOrNull { it[0] == "--backend" }?.get(1) ?: "cpu"
+/** Every figure, measured in this process. */
+private fun measure(name: String, list: List<String>): List<Figure> {
     val baselines = list.windowed(3).filter { it[0] == "--baseline" }.associate { it[1] to it[2].toDouble() }
     val backend = Backend.entries.first { it.name.equals(name, ignoreCase = true) }
     val figures = mutableListOf<Figure>()
@@ -247,6 +249,53 @@ fun main(args: Array<String>) {
             bulk(stream, baselines, name, figures)
         }
     }
+    return figures
+}
+
+/**
+ * Runs this bench [count] times, each in a fresh JVM (`--processes 1`), and gives each figure the
+ * median of their values. On some hosts a process's threads land so that all its calls are fast,
+ * or all slow (two clusters, several microseconds apart), so one process decides nothing; the Rust
+ * baselines are medians across processes too (`round_trip`).
+ */
+private fun acrossProcesses(count: Int, list: List<String>): List<Figure> {
+    val java = File(System.getProperty("java.home"), "bin/java").path
+    // Run by Maven's exec:java, the classes come from the plugin's class loader, not the class path.
+    val classpath = (Thread.currentThread().contextClassLoader as? URLClassLoader)?.urLs
+        ?.joinToString(File.pathSeparator) { File(it.toURI()).path }
+        ?: System.getProperty("java.class.path")
+    val runs = List(count) {
+        val command = listOf(java, "-cp", classpath, "dev.weir.bench.BenchKt") + list + listOf("--processes", "1")
+        val child = ProcessBuilder(command).redirectError(ProcessBuilder.Redirect.INHERIT).start()
+        val printed = child.inputStream.bufferedReader().readLines()
+        check(child.waitFor() == 0) { "a measuring process exited with ${child.exitValue()}" }
+        printed.mapNotNull(::parsed)
+    }
+    return runs.first().map { first ->
+        val values = runs.mapNotNull { run -> run.firstOrNull { it.name == first.name }?.weir }.sorted()
+        val theirs = values.joinToString { "%.3f".format(it) }
+        Figure(first.backend, first.name, values[values.size / 2], first.baseline,
+            "the median of ${values.size} processes (theirs: $theirs); in each: ${first.note}", first.unit)
+    }
+}
+
+/** The JSON line [Figure.json] prints, as the figure; null for any other line. */
+private val figureLine = Regex(
+    "\\{\"backend\":\"([^\"]*)\",\"bench\":\"([^\"]*)\",\"unit\":\"([^\"]*)\",\"weir\":([^,]*)," +
+        "\"baseline\":([^,]*),\"ratio\":[^,]*,\"note\":\"(.*)\"}",
+)
+
+private fun parsed(line: String): Figure? =
+    figureLine.matchEntire(line)?.destructured?.let { (backend, name, unit, weir, baseline, note) ->
+        Figure(backend, name, weir.toDouble(), baseline.toDoubleOrNull(), note, unit)
+    }
+
+fun main(args: Array<String>) {
+    val list = args.toList()
+    // The last one given: a measuring process gets its parent's arguments and `--processes 1` after them.
+    val name = list.windowed(2).lastOrNull { it[0] == "--backend" }?.get(1) ?: "cpu"
+    val processes = list.windowed(2).lastOrNull { it[0] == "--processes" }?.get(1)?.toInt() ?: 5
+    val figures = if (processes > 1) acrossProcesses(processes, list) else measure(name, list)
     figures.forEach { println(it.json()) }
     println()
     println("%-8s %-44s %14s %14s %8s  %s".format("backend", "benchmark", "weir", "baseline", "ratio", "note"))
