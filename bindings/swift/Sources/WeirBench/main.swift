@@ -248,9 +248,10 @@ final class PeakResident: @unchecked Sendable {
 func acrossProcesses(_ count: Int) throws -> [Figure] {
     var runs: [[Figure]] = []
     for _ in 0..<count {
+        let command = startedAs()
         let child = Process()
-        child.executableURL = Bundle.main.executableURL ?? URL(fileURLWithPath: CommandLine.arguments[0])
-        child.arguments = Array(CommandLine.arguments.dropFirst()) + ["--processes", "1"]
+        child.executableURL = URL(fileURLWithPath: command[0])
+        child.arguments = Array(command.dropFirst()) + ["--processes", "1"]
         let output = Pipe()
         child.standardOutput = output
         try child.run()
@@ -268,6 +269,20 @@ func acrossProcesses(_ count: Int) throws -> [Figure] {
                       note: "the median of \(values.count) processes (theirs: \(listed)); in each: \(first.note)",
                       unit: first.unit)
     }
+}
+
+/// The command line this process was started with, to start a measuring
+/// process the same way. On Linux it is read from /proc, which keeps what
+/// `CommandLine` leaves out: a bundle runs the bench through its own dynamic
+/// loader (`ld-linux.so --library-path … weir-bench …`), and the loader's
+/// arguments are needed again.
+func startedAs() -> [String] {
+    if let raw = FileManager.default.contents(atPath: "/proc/self/cmdline") {
+        let parts = raw.split(separator: 0, omittingEmptySubsequences: false).map { String(decoding: $0, as: UTF8.self) }
+        // Each argument ends with a NUL, so the last part is empty.
+        if parts.count > 1 { return Array(parts.dropLast()) }
+    }
+    return [Bundle.main.executablePath ?? CommandLine.arguments[0]] + CommandLine.arguments.dropFirst()
 }
 
 /// A figure from its JSON line; nil for any other line.
