@@ -6,6 +6,7 @@ use std::sync::Arc;
 #[cfg(feature = "test-support")]
 use std::time::Duration;
 
+use crate::builtin::BuiltinKernel;
 use crate::kernel::{CustomKernel, ScalarArg};
 use crate::{Access, Grid};
 
@@ -38,6 +39,8 @@ impl<R: Copy> KernelArg<R> {
 pub type Spans<R> = smallvec::SmallVec<[(Span<R>, Access); 4]>;
 /// The buffers one command touches, with their access: a few, kept inline.
 pub type Accesses<R> = smallvec::SmallVec<[(R, Access); 4]>;
+/// An element-wise op's buffers, in its kernel's order: kept inline.
+pub type Operands<'a, R> = smallvec::SmallVec<[&'a Span<R>; 3]>;
 
 /// Element-wise binary f32 ops.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,6 +89,22 @@ impl<R, S> Command<R, S> {
             Command::Upload { dst, .. } => dst.len,
             _ => 0,
         }
+    }
+
+    /// An element-wise op's built-in kernel, its scalar's bits (if it takes
+    /// one) and its buffers in the kernel's order, the one it writes last;
+    /// `None` for any other command.
+    pub fn elementwise(&self) -> Option<(BuiltinKernel, Option<u32>, Operands<'_, R>)> {
+        use smallvec::smallvec;
+        Some(match self {
+            Command::Fill { dst, word } => (BuiltinKernel::Fill, Some(*word), smallvec![dst]),
+            Command::Iota { out, start } => (BuiltinKernel::Iota, Some(*start), smallvec![out]),
+            Command::Binary { op: BinaryOp::Add, a, b, out } => (BuiltinKernel::Add, None, smallvec![a, b, out]),
+            Command::Binary { op: BinaryOp::Mul, a, b, out } => (BuiltinKernel::Mul, None, smallvec![a, b, out]),
+            Command::Scale { x, out, alpha } => (BuiltinKernel::Scale, Some(alpha.to_bits()), smallvec![x, out]),
+            Command::Axpy { x, y, alpha } => (BuiltinKernel::Axpy, Some(alpha.to_bits()), smallvec![x, y]),
+            _ => return None,
+        })
     }
 
     /// Every byte range the command touches, with its access.

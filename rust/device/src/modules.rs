@@ -264,7 +264,6 @@ impl<D: Driver> Drop for Kernels<D> {
 pub enum Param<'a> {
     Pointer(u64),
     U32(u32),
-    F32(f32),
     U64(u64),
     /// A user's scalar of any width, or a struct's bytes.
     Scalar(&'a ScalarArg),
@@ -287,7 +286,6 @@ impl Params {
             let bytes: smallvec::SmallVec<[u8; 8]> = match *param {
                 Param::Pointer(value) | Param::U64(value) => value.to_ne_bytes()[..].into(),
                 Param::U32(value) => value.to_ne_bytes()[..].into(),
-                Param::F32(value) => value.to_ne_bytes()[..].into(),
                 Param::Scalar(scalar) => scalar.to_bytes(),
             };
             starts.push(words.len() as u32);

@@ -17,8 +17,7 @@ use super::scope::{scoped, BACKEND};
 use super::slabs::SHARED_MAX;
 use super::uniform_fill::ScalarType;
 use super::WgpuDevice;
-use crate::builtin::BuiltinKernel;
-use crate::command::{BinaryOp, Command, KernelArg, Span};
+use crate::command::{Command, KernelArg, Span};
 use crate::error::Error;
 use crate::kernel::{CustomKernel, ScalarArg};
 use crate::{Access, Grid};
@@ -82,31 +81,31 @@ fn unsupported(what: String) -> Error {
     Error::unsupported(BACKEND, what)
 }
 
-/// Makes what `command` needs before its buffers are known.
+/// Makes what `command` needs before its buffers are known, once it checked
+/// what wgpu would otherwise reject by panicking or by failing the stream, as
+/// far as the byte ranges tell (a copy's check needs its buffers).
 pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<Plan, Error> {
-    check(gpu, command)?;
-    // wgpu refuses a buffer bound both read-only and writable in one
-    // dispatch: where that may happen, every binding is writable.
-    let shared = may_bind_a_buffer_both_ways(command);
-    let elementwise =
-        |op, span: &Span<R>, scalar| plan_elementwise(gpu, op, span.len, scalar, shared).map(Plan::Elementwise);
+    if let Some((kernel, scalar, operands)) = command.elementwise() {
+        let shape = gpu.shape;
+        for span in &operands {
+            if !span.offset.is_multiple_of(shape.align) || !span.len.is_multiple_of(4) {
+                return Err(unsupported(format!(
+                    "element-wise ops on bytes {}..{} (they need a start aligned to {} and whole words)",
+                    span.offset,
+                    span.offset + span.len,
+                    shape.align
+                )));
+            }
+        }
+        // wgpu refuses a buffer bound both read-only and writable in one
+        // dispatch: where that may happen, every binding is writable.
+        let shared = operands.split_last().is_some_and(|(out, inputs)| one_buffer_both_ways(inputs, &[out]));
+        let plan = plan_elementwise(gpu, kernel, operands[0].len, scalar.unwrap_or(0), shared)?;
+        return Ok(Plan::Elementwise(plan));
+    }
     Ok(match command {
-        #[cfg(feature = "test-support")]
-        Command::Delay { .. } => Plan::Nothing,
-        Command::Copy { .. } => Plan::Nothing,
         Command::Zero { dst } => Plan::Write(plan_write(gpu, dst, None)?),
         Command::Upload { dst, data } => return prepare_upload(gpu, dst, data),
-        Command::Fill { dst, word } => elementwise(BuiltinKernel::Fill, dst, *word)?,
-        Command::Iota { out, start } => elementwise(BuiltinKernel::Iota, out, *start)?,
-        Command::Binary { op, a, .. } => {
-            let kernel = match op {
-                BinaryOp::Add => BuiltinKernel::Add,
-                BinaryOp::Mul => BuiltinKernel::Mul,
-            };
-            elementwise(kernel, a, 0)?
-        }
-        Command::Scale { x, alpha, .. } => elementwise(BuiltinKernel::Scale, x, alpha.to_bits())?,
-        Command::Axpy { x, alpha, .. } => elementwise(BuiltinKernel::Axpy, x, alpha.to_bits())?,
         Command::Download { src, .. } => {
             let first = src.offset / 4 * 4;
             let size = align4(src.offset + src.len) - first;
@@ -117,6 +116,9 @@ pub fn prepare<R: PartialEq, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Re
             Plan::Download { staging, first, size }
         }
         Command::Custom { kernel, grid, args } => prepare_custom(gpu, kernel, grid, args)?,
+        // Nothing to make for a copy (whose checks need its buffers) or a
+        // delay; the element-wise ops were planned above.
+        _ => Plan::Nothing,
     })
 }
 
@@ -126,16 +128,6 @@ pub fn prepare_upload<R>(gpu: &WgpuDevice, dst: &Span<R>, bytes: &[u8]) -> Resul
         return Err(Error::invalid(format!("{} bytes to upload into {} bytes", bytes.len(), dst.len)));
     }
     Ok(Plan::Write(plan_write(gpu, dst, Some(bytes))?))
-}
-
-/// True when an element-wise op may bind one wgpu buffer read-only and
-/// writable in one dispatch (see [`one_buffer_both_ways`]).
-fn may_bind_a_buffer_both_ways<R: PartialEq, S>(command: &Command<R, S>) -> bool {
-    match command {
-        Command::Binary { a, b, out, .. } => one_buffer_both_ways(&[a, b], &[out]),
-        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => one_buffer_both_ways(&[x], &[y]),
-        _ => false,
-    }
 }
 
 /// True when a read of `reads` and a write of `writes` may be one wgpu
@@ -148,36 +140,20 @@ fn one_buffer_both_ways<R: PartialEq>(reads: &[&Span<R>], writes: &[&Span<R>]) -
     reads.iter().any(|read| writes.iter().any(|write| read.buffer == write.buffer || (small(read) && small(write))))
 }
 
-/// Checks what wgpu would otherwise reject by panicking or by failing the
-/// stream, as far as the byte ranges tell (a copy's check needs its buffers).
-fn check<R, S>(gpu: &WgpuDevice, command: &Command<R, S>) -> Result<(), Error> {
-    let shape = gpu.shape;
-    let windowed = |span: &Span<R>| {
-        if !span.offset.is_multiple_of(shape.align) || !span.len.is_multiple_of(4) {
-            return Err(unsupported(format!(
-                "element-wise ops on bytes {}..{} (they need a start aligned to {} and whole words)",
-                span.offset,
-                span.offset + span.len,
-                shape.align
-            )));
-        }
-        Ok(())
-    };
-    match command {
-        Command::Fill { dst, .. } | Command::Iota { out: dst, .. } => windowed(dst),
-        Command::Binary { a, b, out, .. } => [a, b, out].into_iter().try_for_each(windowed),
-        Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. } => [x, y].into_iter().try_for_each(windowed),
-        Command::Custom { kernel, grid, args } => check_custom(gpu, kernel, grid, args),
-        Command::Copy { .. } | Command::Zero { .. } | Command::Upload { .. } | Command::Download { .. } => Ok(()),
-        #[cfg(feature = "test-support")]
-        Command::Delay { .. } => Ok(()),
-    }
-}
-
-fn check_custom<R>(gpu: &WgpuDevice, kernel: &CustomKernel, grid: &Grid, args: &[KernelArg<R>]) -> Result<(), Error> {
-    if kernel.wgsl.is_none() {
-        return Err(unsupported(format!("kernel {} has no WGSL source", kernel.name)));
-    }
+/// Checks the launch against the device's limits, then compiles (first use)
+/// and stages the scalars of a custom kernel. A source
+/// that does not compile, whose bindings are not what its arguments bind
+/// (`super::interface`), or that disagrees with the declared accesses, is
+/// the caller's error: it refuses the command with the
+/// compiler's message, before anything is admitted.
+fn prepare_custom<R: PartialEq>(
+    gpu: &WgpuDevice,
+    kernel: &Arc<CustomKernel>,
+    grid: &Grid,
+    args: &[KernelArg<R>],
+) -> Result<Plan, Error> {
+    let source =
+        kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
     let max = gpu.shape.max_groups;
     if grid.groups.iter().any(|&g| g > max) {
         return Err(Error::invalid(format!(
@@ -192,32 +168,6 @@ fn check_custom<R>(gpu: &WgpuDevice, kernel: &CustomKernel, grid: &Grid, args: &
             kernel.name, gpu.limits.max_storage_buffers_per_shader_stage
         )));
     }
-    for arg in args {
-        if let KernelArg::Buffer(span, _) = arg {
-            if span.offset % gpu.shape.align != 0 || align4(span.len) > gpu.shape.window {
-                return Err(unsupported(format!(
-                    "kernel {}: a {}-byte buffer argument at offset {} (the device binds at most {} bytes, at offsets aligned to {})",
-                    kernel.name, span.len, span.offset, gpu.shape.window, gpu.shape.align
-                )));
-            }
-        }
-    }
-    Ok(())
-}
-
-/// Compiles (first use) and stages the scalars of a custom kernel. A source
-/// that does not compile, whose bindings are not what its arguments bind
-/// (`super::interface`), or that disagrees with the declared accesses, is
-/// the caller's error: it refuses the command with the
-/// compiler's message, before anything is admitted.
-fn prepare_custom<R: PartialEq>(
-    gpu: &WgpuDevice,
-    kernel: &Arc<CustomKernel>,
-    grid: &Grid,
-    args: &[KernelArg<R>],
-) -> Result<Plan, Error> {
-    let source =
-        kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
     // Inline: a launch allocates nothing to describe its arguments.
     let mut read_only: SmallVec<[bool; 8]> = SmallVec::new();
     let mut lens: SmallVec<[u64; 8]> = SmallVec::new();
@@ -228,6 +178,12 @@ fn prepare_custom<R: PartialEq>(
     for arg in args {
         match arg {
             KernelArg::Buffer(span, access) => {
+                if span.offset % gpu.shape.align != 0 || align4(span.len) > gpu.shape.window {
+                    return Err(unsupported(format!(
+                        "kernel {}: a {}-byte buffer argument at offset {} (the device binds at most {} bytes, at offsets aligned to {})",
+                        kernel.name, span.len, span.offset, gpu.shape.window, gpu.shape.align
+                    )));
+                }
                 read_only.push(*access == Access::Read);
                 lens.push(span.len);
                 if *access == Access::Read {

@@ -212,14 +212,10 @@ pub fn record<S>(gpu: &WgpuDevice, recorder: &mut Recorder, command: &Command<Wg
         (Command::Download { src, .. }, Plan::Download { staging, first, size }) => {
             recorder.encoder().copy_buffer_to_buffer(src.buffer.buffer(), src.buffer.at(*first), staging, 0, *size)
         }
-        (Command::Fill { dst, .. } | Command::Iota { out: dst, .. }, Plan::Elementwise(plan)) => {
-            record_dispatches(gpu, recorder, plan, plan.all(), &[binding(dst)])
-        }
-        (Command::Binary { a, b, out, .. }, Plan::Elementwise(plan)) => {
-            record_dispatches(gpu, recorder, plan, plan.all(), &[binding(a), binding(b), binding(out)])
-        }
-        (Command::Scale { x, out: y, .. } | Command::Axpy { x, y, .. }, Plan::Elementwise(plan)) => {
-            record_dispatches(gpu, recorder, plan, plan.all(), &[binding(x), binding(y)])
+        (_, Plan::Elementwise(plan)) => {
+            let operands: SmallVec<[Binding<'_>; 3]> =
+                command.elementwise().into_iter().flat_map(|(_, _, spans)| spans.into_iter().map(binding)).collect();
+            record_dispatches(gpu, recorder, plan, plan.all(), &operands)
         }
         (Command::Custom { grid, args, .. }, Plan::Custom { pipeline, params }) => {
             // On the stack: a kernel binds a few buffers, and this runs per op.

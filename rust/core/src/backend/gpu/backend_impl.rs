@@ -10,8 +10,8 @@ use super::staging::Staged;
 use super::stream::StreamRef;
 use super::{DeviceBuffer, Driver, EventUse, GpuBackend, GpuEvent, GpuMemory, GpuStream, Prepared, RawPart};
 use crate::backend::{
-    Backend, BackendCounters, BinaryOp, Collective, CollectivePart, Command, EnqueueError, OpIo, RawAccess, SignalKind,
-    Span, UploadFrom,
+    Backend, BackendCounters, Collective, CollectivePart, Command, EnqueueError, OpIo, RawAccess, SignalKind, Span,
+    UploadFrom,
 };
 use crate::completion::Completion;
 use crate::device::{BackendKind, DeviceInfo};
@@ -51,10 +51,11 @@ impl<D: Driver> Backend for GpuBackend<D> {
     }
 
     fn prepare<R: PartialEq>(&self, command: &Command<R>) -> Result<Prepared<D>> {
-        let pointer = Param::Pointer(0);
+        if let Some((kernel, scalar, operands)) = command.elementwise() {
+            return Ok(self.builtin(kernel, &operands, scalar));
+        }
         Ok(match command {
             Command::Zero { .. } | Command::Copy { .. } => Prepared::Direct,
-            Command::Fill { dst, word } => self.builtin(BuiltinKernel::Fill, dst, &[pointer, Param::U32(*word)]),
             Command::Upload { dst, data } => self.stage_upload(dst, data)?,
             Command::Download { src, .. } => {
                 let len = usize::try_from(src.len)
@@ -62,20 +63,6 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 self.driver().bind()?;
                 Prepared::Download(self.device.stage(len)?)
             }
-            Command::Binary { op, out, .. } => {
-                let kernel = match op {
-                    BinaryOp::Add => BuiltinKernel::Add,
-                    BinaryOp::Mul => BuiltinKernel::Mul,
-                };
-                self.builtin(kernel, out, &[pointer; 3])
-            }
-            Command::Scale { out, alpha, .. } => {
-                self.builtin(BuiltinKernel::Scale, out, &[pointer, pointer, Param::F32(*alpha)])
-            }
-            Command::Axpy { y, alpha, .. } => {
-                self.builtin(BuiltinKernel::Axpy, y, &[pointer, pointer, Param::F32(*alpha)])
-            }
-            Command::Iota { out, start } => self.builtin(BuiltinKernel::Iota, out, &[pointer, Param::U32(*start)]),
             #[cfg(feature = "test-support")]
             Command::Delay { duration } => {
                 let ticks = self.driver().delay_ticks(*duration);
@@ -87,6 +74,8 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 ))
             }
             Command::Custom { kernel, grid, args } => self.prepare_custom(kernel, grid, args)?,
+            // The element-wise ops, prepared above.
+            _ => return Err(Error::internal("an element-wise op with no built-in kernel")),
         })
     }
 

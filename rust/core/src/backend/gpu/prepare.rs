@@ -52,17 +52,19 @@ pub(crate) struct ReadyLaunch<D: Driver> {
 }
 
 impl<D: Driver> GpuBackend<D> {
-    /// A built-in launch over the 4-byte words of `over`; `params` name
-    /// buffers with placeholder pointers, filled by `enqueue`, and the word
-    /// count follows them (every built-in's last parameter).
-    pub(super) fn builtin<R>(&self, kernel: BuiltinKernel, over: &Span<R>, params: &[Param]) -> Prepared<D> {
-        let words = over.len / 4;
+    /// A built-in launch over the 4-byte words of `operands`, the last the
+    /// one it writes: a placeholder pointer per operand, filled by `enqueue`,
+    /// then the scalar's bits, if any, then the word count (every built-in's
+    /// last parameter).
+    pub(super) fn builtin<R>(&self, kernel: BuiltinKernel, operands: &[&Span<R>], scalar: Option<u32>) -> Prepared<D> {
+        let words = operands.last().map_or(0, |over| over.len / 4);
         let groups = words.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
         let grid = Grid::new([groups, 1, 1], [BLOCK, 1, 1]);
-        // On the stack: a built-in takes at most four parameters.
-        let mut all = smallvec::SmallVec::<[Param; 8]>::from_slice(params);
-        all.push(Param::U64(words));
-        Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, &all))
+        // On the stack: a built-in takes at most five parameters.
+        let mut params: smallvec::SmallVec<[Param; 8]> = operands.iter().map(|_| Param::Pointer(0)).collect();
+        params.extend(scalar.map(Param::U32));
+        params.push(Param::U64(words));
+        Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, &params))
     }
 
     fn custom_source(kernel: &CustomKernel) -> Option<&crate::DeviceKernel> {
