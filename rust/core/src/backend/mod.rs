@@ -383,16 +383,12 @@ pub(crate) unsafe fn enqueue_in_order<B: Backend>(
     for (index, (command, prepared)) in commands.into_iter().enumerate() {
         // The last command takes the replay's queue share: it goes back
         // once the whole replay has left the queue.
-        let sub_io = match index == last {
-            true => io.take().unwrap_or_default(),
-            false => io.clone().unwrap_or_default(),
-        };
+        let sub_io = if index == last { io.take() } else { io.clone() }.unwrap_or_default();
         // SAFETY: this function's contract.
-        match unsafe { backend.enqueue(stream, command, prepared, sub_io) } {
-            Ok(()) => {}
-            Err(EnqueueError::Rejected(error)) if index > 0 => return Err(EnqueueError::Failed(error)),
-            Err(error) => return Err(error),
-        }
+        unsafe { backend.enqueue(stream, command, prepared, sub_io) }.map_err(|error| match error {
+            EnqueueError::Rejected(error) if index > 0 => EnqueueError::Failed(error),
+            error => error,
+        })?;
     }
     Ok(())
 }

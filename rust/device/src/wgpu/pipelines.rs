@@ -239,11 +239,9 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     let block = signature.block.unwrap_or([1; 3]);
     let constants = interface::block_constants(&module, entry, block)?;
     let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
-    let signature = match own {
-        None => signature.clone(),
-        // Its own layout binds its uniforms as written: no immediates.
-        Some(_) => Signature { immediate_bytes: 0, ..signature.clone() },
-    };
+    // Its own layout binds its uniforms as written: no immediates.
+    let immediate_bytes = if own.is_some() { 0 } else { signature.immediate_bytes };
+    let signature = Signature { immediate_bytes, ..signature.clone() };
     let as_built = |signature: &Signature, source| build(device, entry, signature, source, &constants, own.as_ref());
     if signature.immediate_bytes == 0 && !signature.widened {
         return as_built(&signature, wgsl()).map_err(|f| f.message());
@@ -480,12 +478,9 @@ pub fn dispatch(
         // A layout of its own: a group per group it uses, made here (its
         // uniforms are the command's own).
         let uniforms = match params {
-            Some((Params::Uniform(uniforms), _)) => Some(uniforms),
+            Some((Params::Uniform(uniforms), _)) => Some(uniforms).inspect(|uniforms| uniforms.write(&gpu.queue)),
             _ => None,
         };
-        if let Some(uniforms) = uniforms {
-            uniforms.write(&gpu.queue);
-        }
         let bound: SmallVec<[(u32, wgpu::BindGroup); 4]> = own
             .groups
             .iter()

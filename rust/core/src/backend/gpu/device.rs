@@ -296,12 +296,12 @@ impl<D: Driver> Device<D> {
         }
     }
 
-    /// Lends a page-locked buffer of at least `len` bytes.
     /// The address that names this device while it lives (see `PinnedBytes::device`).
     pub fn address(device: &Arc<Self>) -> usize {
         Arc::as_ptr(device) as *const () as usize
     }
 
+    /// Lends a page-locked buffer of at least `len` bytes.
     pub fn stage(&self, len: usize) -> Result<Loan> {
         let reused = {
             let mut free = lock(&self.staging.free);
@@ -313,18 +313,16 @@ impl<D: Driver> Device<D> {
                 .map(|(index, _)| index);
             best.map(|index| free.swap_remove(index))
         };
-        let staging = match reused {
-            Some(staging) => staging,
-            None => {
-                // Power-of-two sizes keep the pool small and reusable.
-                let capacity = len.max(64 * 1024).next_power_of_two();
-                let ptr = self.staging.driver.host_alloc(capacity)?;
-                lock(&self.staging.all).push(Staging { ptr: Handle(ptr), capacity });
-                self.counters.host_staging_buffers.fetch_add(1, Ordering::SeqCst);
-                Staging { ptr: Handle(ptr), capacity }
-            }
-        };
-        Ok(Loan { staging: Some(staging), home: self.staging.free.clone() })
+        let home = self.staging.free.clone();
+        if let Some(staging) = reused {
+            return Ok(Loan { staging: Some(staging), home });
+        }
+        // Power-of-two sizes keep the pool small and reusable.
+        let capacity = len.max(64 * 1024).next_power_of_two();
+        let ptr = self.staging.driver.host_alloc(capacity)?;
+        lock(&self.staging.all).push(Staging { ptr: Handle(ptr), capacity });
+        self.counters.host_staging_buffers.fetch_add(1, Ordering::SeqCst);
+        Ok(Loan { staging: Some(Staging { ptr: Handle(ptr), capacity }), home })
     }
 }
 
