@@ -21,7 +21,9 @@ use crate::kernel::Access;
 #[cfg(feature = "test-support")]
 use crate::kernel::Grid;
 use crate::lock::lock;
+#[cfg(feature = "test-support")]
 use weir_device::builtin::BuiltinKernel;
+#[cfg(feature = "test-support")]
 use weir_device::modules::Param;
 use weir_device::raw::RawStream;
 
