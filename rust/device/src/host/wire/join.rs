@@ -95,6 +95,10 @@ pub fn join(id: &[u8; GROUP_ID_BYTES], ranks: usize, rank: usize) -> Result<Wire
     })
 }
 
+/// The most bytes a hello takes, encoded: under 60 (a 16-byte nonce and
+/// two counts, each a MessagePack number of at most 9 bytes).
+const HELLO_MOST_BYTES: u64 = 128;
+
 /// What a connecting rank says first: the id's nonce, proving it holds
 /// the id, and who it is.
 #[derive(Serialize, Deserialize)]
@@ -169,7 +173,8 @@ fn greet(
     // A caller that says nothing is turned away soon, not at the deadline.
     let patience = deadline.saturating_duration_since(Instant::now()).min(HELLO_TIMEOUT);
     stream.set_read_timeout(Some(patience.max(Duration::from_millis(1))))?;
-    let hello: Hello = receive(&mut &*stream)?;
+    // Bounded: a stranger's bytes cannot make rank 0 read (and hold) more than a hello's.
+    let hello: Hello = receive(&mut stream.take(HELLO_MOST_BYTES))?;
     stream.set_read_timeout(None)?;
     Ok((hello.nonce == *nonce && hello.ranks == ranks && (1..ranks).contains(&hello.rank)).then_some(hello.rank))
 }
