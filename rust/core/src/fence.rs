@@ -27,9 +27,10 @@ use crate::scheduler::Engine;
 /// once): an app that waits for one small op after another then sees each
 /// end at once instead of being woken by another thread, which costs a
 /// parked thread 5–50 µs. A future watches in its first poll. On the CPU
-/// backend, once a stream's recent waits took longer than a worker's
-/// wake-up, a wait blocks for that span instead of spinning: the worker it
-/// waits for wakes it directly, and no spinning thread keeps a core from it.
+/// backend it yields its core between checks, to the worker that may be
+/// about to end the work; and once a stream's recent waits took longer
+/// than a worker's wake-up, a wait blocks for that span instead of
+/// spinning: the worker it waits for wakes it directly.
 pub struct Fence {
     completion: Arc<Completion>,
     /// Keeps the runtime alive, and tells a wait that would wait for itself.

@@ -25,9 +25,12 @@
 //!   as long as the recent gaps between jobs ([`SpinPolicy::spin_as_recent`],
 //!   learning the gaps): the GPU issuing thread (up to the builder's `spin`,
 //!   50 µs at most), the wake thread after a watched fence (300 µs), and
-//!   the CPU pool's workers (50 µs) and the stream a worker runs (20 µs),
-//!   which yield their core as they watch ([`SpinPolicy::yielding`]): the
-//!   threads they wait for may want it.
+//!   the CPU pool's workers (50 µs) and the stream a worker runs (20 µs).
+//!
+//! Who waits for a host thread of ours yields its core as it watches
+//! ([`SpinPolicy::yielding`]): a CPU stream's fence and the CPU workers.
+//! The thread it waits for may have been woken onto this very core, and
+//! would otherwise run only once the watch ran out.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
