@@ -27,10 +27,13 @@
 //!   50 µs at most), the wake thread after a watched fence (300 µs), and
 //!   the CPU pool's workers (50 µs) and the stream a worker runs (20 µs).
 //!
-//! Who waits for a host thread of ours yields its core as it watches
-//! ([`SpinPolicy::yielding`]): a CPU stream's fence and the CPU workers.
-//! The thread it waits for may have been woken onto this very core, and
-//! would otherwise run only once the watch ran out.
+//! A CPU stream's fence and the CPU workers, which wait for host threads of
+//! Weir's or the app's, yield their core as they watch
+//! ([`SpinPolicy::yielding`]): the thread they wait for may have been woken
+//! onto this very core, and would otherwise run only once the watch ran
+//! out. A GPU stream's fence waits for a host thread too (the wake
+//! thread's probe of its event) but still spins without yielding: what
+//! yielding costs its quick fences has not been measured on a GPU yet.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
