@@ -182,7 +182,9 @@ fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
             Err(TryRecvError::Disconnected) => return None,
             Err(TryRecvError::Empty) if spins && spin_for_next_job() => {
                 run_probes();
-                std::hint::spin_loop();
+                // Yielding: the thread whose next fence it lingers for may
+                // be queued on this core, as a fence's waiter yields to it.
+                std::thread::yield_now();
             }
             // The flag is the wake thread's alone: the release line sleeping
             // must not make a probe believe the wake thread awake.

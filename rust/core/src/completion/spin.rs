@@ -27,13 +27,16 @@
 //!   50 µs at most), the wake thread after a watched fence (300 µs), and
 //!   the CPU pool's workers (50 µs) and the stream a worker runs (20 µs).
 //!
-//! A CPU stream's fence and the CPU workers, which wait for host threads of
-//! Weir's or the app's, yield their core as they watch
-//! ([`SpinPolicy::yielding`]): the thread they wait for may have been woken
-//! onto this very core, and would otherwise run only once the watch ran
-//! out. A GPU stream's fence waits for a host thread too (the wake
-//! thread's probe of its event) but still spins without yielding: what
-//! yielding costs its quick fences has not been measured on a GPU yet.
+//! A stream's fence and the CPU workers, which wait for host threads of
+//! Weir's or the app's (a worker, the wake thread's probe of a GPU event),
+//! yield their core as they watch ([`SpinPolicy::yielding`]): the thread
+//! they wait for may have been woken onto this very core, and would
+//! otherwise run only once the watch ran out. A GPU stream's fence spins
+//! its first 2 µs all the same ([`SpinPolicy::yielding_after`]): on an
+//! H100's host, yielding from the first check made the fences of some
+//! processes, awaited one after another, take four times as long. On a
+//! CPU backend, spinning first made a Kotlin app's waits slower instead
+//! (the figures are at `fence_waits`, in `runtime.rs`).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -47,8 +50,9 @@ pub(crate) struct SpinPolicy {
     /// shared by clones (a CUDA stream asks its waiter's policy whether a
     /// fence is likely quick).
     recent: Arc<AtomicU64>,
-    /// Yield the core between checks, rather than spin on it.
-    yields: bool,
+    /// Yield the core between checks once a wait is this old, rather than
+    /// spin on it; `None`: never yield.
+    yields_after: Option<Duration>,
     /// For a wait that can block on what it awaits ([`SpinPolicy::watch`]):
     /// the longest recent wait worth spinning for. Beyond it the waiter
     /// blocks at once: what it awaits is a host thread being woken (a CPU
@@ -60,7 +64,7 @@ pub(crate) struct SpinPolicy {
 impl SpinPolicy {
     /// A policy that spins up to `budget` per wait; `Duration::ZERO` never spins.
     pub fn new(budget: Duration) -> SpinPolicy {
-        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)), yields: false, spin_most: None }
+        SpinPolicy { budget, recent: Arc::new(AtomicU64::new(0)), yields_after: None, spin_most: None }
     }
 
     /// As this policy, where [`SpinPolicy::watch`] blocks at once once
@@ -77,7 +81,14 @@ impl SpinPolicy {
     /// As [`SpinPolicy::new`], yielding the core between checks: for a
     /// thread that may wait for threads wanting its core.
     pub fn yielding(budget: Duration) -> SpinPolicy {
-        SpinPolicy { yields: true, ..SpinPolicy::new(budget) }
+        SpinPolicy { yields_after: Some(Duration::ZERO), ..SpinPolicy::new(budget) }
+    }
+
+    /// As this policy, spinning for the first `spin` of a wait before it
+    /// yields: a quick wait then makes no system call, and a thread it waits
+    /// for that was woken onto its core waits at most that long.
+    pub fn yielding_after(self, spin: Duration) -> SpinPolicy {
+        SpinPolicy { yields_after: Some(spin), ..self }
     }
 
     // The GPU engine's stream waiter asks; a build with neither CUDA nor HIP has none.
@@ -154,10 +165,11 @@ impl SpinPolicy {
             if let Some(answer) = check() {
                 return Some(answer);
             }
-            if start.elapsed() >= bound {
+            let elapsed = start.elapsed();
+            if elapsed >= bound {
                 return None;
             }
-            match self.yields {
+            match self.yields_after.is_some_and(|after| elapsed >= after) {
                 true => std::thread::yield_now(),
                 false => std::hint::spin_loop(),
             }
