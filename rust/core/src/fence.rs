@@ -8,6 +8,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use crate::backend::HostSink;
+use crate::completion::paths::{self, WaitPath};
 use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::error::{Error, Result};
@@ -67,7 +68,8 @@ impl Fence {
             self.engine.check_can_wait(self.stream)?;
             if let Some(waits) = &self.waits {
                 // Where it would block, the wait below does.
-                waits.watch(start, || self.completion.is_complete(), |_| false);
+                let seen = waits.watch(start, || self.completion.is_complete(), |_| false);
+                paths::count(if seen { WaitPath::FenceSeen } else { WaitPath::FenceBlocked });
             }
         }
         let outcome = self.completion.wait();
@@ -171,7 +173,8 @@ impl Future for CompletionWait {
                 let start = Instant::now();
                 watch.started = Some(start);
                 let completion = &this.completion;
-                watch.waits.watch(start, || completion.is_complete(), |most| completion.wait_at_most(most));
+                let seen = watch.waits.watch(start, || completion.is_complete(), |most| completion.wait_at_most(most));
+                paths::count(if seen { WaitPath::FenceSeen } else { WaitPath::FenceBlocked });
             }
         }
         let polled = this.completion.poll_wait(cx, &mut this.slot);

@@ -251,6 +251,8 @@ pub use blas::{Blas, Gemm};
 pub use buffer::Buffer;
 pub use builder::RuntimeBuilder;
 pub use cancel::CancelToken;
+#[cfg(feature = "test-support")]
+pub use completion::paths::{wait_paths, WaitPaths};
 pub use completion::Completion;
 pub use device::{BackendKind, DeviceInfo, KernelLanguage, LaunchLimits};
 pub use diagnostics::{BackendCounters, Diagnostics, LiveCounters};

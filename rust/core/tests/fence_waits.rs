@@ -136,3 +136,25 @@ fn a_short_op_is_seen_done_in_the_first_poll_long_work_parks_at_once_and_no_spin
     eprintln!("never spinning: {watched} of 50 stream fences, {unwatched} of 50 runtime fences");
     assert!(watched < unwatched + 10, "{watched} of 50 first polls saw the kernel done, against {unwatched} unwatched");
 }
+
+/// Each wait of a stream fence not yet done is counted as seen while
+/// watching or as blocked (the probe `weir_core::wait_paths`, in a build
+/// with test support), whichever way its host made it go.
+#[cfg(feature = "test-support")]
+#[test]
+fn each_wait_of_a_stream_fence_not_done_is_counted_as_seen_or_blocked() {
+    let runtime = Runtime::open(BackendKind::Cpu).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    let long = busy(Duration::from_millis(2));
+    let counted = || {
+        let paths = weir_core::wait_paths();
+        paths.fences_seen + paths.fences_blocked
+    };
+    let before = counted();
+    for _ in 0..5 {
+        run(&stream, &long);
+        stream.fence().unwrap().wait().unwrap();
+    }
+    // Other tests of this file wait for fences meanwhile: at least these five.
+    assert!(counted() - before >= 5, "{} of 5 waits counted", counted() - before);
+}

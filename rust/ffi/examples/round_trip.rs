@@ -114,9 +114,24 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
     let sync = median_micros(20_000, || {
         let _ = block_on(stream.sync(None));
     });
+    let paths_before = weir_core::wait_paths();
     let execute = median_micros(10_000, || {
         let _ = block_on(stream.execute_and_wait(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
     });
+    // Which way those waits went: what tells a process whose waits end late
+    // which thread was late.
+    let paths = weir_core::wait_paths();
+    eprintln!(
+        "round_trip: execute_and_wait {execute:.3} us; its waits: fences seen {}, blocked {}; events completed by \
+         the probe {}, by a waiter spinning {}, blocking {}, beating the probe {}; the wake thread slept {} times",
+        paths.fences_seen - paths_before.fences_seen,
+        paths.fences_blocked - paths_before.fences_blocked,
+        paths.probes_completed - paths_before.probes_completed,
+        paths.waiters_spun - paths_before.waiters_spun,
+        paths.waiters_blocked - paths_before.waiters_blocked,
+        paths.waiters_beat_probe - paths_before.waiters_beat_probe,
+        paths.wake_thread_slept - paths_before.wake_thread_slept,
+    );
     // Admission of one small op (a fill of 1 KiB: one buffer; an add: three).
     let (a, b, c) = (
         stream.zeros(1024, ElementType::Bytes)?,

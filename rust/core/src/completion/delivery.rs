@@ -26,6 +26,7 @@ use std::sync::mpsc::{channel, Receiver, Sender, TryRecvError};
 use std::sync::{LazyLock, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use super::paths::{self, WaitPath};
 use super::spin::SpinPolicy;
 use crate::lock::lock;
 
@@ -195,6 +196,7 @@ fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
                     PARKED.store(false, Ordering::SeqCst);
                     continue;
                 }
+                paths::count(WaitPath::WakeThreadSlept);
                 let job = jobs.recv().ok();
                 PARKED.store(false, Ordering::SeqCst);
                 return job;

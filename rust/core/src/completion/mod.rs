@@ -9,6 +9,7 @@
 
 mod cell;
 mod delivery;
+pub(crate) mod paths;
 pub(crate) mod spin;
 
 /// The synchronisation primitives the cell is built on (`loom`'s in the model check).

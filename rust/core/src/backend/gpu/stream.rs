@@ -33,6 +33,7 @@ use super::device::Device;
 use super::owners::GpuEvent;
 use super::waiters::{self, run_claimed, Claim, Completions, Entry, WaiterPool};
 use crate::backend::FailureTally;
+use crate::completion::paths::{self, WaitPath};
 use crate::completion::Probe;
 use crate::error::{Error, Result};
 use crate::lock::lock;
@@ -187,7 +188,9 @@ impl<D: Driver> StreamCore<D> {
             match unsafe { driver.event_query(event.raw) } {
                 Some(Ok(true)) => {
                     event.uncount();
-                    run_claimed(&claim, place, &ran, Ok(()));
+                    if run_claimed(&claim, place, &ran, Ok(())) {
+                        paths::count(WaitPath::ProbeCompleted);
+                    }
                     true
                 }
                 Some(Ok(false)) => false,

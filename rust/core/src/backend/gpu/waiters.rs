@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 use super::owners::GpuEvent;
 use crate::backend::lane::{Lane, Ran, Runner};
 use crate::backend::pool::{Pool, Shape};
+use crate::completion::paths::{self, WaitPath};
 use crate::completion::spin::SpinPolicy;
 use crate::lock::lock;
 use weir_device::driver::{Callback, Driver, Status};
@@ -106,7 +107,9 @@ impl<D: Driver> Runner for Waits<D> {
             event.uncount();
             drop(event);
             // Its place among the stream's completions: they run in order, each counted as it ends.
-            run_claimed(&claim, lane.progress.finished(), &waits.ran, status);
+            if run_claimed(&claim, lane.progress.finished(), &waits.ran, status) && watched {
+                paths::count(WaitPath::WaiterBeatProbe);
+            }
         }
         lane.progress.advance(1);
         Ran::Done
@@ -137,6 +140,12 @@ unsafe fn wait_for_event<D: Driver>(spin: &SpinPolicy, driver: &D, event: D::Eve
         })
         .flatten()
     };
+    // A watched one is counted once it is known who completed it (`run`).
+    match (&reached, watched) {
+        (Some(_), _) => paths::count(WaitPath::WaiterSpun),
+        (None, false) => paths::count(WaitPath::WaiterBlocked),
+        (None, true) => {}
+    }
     // SAFETY: this function's contract.
     let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
     spin.learn(start);

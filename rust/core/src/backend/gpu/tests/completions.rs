@@ -60,10 +60,14 @@ fn the_wake_thread_completes_a_quick_fence_its_waiter_has_not_seen_reached_in_st
     // Opened however the test ends (dropped first), so the stream's drop does not wait forever.
     let _open = OpenOnDrop(latch.clone());
 
+    #[cfg(feature = "test-support")]
+    let probed = crate::wait_paths().probes_completed;
     let first = completion();
     backend.signal(&stream, first.clone(), SignalKind::Fence).unwrap();
     assert!(soon(|| first.is_complete()), "a quick fence waited for its waiter");
     assert_eq!(first.outcome(), Some(Ok(())));
+    #[cfg(feature = "test-support")]
+    assert!(crate::wait_paths().probes_completed > probed, "the probe's completion was not counted");
     assert_eq!(backend.counters().live_events, 0, "the completed fence's event still counts as live");
 
     // A drain queued before the next fence (a completion nobody awaits, so
@@ -90,12 +94,19 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
     *lock(&shared.slow_sync) = Some(latch.clone());
     let stream = backend.create_stream(0).unwrap();
     let _open = OpenOnDrop(latch.clone());
+    #[cfg(feature = "test-support")]
+    let beaten = crate::wait_paths().waiters_beat_probe;
     let done = completion();
     backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
     std::thread::sleep(Duration::from_millis(50));
     assert!(!done.is_complete(), "a fence completed with its event neither queried nor synchronised");
     latch.open();
     done.wait().unwrap();
+    #[cfg(feature = "test-support")]
+    assert!(
+        soon(|| crate::wait_paths().waiters_beat_probe > beaten),
+        "the waiter's completion of a watched fence was not counted"
+    );
 }
 
 #[test]
