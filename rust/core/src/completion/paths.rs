@@ -6,9 +6,10 @@
 /// The ways a wait can go, each counted on its own.
 #[derive(Debug, Clone, Copy)]
 pub(crate) enum WaitPath {
-    /// A stream fence's wait saw it done while watching it.
+    /// A stream fence's wait saw it done while watching it (spinning, or,
+    /// on a CPU backend behind longer waits, blocked for the span it watches).
     FenceSeen,
-    /// A stream fence's wait watched, or would not, and then blocked.
+    /// A stream fence's wait watched, or would not, and then blocked until it was woken.
     FenceBlocked,
     /// The wake thread's probe of a watched GPU event saw it reached, and completed it.
     ProbeCompleted,
@@ -50,9 +51,10 @@ mod counts {
     /// runtime together: a probe for the benches, in a build with test support.
     #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
     pub struct WaitPaths {
-        /// Stream fence waits that saw the fence done while watching it.
+        /// Stream fence waits that saw the fence done while watching it (spinning,
+        /// or on a CPU backend behind longer waits, blocked for the span it watches).
         pub fences_seen: u64,
-        /// Stream fence waits that watched, or would not, and then blocked.
+        /// Stream fence waits that watched, or would not, and then blocked until woken.
         pub fences_blocked: u64,
         /// Watched GPU events the wake thread's probe saw reached, and completed.
         pub probes_completed: u64,
