@@ -12,8 +12,8 @@
 //! Who waits by it:
 //! - the CUDA and HIP stream waiters and the wgpu poll thread, for the
 //!   device ([`SpinPolicy::spin`]; the budget is the builder's `spin`);
-//! - a stream's fence, awaited or waited for, on every backend but a
-//!   one-core CPU host ([`SpinPolicy::spin_as_recent`], see
+//! - a stream's fence, awaited or waited for, on every backend
+//!   ([`SpinPolicy::spin_as_recent`], see
 //!   [`crate::Fence`]; the budget is the builder's `spin`, 100 µs at most): it watches the
 //!   fence about as long as the stream's recent waits took, so an app that
 //!   waits for one small op after another sees each end on its own thread,
