@@ -44,8 +44,11 @@ mod counts {
 
     use super::WaitPath;
 
+    /// How many ways a wait can go: the last of them, counted from zero, and one.
+    const PATHS: usize = WaitPath::WakeThreadSlept as usize + 1;
+
     /// One counter per [`WaitPath`], in its order.
-    pub(super) static COUNTS: [AtomicU64; 7] = [const { AtomicU64::new(0) }; 7];
+    pub(super) static COUNTS: [AtomicU64; PATHS] = [const { AtomicU64::new(0) }; PATHS];
 
     /// How many waits of this process went each way so far, for every
     /// runtime together: a probe for the benches, in a build with test support.
