@@ -27,11 +27,12 @@ use crate::scheduler::Engine;
 /// [`spin`](crate::RuntimeBuilder::spin); behind long work it parks at
 /// once): an app that waits for one small op after another then sees each
 /// end at once instead of being woken by another thread, which costs a
-/// parked thread 5–50 µs. A future watches in its first poll. On the CPU
-/// backend it yields its core between checks, to the worker that may be
-/// about to end the work; and once a stream's recent waits took longer
-/// than a worker's wake-up, a wait blocks for that span instead of
-/// spinning: the worker it waits for wakes it directly.
+/// parked thread 5–50 µs. A future watches in its first poll. It yields its
+/// core between checks (on a GPU backend after its first 2 µs), to the
+/// thread that may be about to end the work: a CPU worker, the wake
+/// thread's probe of a GPU event. On the CPU backend, once a stream's
+/// recent waits took longer than a worker's wake-up, a wait blocks for that
+/// span instead of spinning: the worker it waits for wakes it directly.
 pub struct Fence {
     completion: Arc<Completion>,
     /// Keeps the runtime alive, and tells a wait that would wait for itself.
@@ -68,8 +69,7 @@ impl Fence {
             self.engine.check_can_wait(self.stream)?;
             if let Some(waits) = &self.waits {
                 // Where it would block, the wait below does.
-                let seen = waits.watch(start, || self.completion.is_complete(), |_| false);
-                paths::count(if seen { WaitPath::FenceSeen } else { WaitPath::FenceBlocked });
+                watch_counted(waits, start, || self.completion.is_complete(), |_| false);
             }
         }
         let outcome = self.completion.wait();
@@ -173,8 +173,7 @@ impl Future for CompletionWait {
                 let start = Instant::now();
                 watch.started = Some(start);
                 let completion = &this.completion;
-                let seen = watch.waits.watch(start, || completion.is_complete(), |most| completion.wait_at_most(most));
-                paths::count(if seen { WaitPath::FenceSeen } else { WaitPath::FenceBlocked });
+                watch_counted(&watch.waits, start, || completion.is_complete(), |most| completion.wait_at_most(most));
             }
         }
         let polled = this.completion.poll_wait(cx, &mut this.slot);
@@ -185,6 +184,13 @@ impl Future for CompletionWait {
         }
         polled
     }
+}
+
+/// Watches a stream fence's completion as `waits` says (see
+/// [`SpinPolicy::watch`]), counting which way the watch ended.
+fn watch_counted(waits: &SpinPolicy, start: Instant, done: impl FnMut() -> bool, block: impl FnOnce(Duration) -> bool) {
+    let seen = waits.watch(start, done, block);
+    paths::count(if seen { WaitPath::FenceSeen } else { WaitPath::FenceBlocked });
 }
 
 /// Teaches `waits` how long after `start`, a wait's start, its work ended:

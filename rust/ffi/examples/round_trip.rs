@@ -120,17 +120,17 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
     });
     // Which way those waits went: what tells a process whose waits end late
     // which thread was late.
-    let paths = weir_core::wait_paths();
+    let paths = weir_core::wait_paths().since(&paths_before);
     eprintln!(
         "round_trip: execute_and_wait {execute:.3} us; its waits: fences seen {}, blocked {}; events completed by \
          the probe {}, by a waiter spinning {}, blocking {}, beating the probe {}; the wake thread slept {} times",
-        paths.fences_seen - paths_before.fences_seen,
-        paths.fences_blocked - paths_before.fences_blocked,
-        paths.probes_completed - paths_before.probes_completed,
-        paths.waiters_spun - paths_before.waiters_spun,
-        paths.waiters_blocked - paths_before.waiters_blocked,
-        paths.waiters_beat_probe - paths_before.waiters_beat_probe,
-        paths.wake_thread_slept - paths_before.wake_thread_slept,
+        paths.fences_seen,
+        paths.fences_blocked,
+        paths.probes_completed,
+        paths.waiters_spun,
+        paths.waiters_blocked,
+        paths.waiters_beat_probe,
+        paths.wake_thread_slept,
     );
     // Admission of one small op (a fill of 1 KiB: one buffer; an add: three).
     let (a, b, c) = (

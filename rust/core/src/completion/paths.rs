@@ -71,6 +71,21 @@ mod counts {
         pub wake_thread_slept: u64,
     }
 
+    impl WaitPaths {
+        /// The waits counted since `earlier`, counts taken before these.
+        pub fn since(&self, earlier: &WaitPaths) -> WaitPaths {
+            WaitPaths {
+                fences_seen: self.fences_seen - earlier.fences_seen,
+                fences_blocked: self.fences_blocked - earlier.fences_blocked,
+                probes_completed: self.probes_completed - earlier.probes_completed,
+                waiters_spun: self.waiters_spun - earlier.waiters_spun,
+                waiters_blocked: self.waiters_blocked - earlier.waiters_blocked,
+                waiters_beat_probe: self.waiters_beat_probe - earlier.waiters_beat_probe,
+                wake_thread_slept: self.wake_thread_slept - earlier.wake_thread_slept,
+            }
+        }
+    }
+
     /// The counts so far, for every runtime of this process together.
     pub fn wait_paths() -> WaitPaths {
         let read = |path: WaitPath| COUNTS[path as usize].load(Ordering::Relaxed);
