@@ -110,6 +110,31 @@ fn without_an_event_query_a_quick_fence_is_completed_by_its_waiter() {
 }
 
 #[test]
+fn a_watched_fence_waited_for_on_the_wake_thread_is_completed_by_its_waiter() {
+    // A waker may block on a fence (the wake thread owes Weir no progress),
+    // and the probe that watches that fence runs on the very thread it
+    // blocks: the stream's waiter must complete it without the probe.
+    let (backend, shared) = backend(Wake::Waiter);
+    shared.queries.store(REACHED, Ordering::SeqCst);
+    let stream = Arc::new(backend.create_stream(0).unwrap());
+    let backend = Arc::new(backend);
+    let first = completion();
+    let (tell, told) = mpsc::channel();
+    let (on_wake, on_stream) = (backend.clone(), stream.clone());
+    first.then(move |_| {
+        let inner = completion();
+        let waited = on_wake.signal(&on_stream, inner.clone(), SignalKind::Fence).map(|()| inner.wait());
+        let _ = tell.send(matches!(waited, Ok(Ok(()))));
+    });
+    backend.signal(&stream, first, SignalKind::Fence).unwrap();
+    assert_eq!(
+        told.recv_timeout(Duration::from_secs(10)),
+        Ok(true),
+        "a fence waited for on the wake thread was left to its probe, which could not run"
+    );
+}
+
+#[test]
 fn waiting_threads_serve_streams_with_completions_queued_not_every_stream() {
     let (backend, shared) = backend(Wake::Waiter);
     let streams: Vec<_> = (0..32).map(|index| backend.create_stream(index).unwrap()).collect();
