@@ -11,6 +11,15 @@
 //! completions pending at once: a stream made, used and dropped starts
 //! none, however many come and go, and a thread left with nothing to run
 //! retires.
+//!
+//! A fence the wake thread's probe watches (see `stream`) has its waiter
+//! blocked in the driver beside the probe, and the waiter mostly wakes to
+//! find it completed. Keeping the waiter out of the driver while the probe
+//! watches (it waited on a condition variable for the probe, at most the
+//! probe's budget) was measured on an H100 against this: it did not change
+//! how many processes await their fences at 43–53 µs instead of 12–25
+//! (12 of 48 with it, 6 of 48 without), nor the others' figures, so the
+//! simpler rule stays.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
