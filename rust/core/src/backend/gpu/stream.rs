@@ -16,6 +16,15 @@
 //!   the device finish and resumes the task. Whichever of the two takes the
 //!   completion first runs it; completions still run in stream order.
 //!
+//!   The thread that awaits the fence does not query the event itself.
+//!   Having it run the probe as it watched was measured on an H100 and
+//!   gained nothing: a fence awaited one after another read 1.323 and
+//!   1.330 times the same-thread spin floor with it, 1.313 and 1.343
+//!   without (15 processes each); the wake thread, spinning already, still
+//!   saw most events first. So Weir's cost over that floor lies elsewhere
+//!   than in seeing the event reached: likely in admitting the op and the
+//!   fence.
+//!
 //! A device error seen by any callback poisons the stream: later callbacks
 //! report it too. A fault that poisons the context (see `Loss`) loses the
 //! whole driver, and the waiter makes no driver call after it. Either path
