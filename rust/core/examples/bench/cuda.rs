@@ -426,6 +426,7 @@ fn awaited_in_place(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         weir.push(weir_once());
         floor.push(raw_once());
     }
+    let phases = awaited_phases(&s, &empty, one, (function, stream, event));
     report.add(Figure {
         backend: "cuda".into(),
         name: "fence awaited on the launching thread, one after another".into(),
@@ -435,11 +436,57 @@ fn awaited_in_place(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         higher_is_better: false,
         note: format!(
             "median of {SAMPLES}, the sides taken in turn; weir: execute, then block_on(fence); baseline: the \
-             same-thread spin floor (launch, record, spin on cuEventQuery)"
+             same-thread spin floor (launch, record, spin on cuEventQuery); {phases}"
         ),
         baseline_is_raw: true,
     });
     assert_eq!(runtime.diagnostics().backend.live_events, 0);
+}
+
+/// Where an awaited op's time goes, Weir's phases beside raw's, in a pass
+/// of their own after the figure's (the clock read between phases stays
+/// out of the figure): `execute`, `fence()` and the wait, against the
+/// launch, the record and the spin. Medians, as a sentence for the note.
+fn awaited_phases(
+    s: &weir_core::Stream,
+    empty: &Kernel,
+    one: Grid,
+    (function, stream, event): (cu::CUfunction, cu::CUstream, cu::CUevent),
+) -> String {
+    const SAMPLES: usize = 300;
+    let (mut weir, mut raw) = ([(); 3].map(|()| Vec::new()), [(); 3].map(|()| Vec::new()));
+    for _ in 0..SAMPLES {
+        let start = Instant::now();
+        s.execute(empty, one, &[]).unwrap();
+        let executed = Instant::now();
+        let fence = s.fence().unwrap();
+        let fenced = Instant::now();
+        futures::executor::block_on(fence.wait_async()).unwrap();
+        let done = Instant::now();
+        for (phase, took) in weir.iter_mut().zip([executed - start, fenced - executed, done - fenced]) {
+            phase.push(took);
+        }
+        let start = Instant::now();
+        launch(function, 1, 1, stream, &mut []);
+        let launched = Instant::now();
+        // SAFETY: live handles.
+        ck("cuEventRecord", unsafe { cu::cuEventRecord(event, stream) });
+        let recorded = Instant::now();
+        // SAFETY: a live event.
+        while unsafe { cu::cuEventQuery(event) } == cu::CUresult::CUDA_ERROR_NOT_READY {
+            std::hint::spin_loop();
+        }
+        let done = Instant::now();
+        for (phase, took) in raw.iter_mut().zip([launched - start, recorded - launched, done - recorded]) {
+            phase.push(took);
+        }
+    }
+    let [execute, fence, wait] = weir.map(|mut phase| micros(median(&mut phase)));
+    let [launched, recorded, spun] = raw.map(|mut phase| micros(median(&mut phase)));
+    format!(
+        "its phases (median of {SAMPLES}, us): weir execute {execute:.2}, fence() {fence:.2}, wait {wait:.2}; \
+         raw launch {launched:.2}, record {recorded:.2}, spin {spun:.2}"
+    )
 }
 
 /// The pause between two timed fences, so each wake-up finds every thread
