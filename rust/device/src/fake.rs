@@ -79,6 +79,7 @@ pub const ISSUING_THREAD: &str = "weir-cuda-issue";
 pub const NO_QUERY: u8 = 0;
 pub const REACHED_ON_WAKE_THREAD: u8 = 1;
 pub const REACHED: u8 = 2;
+pub const NOT_REACHED: u8 = 3;
 
 /// A latch a compile waits on, to hold it while the test looks around.
 #[derive(Default)]
@@ -129,11 +130,13 @@ pub struct Shared {
     /// Driver calls made after the context was lost (`bind` aside).
     pub calls_after_loss: AtomicUsize,
     /// How `event_query` answers: [`NO_QUERY`] (as a driver may have none),
-    /// [`REACHED_ON_WAKE_THREAD`] (not reached elsewhere) or [`REACHED`].
+    /// [`REACHED_ON_WAKE_THREAD`] (not reached elsewhere), [`REACHED`] or
+    /// [`NOT_REACHED`].
     pub queries: std::sync::atomic::AtomicU8,
-    /// The waiters' spin budget, if not the default.
     /// When set, `event_synchronize` returns only once this opens.
     pub slow_sync: Mutex<Option<Arc<Latch>>>,
+    /// `event_synchronize` calls made.
+    pub event_syncs: AtomicUsize,
     /// When set, a launch on the issuing thread returns only once this opens.
     pub slow_issue: Mutex<Option<Arc<Latch>>>,
     /// How long every launch takes, wherever it is made: a driver whose
@@ -275,6 +278,7 @@ impl Driver for Fake {
     }
 
     unsafe fn event_synchronize(&self, _event: u64) -> Status {
+        self.0.event_syncs.fetch_add(1, Ordering::SeqCst);
         let slow = lock(&self.0.slow_sync).clone();
         if let Some(latch) = slow {
             latch.pass();
@@ -286,6 +290,7 @@ impl Driver for Fake {
         let reached = match self.0.queries.load(Ordering::SeqCst) {
             NO_QUERY => return None,
             REACHED_ON_WAKE_THREAD => std::thread::current().name() == Some("weir-wake"),
+            NOT_REACHED => false,
             _ => true,
         };
         Some(self.0.check("event_query").map(|()| reached))

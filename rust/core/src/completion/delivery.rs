@@ -39,7 +39,7 @@ thread_local! {
 /// Checks the wake thread runs while it spins, each until it says it is done
 /// (see [`watch`]); [`WATCHED`] counts them, so the spin loop takes the lock
 /// only when there are any.
-static PROBES: Mutex<Vec<Probe>> = Mutex::new(Vec::new());
+static PROBES: Mutex<Watching> = Mutex::new(Watching { probes: Vec::new(), in_job: false });
 static WATCHED: AtomicUsize = AtomicUsize::new(0);
 /// Until when (nanoseconds since [`EPOCH`]) the wake thread lingers,
 /// spinning with no probe, for the next quick fence to come.
@@ -66,6 +66,18 @@ fn now_nanos() -> u64 {
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
 pub(crate) type Probe = Box<dyn FnMut() -> bool + Send>;
 
+/// What a probe holds back while the wake thread watches for it (a
+/// stream's waiting thread, left asleep): let go by its drop.
+#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
+pub(crate) type Held = Box<dyn Send>;
+
+/// The probes registered, each with what it holds back, and whether the
+/// wake thread runs a job (whatever it holds back waits for no probe then).
+struct Watching {
+    probes: Vec<(Probe, Option<Held>)>,
+    in_job: bool,
+}
+
 /// Has the wake thread run `probe` as it spins, until the probe says it is
 /// done (a probe bounds its own time): how a GPU fence likely to complete
 /// soon is seen done and its waker run by one thread that is already awake,
@@ -75,17 +87,43 @@ pub(crate) type Probe = Box<dyn FnMut() -> bool + Send>;
 /// [`MAX_LINGER`], so that the next fence of an app awaiting one after
 /// another finds it awake. What a probe gives up on, its stream's waiter
 /// finishes as before.
+///
+/// `held` is let go once the probe is done, so that the stream's waiter
+/// only wakes to a fence the probe gave up on (or to count one it ran);
+/// but at once where the wake thread may not run probes for a while: when
+/// it runs a job (a waker may block, even on this fence), before each
+/// job, and where no wake thread could be started.
 #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
-pub(crate) fn watch(probe: Probe) {
+pub(crate) fn watch(probe: Probe, held: Held) {
     let now = now_nanos();
     let last = LAST_WATCH.swap(now, Ordering::Relaxed);
     WATCH_GAPS.learn_took(Duration::from_nanos(now.saturating_sub(last)));
-    lock(&PROBES).push(probe);
+    let served = WAKE.sender().is_some();
+    let mut watching = lock(&PROBES);
+    let (kept, let_go) = if served && !watching.in_job { (Some(held), None) } else { (None, Some(held)) };
+    watching.probes.push((probe, kept));
+    drop(watching);
+    drop(let_go);
     WATCHED.fetch_add(1, Ordering::SeqCst);
-    // Wakes the thread if it sleeps, starts it if it never ran.
-    if PARKED.load(Ordering::SeqCst) || WAKE.queue.get().is_none() {
-        WAKE.run(Box::new(|| {}));
+    // Wakes the thread if it sleeps; a wake-up is no job, so lets go of nothing.
+    if PARKED.load(Ordering::SeqCst) {
+        if let Some(sender) = WAKE.sender() {
+            let _ = sender.send(None);
+        }
     }
+}
+
+/// Marks the wake thread as running a job (`true`) or back to its probes,
+/// letting go of what every probe holds back as a job starts.
+fn running_job(in_job: bool) {
+    let mut watching = lock(&PROBES);
+    watching.in_job = in_job;
+    let let_go: Vec<Held> = match in_job {
+        true => watching.probes.iter_mut().filter_map(|(_, held)| held.take()).collect(),
+        false => Vec::new(),
+    };
+    drop(watching);
+    drop(let_go);
 }
 
 /// Runs every registered probe once, keeping those not yet done; after one
@@ -95,9 +133,10 @@ fn run_probes() {
         return;
     }
     // Out of the lock while they run, so registering a probe never waits for them.
-    let mut probes = std::mem::take(&mut *lock(&PROBES));
+    let mut probes = std::mem::take(&mut lock(&PROBES).probes);
     let before = probes.len();
-    probes.retain_mut(|probe| !catch_unwind(AssertUnwindSafe(&mut *probe)).unwrap_or(true));
+    // A finished probe goes with what it held back.
+    probes.retain_mut(|(probe, _)| !catch_unwind(AssertUnwindSafe(&mut *probe)).unwrap_or(true));
     let finished = before - probes.len();
     if finished > 0 {
         WATCHED.fetch_sub(finished, Ordering::SeqCst);
@@ -105,7 +144,7 @@ fn run_probes() {
             LINGER_UNTIL.fetch_max(now_nanos() + span.as_nanos() as u64, Ordering::SeqCst);
         }
     }
-    lock(&PROBES).append(&mut probes);
+    lock(&PROBES).probes.append(&mut probes);
 }
 
 /// Whether the wake thread spins for its next job, running probes.
@@ -118,7 +157,8 @@ struct Line {
     name: &'static str,
     /// Whether the thread spins for quick fences (see [`watch`]).
     spins: bool,
-    queue: OnceLock<Option<Sender<Job>>>,
+    /// Jobs, and `None`s that only wake the thread (see [`watch`]).
+    queue: OnceLock<Option<Sender<Option<Job>>>>,
 }
 
 impl Line {
@@ -126,19 +166,25 @@ impl Line {
         Line { name, spins, queue: OnceLock::new() }
     }
 
-    fn sender(&self) -> Option<&Sender<Job>> {
+    fn sender(&self) -> Option<&Sender<Option<Job>>> {
         let (name, spins) = (self.name, self.spins);
         self.queue
             .get_or_init(|| {
-                let (sender, jobs) = channel::<Job>();
+                let (sender, jobs) = channel::<Option<Job>>();
                 std::thread::Builder::new()
                     .name(self.name.to_owned())
                     .spawn(move || {
                         ON_DELIVERY_THREAD.with(|flag| flag.set(true));
                         crate::threads::started(name);
                         while let Some(job) = next_job(&jobs, spins) {
+                            if spins {
+                                running_job(true);
+                            }
                             // A panicking waker or action must not end deliveries for everyone.
                             let _ = catch_unwind(AssertUnwindSafe(job));
+                            if spins {
+                                running_job(false);
+                            }
                         }
                     })
                     .ok()
@@ -152,7 +198,7 @@ impl Line {
     /// its guards before delivering).
     fn run(&self, job: Job) {
         let refused = match self.sender() {
-            Some(sender) => sender.send(job).err().map(|returned| returned.0),
+            Some(sender) => sender.send(Some(job)).err().and_then(|returned| returned.0),
             None => Some(job),
         };
         if let Some(job) = refused {
@@ -176,10 +222,12 @@ impl Line {
 /// The next job of a line, `None` once its queue closed: spinning for it,
 /// running probes, while `spins` and a quick fence is pending or the thread
 /// lingers (see [`watch`]), else sleeping until it comes.
-fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
+fn next_job(jobs: &Receiver<Option<Job>>, spins: bool) -> Option<Job> {
     loop {
         match jobs.try_recv() {
-            Ok(job) => return Some(job),
+            Ok(Some(job)) => return Some(job),
+            // Only woken: back to the probes.
+            Ok(None) => {}
             Err(TryRecvError::Disconnected) => return None,
             Err(TryRecvError::Empty) if spins && spin_for_next_job() => {
                 run_probes();
@@ -197,11 +245,19 @@ fn next_job(jobs: &Receiver<Job>, spins: bool) -> Option<Job> {
                     continue;
                 }
                 paths::count(WaitPath::WakeThreadSlept);
-                let job = jobs.recv().ok();
+                let job = jobs.recv();
                 PARKED.store(false, Ordering::SeqCst);
-                return job;
+                match job {
+                    Ok(Some(job)) => return Some(job),
+                    Ok(None) => {}
+                    Err(_) => return None,
+                }
             }
-            Err(TryRecvError::Empty) => return jobs.recv().ok(),
+            Err(TryRecvError::Empty) => match jobs.recv() {
+                Ok(Some(job)) => return Some(job),
+                Ok(None) => {}
+                Err(_) => return None,
+            },
         }
     }
 }

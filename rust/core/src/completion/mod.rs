@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use cell::{Cell, Registration};
 pub(crate) use delivery::{deliver, flush as flush_deliveries, on_delivery_thread, release};
 #[cfg(any(feature = "cuda", feature = "hip", test))]
-pub(crate) use delivery::{watch, Probe};
+pub(crate) use delivery::{watch, Held, Probe};
 
 use crate::diagnostics::LiveCounters;
 use crate::error::{Error, Failures, Result};

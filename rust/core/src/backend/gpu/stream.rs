@@ -13,8 +13,13 @@
 //!   also watched by the wake thread (`completion::watch`), which queries its
 //!   event as it spins and, once every earlier completion of the stream ran,
 //!   completes it itself and runs its wakers: one thread, already awake, sees
-//!   the device finish and resumes the task. Whichever of the two takes the
-//!   completion first runs it; completions still run in stream order.
+//!   the device finish and resumes the task. While the probe watches, the
+//!   stream's completions are held back (`completion::Held`): no waiting
+//!   thread is woken for the fence, nor sleeps in the driver beside the
+//!   probe; once the probe ends (it ran the completion, or gave up on it),
+//!   a waiting thread runs what queued meanwhile. Whichever of the two
+//!   takes the completion first runs it; completions still run in stream
+//!   order.
 //!
 //!   The thread that awaits the fence does not query the event itself.
 //!   Having it run the probe as it watched was measured on an H100 and
@@ -43,7 +48,7 @@ use super::owners::GpuEvent;
 use super::waiters::{self, run_claimed, Claim, Completions, Entry, WaiterPool};
 use crate::backend::FailureTally;
 use crate::completion::paths::{self, WaitPath};
-use crate::completion::Probe;
+use crate::completion::{Held, Probe};
 use crate::error::{Error, Result};
 use crate::lock::lock;
 use weir_device::driver::{Callback, Driver, EventUse, Status};
@@ -162,11 +167,16 @@ impl<D: Driver> StreamCore<D> {
         // SAFETY: both handles are alive and belong to this driver.
         unsafe { self.device.driver.event_record(event.raw, self.raw)? };
         let claim: Claim = Arc::new(Mutex::new(Some(callback)));
-        let watched = awaited && waiter.runner.spin.is_quick();
+        let watched = (awaited && waiter.runner.spin.is_quick()).then(Instant::now);
+        if watched.is_some() {
+            // No waiting thread is woken for it while the probe watches.
+            waiter.defer();
+        }
         let place = waiter.push([Entry { event: event.clone(), claim: claim.clone(), watched }]);
         // Only once the waiter has it: whichever takes it first runs it.
-        if watched {
-            crate::completion::watch(self.probe(event, claim, place, waiter));
+        if let Some(since) = watched {
+            let held: Held = Box::new(Resume(Some(waiter.clone())));
+            crate::completion::watch(self.probe(event, claim, (place, since), waiter), held);
         }
         Ok(())
     }
@@ -177,8 +187,15 @@ impl<D: Driver> StreamCore<D> {
     /// the spin budget from its first check, or on any error, which the
     /// waiter reports. Its share of the event, and through it of the device,
     /// is dropped on the release thread: it may be the device's last.
-    fn probe(&self, event: Arc<GpuEvent<D>>, claim: Claim, place: u64, waiter: &Completions<D>) -> Probe {
+    fn probe(
+        &self,
+        event: Arc<GpuEvent<D>>,
+        claim: Claim,
+        (place, since): (u64, Instant),
+        waiter: &Completions<D>,
+    ) -> Probe {
         let ran = waiter.runner.ran.clone();
+        let waits = waiter.runner.spin.clone();
         let mut event = Some(event);
         let budget = waiter.runner.spin.budget();
         let mut first_check: Option<Instant> = None;
@@ -199,6 +216,7 @@ impl<D: Driver> StreamCore<D> {
                     event.uncount();
                     if run_claimed(&claim, place, &ran, Ok(())) {
                         paths::count(WaitPath::ProbeCompleted);
+                        waits.learn(since);
                     }
                     true
                 }
@@ -252,6 +270,22 @@ impl<D: Driver> StreamCore<D> {
             };
             callback(status)
         })
+    }
+}
+
+/// A stream's completions, held back while the wake thread watches a fence
+/// of it ([`StreamCore::after`]): let go, the lane resumes, and a waiting
+/// thread runs what it queued, the watched fence first (done already, or
+/// given up on). Its share of the lane goes on the release thread, as it
+/// may hold the device's driver last.
+struct Resume<D: Driver>(Option<Arc<Completions<D>>>);
+
+impl<D: Driver> Drop for Resume<D> {
+    fn drop(&mut self) {
+        if let Some(lane) = self.0.take() {
+            lane.resume();
+            crate::completion::release(move || drop(lane));
+        }
     }
 }
 

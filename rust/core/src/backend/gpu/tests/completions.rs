@@ -135,6 +135,75 @@ fn a_watched_fence_waited_for_on_the_wake_thread_is_completed_by_its_waiter() {
 }
 
 #[test]
+fn a_watched_fence_wakes_no_waiting_thread_until_its_probe_ends() {
+    let (backend, shared) = backend_spinning(Wake::Waiter, Duration::from_secs(10));
+    let stream = backend.create_stream(0).unwrap();
+    let syncs = || shared.event_syncs.load(Ordering::SeqCst);
+    // A job on the wake thread (another test's, in this process) lets its
+    // waiting thread go, as it should: one quiet try of several is enough.
+    let mut held_back = false;
+    for _ in 0..20 {
+        shared.queries.store(NOT_REACHED, Ordering::SeqCst);
+        let before = syncs();
+        let done = completion();
+        backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        held_back |= syncs() == before && !done.is_complete();
+        shared.queries.store(REACHED, Ordering::SeqCst);
+        assert!(soon(|| done.is_complete()), "a watched fence was not completed");
+        if held_back {
+            break;
+        }
+    }
+    assert!(held_back, "a waiting thread blocked on every fence the probe watched");
+    // The completions behind it still run, on their waiting thread.
+    let drained = completion();
+    backend.signal(&stream, drained.clone(), SignalKind::Drain).unwrap();
+    assert!(soon(|| drained.is_complete()), "the stream's completions stopped after a watched fence");
+    assert!(soon(|| backend.counters().live_events == 0));
+}
+
+/// A job on the wake thread that waits for a fence of `stream`, made
+/// before the job starts (`before`) or while it runs: the fence is left to
+/// its stream's waiting thread, since the probe cannot run meanwhile.
+fn a_job_on_the_wake_thread_waits_for_a_watched_fence(before: bool) {
+    let (backend, shared) = backend_spinning(Wake::Waiter, Duration::from_secs(10));
+    // Only a synchronisation sees the event reached.
+    shared.queries.store(NOT_REACHED, Ordering::SeqCst);
+    let stream = backend.create_stream(0).unwrap();
+    let fence = || {
+        let done = completion();
+        backend.signal(&stream, done.clone(), SignalKind::Fence).map(|()| done).unwrap()
+    };
+    let (to_job, fences) = mpsc::channel::<Arc<Completion>>();
+    let (started, job_started) = mpsc::channel();
+    let (tell, told) = mpsc::channel();
+    let early = before.then(fence);
+    crate::completion::deliver(move || {
+        let _ = started.send(());
+        let waited = fences.recv().map(|done| done.wait_at_most(Duration::from_secs(10)));
+        let _ = tell.send(waited == Ok(true));
+    });
+    job_started.recv_timeout(Duration::from_secs(10)).unwrap();
+    to_job.send(early.unwrap_or_else(fence)).unwrap();
+    assert_eq!(
+        told.recv_timeout(Duration::from_secs(20)),
+        Ok(true),
+        "the fence waited for its probe, which could not run"
+    );
+}
+
+#[test]
+fn a_fence_watched_before_the_wake_thread_runs_a_job_is_left_to_its_waiter() {
+    a_job_on_the_wake_thread_waits_for_a_watched_fence(true);
+}
+
+#[test]
+fn a_fence_watched_while_the_wake_thread_runs_a_job_is_left_to_its_waiter() {
+    a_job_on_the_wake_thread_waits_for_a_watched_fence(false);
+}
+
+#[test]
 fn waiting_threads_serve_streams_with_completions_queued_not_every_stream() {
     let (backend, shared) = backend(Wake::Waiter);
     let streams: Vec<_> = (0..32).map(|index| backend.create_stream(index).unwrap()).collect();
