@@ -98,18 +98,20 @@ pub(crate) fn watch(probe: Probe, held: Held) {
     let now = now_nanos();
     let last = LAST_WATCH.swap(now, Ordering::Relaxed);
     WATCH_GAPS.learn_took(Duration::from_nanos(now.saturating_sub(last)));
-    let served = WAKE.sender().is_some();
+    let sender = WAKE.sender();
     let mut watching = lock(&PROBES);
-    let (kept, let_go) = if served && !watching.in_job { (Some(held), None) } else { (None, Some(held)) };
+    let (kept, let_go) = match sender.is_some() && !watching.in_job {
+        true => (Some(held), None),
+        false => (None, Some(held)),
+    };
     watching.probes.push((probe, kept));
+    // Let go after the lock: letting go wakes a stream's waiting thread.
     drop(watching);
     drop(let_go);
     WATCHED.fetch_add(1, Ordering::SeqCst);
     // Wakes the thread if it sleeps; a wake-up is no job, so lets go of nothing.
-    if PARKED.load(Ordering::SeqCst) {
-        if let Some(sender) = WAKE.sender() {
-            let _ = sender.send(None);
-        }
+    if let Some(sender) = sender.filter(|_| PARKED.load(Ordering::SeqCst)) {
+        let _ = sender.send(None);
     }
 }
 
@@ -122,6 +124,7 @@ fn running_job(in_job: bool) {
         true => watching.probes.iter_mut().filter_map(|(_, held)| held.take()).collect(),
         false => Vec::new(),
     };
+    // As in `watch`: let go after the lock.
     drop(watching);
     drop(let_go);
 }
@@ -245,18 +248,16 @@ fn next_job(jobs: &Receiver<Option<Job>>, spins: bool) -> Option<Job> {
                     continue;
                 }
                 paths::count(WaitPath::WakeThreadSlept);
-                let job = jobs.recv();
+                let received = jobs.recv();
                 PARKED.store(false, Ordering::SeqCst);
-                match job {
-                    Ok(Some(job)) => return Some(job),
+                match received {
                     Ok(None) => {}
-                    Err(_) => return None,
+                    received => return received.ok().flatten(),
                 }
             }
             Err(TryRecvError::Empty) => match jobs.recv() {
-                Ok(Some(job)) => return Some(job),
                 Ok(None) => {}
-                Err(_) => return None,
+                received => return received.ok().flatten(),
             },
         }
     }

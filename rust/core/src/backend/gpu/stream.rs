@@ -197,7 +197,7 @@ impl<D: Driver> StreamCore<D> {
         let ran = waiter.runner.ran.clone();
         let waits = waiter.runner.spin.clone();
         let mut event = Some(event);
-        let budget = waiter.runner.spin.budget();
+        let budget = waits.budget();
         let mut first_check: Option<Instant> = None;
         let mut check = move |event: &GpuEvent<D>| {
             if lock(&claim).is_none() || first_check.get_or_insert_with(Instant::now).elapsed() > budget {
