@@ -27,7 +27,7 @@
 //!   1.330 times the same-thread spin floor with it, 1.313 and 1.343
 //!   without (15 processes each); the wake thread, spinning already, still
 //!   saw most events first. Weir's cost over that floor lies in admitting
-//!   the fence: on an H100, `fence()` took 4.7–6.6 µs (medians of 300)
+//!   the fence: on an H100, `fence()` took 4.7–6.8 µs (medians of 300)
 //!   where raw's record took 0.2–0.4, and a timed build split it into the
 //!   event's record (1.8 µs: a blocking-sync event, where raw records one
 //!   that is not), the waiting thread's wake-up (2.2 µs, since held back),
@@ -181,7 +181,7 @@ impl<D: Driver> StreamCore<D> {
         // Only once the waiter has it: whichever takes it first runs it.
         if let Some(since) = watched {
             let held: Held = Box::new(Resume(Some(waiter.clone())));
-            crate::completion::watch(self.probe(event, claim, (place, since), waiter), held);
+            crate::completion::watch(self.probe(event, claim, place, since, waiter), held);
         }
         Ok(())
     }
@@ -192,11 +192,14 @@ impl<D: Driver> StreamCore<D> {
     /// the spin budget from its first check, or on any error, which the
     /// waiter reports. Its share of the event, and through it of the device,
     /// is dropped on the release thread: it may be the device's last.
+    /// `place` is the completion's among the stream's; `since`, when the
+    /// fence was made, is what a completion it runs teaches the spin policy.
     fn probe(
         &self,
         event: Arc<GpuEvent<D>>,
         claim: Claim,
-        (place, since): (u64, Instant),
+        place: u64,
+        since: Instant,
         waiter: &Completions<D>,
     ) -> Probe {
         let ran = waiter.runner.ran.clone();
