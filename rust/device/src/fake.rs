@@ -137,6 +137,10 @@ pub struct Shared {
     pub slow_sync: Mutex<Option<Arc<Latch>>>,
     /// `event_synchronize` calls made.
     pub event_syncs: AtomicUsize,
+    /// The events made light (`EventUse::StreamOrder`: no blocking sync),
+    /// and the `event_synchronize` calls made on one, which would spin.
+    pub light_events: Mutex<Vec<u64>>,
+    pub light_syncs: AtomicUsize,
     /// When set, a launch on the issuing thread returns only once this opens.
     pub slow_issue: Mutex<Option<Arc<Latch>>>,
     /// How long every launch takes, wherever it is made: a driver whose
@@ -259,10 +263,14 @@ impl Driver for Fake {
         let _ = self.0.check("stream_destroy");
     }
 
-    fn event_create(&self, _usage: EventUse) -> Result<u64> {
+    fn event_create(&self, usage: EventUse) -> Result<u64> {
         self.0.check("event_create")?;
         self.0.events_created.fetch_add(1, Ordering::SeqCst);
-        Ok(self.0.next())
+        let event = self.0.next();
+        if usage == EventUse::StreamOrder {
+            lock(&self.0.light_events).push(event);
+        }
+        Ok(event)
     }
 
     unsafe fn event_record(&self, event: u64, stream: u64) -> Result<()> {
@@ -277,8 +285,11 @@ impl Driver for Fake {
         Ok(())
     }
 
-    unsafe fn event_synchronize(&self, _event: u64) -> Status {
+    unsafe fn event_synchronize(&self, event: u64) -> Status {
         self.0.event_syncs.fetch_add(1, Ordering::SeqCst);
+        if lock(&self.0.light_events).contains(&event) {
+            self.0.light_syncs.fetch_add(1, Ordering::SeqCst);
+        }
         let slow = lock(&self.0.slow_sync).clone();
         if let Some(latch) = slow {
             latch.pass();

@@ -168,11 +168,16 @@ impl<D: Driver> StreamCore<D> {
             // only completes cells, hands page-locked loans to readers and drops staging loans.
             return unsafe { self.device.driver.add_callback(self.raw, callback) };
         };
-        let event = Arc::new(GpuEvent::new(&self.device, EventUse::HostWait)?);
+        let watched = (awaited && waiter.runner.spin.is_quick()).then(Instant::now);
+        // A watched fence's event is a light one: the probe queries it, and
+        // a waiting thread that must block for it does so through its
+        // lane's relay (`waiters`). A blocking-sync event's record costs
+        // the admitting thread more.
+        let usage = if watched.is_some() { EventUse::StreamOrder } else { EventUse::HostWait };
+        let event = Arc::new(GpuEvent::new(&self.device, usage)?);
         // SAFETY: both handles are alive and belong to this driver.
         unsafe { self.device.driver.event_record(event.raw, self.raw)? };
         let claim: Claim = Arc::new(Mutex::new(Some(callback)));
-        let watched = (awaited && waiter.runner.spin.is_quick()).then(Instant::now);
         if watched.is_some() {
             // No waiting thread is woken for it while the probe watches.
             waiter.defer();

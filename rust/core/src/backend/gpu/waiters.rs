@@ -22,10 +22,18 @@
 //! wake-up was 2.2 µs of it, now 0.5); a fence awaited one after another
 //! took as long as before (1.365 and 1.352 times the spin floor, against
 //! 1.352 and 1.426), as the device sets its pace.
+//!
+//! A watched fence records a light event (no blocking sync), as it costs
+//! the admitting thread less to record. Should its waiting thread have to
+//! block for it (the probe gave up, or was let go), it sleeps on its lane's
+//! relay: a stream of the lane's own waits for the light event on the
+//! device, and the lane's blocking-sync event is recorded after that wait.
+//! Two more driver calls, on that path alone; the relay is made at the
+//! lane's first such wait and destroyed with the lane.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use super::owners::GpuEvent;
@@ -33,8 +41,9 @@ use crate::backend::lane::{Lane, Ran, Runner};
 use crate::backend::pool::{Pool, Shape};
 use crate::completion::paths::{self, WaitPath};
 use crate::completion::spin::SpinPolicy;
+use crate::error::Result;
 use crate::lock::lock;
-use weir_device::driver::{Callback, Driver, Status};
+use weir_device::driver::{Callback, Driver, EventUse, Status};
 
 /// A completion taken by whichever of its waiter and the wake thread's
 /// probe comes first.
@@ -71,6 +80,16 @@ pub(crate) struct Waits<D: Driver> {
     pub(super) ran: Arc<AtomicU64>,
     /// Whether recent events were reached within the spin budget.
     pub(super) spin: SpinPolicy,
+    /// Where a watched fence's light event is waited for by blocking (see the module doc).
+    relay: OnceLock<Relay<D>>,
+}
+
+/// A stream and a blocking-sync event of a lane's own: the stream waits
+/// for a light event, the event is recorded after that wait, and the
+/// waiting thread sleeps in the event's synchronisation.
+struct Relay<D: Driver> {
+    stream: D::Stream,
+    event: D::Event,
 }
 
 /// A stream's completions, in order.
@@ -94,7 +113,13 @@ pub(super) fn completions<D: Driver>(
     pool: &Arc<WaiterPool<D>>,
     spin_budget: Duration,
 ) -> Arc<Completions<D>> {
-    let waits = Waits { driver, pool: pool.clone(), ran: Arc::default(), spin: SpinPolicy::new(spin_budget) };
+    let waits = Waits {
+        driver,
+        pool: pool.clone(),
+        ran: Arc::default(),
+        spin: SpinPolicy::new(spin_budget),
+        relay: OnceLock::new(),
+    };
     Lane::new(waits, None)
 }
 
@@ -111,7 +136,7 @@ impl<D: Driver> Runner for Waits<D> {
             let status = match waits.driver.bind().and_then(|()| waits.driver.loss().check()) {
                 // SAFETY: the event was made and recorded by this driver and
                 // stays alive until after this call (dropped below).
-                Ok(()) => unsafe { wait_for_event(&waits.spin, &*waits.driver, event.raw, watched) },
+                Ok(()) => unsafe { waits.wait_for_event(event.raw, watched) },
                 Err(error) => Err(error),
             };
             // Off the live events before completing, so a caller woken by
@@ -132,42 +157,99 @@ impl<D: Driver> Runner for Waits<D> {
     }
 }
 
-/// Waits for `event` by the spin policy: querying while recent events were
-/// reached within the budget, then blocking. A fence the wake thread
-/// watches it does not spin for: one spinning thread is enough. What it
-/// learns of a watched one is from when the watch began, as the probe
-/// learns of one it completed: from when the fence was made, not from
-/// when its waiting thread was let go.
-///
-/// # Safety
-/// `event` was made and recorded by `driver` and stays alive for the call.
-unsafe fn wait_for_event<D: Driver>(
-    spin: &SpinPolicy,
-    driver: &D,
-    event: D::Event,
-    watched: Option<Instant>,
-) -> Status {
-    let start = Instant::now();
-    let reached = if watched.is_some() {
-        None
-    } else {
-        // Some(None): the driver cannot query it, so block.
-        // SAFETY: this function's contract.
-        spin.spin(start, || match unsafe { driver.event_query(event) } {
-            Some(Ok(false)) => None,
-            Some(done) => Some(Some(done.map(drop))),
-            None => Some(None),
-        })
-        .flatten()
-    };
-    // A watched one is counted once it is known who completed it (`run`).
-    match (&reached, watched.is_some()) {
-        (Some(_), _) => paths::count(WaitPath::WaiterSpun),
-        (None, false) => paths::count(WaitPath::WaiterBlocked),
-        (None, true) => {}
+impl<D: Driver> Waits<D> {
+    /// Waits for `event` by the spin policy: querying while recent events
+    /// were reached within the budget, then blocking. A fence the wake
+    /// thread watches it does not spin for: one spinning thread is enough;
+    /// its event is a light one, waited for through the relay. What it
+    /// learns of a watched one is from when the watch began, as the probe
+    /// learns of one it completed: from when the fence was made, not from
+    /// when its waiting thread was let go.
+    ///
+    /// # Safety
+    /// `event` was made and recorded by this lane's driver and stays alive for the call.
+    unsafe fn wait_for_event(&self, event: D::Event, watched: Option<Instant>) -> Status {
+        let (spin, driver) = (&self.spin, &*self.driver);
+        let start = Instant::now();
+        let reached = if watched.is_some() {
+            None
+        } else {
+            // Some(None): the driver cannot query it, so block.
+            // SAFETY: this function's contract.
+            spin.spin(start, || match unsafe { driver.event_query(event) } {
+                Some(Ok(false)) => None,
+                Some(done) => Some(Some(done.map(drop))),
+                None => Some(None),
+            })
+            .flatten()
+        };
+        // A watched one is counted once it is known who completed it (`run`).
+        match (&reached, watched.is_some()) {
+            (Some(_), _) => paths::count(WaitPath::WaiterSpun),
+            (None, false) => paths::count(WaitPath::WaiterBlocked),
+            (None, true) => {}
+        }
+        // SAFETY (both): this function's contract.
+        let status = reached.unwrap_or_else(|| match watched {
+            Some(_) => unsafe { self.relayed(event) },
+            None => unsafe { driver.event_synchronize(event) },
+        });
+        spin.learn(watched.unwrap_or(start));
+        status
     }
-    // SAFETY: this function's contract.
-    let status = reached.unwrap_or_else(|| unsafe { driver.event_synchronize(event) });
-    spin.learn(watched.unwrap_or(start));
-    status
+
+    /// Blocks until the light `event` is reached, through the relay; where
+    /// the relay cannot be made or used, in the event's own synchronisation.
+    ///
+    /// # Safety
+    /// As for [`Waits::wait_for_event`].
+    unsafe fn relayed(&self, event: D::Event) -> Status {
+        let driver = &*self.driver;
+        let relay = match self.relay.get() {
+            Some(relay) => Ok(relay),
+            None => self.make_relay().map(|made| self.relay.get_or_init(|| made)),
+        };
+        // SAFETY: the relay's handles are this driver's and live as long as
+        // the lane; `event` is alive for the call (this function's contract).
+        // Only this lane's running job uses the relay: one at a time.
+        let waited = relay.and_then(|relay| unsafe {
+            driver.stream_wait_event(relay.stream, event)?;
+            driver.event_record(relay.event, relay.stream)?;
+            Ok(relay.event)
+        });
+        match waited {
+            // SAFETY: as above.
+            Ok(blocking) => unsafe { driver.event_synchronize(blocking) },
+            // SAFETY: this function's contract.
+            Err(_) => unsafe { driver.event_synchronize(event) },
+        }
+    }
+
+    fn make_relay(&self) -> Result<Relay<D>> {
+        let stream = self.driver.stream_create()?;
+        match self.driver.event_create(EventUse::HostWait) {
+            Ok(event) => Ok(Relay { stream, event }),
+            Err(error) => {
+                // SAFETY: just made by this driver, nothing queued on it.
+                unsafe { self.driver.stream_destroy(stream) };
+                Err(error)
+            }
+        }
+    }
+}
+
+impl<D: Driver> Drop for Waits<D> {
+    fn drop(&mut self) {
+        let Some(relay) = self.relay.take() else { return };
+        // Dropped on any thread; a lost device's handles went with its context.
+        if self.driver.bind().is_ok() {
+            // SAFETY: made by this driver in `make_relay`, destroyed once; the
+            // lane's jobs are over (it is being dropped), so nothing waits on
+            // them. The driver releases a stream's resources once its work is done.
+            unsafe {
+                self.driver.stream_destroy(relay.stream);
+                self.driver.event_destroy(relay.event);
+            }
+        }
+    }
 }

@@ -163,6 +163,27 @@ fn a_watched_fence_wakes_no_waiting_thread_until_its_probe_ends() {
     assert!(soon(|| backend.counters().live_events == 0));
 }
 
+#[test]
+fn a_watched_fence_its_probe_gave_up_on_is_waited_for_through_the_relay() {
+    // The probe's budget runs out before the device gets there: its waiting
+    // thread must block, and a light event would have it spin.
+    let (backend, shared) = backend_spinning(Wake::Waiter, Duration::from_millis(2));
+    shared.queries.store(NOT_REACHED, Ordering::SeqCst);
+    let stream = backend.create_stream(0).unwrap();
+    let done = completion();
+    backend.signal(&stream, done.clone(), SignalKind::Fence).unwrap();
+    assert!(soon(|| done.is_complete()), "a watched fence its probe gave up on was not completed");
+    assert_eq!(done.outcome(), Some(Ok(())));
+    assert_eq!(shared.light_syncs.load(Ordering::SeqCst), 0, "the waiting thread synchronised a light event");
+    let light = lock(&shared.light_events).clone();
+    let relayed: Vec<_> =
+        lock(&shared.stream_waits).iter().filter(|(_, event)| light.contains(event)).cloned().collect();
+    assert_eq!(relayed.len(), 1, "no stream waited for the fence's light event: {relayed:?}");
+    assert_ne!(relayed[0].0, stream.raw, "the fence's own stream waited for its event");
+    assert!(shared.event_syncs.load(Ordering::SeqCst) >= 1, "nothing blocked for the fence");
+    assert!(soon(|| backend.counters().live_events == 0));
+}
+
 /// A job on the wake thread that waits for a fence of `stream`, made
 /// before the job starts (`before`) or while it runs: the fence is left to
 /// its stream's waiting thread, since the probe cannot run meanwhile.
