@@ -225,6 +225,7 @@ impl<D: Driver> Waits<D> {
         }
     }
 
+    /// A new relay: a stream, and a blocking-sync event to record on it.
     fn make_relay(&self) -> Result<Relay<D>> {
         let stream = self.driver.stream_create()?;
         match self.driver.event_create(EventUse::HostWait) {
