@@ -37,9 +37,9 @@
 //!   event (no blocking sync; see `waiters` for how a waiting thread
 //!   still blocks for it): on an H100 the driver recorded one in 0.21 µs
 //!   against 1.42 for a blocking-sync one (and the probe's query took
-//!   0.23 against 0.58); `fence()` fell from 3.18 µs to 2.2, and a fence
-//!   awaited one after another from 1.31 times the floor to 1.18 (two
-//!   runs each, in turn, 9 processes).
+//!   0.23 against 0.58); `fence()` fell from 2.97–3.18 µs to 2.2, and a
+//!   fence awaited one after another from 1.31 times the floor to 1.18
+//!   (two runs each, in turn, 9 processes).
 //!
 //! A device error seen by any callback poisons the stream: later callbacks
 //! report it too. A fault that poisons the context (see `Loss`) loses the
