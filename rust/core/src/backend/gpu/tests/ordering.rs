@@ -39,8 +39,8 @@ fn a_failed_record_fails_both_streams_of_an_order_and_a_failed_wait_the_waiting_
     let unordered = fence(&backend, &stream).expect_err("the stream left unordered reports it");
     assert!(unordered.to_string().contains("could not be recorded"), "{unordered}");
     // A watched fence's waiting thread may wait through its relay stream: only the two streams' waits count.
-    let ordered = || lock(&shared.stream_waits).iter().filter(|(on, _)| *on == stream.raw || *on == source.raw).count();
-    assert_eq!(ordered(), 0, "a wait for an event never recorded was made");
+    let ordered = lock(&shared.stream_waits).iter().filter(|(on, _)| *on == stream.raw || *on == source.raw).count();
+    assert_eq!(ordered, 0, "a wait for an event never recorded was made");
     shared.fail("stream_wait_event");
     backend.wait_for_stream(&stream, &source).unwrap();
     lock(&shared.failing).clear();
