@@ -460,7 +460,10 @@ impl Stream {
         Ok(bytemuck::pod_collect_to_vec(&bytes))
     }
 
-    /// A fence on all work admitted on this stream so far.
+    /// A fence on all work admitted on this stream so far. With nothing
+    /// admitted since the last fence, it is that fence: pending, or, once it
+    /// succeeded, complete when made, with no device call (a lost device
+    /// still fails it).
     pub fn fence(&self) -> Result<Fence> {
         self.admitting()?;
         let completion = self.engine().fence(Some(self.handle.index))?;

@@ -246,9 +246,10 @@ impl WeirStream {
         Ok(Arc::new(Fence::new(self.inner.fence()?)))
     }
 
-    /// Suspends until all work admitted on this stream so far is done. On the
-    /// CPU and wgpu backends an idle stream answers at once, without a wake-up;
-    /// CUDA and HIP always go through their completion thread. (The Kotlin
+    /// Suspends until all work admitted on this stream so far is done. A
+    /// stream with nothing admitted since its last fence succeeded answers at
+    /// once, without a device call or a wake-up, on every backend; on the CPU
+    /// and wgpu backends so does any idle stream. (The Kotlin
     /// and Swift bindings' own `sync()` asks [`WeirStream::sync_quickly`]
     /// first and, when it says yes, returns without creating a Rust future.)
     #[uniffi::method(default(cancel = None))]

@@ -211,17 +211,14 @@ conformance! {
         let out = s.zeros(ElementType::Bytes, 4096).unwrap();
         s.fill_u32(&out, 1).unwrap();
         s.fence().unwrap().wait().unwrap();
-        if matches!(runtime.info().backend, BackendKind::Cuda | BackendKind::Hip) {
-            // There a fence always goes through an event and the completion thread.
-            eprintln!("  {}: idle fences take the completion path, not checked", runtime.info().backend.name());
-            return;
-        }
-        // Nothing in flight: the fence needs no device round trip and no
-        // wake-up. On wgpu the completion path counts a submission done just
-        // after it completes that submission's fence (so that no later fence
-        // overtakes it), and a woken waiter can look in between: allow that
-        // moment, no more. Without the shortcut no fence would ever be
-        // complete when made.
+        // Nothing admitted since a fence that succeeded: the fence needs no
+        // device round trip and no wake-up, on every backend (on CUDA and
+        // HIP it would otherwise record an event and wait for the wake
+        // thread to see it). On wgpu the completion path counts a
+        // submission done just after it completes that submission's fence
+        // (so that no later fence overtakes it), and a woken waiter can look
+        // in between: allow that moment, no more. Without the shortcut no
+        // fence would ever be complete when made.
         let complete_when_made = (0..100).any(|_| {
             let complete = s.fence().unwrap().is_complete();
             if !complete {
