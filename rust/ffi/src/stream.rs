@@ -260,7 +260,7 @@ impl WeirStream {
     /// True when all work admitted on this stream so far is done and no
     /// failure waits to be reported, so `sync()` would return at once. Never
     /// blocks and reports nothing (a failure stays for the next fence or
-    /// sync); false whenever in doubt, and always on CUDA and HIP.
+    /// sync); false whenever in doubt, and always on HIP (CUDA asks the stream).
     pub fn is_synced(&self) -> bool {
         self.inner.is_synced()
     }
