@@ -68,8 +68,8 @@ impl Timestamp {
     /// Where the device can say it has taken a time (CUDA and HIP: its
     /// event is reached), that time is read at once, without waiting for the
     /// timestamp's completion, which comes through the stream's completion
-    /// path and may be delivered later (behind a read's delivery, or a
-    /// waiting thread's wake-up).
+    /// path a wake-up later. Timing each request of a one-stream server
+    /// otherwise held every request back by that wake-up.
     pub fn elapsed_since(&self, earlier: &Timestamp) -> Result<Duration> {
         self.check_pair(earlier)?;
         for timestamp in [earlier, self] {
