@@ -64,19 +64,10 @@ impl Timestamp {
     /// taken before this one (or this one): anything else is
     /// [`Error::InvalidArgument`], as is a wait from inside a CPU kernel of
     /// that stream (it would wait for itself).
-    ///
-    /// Where the device can say it has taken a time (CUDA and HIP: its
-    /// event is reached), that time is read at once, without waiting for the
-    /// timestamp's completion, which comes through the stream's completion
-    /// path a wake-up later. Timing each request of a one-stream server
-    /// otherwise held every request back by that wake-up.
     pub fn elapsed_since(&self, earlier: &Timestamp) -> Result<Duration> {
         self.check_pair(earlier)?;
         for timestamp in [earlier, self] {
             if !timestamp.completion.is_complete() {
-                if timestamp.device.is_reached() {
-                    continue;
-                }
                 self.engine.check_can_wait(Some(self.index))?;
             }
             timestamp.completion.wait()?;
@@ -87,11 +78,8 @@ impl Timestamp {
     /// [`Timestamp::elapsed_since`] without blocking a thread.
     pub async fn elapsed_since_async(&self, earlier: &Timestamp) -> Result<Duration> {
         self.check_pair(earlier)?;
-        for timestamp in [earlier, self] {
-            if timestamp.completion.is_complete() || !timestamp.device.is_reached() {
-                timestamp.completion.wait_async().await?;
-            }
-        }
+        earlier.completion.wait_async().await?;
+        self.completion.wait_async().await?;
         self.measure(earlier)
     }
 

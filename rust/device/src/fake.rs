@@ -307,16 +307,6 @@ impl Driver for Fake {
         Some(self.0.check("event_query").map(|()| reached))
     }
 
-    fn can_time(&self) -> Result<()> {
-        Ok(())
-    }
-
-    unsafe fn event_elapsed(&self, start: u64, end: u64) -> Result<Duration> {
-        self.0.check("event_elapsed")?;
-        // Events are numbered as made: a microsecond per number between them.
-        Ok(Duration::from_micros(end.saturating_sub(start)))
-    }
-
     unsafe fn event_destroy(&self, _event: u64) {
         self.0.events_destroyed.fetch_add(1, Ordering::SeqCst);
         let _ = self.0.check("event_destroy");

@@ -119,12 +119,6 @@ pub trait DeviceTimestamp: Send + Sync + 'static {
     /// The device time from `earlier` to this one, two timestamps of one
     /// stream, `earlier` enqueued first, both complete.
     fn elapsed_since(&self, earlier: &Self) -> Result<Duration>;
-    /// True when the device has surely taken the time, asked of the device
-    /// itself: the timestamp's completion, which comes through the stream's
-    /// completion path, may be delivered later. `false` when in doubt.
-    fn is_reached(&self) -> bool {
-        false
-    }
 }
 
 /// A backend's timestamp, whatever the backend.
@@ -132,17 +126,11 @@ pub(crate) trait AnyTimestamp: Send + Sync {
     fn as_any(&self) -> &dyn std::any::Any;
     /// As [`DeviceTimestamp::elapsed_since`], for a timestamp of the same backend.
     fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration>;
-    /// As [`DeviceTimestamp::is_reached`].
-    fn is_reached(&self) -> bool;
 }
 
 impl<T: DeviceTimestamp> AnyTimestamp for T {
     fn as_any(&self) -> &dyn std::any::Any {
         self
-    }
-
-    fn is_reached(&self) -> bool {
-        DeviceTimestamp::is_reached(self)
     }
 
     fn elapsed_since(&self, earlier: &dyn AnyTimestamp) -> Result<Duration> {

@@ -54,13 +54,6 @@ impl<D: Driver> DeviceTimestamp for GpuEvent<D> {
         // this order, and complete (the caller waited for both).
         unsafe { driver.event_elapsed(earlier.raw, self.raw) }
     }
-
-    fn is_reached(&self) -> bool {
-        let driver = &self.device.driver;
-        // SAFETY: a live event of this driver, recorded when the timestamp
-        // was taken (`Backend::timestamp` records it before it returns).
-        driver.bind().is_ok() && matches!(unsafe { driver.event_query(self.raw) }, Some(Ok(true)))
-    }
 }
 
 impl<D: Driver> Drop for GpuEvent<D> {

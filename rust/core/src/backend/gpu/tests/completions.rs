@@ -281,23 +281,3 @@ fn waiting_threads_serve_streams_with_completions_queued_not_every_stream() {
         done.wait().unwrap();
     }
 }
-
-#[test]
-fn a_timestamp_the_device_reached_is_known_before_its_completion_is_delivered() {
-    let (backend, shared) = backend(Wake::Waiter);
-    shared.queries.store(NOT_REACHED, Ordering::SeqCst);
-    // The waiting thread is held in its synchronisation: no completion is delivered.
-    let latch = Arc::new(Latch::default());
-    *lock(&shared.slow_sync) = Some(latch.clone());
-    let stream = backend.create_stream(0).unwrap();
-    let _open = OpenOnDrop(latch.clone());
-    let done = completion();
-    let taken = backend.timestamp(&stream, done.clone()).unwrap();
-    assert!(!crate::backend::DeviceTimestamp::is_reached(&taken), "a time the device has not taken");
-    assert!(soon(|| shared.event_syncs.load(Ordering::SeqCst) > 0), "the waiter never blocked for the timestamp");
-    shared.queries.store(REACHED, Ordering::SeqCst);
-    assert!(crate::backend::DeviceTimestamp::is_reached(&taken), "the device took the time, yet it is not known");
-    assert!(!done.is_complete(), "the completion came though its waiter is held");
-    latch.open();
-    assert!(soon(|| done.is_complete()), "the completion never came");
-}
