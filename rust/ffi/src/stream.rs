@@ -247,9 +247,9 @@ impl WeirStream {
     }
 
     /// Suspends until all work admitted on this stream so far is done. A
-    /// stream with nothing admitted since its last fence succeeded answers at
-    /// once, without a device call or a wake-up, on every backend; on the CPU
-    /// and wgpu backends so does any idle stream. (The Kotlin
+    /// stream whose last fence succeeded, with nothing admitted since, answers
+    /// at once, without a device call or a wake-up, on every backend; on the
+    /// CPU and wgpu backends so does any idle stream. (The Kotlin
     /// and Swift bindings' own `sync()` asks [`WeirStream::sync_quickly`]
     /// first and, when it says yes, returns without creating a Rust future.)
     #[uniffi::method(default(cancel = None))]
