@@ -429,8 +429,12 @@ fn serve_with(
     // starts, as the raw version's is: a fresh allocation of an output's
     // size per request costs more in page faults than the copy into it
     // (130 us a request for GPT-2 small's 196 KiB on an H100's host).
+    // Filled with NaN, not zero: a zeroed one comes from `calloc` with its
+    // pages untouched, and the copy into it would fault them in on the clock.
     let outputs: Vec<Vec<Vec<f32>>> = (0..streams.len())
-        .map(|k| (k..inputs.len()).step_by(streams.len()).map(|request| vec![0f32; inputs[request].len()]).collect())
+        .map(|k| {
+            (k..inputs.len()).step_by(streams.len()).map(|request| vec![f32::NAN; inputs[request].len()]).collect()
+        })
         .collect();
     let start = Instant::now();
     let served: Vec<weir_core::Result<Vec<Done>>> = std::thread::scope(|scope| {
