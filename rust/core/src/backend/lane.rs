@@ -207,34 +207,7 @@ impl<R: Runner> Lane<R> {
 
     /// As [`Lane::push`], for steps of any kind.
     pub(crate) fn push_steps(self: &Arc<Self>, steps: impl IntoIterator<Item = Step<R>>) -> u64 {
-        self.push_locked(lock(&self.queue), steps)
-    }
-
-    /// As [`Lane::push`] for one job, unless `join` folds it into the last
-    /// job queued and not yet taken: given that job and this one, it gives
-    /// this one back if it did not. A joined job adds no place to the lane.
-    #[cfg(any(feature = "cuda", feature = "hip", test))]
-    pub(crate) fn push_joining(
-        self: &Arc<Self>,
-        job: R::Job,
-        join: impl FnOnce(&mut R::Job, R::Job) -> Option<R::Job>,
-    ) {
         let mut queue = lock(&self.queue);
-        let unjoined = match queue.jobs.back_mut() {
-            Some(Step::Job(last)) => join(last, job),
-            _ => Some(job),
-        };
-        // Joined, the lane is as it was: its last job queued, so scheduled or deferred.
-        if let Some(job) = unjoined {
-            self.push_locked(queue, [Step::Job(job)]);
-        }
-    }
-
-    fn push_locked(
-        self: &Arc<Self>,
-        mut queue: MutexGuard<'_, Queue<Step<R>>>,
-        steps: impl IntoIterator<Item = Step<R>>,
-    ) -> u64 {
         let before = queue.jobs.len();
         queue.jobs.extend(steps);
         let place = self.pushed.fetch_add((queue.jobs.len() - before) as u64, Ordering::SeqCst);

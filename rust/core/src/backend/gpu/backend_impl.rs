@@ -121,7 +121,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         let issue = Self::resolve(command, prepared)?;
         // The caller's contract keeps the memory alive and ordered until a
         // signal queued after this job completes.
-        self.submit(Job::Op { stream: StreamRef::new(stream), issue, io, after: None })
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue, io })
     }
 
     fn record_event(&self, stream: &GpuStream<D>) -> Result<Arc<QueuedEvent<D>>> {
@@ -202,7 +202,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
         };
         // The launch is a job like a launch of one kernel: in admission
         // order, and only once the replay's inputs ran without failing.
-        self.submit(Job::Op { stream: StreamRef::new(stream), issue: Issue::Graph(exec), io, after: None })
+        self.submit(Job::Op { stream: StreamRef::new(stream), issue: Issue::Graph(exec), io })
     }
 
     fn prepares_replay(&self, id: u64) -> bool {

@@ -57,9 +57,7 @@ use weir_device::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status}
 #[allow(clippy::large_enum_variant)]
 pub(crate) enum Job<D: Driver> {
     /// An op's driver calls; `io` says whether it may run and what its failure fails.
-    /// `after`: a stream `stream` is ordered after first, as [`Job::Order`]
-    /// does, in the same job (see [`Job::join`]).
-    Op { stream: StreamRef<D>, issue: Issue<D>, io: OpIo, after: Option<StreamRef<D>> },
+    Op { stream: StreamRef<D>, issue: Issue<D>, io: OpIo },
     /// Makes later work on `stream` wait for the work queued on `source`
     /// (a stream of this device) so far, through `source`'s ordering event.
     Order { source: StreamRef<D>, stream: StreamRef<D> },
@@ -83,14 +81,24 @@ impl<D: Driver> Job<D> {
     /// waker may run anything), no peer's event let go.
     fn run(self, bound: &mut bool) -> Option<OpIo> {
         match self {
-            Job::Op { stream, issue, io, after } => {
-                if let Some(source) = after {
-                    order(source.get(), stream.get(), bound);
-                }
+            Job::Op { stream, issue, io } => {
                 issue.run(stream.get(), &io, bound);
                 return Some(io);
             }
-            Job::Order { source, stream } => order(source.get(), stream.get(), bound),
+            Job::Order { source, stream } => {
+                let (source, stream) = (source.get(), stream.get());
+                let waited = match record_order(source, bound) {
+                    // SAFETY: both handles are alive (the source's event lives
+                    // as long as the source, which outlives this job).
+                    Ok(event) => unsafe { stream.device.driver.stream_wait_event(stream.raw, event) },
+                    Err(error) => {
+                        fail_stream(source, Err(error));
+                        Err(unrecorded::<D>())
+                    }
+                };
+                *bound = waited.is_ok();
+                fail_stream(stream, waited);
+            }
             Job::Record { stream, event } => {
                 let stream = stream.get();
                 // Made here, not at admission: the admitting thread then makes
@@ -136,40 +144,6 @@ impl<D: Driver> Job<D> {
         }
         None
     }
-
-    /// Folds `job` into `queued`, the job queued right before it, where one
-    /// job can do both: an order of a stream, then that stream's op (each
-    /// op a pipeline's stream waits for comes as such a pair). Gives `job`
-    /// back otherwise. One job, not two: the thread's cost per job (taking
-    /// it, counting it done) is paid once, as a hand-written pipeline places
-    /// its wait right before the launch.
-    fn join(queued: &mut Job<D>, job: Job<D>) -> Option<Job<D>> {
-        match (&*queued, job) {
-            (Job::Order { source, stream: ordered }, Job::Op { stream, issue, io, after: None })
-                if ordered.is(&stream) =>
-            {
-                *queued = Job::Op { stream, issue, io, after: Some(*source) };
-                None
-            }
-            (_, job) => Some(job),
-        }
-    }
-}
-
-/// Makes later work on `stream` wait for the work queued on `source` so far
-/// (`bound`: as in [`Job::run`]).
-fn order<D: Driver>(source: &StreamCore<D>, stream: &StreamCore<D>, bound: &mut bool) {
-    let waited = match record_order(source, bound) {
-        // SAFETY: both handles are alive (the source's event lives as long
-        // as the source, which outlives this job).
-        Ok(event) => unsafe { stream.device.driver.stream_wait_event(stream.raw, event) },
-        Err(error) => {
-            fail_stream(source, Err(error));
-            Err(unrecorded::<D>())
-        }
-    };
-    *bound = waited.is_ok();
-    fail_stream(stream, waited);
 }
 
 /// `source`'s ordering event, recorded after the work queued on it so far
@@ -449,7 +423,7 @@ impl<D: Driver> Issuer<D> {
             // Waiting for room is no pause of the caller's either (see [`STREAK_GAP`]).
             lock(&issuing.streak).last_submitted = Some(Instant::now());
         }
-        self.lane.push_joining(job, Job::join);
+        self.lane.push([job]);
         // After the push: the thread goes on meanwhile.
         drop(spent);
         Ok(())
@@ -465,12 +439,6 @@ impl<D: Driver> Issuer<D> {
     /// admitted so far has been made. May answer `false` for a job finishing now.
     pub(crate) fn is_idle(&self) -> bool {
         self.lane.surely_idle()
-    }
-
-    /// The jobs queued so far (joined ones count once).
-    #[cfg(test)]
-    pub(crate) fn jobs_queued(&self) -> u64 {
-        self.lane.pushed()
     }
 
     /// Runs what is queued, then ends the thread: it lets the device go.

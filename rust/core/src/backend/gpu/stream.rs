@@ -50,7 +50,6 @@
 //! on it completed: its work is done, so the drop only binds the device,
 //! lets its queued completions run, and destroys the handle.
 
-use std::ptr::NonNull;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Instant;
@@ -111,15 +110,7 @@ impl<D: Driver> std::ops::Deref for GpuStream<D> {
 /// A job runs before the drop of the stream it names gets past its
 /// [`super::issue::Issuer::flush`], and the stream's state is boxed, so it
 /// stays where this points until then, however the handle moves.
-pub(crate) struct StreamRef<D: Driver>(NonNull<StreamCore<D>>);
-
-impl<D: Driver> Clone for StreamRef<D> {
-    fn clone(&self) -> Self {
-        *self
-    }
-}
-
-impl<D: Driver> Copy for StreamRef<D> {}
+pub(crate) struct StreamRef<D: Driver>(*const StreamCore<D>);
 
 // SAFETY: it only hands out a shared reference to a `StreamCore`, which is
 // `Sync` (its driver handles may be used from any thread, the rest is locked
@@ -128,19 +119,14 @@ unsafe impl<D: Driver> Send for StreamRef<D> {}
 
 impl<D: Driver> StreamRef<D> {
     pub(crate) fn new(stream: &GpuStream<D>) -> Self {
-        StreamRef(NonNull::from(&*stream.core))
+        StreamRef(&*stream.core)
     }
 
     /// The stream, from a job.
     pub(crate) fn get(&self) -> &StreamCore<D> {
         // SAFETY: the stream's drop flushes the issuer, which runs this job
         // first, and its core is boxed, never moved (the type's doc).
-        unsafe { self.0.as_ref() }
-    }
-
-    /// True when both name the same stream.
-    pub(crate) fn is(&self, other: &Self) -> bool {
-        self.0 == other.0
+        unsafe { &*self.0 }
     }
 }
 

@@ -159,39 +159,6 @@ fn a_batch_of_launches_records_and_waits_on_the_issuing_thread_binds_the_device_
 }
 
 #[test]
-fn an_order_queued_right_before_an_op_of_its_stream_joins_that_op_in_one_job() {
-    let (backend, shared) = backend(Wake::Waiter);
-    let (stream, source) = (backend.create_stream(0).unwrap(), backend.create_stream(0).unwrap());
-    let memory = backend.allocate(64).unwrap();
-    let (latch, _open, admitted) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
-    let launches = lock(&shared.launched_on).len();
-    let before = backend.device.issuer.jobs_queued();
-    // A pipeline's round: an op on the source; the stream ordered after it,
-    // then the stream's op. The order joins the op behind it.
-    enqueue_fill(&backend, &source, &memory, admitted);
-    backend.wait_for_stream(&stream, &source).unwrap();
-    enqueue_fill(&backend, &stream, &memory, admitted + 1);
-    assert_eq!(backend.device.issuer.jobs_queued() - before, 2, "the order and its stream's op are one job");
-    // An order followed by another stream's op, or by a fence, stays a job of its own.
-    backend.wait_for_stream(&stream, &source).unwrap();
-    enqueue_fill(&backend, &source, &memory, admitted + 2);
-    backend.wait_for_stream(&stream, &source).unwrap();
-    let fence = completion();
-    backend.signal(&stream, fence.clone(), SignalKind::Fence).unwrap();
-    assert_eq!(backend.device.issuer.jobs_queued() - before, 6, "an order joined what is not its stream's op");
-    latch.open();
-    backend.device.issuer.flush();
-    assert!(fence.wait().is_ok(), "the fence after the orders failed");
-    // Every driver call was made: three orders (a record of the source's
-    // event, then the stream's wait for it), and the three fills.
-    let (records, waits) = (lock(&shared.event_records).clone(), lock(&shared.stream_waits).clone());
-    let orders: Vec<_> = records.iter().filter(|(_, on)| *on == source.raw).collect();
-    let ordered = waits.iter().filter(|(on, event)| *on == stream.raw && Some(event) == source.order_event.get());
-    assert_eq!((orders.len(), ordered.count()), (3, 3), "records {records:?}, waits {waits:?}");
-    assert_eq!(lock(&shared.launched_on).len() - launches, 3, "a joined op was not launched");
-}
-
-#[test]
 fn a_launch_after_a_job_that_bound_another_device_on_the_issuing_thread_binds_its_own_again() {
     let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
     let (stream_a, stream_b) = (a.create_stream(0).unwrap(), b.create_stream(0).unwrap());
