@@ -22,7 +22,9 @@
 //! still serialises the grid and the argument list into two of them (each
 //! allocated and freed by Rust), which Rust then parses: the Swift binding's
 //! built-in ops encode the op on the stack instead and call
-//! [`weir_ffi_execute_encoded`], the same admission through C.
+//! [`weir_ffi_execute_encoded`], the same admission through C, lending the
+//! handles as Kotlin does: a Swift object hands one over only by a cloning
+//! call into Rust of its own (and a release here), three of them for a fill.
 
 use std::ops::Deref;
 use std::panic::AssertUnwindSafe;
@@ -187,16 +189,17 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
 /// `kernel` and buffer slots 0 to `count - 1` the handles at `buffers`.
 /// Returns as the JNI entry does: 1 admitted, 2 refused (its error waits
 /// for [`take_execute_refusal`]), 0 not taken (then the binding makes the
-/// generated call). Swift reaches a handle only by cloning it, so this
-/// entry takes the handles it is given (the stream's, the kernel's and
-/// every buffer's) and lets them go, whatever it answers.
+/// generated call). Like the JNI entry it only borrows the handles: the
+/// binding reads them in place, without the clone per object that UniFFI's
+/// Swift objects make to hand one over.
 ///
 /// # Safety
 ///
 /// `stream`, `kernel` and the `count` handles at `buffers` are live UniFFI
-/// handles of a `WeirStream`, a `Kernel` and `Buffer`s, each handed over to
-/// this call (cloned for it); `encoding` points to `len` bytes that nothing
-/// writes during the call.
+/// handles of a `WeirStream`, a `Kernel` and `Buffer`s, which the caller
+/// keeps alive for the call without lending them to Rust to keep (Rust only
+/// borrows them); `encoding` points to `len` bytes that nothing writes
+/// during the call.
 #[no_mangle]
 pub unsafe extern "C" fn weir_ffi_execute_encoded(
     stream: u64,
@@ -207,42 +210,19 @@ pub unsafe extern "C" fn weir_ffi_execute_encoded(
     count: usize,
 ) -> i32 {
     let admitted = std::panic::catch_unwind(AssertUnwindSafe(|| {
-        // SAFETY: the caller hands over live handles of these types (this
-        // function's contract): each is taken here once, and dropped below.
-        let (stream, kernel) = unsafe {
+        // SAFETY: the caller passes live handles of these types, kept alive
+        // for the call, `count` of them at `buffers`, and `len` bytes at
+        // `encoding` that nothing writes meanwhile (this function's contract).
+        let (stream, kernel, handles, bytes) = unsafe {
             (
-                uniffi::Handle::from_raw_unchecked(stream).into_arc::<WeirStream>(),
-                uniffi::Handle::from_raw_unchecked(kernel).into_arc::<Kernel>(),
+                borrowed::<WeirStream>(stream as i64),
+                borrowed::<Kernel>(kernel as i64),
+                if count == 0 { &[][..] } else { std::slice::from_raw_parts(buffers, count) },
+                std::slice::from_raw_parts(encoding, len),
             )
         };
-        let handles = if count == 0 {
-            &[][..]
-        } else {
-            // SAFETY: `count` handles at `buffers` (the contract).
-            unsafe { std::slice::from_raw_parts(buffers, count) }
-        };
-        // Released when the call ends, whatever it answers (a panic included).
-        let _release = HandedOver(handles);
-        // SAFETY: `len` bytes at `encoding` that nothing writes meanwhile (the contract).
-        let bytes = unsafe { std::slice::from_raw_parts(encoding, len) };
-        // SAFETY: live handles, handed over to this call and released only
-        // once it ends, so each buffer outlives its borrow.
-        stream.admit_encoded_each(&kernel, bytes, count, |i| unsafe { borrowed::<Buffer>(handles[i] as i64) })
+        // SAFETY: as above, for each of the `count` buffer handles.
+        stream.admit_encoded_each(kernel, bytes, count, |i| unsafe { borrowed::<Buffer>(handles[i] as i64) })
     }));
     admitted.unwrap_or(Outcome::NotTaken) as i32
-}
-
-/// Buffer handles handed over to [`weir_ffi_execute_encoded`]: each let go
-/// once, as the call ends. The call borrows the buffers meanwhile, so taking
-/// them needs no list of its own.
-struct HandedOver<'a>(&'a [u64]);
-
-impl Drop for HandedOver<'_> {
-    fn drop(&mut self) {
-        for &handle in self.0 {
-            // SAFETY: a live handle of a `Buffer` handed over to this call
-            // (its contract), let go here once; no borrow of it outlives the call.
-            drop(unsafe { uniffi::Handle::from_raw_unchecked(handle).into_arc::<Buffer>() });
-        }
-    }
 }

@@ -392,26 +392,26 @@ fn the_jni_entry_admits_an_encoded_op_as_execute_does_and_a_malformed_one_not_at
 }
 
 /// The C entry as the Swift binding calls it: `op` admitted on `stream`
-/// with `kernel` and `buffers`, each handle cloned and handed over.
+/// with `kernel` and `buffers`, each handle lent for the call.
 fn admit_by_c(stream: &Arc<WeirStream>, kernel: &Arc<Kernel>, op: &[u8], buffers: &[&Lent]) -> i32 {
-    let handed = |object: *const ()| object as usize as u64;
-    let lent: Vec<u64> = buffers.iter().map(|buffer| handed(Arc::into_raw(Arc::clone(buffer)).cast())).collect();
-    // SAFETY: each handle is an `Arc` pointer made for the call, as UniFFI
-    // makes them, which the entry takes; `op` is alive and not written meanwhile.
+    let lent = |object: *const ()| object as usize as u64;
+    let handles: Vec<u64> = buffers.iter().map(|buffer| lent(Arc::as_ptr(buffer).cast())).collect();
+    // SAFETY: each handle is an `Arc`'s pointer, as UniFFI makes them, kept
+    // alive by the caller for the call; `op` is alive and not written meanwhile.
     unsafe {
         weir_ffi::weir_ffi_execute_encoded(
-            handed(Arc::into_raw(Arc::clone(stream)).cast()),
-            handed(Arc::into_raw(Arc::clone(kernel)).cast()),
+            lent(Arc::as_ptr(stream).cast()),
+            lent(Arc::as_ptr(kernel).cast()),
             op.as_ptr(),
             op.len(),
-            lent.as_ptr(),
-            lent.len(),
+            handles.as_ptr(),
+            handles.len(),
         )
     }
 }
 
 #[test]
-fn the_c_entry_admits_refuses_or_leaves_an_encoded_op_and_lets_every_handle_go() {
+fn the_c_entry_admits_refuses_or_leaves_an_encoded_op_and_only_borrows_its_handles() {
     let Axpy { runtime, stream, x, y, small, axpy } = Axpy::new();
     let counts =
         || [Arc::strong_count(&stream), Arc::strong_count(&axpy), Arc::strong_count(&x), Arc::strong_count(&y)];
@@ -428,7 +428,7 @@ fn the_c_entry_admits_refuses_or_leaves_an_encoded_op_and_lets_every_handle_go()
     // Refused by the core, once, with its typed error.
     assert_eq!(admit_by_c(&stream, &axpy, &op, &[&x, &small]), 2, "sizes differ");
     assert!(matches!(weir_ffi::take_execute_refusal(), Err(WeirError::InvalidArgument { .. })));
-    assert_eq!(counts(), held, "a handle handed over was kept or let go twice");
+    assert_eq!(counts(), held, "a lent handle was kept or let go");
     runtime.shutdown().unwrap();
 }
 
