@@ -283,17 +283,13 @@ impl Params {
         let mut words = smallvec::SmallVec::new();
         let mut starts = smallvec::SmallVec::with_capacity(params.len());
         for param in params {
-            let bytes: smallvec::SmallVec<[u8; 8]> = match *param {
-                Param::Pointer(value) | Param::U64(value) => value.to_ne_bytes()[..].into(),
-                Param::U32(value) => value.to_ne_bytes()[..].into(),
-                Param::Scalar(scalar) => scalar.to_bytes(),
-            };
             starts.push(words.len() as u32);
-            // At least one word: the driver reads a zero-sized struct from a valid address.
-            for chunk in bytes.chunks(8).chain((bytes.is_empty()).then_some(&[][..])) {
-                let mut word = [0u8; 8];
-                word[..chunk.len()].copy_from_slice(chunk);
-                words.push(u64::from_ne_bytes(word));
+            match *param {
+                Param::Pointer(value) | Param::U64(value) => words.push(value),
+                Param::U32(value) => words.push(word(&value.to_ne_bytes())),
+                // A struct's bytes as given, without a copy of their own.
+                Param::Scalar(ScalarArg::Bytes(bytes)) => push_bytes(&mut words, bytes),
+                Param::Scalar(scalar) => push_bytes(&mut words, &scalar.to_bytes()),
             }
         }
         Params { words, starts }
@@ -315,6 +311,24 @@ impl Params {
         // SAFETY: every start is the index of a word of `words` (see `new`).
         self.starts.iter().map(|&start| unsafe { base.add(start as usize) }.cast::<c_void>()).collect()
     }
+}
+
+/// `bytes` in whole words of their own, at least one: the driver reads a
+/// zero-sized struct from a valid address.
+fn push_bytes(words: &mut smallvec::SmallVec<[u64; 8]>, bytes: &[u8]) {
+    if bytes.is_empty() {
+        words.push(0);
+    }
+    for chunk in bytes.chunks(8) {
+        words.push(word(chunk));
+    }
+}
+
+/// Up to eight bytes as a word holding them in memory order.
+fn word(bytes: &[u8]) -> u64 {
+    let mut word = [0u8; 8];
+    word[..bytes.len()].copy_from_slice(bytes);
+    u64::from_ne_bytes(word)
 }
 
 #[cfg(test)]
@@ -350,5 +364,14 @@ mod tests {
         assert_eq!(read(&mut params, 5, 8), (-2.5f64).to_le_bytes());
         // Every parameter starts on a word of its own: 8-byte aligned.
         assert!(params.pointers().iter().all(|pointer| pointer.align_offset(8) == 0));
+    }
+
+    #[test]
+    fn an_empty_struct_still_has_a_word_of_its_own() {
+        let (empty, after) = (ScalarArg::Bytes(Vec::new().into()), ScalarArg::U32(9));
+        let mut params = Params::new(&[Param::Scalar(&empty), Param::Scalar(&after)]);
+        let pointers = params.pointers();
+        assert_eq!(pointers[1] as usize - pointers[0] as usize, 8, "the empty struct's word");
+        assert_eq!(read(&mut params, 1, 4), 9u32.to_ne_bytes());
     }
 }

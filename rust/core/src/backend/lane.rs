@@ -58,11 +58,12 @@ pub(crate) trait Runner: Send + Sync + Sized + 'static {
     type Job: Send;
     /// Jobs one run of a lane takes before it lets other lanes have a turn.
     const TURN: usize;
-    /// Jobs taken from the queue under one lock and run before
-    /// [`Runner::ran_taken`] counts them. Everything queued, by default; a
-    /// runner whose pushers wait for room in a long queue takes less, so
-    /// that they see room while it still has work queued, not only once it
-    /// ran everything and waits for them.
+    /// Jobs run before [`Runner::ran_taken`] counts them. Everything taken
+    /// under one lock, by default; a runner whose pushers wait for room in a
+    /// long queue counts more often, so that they see room while it still
+    /// has work taken, not only once it ran everything and waits for them.
+    /// (It still takes the whole queue at once: moving part of it out would
+    /// copy every job once more.)
     const BATCH: usize = usize::MAX;
     /// Runs `job`, the first of `lane`'s, and counts it on the lane's
     /// progress ([`Progress::advance`]), or hands it back to wait,
@@ -76,8 +77,9 @@ pub(crate) trait Runner: Send + Sync + Sized + 'static {
         false
     }
     /// Called once the jobs [`Lane::run_jobs`] took at once have run (up to
-    /// one that parked), on the same thread: for a runner that counts its
-    /// progress, or lets go of what its jobs held, a batch at a time.
+    /// one that parked), and after every [`Runner::BATCH`] of them, on the
+    /// same thread: for a runner that counts its progress, or lets go of
+    /// what its jobs held, a batch at a time.
     fn ran_taken(_lane: &Arc<Lane<Self>>) {}
     /// `lane` waited for `source`'s point ([`Step::Reach`]) and it came:
     /// for a runner whose lanes' later work covers what the source's did.
@@ -328,6 +330,9 @@ impl<R: Runner> Lane<R> {
     }
 
     /// Runs `step`, the lane's first, and counts it done; or hands it back to wait.
+    // Inlined, as its runner's `run`: a job (some 200 bytes) passed down
+    // by value is otherwise copied once more per call.
+    #[inline(always)]
     fn run_step(self: &Arc<Self>, step: Step<R>) -> Option<Step<R>> {
         match step {
             Step::Job(job) => {
@@ -393,22 +398,29 @@ impl<R: Runner> Lane<R> {
                     lingered = true;
                     continue;
                 }
-                let take = queue.jobs.len().min(R::TURN - turn).min(R::BATCH);
+                let take = queue.jobs.len().min(R::TURN - turn);
                 match take == queue.jobs.len() {
                     true => std::mem::swap(&mut queue.jobs, &mut taken),
                     false => taken.extend(queue.jobs.drain(..take)),
                 }
             }
             lingered = false;
-            let mut parked = None;
+            let (mut parked, mut uncounted) = (None, 0);
             while let Some(step) = taken.pop_front() {
                 turn += 1;
                 parked = self.run_step(step);
                 if parked.is_some() {
                     break;
                 }
+                uncounted += 1;
+                if uncounted == R::BATCH {
+                    R::ran_taken(&self);
+                    uncounted = 0;
+                }
             }
-            R::ran_taken(&self);
+            if uncounted > 0 || parked.is_some() {
+                R::ran_taken(&self);
+            }
             if let Some(job) = parked {
                 if self.park(job, &mut taken) {
                     return;

@@ -30,6 +30,9 @@ impl<D: Driver> GpuBackend<D> {
 
     /// The pointers of `launch` filled with the addresses of `buffers`, in
     /// order; a rejection if they do not match what it was prepared for.
+    // Inlined, as `resolve` and `submit`: the launch (some 200 bytes)
+    // would be copied once more per call on every admission.
+    #[inline(always)]
     fn resolve_launch<'m>(
         PreparedLaunch { mut launch, pointers }: PreparedLaunch<D>,
         buffers: impl IntoIterator<Item = Span<&'m GpuMemory<D>>>,
@@ -51,6 +54,7 @@ impl<D: Driver> GpuBackend<D> {
     /// What the driver is to do for one prepared command, every check made:
     /// the buffers' ranges, and that `prepared` was made for `command`. A
     /// rejection leaves the stream untouched.
+    #[inline(always)]
     pub(super) fn resolve(command: Command<&GpuMemory<D>>, prepared: Prepared<D>) -> Result<Issue<D>, EnqueueError> {
         match (command, prepared) {
             (Command::Zero { dst }, Prepared::Direct) => Ok(Issue::Zero { to: Self::address(&dst)?, len: dst.len }),
@@ -97,6 +101,7 @@ impl<D: Driver> GpuBackend<D> {
 
     /// Has `job` run in admission order (see [`issue::Issuer::submit`](super::issue::Issuer::submit));
     /// a stopped issuer fails the op.
+    #[inline(always)]
     pub(super) fn submit(&self, job: Job<D>) -> Result<(), EnqueueError> {
         self.device.issuer.submit(job).map_err(EnqueueError::Failed)
     }

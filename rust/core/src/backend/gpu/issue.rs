@@ -79,6 +79,8 @@ impl<D: Driver> Job<D> {
     /// 2% of a launch). A job leaves it set only when it ran no code that
     /// could make another context current: no failure, no completion (a
     /// waker may run anything), no peer's event let go.
+    // Inlined into the lane's loop, as the runner's `run`: see `Lane::run_step`.
+    #[inline(always)]
     fn run(self, bound: &mut bool) -> Option<OpIo> {
         match self {
             Job::Op { stream, issue, io } => {
@@ -222,10 +224,11 @@ fn fail_stream<D: Driver>(stream: &StreamCore<D>, result: Result<()>) {
 /// the thread busy, few enough that admission runs only a little ahead.
 const MAX_QUEUED: u64 = 1024;
 
-/// The jobs the thread takes from the queue at once, and counts done
-/// together: few against [`MAX_QUEUED`]. Taking the whole queue, it counted
-/// nothing until it had run all of it, so a caller waiting for room woke to
-/// an empty queue and the thread sat idle until that caller's next push.
+/// The jobs the thread counts done together: few against [`MAX_QUEUED`].
+/// It takes the whole queue at once (moving part of it out would copy each
+/// job once more); counting it all only once it had run, a caller waiting
+/// for room woke to an empty queue and the thread sat idle until that
+/// caller's next push.
 const ISSUE_BATCH: usize = 128;
 
 /// Admissions this close together are a streak: the caller is streaming ops.
@@ -312,6 +315,8 @@ impl<D: Driver> Runner for Issuing<D> {
     const TURN: usize = usize::MAX;
     const BATCH: usize = ISSUE_BATCH;
 
+    // Inlined into the lane's loop: see `Lane::run_step`.
+    #[inline(always)]
     fn run(lane: &Arc<Lane<Self>>, job: Job<D>) -> Ran<Job<D>> {
         // Nothing but jobs runs on the issuing thread, so the context an op
         // bound stays current for the next, unless a job runs other code.

@@ -61,8 +61,13 @@ impl<D: Driver> GpuBackend<D> {
         let groups = words.div_ceil(u64::from(BLOCK)).clamp(1, MAX_GROUPS) as u32;
         let grid = Grid::new([groups, 1, 1], [BLOCK, 1, 1]);
         // On the stack: a built-in takes at most five parameters.
-        let mut params: smallvec::SmallVec<[Param; 8]> = operands.iter().map(|_| Param::Pointer(0)).collect();
-        params.extend(scalar.map(Param::U32));
+        let mut params: smallvec::SmallVec<[Param; 8]> = smallvec::SmallVec::new();
+        for _ in operands {
+            params.push(Param::Pointer(0));
+        }
+        if let Some(scalar) = scalar {
+            params.push(Param::U32(scalar));
+        }
         params.push(Param::U64(words));
         Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, &params))
     }
@@ -113,13 +118,13 @@ impl<D: Driver> GpuBackend<D> {
             Self::check_params(kernel, sizes, args)?;
         }
         let function = function.raw;
-        let params: smallvec::SmallVec<[Param; 8]> = args
-            .iter()
-            .map(|arg| match arg {
+        let mut params: smallvec::SmallVec<[Param; 8]> = smallvec::SmallVec::with_capacity(args.len());
+        for arg in args {
+            params.push(match arg {
                 KernelArg::Buffer(..) => Param::Pointer(0),
                 KernelArg::Scalar(scalar) => Param::Scalar(scalar),
-            })
-            .collect();
+            });
+        }
         Ok(Prepared::Launch(PreparedLaunch::new(function, *grid, &params)))
     }
 
@@ -164,8 +169,12 @@ impl<D: Driver> GpuBackend<D> {
 
 impl<D: Driver> PreparedLaunch<D> {
     pub(super) fn new(function: D::Function, grid: Grid, params: &[Param<'_>]) -> Self {
-        let pointers =
-            params.iter().enumerate().filter(|(_, p)| matches!(p, Param::Pointer(_))).map(|(i, _)| i).collect();
+        let mut pointers = smallvec::SmallVec::new();
+        for (index, param) in params.iter().enumerate() {
+            if let Param::Pointer(_) = param {
+                pointers.push(index);
+            }
+        }
         PreparedLaunch { launch: ReadyLaunch { function, grid, params: Params::new(params) }, pointers }
     }
 }
