@@ -515,8 +515,8 @@ mod tests {
         assert!(lane.surely_idle() && scheduled().is_empty());
     }
 
-    /// A runner that takes two jobs at a time, and notes how many of its
-    /// jobs had run each time it was told a batch ran.
+    /// A runner told of its jobs two at a time, which notes how many of
+    /// them had run each time it was told a batch ran.
     #[derive(Default)]
     struct Batched {
         ran: AtomicU64,
@@ -543,7 +543,7 @@ mod tests {
     }
 
     #[test]
-    fn a_runner_with_a_batch_is_told_after_each_batch_it_took() {
+    fn a_runner_with_a_batch_is_told_after_each_batch_it_ran() {
         let lane = Lane::new(Batched::default(), None);
         lane.push([(); 5]);
         lane.clone().run_jobs();
