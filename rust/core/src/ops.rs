@@ -59,27 +59,32 @@ impl<'a> Arg<'a> {
 /// Arguments bound to one runtime: the spans of buffers (or views) and scalars.
 struct Bound {
     op: &'static str,
-    args: Vec<KernelArg<BufferKey>>,
+    /// Inline: a built-in's arguments are only looked at, so admitting one
+    /// allocates nothing here (a custom kernel's go on in its command).
+    args: smallvec::SmallVec<[KernelArg<BufferKey>; 4]>,
     /// The element type of each argument that is a buffer.
     elements: smallvec::SmallVec<[Option<ElementType>; 8]>,
 }
 
 impl Bound {
     fn new(engine: &Arc<dyn Engine>, op: &'static str, args: &[Arg<'_>]) -> Result<Bound> {
-        let mut bound = Vec::with_capacity(args.len());
+        let mut bound = smallvec::SmallVec::with_capacity(args.len());
         let mut elements = smallvec::SmallVec::with_capacity(args.len());
+        let mut spans: smallvec::SmallVec<[(Span<BufferKey>, Access); 8]> = smallvec::SmallVec::new();
         for arg in args {
-            bound.push(match arg {
-                Arg::Buffer(buffer, access) => KernelArg::Buffer(buffer.whole_in(engine)?, *access),
-                Arg::Scalar(scalar) => KernelArg::Scalar(scalar.clone()),
-            });
-            elements.push(match *arg {
-                Arg::Buffer(buffer, _) => Some(buffer.element_type()),
-                Arg::Scalar(_) => None,
-            });
+            match *arg {
+                Arg::Buffer(buffer, access) => {
+                    let span = buffer.whole_in(engine)?;
+                    spans.push((span, access));
+                    bound.push(KernelArg::Buffer(span, access));
+                    elements.push(Some(buffer.element_type()));
+                }
+                Arg::Scalar(ref scalar) => {
+                    bound.push(KernelArg::Scalar(scalar.clone()));
+                    elements.push(None);
+                }
+            }
         }
-        let spans: smallvec::SmallVec<[(Span<BufferKey>, Access); 8]> =
-            bound.iter().filter_map(KernelArg::span).collect();
         reject_overlap(&spans)?;
         Ok(Bound { op, args: bound, elements })
     }
@@ -294,7 +299,7 @@ pub(crate) fn custom(
         )));
     }
     let bound = Bound::new(engine, "kernel", args)?;
-    Ok(Command::Custom { kernel: kernel.clone(), grid, args: bound.args })
+    Ok(Command::Custom { kernel: kernel.clone(), grid, args: bound.args.into_vec() })
 }
 
 /// The command for any kernel.
