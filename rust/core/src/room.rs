@@ -16,6 +16,9 @@
 //! admission (a batch, an upload) per producing thread. A caller that runs
 //! on one of the runtime's own threads (a CPU kernel admitting more work)
 //! never waits: the queue it waits on could be its own stream's, behind it.
+//! One that runs on a thread of another runtime's CPU pool waits as it would
+//! for a fence, its pool told (so the pool the two runtimes share can start
+//! a worker for the ops that would make room).
 
 use std::future::Future;
 use std::pin::Pin;
@@ -109,6 +112,10 @@ impl Room {
             WhenFull::Wait if own_thread() => Ok(()),
             WhenFull::Wait => {
                 (self.flush)();
+                // A job of another runtime's (a CPU kernel) waiting here holds
+                // a worker of the pool that may be the one this queue's ops
+                // need to drain: the pool may start another meanwhile.
+                crate::completion::told_blocking(true);
                 // Counted before the check under the lock: a release after
                 // the check sees the waiter and notifies under the same lock.
                 self.waiting.fetch_add(1, Ordering::SeqCst);
@@ -124,6 +131,7 @@ impl Room {
                 };
                 drop(waiters);
                 self.waiting.fetch_sub(1, Ordering::SeqCst);
+                crate::completion::told_blocking(false);
                 outcome
             }
         }

@@ -172,9 +172,18 @@ impl<R: Runner> Pool<R> {
     fn next_lane(&self, idle: &SpinPolicy, bell: &Arc<Bell>) -> Option<Arc<Lane<R>>> {
         let since = Instant::now();
         let mut lingered = false;
+        // A sleeper this thread rings as it retires (see below).
+        let mut passed_on = None;
         let mut state = lock(&self.state);
         let lane = loop {
             if self.shape.size.is_some_and(|size| state.threads > size + state.blocked) {
+                // One too many (a blocked thread's stand-in, the wait over):
+                // it retires. It may have been rung, or be the lingerer, for
+                // a ready lane: that wake goes on to a sleeper, else the lane
+                // would wait for the sleeper's own timeout.
+                if !state.ready.is_empty() {
+                    passed_on = state.sleepers.pop();
+                }
                 break None;
             }
             if let Some(lane) = state.ready.pop_front() {
@@ -211,7 +220,13 @@ impl<R: Runner> Pool<R> {
         if lane.is_none() {
             state.threads -= 1;
         }
+        if let Some(bell) = &passed_on {
+            bell.rung.store(true, Ordering::Release);
+        }
         drop(state);
+        if let Some(bell) = passed_on {
+            bell.thread.unpark();
+        }
         idle.learn(since);
         lane
     }
@@ -401,6 +416,70 @@ mod tests {
         assert!(pool.threads() > 0, "idle threads stay a while, for the next lane");
         pool.close();
         assert_eq!(pool.threads(), 0);
+    }
+
+    /// A lane whose jobs are closures given its pool.
+    struct Closures(Arc<Pool<Closures>>);
+
+    type Closure = Box<dyn FnOnce(&Arc<Pool<Closures>>) + Send>;
+
+    impl Runner for Closures {
+        type Job = Closure;
+        const TURN: usize = usize::MAX;
+
+        fn run(lane: &Arc<Lane<Self>>, job: Closure) -> Ran<Closure> {
+            job(&lane.runner.0);
+            lane.progress.advance(1);
+            Ran::Done
+        }
+
+        fn schedule(lane: Arc<Lane<Self>>) {
+            lane.runner.0.clone().schedule(lane);
+        }
+    }
+
+    #[test]
+    fn a_thread_too_many_that_retires_passes_its_wake_on_to_a_sleeper() {
+        let shape = Shape {
+            name: "weir-test-pool".into(),
+            size: Some(2),
+            idle: SpinPolicy::new(Duration::ZERO),
+            on_start: || {},
+            else_here: false,
+        };
+        let pool = Pool::new(shape);
+        let lane = || Lane::new(Closures(pool.clone()), None);
+        let (unblock, unblocked) = std::sync::mpsc::channel::<()>();
+        let (finish, finished) = std::sync::mpsc::channel::<()>();
+        // One job blocks (a stand-in thread may start), then stays busy.
+        let busy = lane();
+        busy.push([Box::new(move |pool: &Arc<Pool<Closures>>| {
+            pool.blocking(true);
+            let _ = unblocked.recv();
+            pool.blocking(false);
+            let _ = finished.recv();
+        }) as Closure]);
+        std::thread::sleep(Duration::from_millis(20));
+        let others = [lane(), lane()];
+        for other in &others {
+            other.push([Box::new(|_: &Arc<Pool<Closures>>| std::thread::sleep(Duration::from_millis(30))) as Closure]);
+        }
+        for other in &others {
+            other.progress.wait_for(1);
+        }
+        assert_eq!(pool.threads(), 3, "the blocked job's stand-in started");
+        // The wait is over: one thread too many, and both idle ones asleep.
+        unblock.send(()).unwrap();
+        std::thread::sleep(Duration::from_millis(20));
+        let late = lane();
+        let start = Instant::now();
+        late.push([Box::new(|_: &Arc<Pool<Closures>>| {}) as Closure]);
+        late.progress.wait_for(1);
+        let waited = start.elapsed();
+        finish.send(()).unwrap();
+        // The thread rung for it retires; without passing the wake on, the
+        // lane waited for the other sleeper's timeout (RETIRE).
+        assert!(waited < RETIRE / 2, "a ready lane waited {waited:?} while a thread of the pool slept");
     }
 
     #[test]

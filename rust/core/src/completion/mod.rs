@@ -76,6 +76,16 @@ pub(crate) fn on_blocking_waits(hook: fn(bool)) {
     BLOCKING_HOOK.with(|current| current.set(Some(hook)));
 }
 
+/// Tells the calling thread's hook, if it has one, that a blocking wait
+/// starts (`true`) or ended: on a thread that runs streams (a CPU pool
+/// worker), its pool may start another meanwhile. Every wait of ours that
+/// may block a job says so: a fence's, and a full queue's.
+pub(crate) fn told_blocking(blocking: bool) {
+    if let Some(hook) = BLOCKING_HOOK.with(std::cell::Cell::get) {
+        hook(blocking);
+    }
+}
+
 impl Completion {
     /// A completion that finishes after `parts` calls to [`Completion::complete`].
     pub(crate) fn new(parts: usize, counters: Arc<LiveCounters>) -> Arc<Self> {
@@ -151,10 +161,7 @@ impl Completion {
 
     /// Told as a blocking wait on the calling thread starts and ends.
     fn blocking(&self, blocking: bool) {
-        // A wait on a thread that runs streams (a CPU pool worker): its pool may start another meanwhile.
-        if let Some(hook) = BLOCKING_HOOK.with(std::cell::Cell::get) {
-            hook(blocking);
-        }
+        told_blocking(blocking);
         self.count(if blocking { Registration::Added } else { Registration::Removed });
     }
 

@@ -10,9 +10,10 @@
 //! No job blocks a worker waiting for another stream: a stream whose next
 //! job waits for another stream's progress, a gate or a collective's other
 //! parts parks (its job stays first in its queue) and is rescheduled when
-//! what it waits for happens. A user kernel may still block in a Weir wait;
-//! while it does, the pool may start a compensating worker (see
-//! [`blocking`]), retired once the pool is back at its size.
+//! what it waits for happens. A user kernel may still block in a Weir wait
+//! (a fence; room in another runtime's full queue); while it does, the pool
+//! may start a compensating worker (see [`blocking`]), retired once the
+//! pool is back at its size.
 //!
 //! A failed job fails itself and the ops that read what it wrote (each work
 //! job checks the outcomes of the versions it reads), not the stream: later
