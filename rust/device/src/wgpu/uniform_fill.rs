@@ -140,8 +140,11 @@ pub(super) fn fill_uniforms(
             next += 1;
             continue;
         }
+        // Flattened no further than the scalars left could fill, and one
+        // more to name the first that gets none: a uniform array may hold
+        // millions of values, each a name and a place.
         let mut values = Vec::new();
-        flatten(module, handle, 0, "", &mut values)?;
+        flatten(module, handle, 0, "", scalars.len() - next + 1, &mut values)?;
         let mut placed = Vec::with_capacity(values.len());
         for value in values {
             let field = if value.name.is_empty() { "its value".to_owned() } else { format!("field `{}`", value.name) };
@@ -179,14 +182,19 @@ fn describe(module: &naga::Module, ty: naga::Handle<naga::Type>) -> String {
     }
 }
 
-/// The values of a value of type `ty` at `offset`, in declaration order.
+/// The values of a value of type `ty` at `offset`, in declaration order,
+/// until `values` holds `most`.
 fn flatten(
     module: &naga::Module,
     ty: naga::Handle<naga::Type>,
     offset: u32,
     name: &str,
+    most: usize,
     values: &mut Vec<Value>,
 ) -> Result<(), String> {
+    if values.len() >= most {
+        return Ok(());
+    }
     let part = |suffix: &str| {
         if name.is_empty() {
             suffix.trim_start_matches('.').to_owned()
@@ -218,13 +226,16 @@ fn flatten(
                 return Err(format!("`{name}` is an array of no fixed length: scalars fill fixed-size values only"));
             };
             for index in 0..count {
-                flatten(module, *base, offset + index * stride, &part(&format!("[{index}]")), values)?;
+                if values.len() >= most {
+                    break;
+                }
+                flatten(module, *base, offset + index * stride, &part(&format!("[{index}]")), most, values)?;
             }
         }
         naga::TypeInner::Struct { members, .. } => {
             for member in members {
                 let field = member.name.as_deref().unwrap_or("(unnamed)");
-                flatten(module, member.ty, offset + member.offset, &part(&format!(".{field}")), values)?;
+                flatten(module, member.ty, offset + member.offset, &part(&format!(".{field}")), most, values)?;
             }
         }
         _ => {
@@ -237,11 +248,74 @@ fn flatten(
     Ok(())
 }
 
-/// Where the last value of a `ty` ends: the fewest bytes of a struct passed whole.
+/// Where the last value of a `ty` ends: the fewest bytes of a struct passed
+/// whole. Read from the type's shape, not its values (an array's last
+/// element ends it); a type no scalar fills counts whole.
 fn used_bytes(module: &naga::Module, ty: naga::Handle<naga::Type>) -> u32 {
-    let mut values = Vec::new();
-    match flatten(module, ty, 0, "", &mut values) {
-        Ok(()) => values.iter().map(|value| value.offset + u32::from(value.scalar.width)).max().unwrap_or(0),
-        Err(_) => module.types[ty].inner.try_size(module.to_ctx()).unwrap_or(0),
+    let whole = || module.types[ty].inner.try_size(module.to_ctx()).unwrap_or(0);
+    match &module.types[ty].inner {
+        naga::TypeInner::Scalar(scalar) => u32::from(scalar.width),
+        naga::TypeInner::Vector { size, scalar } => *size as u32 * u32::from(scalar.width),
+        naga::TypeInner::Matrix { columns, rows, scalar } => {
+            let column = if *rows as u32 == 2 { 2 } else { 4 } * u32::from(scalar.width);
+            (*columns as u32 - 1) * column + *rows as u32 * u32::from(scalar.width)
+        }
+        naga::TypeInner::Array { base, size, stride } => match size.resolve(module.to_ctx()) {
+            Ok(naga::proc::IndexableLength::Known(count)) if count > 0 => {
+                (count - 1).saturating_mul(*stride).saturating_add(used_bytes(module, *base))
+            }
+            _ => whole(),
+        },
+        naga::TypeInner::Struct { members, .. } => {
+            members.iter().map(|member| member.offset + used_bytes(module, member.ty)).max().unwrap_or(0)
+        }
+        _ => whole(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `source`'s module and the type of its global `name`.
+    fn uniform(source: &str, name: &str) -> (naga::Module, naga::Handle<naga::Type>) {
+        let module = naga::front::wgsl::parse_str(source).expect("WGSL parses");
+        let ty =
+            module.global_variables.iter().find(|(_, var)| var.name.as_deref() == Some(name)).expect("declared").1.ty;
+        (module, ty)
+    }
+
+    /// 2^24 `vec4<u32>`: a 256 MiB uniform, 2^26 values.
+    const HUGE: &str = "@group(0) @binding(1) var<uniform> p: array<vec4<u32>, 16777216>;";
+
+    #[test]
+    fn a_huge_uniform_array_is_read_only_as_far_as_the_scalars_go() {
+        let (module, ty) = uniform(HUGE, "p");
+        // One scalar: its value is placed, the next is the first with none (and
+        // the rest are never named: a name and a place each, 2^26 of them, ran
+        // to gigabytes).
+        let refused =
+            fill_uniforms(&module, &[("p", ty)], &[ScalarType::Uint(4)], 1).expect_err("one scalar for 2^26 values");
+        assert!(refused.contains("`[0].y` (u32) gets no scalar"), "{refused}");
+        let mut values = Vec::new();
+        flatten(&module, ty, 0, "", 3, &mut values).expect("flattens");
+        assert_eq!(values.len(), 4, "one element, whole, and no further");
+    }
+
+    #[test]
+    fn a_whole_uniform_passed_as_bytes_is_measured_by_its_shape() {
+        let (module, ty) = uniform(HUGE, "p");
+        assert_eq!(used_bytes(&module, ty), 1 << 28);
+        let (module, ty) = uniform(
+            "struct S { a: f32, m: mat3x2<f32>, v: array<vec3<f32>, 3>, }
+             @group(0) @binding(0) var<uniform> s: S;",
+            "s",
+        );
+        // `v`'s last element starts at 32 + 2 × 16 and holds 12 bytes; the struct is 80.
+        assert_eq!(used_bytes(&module, ty), 76);
+        let filled = fill_uniforms(&module, &[("s", ty)], &[ScalarType::Bytes(76)], 0).expect("76 bytes fill it");
+        assert_eq!(filled, vec![Uniform { size: 80, values: vec![(0, 0)] }]);
+        let short = fill_uniforms(&module, &[("s", ty)], &[ScalarType::Bytes(75)], 0).expect_err("75 bytes do not");
+        assert!(short.contains("its last value ends at byte 76"), "{short}");
     }
 }
