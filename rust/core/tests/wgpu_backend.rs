@@ -281,6 +281,45 @@ fn work_issued_before_a_failed_external_write_still_runs() {
     runtime.close().unwrap();
 }
 
+#[test]
+fn a_submission_refused_whole_fails_what_it_would_have_written() {
+    let Some(runtime) = open() else { return };
+    let (s, t, reader) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    let (x, z) = (t.zeros(ElementType::U32, 4).unwrap(), t.zeros(ElementType::U32, 4).unwrap());
+    runtime.fence().unwrap().wait().unwrap();
+    t.fill_u32(&x, 7).unwrap();
+    t.fill_u32(&z, 9).unwrap();
+    // The external write waits for t's fill of z, which issues t's fills
+    // into the submission it goes in. Its copy reads a buffer it leaves
+    // mapped, which wgpu only refuses as the commands are submitted: the
+    // submission is refused whole, and nothing in it runs.
+    let mut left_mapped = None;
+    s.external(&[(&z, weir_core::Access::Write)], |raw| {
+        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+        let range = raw.buffers()[0].clone();
+        let scratch = raw.device().create_buffer(&weir_core::wgpu::BufferDescriptor {
+            label: Some("left mapped"),
+            size: 16,
+            usage: weir_core::wgpu::BufferUsages::COPY_SRC,
+            mapped_at_creation: true,
+        });
+        raw.encoder().copy_buffer_to_buffer(&scratch, 0, &range.buffer, range.offset, 16);
+        left_mapped = Some(scratch);
+        Ok(())
+    })
+    .unwrap();
+    assert!(s.fence().unwrap().wait().is_err(), "the refused submission ran the external write");
+    // t's fills were in it: what they would have written fails its readers,
+    // rather than being read as zeros with no error.
+    assert!(reader.read_as::<u32>(&x).is_err(), "a fill that never ran was read as written");
+    assert!(reader.read_as::<u32>(&z).is_err(), "an external write that never ran was read as written");
+    drop(left_mapped);
+    // The runtime goes on: new work on a new stream runs.
+    let fresh = runtime.new_stream().unwrap();
+    fresh.fill_u32(&x, 3).unwrap();
+    assert_eq!(fresh.read_as::<u32>(&x).unwrap(), vec![3; 4]);
+}
+
 /// Adds the scalar to the first word.
 const ADD_SCALAR: &str = "
 @group(0) @binding(0) var<storage, read_write> x: array<u32>;

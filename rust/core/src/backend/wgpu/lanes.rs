@@ -360,7 +360,11 @@ impl Shared {
                         op.give_back_credit();
                     }
                 }
-                if on_queue.status.get().is_some() {
+                if let Some(error) = on_queue.status.get() {
+                    // Never to run: what it would have written says so.
+                    for queued in run {
+                        queued.fail(error.clone(), &on_queue.tally);
+                    }
                     return;
                 }
                 let mut pending = lock(&self.pending);
@@ -417,13 +421,29 @@ impl Shared {
         // paths (see `poll::once`), so the lanes stay consistent.
         let outcome = catch_unwind(AssertUnwindSafe(|| scoped(&gpu.device, || gpu.queue.submit(recording.commands))));
         pending.submits += 1;
-        drop((recording.ops, recording.buffers));
-        if let Ok(Err(failure)) = outcome {
-            let message = failure.message();
-            for lane in recording.lanes {
-                let stream = lane.runner.stream;
-                lane.runner.fail(Error::OpFailed { stream, message: message.clone() });
-            }
+        drop(recording.buffers);
+        let Ok(Err(failure)) = outcome else { return };
+        // Refused whole at submission (wgpu checks the command buffers
+        // again: a buffer left mapped or destroyed by an external write, no
+        // memory): none of it ran. Every op and external write in it fails,
+        // so that what they would have written is never read as if they
+        // had; and so does every lane whose work was in it, not knowing
+        // whose commands were refused (`WgpuRawAccess`).
+        let message = failure.message();
+        let failed = |origin: usize| {
+            let lane = &recording.lanes[origin].runner;
+            (Error::OpFailed { stream: lane.stream, message: message.clone() }, &lane.tally)
+        };
+        for (origin, op) in recording.ops {
+            let (error, tally) = failed(origin);
+            op.fail(error, tally);
+        }
+        for (origin, io) in recording.written {
+            let (error, tally) = failed(origin);
+            io.fail(error, tally);
+        }
+        for origin in 0..recording.lanes.len() {
+            recording.lanes[origin].runner.fail(failed(origin).0);
         }
     }
 

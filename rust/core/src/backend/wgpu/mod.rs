@@ -26,7 +26,9 @@
 //!   what its arguments bind (the layer's `interface`) among it, refuses the op before
 //!   admission; an op that fails to record (found as its batch is
 //!   recorded) fails alone like a failed job on the CPU backend: its
-//!   versions, its readers and its stream's next fence report it.
+//!   versions, its readers and its stream's next fence report it. A
+//!   submission wgpu refuses whole (an external write's buffer left
+//!   mapped) fails everything in it the same way, and its streams.
 //! - **Retirement**: a dropped stream's lane goes once its work is issued.
 
 mod lanes;
@@ -313,7 +315,7 @@ impl Backend for WgpuBackend {
         let (commands, staging) = recorded.map_err(|failure| failure.on_stream(stream.number()))?;
         let sink = HostSink::new(completion);
         let readback = Readback::new(staging, 0, size as usize, sink.clone());
-        let queued = Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new() }));
+        let queued = Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new(), io: OpIo::default() }));
         self.shared.record(&stream.lane, queued, Some(readback))?;
         gpu.counters.live_events.fetch_add(1, Ordering::SeqCst);
         let (period, counters) = (gpu.timestamp_period, gpu.counters.clone());
@@ -354,7 +356,10 @@ impl Backend for WgpuBackend {
         });
         match recorded {
             Ok(Ok((commands, buffers))) => {
-                self.shared.record(&stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers })), None)
+                // Its share of the queue goes back here, as before (the clone
+                // holds none): only its outcome waits for the submission.
+                let io = io.clone();
+                self.shared.record(&stream.lane, Queued::Commands(Box::new(Recorded { commands, buffers, io })), None)
             }
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),

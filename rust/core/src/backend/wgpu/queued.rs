@@ -58,6 +58,20 @@ pub(crate) struct Recorded {
     pub commands: wgpu::CommandBuffer,
     /// The buffers it uses, held until it is submitted.
     pub buffers: Vec<WgpuMemory>,
+    /// An external write's outcome (no share of the queue): what fails if
+    /// its submission does.
+    pub io: OpIo,
+}
+
+impl Queued {
+    /// Never to run (its lane failed first, or its submission did): its
+    /// versions, its read-back and its lane's next fence say so.
+    pub(crate) fn fail(self, error: Error, tally: &FailureTally) {
+        match self {
+            Queued::Op(op) => op.fail(error, tally),
+            Queued::Commands(recorded) => recorded.io.fail(error, tally),
+        }
+    }
 }
 
 impl QueuedOp {
@@ -83,7 +97,7 @@ impl QueuedOp {
 
     /// The op failed (as recorded, or through an input): its versions, its
     /// read-back and the lane's next fence say so.
-    fn fail(self: Box<Self>, error: Error, tally: &FailureTally) {
+    pub(crate) fn fail(self: Box<Self>, error: Error, tally: &FailureTally) {
         self.io.fail(error.clone(), tally);
         if let Some(copy_failed) = &self.copy_failed {
             let _ = copy_failed.set(error);
@@ -114,9 +128,12 @@ fn heap_bytes(command: &Command<WgpuMemory>) -> usize {
 /// submission's commands. With them, the runs' lanes, in order.
 pub(crate) struct Recording {
     pub commands: Vec<wgpu::CommandBuffer>,
+    /// The ops recorded and the external writes' outcomes, each with the
+    /// index of its lane in `lanes`: they fail if the submission does.
     // Boxed as they were queued: unboxing them would copy each.
     #[allow(clippy::vec_box)]
-    pub ops: Vec<Box<QueuedOp>>,
+    pub ops: Vec<(usize, Box<QueuedOp>)>,
+    pub written: Vec<(usize, OpIo)>,
     pub buffers: Vec<WgpuMemory>,
     pub lanes: Vec<Arc<WgpuLane>>,
 }
@@ -127,7 +144,8 @@ pub(crate) struct Recording {
 /// left out.
 pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(Arc<WgpuLane>, Vec<Queued>)>) -> Recording {
     let lanes = Vec::with_capacity(runs.len());
-    let mut recorded = Recording { commands: Vec::new(), ops: Vec::new(), buffers: Vec::new(), lanes };
+    let mut recorded =
+        Recording { commands: Vec::new(), ops: Vec::new(), written: Vec::new(), buffers: Vec::new(), lanes };
     // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
     let mut ops = Vec::with_capacity(runs.iter().map(|(_, run)| run.len()).sum());
     for (lane, run) in runs {
@@ -138,9 +156,10 @@ pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(Arc<WgpuLane>, Vec<Queued
                 Queued::Op(op) => ops.push((origin, op)),
                 Queued::Commands(done) => {
                     record_together(gpu, std::mem::take(&mut ops), &mut recorded);
-                    let Recorded { commands, buffers } = *done;
+                    let Recorded { commands, buffers, io } = *done;
                     recorded.commands.push(commands);
                     recorded.buffers.extend(buffers);
+                    recorded.written.push((origin, io));
                 }
             }
         }
@@ -177,7 +196,7 @@ fn record_together(gpu: &WgpuDevice, ops: Vec<(usize, Box<QueuedOp>)>, recorded:
     });
     if let Ok(commands) = together {
         recorded.commands.push(commands);
-        recorded.ops.extend(ops.into_iter().map(|(_, op)| op));
+        recorded.ops.extend(ops);
         return;
     }
     // One of them (at least) failed, and took the encoder with it: find it.
@@ -192,7 +211,7 @@ fn record_together(gpu: &WgpuDevice, ops: Vec<(usize, Box<QueuedOp>)>, recorded:
         match alone {
             Ok(commands) => {
                 recorded.commands.push(commands);
-                recorded.ops.push(op);
+                recorded.ops.push((origin, op));
             }
             Err(failure) => op.fail(failure.on_stream(lane.stream), &lane.tally),
         }

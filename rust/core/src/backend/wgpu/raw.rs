@@ -8,11 +8,14 @@ use weir_device::wgpu::memory::WgpuMemory;
 /// Record the foreign work into [`WgpuRawAccess::encoder`]: its commands run
 /// in the stream at the write's position, after everything the buffers
 /// depend on and before every later op on them, and a validation error in
-/// them fails the stream. The device is there to create pipelines, bind
-/// groups and scratch buffers. The queue is there for queries such as
-/// `get_timestamp_period`: work submitted on it directly, and
-/// `Queue::write_buffer` (which runs at the start of the *next* submission),
-/// are not ordered with the stream.
+/// them fails the stream. One that wgpu finds only as the commands are
+/// submitted (a buffer of yours still mapped, or destroyed, when Weir
+/// submits) refuses the whole submission: every op in it fails, with the
+/// streams whose work it held, since none of it ran. The device is there
+/// to create pipelines, bind groups and scratch buffers. The queue is there
+/// for queries such as `get_timestamp_period`: work submitted on it
+/// directly, and `Queue::write_buffer` (which runs at the start of the
+/// *next* submission), are not ordered with the stream.
 ///
 /// Callbacks registered on the device or queue (`on_submitted_work_done`,
 /// `map_async`) run wherever wgpu fires them: on Weir's poll thread, or
