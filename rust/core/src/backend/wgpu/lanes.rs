@@ -100,6 +100,15 @@ pub(crate) struct OnQueue {
 }
 
 impl OnQueue {
+    /// The lane's last submission, for a read or signal issued once
+    /// `submits` were made: no later one. A wait admitted meanwhile on
+    /// another thread may have raised it ([`Runner::reached`]) to a run
+    /// issued since, which this read or signal, issued before the wait, need
+    /// not cover (and whose submission may be long in coming).
+    fn last_submit(&self, submits: u64) -> u64 {
+        self.last_submit.load(Ordering::SeqCst).min(submits)
+    }
+
     /// Fails the lane now (at issue time).
     fn fail(&self, error: Error) {
         let _ = self.failed.set(error.clone());
@@ -378,22 +387,18 @@ impl Shared {
             }
             Item::Read(readback) => {
                 // A read maps what is submitted.
-                self.submit_pending(&mut lock(&self.pending));
+                let submits = self.submit_all();
                 match on_queue.status.get() {
                     Some(error) => readback.fail(error.clone()),
                     None => {
-                        let submission = on_queue.last_submit.load(Ordering::SeqCst);
+                        let submission = on_queue.last_submit(submits);
                         readback.start(&self.poll, &on_queue.reads, &self.progress, submission)
                     }
                 }
             }
             Item::Signal(completion, kind) => {
                 // A signal waits for what is submitted.
-                let submits = {
-                    let mut pending = lock(&self.pending);
-                    self.submit_pending(&mut pending);
-                    pending.submits
-                };
+                let submits = self.submit_all();
                 self.complete_after(on_queue, submits, completion, kind);
             }
             Item::Fail(error) => on_queue.fail(error),
@@ -401,6 +406,13 @@ impl Shared {
                 self.gpu.counters.live_streams.fetch_sub(1, Ordering::SeqCst);
             }
         }
+    }
+
+    /// Submits the runs issued so far; the submissions made, this one included.
+    fn submit_all(&self) -> u64 {
+        let mut pending = lock(&self.pending);
+        self.submit_pending(&mut pending);
+        pending.submits
     }
 
     /// Records and submits the runs issued so far, as one submission: ops of
@@ -456,7 +468,7 @@ impl Shared {
             Some(error) => Err(Failures::from(error.clone())),
             None => lane.tally.report(kind),
         };
-        let last_submit = lane.last_submit.load(Ordering::SeqCst);
+        let last_submit = lane.last_submit(submits);
         let device_busy = last_submit > self.progress.completed();
         // No read of this lane can start meanwhile: its reads start only as
         // it runs, which is here. Idle reads and a raised count mean the
