@@ -47,6 +47,15 @@ impl HostBuffer {
         HostBuffer(Arc::new(Memory::Heap(bytes)))
     }
 
+    /// `len` zero bytes on the heap; out of host memory, an error (an
+    /// allocation that fails would end the process).
+    pub(crate) fn zeroed(len: usize) -> Result<Self> {
+        let mut bytes = Vec::new();
+        bytes.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { bytes: len as u64, host: true })?;
+        bytes.resize(len, 0);
+        Ok(HostBuffer::heap(bytes))
+    }
+
     #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub(crate) fn pinned(bytes: Box<dyn PinnedBytes>) -> Self {
         HostBuffer(Arc::new(Memory::Pinned(bytes)))

@@ -196,7 +196,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     /// default, plain memory. Its bytes are whatever the memory held (zeros
     /// by default).
     fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {
-        Ok(HostBuffer::heap(vec![0; len]))
+        HostBuffer::zeroed(len)
     }
     /// Enqueues a prepared command: only the ordered driver calls. Must not
     /// wait for the device.

@@ -55,6 +55,25 @@ conformance! {
         }
     }
 
+    fn a_staging_buffer_larger_than_any_memory_is_refused_as_out_of_memory(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        // The first past what a slice may span; the last a page-locked
+        // pool's power-of-two sizes could not round up to; and one a
+        // slice may span that no host holds. None may panic or abort.
+        for len in [isize::MAX as usize + 1, usize::MAX, 1 << 60] {
+            match s.staging_buffer(len) {
+                Err(Error::OutOfMemory { host: true, .. }) => {}
+                Err(other) if len == 1 << 60 => assert!(!other.to_string().is_empty()),
+                other => panic!("a staging buffer of {len} bytes: {:?}", other.map(|buffer| buffer.len())),
+            }
+        }
+        let mut staging = s.staging_buffer(8).expect("the runtime goes on");
+        staging.get_mut().expect("the caller's").copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        let x = s.zeros(ElementType::Bytes, 8).unwrap();
+        s.write_host(&x, 0, &staging).unwrap();
+        assert_eq!(s.read_as::<u8>(&x).unwrap(), vec![1, 2, 3, 4, 5, 6, 7, 8]);
+    }
+
     fn a_host_buffer_of_the_wrong_size_is_refused_and_changes_nothing(runtime: &Runtime) {
         let s = runtime.default_stream();
         let x = s.upload(&[1.0f32, 2.0]).unwrap();

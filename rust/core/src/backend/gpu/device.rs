@@ -13,7 +13,7 @@ use crate::backend::pool::{Pool, Shape};
 use crate::backend::Counters;
 use crate::completion::spin::SpinPolicy;
 use crate::device::DeviceInfo;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::host::{HostBuffer, PinnedBytes};
 use crate::lock::lock;
 use weir_device::driver::{Driver, EventUse, Handle};
@@ -317,8 +317,13 @@ impl<D: Driver> Device<D> {
         if let Some(staging) = reused {
             return Ok(Loan { staging: Some(staging), home });
         }
-        // Power-of-two sizes keep the pool small and reusable.
-        let capacity = len.max(64 * 1024).next_power_of_two();
+        // Power-of-two sizes keep the pool small and reusable; past the
+        // largest a slice may span, none is asked for.
+        let capacity = len
+            .max(64 * 1024)
+            .checked_next_power_of_two()
+            .filter(|&capacity| isize::try_from(capacity).is_ok())
+            .ok_or(Error::OutOfMemory { bytes: len as u64, host: true })?;
         let ptr = self.staging.driver.host_alloc(capacity)?;
         lock(&self.staging.all).push(Staging { ptr: Handle(ptr), capacity });
         self.counters.host_staging_buffers.fetch_add(1, Ordering::SeqCst);

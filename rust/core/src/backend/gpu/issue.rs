@@ -416,6 +416,10 @@ impl<D: Driver> Issuer<D> {
             // The caller's thread: any code may have made another context current.
             self.lane.run_here(|| drop(job.run(&mut false)));
             lock(&issuing.streak).last_submitted = Some(Instant::now());
+            // The thread may have handed back its last batch after `spent`
+            // was taken and, seeing this run, left it for an admission: were
+            // none to follow, the batch would hold its share of the queue.
+            drop(issuing.take_spent());
             return Ok(());
         }
         // Room: at most MAX_QUEUED jobs ahead (the thread itself never

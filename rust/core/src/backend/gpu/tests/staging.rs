@@ -138,3 +138,17 @@ fn runtimes_on_one_context_share_its_page_locked_staging_and_the_last_one_frees_
     drop(unshared);
     assert!(lock(&unshared_fake.host).is_empty(), "a runtime that shares no context frees its own as it goes");
 }
+
+#[test]
+fn a_staging_buffer_past_what_a_slice_may_span_is_refused() {
+    let (backend, _shared) = backend(Wake::Waiter);
+    // The pool's power-of-two sizes: none above the first, which a slice may not span.
+    for len in [isize::MAX as usize, isize::MAX as usize + 1, usize::MAX] {
+        match backend.staging_buffer(len) {
+            Err(Error::OutOfMemory { host: true, bytes }) => assert_eq!(bytes, len as u64),
+            other => panic!("a staging buffer of {len} bytes: {:?}", other.map(|buffer| buffer.len())),
+        }
+    }
+    assert_eq!(backend.counters().host_staging_buffers, 0, "nothing was allocated");
+    assert_eq!(backend.staging_buffer(8).unwrap().len(), 8, "the device goes on");
+}
