@@ -137,6 +137,9 @@ pub struct Shared {
     pub slow_sync: Mutex<Option<Arc<Latch>>>,
     /// `event_synchronize` calls made.
     pub event_syncs: AtomicUsize,
+    /// When set, `stream_synchronize` returns only once this opens: the
+    /// stream's work is done then.
+    pub slow_stream_sync: Mutex<Option<Arc<Latch>>>,
     /// The events made light (`EventUse::StreamOrder`: no blocking sync),
     /// and the `event_synchronize` calls made on one, which would spin.
     pub light_events: Mutex<Vec<u64>>,
@@ -256,6 +259,10 @@ impl Driver for Fake {
     }
 
     unsafe fn stream_synchronize(&self, _stream: u64) -> Status {
+        let slow = lock(&self.0.slow_stream_sync).clone();
+        if let Some(latch) = slow {
+            latch.pass();
+        }
         self.0.check("stream_synchronize")
     }
 

@@ -133,14 +133,27 @@ impl<D: Driver> Job<D> {
                 let device = &*stream.device;
                 // A fence reports the ops issued before it that failed, once.
                 let report = stream.failed_ops.report(kind);
-                let refused = completion.clone();
+                let (refused, reported) = (completion.clone(), report.clone());
                 let callback: Callback =
                     Box::new(move |status: Status| completion.report(status.map_err(Failures::from).and(report)));
                 let awaited = kind == SignalKind::Fence;
                 if let Err(error) = device.driver.bind().and_then(|()| stream.after(callback, awaited)) {
-                    // The callback was dropped unrun: nobody else completes it.
+                    // The callback was dropped unrun: nobody else completes
+                    // it, and the work before it may still run (what a drain
+                    // frees, what a fence's reader reads). So it is waited
+                    // for here, then the refusal reported after the failures
+                    // this fence took.
                     device.driver.loss().record(&error);
-                    refused.complete(Err(error));
+                    // SAFETY: a live stream of this driver.
+                    let _ = unsafe { device.driver.stream_synchronize(stream.raw) };
+                    let failures = match reported {
+                        Err(mut earlier) => {
+                            earlier.add(Failures::from(error));
+                            earlier
+                        }
+                        Ok(()) => Failures::from(error),
+                    };
+                    refused.report(Err(failures));
                 }
             }
         }

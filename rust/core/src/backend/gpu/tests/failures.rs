@@ -149,3 +149,40 @@ fn a_fence_over_several_streams_reports_their_failures_total_each_named_by_its_s
         fence(&backend, stream).expect("each failure is reported once");
     }
 }
+
+#[test]
+fn a_signal_whose_completion_cannot_be_handed_to_the_driver_waits_for_the_work_before_it() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    shared.fail("launch");
+    submit(&backend, &stream, Command::Fill { dst: span(&memory, 0, 64), word: 1 }).unwrap();
+    lock(&shared.failing).clear();
+    // The stream's work runs until this opens; the next signal's event cannot be recorded.
+    let device_done = Arc::new(Latch::default());
+    *lock(&shared.slow_stream_sync) = Some(device_done.clone());
+    let _open = OpenOnDrop(device_done.clone());
+    shared.fail("event_record");
+    let (fence, drain) = (completion(), completion());
+    std::thread::scope(|scope| {
+        let signalling = scope.spawn(|| {
+            backend.signal(&stream, fence.clone(), SignalKind::Fence).unwrap();
+            backend.signal(&stream, drain.clone(), SignalKind::Drain).unwrap();
+            backend.device.issuer.flush();
+        });
+        std::thread::sleep(Duration::from_millis(50));
+        // What a drain frees would be freed under the running work.
+        assert!(!fence.is_complete() && !drain.is_complete(), "a signal completed before the work before it");
+        device_done.open();
+        signalling.join().unwrap();
+    });
+    // The fence reports the failed launch before it, and the refusal.
+    match fence.outcome() {
+        Some(Err(failures)) => {
+            let message = failures.to_string();
+            assert!(message.contains("launch failed") && message.contains("1 more"), "{message}");
+        }
+        other => panic!("the fence: {other:?}"),
+    }
+    assert!(matches!(drain.outcome(), Some(Err(_))));
+}
