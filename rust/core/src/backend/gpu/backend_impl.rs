@@ -273,6 +273,11 @@ impl<D: Driver> Backend for GpuBackend<D> {
     ) -> Result<(), EnqueueError> {
         // Made here, after every member's queued driver calls.
         parts.iter().for_each(|part| part.backend.device.issuer.flush());
+        // Those calls fail their ops as they run, after admission looked at
+        // the inputs: looked at again, now that they ran. The collective
+        // runs all the same (a joined group's other ranks meet it), but each
+        // rank's result mixes every rank's input, so a failed one fails them all.
+        let failed_input = parts.iter().flat_map(|part| &part.io.inputs).find_map(|input| input.failure().cloned());
         let whole = |memory: &GpuMemory<D>| DeviceBuffer { ptr: memory.ptr, len: memory.len };
         let raw: Vec<RawPart<'_, D>> = parts
             .iter()
@@ -287,7 +292,13 @@ impl<D: Driver> Backend for GpuBackend<D> {
         // kept alive and ordered by the caller (this function's contract).
         unsafe { D::enqueue_collective(communicator, collective, &raw) }
             .inspect_err(|error| raw.iter().for_each(|part| part.driver.loss().record(error)))
-            .map_err(EnqueueError::Failed)
+            .map_err(EnqueueError::Failed)?;
+        if let Some(cause) = failed_input {
+            for part in &parts {
+                part.io.fail(Error::dependency_failed(part.stream.index, &cause), &part.stream.failed_ops);
+            }
+        }
+        Ok(())
     }
 }
 

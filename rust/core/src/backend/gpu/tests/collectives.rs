@@ -52,3 +52,53 @@ fn a_communicator_that_cannot_be_made_is_the_drivers_error() {
     shared_b.fail("communicator");
     assert!(matches!(GpuBackend::<Fake>::communicator(&[&a, &b]), Err(Error::Backend { .. })));
 }
+
+#[test]
+fn a_collective_over_an_input_that_failed_as_it_ran_fails_every_ranks_result() {
+    use crate::backend::{Collective, CollectiveKind, CollectivePart, ReduceOp};
+    let ((a, shared_a), (b, shared_b)) = (backend(Wake::Waiter), backend(Wake::Waiter));
+    let communicator = GpuBackend::<Fake>::communicator(&[&a, &b]).unwrap();
+    let (sa, sb) = (a.create_stream(0).unwrap(), b.create_stream(1).unwrap());
+    let (buf_a, buf_b) = (a.allocate(64).unwrap(), b.allocate(64).unwrap());
+    // Rank 0's input: its launch fails as it is made, after admission looked.
+    shared_a.fail("launch");
+    let producer = Arc::new(OpOutcome::default());
+    let command = Command::Fill { dst: span(&buf_a, 0, 64), word: 1 };
+    let prepared = a.prepare(&command).unwrap();
+    // SAFETY: the fake touches no memory.
+    unsafe { a.enqueue(&sa, command, prepared, OpIo { outcome: Some(producer.clone()), ..Default::default() }) }
+        .unwrap();
+    lock(&shared_a.failing).clear();
+    let (out_a, out_b) = (Arc::new(OpOutcome::default()), Arc::new(OpOutcome::default()));
+    let reads =
+        OpIo { inputs: [producer.clone()].into_iter().collect(), outcome: Some(out_a.clone()), ..Default::default() };
+    let parts = vec![
+        CollectivePart { backend: &a, stream: &sa, send: &buf_a, receive: None, io: reads },
+        CollectivePart {
+            backend: &b,
+            stream: &sb,
+            send: &buf_b,
+            receive: None,
+            io: OpIo { outcome: Some(out_b.clone()), ..Default::default() },
+        },
+    ];
+    let reduce = Collective { kind: CollectiveKind::AllReduce(ReduceOp::Sum), element: crate::ElementType::I32 };
+    // SAFETY: as above.
+    unsafe { GpuBackend::<Fake>::enqueue_collective(&communicator, &reduce, parts) }.unwrap();
+    assert!(producer.failure().is_some(), "the producer failed as it ran");
+    // Both ranks met (a joined group's other ranks would wait for a part left out) ...
+    for shared in [&shared_a, &shared_b] {
+        assert_eq!(shared.calls().iter().filter(|call| matches!(call, Call::Collective { .. })).count(), 1);
+    }
+    // ... and both results, which mix the failed input, are failed, each stream's fence told.
+    for (out, stream, index) in [(&out_a, &sa, 0), (&out_b, &sb, 1)] {
+        match out.failure() {
+            Some(Error::OpFailed { stream, message }) => {
+                assert_eq!(*stream, index);
+                assert!(message.contains("launch failed"), "{message}");
+            }
+            other => panic!("rank {index}'s result: {other:?}"),
+        }
+        assert!(!stream.failed_ops.is_clear(), "rank {index}'s fence is not told");
+    }
+}
