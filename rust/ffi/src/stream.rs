@@ -277,14 +277,16 @@ impl WeirStream {
     /// long work): the next wait on this handle then waits for that fence
     /// too, so nothing it reports is lost.
     pub fn sync_quickly(&self) -> Result<bool> {
-        {
-            // An earlier call's fence first: what it carries is reported here.
-            let mut unfinished = lock(&self.unfinished);
-            if let Some((fence, _)) = unfinished.as_ref() {
-                let Some(outcome) = fence.outcome() else { return Ok(false) };
-                *unfinished = None;
-                outcome?;
-            }
+        // Held throughout: two calls at once would each leave a fence, and
+        // the second's would take the first's place, and with it the
+        // failures that one took from the stream (each is reported once).
+        // Nothing but our own calls runs under it, for 100 µs at most.
+        let mut unfinished = lock(&self.unfinished);
+        // An earlier call's fence first: what it carries is reported here.
+        if let Some((fence, _)) = unfinished.as_ref() {
+            let Some(outcome) = fence.outcome() else { return Ok(false) };
+            *unfinished = None;
+            outcome?;
         }
         if self.inner.is_synced() {
             return Ok(true);
@@ -298,7 +300,7 @@ impl WeirStream {
         if let Poll::Ready(outcome) = Pin::new(&mut wait).poll(&mut Context::from_waker(Waker::noop())) {
             return outcome.map(|()| true).map_err(WeirError::from);
         }
-        *lock(&self.unfinished) = Some((fence, started));
+        *unfinished = Some((fence, started));
         Ok(false)
     }
 }

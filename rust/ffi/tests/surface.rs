@@ -829,3 +829,55 @@ fn cublas_on_a_runtime_without_it_is_refused_as_unsupported() {
     }
     runtime.shutdown().unwrap();
 }
+
+/// A CPU kernel body that fails as it runs.
+struct Fails;
+
+impl weir_ffi::CpuKernelBody for Fails {
+    fn run(&self, _call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
+        Some("failed on purpose".into())
+    }
+}
+
+#[test]
+fn two_threads_asking_sync_quickly_at_once_lose_no_failure() {
+    // Two fences made at once each take the failures since the one before:
+    // were one left unwatched, what it took would never be reported. A race,
+    // so run many times (before the fix, one in a few hundred lost it).
+    for run in 0..1000 {
+        let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+        let stream = runtime.default_stream();
+        let (x, y) = (stream.zeros(4, ElementType::F32).unwrap(), stream.zeros(4, ElementType::F32).unwrap());
+        // Quick waits, so that sync_quickly makes a fence and watches it.
+        for _ in 0..32 {
+            stream.memset_zero(y.clone()).unwrap();
+            while !stream.sync_quickly().unwrap() {}
+        }
+        let hold = stream.hold().unwrap();
+        let fails = Kernel::custom("fails".into(), None, None, None, Some(Arc::new(Fails)), None, None);
+        stream.execute(fails, grid(), vec![Arg::Buffer { buffer: x.clone(), access: Access::Write }]).unwrap();
+        let start = Arc::new(std::sync::Barrier::new(2));
+        let asked: Vec<_> = (0..2)
+            .map(|index| {
+                let (stream, start, y) = (stream.clone(), start.clone(), y.clone());
+                std::thread::spawn(move || {
+                    start.wait();
+                    if index == 1 {
+                        stream.memset_zero(y).unwrap();
+                    }
+                    stream.sync_quickly()
+                })
+            })
+            .collect();
+        let answers: Vec<_> = asked.into_iter().map(|thread| thread.join().unwrap()).collect();
+        hold.release();
+        let last = block_on(stream.sync(None));
+        let failed = |answer: Option<&WeirError>| matches!(answer, Some(WeirError::OpFailed { .. }));
+        let reported = answers.iter().any(|answer| failed(answer.as_ref().err())) || failed(last.as_ref().err());
+        assert!(
+            reported,
+            "run {run}: the failure was reported by neither call ({answers:?}) nor the next sync ({last:?})"
+        );
+        runtime.shutdown().unwrap();
+    }
+}
