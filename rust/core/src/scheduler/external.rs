@@ -2,9 +2,12 @@
 //! buffers, its stream reserved meanwhile so that every later user sees its
 //! op as published.
 
+use std::sync::Arc;
+
+use super::state::State;
 use super::{BufferKey, Engine, Scheduler};
-use crate::backend::{Backend, RawAccess, Span};
-use crate::error::Result;
+use crate::backend::{Backend, OpOutcome, RawAccess, Span};
+use crate::error::{Error, Result};
 use crate::kernel::Access;
 use crate::lock::lock;
 
@@ -18,6 +21,24 @@ struct Reservation<'a, B: Backend> {
     scheduler: &'a Scheduler<B>,
     stream: usize,
     previous_writer: Option<(usize, usize)>,
+    /// The op's outcome, which its writes were published with.
+    outcome: Option<Arc<OpOutcome>>,
+}
+
+impl<B: Backend> Reservation<'_, B> {
+    /// The closure failed: what it writes was published as written, so its
+    /// readers must get this failure, not the bytes the op did not make;
+    /// and the stream's next fence reports it.
+    fn fail(&self, state: &State<B>, error: &Error) {
+        let error = error.clone().into_op_failure(self.stream as u32, Some("external op"));
+        if let Some(outcome) = &self.outcome {
+            outcome.fail(error.clone());
+        }
+        // The runtime may have closed meanwhile (closing a lost one waits for no closure): its streams are gone.
+        if let Some(slot) = state.streams.get(self.stream) {
+            slot.unreported.record(&error);
+        }
+    }
 }
 
 impl<B: Backend> Drop for Reservation<'_, B> {
@@ -25,8 +46,13 @@ impl<B: Backend> Drop for Reservation<'_, B> {
         EXTERNAL_WRITER.with(|writer| writer.set(self.previous_writer));
         let deferred = {
             let mut state = lock(&self.scheduler.state);
-            state.streams[self.stream].busy = false;
-            state.busy_streams -= 1;
+            if std::thread::panicking() {
+                self.fail(&state, &Error::internal("the external op's closure panicked"));
+            }
+            if let Some(slot) = state.streams.get_mut(self.stream) {
+                slot.busy = false;
+            }
+            state.busy_streams = state.busy_streams.saturating_sub(1);
             std::mem::take(&mut state.deferred_releases)
         };
         self.scheduler.unbusy.notify_all();
@@ -71,24 +97,18 @@ impl<B: Backend> Scheduler<B> {
             state.streams[stream].busy = true;
             state.busy_streams += 1;
             let previous_writer = EXTERNAL_WRITER.with(|writer| writer.replace(Some((self.address(), stream))));
-            (raw, memories, Reservation { scheduler: self, stream, previous_writer }, io)
+            let outcome = io.outcome.clone();
+            (raw, memories, Reservation { scheduler: self, stream, previous_writer, outcome }, io)
         };
         let memories: Vec<(&B::Memory, Access)> =
             memories.iter().map(|(memory, access)| (&**memory, *access)).collect();
-        let outcome = io.outcome.clone();
         // SAFETY: the memories are held alive here and in the buffers' entries
         // until released, which frees them only after a signal on this stream
         // made after this op; the op was ordered after every other user
         // above, and no other op can be enqueued on this stream meanwhile.
         let ran = unsafe { self.backend.external(&raw, &memories, io, run) };
         if let Err(error) = &ran {
-            // What it writes was published as written here: its readers must
-            // get this failure, not the bytes the op did not make.
-            let error = error.clone().into_op_failure(stream as u32, Some("external op"));
-            if let Some(outcome) = outcome {
-                outcome.fail(error.clone());
-            }
-            lock(&self.state).streams[stream].unreported.record(&error);
+            reservation.fail(&lock(&self.state), error);
         }
         drop(reservation);
         ran

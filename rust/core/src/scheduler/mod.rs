@@ -25,6 +25,9 @@ mod state;
 mod streams;
 mod versions;
 
+#[cfg(test)]
+mod tests;
+
 pub(crate) use collective::{CommunicatorSlot, PartKeys};
 pub(crate) use engine::{Engine, Init};
 pub(crate) use recording::Recording;

@@ -58,6 +58,20 @@ fn raw_copy(raw: RawAccess<'_>) -> weir_core::Result<()> {
 }
 
 conformance! {
+    fn a_closure_that_panics_fails_what_it_writes_and_the_next_fence(runtime: &Runtime) {
+        let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
+        let b = s.upload(&[1u32; 4]).unwrap();
+        let panicked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            s.external_write(&[&b], |_raw| panic!("foreign code panicked"))
+        }));
+        assert!(panicked.is_err(), "the panic reaches the caller");
+        // The write was published as made: its readers must not get the old bytes as if it were.
+        assert!(matches!(t.read_as::<u32>(&b), Err(Error::OpFailed { .. })), "a panicked write read as good");
+        assert!(s.fence().unwrap().wait().is_err(), "the stream's next fence does not report it");
+        // The stream goes on: a new write heals the buffer.
+        s.fill_u32(&b, 7).unwrap();
+        assert_eq!(t.read_as::<u32>(&b).unwrap(), vec![7; 4]);
+    }
     fn an_external_op_reads_the_latest_write_and_a_later_write_waits_for_its_read(runtime: &Runtime) {
         let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
         // Past wgpu's shared slabs: a copy cannot go from a wgpu buffer to itself.
