@@ -94,9 +94,20 @@ impl WeirStream {
 
     /// Admits a read of `length` elements of `buffer` from element `offset`
     /// (no length: to the end of the buffer).
+    /// A read whose bytes come back as a byte array (`read`, `read_blocking`):
+    /// at most what one holds, 2^31 − 1 bytes (larger, UniFFI's conversion
+    /// would fail after the read); `enqueue_read_host` hands back any size.
     fn admit_read(&self, buffer: &Buffer, offset: u64, length: Option<u64>) -> Result<weir_core::PendingRead> {
         let buffer = buffer.core();
         let length = length.unwrap_or_else(|| buffer.len().saturating_sub(offset));
+        let bytes = length.saturating_mul(buffer.element_type().size_bytes());
+        if bytes > i32::MAX as u64 {
+            return Err(weir_core::Error::InvalidArgument(format!(
+                "a read of {bytes} bytes is more than a byte array holds (2^31 - 1): read it in parts, or through \
+                 enqueue_read_host"
+            ))
+            .into());
+        }
         Ok(self.inner.enqueue_read_at(buffer, offset, length)?)
     }
 }

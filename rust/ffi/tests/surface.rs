@@ -881,3 +881,23 @@ fn two_threads_asking_sync_quickly_at_once_lose_no_failure() {
         runtime.shutdown().unwrap();
     }
 }
+
+#[test]
+fn a_read_larger_than_a_byte_array_is_refused_before_it_is_made() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let x = stream.zeros(4, ElementType::F32).unwrap();
+    // 2^29 floats, 2^31 bytes: one more than a byte array holds. Refused
+    // for that (not as out of range), so a buffer that large is too.
+    for refused in
+        [stream.read_blocking(x.clone(), 0, Some(1 << 29)), block_on(stream.read(x.clone(), 0, Some(1 << 29), None))]
+    {
+        match refused {
+            Err(WeirError::InvalidArgument { description }) => {
+                assert!(description.contains("byte array"), "{description}")
+            }
+            other => panic!("a read of 2^31 bytes: {other:?}"),
+        }
+    }
+    assert_eq!(stream.read_blocking(x, 0, None).unwrap().len(), 16, "the stream goes on");
+}

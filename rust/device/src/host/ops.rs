@@ -54,7 +54,15 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         Command::Download { src, sink } => {
             // The read ends before its delivery, as on a device: a reader
             // woken by it may let another stream overwrite the source at once.
-            let bytes = read(&src)?.bytes().to_vec();
+            let source = read(&src)?;
+            // Fallibly: out of host memory, the read fails (an allocation
+            // that fails would end the process).
+            let mut bytes = Vec::new();
+            bytes
+                .try_reserve_exact(source.bytes().len())
+                .map_err(|_| format!("out of host memory for a read of {} bytes", source.bytes().len()))?;
+            bytes.extend_from_slice(source.bytes());
+            drop(source);
             deliver(sink, bytes);
             counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);
         }
