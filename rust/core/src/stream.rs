@@ -116,9 +116,9 @@ impl Stream {
     /// alone (its own versions, its own failure), but no other op of any
     /// stream comes between them, and the lock is taken once. Everything is
     /// prepared before anything is admitted, so an op refused there (bad
-    /// input) admits none; otherwise the first error comes back once all
-    /// are admitted. The given stream collects: it may not create buffers,
-    /// read, fence or wait.
+    /// input, or a buffer `record` made and dropped) admits none; otherwise
+    /// the first error comes back once all are admitted. The given stream
+    /// collects: it may not create buffers, read, fence or wait.
     pub fn batch(&self, record: impl FnOnce(&Stream) -> Result<()>) -> Result<()> {
         let commands = self.collect(false, record)?.commands;
         if commands.is_empty() {

@@ -153,6 +153,14 @@ impl<B: Backend> Engine for Scheduler<B> {
         // All prepared first: a refusal there admits none of them.
         let prepared = self.prepare_all(&commands)?;
         let mut state = self.open_state_for_all(stream, &commands)?;
+        // The batch holds its buffers' keys, not their handles: one the
+        // recording closure made and dropped is gone. Refused whole, as bad input.
+        if commands.iter().any(|command| command.accesses().iter().any(|(key, _)| !state.buffers.contains_key(key))) {
+            return Err(Error::invalid(
+                "a buffer used in this batch was dropped before the batch was admitted: keep each alive until \
+                 batch() returns",
+            ));
+        }
         // One hand-over to the device for the whole batch, before the lock goes.
         let raw = state.slot(stream)?.raw(stream)?.clone();
         self.backend.begin_admissions(&raw);

@@ -39,6 +39,22 @@ conformance! {
         assert_eq!(floats(runtime, &x), vec![1.0; 4], "the fill before the refused op did not run");
     }
 
+    fn a_batch_using_a_buffer_its_recording_dropped_is_refused_whole(runtime: &Runtime) {
+        let s = runtime.default_stream();
+        let (out, other) = (s.upload(&[5u32; 4]).unwrap(), s.upload(&[0u32; 4]).unwrap());
+        let refused = s.batch(|b| {
+            b.fill_u32(&other, 3)?;
+            let scratch = s.zeros(ElementType::U32, 4)?;
+            b.fill_u32(&scratch, 9)?;
+            b.copy(&scratch, &out)
+            // `scratch` is dropped here, before the batch is admitted.
+        });
+        assert!(matches!(&refused, Err(Error::InvalidArgument(message)) if message.contains("dropped")), "{refused:?}");
+        // Nothing of it was admitted: not the fill before the dropped buffer's ops either.
+        let t = runtime.new_stream().unwrap();
+        assert_eq!((t.read_as::<u32>(&other).unwrap(), t.read_as::<u32>(&out).unwrap()), (vec![0; 4], vec![5; 4]));
+    }
+
     fn inside_a_batch_the_stream_only_collects_ops(runtime: &Runtime) {
         let s = runtime.default_stream();
         let x = s.zeros(ElementType::Bytes, 16).unwrap();
