@@ -126,13 +126,13 @@ impl<B: Backend> Scheduler<B> {
         let communicator = slot.get_or_make(|| B::communicator(&backends))?;
         // From inside an external write's closure on a member, waiting for
         // that write to end below would wait for itself.
-        if let Some((engine, stream)) = super::external::EXTERNAL_WRITER.with(std::cell::Cell::get) {
-            if members.iter().any(|member| member.address() == engine) {
-                return Err(Error::invalid(format!(
-                    "a {} from inside the closure of an external write on stream {stream} would wait for it",
-                    collective.name()
-                )));
-            }
+        if let Some((_, stream)) =
+            super::external::running_write(|engine| members.iter().any(|member| member.address() == engine))
+        {
+            return Err(Error::invalid(format!(
+                "a {} from inside the closure of an external write on stream {stream} would wait for it",
+                collective.name()
+            )));
         }
         let accesses: Vec<Vec<(BufferKey, Access)>> = parts.iter().map(|part| accesses(collective, part)).collect();
         loop {

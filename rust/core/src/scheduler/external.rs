@@ -12,15 +12,23 @@ use crate::kernel::Access;
 use crate::lock::lock;
 
 thread_local! {
-    /// The scheduler (by address) and stream whose external write runs on this thread.
-    pub(super) static EXTERNAL_WRITER: std::cell::Cell<Option<(usize, usize)>> = const { std::cell::Cell::new(None) };
+    /// The schedulers (by address) and streams whose external writes run on
+    /// this thread, innermost last: a closure may make an external write on
+    /// another runtime, and a call from inside that one may need any of them.
+    static EXTERNAL_WRITERS: std::cell::RefCell<Vec<(usize, usize)>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// The innermost external write running on this thread whose scheduler
+/// (by address) `of` accepts, as (scheduler, stream): a call made from
+/// inside its closure that waits for it would wait for itself.
+pub(super) fn running_write(of: impl Fn(usize) -> bool) -> Option<(usize, usize)> {
+    EXTERNAL_WRITERS.with(|writers| writers.borrow().iter().rev().find(|&&(engine, _)| of(engine)).copied())
 }
 
 /// Clears an external write's reservation of its stream, also if the closure panics.
 struct Reservation<'a, B: Backend> {
     scheduler: &'a Scheduler<B>,
     stream: usize,
-    previous_writer: Option<(usize, usize)>,
     /// The op's outcome, which its writes were published with.
     outcome: Option<Arc<OpOutcome>>,
 }
@@ -43,7 +51,7 @@ impl<B: Backend> Reservation<'_, B> {
 
 impl<B: Backend> Drop for Reservation<'_, B> {
     fn drop(&mut self) {
-        EXTERNAL_WRITER.with(|writer| writer.set(self.previous_writer));
+        EXTERNAL_WRITERS.with(|writers| writers.borrow_mut().pop());
         let deferred = {
             let mut state = lock(&self.scheduler.state);
             if std::thread::panicking() {
@@ -96,9 +104,9 @@ impl<B: Backend> Scheduler<B> {
             self.publish(&mut state, stream, accesses, io.outcome.as_ref());
             state.streams[stream].busy = true;
             state.busy_streams += 1;
-            let previous_writer = EXTERNAL_WRITER.with(|writer| writer.replace(Some((self.address(), stream))));
+            EXTERNAL_WRITERS.with(|writers| writers.borrow_mut().push((self.address(), stream)));
             let outcome = io.outcome.clone();
-            (raw, memories, Reservation { scheduler: self, stream, previous_writer, outcome }, io)
+            (raw, memories, Reservation { scheduler: self, stream, outcome }, io)
         };
         let memories: Vec<(&B::Memory, Access)> =
             memories.iter().map(|(memory, access)| (&**memory, *access)).collect();

@@ -63,12 +63,12 @@ impl<B: Backend> Scheduler<B> {
         let link = from.link_stream()?;
         // From inside an external write's closure on either runtime, waiting
         // for that write to end below would wait for itself.
-        if let Some((engine, stream)) = super::external::EXTERNAL_WRITER.with(std::cell::Cell::get) {
-            if engine == self.address() || engine == from.address() {
-                return Err(Error::invalid(format!(
-                    "a peer copy from inside the closure of an external write on stream {stream} would wait for it"
-                )));
-            }
+        if let Some((_, stream)) =
+            super::external::running_write(|engine| engine == self.address() || engine == from.address())
+        {
+            return Err(Error::invalid(format!(
+                "a peer copy from inside the closure of an external write on stream {stream} would wait for it"
+            )));
         }
         loop {
             let (mut mine, mut theirs) = lock_both(self, from)?;

@@ -5,7 +5,7 @@
 use std::sync::atomic::AtomicU64;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use super::external::EXTERNAL_WRITER;
+use super::external::running_write;
 use super::streams::StreamSlot;
 use super::versions::{Dependencies, History};
 use super::BufferKey;
@@ -180,12 +180,10 @@ impl<B: Backend> Scheduler<B> {
     pub(super) fn open_state_when(&self, blocked: impl Fn(&State<B>) -> bool) -> Result<MutexGuard<'_, State<B>>> {
         let mut state = self.open_state()?;
         while state.busy_streams > 0 && blocked(&state) {
-            if let Some((engine, stream)) = EXTERNAL_WRITER.with(std::cell::Cell::get) {
-                if engine == self.address() {
-                    return Err(Error::invalid(format!(
-                        "this call needs stream {stream}, whose external write is the closure it was made from"
-                    )));
-                }
+            if let Some((_, stream)) = running_write(|engine| engine == self.address()) {
+                return Err(Error::invalid(format!(
+                    "this call needs stream {stream}, whose external write is the closure it was made from"
+                )));
             }
             state = self.unbusy.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
             if state.closed.is_some() {

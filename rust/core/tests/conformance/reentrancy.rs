@@ -332,3 +332,29 @@ fn a_cpu_kernel_may_drop_the_last_handle_of_its_runtime() {
         );
     });
 }
+
+#[test]
+fn a_call_from_a_nested_external_write_that_needs_an_outer_ones_stream_is_refused() {
+    use weir_core::BackendKind;
+    // An external write on `a` whose closure makes one on `c`: from inside
+    // the inner closure, a call that needs a's busy stream would wait for
+    // the outer closure, on this very thread.
+    let outcomes = within_deadline(|| {
+        let [a, b, c] = [0, 1, 2].map(|device| Runtime::open_device(BackendKind::Cpu, device).expect("cpu"));
+        let (sa, sb, sc) = (a.default_stream(), b.default_stream(), c.default_stream());
+        let [xa, xb, xc] = [&sa, &sb, &sc].map(|stream| stream.zeros(ElementType::U32, 4).expect("buffer"));
+        let mut inner = Vec::new();
+        sa.external_write(&[&xa], |_| {
+            sc.external_write(&[&xc], |_| {
+                inner.push(sa.fill_u32(&xa, 1));
+                inner.push(sb.copy_from_peer(&xa, &xb));
+                Ok(())
+            })
+        })
+        .expect("the writes themselves");
+        inner
+    });
+    for outcome in outcomes {
+        assert!(matches!(outcome, Err(Error::InvalidArgument(_))), "{outcome:?}");
+    }
+}
