@@ -251,7 +251,10 @@ impl PendingRead {
         self.sink.take().ok_or_else(|| Error::internal("a read completed without its bytes"))
     }
 
-    fn poll_host(&mut self, cx: &mut Context<'_>) -> Poll<Result<HostBuffer>> {
+    /// Polls for the host memory the device copied into, without giving up
+    /// the read: a wait that may be dropped and made again (a binding's
+    /// cancellable one). Its bytes are handed out once.
+    pub fn poll_host(&mut self, cx: &mut Context<'_>) -> Poll<Result<HostBuffer>> {
         match self.sink.completion.poll_wait(cx, &mut self.slot) {
             Poll::Ready(Ok(())) => Poll::Ready(self.bytes()),
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),

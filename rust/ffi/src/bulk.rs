@@ -8,8 +8,11 @@
 //! (page-locked on CUDA and HIP) in a [`HostBytes`] the caller copies out of
 //! once, into an array of its own.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
 use std::sync::{Arc, Mutex, OnceLock};
+use std::task::{Context, Poll};
 
 use weir_core::HostBuffer;
 
@@ -188,7 +191,7 @@ impl WeirStream {
     ) -> Result<Arc<PendingRead>> {
         buffer.expect_data(element, "a read")?;
         let read = self.core().enqueue_read_at(buffer.core(), offset, len)?;
-        Ok(Arc::new(PendingRead { read: Mutex::new(Some(read)) }))
+        Ok(Arc::new(PendingRead { read: Mutex::new(ReadSlot { read: Some(read), awaited: false }) }))
     }
 }
 
@@ -196,13 +199,66 @@ impl WeirStream {
 /// bytes arrive when it completes. Dropping it leaks nothing.
 #[derive(uniffi::Object)]
 pub struct PendingRead {
-    read: Mutex<Option<weir_core::PendingRead>>,
+    read: Mutex<ReadSlot>,
+}
+
+/// The read until its bytes are taken, and whether a `bytes()` waits for it.
+struct ReadSlot {
+    read: Option<weir_core::PendingRead>,
+    awaited: bool,
+}
+
+fn taken() -> weir_core::Error {
+    weir_core::Error::InvalidArgument("this read's bytes were taken already".into())
 }
 
 impl PendingRead {
     fn take(&self) -> Result<weir_core::PendingRead> {
-        let taken = lock(&self.read).take();
-        Ok(taken.ok_or_else(|| weir_core::Error::InvalidArgument("this read's bytes were taken already".into()))?)
+        let mut slot = lock(&self.read);
+        if slot.awaited {
+            return Err(weir_core::Error::InvalidArgument("a bytes() call waits for this read's bytes".into()).into());
+        }
+        Ok(slot.read.take().ok_or_else(taken)?)
+    }
+}
+
+/// `bytes()`'s wait. The read stays in its [`PendingRead`] until its bytes
+/// are there: a cancelled wait leaves them for the next call, and
+/// `is_complete` tells the truth meanwhile. One wait at a time (a second
+/// would take the first's place to be woken): another is refused.
+struct BytesWhenDone<'a> {
+    pending: &'a PendingRead,
+    waiting: bool,
+}
+
+impl Future for BytesWhenDone<'_> {
+    type Output = weir_core::Result<HostBuffer>;
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let mut slot = lock(&this.pending.read);
+        if !this.waiting {
+            if slot.awaited {
+                return Poll::Ready(Err(weir_core::Error::InvalidArgument(
+                    "another call waits for this read's bytes".into(),
+                )));
+            }
+            (slot.awaited, this.waiting) = (true, true);
+        }
+        let Some(read) = slot.read.as_mut() else { return Poll::Ready(Err(taken())) };
+        let polled = read.poll_host(cx);
+        if polled.is_ready() {
+            slot.read = None;
+        }
+        polled
+    }
+}
+
+impl Drop for BytesWhenDone<'_> {
+    fn drop(&mut self) {
+        if self.waiting {
+            lock(&self.pending.read).awaited = false;
+        }
     }
 }
 
@@ -215,11 +271,12 @@ impl std::fmt::Debug for PendingRead {
 #[uniffi::export]
 impl PendingRead {
     /// The bytes, once the read completes, without blocking a thread. Only
-    /// one call gets them: a later one is `InvalidArgument`.
+    /// one call gets them: a later one, or one made while another waits, is
+    /// `InvalidArgument`. A cancelled wait leaves them for the next call.
     #[uniffi::method(default(cancel = None))]
     pub async fn bytes(&self, cancel: Option<Arc<CancelToken>>) -> Result<Arc<HostBytes>> {
-        let read = self.take()?;
-        Ok(Arc::new(HostBytes { bytes: Some(cancellable(read.into_host(), cancel).await?) }))
+        let waited = BytesWhenDone { pending: self, waiting: false };
+        Ok(Arc::new(HostBytes { bytes: Some(cancellable(waited, cancel).await?) }))
     }
 
     /// The bytes, blocking the calling thread until the read completes (a
@@ -230,6 +287,6 @@ impl PendingRead {
 
     /// True once the read finished. Never blocks.
     pub fn is_complete(&self) -> bool {
-        lock(&self.read).as_ref().is_none_or(weir_core::PendingRead::is_complete)
+        lock(&self.read).read.as_ref().is_none_or(weir_core::PendingRead::is_complete)
     }
 }

@@ -901,3 +901,24 @@ fn a_read_larger_than_a_byte_array_is_refused_before_it_is_made() {
     }
     assert_eq!(stream.read_blocking(x, 0, None).unwrap().len(), 16, "the stream goes on");
 }
+
+#[test]
+fn a_cancelled_wait_for_a_reads_bytes_leaves_them_for_the_next_and_it_stays_incomplete_meanwhile() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let buffer = stream.upload(vec![1, 2, 3, 4], ElementType::Bytes).unwrap();
+    let hold = stream.hold().unwrap();
+    let read = stream.enqueue_read_host(buffer, 0, 4, ElementType::Bytes).unwrap();
+    let mut wait = Box::pin(read.bytes(None));
+    assert!((&mut wait).now_or_never().is_none(), "the read is held");
+    assert!(!read.is_complete(), "complete while held, once a wait began");
+    // One wait at a time: another, async or blocking, is refused while it waits.
+    assert!(matches!(read.bytes(None).now_or_never(), Some(Err(WeirError::InvalidArgument { .. }))));
+    assert!(matches!(read.bytes_blocking(), Err(WeirError::InvalidArgument { .. })));
+    drop(wait); // the coroutine or task was cancelled: the wait ends, not the read
+    hold.release();
+    let bytes = block_on(read.bytes(None)).expect("the bytes, to the next call");
+    assert_eq!(bytes.as_bytes(), &[1, 2, 3, 4]);
+    assert!(read.is_complete());
+    assert!(matches!(read.bytes_blocking(), Err(WeirError::InvalidArgument { .. })), "handed out once");
+}
