@@ -40,6 +40,7 @@ impl Backend for Lossy {
         self.inner.prepare(command)
     }
     unsafe fn enqueue(&self, s: &CpuStream, c: Command<&CpuMemory>, p: (), io: OpIo) -> Result<(), EnqueueError> {
+        // SAFETY: the caller's contract, passed on unchanged.
         unsafe { self.inner.enqueue(s, c, p, io) }
     }
     fn record_event(&self, s: &CpuStream) -> Result<CpuEvent> {
@@ -61,6 +62,7 @@ impl Backend for Lossy {
         io: OpIo,
         run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
+        // SAFETY: the caller's contract, passed on unchanged.
         unsafe { self.inner.external(s, b, io, run) }
     }
     fn lost(&self) -> Option<Error> {

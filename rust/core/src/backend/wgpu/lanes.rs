@@ -454,8 +454,8 @@ impl Shared {
             let (error, tally) = failed(origin);
             io.fail(error, tally);
         }
-        for origin in 0..recording.lanes.len() {
-            recording.lanes[origin].runner.fail(failed(origin).0);
+        for (origin, lane) in recording.lanes.iter().enumerate() {
+            lane.runner.fail(failed(origin).0);
         }
     }
 
