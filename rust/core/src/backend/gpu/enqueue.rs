@@ -1,7 +1,9 @@
 //! What `enqueue` does with a prepared command, under the ordering boundary:
-//! every check (the buffers' ranges, and that the preparation was made for
-//! this command), the addresses filled in, and the driver calls handed to
-//! the issuing thread; and a replay's commands captured as one graph.
+//! every check (the buffers' ranges, and that the preparation is of this
+//! command's kind; that it was made for this very command, a download's
+//! loan of its size among it, is `enqueue`'s safety contract), the
+//! addresses filled in, and the driver calls handed to the issuing thread;
+//! and a replay's commands captured as one graph.
 
 use super::issue::{Issue, Job};
 use super::prepare::PreparedLaunch;
