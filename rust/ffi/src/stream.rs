@@ -291,7 +291,9 @@ impl WeirStream {
         // Held throughout: two calls at once would each leave a fence, and
         // the second's would take the first's place, and with it the
         // failures that one took from the stream (each is reported once).
-        // Nothing but our own calls runs under it, for 100 µs at most.
+        // Only our own calls run under it: the fence's first poll watches
+        // for 100 µs at most, and making it waits for nothing here (only an
+        // external write, which the FFI does not make, holds a stream).
         let mut unfinished = lock(&self.unfinished);
         // An earlier call's fence first: what it carries is reported here.
         if let Some((fence, _)) = unfinished.as_ref() {
