@@ -15,7 +15,8 @@ use std::sync::{Arc, MutexGuard};
 
 use super::state::State;
 use super::{BufferKey, Scheduler};
-use crate::backend::{Backend, Command, EnqueueError, OpIo, Span};
+use crate::backend::{Backend, Command, EnqueueError, OpIo, SignalKind, Span};
+use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
 
@@ -142,9 +143,20 @@ impl<B: Backend> Scheduler<B> {
         mine.streams[stream].position += 1;
         self.publish(mine, stream, &[(dst, Access::Write)], outcome.as_ref());
         // That side: the link reads src until the copy is done.
-        let copied = self.backend.record_event(&target)?;
-        let link_raw = theirs.slot(link)?.raw(link)?.clone();
-        from.backend.wait_event(&link_raw, &copied)?;
+        let linked = self.backend.record_event(&target).and_then(|copied| {
+            let link_raw = theirs.slot(link)?.raw(link)?.clone();
+            from.backend.wait_event(&link_raw, &copied)
+        });
+        if let Err(error) = linked {
+            // Nothing on src's side can wait for the copy now, and src may
+            // be freed once its own streams are done: the copy is waited
+            // for here (a driver failure's path; a lost device runs nothing).
+            let copied = Completion::new(1, self.live.clone());
+            if self.backend.signal(&target, copied.clone(), SignalKind::Drain).is_ok() {
+                let _ = copied.wait();
+            }
+            return Err(error);
+        }
         theirs.streams[link].position += 1;
         from.publish(theirs, link, &[(src, Access::Read)], None);
         Ok(())

@@ -1,5 +1,7 @@
-//! The scheduler over a CPU backend whose device can be lost on demand.
+//! The scheduler over a CPU backend whose device can be lost, or whose
+//! event records fail, on demand.
 
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
 use std::time::Duration;
 
@@ -13,10 +15,23 @@ use crate::error::{Error, Result};
 use crate::kernel::Access;
 use crate::options::QueueLimit;
 
-/// The CPU backend, lost once `lost` is set.
+/// The CPU backend, lost once `lost` is set; its event records fail while
+/// `failing_records` is set.
 struct Lossy {
     inner: CpuBackend,
     lost: Arc<OnceLock<Error>>,
+    failing_records: AtomicBool,
+}
+
+impl Lossy {
+    fn new() -> (Lossy, Arc<OnceLock<Error>>) {
+        let lost = Arc::new(OnceLock::new());
+        (Lossy { inner: CpuBackend::new(), lost: lost.clone(), failing_records: AtomicBool::new(false) }, lost)
+    }
+}
+
+fn scheduler(backend: Lossy) -> Arc<Scheduler<Lossy>> {
+    Arc::new(Scheduler::new(backend, QueueLimit::DEFAULT, SpinPolicy::new(Duration::ZERO), None).unwrap())
 }
 
 impl Backend for Lossy {
@@ -27,6 +42,7 @@ impl Backend for Lossy {
     type Timestamp = CpuTimestamp;
     type Communicator = ();
     const KIND: BackendKind = BackendKind::Cpu;
+    const PEER_COPIES: bool = true;
     fn info(&self) -> DeviceInfo {
         self.inner.info()
     }
@@ -44,7 +60,13 @@ impl Backend for Lossy {
         unsafe { self.inner.enqueue(s, c, p, io) }
     }
     fn record_event(&self, s: &CpuStream) -> Result<CpuEvent> {
-        self.inner.record_event(s)
+        match self.failing_records.load(Ordering::SeqCst) {
+            true => Err(Error::backend(BackendKind::Cpu, "event record failed")),
+            false => self.inner.record_event(s),
+        }
+    }
+    fn hold(&self, s: &CpuStream, gate: Arc<crate::backend::Gate>) -> Result<()> {
+        self.inner.hold(s, gate)
     }
     fn wait_event(&self, s: &CpuStream, e: &CpuEvent) -> Result<()> {
         self.inner.wait_event(s, e)
@@ -77,10 +99,8 @@ impl Backend for Lossy {
 fn closing_a_lost_runtime_while_an_external_write_runs_leaves_the_write_to_return() {
     // Closing a lost runtime waits for no closure (nothing runs on the
     // device any more): the closure's own end must not find its stream.
-    let lost = Arc::new(OnceLock::new());
-    let backend = Lossy { inner: CpuBackend::new(), lost: lost.clone() };
-    let scheduler =
-        Arc::new(Scheduler::new(backend, QueueLimit::DEFAULT, SpinPolicy::new(Duration::ZERO), None).unwrap());
+    let (backend, lost) = Lossy::new();
+    let scheduler = scheduler(backend);
     let key = scheduler.create(0, 16, Init::Zero).unwrap();
     let (inside, closed) = (Arc::new(Barrier::new(2)), Arc::new(Barrier::new(2)));
     let closer = {
@@ -108,4 +128,33 @@ fn closing_a_lost_runtime_while_an_external_write_runs_leaves_the_write_to_retur
         }
         Ok(outcome) => assert!(outcome.is_ok(), "the closure's own outcome: {outcome:?}"),
     }
+}
+
+#[test]
+fn a_peer_copy_whose_source_side_cannot_wait_for_it_returns_once_it_is_done() {
+    // The copy is enqueued on the target's stream; then the event that
+    // would make the source's link stream wait for it cannot be recorded.
+    // The source could then be freed under the copy, unless the copy is
+    // waited for before the failure is returned.
+    let (source, target) = (scheduler(Lossy::new().0), scheduler(Lossy::new().0));
+    let (src, dst) = (source.create(0, 16, Init::Zero).unwrap(), target.create(0, 16, Init::Zero).unwrap());
+    source.fence(None).unwrap().wait().unwrap();
+    target.fence(None).unwrap().wait().unwrap();
+    let gate = target.hold(0).unwrap();
+    target.backend.failing_records.store(true, Ordering::SeqCst);
+    let opened = Arc::new(AtomicBool::new(false));
+    let opener = {
+        let (gate, opened) = (gate.clone(), opened.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            opened.store(true, Ordering::SeqCst);
+            gate.open();
+        })
+    };
+    let copied = target.copy_from_peer(0, &*source, src, dst);
+    let returned_after_the_copy_could_run = opened.load(Ordering::SeqCst);
+    gate.open();
+    opener.join().unwrap();
+    assert!(copied.is_err(), "the failed record is the copy's error");
+    assert!(returned_after_the_copy_could_run, "the copy failed back while it could still read its source");
 }
