@@ -16,7 +16,6 @@ use std::sync::{Arc, MutexGuard};
 use super::state::State;
 use super::{BufferKey, Scheduler};
 use crate::backend::{Backend, Command, EnqueueError, OpIo, SignalKind, Span};
-use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
 
@@ -151,8 +150,7 @@ impl<B: Backend> Scheduler<B> {
             // Nothing on src's side can wait for the copy now, and src may
             // be freed once its own streams are done: the copy is waited
             // for here (a driver failure's path; a lost device runs nothing).
-            let copied = Completion::new(1, self.live.clone());
-            if self.backend.signal(&target, copied.clone(), SignalKind::Drain).is_ok() {
+            if let Ok(copied) = self.fence_locked(mine, Some(stream), SignalKind::Drain) {
                 let _ = copied.wait();
             }
             return Err(error);
