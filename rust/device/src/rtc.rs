@@ -44,15 +44,6 @@ impl Inputs {
     }
 }
 
-/// Runs its closure when dropped: destroys a program however its compile ends.
-pub(crate) struct Guard<F: FnMut()>(pub F);
-
-impl<F: FnMut()> Drop for Guard<F> {
-    fn drop(&mut self) {
-        (self.0)()
-    }
-}
-
 /// The compiler's log as text, tidied; empty where it could not be read.
 pub(crate) fn log_text(log: Result<Vec<u8>, String>) -> String {
     log.map(|log| String::from_utf8_lossy(&log).trim_end_matches('\0').trim().to_owned()).unwrap_or_default()
@@ -98,9 +89,10 @@ macro_rules! rtc_compile {
                 $api::$create(&mut program, inputs.source.as_ptr(), c"weir_kernels".as_ptr(), 0, null(), null())
             };
             $check(created).map_err(|e| failed("create", e))?;
+            // Destroys the program however its compile ends.
             // SAFETY: a live program (the guard's copy of the handle), destroyed
             // once, here, after its last use below.
-            let _destroy = $crate::rtc::Guard(move || {
+            let _destroy = scopeguard::guard(program, |mut program| {
                 let _ = unsafe { $api::$destroy(&mut program) };
             });
             if let Some(name) = &inputs.name {

@@ -56,8 +56,9 @@ pub(crate) enum Step<R: Runner> {
 /// What a lane's jobs are, how one runs, and where a scheduled lane runs.
 pub(crate) trait Runner: Send + Sync + Sized + 'static {
     type Job: Send;
-    /// Jobs one run of a lane takes before it lets other lanes have a turn.
-    const TURN: usize;
+    /// Jobs one run of a lane takes before it lets other lanes have a turn:
+    /// by default, all it has.
+    const TURN: usize = usize::MAX;
     /// Jobs run before [`Runner::ran_taken`] counts them. Everything taken
     /// under one lock, by default; a runner whose pushers wait for room in a
     /// long queue counts more often, so that they see room while it still
@@ -525,7 +526,6 @@ mod tests {
 
     impl Runner for Batched {
         type Job = ();
-        const TURN: usize = usize::MAX;
         const BATCH: usize = 2;
 
         fn run(lane: &Arc<Lane<Self>>, (): ()) -> Ran<()> {

@@ -256,9 +256,7 @@ pub trait Backend: Send + Sync + Sized + 'static {
     fn begin_admissions(&self, _stream: &Self::Stream) {}
 
     /// Hands the device what [`Backend::begin_admissions`] held back.
-    fn end_admissions(&self, _stream: &Self::Stream) -> Result<()> {
-        Ok(())
-    }
+    fn end_admissions(&self, _stream: &Self::Stream) {}
 
     /// Records an event covering all work enqueued on `stream` so far.
     fn record_event(&self, stream: &Self::Stream) -> Result<Self::Event>;

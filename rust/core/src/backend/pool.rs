@@ -21,7 +21,7 @@
 use std::cell::Cell;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Condvar, Mutex};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use super::lane::{Lane, Runner};
@@ -103,35 +103,26 @@ impl<R: Runner> Pool<R> {
     /// Where no thread runs and none can start, see [`Shape::else_here`].
     pub(crate) fn schedule(self: &Arc<Self>, lane: Arc<Lane<R>>) {
         let mut state = lock(&self.state);
-        state.ready.push_back(lane);
-        self.ready_hint.store(state.ready.len(), Ordering::Release);
         let room = self.shape.size.is_none_or(|size| state.threads < size + state.blocked);
-        if state.ready.len() > state.free
+        // A thread started here finds the lane: it takes the lock after this.
+        if state.ready.len() >= state.free
             && room
             && !self.start(&mut state)
             && state.threads == 0
             && self.shape.else_here
         {
-            let refused = state.ready.pop_back();
-            self.ready_hint.store(state.ready.len(), Ordering::Release);
             drop(state);
-            if let Some(lane) = refused {
-                lane.run_jobs();
-            }
+            lane.run_jobs();
             return;
         }
+        state.ready.push_back(lane);
+        self.ready_hint.store(state.ready.len(), Ordering::Release);
         // A lingering thread takes the first ready lane itself: a sleeper
         // is rung only for what it cannot (a system call, and a thread that
         // would find nothing).
         let lingerer = usize::from(state.lingering);
         let rung = if state.ready.len() > lingerer { state.sleepers.pop() } else { None };
-        if let Some(bell) = &rung {
-            bell.rung.store(true, Ordering::Release);
-        }
-        drop(state);
-        if let Some(bell) = rung {
-            bell.thread.unpark();
-        }
+        Bell::ring(state, rung);
     }
 
     /// Starts a thread; false if the system has none to give.
@@ -220,13 +211,7 @@ impl<R: Runner> Pool<R> {
         if lane.is_none() {
             state.threads -= 1;
         }
-        if let Some(bell) = &passed_on {
-            bell.rung.store(true, Ordering::Release);
-        }
-        drop(state);
-        if let Some(bell) = passed_on {
-            bell.thread.unpark();
-        }
+        Bell::ring(state, passed_on);
         idle.learn(since);
         lane
     }
@@ -317,6 +302,18 @@ struct Bell {
 }
 
 impl Bell {
+    /// Rings `bell`, if any: marked under the pool's lock (`state`), woken
+    /// after it is let go.
+    fn ring<T>(state: MutexGuard<'_, T>, bell: Option<Arc<Bell>>) {
+        if let Some(bell) = &bell {
+            bell.rung.store(true, Ordering::Release);
+        }
+        drop(state);
+        if let Some(bell) = bell {
+            bell.thread.unpark();
+        }
+    }
+
     /// Sleeps until rung, or for `most`.
     fn sleep(&self, most: Duration) {
         let deadline = Instant::now() + most;
@@ -349,7 +346,6 @@ mod tests {
 
     impl Runner for Counted {
         type Job = Duration;
-        const TURN: usize = usize::MAX;
 
         fn run(lane: &Arc<Lane<Self>>, hold: Duration) -> Ran<Duration> {
             let counted = &lane.runner;
@@ -425,7 +421,6 @@ mod tests {
 
     impl Runner for Closures {
         type Job = Closure;
-        const TURN: usize = usize::MAX;
 
         fn run(lane: &Arc<Lane<Self>>, job: Closure) -> Ran<Closure> {
             job(&lane.runner.0);

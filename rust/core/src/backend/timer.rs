@@ -112,12 +112,9 @@ fn timer() -> Option<&'static Sender<Timed>> {
                             }
                             !open
                         });
-                        let next = waiting.iter().map(|(at, _)| *at).min();
-                        let received = match next {
-                            Some(at) => due.recv_timeout(at.saturating_duration_since(Instant::now())),
-                            None => due.recv().map_err(|_| RecvTimeoutError::Disconnected),
-                        };
-                        match received {
+                        // None waiting: `Duration::MAX` waits as `recv` does.
+                        let next = waiting.iter().map(|(at, _)| at.saturating_duration_since(Instant::now())).min();
+                        match due.recv_timeout(next.unwrap_or(Duration::MAX)) {
                             Ok(entry) => waiting.push(entry),
                             Err(RecvTimeoutError::Timeout) => {}
                             Err(RecvTimeoutError::Disconnected) => return,

@@ -51,7 +51,8 @@ impl std::fmt::Debug for Completion {
     }
 }
 
-fn first_error_counting_all(outcome: &mut Outcome, part: Outcome) {
+/// Adds `part` to `outcome`: the first failure stays first, every later one counts.
+pub(crate) fn first_error_counting_all(outcome: &mut Outcome, part: Outcome) {
     match (&mut *outcome, part) {
         (Ok(()), Err(failures)) => *outcome = Err(failures),
         (Err(first), Err(later)) => first.add(later),

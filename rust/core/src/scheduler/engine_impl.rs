@@ -172,12 +172,9 @@ impl<B: Backend> Engine for Scheduler<B> {
                 first_error.get_or_insert(error);
             }
         }
-        let handed = self.backend.end_admissions(&raw);
+        self.backend.end_admissions(&raw);
         drop(state);
-        match (first_error, handed) {
-            (Some(error), _) | (None, Err(error)) => Err(error),
-            (None, Ok(())) => Ok(()),
-        }
+        first_error.map_or(Ok(()), Err)
     }
 
     fn replay(&self, stream: usize, recording: &Recording) -> Result<()> {

@@ -226,9 +226,8 @@ impl Backend for CpuBackend {
         stream.lane.defer();
     }
 
-    fn end_admissions(&self, stream: &CpuStream) -> Result<()> {
+    fn end_admissions(&self, stream: &CpuStream) {
         stream.lane.resume();
-        Ok(())
     }
 
     fn is_settled(&self, stream: &CpuStream) -> bool {

@@ -4,8 +4,6 @@ use std::sync::Arc;
 
 use super::device::{Device, LentToHost};
 use super::issue::{Issue, Job, QueuedEvent};
-#[cfg(feature = "test-support")]
-use super::prepare::PreparedLaunch;
 use super::staging::Staged;
 use super::stream::StreamRef;
 use super::{DeviceBuffer, Driver, EventUse, GpuBackend, GpuEvent, GpuMemory, GpuStream, Prepared, RawPart};
@@ -18,13 +16,7 @@ use crate::device::{BackendKind, DeviceInfo};
 use crate::error::{Error, Result};
 use crate::host::HostBuffer;
 use crate::kernel::Access;
-#[cfg(feature = "test-support")]
-use crate::kernel::Grid;
 use crate::lock::lock;
-#[cfg(feature = "test-support")]
-use weir_device::builtin::BuiltinKernel;
-#[cfg(feature = "test-support")]
-use weir_device::modules::Param;
 use weir_device::raw::RawStream;
 
 impl<D: Driver> Backend for GpuBackend<D> {
@@ -66,15 +58,7 @@ impl<D: Driver> Backend for GpuBackend<D> {
                 Prepared::Download(self.device.stage(len)?)
             }
             #[cfg(feature = "test-support")]
-            Command::Delay { duration } => {
-                let ticks = self.driver().delay_ticks(*duration);
-                let grid = Grid::new([1, 1, 1], [1, 1, 1]);
-                Prepared::Launch(PreparedLaunch::new(
-                    self.builtins.get(BuiltinKernel::Delay),
-                    grid,
-                    &[Param::U64(ticks)],
-                ))
-            }
+            Command::Delay { duration } => self.delay(*duration),
             Command::Custom { kernel, grid, args } => self.prepare_custom(kernel, grid, args)?,
             // The element-wise ops, prepared above.
             _ => return Err(Error::internal("an element-wise op with no built-in kernel")),
@@ -84,18 +68,16 @@ impl<D: Driver> Backend for GpuBackend<D> {
     fn prepare_upload<R: PartialEq>(&self, dst: Span<R>, from: UploadFrom<'_>) -> Result<(Command<R>, Prepared<D>)> {
         // Memory this device locked is copied from directly; any other bytes
         // (memory another device locked too) straight into page-locked memory.
-        let host = match from {
-            UploadFrom::Host(host) if host.locked_by() == Some(Device::address(&self.device)) => host,
-            _ => {
-                let prepared = self.stage_upload(&dst, from.bytes())?;
-                return Ok((Command::Upload { dst, data: Vec::new() }, prepared));
+        // A size that differs is refused by `stage_upload` before it stages anything.
+        let prepared = match from {
+            UploadFrom::Host(host)
+                if host.locked_by() == Some(Device::address(&self.device)) && host.len() as u64 == dst.len =>
+            {
+                Prepared::Upload(Staged::Host(host.clone()), dst.len)
             }
+            _ => self.stage_upload(&dst, from.bytes())?,
         };
-        if host.len() as u64 != dst.len {
-            return Err(Error::invalid("upload size differs from its destination"));
-        }
-        let len = dst.len;
-        Ok((Command::Upload { dst, data: Vec::new() }, Prepared::Upload(Staged::Host(host.clone()), len)))
+        Ok((Command::Upload { dst, data: Vec::new() }, prepared))
     }
 
     fn staging_buffer(&self, len: usize) -> Result<HostBuffer> {

@@ -163,7 +163,6 @@ impl<D: Driver> Frees<D> {
 
 impl<D: Driver> Runner for Frees<D> {
     type Job = u64;
-    const TURN: usize = usize::MAX;
 
     fn run(lane: &Arc<Lane<Self>>, ptr: u64) -> Ran<u64> {
         let driver = &lane.runner.driver;

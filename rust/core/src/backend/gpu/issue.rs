@@ -40,15 +40,16 @@ use std::time::{Duration, Instant};
 use super::device::{Device, LentToHost, Loan};
 use super::owners::GpuEvent;
 use super::prepare::ReadyLaunch;
-use super::staging::{InFlight, Staged};
+use super::staging::Staged;
 use super::stream::{StreamCore, StreamRef};
 use crate::backend::lane::{Lane, Ran, Runner};
 use crate::backend::pool::{Pool, Shape};
 use crate::backend::{HostSink, OpIo, SignalKind};
 use crate::completion::spin::SpinPolicy;
-use crate::completion::Completion;
+use crate::completion::{first_error_counting_all, Completion};
 use crate::error::{Error, Failures, Result};
 use crate::lock::lock;
+use scopeguard::ScopeGuard;
 use weir_device::driver::{Callback, Driver, EventUse, GraphExec, Launch, Status};
 
 /// One job: the driver calls of one admitted op, event or signal. Jobs
@@ -146,14 +147,9 @@ impl<D: Driver> Job<D> {
                     device.driver.loss().record(&error);
                     // SAFETY: a live stream of this driver.
                     let _ = unsafe { device.driver.stream_synchronize(stream.raw) };
-                    let failures = match reported {
-                        Err(mut earlier) => {
-                            earlier.add(Failures::from(error));
-                            earlier
-                        }
-                        Ok(()) => Failures::from(error),
-                    };
-                    refused.report(Err(failures));
+                    let mut failures = reported;
+                    first_error_counting_all(&mut failures, Err(Failures::from(error)));
+                    refused.report(failures);
                 }
             }
         }
@@ -325,7 +321,6 @@ impl Streak {
 impl<D: Driver> Runner for Issuing<D> {
     type Job = Job<D>;
     // One lane per thread: it runs until it runs out.
-    const TURN: usize = usize::MAX;
     const BATCH: usize = ISSUE_BATCH;
 
     // Inlined into the lane's loop: see `Lane::run_step`.
@@ -475,28 +470,13 @@ impl<D: Driver> Issuer<D> {
 /// for a graph capture, on the capturing thread): every check was made at
 /// admission, so what is left can only fail in the driver.
 pub(crate) enum Issue<D: Driver> {
-    Zero {
-        to: u64,
-        len: u64,
-    },
-    Copy {
-        to: u64,
-        from: u64,
-        len: u64,
-    },
-    Upload {
-        to: u64,
-        len: u64,
-        staged: Staged,
-    },
-    Download {
-        from: u64,
-        len: u64,
-        sink: Arc<HostSink>,
-        loan: Loan,
-    },
+    Zero { to: u64, len: u64 },
+    Copy { to: u64, from: u64, len: u64 },
+    Upload { to: u64, len: u64, staged: Staged },
+    Download { from: u64, len: u64, sink: Arc<HostSink>, loan: Loan },
     Launch(ReadyLaunch<D>),
-    /// A replay of a captured graph.
+    // A replay of a captured graph (a plain comment: a doc comment here
+    // would make rustfmt spread every variant above over several lines).
     Graph(GraphExec),
 }
 
@@ -545,8 +525,8 @@ impl<D: Driver> Issue<D> {
                 // below, which runs after the copy.
                 unsafe { driver.copy_h2d(to, staged.ptr(), len, stream.raw)? };
                 stream.device.counters.host_to_device_copies.fetch_add(1, Ordering::SeqCst);
-                let staged = InFlight::new(staged);
-                stream.after(Box::new(move |_| drop(staged.release())), false)
+                let staged = scopeguard::guard(staged, Staged::abandon);
+                stream.after(Box::new(move |_| drop(ScopeGuard::into_inner(staged))), false)
             }
             Issue::Download { from, len, sink, loan } => {
                 // SAFETY: as above; the loan holds `len` bytes and outlives
@@ -556,21 +536,23 @@ impl<D: Driver> Issue<D> {
                     return Err(error);
                 }
                 stream.device.counters.device_to_host_copies.fetch_add(1, Ordering::SeqCst);
-                let loan = InFlight::new(Staged::Loan(loan));
+                let loan = scopeguard::guard(loan, Loan::abandon);
                 let failed = sink.clone();
                 let device = stream.device.clone();
                 stream
                     .after(
-                        Box::new(move |status| match (status, loan.release()) {
-                            // The reader gets the page-locked bytes as they are: any
-                            // copy out of them is the reader's, off the stream's
-                            // completion order.
-                            // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
-                            (Ok(()), Some(Staged::Loan(loan))) => {
-                                sink.deliver_host(unsafe { LentToHost::host_buffer(loan, len as usize, device) })
+                        Box::new(move |status| {
+                            let loan = ScopeGuard::into_inner(loan);
+                            match status {
+                                // The reader gets the page-locked bytes as they are: any
+                                // copy out of them is the reader's, off the stream's
+                                // completion order.
+                                // SAFETY: the stream passed the copy, and the loan holds `len` bytes.
+                                Ok(()) => {
+                                    sink.deliver_host(unsafe { LentToHost::host_buffer(loan, len as usize, device) })
+                                }
+                                Err(error) => sink.fail(error),
                             }
-                            (Ok(()), _) => sink.fail(Error::backend(D::KIND, "a download lost its staging buffer")),
-                            (Err(error), _) => sink.fail(error),
                         }),
                         true,
                     )

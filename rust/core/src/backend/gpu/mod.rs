@@ -62,19 +62,6 @@ pub(crate) use stream::{GpuStream, Wake};
 #[cfg_attr(not(feature = "test-support"), allow(unused_imports))]
 pub use weir_device::builtin::{cuda_source, BuiltinKernel};
 
-/// Where a driver's completions arrive unless the runtime's builder says otherwise.
-// The fake driver's tests, all a build without CUDA or HIP has of this engine, open through `with`.
-#[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
-fn default_wake(kind: crate::device::BackendKind) -> Wake {
-    match kind {
-        // ROCm 5.2 delivers stream callbacks without a thread of ours per stream.
-        crate::device::BackendKind::Hip => Wake::Callback,
-        // CUDA, measured with `cargo xtask bench`: median fence wake-up 36 us
-        // through the waiter thread, 59 us through stream callbacks.
-        _ => Wake::Waiter,
-    }
-}
-
 impl<D: Driver> Drop for GpuBackend<D> {
     fn drop(&mut self) {
         // Every queued driver call is made, then the thread lets the device go.
@@ -112,7 +99,15 @@ impl<D: Driver> GpuBackend<D> {
     /// happen later behind work in flight.
     #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]
     pub(crate) fn new(driver: D, options: &RuntimeOptions) -> Result<Self> {
-        Self::with(driver, options.wake.unwrap_or(default_wake(D::KIND)), options.spin)
+        // Where completions arrive unless the runtime's builder says otherwise.
+        let wake = match D::KIND {
+            // ROCm 5.2 delivers stream callbacks without a thread of ours per stream.
+            crate::device::BackendKind::Hip => Wake::Callback,
+            // CUDA, measured with `cargo xtask bench`: median fence wake-up 36 us
+            // through the waiter thread, 59 us through stream callbacks.
+            _ => Wake::Waiter,
+        };
+        Self::with(driver, options.wake.unwrap_or(wake), options.spin)
     }
 
     /// As [`GpuBackend::new`], completing through `wake`, its waiting
@@ -121,15 +116,14 @@ impl<D: Driver> GpuBackend<D> {
         let device = Device::new(driver, spin);
         device.driver.bind()?;
         let builtins = Builtins::load(|entry| device.kernels.builtin(&device.driver, entry).map(|f| f.raw))?;
-        let backend = GpuBackend {
+        Ok(GpuBackend {
             device,
             builtins,
             by_kernel: Mutex::default(),
             graphs: Mutex::default(),
             capture_stream: Mutex::default(),
             wake,
-        };
-        Ok(backend)
+        })
     }
 
     fn driver(&self) -> &D {

@@ -72,6 +72,14 @@ impl<D: Driver> GpuBackend<D> {
         Prepared::Launch(PreparedLaunch::new(self.builtins.get(kernel), grid, &params))
     }
 
+    /// The test hooks' delay: one thread that spins for `duration`.
+    #[cfg(feature = "test-support")]
+    pub(super) fn delay(&self, duration: std::time::Duration) -> Prepared<D> {
+        let ticks = self.driver().delay_ticks(duration);
+        let grid = Grid::new([1, 1, 1], [1, 1, 1]);
+        Prepared::Launch(PreparedLaunch::new(self.builtins.get(BuiltinKernel::Delay), grid, &[Param::U64(ticks)]))
+    }
+
     fn custom_source(kernel: &CustomKernel) -> Option<&crate::DeviceKernel> {
         match D::KIND {
             BackendKind::Cuda => kernel.cuda.as_ref(),

@@ -21,37 +21,16 @@ impl Staged {
         }
     }
 
-    /// Gives up memory that a copy nobody will see end may still use.
-    fn abandon(self) {
+    /// Gives up memory that a copy nobody will see end may still use: what a
+    /// copy's completion callback holds is abandoned this way when dropped
+    /// unrun (the driver refused the callback, so nobody learns when the copy
+    /// ends), rather than reused under a running copy.
+    pub(super) fn abandon(self) {
         match self {
             // Stays lent until the device goes, which frees it after every stream synchronised.
             Staged::Loan(loan) => loan.abandon(),
             // Never unique again, so never written or returned to the pool.
             Staged::Host(host) => std::mem::forget(host),
-        }
-    }
-}
-
-/// Page-locked memory a device copy may still read or write. Only the
-/// copy's completion callback lets it go; dropped unrun (the driver refused
-/// the callback, so nobody learns when the copy ends), it is abandoned
-/// rather than reused under a running copy.
-pub(super) struct InFlight(Option<Staged>);
-
-impl InFlight {
-    pub(super) fn new(memory: Staged) -> Self {
-        InFlight(Some(memory))
-    }
-
-    pub(super) fn release(mut self) -> Option<Staged> {
-        self.0.take()
-    }
-}
-
-impl Drop for InFlight {
-    fn drop(&mut self) {
-        if let Some(memory) = self.0.take() {
-            memory.abandon();
         }
     }
 }

@@ -191,7 +191,15 @@ impl<D: Driver> StreamCore<D> {
         let place = waiter.push([Entry { event: event.clone(), claim: claim.clone(), watched }]);
         // Only once the waiter has it: whichever takes it first runs it.
         if let Some(since) = watched {
-            let held: Held = Box::new(Resume(Some(waiter.clone())));
+            // Let go, the lane resumes, and a waiting thread runs what it
+            // queued, the watched fence first (done already, or given up
+            // on). Its share of the lane goes on the release thread, as it
+            // may hold the device's driver last.
+            let lane = waiter.clone();
+            let held: Held = Box::new(scopeguard::guard((), move |()| {
+                lane.resume();
+                crate::completion::release(move || drop(lane));
+            }));
             crate::completion::watch(self.probe(event, claim, place, since, waiter), held);
         }
         Ok(())
@@ -289,22 +297,6 @@ impl<D: Driver> StreamCore<D> {
             };
             callback(status)
         })
-    }
-}
-
-/// A stream's completions, held back while the wake thread watches a fence
-/// of it ([`StreamCore::after`]): let go, the lane resumes, and a waiting
-/// thread runs what it queued, the watched fence first (done already, or
-/// given up on). Its share of the lane goes on the release thread, as it
-/// may hold the device's driver last.
-struct Resume<D: Driver>(Option<Arc<Completions<D>>>);
-
-impl<D: Driver> Drop for Resume<D> {
-    fn drop(&mut self) {
-        if let Some(lane) = self.0.take() {
-            lane.resume();
-            crate::completion::release(move || drop(lane));
-        }
     }
 }
 

@@ -126,7 +126,6 @@ pub(super) fn completions<D: Driver>(
 impl<D: Driver> Runner for Waits<D> {
     type Job = Entry<D>;
     // Its jobs wait for the device: a thread keeps its lane until it runs out.
-    const TURN: usize = usize::MAX;
 
     fn run(lane: &Arc<Completions<D>>, Entry { event, claim, watched }: Entry<D>) -> Ran<Entry<D>> {
         let waits = &lane.runner;

@@ -79,6 +79,7 @@ pub(crate) enum Item {
 
 /// A lane's part of the wgpu engine: its stream, batch, failures and
 /// submissions.
+#[derive(Default)]
 pub(crate) struct OnQueue {
     /// The stream's number, for error messages.
     pub stream: u32,
@@ -122,19 +123,9 @@ thread_local! {
     static WOKEN: RefCell<Option<VecDeque<Arc<WgpuLane>>>> = const { RefCell::new(None) };
 }
 
-/// Ends this thread's turn at running lanes, however it ends.
-struct RunningLanes;
-
-impl Drop for RunningLanes {
-    fn drop(&mut self) {
-        WOKEN.with(|woken| woken.borrow_mut().take());
-    }
-}
-
 impl Runner for OnQueue {
     type Job = Item;
     // Its jobs only record and submit: a lane runs until it parks or runs out.
-    const TURN: usize = usize::MAX;
 
     fn run(lane: &Arc<WgpuLane>, item: Item) -> Ran<Item> {
         match lane.runner.shared.upgrade() {
@@ -170,7 +161,8 @@ impl Runner for OnQueue {
         if !first {
             return;
         }
-        let _running = RunningLanes;
+        // Ends this thread's turn at running lanes, however it ends.
+        let _running = scopeguard::guard((), |()| drop(WOKEN.with(|woken| woken.borrow_mut().take())));
         lane.run_jobs();
         while let Some(next) = WOKEN.with(|woken| woken.borrow_mut().as_mut().and_then(VecDeque::pop_front)) {
             next.run_jobs();
@@ -182,7 +174,7 @@ impl Runner for OnQueue {
 fn closed(item: Item) {
     match item {
         Item::Signal(completion, _) => completion.complete(Err(Error::Closed)),
-        Item::Read(readback) => readback.fail(Error::Closed),
+        Item::Read(readback) => readback.sink.fail(Error::Closed),
         _ => {}
     }
 }
@@ -208,33 +200,21 @@ pub(crate) struct Shared {
     lanes: Mutex<Vec<Weak<WgpuLane>>>,
     /// Submissions known complete (from fence and read callbacks), and the signals waiting for them.
     progress: Arc<Submissions>,
-    /// For the lanes, which issue through it while it lives.
-    me: Weak<Shared>,
 }
 
 impl Shared {
     pub fn new(gpu: WgpuDevice, poll: Arc<PollState>) -> Arc<Shared> {
-        Arc::new_cyclic(|me| Shared {
-            gpu,
-            poll,
-            pending: Mutex::default(),
-            lanes: Mutex::default(),
-            progress: Arc::default(),
-            me: me.clone(),
-        })
+        Arc::new(Shared { gpu, poll, pending: Mutex::default(), lanes: Mutex::default(), progress: Arc::default() })
     }
 
     /// A new lane for stream `stream` (the runtime's number of it).
-    pub fn add_lane(&self, stream: u32) -> Arc<WgpuLane> {
+    pub fn add_lane(self: &Arc<Self>, stream: u32) -> Arc<WgpuLane> {
+        // The lanes issue through the shared part while it lives.
         let on_queue = OnQueue {
             stream,
-            shared: self.me.clone(),
+            shared: Arc::downgrade(self),
             batch: Mutex::new(Vec::with_capacity(BATCH_LIMIT)),
-            failed: OnceLock::new(),
-            status: OnceLock::new(),
-            tally: Arc::default(),
-            last_submit: AtomicU64::new(0),
-            reads: Arc::default(),
+            ..OnQueue::default()
         };
         let lane = Lane::new(on_queue, None);
         let mut lanes = lock(&self.lanes);
@@ -282,7 +262,7 @@ impl Shared {
         let mut batch = lock(&lane.runner.batch);
         if let Some(error) = lane.runner.failed.get() {
             if let Some(readback) = readback {
-                readback.fail(error.clone());
+                readback.sink.fail(error.clone());
             }
             return Err(error.clone());
         }
@@ -389,7 +369,7 @@ impl Shared {
                 // A read maps what is submitted.
                 let submits = self.submit_all();
                 match on_queue.status.get() {
-                    Some(error) => readback.fail(error.clone()),
+                    Some(error) => readback.sink.fail(error.clone()),
                     None => {
                         let submission = on_queue.last_submit(submits);
                         readback.start(&self.poll, &on_queue.reads, &self.progress, submission)
@@ -499,7 +479,7 @@ impl Shared {
                 }
                 poll.done();
             });
-            self.gpu.queue.on_submitted_work_done(move || body.call(()));
+            self.gpu.queue.on_submitted_work_done(move || body(()));
         }
     }
 }

@@ -84,19 +84,6 @@ pub struct WgpuStream {
     lane: Arc<WgpuLane>,
 }
 
-impl WgpuStream {
-    /// The stream's number, for error messages.
-    fn number(&self) -> u32 {
-        self.lane.runner.stream
-    }
-}
-
-impl std::fmt::Debug for WgpuStream {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "WgpuStream({})", self.number())
-    }
-}
-
 impl Drop for WgpuStream {
     fn drop(&mut self) {
         Shared::retire(&self.lane);
@@ -260,7 +247,7 @@ impl Backend for WgpuBackend {
             }
             _ => None,
         };
-        let copy_failed = readback.as_ref().map(Readback::copy_failed);
+        let copy_failed = readback.as_ref().map(|readback| readback.copy_failed.clone());
         let op = Box::new(QueuedOp::new(gpu, command, plan, io, copy_failed));
         self.shared.record(&stream.lane, Queued::Op(op), readback).map_err(EnqueueError::Failed)
     }
@@ -312,7 +299,7 @@ impl Backend for WgpuBackend {
             encoder.copy_buffer_to_buffer(&resolved, 0, &staging, 0, size);
             (encoder.finish(), staging)
         });
-        let (commands, staging) = recorded.map_err(|failure| failure.on_stream(stream.number()))?;
+        let (commands, staging) = recorded.map_err(|failure| failure.on_stream(stream.lane.runner.stream))?;
         let sink = HostSink::new(completion);
         let readback = Readback::new(staging, 0, size as usize, sink.clone());
         let queued = Queued::Commands(Box::new(Recorded { commands, buffers: Vec::new(), io: OpIo::default() }));
@@ -344,7 +331,7 @@ impl Backend for WgpuBackend {
     ) -> Result<()> {
         // wgpu ops fail as they are recorded, which admission already saw for
         // what this op reads.
-        if let Some(error) = io.failed_input(stream.number()) {
+        if let Some(error) = io.failed_input(stream.lane.runner.stream) {
             return Err(error);
         }
         let gpu = self.gpu();
@@ -364,7 +351,7 @@ impl Backend for WgpuBackend {
             // The closure's own error: nothing was enqueued, the stream goes on.
             Ok(Err(error)) => Err(error),
             Err(failure) => {
-                let error = failure.on_stream(stream.number());
+                let error = failure.on_stream(stream.lane.runner.stream);
                 self.shared.fail(&stream.lane, error.clone());
                 Err(error)
             }

@@ -14,7 +14,6 @@
 //! batch that were not fired yet when one panics, so every callback of ours is
 //! made with [`once`]: its body runs when it is dropped uncalled too.
 
-use std::marker::PhantomData;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::{Arc, Condvar, Mutex};
 use std::thread::JoinHandle;
@@ -23,6 +22,7 @@ use std::time::{Duration, Instant};
 use crate::completion::spin::SpinPolicy;
 use crate::error::{Error, Result};
 use crate::lock::lock;
+use scopeguard::ScopeGuard;
 use weir_device::wgpu::scope::BACKEND;
 
 #[derive(Default)]
@@ -61,31 +61,9 @@ impl PollState {
 
 /// The body of a wgpu callback, run exactly once: with the callback's
 /// argument when wgpu calls it, with `None` when wgpu drops it uncalled.
-pub(crate) struct Once<A, F: FnOnce(Option<A>)> {
-    body: Option<F>,
-    _argument: PhantomData<fn(A)>,
-}
-
-/// Wraps `body` (see [`Once`]).
-pub(crate) fn once<A, F: FnOnce(Option<A>)>(body: F) -> Once<A, F> {
-    Once { body: Some(body), _argument: PhantomData }
-}
-
-impl<A, F: FnOnce(Option<A>)> Once<A, F> {
-    /// Runs the body with the callback's argument.
-    pub fn call(mut self, argument: A) {
-        if let Some(body) = self.body.take() {
-            body(Some(argument));
-        }
-    }
-}
-
-impl<A, F: FnOnce(Option<A>)> Drop for Once<A, F> {
-    fn drop(&mut self) {
-        if let Some(body) = self.body.take() {
-            body(None);
-        }
-    }
+pub(crate) fn once<A>(body: impl FnOnce(Option<A>)) -> impl FnOnce(A) {
+    let body = scopeguard::guard(body, |body| body(None));
+    move |argument| ScopeGuard::into_inner(body)(Some(argument))
 }
 
 /// Owns the poll thread; dropping it lets the thread finish the callbacks

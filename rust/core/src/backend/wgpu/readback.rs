@@ -31,7 +31,7 @@ pub(crate) struct Readback {
     pub sink: Arc<HostSink>,
     /// Set when the op that copies into `staging` failed as it was recorded
     /// (or did not run): the read then fails with it instead of mapping.
-    copy_failed: Arc<OnceLock<Error>>,
+    pub copy_failed: Arc<OnceLock<Error>>,
 }
 
 type Then = Box<dyn FnOnce() + Send>;
@@ -112,24 +112,13 @@ impl Readback {
         Readback { staging, skip, len, sink, copy_failed: Arc::default() }
     }
 
-    /// Where the copy's op reports that it failed.
-    pub fn copy_failed(&self) -> Arc<OnceLock<Error>> {
-        self.copy_failed.clone()
-    }
-
-    /// Fails the read; the staging buffer goes with `self`.
-    pub fn fail(self, error: Error) {
-        self.sink.fail(error);
-    }
-
     /// Maps the staging buffer; call after the copy's submission, number
     /// `submission`. A read whose copy failed fails with it. The read counts
     /// among the lane's `reads`, and once it delivered, `progress` is told
     /// that `submission`, and every one before it, is done.
     pub fn start(self, poll: &Arc<PollState>, reads: &Arc<Reads>, progress: &Arc<Submissions>, submission: u64) {
         if let Some(error) = self.copy_failed.get() {
-            let error = error.clone();
-            return self.fail(error);
+            return self.sink.fail(error.clone());
         }
         poll.register();
         let number = reads.start();
@@ -165,6 +154,6 @@ impl Readback {
             reads.delivered(number);
             poll.done();
         });
-        staging.map_async(wgpu::MapMode::Read, .., move |outcome| body.call(outcome));
+        staging.map_async(wgpu::MapMode::Read, .., body);
     }
 }
