@@ -15,8 +15,11 @@
 //! error waits in this thread for the binding to raise it through the
 //! generated [`take_execute_refusal`], typed as every error is (a refusal may
 //! have published failed versions, which a second call would publish again).
-//! What this entry cannot take (a malformed encoding, a panic) admits
-//! nothing, and the binding makes the call the generated way.
+//! What this entry cannot take (a malformed encoding, a panic while it
+//! decodes) admits nothing, and the binding makes the call the generated
+//! way. A panic inside the core's admission is a refusal (`Bug`), not
+//! "not taken": the op may be half admitted, and a second call would admit
+//! it again.
 //!
 //! Swift passes a `RustBuffer` as a plain C struct, but its generated call
 //! still serialises the grid and the argument list into two of them (each
@@ -68,12 +71,12 @@ impl WeirStream {
     /// is kept for [`take_execute_refusal`].
     fn admit_encoded<B: Deref<Target = Buffer>>(&self, kernel: &Kernel, bytes: &[u8], buffers: &[B]) -> Outcome {
         match self.decode_and_admit(kernel, bytes, buffers) {
-            Ok(Ok(())) => Outcome::Admitted,
-            Ok(Err(refused)) => {
-                REFUSAL.with(|refusal| *refusal.borrow_mut() = Some(refused.into()));
+            Ok(()) => Outcome::Admitted,
+            Err(Some(refused)) => {
+                REFUSAL.with(|refusal| *refusal.borrow_mut() = Some(refused));
                 Outcome::Refused
             }
-            Err(_) => Outcome::NotTaken,
+            Err(None) => Outcome::NotTaken,
         }
     }
 
@@ -97,25 +100,45 @@ impl WeirStream {
         }
     }
 
-    /// The core's answer to the op in `bytes`, or why it does not decode.
+    /// Admits the op in `bytes`: `Err(None)` where it does not decode (nothing
+    /// admitted), `Err(Some(error))` where the core refused it.
     fn decode_and_admit<B: Deref<Target = Buffer>>(
         &self,
         kernel: &Kernel,
         bytes: &[u8],
         buffers: &[B],
-    ) -> Result<weir_core::Result<()>> {
-        let mut reader = Reader::new(bytes);
-        let tag = reader.u8()?;
-        if tag != OP_EXECUTE {
-            return Err(reader.error(format!("op tag {tag}, but only an execute op ({OP_EXECUTE}) is taken here")));
-        }
+    ) -> std::result::Result<(), Option<WeirError>> {
         let kernels = [kernel];
         let mut args = Vec::new();
-        let (kernel, grid) = reader.execute(&kernels, buffers, &mut args)?;
-        if !reader.is_done() {
-            return Err(reader.error("bytes after the op"));
-        }
-        Ok(self.core().execute(kernel, grid, &args))
+        let Ok((kernel, grid)) = decode(bytes, &kernels, buffers, &mut args) else { return Err(None) };
+        core_admission(|| self.core().execute(kernel, grid, &args))
+    }
+}
+
+/// The execute op in `bytes`, its arguments into `args`, or why it does not decode.
+fn decode<'s, B: Deref<Target = Buffer>>(
+    bytes: &[u8],
+    kernels: &'s [&Kernel],
+    buffers: &'s [B],
+    args: &mut Vec<weir_core::Arg<'s>>,
+) -> Result<(&'s weir_core::Kernel, weir_core::Grid)> {
+    let mut reader = Reader::new(bytes);
+    let tag = reader.u8()?;
+    if tag != OP_EXECUTE {
+        return Err(reader.error(format!("op tag {tag}, but only an execute op ({OP_EXECUTE}) is taken here")));
+    }
+    let op = reader.execute(kernels, buffers, args)?;
+    if !reader.is_done() {
+        return Err(reader.error("bytes after the op"));
+    }
+    Ok(op)
+}
+
+/// The core's answer to one admission; a panic in it is a refusal (`Bug`).
+fn core_admission(admit: impl FnOnce() -> weir_core::Result<()>) -> std::result::Result<(), Option<WeirError>> {
+    match std::panic::catch_unwind(AssertUnwindSafe(admit)) {
+        Ok(admitted) => admitted.map_err(|refused| Some(refused.into())),
+        Err(_) => Err(Some(WeirError::Bug { description: "the core panicked while it admitted an op".to_owned() })),
     }
 }
 
@@ -225,4 +248,20 @@ pub unsafe extern "C" fn weir_ffi_execute_encoded(
         stream.admit_encoded_each(kernel, bytes, count, |i| unsafe { borrowed::<Buffer>(handles[i] as i64) })
     }));
     admitted.unwrap_or(Outcome::NotTaken) as i32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_in_the_core_admission_is_a_refusal_not_a_second_chance() {
+        // "Not taken" would make the binding admit the op again the generated
+        // way, though the core may have admitted part of it.
+        let outcome = core_admission(|| panic!("a broken invariant"));
+        assert!(matches!(outcome, Err(Some(WeirError::Bug { .. }))), "{outcome:?}");
+        assert!(core_admission(|| Ok(())).is_ok());
+        let refused = core_admission(|| Err(weir_core::Error::Closed));
+        assert!(matches!(refused, Err(Some(WeirError::Closed { .. }))), "{refused:?}");
+    }
 }
