@@ -2,6 +2,7 @@
 //! checked against the others, every rank's result computed with the code
 //! an in-process group runs, and each rank sent its share.
 
+use std::io::Read;
 use std::net::TcpStream;
 
 use super::frames::{receive, send, Contribution, Outcome, SentShare};
@@ -29,8 +30,10 @@ fn check_fits(collective: &Collective, all: &[Contribution]) -> std::result::Res
     let sizes_fit = all.iter().enumerate().all(|(rank, part)| match collective.kind {
         CollectiveKind::AllReduce(_) => part.write.is_some() && len(&part.write) == len(&first.write),
         CollectiveKind::Broadcast { root } => {
+            // The root's part only reads; a length it claims to write would be
+            // allocated here, so it must fit too.
             let size = len(&all[root].read);
-            size.is_some() && (rank == root || part.write_len == size)
+            size.is_some() && (part.write_len == size || (rank == root && part.write_len.is_none()))
         }
         CollectiveKind::AllGather => {
             part.read.is_some()
@@ -66,28 +69,56 @@ fn compute(collective: &Collective, all: &mut [Contribution]) -> std::result::Re
         return Err(format!("{} failed on rank {rank}: {failure}", collective.name()));
     }
     check_fits(collective, all)?;
-    let mut writes: Vec<Option<Vec<u8>>> = all
-        .iter_mut()
-        .map(|part| part.write.take().or_else(|| part.write_len.map(|len| vec![0; len as usize])))
-        .collect();
+    // Every length fits the bytes some rank sent (checked above), yet a
+    // result is still allocated fallibly: a failed allocation would end the
+    // process.
+    let mut writes = Vec::with_capacity(all.len());
+    for part in all.iter_mut() {
+        writes.push(match (part.write.take(), part.write_len) {
+            (Some(write), _) => Some(write),
+            (None, Some(len)) => Some(zeroed(len)?),
+            (None, None) => None,
+        });
+    }
     let reads: Vec<Option<&[u8]>> = all.iter().map(|part| part.read.as_deref()).collect();
     let mut targets: Vec<Option<&mut [u8]>> = writes.iter_mut().map(|write| write.as_deref_mut()).collect();
     run_collective(*collective, &reads, &mut targets)?;
     Ok(writes)
 }
 
+/// `len` zero bytes, or why they cannot be had.
+fn zeroed(len: u64) -> std::result::Result<Vec<u8>, String> {
+    let mut bytes = Vec::new();
+    usize::try_from(len)
+        .ok()
+        .and_then(|len| bytes.try_reserve_exact(len).ok().map(|()| bytes.resize(len, 0)))
+        .ok_or_else(|| format!("{len} bytes for a result are not to be had on rank 0"))?;
+    Ok(bytes)
+}
+
+/// The most bytes a message about a collective of `ranks` ranks may take
+/// beyond its buffers' (its failure's text, the encoding's own bytes).
+pub(super) const SLACK: u64 = 1 << 20;
+
 /// Rank 0's side of one collective: every rank's contribution in, every
-/// rank's share (or the failure) out. Returns rank 0's share, and why the
-/// group broke if a rank is gone.
+/// rank's share (or the failure) out; `largest` is the size of rank 0's
+/// largest buffer in it. Returns rank 0's share, and why the group broke if
+/// a rank is gone.
 pub(crate) fn gather(
     collective: &Collective,
     peers: &mut [TcpStream],
     mine: Contribution,
+    largest: u64,
 ) -> (std::result::Result<Option<Vec<u8>>, String>, Option<String>) {
+    // Every fitting contribution's bytes are at most the ranks' count times
+    // rank 0's own largest buffer (an all-gather's results, a
+    // reduce-scatter's input); a peer that sends more is refused while it
+    // sends, rather than buffered whole.
+    let limit = largest.saturating_mul(peers.len() as u64 + 1).saturating_add(SLACK);
     let mut all = vec![mine];
     let mut gone = None;
     for (index, peer) in peers.iter_mut().enumerate() {
-        match receive::<Contribution>(peer) {
+        match receive::<Contribution>(&mut Read::take(&mut *peer, limit)) {
             Ok(part) => all.push(part),
             Err(error) => {
                 gone = Some(format!("rank {} is gone ({error})", index + 1));

@@ -26,6 +26,7 @@ mod frames;
 mod hub;
 mod join;
 
+use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Condvar, Mutex};
 
@@ -34,7 +35,7 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::host::CpuMemory;
 use crate::lock::lock;
 use frames::{receive, send, Contribution, Outcome, Share};
-use hub::gather;
+use hub::{gather, SLACK};
 pub use join::{join, new_id, Listening};
 
 /// The links to the other ranks, as a rank holds them.
@@ -104,22 +105,28 @@ impl Wire {
             turns = self.turned.wait(turns).unwrap_or_else(|poisoned| poisoned.into_inner());
         }
         drop(turns);
+        // The next turn comes however this one ends, a panic included: the
+        // group's later collectives would otherwise wait for it forever.
+        let _turned = scopeguard::guard((), |()| {
+            lock(&self.turns).next += 1;
+            self.turned.notify_all();
+        });
         let write_len = write.as_ref().map(CpuMemory::size);
-        let outcome =
-            self.exchange(turn, collective, Arrival::register(failure, read.as_ref(), write.as_ref()), write_len);
-        lock(&self.turns).next += 1;
-        self.turned.notify_all();
-        outcome
+        let largest = read.as_ref().map(CpuMemory::size).max(write_len).unwrap_or(0);
+        let arrival = Arrival::register(failure, read.as_ref(), write.as_ref());
+        self.exchange(turn, collective, arrival, write_len, largest)
     }
 
     /// Sends this rank's part (its registered memory, or why it cannot run)
-    /// and writes the share that comes back.
+    /// and writes the share that comes back; `largest` is the size of this
+    /// rank's largest buffer in it.
     fn exchange(
         &self,
         turn: u64,
         collective: &Collective,
         guards: std::result::Result<Arrival, String>,
         write_len: Option<u64>,
+        largest: u64,
     ) -> std::result::Result<(), String> {
         let in_place = matches!(collective.kind, CollectiveKind::AllReduce(_));
         let (mut read_guard, mut write_guard, failure) = match guards {
@@ -136,7 +143,10 @@ impl Wire {
         };
         let (share, broken) = match &mut *lock(&self.links) {
             Links::Broken(reason) => (Err(format!("{} on a broken CPU group: {reason}", collective.name())), None),
-            Links::Spoke(hub) => match send(hub, &mine).and_then(|()| receive::<Outcome<Share>>(hub)) {
+            // Rank 0's answer is this rank's share at most (or a failure's text).
+            Links::Spoke(hub) => match send(hub, &mine).and_then(|()| {
+                receive::<Outcome<Share>>(&mut Read::take(&mut *hub, write_len.unwrap_or(0).saturating_add(SLACK)))
+            }) {
                 Ok(Outcome::Share(share)) => (Ok(share.map(serde_bytes::ByteBuf::into_vec)), None),
                 Ok(Outcome::Failed(failure)) => (Err(failure), None),
                 Err(error) => {
@@ -144,25 +154,111 @@ impl Wire {
                     (Err(format!("{} on rank {}: {reason}", collective.name(), self.rank)), Some(reason))
                 }
             },
-            Links::Hub(peers) => gather(collective, peers, mine),
+            Links::Hub(peers) => gather(collective, peers, mine, largest),
         };
         if let Some(reason) = broken {
             self.break_with(reason);
         }
         let share = share?;
         read_guard.take();
-        if let (Some(share), Some(guard)) = (share, write_guard.as_mut()) {
-            let target = guard.bytes_mut()?;
-            if target.len() != share.len() {
-                return Err(format!(
-                    "{} brought {} B for a {}-byte buffer",
-                    collective.name(),
-                    share.len(),
-                    target.len()
-                ));
+        let Some(guard) = write_guard.as_mut() else { return Ok(()) };
+        let target = guard.bytes_mut()?;
+        // A buffer this part writes gets exactly its bytes: none would leave
+        // it unwritten yet reported done.
+        match share {
+            Some(share) if share.len() == target.len() => {
+                target.copy_from_slice(&share);
+                Ok(())
             }
-            target.copy_from_slice(&share);
+            share => Err(format!(
+                "{} brought {} B for a {}-byte buffer",
+                collective.name(),
+                share.map_or(0, |share| share.len()),
+                target.len()
+            )),
         }
-        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::mpsc::channel;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use super::*;
+    use crate::counters::Counters;
+    use crate::element::ElementType;
+
+    const FROM_RANK_1: Collective =
+        Collective { kind: CollectiveKind::Broadcast { root: 1 }, element: ElementType::Bytes };
+
+    /// A group of two whose rank 1 sends `contribution` by hand for turn 0
+    /// and then plays turn 1 as any rank does; rank 0 brings a 4-byte buffer
+    /// to turn 0. Returns what rank 0's turn 0 and turn 1 came to, and the
+    /// answer rank 1 got for its turn 0.
+    fn rank_0_beside(contribution: Contribution) -> (Result<(), String>, Result<(), String>, String) {
+        let (id, _listening) = new_id().unwrap();
+        let peer = std::thread::spawn(move || {
+            let wire = join(&id, 2, 1).unwrap();
+            let answer = match &mut *lock(&wire.links) {
+                // Rank 0 may cut the link while this is still sent.
+                Links::Spoke(hub) => match send(hub, &contribution).and_then(|()| receive::<Outcome<Share>>(hub)) {
+                    Ok(Outcome::Failed(why)) => why,
+                    Ok(Outcome::Share(_)) => "a share".to_owned(),
+                    Err(error) => format!("no answer: {error}"),
+                },
+                _ => unreachable!("rank 1 is a spoke"),
+            };
+            lock(&wire.turns).next = 1;
+            let _ = wire.run(1, &FROM_RANK_1, Some("rank 1 has nothing".into()), None, None);
+            answer
+        });
+        let wire = Arc::new(join(&id, 2, 0).unwrap());
+        let counters = Arc::new(Counters::default());
+        let mine = CpuMemory::allocate(4, &counters).unwrap();
+        let first = wire.run(0, &FROM_RANK_1, None, None, Some(mine));
+        let (done, next) = channel();
+        let second = wire.clone();
+        std::thread::spawn(move || drop(done.send(second.run(1, &FROM_RANK_1, None, None, None))));
+        let second = next.recv_timeout(Duration::from_secs(30)).expect("the next turn runs");
+        (first, second, peer.join().unwrap())
+    }
+
+    #[test]
+    fn a_broadcast_root_claiming_a_result_it_cannot_have_fails_the_collective_and_the_group_goes_on() {
+        // Rank 0 would have allocated the claimed length: u64::MAX aborted
+        // the process or panicked, and every later turn waited for it.
+        let claim = Contribution {
+            sequence: 0,
+            collective: FROM_RANK_1,
+            failure: None,
+            read: Some(vec![1, 2, 3, 4]),
+            write_len: Some(u64::MAX),
+            write: None,
+        };
+        let (first, second, answer) = rank_0_beside(claim);
+        let first = first.unwrap_err();
+        assert!(first.contains("do not fit"), "{first}");
+        assert!(answer.contains("do not fit"), "rank 1 learns it too: {answer}");
+        assert!(second.unwrap_err().contains("rank 1 has nothing"), "the group is not broken");
+    }
+
+    #[test]
+    fn a_contribution_larger_than_any_that_fits_is_refused_as_it_arrives() {
+        // Rank 0 brings 4 bytes: no fitting contribution of two ranks holds
+        // more than 8 bytes of buffers, and this one would hold 4 MiB.
+        let huge = Contribution {
+            sequence: 0,
+            collective: FROM_RANK_1,
+            failure: None,
+            read: Some(vec![7; 4 << 20]),
+            write_len: None,
+            write: None,
+        };
+        let (first, second, _) = rank_0_beside(huge);
+        let first = first.unwrap_err();
+        assert!(first.contains("rank 1 is gone"), "{first}");
+        assert!(second.unwrap_err().contains("broken"), "a rank cut off mid-message breaks the group");
     }
 }
