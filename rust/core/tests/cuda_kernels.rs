@@ -222,6 +222,28 @@ fn a_module_built_for_another_architecture_is_refused_naming_the_device() {
     runtime.close().unwrap();
 }
 
+#[test]
+fn a_cut_module_image_is_refused_before_the_driver_reads_it() {
+    // `cuModuleLoadData` takes no length: a CUBIN or fatbin cut short would
+    // have the driver read past the caller's bytes.
+    let Some(runtime) = open("a_cut_module_image") else { return };
+    let Some(dir) = modules("a_cut_module_image") else { return };
+    let s = runtime.default_stream();
+    let (x, y) = (s.zeros(ElementType::F32, 16).unwrap(), s.zeros(ElementType::F32, 16).unwrap());
+    let args = [Arg::read(&x), Arg::write(&y), Arg::bytes(&A.bytes()), Arg::f64(1.0), Arg::u64(16)];
+    for file in ["kernels.cubin", "kernels.fatbin"] {
+        let whole = std::fs::read(dir.join(file)).unwrap();
+        let cut = whole[..whole.len() / 2].to_vec();
+        let kernel = Kernel::custom("affine").cuda_module(cut, "weir_test::affine<float>").build();
+        match s.execute(&kernel, Grid::linear(16, 16), &args) {
+            Err(Error::InvalidArgument(message)) => assert!(message.contains("fit its bytes"), "{file}: {message}"),
+            other => panic!("{file} cut in half was taken: {other:?}"),
+        }
+    }
+    s.fence().unwrap().wait().unwrap();
+    runtime.close().unwrap();
+}
+
 /// `C = op(A) · op(B)` on the host, column-major, for `count` packed matrices.
 fn host_gemm(gemm: &Gemm, count: usize, a: &[f32], b: &[f32]) -> Vec<f32> {
     let (m, n, k) = (gemm.m as usize, gemm.n as usize, gemm.k as usize);

@@ -29,6 +29,8 @@ pub mod element;
 pub mod enqueue;
 pub mod error;
 pub mod host;
+#[cfg(any(feature = "cuda", feature = "hip", test))]
+pub(crate) mod image;
 pub mod info;
 pub mod kernel;
 mod launch;

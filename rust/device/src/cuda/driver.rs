@@ -23,6 +23,7 @@ use crate::driver::{
 };
 use crate::enqueue::EnqueueError;
 use crate::error::{Error, Result};
+use crate::image::{check_elf, check_fatbin, ELF_MAGIC, FATBIN_MAGIC};
 use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
@@ -79,9 +80,6 @@ const SYMBOLS: [&str; 42] = [
 /// Times two events; looked up at open rather than required, so an older
 /// driver still runs everything but timestamps.
 const ELAPSED_TIME: &str = "cuEventElapsedTime_v2";
-
-/// The first word of a fatbin (`nvcc -fatbin`), little-endian.
-const FATBIN_MAGIC: u32 = 0xBA55_ED50;
 
 /// Dynamic shared memory beyond this needs an explicit opt-in per function.
 const DEFAULT_SHARED_LIMIT: u32 = 48 * 1024;
@@ -491,7 +489,15 @@ impl Driver for Cuda {
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
         // A CUBIN is an ELF file and a fatbin starts with its magic; anything
         // else is PTX, which the driver reads as a C string.
-        let binary = image.starts_with(b"\x7fELF") || image.starts_with(&FATBIN_MAGIC.to_le_bytes());
+        let binary = if image.starts_with(ELF_MAGIC) {
+            check_elf(image).map_err(Error::invalid)?;
+            true
+        } else if image.starts_with(&FATBIN_MAGIC.to_le_bytes()) {
+            check_fatbin(image).map_err(Error::invalid)?;
+            true
+        } else {
+            false
+        };
         let text: Vec<u8>;
         let image = match binary || image.last() == Some(&0) {
             true => image,
@@ -500,8 +506,9 @@ impl Driver for Cuda {
                 &text
             }
         };
-        // SAFETY: `image` is a whole CUBIN or fatbin, or NUL-terminated PTX
-        // (see above); the driver reads it during the call and keeps a copy.
+        // SAFETY: `image` is a CUBIN or fatbin whose headers name only ranges
+        // inside it (checked above), or NUL-terminated PTX; the driver reads
+        // it during the call and keeps a copy.
         match unsafe { result::module::load_data(image.as_ptr().cast()) } {
             Ok(module) => Ok(Handle(module)),
             Err(DriverError(

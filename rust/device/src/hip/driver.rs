@@ -11,6 +11,7 @@ use super::ffi::{self, Status as HipStatus};
 use super::{hiprtc, metadata};
 use crate::driver::{callback_run, handle_calls, milliseconds, status_error, Driver, EventUse, Handle, Launch, Loss};
 use crate::error::{Error, Result};
+use crate::image::{check_bundle, check_elf, BUNDLE_MAGIC, ELF_MAGIC};
 use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
@@ -285,8 +286,16 @@ impl Driver for Hip {
     }
 
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
+        if image.starts_with(ELF_MAGIC) {
+            check_elf(image).map_err(Error::invalid)?;
+        } else if image.starts_with(BUNDLE_MAGIC) {
+            check_bundle(image).map_err(Error::invalid)?;
+        } else {
+            return Err(Error::invalid("a HIP module image is an AMDGPU code object (ELF) or a clang offload bundle"));
+        }
         let mut module = null_mut();
-        // SAFETY: `image` is a complete code object from hiprtc.
+        // SAFETY: `image` is a code object or offload bundle whose headers
+        // name only ranges inside it (checked above).
         check("hipModuleLoadData", unsafe { ffi::hipModuleLoadData(&mut module, image.as_ptr().cast()) })
             .map(|()| Handle(module))
     }

@@ -19,6 +19,8 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::LittleEndian;
 use serde::Deserialize;
 
+use crate::image::BUNDLE_MAGIC;
+
 /// One argument of a kernel as its code object declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ArgInfo {
@@ -83,7 +85,6 @@ pub fn param_sizes(image: &[u8], entry: &str) -> Option<Vec<usize>> {
 }
 
 const NOTE_AMDGPU_METADATA: u32 = 32;
-const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
 
 /// The AMDGPU ELF in `image`: the image itself, or the AMDGPU entry of an
 /// offload bundle.
