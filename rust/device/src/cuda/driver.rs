@@ -430,7 +430,12 @@ impl Driver for Cuda {
         // Only allocations are queued on the pool stream, so this returns at once;
         // afterwards the memory is usable on any stream without an event.
         // SAFETY: the pool stream is alive.
-        unsafe { result::stream::synchronize(self.pool_stream.0) }.called("cuStreamSynchronize")?;
+        if let Err(error) = unsafe { result::stream::synchronize(self.pool_stream.0) }.called("cuStreamSynchronize") {
+            // Nobody else will own it: it goes back before the error does.
+            // SAFETY: just allocated on the pool stream, and never handed out.
+            let _ = unsafe { result::free_async(ptr, self.pool_stream.0) };
+            return Err(error);
+        }
         Ok(ptr)
     }
 
@@ -442,8 +447,9 @@ impl Driver for Cuda {
     fn host_alloc(&self, bytes: usize) -> Result<*mut u8> {
         // SAFETY: allocates; nothing of ours is touched.
         match unsafe { result::malloc_host(bytes, sys::CU_MEMHOSTALLOC_PORTABLE) } {
+            // Page-locked memory is the host's.
             Err(DriverError(CUresult::CUDA_ERROR_OUT_OF_MEMORY)) => {
-                Err(Error::OutOfMemory { bytes: bytes as u64, host: false })
+                Err(Error::OutOfMemory { bytes: bytes as u64, host: true })
             }
             other => other.map(<*mut c_void>::cast).called("cuMemHostAlloc"),
         }

@@ -235,7 +235,8 @@ impl Driver for Hip {
         let mut ptr = null_mut();
         // SAFETY: `ptr` receives the allocation.
         match unsafe { ffi::hipHostMalloc(&mut ptr, bytes, ffi::HOST_MALLOC_PORTABLE) } {
-            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64, host: false }),
+            // Page-locked memory is the host's.
+            ffi::ERROR_OUT_OF_MEMORY => Err(Error::OutOfMemory { bytes: bytes as u64, host: true }),
             other => check("hipHostMalloc", other).map(|()| ptr.cast()),
         }
     }
