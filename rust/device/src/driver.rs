@@ -377,7 +377,7 @@ macro_rules! handle_calls {
         stream_wait_event: $stream_wait_event:ident,
         event_synchronize: $event_synchronize:ident,
         stream_synchronize: $stream_synchronize:ident,
-        add_callback: $add_callback:ident($trampoline:ident),
+        add_callback: $add_callback:ident($trampoline:expr),
         stream_destroy: $stream_destroy:ident,
         event_destroy: $event_destroy:ident,
         module_unload: $module_unload:ident $(,)?

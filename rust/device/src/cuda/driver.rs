@@ -329,9 +329,42 @@ impl Drop for Cuda {
     }
 }
 
-unsafe extern "C" fn on_stream_callback(_stream: sys::CUstream, status: CUresult, data: *mut c_void) {
-    // No driver call is allowed here: the status is described without one.
-    let status = check("a stream callback", status);
+/// The stream callback's trampoline as `cuStreamAddCallback` types it. It
+/// takes the status as the plain `u32` the driver passes: cudarc's
+/// `CUresult` is an enum of the codes CUDA 13.0 knows, and a newer driver's
+/// code in it would be undefined behaviour.
+const ON_STREAM_CALLBACK: unsafe extern "C" fn(sys::CUstream, CUresult, *mut c_void) =
+    // SAFETY: one C ABI: `CUresult` is `#[repr(u32)]`, passed as a `u32`.
+    unsafe { std::mem::transmute::<unsafe extern "C" fn(sys::CUstream, u32, *mut c_void), _>(on_stream_callback) };
+
+unsafe extern "C" fn on_stream_callback(_stream: sys::CUstream, status: u32, data: *mut c_void) {
+    // No driver call is allowed here: the status is described without one,
+    // by name where it is one of the faults a kernel's work can end in.
+    const KNOWN: [CUresult; 14] = {
+        use CUresult::*;
+        [
+            CUDA_ERROR_ILLEGAL_ADDRESS,
+            CUDA_ERROR_LAUNCH_FAILED,
+            CUDA_ERROR_LAUNCH_TIMEOUT,
+            CUDA_ERROR_ILLEGAL_INSTRUCTION,
+            CUDA_ERROR_MISALIGNED_ADDRESS,
+            CUDA_ERROR_INVALID_ADDRESS_SPACE,
+            CUDA_ERROR_INVALID_PC,
+            CUDA_ERROR_HARDWARE_STACK_ERROR,
+            CUDA_ERROR_ASSERT,
+            CUDA_ERROR_ECC_UNCORRECTABLE,
+            CUDA_ERROR_NVLINK_UNCORRECTABLE,
+            CUDA_ERROR_CONTEXT_IS_DESTROYED,
+            CUDA_ERROR_DEVICE_UNAVAILABLE,
+            CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
+        ]
+    };
+    const CALL: &str = "a stream callback";
+    let status = match KNOWN.into_iter().find(|known| *known as u32 == status) {
+        _ if status == CUresult::CUDA_SUCCESS as u32 => Ok(()),
+        Some(known) => Err(failure(CALL, known)),
+        None => Err(status_error(NAME, CALL, format!("CUDA error {status}"), status as i32, false)),
+    };
     // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
     unsafe { callback_run(data, status) };
 }
@@ -393,7 +426,7 @@ impl Driver for Cuda {
     // Calls that differ from HIP's only by name, written once in `handle_calls!`.
     handle_calls! { calls: sys, check: check;
         event_record: cuEventRecord, stream_wait_event: cuStreamWaitEvent, event_synchronize: cuEventSynchronize,
-        stream_synchronize: cuStreamSynchronize, add_callback: cuStreamAddCallback(on_stream_callback),
+        stream_synchronize: cuStreamSynchronize, add_callback: cuStreamAddCallback(ON_STREAM_CALLBACK),
         stream_destroy: cuStreamDestroy_v2, event_destroy: cuEventDestroy_v2, module_unload: cuModuleUnload,
     }
 
