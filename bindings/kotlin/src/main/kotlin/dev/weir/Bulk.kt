@@ -72,10 +72,37 @@ fun WeirStream.writeHost(buffer: Buffer, host: HostBytes, offset: Long = 0) =
 
 /**
  * The bytes as a read-only little-endian direct buffer over Rust's memory,
- * with no copy: valid until this is closed, so copy out what you keep.
+ * with no copy. The buffer, and every buffer made from it (`slice`,
+ * `duplicate`, `asFloatBuffer`, …), keeps the bytes alive while it is
+ * reachable: [HostBytes.close] (or dropping this handle) frees them only once
+ * no such buffer is left. Throws `IllegalStateException` once closed, as
+ * every call on a closed handle does.
  */
-fun HostBytes.asByteBuffer(): ByteBuffer =
-    Pointer(address().toLong()).getByteBuffer(0, len().toLong()).asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN)
+fun HostBytes.asByteBuffer(): ByteBuffer {
+    // A direct buffer made over an address holds nothing of its owner, so the
+    // view itself holds a borrow of this handle, as a call does, and gives it
+    // back from the cleaner once no view is reachable. Every view made from it
+    // keeps it reachable: the JDK's derived direct buffers hold their root.
+    uniffiBeginBorrow()
+    try {
+        val root = Pointer(address().toLong()).getByteBuffer(0, len().toLong())
+        UniffiLib.CLEANER.register(root, EndBorrow(this))
+        return root.asReadOnlyBuffer().order(ByteOrder.LITTLE_ENDIAN)
+    } catch (failure: Throwable) {
+        uniffiEndBorrow()
+        throw failure
+    }
+}
+
+/**
+ * Gives back a borrow of [host] (freeing it if it was closed meanwhile).
+ * A class of its own, not a lambda, so that it holds [host] and nothing of
+ * the view it is registered on, which would then never be collected; holding
+ * [host] keeps UniFFI's own cleaner from freeing it while a view is alive.
+ */
+private class EndBorrow(private val host: HostBytes) : Runnable {
+    override fun run() = host.uniffiEndBorrow()
+}
 
 /**
  * Admits a read of all of [buffer] now, in order on this stream, to await

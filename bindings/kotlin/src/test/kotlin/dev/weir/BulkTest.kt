@@ -6,12 +6,15 @@ import kotlinx.coroutines.runBlocking
 import org.junit.jupiter.api.Assertions.assertArrayEquals
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
+import org.junit.jupiter.api.Assertions.assertNotNull
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
+import java.lang.ref.WeakReference
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
+import java.nio.FloatBuffer
 
 /** Bulk data: uploads lent to Rust or staged in chunks, reads into the caller's arrays. */
 class BulkTest {
@@ -39,6 +42,26 @@ class BulkTest {
                     assertArrayEquals(ints, s.readInts(buffer))
                 }
                 s.upload(floatArrayOf(1f, 2f)).use { assertArrayEquals(floatArrayOf(1f, 2f), s.readFloats(it)) }
+            }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a view of host bytes keeps them alive while it is reachable, past close`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val values = FloatArray(4096) { it * 0.25f - 3f }
+            for (close in listOf(false, true)) {
+                val views = arrayOfNulls<FloatBuffer>(1)
+                val host = viewOfLostHandle(rt, values, close, views)
+                // Nothing but the view holds the handle: were the view not to
+                // hold it, UniFFI's cleaner would free the bytes under it.
+                collectGarbage(rounds = 5)
+                assertNotNull(host.get(), "the handle went while a view of its bytes was reachable (closed: $close)")
+                repeat(4) { rt.hostBytes(FloatArray(values.size) { -1f }).close() } // memory a freed block would go to
+                assertArrayEquals(values, FloatArray(values.size).also { views[0]!!.get(0, it) }, "closed: $close")
+                // Once the view goes, so does the handle: its borrow was given back.
+                views[0] = null
+                collectGarbageUntil(what = "the handle goes once its view does (closed: $close)") { host.get() == null }
             }
         }
 
@@ -206,4 +229,16 @@ class BulkTest {
                 s.uniffiEndBorrow()
             }
         }
+}
+
+/**
+ * Puts into [views] a float view of new host bytes holding [values] (closed
+ * at once if [close]) and returns a weak reference to their handle, which
+ * nothing else then holds: a frame of its own, so no local keeps it.
+ */
+private fun viewOfLostHandle(rt: WeirRuntime, values: FloatArray, close: Boolean, views: Array<FloatBuffer?>): WeakReference<HostBytes> {
+    val host = rt.hostBytes(values)
+    views[0] = host.asByteBuffer().asFloatBuffer()
+    if (close) host.close()
+    return WeakReference(host)
 }
