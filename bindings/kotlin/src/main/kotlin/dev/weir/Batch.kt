@@ -96,7 +96,7 @@ class Batch internal constructor() {
     internal fun submit(stream: WeirStream) {
         val out = bytes ?: throw IllegalStateException("the batch was already admitted")
         try {
-            if (ops > 0) stream.submitBatch(buffers, kernels, out.slice(0, size))
+            if (ops > 0) lent(out.slice(0, size)) { stream.submitBatch(buffers, kernels, it) }
         } finally {
             release()
         }
@@ -106,7 +106,7 @@ class Batch internal constructor() {
     internal fun record(stream: WeirStream): Graph {
         val out = bytes ?: throw IllegalStateException("the batch was already admitted")
         try {
-            return stream.recordBatch(buffers, kernels, out.slice(0, size))
+            return lent(out.slice(0, size)) { stream.recordBatch(buffers, kernels, it) }
         } finally {
             release()
         }

@@ -9,6 +9,7 @@
 package dev.weir
 
 import com.sun.jna.Pointer
+import java.lang.ref.Reference
 import java.nio.ByteBuffer
 import java.nio.ByteOrder
 import java.util.concurrent.ConcurrentLinkedQueue
@@ -35,7 +36,7 @@ internal const val KEPT_CHUNKS = 4
 @JvmOverloads
 @Throws(WeirException::class)
 fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES): Buffer {
-    if (data.isDirect) return uploadBorrowed(data.slice(), element)
+    if (data.isDirect) return lent(data.slice()) { uploadBorrowed(it, element) }
     val source = data.slice()
     val width = element.width
     if (source.remaining() % width != 0) {
@@ -49,15 +50,32 @@ fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES
 /**
  * Host memory holding a copy of [data], for [writeHost]: page-locked on CUDA
  * and HIP, so uploads from it need no host copy (plain memory elsewhere).
- * Make it once, upload it as often as needed, close it when done. (From a
- * direct `ByteBuffer`, the generated `hostBytes` takes its remaining bytes.)
+ * Make it once, upload it as often as needed, close it when done. (The
+ * generated `hostBytes(ByteBuffer)` takes a direct buffer's first
+ * `remaining()` bytes from its start, not from its position, so pass it a
+ * `slice()`; and, as every generated call that borrows a `ByteBuffer`, it
+ * keeps only the buffer's address, so the caller keeps the buffer reachable
+ * until it returns: `Reference.reachabilityFence(buffer)` after it.)
  */
 @Throws(WeirException::class)
 fun WeirRuntime.hostBytes(data: FloatArray): HostBytes {
     val direct = ByteBuffer.allocateDirect(data.size * 4).order(ByteOrder.LITTLE_ENDIAN)
     direct.asFloatBuffer().put(data)
-    return hostBytes(direct)
+    return lent(direct) { hostBytes(it) }
 }
+
+/**
+ * [call] given [buffer], a direct buffer it lends to Rust. UniFFI's lowering
+ * of a borrowed `&[u8]` keeps only the buffer's address, so nothing else
+ * would keep the buffer reachable while Rust copies from it, and a
+ * collection could free its memory under the copy.
+ */
+internal inline fun <T> lent(buffer: ByteBuffer, call: (ByteBuffer) -> T): T =
+    try {
+        call(buffer)
+    } finally {
+        Reference.reachabilityFence(buffer)
+    }
 
 /**
  * Enqueues a copy of all of [host] (a whole number of [buffer]'s elements)
@@ -222,7 +240,7 @@ internal inline fun WeirStream.uploadStaged(
         try {
             chunk.clear()
             fill(chunk, 0, count)
-            return uploadBorrowed(chunk.slice(0, count * width), element)
+            return lent(chunk.slice(0, count * width)) { uploadBorrowed(it, element) }
         } finally {
             if (chunks.size < KEPT_CHUNKS) chunks.offer(chunk)
         }
