@@ -59,7 +59,7 @@ fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES
  */
 @Throws(WeirException::class)
 fun WeirRuntime.hostBytes(data: FloatArray): HostBytes {
-    val direct = ByteBuffer.allocateDirect(data.size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    val direct = ByteBuffer.allocateDirect(wordBytes(data.size, "f32")).order(ByteOrder.LITTLE_ENDIAN)
     direct.asFloatBuffer().put(data)
     return lent(direct) { hostBytes(it) }
 }

@@ -276,14 +276,27 @@ internal fun Buffer.wholeWords(element: String): Int {
     return (size / 4u).toInt()
 }
 
+/**
+ * The bytes of [count] 4-byte [element]s, refused where one JVM array cannot
+ * hold them: `count * 4` in `Int` wraps past 2^29 elements, into a negative
+ * or too small size that NIO would refuse untyped.
+ */
+internal fun wordBytes(count: Int, element: String): Int {
+    val bytes = count * 4L
+    if (bytes > Int.MAX_VALUE) {
+        throw WeirException.InvalidArgument("invalid argument: $count ${element}s are $bytes bytes, more than one JVM array holds")
+    }
+    return bytes.toInt()
+}
+
 internal fun FloatArray.toLittleEndianBytes(): ByteArray {
-    val out = ByteBuffer.allocate(size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    val out = ByteBuffer.allocate(wordBytes(size, "f32")).order(ByteOrder.LITTLE_ENDIAN)
     out.asFloatBuffer().put(this)
     return out.array()
 }
 
 internal fun IntArray.toLittleEndianBytes(): ByteArray {
-    val out = ByteBuffer.allocate(size * 4).order(ByteOrder.LITTLE_ENDIAN)
+    val out = ByteBuffer.allocate(wordBytes(size, "i32")).order(ByteOrder.LITTLE_ENDIAN)
     out.asIntBuffer().put(this)
     return out.array()
 }

@@ -8,6 +8,7 @@ import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertNotNull
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
@@ -44,6 +45,17 @@ class BulkTest {
                 s.upload(floatArrayOf(1f, 2f)).use { assertArrayEquals(floatArrayOf(1f, 2f), s.readFloats(it)) }
             }
         }
+
+    @Test
+    fun `arrays of more bytes than one JVM array holds are refused, typed`() {
+        // What write(FloatArray|IntArray) and hostBytes(FloatArray) size their bytes with
+        // (an array that large would need 2 GiB of heap to try).
+        assertEquals(Int.MAX_VALUE / 4 * 4, wordBytes(Int.MAX_VALUE / 4, "f32"))
+        for (count in listOf(Int.MAX_VALUE / 4 + 1, 1 shl 30, Int.MAX_VALUE)) {
+            val refused = assertThrows<WeirException.InvalidArgument>("$count") { wordBytes(count, "f32") }
+            assertTrue(refused.message!!.contains("$count f32s"), refused.message)
+        }
+    }
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
