@@ -110,7 +110,16 @@ object WeirBlocking {
     /** Blocks until all work admitted on every member of [group] so far is done. */
     @JvmStatic
     @Throws(WeirException::class)
-    fun sync(group: DeviceGroup) = group.devices().forEach { sync(it) }
+    fun sync(group: DeviceGroup) {
+        // `devices()` makes a handle per member: closed here, each of them
+        // even when a sync throws, not left to the cleaner.
+        val members = group.devices()
+        try {
+            members.forEach { sync(it) }
+        } finally {
+            members.forEach { it.close() }
+        }
+    }
 
     /**
      * Joins the group [id] names as [rank] of [ranks] with [device] of this process, blocking
