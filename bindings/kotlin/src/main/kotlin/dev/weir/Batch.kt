@@ -28,6 +28,7 @@ class Batch internal constructor() {
     private var size = 0
 
     /** Adds `kernel` over [args] on [grid], as `WeirStream.execute` would enqueue it. */
+    @Throws(WeirException::class)
     fun execute(kernel: Kernel, grid: Grid, args: List<Arg>) {
         val argCount = args.size
         val given = grid != single
@@ -47,23 +48,28 @@ class Batch internal constructor() {
     }
 
     /** Adds `kernel` over [args] on [grid]. */
+    @Throws(WeirException::class)
     fun execute(kernel: Kernel, grid: Grid, vararg args: Arg) = execute(kernel, grid, args.asList())
 
     /** Adds the built-in [op] over [args]. */
+    @Throws(WeirException::class)
     fun execute(op: BuiltinOp, vararg args: Arg) = execute(op.kernel(), single, args.asList())
 
     /** Adds a copy of raw [data] (a whole number of the buffer's elements) into [buffer] at element [offset]. */
     @JvmOverloads
+    @Throws(WeirException::class)
     fun write(buffer: Buffer, data: ByteArray, offset: Long = 0) =
         write(buffer, OpEncoding.ELEMENT_BYTES, offset, data.size.toLong()) { it.put(data) }
 
     /** Adds a copy of [data] into [buffer] (of `f32`s or raw bytes) at element [offset]. */
     @JvmOverloads
+    @Throws(WeirException::class)
     fun write(buffer: Buffer, data: FloatArray, offset: Long = 0) =
         write(buffer, OpEncoding.ELEMENT_F32, offset, data.size * 4L) { it.asFloatBuffer().put(data) }
 
     /** Adds a copy of [data] into [buffer] (of `i32`s, `u32`s as bits, or raw bytes) at element [offset]. */
     @JvmOverloads
+    @Throws(WeirException::class)
     fun write(buffer: Buffer, data: IntArray, offset: Long = 0) =
         write(buffer, OpEncoding.ELEMENT_I32, offset, data.size * 4L) { it.asIntBuffer().put(data) }
 

@@ -45,6 +45,7 @@ class CpuKernelArgs internal constructor(
     private val scalarsAt: Int = GRID_WORDS + 1 + WORDS_PER_ARGUMENT * packed[GRID_WORDS].toInt()
 
     /** The grid the kernel was launched with (its block is the launch's on every backend). */
+    @get:Throws(WeirException::class)
     val grid: Grid
         get() = live {
             val word = { at: Int -> packed[at].toUInt() }
@@ -52,9 +53,11 @@ class CpuKernelArgs internal constructor(
         }
 
     /** Number of buffer arguments. */
+    @get:Throws(WeirException::class)
     val bufferCount: Int get() = live { packed[GRID_WORDS].toInt() }
 
     /** Buffer argument [index] as little-endian bytes: the call's copy of it. */
+    @Throws(WeirException::class)
     fun bytes(index: Int): ByteBuffer {
         val copy = synchronized(lent) {
             live {
@@ -75,37 +78,46 @@ class CpuKernelArgs internal constructor(
     }
 
     /** Buffer argument [index] as `f32`s. */
+    @Throws(WeirException::class)
     fun floats(index: Int): FloatBuffer = bytes(index).asFloatBuffer()
 
     /** Buffer argument [index] as 32-bit integers (`i32`, or `u32` bits). */
+    @Throws(WeirException::class)
     fun ints(index: Int): IntBuffer = bytes(index).asIntBuffer()
 
     /** Scalar argument [index], an `f32`. */
     @JvmName("scalarF32") // Java: `float` is a keyword there
+    @Throws(WeirException::class)
     fun float(index: Int): Float = Float.fromBits(scalar(index, F32).toInt())
 
     /** Scalar argument [index], an `i32`. */
     @JvmName("scalarI32") // Java: `int` is a keyword there
+    @Throws(WeirException::class)
     fun int(index: Int): Int = scalar(index, I32).toInt()
 
     /** Scalar argument [index], a `u32`. */
     @JvmName("scalarU32")
+    @Throws(WeirException::class)
     fun uint(index: Int): UInt = scalar(index, U32).toUInt()
 
     /** Scalar argument [index], a `u64`. */
     @JvmName("scalarU64")
+    @Throws(WeirException::class)
     fun ulong(index: Int): ULong = scalar(index, U64).toULong()
 
     /** Scalar argument [index], an `i64`. */
     @JvmName("scalarI64") // Java: `long` is a keyword there
+    @Throws(WeirException::class)
     fun long(index: Int): Long = scalar(index, I64)
 
     /** Scalar argument [index], an `f64`. */
     @JvmName("scalarF64") // Java: `double` is a keyword there
+    @Throws(WeirException::class)
     fun double(index: Int): Double = Double.fromBits(scalar(index, F64))
 
     /** Scalar argument [index], a struct passed by value: a copy of its bytes (little-endian). */
     @JvmName("structBytes")
+    @Throws(WeirException::class)
     fun struct(index: Int): ByteBuffer = synchronized(lent) {
         live {
             val at = typedScalar(index, STRUCT)
@@ -182,7 +194,12 @@ class CpuKernelArgs internal constructor(
 
 /** A CPU kernel's body: a Kotlin lambda or a Java one (`args -> { … }`). */
 fun interface CpuKernelFunction {
-    /** Runs the kernel over [args]; throwing fails the op with the exception's message. */
+    /**
+     * Runs the kernel over [args]; throwing fails the op with the exception's
+     * message. Declared for Java, so that a Java body may let the
+     * [WeirException] of an argument accessor, or any other, propagate.
+     */
+    @Throws(Exception::class)
     fun run(args: CpuKernelArgs)
 }
 
@@ -196,6 +213,7 @@ fun interface CpuKernelFunction {
  * [body] through JNI ([NativeKernels]); else through UniFFI's callback, a
  * JNA callback several times dearer than a small kernel.
  */
+@Throws(WeirException::class)
 fun cpuKernel(body: CpuKernelFunction): CpuKernelBody {
     if (NativeLink.linked) {
         val token = NativeKernels.bind(body)

@@ -438,6 +438,43 @@ class JavaApiTest {
         }
     }
     /**
+     * The Kotlin-written calls that throw declare it, so that Java catches
+     * their typed exceptions where they are made: a catch of a checked
+     * exception the try block does not declare does not compile.
+     */
+    @Test
+    void javaCatchesTypedExceptionsOfKernelArgumentsAndBatchesWhereTheyAreMade() throws Exception {
+        try (WeirRuntime runtime = WeirJava.open(Backend.CPU)) {
+            WeirStream stream = runtime.defaultStream();
+            String[] refused = new String[2];
+            CpuKernelBody body = WeirCpuKernels.cpuKernel(args -> {
+                try {
+                    args.scalarF32(3);
+                } catch (WeirException.InvalidArgument e) {
+                    refused[0] = e.getMessage();
+                }
+            });
+            try (Kernel kernel = Kernel.Companion.custom("asks", null, null, null, body, null, null)) {
+                WeirBlocking.executeAndWait(stream, kernel, WeirJava.linearGrid(1, 1), List.of(Weir.scalar(1f)));
+            }
+            assertTrue(refused[0] != null && refused[0].contains("no scalar argument 3"), refused[0]);
+            Buffer buffer = Weir.zeros(stream, 2, ElementType.F32);
+            WeirBatch.batch(stream, batch -> {
+                try {
+                    batch.write(buffer, new float[] {1f}, -1L);
+                } catch (WeirException.InvalidArgument e) {
+                    refused[1] = e.getMessage();
+                } catch (WeirException e) { // a Kotlin block cannot throw it on
+                    refused[1] = "not InvalidArgument: " + e;
+                }
+                return kotlin.Unit.INSTANCE;
+            });
+            assertTrue(refused[1] != null && refused[1].contains("negative element offset"), refused[1]);
+            runtime.shutdown();
+        }
+    }
+
+    /**
      * A CUDA module nvcc built, loaded from its file (`WEIR_CUDA_MODULES`,
      * see ModuleFileTest): the C++ template `weir_test::affine<float>` with
      * a struct by value, a {@code double} and a {@code size_t} (a Java
