@@ -437,6 +437,7 @@ class JavaApiTest {
             runtime.shutdown();
         }
     }
+
     /**
      * The Kotlin-written calls that throw declare it, so that Java catches
      * their typed exceptions where they are made: a catch of a checked
