@@ -644,7 +644,16 @@ impl Driver for Cuda {
             result::stream::begin_capture(stream.0, CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)
                 .map_err(failed("cuStreamBeginCapture"))
                 .and_then(|()| {
+                    // A panic in `enqueue` still ends the capture, so that the
+                    // stream is not left capturing and the graph is freed.
+                    let unwinding = scopeguard::guard_on_unwind((), |()| {
+                        if let Some(graph) = result::stream::end_capture(stream.0).ok().filter(|graph| !graph.is_null())
+                        {
+                            let _ = result::graph::destroy(graph);
+                        }
+                    });
                     let enqueued = enqueue();
+                    drop(unwinding);
                     let ended = result::stream::end_capture(stream.0);
                     // An enqueue's own error first: the capture's end fails after it too.
                     let captured = enqueued.and(ended.map_err(failed("cuStreamEndCapture"))).and_then(|graph| {

@@ -271,6 +271,10 @@ pub unsafe fn enqueue(communicator: &Communicator, collective: &Collective, part
         CollectiveKind::ReduceScatter(op) => ("ncclReduceScatter", Some(nccl.reduce_scatter), reduction(op)),
         CollectiveKind::AllGather => ("ncclAllGather", None, 0),
     };
+    // Every rank's device is bound once before the group: a rank whose bind
+    // fails inside it would make no call, while the ranks before it had
+    // theirs launched, waiting for it forever.
+    parts.iter().try_for_each(|part| part.driver.bind())?;
     // SAFETY: no NCCL call of this thread is in a group yet.
     nccl.check("ncclGroupStart", unsafe { (nccl.group_start)() })?;
     // The first rank whose call fails ends the loop: the ranks after it make none.

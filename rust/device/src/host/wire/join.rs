@@ -123,6 +123,24 @@ fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
     let deadline = Instant::now() + JOIN_TIMEOUT;
     let mut peers: Vec<Option<TcpStream>> = (1..ranks).map(|_| None).collect();
     while peers.iter().any(Option::is_none) {
+        // Checked on every turn: a process that keeps connecting (no nonce
+        // needed to connect) would otherwise keep the join from ever timing out.
+        if Instant::now() > deadline {
+            let missing: Vec<String> = peers
+                .iter()
+                .enumerate()
+                .filter(|(_, peer)| peer.is_none())
+                .map(|(index, _)| (index + 1).to_string())
+                .collect();
+            return Err(Error::backend(
+                BackendKind::Cpu,
+                format!(
+                    "a CPU group of {ranks} ranks did not meet within {} s: ranks {} never joined",
+                    JOIN_TIMEOUT.as_secs(),
+                    missing.join(", ")
+                ),
+            ));
+        }
         match listener.accept() {
             Ok((stream, _)) => {
                 // A stranger or a bad hello is turned away; the join goes on.
@@ -132,25 +150,7 @@ fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
                     }
                 }
             }
-            Err(error) if error.kind() == ErrorKind::WouldBlock => {
-                if Instant::now() > deadline {
-                    let missing: Vec<String> = peers
-                        .iter()
-                        .enumerate()
-                        .filter(|(_, peer)| peer.is_none())
-                        .map(|(index, _)| (index + 1).to_string())
-                        .collect();
-                    return Err(Error::backend(
-                        BackendKind::Cpu,
-                        format!(
-                            "a CPU group of {ranks} ranks did not meet within {} s: ranks {} never joined",
-                            JOIN_TIMEOUT.as_secs(),
-                            missing.join(", ")
-                        ),
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
+            Err(error) if error.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
             Err(error) => return Err(io_error("accepting a rank of a CPU group", error)),
         }
     }
