@@ -164,12 +164,12 @@ internal object OpEncoding {
     const val ARG_F64: Byte = 6
     const val ARG_BYTES: Byte = 7
 
-    /** The bytes [putArg] writes for [arg]. */
-    fun argBytes(arg: Arg): Int = when (arg) {
+    /** The bytes [putArg] writes for [arg] (a `Long`: a struct's bytes near 2 GiB overflow an `Int`). */
+    fun argBytes(arg: Arg): Long = when (arg) {
         is Arg.Buffer -> 6
         is Arg.U32, is Arg.I32, is Arg.F32 -> 5
         is Arg.U64, is Arg.I64, is Arg.F64 -> 9
-        is Arg.Bytes -> 5 + arg.value.size
+        is Arg.Bytes -> 5L + arg.value.size
     }
 
     /** The bytes [putArg] writes for all of [args] (an indexed loop: no iterator on the launch path). */
