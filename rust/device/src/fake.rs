@@ -153,6 +153,8 @@ pub struct Shared {
     pub launched_on: Mutex<Vec<Option<String>>>,
     /// Sources containing "slow" compile only once this opens; told when one starts.
     pub slow_compile: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
+    /// Images containing "slow" load only once this opens; told when one starts.
+    pub slow_load: Mutex<Option<(Arc<Latch>, mpsc::Sender<()>)>>,
     pub free_waits: bool,
     /// The context this fake says it is on, for sharing loaded modules.
     pub context: Option<u64>,
@@ -404,6 +406,11 @@ impl Driver for Fake {
 
     fn module_load(&self, image: &[u8]) -> Result<u64> {
         self.0.check("module_load")?;
+        let slow = lock(&self.0.slow_load).clone().filter(|_| String::from_utf8_lossy(image).contains("slow"));
+        if let Some((latch, started)) = slow {
+            let _ = started.send(());
+            latch.pass();
+        }
         let module = self.0.next();
         lock(&self.0.modules).insert(module, String::from_utf8_lossy(image).into_owned());
         Ok(module)

@@ -64,6 +64,10 @@ struct Loaded<D: Driver> {
     functions: HashMap<String, Function<D>>,
 }
 
+/// One module's place in [`Kernels`]: empty until it loaded (a failed load
+/// leaves it empty, for the next caller to try again).
+type Slot<D> = Mutex<Option<Loaded<D>>>;
+
 /// A loaded kernel function, with its parameters' byte sizes where the
 /// driver tells them (to check a launch's arguments against).
 pub struct Function<D: Driver> {
@@ -84,7 +88,10 @@ impl<D: Driver> Clone for Function<D> {
 /// not load its built-ins again. Unloaded when the last runtime on the
 /// context lets go.
 pub struct Kernels<D: Driver> {
-    loaded: Mutex<HashMap<ModuleKey, Loaded<D>>>,
+    /// A slot per module, its own lock held while the module loads and its
+    /// functions are looked up: a load can synchronise the context, and
+    /// only the callers of that module wait for it.
+    loaded: Mutex<HashMap<ModuleKey, Arc<Slot<D>>>>,
     /// A driver on the context, to unload with (it keeps the context retained).
     driver: Arc<D>,
 }
@@ -124,8 +131,9 @@ impl<D: Driver> Kernels<D> {
     /// The function `kernel` names, compiling and loading on first use.
     ///
     /// Called from `prepare`, before the ordering boundary, from any thread:
-    /// the compile runs outside this cache's lock, so a slow compile never
-    /// holds up a lookup of a kernel already loaded. A source whose kernel
+    /// the compile runs outside this cache's lock, and a module's load
+    /// under its own, so neither a slow compile nor a load (which can
+    /// synchronise the context) holds up another module's kernels. A source whose kernel
     /// is named as a C linker would keep it is compiled once for all its
     /// kernels; any other name (a template instance, a namespace, a C++
     /// function's plain name) has the compiler resolve it, once per name.
@@ -179,21 +187,23 @@ impl<D: Driver> Kernels<D> {
     /// Function `entry` of the module `key` names, loading it first; `None`
     /// if the module has no such kernel.
     fn function_in(&self, driver: &D, key: ModuleKey, entry: &str) -> Result<Option<Function<D>>> {
-        if let Some(function) = lock(&self.loaded).get(&key).and_then(|module| module.functions.get(entry)) {
-            return Ok(Some(function.clone()));
+        let slot = lock(&self.loaded).get(&key).cloned();
+        if let Some(function) = slot.and_then(|slot| lock(&slot).as_ref()?.functions.get(entry).cloned()) {
+            return Ok(Some(function));
         }
         let image = Self::image(driver, &key)?;
         let symbol = image.lowered.as_deref().unwrap_or(entry);
         let name =
             CString::new(symbol).map_err(|_| Error::invalid(format!("kernel name {entry:?} contains a NUL byte")))?;
-        let mut loaded = lock(&self.loaded);
-        // Loaded under the lock (rarely, once per module), so that two threads
-        // that compiled the same source do not both load it.
-        let module = match loaded.entry(key) {
-            std::collections::hash_map::Entry::Occupied(module) => module.into_mut(),
-            std::collections::hash_map::Entry::Vacant(vacant) => {
+        let slot = lock(&self.loaded).entry(key).or_default().clone();
+        // Loaded under the slot's lock, so that two threads that compiled the
+        // same source do not both load it; other modules' callers go on.
+        let mut slot = lock(&slot);
+        let module = match &mut *slot {
+            Some(module) => module,
+            empty => {
                 let module = driver.module_load(&image.bytes)?;
-                vacant.insert(Loaded { module, image: image.clone(), functions: HashMap::new() })
+                empty.insert(Loaded { module, image: image.clone(), functions: HashMap::new() })
             }
         };
         if let Some(function) = module.functions.get(entry) {
@@ -249,9 +259,10 @@ impl<D: Driver> Drop for Kernels<D> {
         if self.driver.bind().is_err() {
             return;
         }
-        for (_, loaded) in lock(&self.loaded).drain() {
+        for (_, slot) in lock(&self.loaded).drain() {
+            let Some(loaded) = lock(&slot).take() else { continue };
             // SAFETY: loaded in this context (by any of its drivers), unloaded
-            // once (drained), and no launch is in flight: the last runtime on
+            // once (taken), and no launch is in flight: the last runtime on
             // the context let go, its streams synchronised before it did.
             unsafe { self.driver.module_unload(loaded.module) };
         }

@@ -253,3 +253,36 @@ fn compiling_one_kernel_holds_up_no_other_prepare() {
     latch.open();
     slow.join().unwrap().unwrap();
 }
+
+#[test]
+fn loading_one_module_holds_up_no_other_modules_kernels() {
+    // A load can synchronise the whole context: under the context's one
+    // lock, it held up every runtime's first use of any kernel.
+    let (backend, shared) = backend(Wake::Waiter);
+    let backend = Arc::new(backend);
+    let command = |kernel: Arc<CustomKernel>| Command::Custom {
+        kernel,
+        grid: Grid::linear(1, 1),
+        args: Vec::<KernelArg<()>>::new(),
+    };
+    let fast = "extern \"C\" __global__ void fast() {}";
+    drop(backend.prepare(&command(custom("fast", fast))).unwrap());
+    let latch = Arc::new(Latch::default());
+    let (started, loading) = mpsc::channel();
+    *lock(&shared.slow_load) = Some((latch.clone(), started));
+    let slow = {
+        let backend = backend.clone();
+        std::thread::spawn(move || {
+            backend.prepare(&command(custom("slow", "extern \"C\" __global__ void slow() {}"))).map(drop)
+        })
+    };
+    loading.recv_timeout(Duration::from_secs(10)).unwrap();
+    // Another kernel object of the loaded module: looked up, not loaded.
+    let (done, finished) = mpsc::channel();
+    let other = backend.clone();
+    std::thread::spawn(move || drop(done.send(other.prepare(&command(custom("fast", fast))).map(drop))));
+    let looked_up = finished.recv_timeout(Duration::from_secs(10));
+    latch.open();
+    looked_up.expect("a loaded module's kernel waited for another module's load").unwrap();
+    slow.join().unwrap().unwrap();
+}
