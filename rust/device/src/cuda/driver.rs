@@ -9,7 +9,7 @@
 
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use cudarc::driver::result::{self, stream::StreamKind, DriverError};
@@ -25,6 +25,7 @@ use crate::enqueue::EnqueueError;
 use crate::error::{Error, Result};
 use crate::image::{check_elf, check_fatbin, ELF_MAGIC, FATBIN_MAGIC};
 use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
+use crate::lock::lock;
 use crate::raw::RawStream;
 use crate::rtc::Compiled;
 
@@ -32,7 +33,7 @@ const NAME: BackendKind = BackendKind::Cuda;
 
 /// Every driver symbol this backend calls, checked before the first call:
 /// cudarc panics on a missing one.
-const SYMBOLS: [&str; 42] = [
+const SYMBOLS: [&str; 43] = [
     "cuInit",
     "cuDriverGetVersion",
     "cuDeviceGetCount",
@@ -74,6 +75,7 @@ const SYMBOLS: [&str; 42] = [
     "cuGraphDestroy",
     "cuGraphLaunch",
     "cuGraphExecDestroy",
+    "cuFuncGetAttribute",
     "cuFuncSetAttribute",
 ];
 
@@ -685,9 +687,20 @@ impl Driver for Cuda {
         // kernel parameter (trait contract).
         unsafe {
             if grid.shared_bytes > DEFAULT_SHARED_LIMIT {
+                // The function is every runtime's on the context, each on its
+                // own issuing thread: the ceiling only rises (under one lock),
+                // so a launch asking less never lowers it under one asking more.
+                static RAISING: Mutex<()> = Mutex::new(());
+                let _raising = lock(&RAISING);
                 let dynamic_shared = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-                result::function::set_function_attribute(function.0, dynamic_shared, grid.shared_bytes as i32)
-                    .called("cuFuncSetAttribute")?;
+                let wanted = i32::try_from(grid.shared_bytes)
+                    .map_err(|_| Error::invalid(format!("{} bytes of shared memory", grid.shared_bytes)))?;
+                let set = result::function::get_function_attribute(function.0, dynamic_shared)
+                    .called("cuFuncGetAttribute")?;
+                if set < wanted {
+                    result::function::set_function_attribute(function.0, dynamic_shared, wanted)
+                        .called("cuFuncSetAttribute")?;
+                }
             }
             let [x, y, z] = grid.groups;
             let [bx, by, bz] = grid.block;
