@@ -229,9 +229,11 @@ impl WeirStream {
     /// its own failure), but no op of any stream comes between them.
     /// Everything is decoded and checked before anything is admitted, so a
     /// refused op (a bad slot, grid or argument) admits none. Returns once
-    /// admitted, not once done. `ops` is borrowed for the call (Kotlin: the
-    /// remaining bytes of a direct `ByteBuffer`; Swift: `Data`), not copied
-    /// into a `RustBuffer` and lifted byte by byte.
+    /// admitted, not once done. `ops` is borrowed for the call (Swift: `Data`;
+    /// Kotlin, generated as `submitBatchFromRawMemory`: the first
+    /// `remaining()` bytes at a direct `ByteBuffer`'s address, whatever its
+    /// position, which `Batch.kt` lends sliced), not copied into a
+    /// `RustBuffer` and lifted byte by byte.
     pub fn submit_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: &[u8]) -> Result<()> {
         let mut args = Vec::new();
         let decoded = decode(ops, &buffers, &kernels, &mut args)?;
@@ -246,6 +248,7 @@ impl WeirStream {
     /// graph, admitting none; [`WeirStream::replay`] admits the graph as one
     /// op, any number of times, on any stream of this runtime. Nothing
     /// recorded is `InvalidArgument`, as is any op a stream would refuse.
+    /// (Kotlin: generated as `recordBatchFromRawMemory`.)
     pub fn record_batch(&self, buffers: Vec<Arc<Buffer>>, kernels: Vec<Arc<Kernel>>, ops: &[u8]) -> Result<Arc<Graph>> {
         let mut args = Vec::new();
         let decoded = decode(ops, &buffers, &kernels, &mut args)?;

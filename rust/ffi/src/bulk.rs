@@ -107,7 +107,10 @@ impl WeirRuntime {
     /// Host memory holding a copy of `data` (borrowed for the call), for
     /// [`WeirStream::write_host`]: page-locked on CUDA and HIP, so uploads
     /// from it need no host copy; plain memory elsewhere. Keep it and upload
-    /// it as often as needed; close it when done.
+    /// it as often as needed; close it when done. (Kotlin: generated as
+    /// `hostBytesFromRawMemory`, which lends the first `remaining()` bytes at
+    /// a direct `ByteBuffer`'s address, whatever its position, and does not
+    /// keep the buffer reachable; call the binding's `hostBytes(ByteBuffer)`.)
     pub fn host_bytes(&self, data: &[u8]) -> Result<Arc<HostBytes>> {
         Ok(Arc::new(HostBytes { bytes: Some(self.core().host_buffer(data)?) }))
     }
@@ -147,8 +150,10 @@ impl WeirStream {
         Ok(Arc::new(HostBytes { bytes: Some(self.core().staging_buffer(len)?) }))
     }
 
-    /// A buffer of `element`s holding `data`, borrowed for the call (Kotlin:
-    /// the remaining bytes of a direct `ByteBuffer`; Swift: `Data`): the core
+    /// A buffer of `element`s holding `data`, borrowed for the call (Swift:
+    /// `Data`; Kotlin: generated as `uploadFromRawMemory`, which lends the
+    /// first `remaining()` bytes at a direct `ByteBuffer`'s address, whatever
+    /// its position; call the binding's `upload(ByteBuffer)`): the core
     /// copies it once, as `upload` from Rust does, before this returns.
     pub fn upload_borrowed(&self, data: &[u8], element: ElementType) -> Result<Arc<Buffer>> {
         Ok(Arc::new(Buffer::new(self.core().upload_as(element, data)?)))
@@ -156,7 +161,9 @@ impl WeirStream {
 
     /// Enqueues a copy of `data`, borrowed for the call (a whole number of
     /// the buffer's elements), into `buffer` at element `offset`; returns once
-    /// admitted (the bytes are copied by then), not once done.
+    /// admitted (the bytes are copied by then), not once done. (Kotlin:
+    /// generated as `writeFromRawMemory`, as `upload_borrowed` is; call the
+    /// binding's `write(Buffer, ByteBuffer)`.)
     pub fn write_borrowed(&self, buffer: Arc<Buffer>, offset: u64, data: &[u8], element: ElementType) -> Result<()> {
         buffer.expect_data(element, "a write")?;
         Ok(self.core().write_bytes(buffer.core(), offset, data)?)

@@ -13,7 +13,7 @@ import java.util.IdentityHashMap
  *
  * Its calls mirror the stream's (`execute`, `write`), but they only collect:
  * nothing is checked or admitted until the block returns. Ops are packed in
- * the encoding `WeirStream.submitBatch` reads (see weir-ffi's `batch.rs`), and
+ * the encoding the generated `WeirStream.submitBatchFromRawMemory` reads (see weir-ffi's `batch.rs`), and
  * each buffer and kernel crosses into Rust once per batch, however many ops
  * use it.
  */
@@ -102,7 +102,7 @@ class Batch internal constructor() {
     internal fun submit(stream: WeirStream) {
         val out = bytes ?: throw IllegalStateException("the batch was already admitted")
         try {
-            if (ops > 0) lent(out.slice(0, size)) { stream.submitBatch(buffers, kernels, it) }
+            if (ops > 0) lent(out.slice(0, size)) { stream.submitBatchFromRawMemory(buffers, kernels, it) }
         } finally {
             release()
         }
@@ -112,7 +112,7 @@ class Batch internal constructor() {
     internal fun record(stream: WeirStream): Graph {
         val out = bytes ?: throw IllegalStateException("the batch was already admitted")
         try {
-            return lent(out.slice(0, size)) { stream.recordBatch(buffers, kernels, it) }
+            return lent(out.slice(0, size)) { stream.recordBatchFromRawMemory(buffers, kernels, it) }
         } finally {
             release()
         }

@@ -29,14 +29,16 @@ internal const val KEPT_CHUNKS = 4
 
 /**
  * A buffer of [element]s (by default raw bytes) holding the remaining bytes
- * of [data], a whole number of elements; its position does not move. A
- * direct buffer is lent to Rust for the call, which copies it once, as an
- * upload from Rust does; a heap buffer goes through staging chunks as arrays do.
+ * of [data] (from its position to its limit), a whole number of elements;
+ * its position does not move. A direct buffer is lent to Rust for the call,
+ * which copies it once, as an upload from Rust does; a heap buffer goes
+ * through staging chunks as arrays do. (The generated `uploadFromRawMemory`
+ * takes `remaining()` bytes from a direct buffer's start, not its position.)
  */
 @JvmOverloads
 @Throws(WeirException::class)
 fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES): Buffer {
-    if (data.isDirect) return lent(data.slice()) { uploadBorrowed(it, element) }
+    if (data.isDirect) return lent(data.slice()) { uploadFromRawMemory(it, element) }
     val source = data.slice()
     val width = element.width
     if (source.remaining() % width != 0) {
@@ -48,27 +50,54 @@ fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES
 }
 
 /**
- * Host memory holding a copy of [data], for [writeHost]: page-locked on CUDA
- * and HIP, so uploads from it need no host copy (plain memory elsewhere).
- * Make it once, upload it as often as needed, close it when done. (The
- * generated `hostBytes(ByteBuffer)` takes a direct buffer's first
- * `remaining()` bytes from its start, not from its position, so pass it a
- * `slice()`; and, as every generated call that borrows a `ByteBuffer`, it
- * keeps only the buffer's address, so the caller keeps the buffer reachable
- * until it returns: `Reference.reachabilityFence(buffer)` after it.)
+ * Host memory holding a copy of [data] (little-endian `f32`s), for
+ * [writeHost]: page-locked on CUDA and HIP, so uploads from it need no host
+ * copy (plain memory elsewhere). Make it once, upload it as often as needed,
+ * close it when done.
  */
 @Throws(WeirException::class)
 fun WeirRuntime.hostBytes(data: FloatArray): HostBytes {
     val direct = ByteBuffer.allocateDirect(wordBytes(data.size, "f32")).order(ByteOrder.LITTLE_ENDIAN)
     direct.asFloatBuffer().put(data)
-    return lent(direct) { hostBytes(it) }
+    return lent(direct) { hostBytesFromRawMemory(it) }
+}
+
+/**
+ * Host memory holding a copy of the remaining bytes of [data] (from its
+ * position to its limit; the position does not move), for [writeHost], as
+ * `hostBytes(FloatArray)` makes. A direct buffer is lent to Rust for the
+ * call; a heap buffer is accepted too, copied into a direct buffer first
+ * (one more copy of its bytes). Java: `WeirBulk.hostBytes(runtime, buffer)`.
+ * (The generated `hostBytesFromRawMemory` takes `remaining()` bytes from a
+ * direct buffer's start, not its position, refuses a heap buffer with an
+ * `IllegalArgumentException`, and does not keep the buffer reachable.)
+ */
+@Throws(WeirException::class)
+fun WeirRuntime.hostBytes(data: ByteBuffer): HostBytes = lentRemaining(data) { hostBytesFromRawMemory(it) }
+
+/**
+ * Enqueues writing the remaining bytes of [data] (from its position to its
+ * limit, a whole number of [buffer]'s elements; the position does not move)
+ * into [buffer] at element [offset]; returns once admitted (the bytes are
+ * copied by then), not once done. A direct buffer is lent to Rust for the
+ * call; a heap buffer is copied into a direct buffer first. Java:
+ * `WeirBulk.write(stream, buffer, data)`. (The generated `writeFromRawMemory`
+ * takes `remaining()` bytes from a direct buffer's start, not its position.)
+ */
+@JvmOverloads
+@Throws(WeirException::class)
+fun WeirStream.write(buffer: Buffer, data: ByteBuffer, offset: Long = 0) {
+    val start = offset.toOffset()
+    lentRemaining(data) { writeFromRawMemory(buffer, start, it, ElementType.BYTES) }
 }
 
 /**
  * [call] given [buffer], a direct buffer it lends to Rust. UniFFI's lowering
  * of a borrowed `&[u8]` keeps only the buffer's address, so nothing else
  * would keep the buffer reachable while Rust copies from it, and a
- * collection could free its memory under the copy.
+ * collection could free its memory under the copy. It lends the first
+ * `remaining()` bytes at the buffer's address, whatever its position: pass a
+ * buffer at position 0 (a `slice()`), or use [lentRemaining].
  */
 internal inline fun <T> lent(buffer: ByteBuffer, call: (ByteBuffer) -> T): T =
     try {
@@ -76,6 +105,21 @@ internal inline fun <T> lent(buffer: ByteBuffer, call: (ByteBuffer) -> T): T =
     } finally {
         Reference.reachabilityFence(buffer)
     }
+
+/**
+ * [call] given the remaining bytes of [data] (position to limit) as a direct
+ * buffer at position 0, lent as [lent] lends it: a slice of [data] where it
+ * is direct (which keeps [data]'s memory), else a direct copy of those bytes.
+ * [data]'s position does not move.
+ */
+internal inline fun <T> lentRemaining(data: ByteBuffer, call: (ByteBuffer) -> T): T {
+    val direct = if (data.isDirect) {
+        data.slice()
+    } else {
+        ByteBuffer.allocateDirect(data.remaining()).put(data.duplicate()).flip()
+    }
+    return lent(direct, call)
+}
 
 /**
  * Enqueues a copy of all of [host] (a whole number of [buffer]'s elements)
@@ -240,7 +284,7 @@ internal inline fun WeirStream.uploadStaged(
         try {
             chunk.clear()
             fill(chunk, 0, count)
-            return lent(chunk.slice(0, count * width)) { uploadBorrowed(it, element) }
+            return lent(chunk.slice(0, count * width)) { uploadFromRawMemory(it, element) }
         } finally {
             if (chunks.size < KEPT_CHUNKS) chunks.offer(chunk)
         }

@@ -104,6 +104,47 @@ class BulkTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
+    fun `host bytes from a byte buffer hold its remaining bytes, from its position, direct or heap`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val four = floatArrayOf(1f, 2f, 3f, 4f)
+            val direct = ByteBuffer.allocateDirect(16).order(ByteOrder.LITTLE_ENDIAN)
+            direct.asFloatBuffer().put(four)
+            direct.position(8)
+            rt.hostBytes(direct).use { host ->
+                assertEquals(8L, host.len().toLong())
+                val back = host.asByteBuffer().asFloatBuffer()
+                assertEquals(3f, back[0], "bytes from the buffer's start, not its position")
+                assertEquals(4f, back[1])
+            }
+            assertEquals(8, direct.position(), "the position moved")
+            // A heap buffer is copied, its bytes 4 to 12 of an array it starts 4 bytes into.
+            val backing = ByteBuffer.allocate(20).order(ByteOrder.LITTLE_ENDIAN)
+            backing.position(4).slice().order(ByteOrder.LITTLE_ENDIAN).asFloatBuffer().put(four)
+            val heap = backing.position(4).slice().position(4).limit(12)
+            rt.hostBytes(heap).use { host ->
+                val back = host.asByteBuffer().asFloatBuffer()
+                assertEquals(2, back.remaining())
+                assertEquals(2f, back[0])
+                assertEquals(3f, back[1])
+            }
+            assertEquals(4, heap.position(), "the position moved")
+            rt.hostBytes(ByteBuffer.allocate(0)).use { assertEquals(0L, it.len().toLong()) }
+            // Writes take the same bytes; the offset counts the buffer's elements.
+            val s = rt.defaultStream()
+            runBlocking {
+                s.zeros(4, ElementType.F32).use { buffer ->
+                    s.write(buffer, direct, offset = 1)
+                    s.write(buffer, heap.duplicate().limit(8), offset = 3)
+                    assertArrayEquals(floatArrayOf(0f, 3f, 4f, 2f), s.readFloats(buffer))
+                    assertThrows<WeirException.InvalidArgument> { s.write(buffer, direct.duplicate().limit(10)) }
+                    assertThrows<WeirException.InvalidArgument> { s.write(buffer, direct, offset = -1) }
+                }
+            }
+            assertEquals(8, direct.position(), "a write moved the position")
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
     fun `bad ranges are refused in the caller's units and change nothing`(backend: String): Unit = onRuntime(backend) { rt ->
         val s = rt.defaultStream()
         runBlocking {

@@ -170,6 +170,17 @@ class JavaApiTest {
                 WeirBulk.asByteBuffer(awaited).asFloatBuffer().get(back);
                 assertArrayEquals(new float[] {5f, 6f, 7f, 8f}, back);
             }
+            // Byte buffers from Java: their remaining bytes, from the position, heap or direct.
+            java.nio.ByteBuffer heap = java.nio.ByteBuffer.allocate(12).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            heap.putFloat(0f).putFloat(9f).putFloat(10f).position(4);
+            try (HostBytes host = WeirBulk.hostBytes(runtime, heap)) {
+                assertEquals(8, WeirBulk.asByteBuffer(host).remaining());
+                WeirBulk.writeHost(stream, y, host, 2L);
+            }
+            java.nio.ByteBuffer direct = java.nio.ByteBuffer.allocateDirect(8).order(java.nio.ByteOrder.LITTLE_ENDIAN);
+            direct.putFloat(0f).putFloat(11f).position(4);
+            WeirBulk.write(stream, y, direct);
+            assertArrayEquals(new float[] {11f, 6f, 9f, 10f}, WeirBlocking.readFloats(stream, y));
             Weir.execute(stream, BuiltinOp.DELAY, WeirJava.unsignedScalar(20_000));
             try (Fence fence = stream.fence()) {
                 WeirBlocking.sync(runtime);
