@@ -38,7 +38,7 @@ internal const val KEPT_CHUNKS = 4
 @JvmOverloads
 @Throws(WeirException::class)
 fun WeirStream.upload(data: ByteBuffer, element: ElementType = ElementType.BYTES): Buffer {
-    if (data.isDirect) return lent(data.slice()) { uploadFromRawMemory(it, element) }
+    if (data.isDirect) return lentRemaining(data) { uploadFromRawMemory(it, element) }
     val source = data.slice()
     val width = element.width
     if (source.remaining() % width != 0) {
