@@ -5,6 +5,8 @@
 //! link needs no framing of its own.
 
 use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::time::Duration;
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -45,6 +47,25 @@ pub(crate) fn send(out: &mut impl Write, message: &impl Serialize) -> std::io::R
     // Encoded first, so that the link sees one write, not one per field.
     let bytes = rmp_serde::to_vec(message).map_err(std::io::Error::other)?;
     out.write_all(&bytes)
+}
+
+/// How long a link may go quiet inside a message, or while a message is
+/// sent, before its peer counts as gone (short in this crate's tests).
+pub(crate) const STALL: Duration = if cfg!(test) { Duration::from_secs(1) } else { Duration::from_secs(60) };
+
+/// Receives one message of at most `limit` bytes from a peer. Its start is
+/// waited for as long as it takes (a rank may come to a collective late);
+/// once it has started, a link quiet for [`STALL`] fails it: that peer
+/// stopped mid-message and would otherwise hold this rank forever.
+pub(crate) fn receive_from<T: DeserializeOwned>(link: &TcpStream, limit: u64) -> std::io::Result<T> {
+    link.set_read_timeout(None)?;
+    if link.peek(&mut [0])? == 0 {
+        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    }
+    link.set_read_timeout(Some(STALL))?;
+    let message = receive(&mut Read::take(link, limit));
+    link.set_read_timeout(None)?;
+    message
 }
 
 /// Receives one message.

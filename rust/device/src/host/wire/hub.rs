@@ -2,10 +2,9 @@
 //! checked against the others, every rank's result computed with the code
 //! an in-process group runs, and each rank sent its share.
 
-use std::io::Read;
 use std::net::TcpStream;
 
-use super::frames::{receive, send, Contribution, Outcome, SentShare};
+use super::frames::{receive_from, send, Contribution, Outcome, SentShare};
 use crate::collective::{Collective, CollectiveKind};
 use crate::host::collective::run_collective;
 
@@ -118,7 +117,7 @@ pub(crate) fn gather(
     let mut all = vec![mine];
     let mut gone = None;
     for (index, peer) in peers.iter_mut().enumerate() {
-        match receive::<Contribution>(&mut Read::take(&mut *peer, limit)) {
+        match receive_from::<Contribution>(peer, limit) {
             Ok(part) => all.push(part),
             Err(error) => {
                 gone = Some(format!("rank {} is gone ({error})", index + 1));

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use super::frames::{receive, send};
+use super::frames::{receive, send, STALL};
 use super::{Links, Turns, Wire};
 use crate::collective::GROUP_ID_BYTES;
 use crate::error::{Error, Result};
@@ -156,6 +156,8 @@ fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
     }
     let peers: Vec<TcpStream> = peers.into_iter().flatten().collect();
     for mut peer in &peers {
+        // A peer that stops reading fails a send to it, rather than holding this rank.
+        peer.set_write_timeout(Some(STALL)).map_err(|error| io_error("a CPU group's link", error))?;
         peer.write_all(&[0]).map_err(|error| io_error("answering a rank of a CPU group", error))?;
     }
     Ok(Links::Hub(peers))
@@ -201,6 +203,8 @@ fn connect(port: u16, nonce: [u8; NONCE_BYTES], ranks: usize, rank: usize) -> Re
         let mut answer = [1];
         stream.read_exact(&mut answer)?;
         stream.set_read_timeout(None)?;
+        // Rank 0 stopping to read fails a send to it, rather than holding this rank.
+        stream.set_write_timeout(Some(STALL))?;
         Ok(answer[0])
     };
     match setup(&mut stream) {

@@ -26,7 +26,6 @@ mod frames;
 mod hub;
 mod join;
 
-use std::io::Read;
 use std::net::{Shutdown, TcpStream};
 use std::sync::{Condvar, Mutex};
 
@@ -34,7 +33,7 @@ use super::collective::Arrival;
 use crate::collective::{Collective, CollectiveKind};
 use crate::host::CpuMemory;
 use crate::lock::lock;
-use frames::{receive, send, Contribution, Outcome, Share};
+use frames::{receive_from, send, Contribution, Outcome, Share};
 use hub::{gather, SLACK};
 pub use join::{join, new_id, Listening};
 
@@ -144,9 +143,9 @@ impl Wire {
         let (share, broken) = match &mut *lock(&self.links) {
             Links::Broken(reason) => (Err(format!("{} on a broken CPU group: {reason}", collective.name())), None),
             // Rank 0's answer is this rank's share at most (or a failure's text).
-            Links::Spoke(hub) => match send(hub, &mine).and_then(|()| {
-                receive::<Outcome<Share>>(&mut Read::take(&mut *hub, write_len.unwrap_or(0).saturating_add(SLACK)))
-            }) {
+            Links::Spoke(hub) => match send(hub, &mine)
+                .and_then(|()| receive_from::<Outcome<Share>>(hub, write_len.unwrap_or(0).saturating_add(SLACK)))
+            {
                 Ok(Outcome::Share(share)) => (Ok(share.map(serde_bytes::ByteBuf::into_vec)), None),
                 Ok(Outcome::Failed(failure)) => (Err(failure), None),
                 Err(error) => {
@@ -186,6 +185,7 @@ mod tests {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use super::frames::receive;
     use super::*;
     use crate::counters::Counters;
     use crate::element::ElementType;
@@ -242,6 +242,39 @@ mod tests {
         assert!(first.contains("do not fit"), "{first}");
         assert!(answer.contains("do not fit"), "rank 1 learns it too: {answer}");
         assert!(second.unwrap_err().contains("rank 1 has nothing"), "the group is not broken");
+    }
+
+    #[test]
+    fn a_peer_that_stops_mid_message_is_gone_after_a_stall_not_waited_for_forever() {
+        // Half a contribution, then silence: rank 0 read on forever before.
+        let whole = rmp_serde::to_vec(&Contribution {
+            sequence: 0,
+            collective: FROM_RANK_1,
+            failure: None,
+            read: Some(vec![1, 2, 3, 4]),
+            write_len: None,
+            write: None,
+        })
+        .unwrap();
+        let (id, _listening) = new_id().unwrap();
+        let (hold, held) = channel::<()>();
+        let peer = std::thread::spawn(move || {
+            let wire = join(&id, 2, 1).unwrap();
+            if let Links::Spoke(hub) = &mut *lock(&wire.links) {
+                std::io::Write::write_all(hub, &whole[..whole.len() / 2]).unwrap();
+            }
+            // The link stays open, silent, until the test is done.
+            let _ = held.recv();
+        });
+        let wire = join(&id, 2, 0).unwrap();
+        let counters = Arc::new(Counters::default());
+        let mine = CpuMemory::allocate(4, &counters).unwrap();
+        let started = std::time::Instant::now();
+        let outcome = wire.run(0, &FROM_RANK_1, None, None, Some(mine)).unwrap_err();
+        assert!(outcome.contains("rank 1 is gone"), "{outcome}");
+        assert!(started.elapsed() < frames::STALL * 10, "gone after a stall, not later");
+        drop(hold);
+        peer.join().unwrap();
     }
 
     #[test]
