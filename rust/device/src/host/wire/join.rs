@@ -156,7 +156,8 @@ fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
     }
     let peers: Vec<TcpStream> = peers.into_iter().flatten().collect();
     for mut peer in &peers {
-        // A peer that stops reading fails a send to it, rather than holding this rank.
+        // A peer that stops reading fails a send to it, rather than holding
+        // this rank: each rank reads its answer as soon as it has sent its part.
         peer.set_write_timeout(Some(STALL)).map_err(|error| io_error("a CPU group's link", error))?;
         peer.write_all(&[0]).map_err(|error| io_error("answering a rank of a CPU group", error))?;
     }
@@ -203,8 +204,9 @@ fn connect(port: u16, nonce: [u8; NONCE_BYTES], ranks: usize, rank: usize) -> Re
         let mut answer = [1];
         stream.read_exact(&mut answer)?;
         stream.set_read_timeout(None)?;
-        // Rank 0 stopping to read fails a send to it, rather than holding this rank.
-        stream.set_write_timeout(Some(STALL))?;
+        // No write timeout here: rank 0 reads the ranks' contributions one
+        // after another, so a large one waits, unread, behind a rank that
+        // comes to the collective late.
         Ok(answer[0])
     };
     match setup(&mut stream) {
