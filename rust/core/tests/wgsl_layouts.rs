@@ -231,3 +231,22 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = textureLoad(
     refused(&runtime, &kernel, &[Arg::write(&out)], &["`picture` at @group(1) @binding(0) is not a buffer"]);
     runtime.close().unwrap();
 }
+
+/// A group past the device's bind groups is refused by name, before wgpu
+/// sees it: there it was an assertion (a panic on the compiling thread), and
+/// a group index near 2^32 an allocation of a place per index.
+#[test]
+fn a_group_past_the_devices_bind_groups_is_refused_naming_it() {
+    let Some(runtime) = open() else { return };
+    let out = runtime.default_stream().upload(&[0f32; 64]).unwrap();
+    for group in ["8", "4000000000"] {
+        let source = format!(
+            "@group({group}) @binding(0) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) {{ out[id.x] = 1.0; }}"
+        );
+        let kernel = Kernel::custom("far").wgsl(source, "main").build();
+        refused(&runtime, &kernel, &[Arg::write(&out)], &[&format!("@group({group}) is past"), "max_bind_groups"]);
+    }
+    runtime.close().unwrap();
+}

@@ -236,6 +236,13 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
         return build(device, entry, &as_written, wgsl(), &[], None).map_err(|f| f.message());
     };
     let own = interface::check(&module, entry, &Arguments { read_only: &signature.read_only, scalars })?;
+    // Before wgpu sees it: a pipeline layout of more groups than the device
+    // has is an assertion in wgpu, not an error (and a layout is made with a
+    // place per group index up to the last).
+    let most = device.limits().max_bind_groups;
+    if let Some((group, _)) = own.iter().flat_map(|own| &own.groups).find(|(group, _)| *group >= most) {
+        return Err(format!("@group({group}) is past this device's bind groups, 0 to {} (max_bind_groups)", most - 1));
+    }
     let block = signature.block.unwrap_or([1; 3]);
     let constants = interface::block_constants(&module, entry, block)?;
     let constants: Vec<(&str, f64)> = constants.iter().map(|(name, value)| (name.as_str(), *value)).collect();
