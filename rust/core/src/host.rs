@@ -50,10 +50,7 @@ impl HostBuffer {
     /// `len` zero bytes on the heap; out of host memory, an error (an
     /// allocation that fails would end the process).
     pub(crate) fn zeroed(len: usize) -> Result<Self> {
-        let mut bytes = Vec::new();
-        bytes.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { bytes: len as u64, host: true })?;
-        bytes.resize(len, 0);
-        Ok(HostBuffer::heap(bytes))
+        Ok(HostBuffer::heap(weir_device::host::heap_zeroed(len)?))
     }
 
     #[cfg_attr(not(any(feature = "cuda", feature = "hip")), allow(dead_code))]

@@ -250,3 +250,24 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) {{ out[id.x] = 1.0; }}"
     }
     runtime.close().unwrap();
 }
+
+/// Dynamic shared memory asked of a WGSL kernel is refused, not dropped:
+/// WGSL declares its workgroup memory in the shader.
+#[test]
+fn dynamic_shared_memory_for_a_wgsl_kernel_is_unsupported() {
+    let Some(runtime) = open() else { return };
+    let source = "@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = 1.0; }";
+    let kernel = Kernel::custom("shared").wgsl(source, "main").build();
+    let s = runtime.default_stream();
+    let out = s.upload(&[0f32; 64]).unwrap();
+    let grid = Grid::linear(64, 64).with_shared_bytes(256);
+    match s.execute(&kernel, grid, &[Arg::write(&out)]) {
+        Err(Error::Unsupported { .. }) => {}
+        other => panic!("256 bytes of dynamic shared memory on wgpu gave {other:?}"),
+    }
+    s.execute(&kernel, Grid::linear(64, 64), &[Arg::write(&out)]).unwrap();
+    assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![1.0; 64]);
+    runtime.close().unwrap();
+}

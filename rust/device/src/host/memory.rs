@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::command::Span;
 use crate::counters::Counters;
+use crate::error::Error;
 use crate::lock::lock;
 
 /// Fresh memory is filled with this byte so that a missing initialisation shows.
@@ -101,6 +102,27 @@ impl AccessGuard {
     fn len(&self) -> usize {
         (self.access.range.end - self.access.range.start) as usize
     }
+}
+
+/// `bytes` copied onto the heap; out of host memory, an error rather than
+/// the end of the process (an allocation that fails aborts it).
+pub fn heap_copy(bytes: &[u8]) -> Result<Vec<u8>, Error> {
+    let mut copy = heap_with_room(bytes.len())?;
+    copy.extend_from_slice(bytes);
+    Ok(copy)
+}
+
+/// `len` zero bytes on the heap; out of host memory, an error, as [`heap_copy`].
+pub fn heap_zeroed(len: usize) -> Result<Vec<u8>, Error> {
+    let mut zeros = heap_with_room(len)?;
+    zeros.resize(len, 0);
+    Ok(zeros)
+}
+
+fn heap_with_room(len: usize) -> Result<Vec<u8>, Error> {
+    let mut bytes = Vec::new();
+    bytes.try_reserve_exact(len).map_err(|_| Error::OutOfMemory { bytes: len as u64, host: true })?;
+    Ok(bytes)
 }
 
 impl CpuMemory {

@@ -11,5 +11,5 @@ mod ops;
 pub mod wire;
 
 pub use about::about;
-pub use memory::CpuMemory;
+pub use memory::{heap_copy, heap_zeroed, CpuMemory};
 pub use ops::{run, with_kernel_args};

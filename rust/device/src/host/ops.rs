@@ -3,7 +3,7 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use super::memory::{AccessGuard, CpuMemory};
+use super::memory::{heap_copy, AccessGuard, CpuMemory};
 use crate::command::{BinaryOp, Command, KernelArg, Span};
 use crate::counters::Counters;
 use crate::kernel::{CallArgs, CpuKernelArgs, CpuView, ScalarArg};
@@ -55,13 +55,8 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
             // The read ends before its delivery, as on a device: a reader
             // woken by it may let another stream overwrite the source at once.
             let source = read(&src)?;
-            // Fallibly: out of host memory, the read fails (an allocation
-            // that fails would end the process).
-            let mut bytes = Vec::new();
-            bytes
-                .try_reserve_exact(source.bytes().len())
-                .map_err(|_| format!("out of host memory for a read of {} bytes", source.bytes().len()))?;
-            bytes.extend_from_slice(source.bytes());
+            // Out of host memory, the read fails rather than the process.
+            let bytes = heap_copy(source.bytes()).map_err(|error| error.to_string())?;
             drop(source);
             deliver(sink, bytes);
             counters.device_to_host_copies.fetch_add(1, Ordering::Relaxed);

@@ -154,6 +154,14 @@ fn prepare_custom<R: PartialEq>(
 ) -> Result<Plan, Error> {
     let source =
         kernel.wgsl.as_ref().ok_or_else(|| unsupported(format!("kernel {} has no WGSL source", kernel.name)))?;
+    // WGSL declares its workgroup memory in the shader: a launch's dynamic
+    // shared memory would be dropped silently.
+    if grid.shared_bytes != 0 {
+        return Err(unsupported(format!(
+            "kernel {}: {} bytes of dynamic shared memory; a WGSL kernel declares `var<workgroup>` memory itself",
+            kernel.name, grid.shared_bytes
+        )));
+    }
     let max = gpu.shape.max_groups;
     if grid.groups.iter().any(|&g| g > max) {
         return Err(Error::invalid(format!(

@@ -129,15 +129,18 @@ impl Readback {
         // callback fired before it in the same batch panicked); then the
         // buffer is mapped if its mapping succeeded, and reading says so.
         let body = once(move |outcome: Option<Result<(), wgpu::BufferAsyncError>>| {
+            let failed = |message: String| Error::backend(BACKEND, message);
             let bytes = match outcome {
-                Some(Err(e)) => Err(format!("mapping the read-back buffer failed: {e}")),
+                Some(Err(e)) => Err(failed(format!("mapping the read-back buffer failed: {e}"))),
                 Some(Ok(())) | None => {
                     let copied = match mapped.slice(..).get_mapped_range() {
-                        Ok(view) => view
-                            .get(skip..skip + len)
-                            .map(<[u8]>::to_vec)
-                            .ok_or_else(|| "the read-back range is outside the staging buffer".to_owned()),
-                        Err(e) => Err(format!("reading the mapped buffer failed: {e}")),
+                        Ok(view) => match view.get(skip..skip + len) {
+                            // A read of the caller's size that the host cannot
+                            // hold fails, rather than ending the process.
+                            Some(range) => weir_device::host::heap_copy(range),
+                            None => Err(failed("the read-back range is outside the staging buffer".to_owned())),
+                        },
+                        Err(e) => Err(failed(format!("reading the mapped buffer failed: {e}"))),
                     };
                     mapped.unmap();
                     copied
@@ -149,7 +152,7 @@ impl Readback {
                     sink.deliver(bytes);
                     progress.done(submission);
                 }
-                Err(message) => sink.fail(Error::backend(BACKEND, message)),
+                Err(error) => sink.fail(error),
             }
             reads.delivered(number);
             poll.done();

@@ -7,6 +7,7 @@ use std::net::TcpStream;
 use super::frames::{receive_from, send, Contribution, Outcome, SentShare};
 use crate::collective::{Collective, CollectiveKind};
 use crate::host::collective::run_collective;
+use crate::host::heap_zeroed;
 
 /// The sizes every rank's contribution must have, given rank 0's, or why not.
 fn check_fits(collective: &Collective, all: &[Contribution]) -> std::result::Result<(), String> {
@@ -75,7 +76,10 @@ fn compute(collective: &Collective, all: &mut [Contribution]) -> std::result::Re
     for part in all.iter_mut() {
         writes.push(match (part.write.take(), part.write_len) {
             (Some(write), _) => Some(write),
-            (None, Some(len)) => Some(zeroed(len)?),
+            (None, Some(len)) => {
+                let len = usize::try_from(len).map_err(|_| format!("{len} bytes past rank 0's address space"))?;
+                Some(heap_zeroed(len).map_err(|error| format!("rank 0: {error}"))?)
+            }
             (None, None) => None,
         });
     }
@@ -83,16 +87,6 @@ fn compute(collective: &Collective, all: &mut [Contribution]) -> std::result::Re
     let mut targets: Vec<Option<&mut [u8]>> = writes.iter_mut().map(|write| write.as_deref_mut()).collect();
     run_collective(*collective, &reads, &mut targets)?;
     Ok(writes)
-}
-
-/// `len` zero bytes, or why they cannot be had.
-fn zeroed(len: u64) -> std::result::Result<Vec<u8>, String> {
-    let mut bytes = Vec::new();
-    usize::try_from(len)
-        .ok()
-        .and_then(|len| bytes.try_reserve_exact(len).ok().map(|()| bytes.resize(len, 0)))
-        .ok_or_else(|| format!("{len} bytes for a result are not to be had on rank 0"))?;
-    Ok(bytes)
 }
 
 /// The most bytes a message about a collective of `ranks` ranks may take
