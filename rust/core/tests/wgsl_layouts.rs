@@ -271,3 +271,21 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = 1.0; }";
     assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![1.0; 64]);
     runtime.close().unwrap();
 }
+
+/// A uniform larger than the device binds is refused by name at launch: it
+/// was made at its declared size on every launch and refused only when its
+/// op was recorded, failing the stream.
+#[test]
+fn a_uniform_past_the_devices_binding_size_is_refused_at_launch() {
+    let Some(runtime) = open() else { return };
+    let source = "struct Params { @size(16777216) n: u32 }
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(1) @binding(0) var<uniform> params: Params;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = f32(params.n); }";
+    let kernel = Kernel::custom("wide").wgsl(source, "main").build();
+    let out = runtime.default_stream().upload(&[0f32; 64]).unwrap();
+    refused(&runtime, &kernel, &[Arg::write(&out), Arg::u32(1)], &["max_uniform_buffer_binding_size"]);
+    runtime.default_stream().fence().unwrap().wait().unwrap();
+    runtime.close().unwrap();
+}

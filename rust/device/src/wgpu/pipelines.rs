@@ -239,9 +239,19 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     // Before wgpu sees it: a pipeline layout of more groups than the device
     // has is an assertion in wgpu, not an error (and a layout is made with a
     // place per group index up to the last).
-    let most = device.limits().max_bind_groups;
+    let limits = device.limits();
+    let most = limits.max_bind_groups;
     if let Some((group, _)) = own.iter().flat_map(|own| &own.groups).find(|(group, _)| *group >= most) {
         return Err(format!("@group({group}) is past this device's bind groups, 0 to {} (max_bind_groups)", most - 1));
+    }
+    // A uniform is made at its declared size on every launch: one the device
+    // cannot bind is refused here, not after that allocation, when recorded.
+    let most = limits.max_uniform_buffer_binding_size;
+    if let Some(uniform) = own.iter().flat_map(|own| &own.uniforms).find(|uniform| u64::from(uniform.size) > most) {
+        return Err(format!(
+            "a uniform of {} bytes is past this device's {most} (max_uniform_buffer_binding_size)",
+            uniform.size
+        ));
     }
     let block = signature.block.unwrap_or([1; 3]);
     let constants = interface::block_constants(&module, entry, block)?;
