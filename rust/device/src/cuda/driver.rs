@@ -127,24 +127,27 @@ fn failure(call: &str, error: CUresult) -> Error {
 /// The faults after which CUDA fails every later call of the context with
 /// the same status ("sticky" errors): the device is lost for every runtime
 /// on it, until the context is reset.
-fn poisons_context(error: CUresult) -> bool {
+const STICKY: [CUresult; 13] = {
     use CUresult::*;
-    matches!(
-        error,
-        CUDA_ERROR_ILLEGAL_ADDRESS
-            | CUDA_ERROR_LAUNCH_FAILED
-            | CUDA_ERROR_LAUNCH_TIMEOUT
-            | CUDA_ERROR_ILLEGAL_INSTRUCTION
-            | CUDA_ERROR_MISALIGNED_ADDRESS
-            | CUDA_ERROR_INVALID_ADDRESS_SPACE
-            | CUDA_ERROR_INVALID_PC
-            | CUDA_ERROR_HARDWARE_STACK_ERROR
-            | CUDA_ERROR_ASSERT
-            | CUDA_ERROR_ECC_UNCORRECTABLE
-            | CUDA_ERROR_NVLINK_UNCORRECTABLE
-            | CUDA_ERROR_CONTEXT_IS_DESTROYED
-            | CUDA_ERROR_DEVICE_UNAVAILABLE
-    )
+    [
+        CUDA_ERROR_ILLEGAL_ADDRESS,
+        CUDA_ERROR_LAUNCH_FAILED,
+        CUDA_ERROR_LAUNCH_TIMEOUT,
+        CUDA_ERROR_ILLEGAL_INSTRUCTION,
+        CUDA_ERROR_MISALIGNED_ADDRESS,
+        CUDA_ERROR_INVALID_ADDRESS_SPACE,
+        CUDA_ERROR_INVALID_PC,
+        CUDA_ERROR_HARDWARE_STACK_ERROR,
+        CUDA_ERROR_ASSERT,
+        CUDA_ERROR_ECC_UNCORRECTABLE,
+        CUDA_ERROR_NVLINK_UNCORRECTABLE,
+        CUDA_ERROR_CONTEXT_IS_DESTROYED,
+        CUDA_ERROR_DEVICE_UNAVAILABLE,
+    ]
+};
+
+fn poisons_context(error: CUresult) -> bool {
+    STICKY.contains(&error)
 }
 
 /// The CUDA driver, bound to one device's primary context.
@@ -342,27 +345,9 @@ const ON_STREAM_CALLBACK: unsafe extern "C" fn(sys::CUstream, CUresult, *mut c_v
 unsafe extern "C" fn on_stream_callback(_stream: sys::CUstream, status: u32, data: *mut c_void) {
     // No driver call is allowed here: the status is described without one,
     // by name where it is one of the faults a kernel's work can end in.
-    const KNOWN: [CUresult; 14] = {
-        use CUresult::*;
-        [
-            CUDA_ERROR_ILLEGAL_ADDRESS,
-            CUDA_ERROR_LAUNCH_FAILED,
-            CUDA_ERROR_LAUNCH_TIMEOUT,
-            CUDA_ERROR_ILLEGAL_INSTRUCTION,
-            CUDA_ERROR_MISALIGNED_ADDRESS,
-            CUDA_ERROR_INVALID_ADDRESS_SPACE,
-            CUDA_ERROR_INVALID_PC,
-            CUDA_ERROR_HARDWARE_STACK_ERROR,
-            CUDA_ERROR_ASSERT,
-            CUDA_ERROR_ECC_UNCORRECTABLE,
-            CUDA_ERROR_NVLINK_UNCORRECTABLE,
-            CUDA_ERROR_CONTEXT_IS_DESTROYED,
-            CUDA_ERROR_DEVICE_UNAVAILABLE,
-            CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES,
-        ]
-    };
     const CALL: &str = "a stream callback";
-    let status = match KNOWN.into_iter().find(|known| *known as u32 == status) {
+    let mut known = STICKY.into_iter().chain([CUresult::CUDA_ERROR_LAUNCH_OUT_OF_RESOURCES]);
+    let status = match known.find(|known| *known as u32 == status) {
         _ if status == CUresult::CUDA_SUCCESS as u32 => Ok(()),
         Some(known) => Err(failure(CALL, known)),
         None => Err(status_error(NAME, CALL, format!("CUDA error {status}"), status as i32, false)),
