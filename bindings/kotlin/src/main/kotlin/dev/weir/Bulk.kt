@@ -133,12 +133,32 @@ fun WeirStream.writeHost(buffer: Buffer, host: HostBytes, offset: Long = 0) =
     writeHost(buffer, offset.toOffset(), host, ElementType.BYTES)
 
 /**
+ * Copies [destination]`.size` little-endian `f32`s of these bytes, from byte
+ * [offset], into [destination]. It keeps nothing of the bytes, so closing
+ * this handle frees them at once: what a loop of reads should use, since
+ * page-locked memory freed goes back to the runtime for the next read, while
+ * bytes a view from [asByteBuffer] holds wait for a garbage collection. Java:
+ * `WeirBulk.copyInto(host, array)`.
+ */
+@JvmOverloads
+@Throws(WeirException::class)
+fun HostBytes.copyInto(destination: FloatArray, offset: Long = 0) {
+    val bytes = wordBytes(destination.size, "f32")
+    val len = len().toLong()
+    if (offset < 0 || offset > len - bytes) {
+        throw WeirException.InvalidArgument("invalid argument: $bytes bytes from byte $offset do not fit in $len host bytes")
+    }
+    copyOut({ NativeCopy.toFloats(it, offset, destination, 0, destination.size) }) { it.read(offset, destination, 0, destination.size) }
+}
+
+/**
  * The bytes as a read-only little-endian direct buffer over Rust's memory,
  * with no copy. The buffer, and every buffer made from it (`slice`,
  * `duplicate`, `asFloatBuffer`, …), keeps the bytes alive while it is
  * reachable: [HostBytes.close] (or dropping this handle) frees them only once
- * no such buffer is left. Throws `IllegalStateException` once closed, as
- * every call on a closed handle does.
+ * no such buffer is left, which may be long after (to copy the bytes out and
+ * free them at once, use [copyInto]). Throws `IllegalStateException` once
+ * closed, as every call on a closed handle does.
  */
 fun HostBytes.asByteBuffer(): ByteBuffer {
     // A direct buffer made over an address holds nothing of its owner, so the

@@ -104,6 +104,27 @@ class BulkTest {
 
     @ParameterizedTest(name = "{0}")
     @MethodSource(BACKENDS)
+    fun `host bytes copy into an array from a byte offset, and a range past their end is refused untouched`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val host = rt.hostBytes(floatArrayOf(1f, 2f, 3f, 4f))
+            host.use {
+                val two = FloatArray(2)
+                it.copyInto(two, offset = 8)
+                assertArrayEquals(floatArrayOf(3f, 4f), two)
+                val all = FloatArray(4)
+                it.copyInto(all)
+                assertArrayEquals(floatArrayOf(1f, 2f, 3f, 4f), all)
+                val untouched = floatArrayOf(9f, 9f)
+                assertThrows<WeirException.InvalidArgument>("past the end") { it.copyInto(untouched, offset = 12) }
+                assertThrows<WeirException.InvalidArgument>("negative offset") { it.copyInto(untouched, offset = -4) }
+                assertThrows<WeirException.InvalidArgument>("longer than the bytes") { it.copyInto(FloatArray(5)) }
+                assertArrayEquals(floatArrayOf(9f, 9f), untouched, "a refused copy wrote")
+            }
+            assertThrows<IllegalStateException>("closed") { host.copyInto(FloatArray(1)) }
+        }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
     fun `host bytes from a byte buffer hold its remaining bytes, from its position, direct or heap`(backend: String): Unit =
         onRuntime(backend) { rt ->
             val four = floatArrayOf(1f, 2f, 3f, 4f)

@@ -169,6 +169,9 @@ class JavaApiTest {
                 float[] back = new float[4];
                 WeirBulk.asByteBuffer(awaited).asFloatBuffer().get(back);
                 assertArrayEquals(new float[] {5f, 6f, 7f, 8f}, back);
+                float[] copied = new float[2];
+                WeirBulk.copyInto(blocked, copied, 8L);
+                assertArrayEquals(new float[] {7f, 8f}, copied);
             }
             // Byte buffers from Java: their remaining bytes, from the position, heap or direct.
             java.nio.ByteBuffer heap = java.nio.ByteBuffer.allocate(12).order(java.nio.ByteOrder.LITTLE_ENDIAN);

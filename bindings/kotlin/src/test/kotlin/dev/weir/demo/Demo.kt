@@ -32,7 +32,7 @@ import dev.weir.TimelineBar
 import dev.weir.TimelineWait
 import dev.weir.WeirRuntime
 import dev.weir.WeirStream
-import dev.weir.asByteBuffer
+import dev.weir.copyInto
 import dev.weir.cpuKernel
 import dev.weir.enqueueRead
 import dev.weir.execute
@@ -173,7 +173,7 @@ private class Pipeline(
         val elapsed = reads.maxOf { it.first }
         val chunk = FloatArray(floats)
         val timeline = reads.mapIndexed { i, (end, bytes) ->
-            bytes.use { it.asByteBuffer().asFloatBuffer().get(chunk) }
+            bytes.use { it.copyInto(chunk) }
             val want = expected(host[i].second, iters)
             val wrong = chunk.count { abs(it - want) > 1e-5f * maxOf(abs(want), 1f) }
             check(wrong == 0) { "chunk $i: $wrong floats are not $want" }

@@ -34,7 +34,7 @@ import dev.weir.TimelineBar
 import dev.weir.WeirException
 import dev.weir.WeirRuntime
 import dev.weir.WeirStream
-import dev.weir.asByteBuffer
+import dev.weir.copyInto
 import dev.weir.enqueueRead
 import dev.weir.execute
 import dev.weir.kernel
@@ -327,7 +327,7 @@ private suspend fun serveWith(streams: List<WeirStream>, inputs: List<FloatArray
                     val before = origin?.let { stream.timestamp() }
                     admit(k, inputs[request]).use { read ->
                         val after = before?.let { stream.timestamp() }
-                        read.bytes().use { it.asByteBuffer().asFloatBuffer().get(output) }
+                        read.bytes().use { it.copyInto(output) }
                         if (origin != null && before != null && after != null) {
                             // Both were taken by the time the read is back (or microseconds after):
                             // the blocking form skips a suspension's round trip per timestamp.
