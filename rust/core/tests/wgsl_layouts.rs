@@ -289,3 +289,24 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = f32(params.n
     runtime.default_stream().fence().unwrap().wait().unwrap();
     runtime.close().unwrap();
 }
+
+/// A shader bound as Weir's own kernels are (buffers at group 0 from
+/// binding 0, then one uniform of consecutive 4-byte scalars) whose uniform
+/// is declared larger than its scalars (`@size`, trailing padding) gets a
+/// uniform of its declared size: it was bound at the scalars' size, shorter
+/// than the shader declares, which wgpu refuses when the op is recorded.
+#[test]
+fn a_uniform_declared_larger_than_its_scalars_is_bound_at_its_declared_size() {
+    let Some(runtime) = open() else { return };
+    let source = "struct Params { n: u32, @size(60) m: u32 }
+@group(0) @binding(0) var<storage, read_write> out: array<f32>;
+@group(0) @binding(1) var<uniform> params: Params;
+@compute @workgroup_size(64)
+fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = f32(params.n * params.m); }";
+    let kernel = Kernel::custom("padded").wgsl(source, "main").build();
+    let s = runtime.default_stream();
+    let out = s.upload(&[0f32; 64]).unwrap();
+    s.execute(&kernel, Grid::linear(64, 64), &[Arg::write(&out), Arg::u32(3), Arg::u32(5)]).unwrap();
+    assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![15.0; 64]);
+    runtime.close().unwrap();
+}

@@ -123,7 +123,7 @@ pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> R
     let uniforms: Vec<(&str, naga::Handle<naga::Type>)> =
         uniforms.iter().map(|resource| (resource.at.as_str(), resource.ty)).collect();
     let filled = fill_uniforms(module, &uniforms, arguments.scalars, arguments.read_only.len())?;
-    if is_short(&declared, arguments, &filled) {
+    if is_short(module, &declared, arguments, &filled) {
         return Ok(None);
     }
     let mut groups: Vec<(u32, Vec<Resource>)> = Vec::new();
@@ -193,8 +193,10 @@ fn check_buffers(storage: &[&Declared], read_only: &[bool]) -> Result<(), String
 
 /// True when the resources bind as Weir's own kernels do: all at group 0,
 /// buffers at `0..n`, and at most one uniform, at `n`, of consecutive 4-byte
-/// values.
-fn is_short(declared: &[Declared], arguments: &Arguments<'_>, filled: &[Uniform]) -> bool {
+/// values and nothing else. (That uniform is bound, or set as immediate
+/// data, at its scalars' bytes: one declared larger, by `@size` or padding,
+/// binds as written, at its declared size.)
+fn is_short(module: &naga::Module, declared: &[Declared], arguments: &Arguments<'_>, filled: &[Uniform]) -> bool {
     let n = arguments.read_only.len();
     let in_place = declared.iter().enumerate().all(|(index, resource)| {
         resource.group == 0
@@ -209,6 +211,9 @@ fn is_short(declared: &[Declared], arguments: &Arguments<'_>, filled: &[Uniform]
                 .iter()
                 .enumerate()
                 .all(|(index, &(offset, scalar))| offset == 4 * index as u32 && scalar == index)
+                && declared.iter().filter(|resource| resource.space == naga::AddressSpace::Uniform).all(|resource| {
+                    module.types[resource.ty].inner.try_size(module.to_ctx()) == Some(4 * uniform.values.len() as u32)
+                })
                 && arguments
                     .scalars
                     .iter()
@@ -283,5 +288,27 @@ pub(crate) fn scalars_as_immediates(module: &mut naga::Module) {
             global.space = naga::AddressSpace::Immediate;
             global.binding = None;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(source: &str) -> Option<OwnLayout> {
+        let module = naga::front::wgsl::parse_str(source).expect("parses");
+        let arguments = Arguments { read_only: &[false], scalars: &[ScalarType::Uint(4), ScalarType::Uint(4)] };
+        check(&module, "main", &arguments).expect("matches its arguments")
+    }
+
+    #[test]
+    fn only_a_uniform_of_exactly_its_scalars_binds_the_short_way() {
+        let body = "@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+            @group(0) @binding(1) var<uniform> p: P;
+            @compute @workgroup_size(1) fn main() { out[0] = p.n + p.m; }";
+        assert_eq!(layout(&format!("struct P {{ n: u32, m: u32 }} {body}")), None);
+        // Declared larger than its two scalars: bound as written, at its size.
+        let padded = layout(&format!("struct P {{ n: u32, @size(60) m: u32 }} {body}")).expect("its own layout");
+        assert_eq!(padded.uniforms, vec![Uniform { size: 64, values: vec![(0, 0), (4, 1)] }]);
     }
 }
