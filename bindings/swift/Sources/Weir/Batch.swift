@@ -23,6 +23,9 @@ public final class Batch {
     private var lastBufferSlot: UInt32 = 0
     private var lastBuiltin: BuiltinOp?
     private var lastBuiltinSlot: UInt32 = 0
+    /// Why the batch cannot be admitted, found while collecting (its calls
+    /// only collect): thrown when the closure returns, and nothing is admitted.
+    fileprivate var refusal: WeirError?
 
     /// The grid built-in ops take, sent as the encoding's default.
     private static let defaultGrid = Grid()
@@ -31,6 +34,7 @@ public final class Batch {
 
     /// Adds `kernel` over `args` on `grid`, as `WeirStream.execute` would enqueue it.
     public func execute(kernel: Kernel, grid: Grid, args: [Arg]) {
+        guard lendable(args.reduce(0) { $0 + $1.encodedSize }) else { return }
         beginExecute(slot(of: kernel), grid: grid, arguments: args.count)
         for arg in args {
             encoded.put(arg, slot: arg.bufferArgument.map { slot(of: $0) } ?? 0)
@@ -41,6 +45,7 @@ public final class Batch {
     /// Adds a copy of `data` (raw bytes, a whole number of the buffer's
     /// elements) into `buffer` at element `offset`.
     public func write(buffer: Buffer, data: Data, offset: UInt64 = 0) {
+        guard lendable(data.count) else { return }
         beginWrite(buffer, element: .bytes, offset: offset, bytes: data.count)
         encoded.put(data)
         count += 1
@@ -51,6 +56,7 @@ public final class Batch {
     /// and `T` against the buffer's type) when the batch is admitted.
     public func write<T: WeirElement>(_ values: [T], to buffer: Buffer, at index: Int = 0) throws {
         let offset = try nonNegative(index, "element offset")
+        try Data.checkLendable(encoded.count + values.count * MemoryLayout<T>.stride)
         values.withUnsafeBytes { bytes in
             beginWrite(buffer, element: T.elementType, offset: offset, bytes: bytes.count)
             encoded.append(contentsOf: bytes)
@@ -63,6 +69,15 @@ public final class Batch {
 
     @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
     public func write(_ values: [Double], to buffer: Buffer, at index: Int = 0) throws { fatalError("unavailable") }
+
+    /// False, the batch refused, when `bytes` more would take its encoding
+    /// past what one call lends to Rust (`Data.mostLent`).
+    private func lendable(_ bytes: Int) -> Bool {
+        if refusal == nil, bytes > Data.mostLent - encoded.count {
+            refusal = Data.tooLong(encoded.count + bytes)
+        }
+        return refusal == nil
+    }
 
     /// The write op's tag, buffer slot, data type, element offset and byte length.
     private func beginWrite(_ buffer: Buffer, element: ElementType, offset: UInt64, bytes: Int) {
@@ -300,6 +315,8 @@ extension WeirStream {
     public func batch(_ build: (Batch) throws -> Void) throws {
         let batch = Batch()
         try build(batch)
+        if let refusal = batch.refusal { throw refusal }
+        try Data.checkLendable(batch.encoded.count)
         guard batch.count > 0 else { return }
         try submitBatch(buffers: batch.buffers, kernels: batch.kernels, ops: Data(batch.encoded))
     }
@@ -313,6 +330,8 @@ extension WeirStream {
     public func record(_ build: (Batch) throws -> Void) throws -> Graph {
         let batch = Batch()
         try build(batch)
+        if let refusal = batch.refusal { throw refusal }
+        try Data.checkLendable(batch.encoded.count)
         return try recordBatch(buffers: batch.buffers, kernels: batch.kernels, ops: Data(batch.encoded))
     }
 }

@@ -10,6 +10,33 @@ extension WeirStream {
         try uploadBorrowed(data: Data.borrowing(bytes), element: .bytes)
     }
 
+    /// A buffer of `element`s holding `data` (little-endian, a whole number of
+    /// elements), lent to Rust for the call, which copies it once. (The
+    /// generated form, excluded in `uniffi.toml`, copied `data` into a
+    /// `RustBuffer` first, and trapped past 2 GiB.)
+    public func upload(data: Data, element: ElementType) throws -> Buffer {
+        try Data.checkLendable(data.count)
+        return try uploadBorrowed(data: data, element: element)
+    }
+
+    /// Enqueues a copy of `data` (`element`s, little-endian: a whole number
+    /// of the buffer's elements) into `buffer` at element `offset`, lent to
+    /// Rust for the call. Data of another type than the buffer's is refused;
+    /// raw `.bytes` go anywhere. Returns once admitted (the data is copied by
+    /// then), not once done.
+    public func write(buffer: Buffer, data: Data, element: ElementType, offset: UInt64 = 0) throws {
+        try Data.checkLendable(data.count)
+        try writeBorrowed(buffer: buffer, offset: offset, data: data, element: element)
+    }
+
+    /// Writes `data` into `buffer` as `write(buffer:data:element:offset:)`
+    /// does, then suspends until this stream has done it, or `cancel` ends
+    /// the wait (not the write).
+    public func writeAndWait(buffer: Buffer, data: Data, element: ElementType, offset: UInt64, cancel: CancelToken?) async throws {
+        try write(buffer: buffer, data: data, element: element, offset: offset)
+        try await sync(cancel: cancel)
+    }
+
     /// Enqueues a copy of `bytes`, lent to Rust for the call, into `buffer`
     /// (of any element type: raw bytes, a whole number of its elements) from
     /// element `offset` on; returns once admitted (the bytes are copied by
@@ -106,10 +133,29 @@ extension HostBytes {
 }
 
 extension Data {
+    /// The most bytes one call lends to Rust. UniFFI's `ForeignBytes`, which
+    /// every `Data` argument crosses in, counts its length in an `Int32`, and
+    /// the generated code converts with `Int32(count)`: a longer `Data` would
+    /// trap, ending the process, so it is refused before the call instead.
+    static let mostLent = Int(Int32.max)
+
+    /// `count` bytes, refused with `.invalidArgument` past `mostLent`.
+    static func checkLendable(_ count: Int) throws {
+        guard count <= mostLent else { throw tooLong(count) }
+    }
+
+    /// Why `count` bytes are not lent.
+    static func tooLong(_ count: Int) -> WeirError {
+        .invalidArgument(
+            description: "\(count) bytes in one call: at most \(mostLent) (2 GiB - 1) cross into Rust at once; send larger data in parts")
+    }
+
     /// A `Data` over `bytes` without copying them: valid only while `bytes`
     /// is (Rust borrows it for one synchronous call). Small ones are copied
-    /// inline by Foundation, which costs nothing that matters.
-    static func borrowing(_ bytes: UnsafeRawBufferPointer) -> Data {
+    /// inline by Foundation, which costs nothing that matters. More than
+    /// `mostLent` bytes are refused.
+    static func borrowing(_ bytes: UnsafeRawBufferPointer) throws -> Data {
+        try checkLendable(bytes.count)
         guard let base = bytes.baseAddress, bytes.count > 0 else { return Data() }
         return Data(bytesNoCopy: UnsafeMutableRawPointer(mutating: base), count: bytes.count, deallocator: .none)
     }

@@ -140,8 +140,8 @@ extension WeirStream {
     /// then suspends until this stream has done it.
     /// Cancelling the Task ends the wait with `CancellationError`.
     public func writeAndWait<T: WeirElement>(_ values: [T], to buffer: Buffer, at index: Int = 0) async throws {
-        let offset = try nonNegative(index, "element offset")
-        try await writeAndWait(buffer: buffer, data: Data(elements: values), element: T.elementType, offset: offset)
+        try write(values, to: buffer, at: index)
+        try await sync()
     }
 }
 
@@ -167,13 +167,6 @@ extension WeirStream {
 
     @available(*, unavailable, message: "[1.5, 2] is a [Double] in Swift, which no buffer holds: write [1.5, 2] as [Float]")
     public func writeAndWait(_ values: [Double], to buffer: Buffer, at index: Int = 0) async throws { fatalError("unavailable") }
-}
-
-extension Data {
-    /// The bytes of `values`, as a buffer holds them.
-    init<T: WeirElement>(elements values: [T]) {
-        self = values.withUnsafeBytes { Data($0) }
-    }
 }
 
 // MARK: - Built-in ops

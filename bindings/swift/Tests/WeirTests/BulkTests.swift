@@ -132,4 +132,41 @@ struct BulkTests {
         #expect(try await read.value == [Float](repeating: 3, count: count))
         try runtime.shutdown()
     }
+    /// Every `Data` argument crosses into Rust with its length as an `Int32`
+    /// (UniFFI's `ForeignBytes`), whose conversion traps past 2 GiB, ending
+    /// the process. Past that, each way in is refused and the runtime goes
+    /// on. The bytes are never read: one byte stands for all of them.
+    @Test("more than 2 GiB in one call is refused, not a trap, and the runtime goes on")
+    func tooManyBytesForOneCallAreRefused() async throws {
+        guard let runtime = try TestBackend.cpu.open() else { return }
+        let s = runtime.defaultStream()
+        let byte = UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 1)
+        defer { byte.deallocate() }
+        let count = Int(Int32.max) + 1
+        let huge = UnsafeRawBufferPointer(start: byte, count: count)
+        let data = Data(bytesNoCopy: byte, count: count, deallocator: .none)
+        let buffer = try s.upload([Float](repeating: 1, count: 4))
+        let words = ["\(count) bytes", "2 GiB"]
+        await expectWeirError("InvalidArgument", mentioning: words) { _ = try s.upload(bytes: huge) }
+        await expectWeirError("InvalidArgument", mentioning: words) { try s.write(bytes: huge, to: buffer) }
+        await expectWeirError("InvalidArgument", mentioning: words) { _ = try s.upload(data: data, element: .bytes) }
+        await expectWeirError("InvalidArgument", mentioning: words) { try s.write(buffer: buffer, data: data, element: .bytes) }
+        await expectWeirError("InvalidArgument", mentioning: words) {
+            try await s.writeAndWait(buffer: buffer, data: data, element: .bytes)
+        }
+        // A batch only collects: the refusal comes when it would be admitted
+        // (naming the whole encoding's bytes), and admits nothing.
+        await expectWeirError("InvalidArgument", mentioning: ["2 GiB"]) {
+            try s.batch { b in
+                b.fill(buffer, with: Float(2))
+                b.write(buffer: buffer, data: data)
+            }
+        }
+        await expectWeirError("InvalidArgument", mentioning: ["2 GiB"]) {
+            let kernel = Kernel.custom(name: "struct") { _ in }
+            _ = try s.record { b in b.execute(kernel: kernel, grid: Grid(), args: [.bytes(value: data)]) }
+        }
+        #expect(try await s.read(buffer, as: Float.self) == [1, 1, 1, 1], "a refused batch admitted an op")
+        try runtime.shutdown()
+    }
 }

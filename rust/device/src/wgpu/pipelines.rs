@@ -225,8 +225,9 @@ fn compile_on_big_stack(device: &wgpu::Device, key: Key) -> Result<Result<Arc<Pi
 /// A custom kernel whose scalars go as immediate data has its uniform turned
 /// into an immediate in the parsed module, and a widened one its storage
 /// made writable; that module is what wgpu compiles. Should that fail, the
-/// source as written is compiled for the message: it names lines and
-/// columns, which a parsed module cannot.
+/// source as written is compiled: where it compiles and no buffer is bound
+/// both ways, it serves (its scalars in a uniform buffer); where it fails,
+/// its message names lines and columns, as a parsed module's cannot.
 fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     let (code, entry, signature) = key;
     let Some(scalars) = &signature.checked else { return compile_builtin(device, key) };
@@ -269,8 +270,16 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     if signature.widened {
         interface::storage_writable(&mut module);
     }
-    as_built(&signature, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module)))
-        .or_else(|_| as_built(&as_written, wgsl()).map_err(|f| f.message()))
+    as_built(&signature, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module))).or_else(|rewritten| {
+        match as_built(&as_written, wgsl()) {
+            // Its scalars then go in a uniform buffer, as the pipeline says;
+            // but a widened launch binds one buffer both ways, which needs
+            // the storage made writable: the rewrite's failure is the answer.
+            Ok(written) if !signature.widened => Ok(written),
+            Ok(_) => Err(rewritten.message()),
+            Err(failure) => Err(failure.message()),
+        }
+    })
 }
 
 /// Compiles a built-in. A widened one is made writable as a custom kernel
