@@ -185,7 +185,9 @@ pub unsafe extern "system" fn Java_dev_weir_NativeExecute_execute(
     buffer3: i64,
 ) -> i32 {
     let (Ok(len), Ok(count)) = (usize::try_from(len), usize::try_from(count)) else { return Outcome::NotTaken as i32 };
-    if count > 4 {
+    // No bytes (a null address, as C passes none) hold no op; a slice made
+    // over a null address would be undefined behaviour even when empty.
+    if count > 4 || len == 0 || encoding == 0 {
         return Outcome::NotTaken as i32;
     }
     let admitted = std::panic::catch_unwind(AssertUnwindSafe(|| {
@@ -232,6 +234,10 @@ pub unsafe extern "C" fn weir_ffi_execute_encoded(
     buffers: *const u64,
     count: usize,
 ) -> i32 {
+    // As the JNI entry: no bytes hold no op, and no slice is made over a null address.
+    if len == 0 || encoding.is_null() || (count > 0 && buffers.is_null()) {
+        return Outcome::NotTaken as i32;
+    }
     let admitted = std::panic::catch_unwind(AssertUnwindSafe(|| {
         // SAFETY: the caller passes live handles of these types, kept alive
         // for the call, `count` of them at `buffers`, and `len` bytes at
@@ -253,6 +259,24 @@ pub unsafe extern "C" fn weir_ffi_execute_encoded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn no_bytes_at_a_null_address_are_not_taken_before_any_handle_is_read() {
+        // The handles are not live: an entry that read them, or made a slice
+        // over the null address, would crash here instead of answering.
+        // SAFETY: the contract's pointers are null with lengths 0, which the
+        // entry refuses before it reads anything.
+        let swift = unsafe { weir_ffi_execute_encoded(0, 0, std::ptr::null(), 0, std::ptr::null(), 0) };
+        assert_eq!(swift, Outcome::NotTaken as i32);
+        // SAFETY: as above.
+        let swift = unsafe { weir_ffi_execute_encoded(0, 0, [0u8].as_ptr(), 1, std::ptr::null(), 1) };
+        assert_eq!(swift, Outcome::NotTaken as i32, "a buffer count with no handles");
+        // SAFETY: as above; the JNI entry reads neither its environment nor its class.
+        let jvm = unsafe {
+            Java_dev_weir_NativeExecute_execute(std::ptr::null_mut(), std::ptr::null_mut(), 0, 0, 0, 0, 0, 0, 0, 0, 0)
+        };
+        assert_eq!(jvm, Outcome::NotTaken as i32);
+    }
 
     #[test]
     fn a_panic_in_the_core_admission_is_a_refusal_not_a_second_chance() {

@@ -287,12 +287,14 @@ impl<T> Future for OffThread<T> {
 }
 
 /// Runs `work` on a thread of its own (`weir-join`); the future resolves
-/// with its result. The waker is woken after the lock is let go.
+/// with its result, or a `Bug` where it panicked (else the future would
+/// wait for a value that never comes, and the join could not be
+/// cancelled). The waker is woken after the lock is let go.
 fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> impl Future<Output = Result<T>> {
     let handoff = Arc::new(Mutex::new(Handoff { value: None, waker: None }));
     let theirs = handoff.clone();
     let spawned = std::thread::Builder::new().name("weir-join".into()).spawn(move || {
-        let value = work();
+        let value = std::panic::catch_unwind(std::panic::AssertUnwindSafe(work));
         let waker = {
             let mut handoff = lock(&theirs);
             handoff.value = Some(value);
@@ -307,6 +309,20 @@ fn off_thread<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> i
             backend: crate::records::BackendKind::Cpu,
             description: format!("no thread to join the group on: {error}"),
         })?;
-        Ok(OffThread(handoff).await)
+        OffThread(handoff)
+            .await
+            .map_err(|_| WeirError::Bug { description: "the group's join panicked on its thread".to_owned() })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn work_that_panics_off_thread_resolves_as_a_bug_not_never() {
+        let joined = futures::executor::block_on(off_thread(|| -> u32 { panic!("the join broke") }));
+        assert!(matches!(joined, Err(WeirError::Bug { .. })), "{joined:?}");
+        assert_eq!(futures::executor::block_on(off_thread(|| 7)).ok(), Some(7));
     }
 }

@@ -233,8 +233,12 @@ pub(crate) fn cpu_closure(
         }
         let scalars = (0..).map_while(|index| args.scalar(index).ok()).collect();
         let call = Arc::new(CpuKernelCall { grid: args.grid.into(), buffers, scalars, live: AtomicBool::new(true) });
-        let failure = body.run(call.clone());
-        call.live.store(false, Ordering::Release);
+        // The loan ends however `run` ends: a body that throws comes back as
+        // a panic (UniFFI's "callback interface failure"), which the worker
+        // turns into the op's failure, and a call it kept must not outlive it.
+        let ended = scopeguard::guard(&call, |call| call.live.store(false, Ordering::Release));
+        let failure = body.run(Arc::clone(*ended));
+        drop(ended);
         match failure {
             None => Ok(()),
             Some(message) => Err(message),

@@ -155,12 +155,19 @@ impl CpuKernelBody for JvmBody {
             } else {
                 let chars = (functions.GetStringUTFChars)(env, returned, std::ptr::null_mut());
                 let message = match chars.is_null() {
-                    true => "the kernel failed (its message could not be read)".to_owned(),
-                    false => CStr::from_ptr(chars).to_string_lossy().into_owned(),
+                    true => {
+                        // It raised an `OutOfMemoryError`: left pending, the
+                        // next kernel's JNI calls on this thread would be made
+                        // with an exception pending, which JNI forbids.
+                        (functions.ExceptionClear)(env);
+                        "the kernel failed (its message could not be read)".to_owned()
+                    }
+                    false => {
+                        let message = CStr::from_ptr(chars).to_string_lossy().into_owned();
+                        (functions.ReleaseStringUTFChars)(env, returned, chars);
+                        message
+                    }
                 };
-                if !chars.is_null() {
-                    (functions.ReleaseStringUTFChars)(env, returned, chars);
-                }
                 Some(message)
             };
             (functions.PopLocalFrame)(env, std::ptr::null_mut());

@@ -548,6 +548,31 @@ fn a_foreign_cpu_kernel_runs_on_the_lent_memory_and_its_failure_fails_the_op() {
     runtime.shutdown().unwrap();
 }
 
+/// A body that keeps its call, then fails the way a foreign body that
+/// throws comes back: a panic (UniFFI's "callback interface failure").
+struct KeepsAndThrows(std::sync::Mutex<Option<Arc<weir_ffi::CpuKernelCall>>>);
+
+impl weir_ffi::CpuKernelBody for KeepsAndThrows {
+    fn run(&self, call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
+        *self.0.lock().unwrap() = Some(call);
+        panic!("the body threw");
+    }
+}
+
+#[test]
+fn a_call_kept_by_a_body_that_throws_lends_nothing_after_it() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let body = Arc::new(KeepsAndThrows(std::sync::Mutex::new(None)));
+    let kernel = Kernel::custom("throws".into(), None, None, None, Some(body.clone()), None, None);
+    let out = stream.zeros(3, ElementType::F32).unwrap();
+    let args = vec![Arg::Buffer { buffer: out.clone(), access: Access::Write }];
+    assert!(block_on(stream.execute_and_wait(kernel, grid(), args, None)).is_err(), "the op failed");
+    let kept = body.0.lock().unwrap().take().unwrap();
+    assert!(matches!(kept.buffer_address(0), Err(WeirError::InvalidArgument { .. })), "the memory is still lent");
+    runtime.shutdown().unwrap();
+}
+
 #[test]
 fn devices_lists_the_cpu_and_each_listed_device_opens_as_listed() {
     let listed = weir_ffi::devices();
