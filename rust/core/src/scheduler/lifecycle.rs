@@ -124,10 +124,27 @@ impl<B: Backend> Scheduler<B> {
         done.then_release(memory, move || {
             retiring.fetch_sub(1, Ordering::SeqCst);
         });
+        let mut unsignalled = 0;
         for stream in users {
+            if self.signal_into(&state.streams[stream], &done, SignalKind::Drain).is_err() {
+                unsignalled += 1;
+            }
+        }
+        if unsignalled == 0 {
+            return;
+        }
+        if self.backend.lost().is_some() {
+            // Nothing runs on a lost device: the parts no stream will
+            // complete are complete, and the memory goes on the release
+            // thread, counted, as any other.
+            drop(state);
+            for _ in 0..unsignalled {
+                done.complete(Ok(()));
+            }
+        } else {
             // A broken stream keeps the memory until the runtime goes: better
             // a leak than a free under work that may still run.
-            let _ = self.signal_into(&state.streams[stream], &done, SignalKind::Drain);
+            state.held.push(done);
         }
     }
 
@@ -198,13 +215,15 @@ impl<B: Backend> Scheduler<B> {
                 Error::Closed | Error::DeviceLost { .. } => Ok(lock(&self.state)),
                 other => Err(other),
             })?;
+            // Before waiting for another caller's close too: it drains this
+            // very kernel, so waiting for it would be waiting for itself.
+            if self.runs_on_this_thread(&state, None) {
+                return Err(Error::invalid("close() from inside a kernel of this runtime would wait for itself"));
+            }
             if let Some(closed) = &state.closed {
                 let closed = closed.clone();
                 drop(state);
                 return closed.wait();
-            }
-            if self.runs_on_this_thread(&state, None) {
-                return Err(Error::invalid("close() from inside a kernel of this runtime would wait for itself"));
             }
             // Nothing runs on a lost device any more: there is nothing to drain.
             let drained = match self.fence_locked(&state, None, SignalKind::Drain) {
@@ -226,9 +245,10 @@ impl<B: Backend> Scheduler<B> {
 
     /// Drops what a drained runtime holds: streams first, then memory.
     fn tear_down(state: State<B>) {
-        let State { streams, buffers, .. } = state;
+        let State { streams, buffers, held, .. } = state;
         drop(streams);
         drop(buffers);
+        drop(held);
         // Frees and stream drops already handed to the delivery thread.
         if !on_delivery_thread() {
             flush_deliveries();
@@ -248,6 +268,7 @@ impl<B: Backend> State<B> {
             retiring: Vec::new(),
             free_slots: Vec::new(),
             link: None,
+            held: Vec::new(),
         }
     }
 }

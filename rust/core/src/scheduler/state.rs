@@ -49,6 +49,9 @@ pub(super) struct State<B: Backend> {
     /// The stream that carries this runtime's side of its outgoing peer
     /// copies (see `peer`), once there was one.
     pub(super) link: Option<usize>,
+    /// Released buffers a stream could not signal for (a broken stream on a
+    /// device not lost): their memory is kept until the runtime goes.
+    pub(super) held: Vec<Arc<Completion>>,
 }
 
 impl<B: Backend> State<B> {
@@ -143,6 +146,7 @@ impl<B: Backend> Scheduler<B> {
                 retiring: Vec::new(),
                 free_slots: Vec::new(),
                 link: None,
+                held: Vec::new(),
             }),
             unbusy: Condvar::new(),
         })
@@ -185,7 +189,12 @@ impl<B: Backend> Scheduler<B> {
                     "this call needs stream {stream}, whose external write is the closure it was made from"
                 )));
             }
+            // A CPU kernel waiting here holds its worker, as a fence wait
+            // does: the pool may start a stand-in, or the write's own work
+            // (queued behind the blocked kernels) could find no worker.
+            crate::completion::told_blocking(true);
             state = self.unbusy.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
+            crate::completion::told_blocking(false);
             if state.closed.is_some() {
                 return Err(Error::Closed);
             }

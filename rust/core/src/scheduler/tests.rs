@@ -1,5 +1,6 @@
-//! The scheduler over a CPU backend whose device can be lost, or whose
-//! event records fail, on demand.
+//! The scheduler over a CPU backend whose device can be lost (and then
+//! signals nothing, as the GPU engine's), or whose event records fail, on
+//! demand.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, OnceLock};
@@ -75,7 +76,11 @@ impl Backend for Lossy {
         self.inner.timestamp(s, c)
     }
     fn signal(&self, s: &CpuStream, c: Arc<Completion>, k: SignalKind) -> Result<()> {
-        self.inner.signal(s, c, k)
+        // As the GPU engine: a lost device signals nothing.
+        match self.lost() {
+            Some(lost) => Err(lost),
+            None => self.inner.signal(s, c, k),
+        }
     }
     unsafe fn external(
         &self,
@@ -157,4 +162,24 @@ fn a_peer_copy_whose_source_side_cannot_wait_for_it_returns_once_it_is_done() {
     opener.join().unwrap();
     assert!(copied.is_err(), "the failed record is the copy's error");
     assert!(returned_after_the_copy_could_run, "the copy failed back while it could still read its source");
+}
+
+#[test]
+fn a_buffer_released_on_a_lost_device_is_freed_and_counted_out() {
+    // Its stream's use of it is queued behind a gate when the device is
+    // lost: no stream will signal for it, and nothing runs on the device
+    // any more, so its memory goes (on the release thread) and it is no
+    // longer counted as retiring. It stayed counted for good.
+    let (backend, lost) = Lossy::new();
+    let scheduler = scheduler(backend);
+    let gate = scheduler.hold(0).unwrap();
+    let key = scheduler.create(0, 16, Init::Zero).unwrap();
+    let _ = lost.set(Error::DeviceLost { backend: BackendKind::Cpu, message: "xid".into(), status: None });
+    scheduler.release(key);
+    gate.open();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while scheduler.diagnostics().retiring_buffers != 0 {
+        assert!(std::time::Instant::now() < deadline, "the released buffer is still counted as retiring");
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }

@@ -301,6 +301,43 @@ fn a_cpu_kernel_that_waits_for_its_own_stream_is_refused() {
     });
 }
 
+/// A close from inside a kernel is refused even while another thread's
+/// close is already under way: that close drains this very kernel, so
+/// waiting for it too would wait for itself (and hold both threads).
+#[test]
+fn a_cpu_kernel_closing_its_runtime_during_another_close_is_refused() {
+    within_deadline(|| {
+        let runtime = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
+        let s = runtime.new_stream().unwrap();
+        let (results, received) = channel();
+        let (kernel_runtime, results) = (Mutex::new(runtime.clone()), Mutex::new(results));
+        let (started, kernel_started) = channel();
+        let started = Mutex::new(started);
+        let kernel = weir_core::Kernel::custom("closes during a close")
+            .cpu(move |_| {
+                let runtime = kernel_runtime.lock().unwrap().clone();
+                let _ = started.lock().unwrap().send(());
+                // A runtime that is closing admits no fence.
+                while runtime.fence().is_ok() {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                let _ = results.lock().unwrap().send(runtime.close());
+                Ok(())
+            })
+            .build();
+        let out = s.zeros(ElementType::Bytes, 4).unwrap();
+        s.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(&out)]).unwrap();
+        kernel_started.recv_timeout(DEADLINE).expect("the kernel never ran");
+        let closer = std::thread::spawn({
+            let runtime = runtime.clone();
+            move || runtime.close()
+        });
+        let close = received.recv_timeout(DEADLINE).expect("the kernel's close never returned");
+        assert!(matches!(close, Err(Error::InvalidArgument(_))), "{close:?}");
+        closer.join().unwrap().expect("the first close");
+    });
+}
+
 /// A CPU kernel may hold the last handle of its runtime: dropping it there
 /// tears the runtime down in the background, and the kernel still succeeds.
 #[test]
@@ -330,6 +367,63 @@ fn a_cpu_kernel_may_drop_the_last_handle_of_its_runtime() {
             fresh.default_stream().read_as::<u32>(&fresh.default_stream().upload(&[2u32]).unwrap()).unwrap(),
             vec![2]
         );
+    });
+}
+
+/// CPU kernels that wait for a stream busy with an external write hold
+/// their workers as a fence wait does: the pool starts a stand-in, so the
+/// write's own work on another stream still finds a worker. With every
+/// worker so waiting, and none started, the write waited for its work
+/// forever, and the kernels for the write.
+#[test]
+fn kernels_waiting_for_an_external_writes_stream_leave_a_worker_for_its_work() {
+    within_deadline(|| {
+        let runtime = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
+        let (a, b) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let (xa, xb) = (a.zeros(ElementType::U32, 4).unwrap(), b.zeros(ElementType::U32, 4).unwrap());
+        runtime.fence().unwrap().wait().unwrap();
+        // As many kernels as the pool keeps workers: each waits for the
+        // write to begin, then for a fence of its stream.
+        let workers = std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2);
+        let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let (started, kernels_started) = channel();
+        let (results, fenced) = channel();
+        let kernel = weir_core::Kernel::custom("waits for a")
+            .cpu({
+                let (a, go) = (Mutex::new(a.clone()), go.clone());
+                let (started, results) = (Mutex::new(started), Mutex::new(results));
+                move |_| {
+                    let _ = started.lock().unwrap().send(());
+                    while !go.load(std::sync::atomic::Ordering::SeqCst) {
+                        std::thread::sleep(Duration::from_millis(1));
+                    }
+                    let a = a.lock().unwrap().clone();
+                    let _ = results.lock().unwrap().send(a.fence().map(drop));
+                    Ok(())
+                }
+            })
+            .build();
+        let streams: Vec<_> = (0..workers).map(|_| runtime.new_stream().unwrap()).collect();
+        let outs: Vec<_> = streams.iter().map(|stream| stream.zeros(ElementType::Bytes, 4).unwrap()).collect();
+        for (stream, out) in streams.iter().zip(&outs) {
+            stream.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(out)]).unwrap();
+        }
+        for _ in 0..workers {
+            kernels_started.recv_timeout(DEADLINE).expect("a kernel never ran");
+        }
+        a.external_write(&[&xa], |_| {
+            go.store(true, std::sync::atomic::Ordering::SeqCst);
+            // Let every kernel reach its wait for `a`.
+            std::thread::sleep(Duration::from_millis(50));
+            b.fill_u32(&xb, 7)?;
+            b.fence()?.wait()
+        })
+        .expect("the write's work on b ran");
+        for _ in 0..workers {
+            fenced.recv_timeout(DEADLINE).expect("a kernel never got its fence").expect("a fence of a");
+        }
+        assert_eq!(b.read_as::<u32>(&xb).unwrap(), vec![7; 4]);
+        runtime.close().unwrap();
     });
 }
 
