@@ -16,6 +16,7 @@ use std::sync::{Arc, MutexGuard};
 use super::state::State;
 use super::{BufferKey, Scheduler};
 use crate::backend::{Backend, Command, EnqueueError, OpIo, SignalKind, Span};
+use crate::completion::Completion;
 use crate::error::{Error, Result};
 use crate::kernel::Access;
 
@@ -80,7 +81,18 @@ impl<B: Backend> Scheduler<B> {
                 std::thread::yield_now();
                 continue;
             }
-            return self.copy_locked(&mut mine, stream, from, &mut theirs, link, src, dst);
+            let mut unlinked = None;
+            let copied = self.copy_locked(&mut mine, stream, from, &mut theirs, link, src, dst, &mut unlinked);
+            drop((mine, theirs));
+            // Nothing on src's side could be made to wait for the copy (a
+            // driver failure's path; a lost device runs nothing): it is
+            // waited for here, before src's handle, borrowed for this call,
+            // can go, and with neither runtime's lock held, as work queued
+            // before the copy (a CPU kernel) may call either runtime.
+            if let Some(copying) = unlinked {
+                let _ = copying.wait();
+            }
+            return copied;
         }
     }
 
@@ -94,6 +106,7 @@ impl<B: Backend> Scheduler<B> {
         link: usize,
         src: BufferKey,
         dst: BufferKey,
+        unlinked: &mut Option<Arc<Completion>>,
     ) -> Result<()> {
         let len = theirs.entry(src)?.len;
         let dst_len = mine.entry(dst)?.len;
@@ -148,11 +161,9 @@ impl<B: Backend> Scheduler<B> {
         });
         if let Err(error) = linked {
             // Nothing on src's side can wait for the copy now, and src may
-            // be freed once its own streams are done: the copy is waited
-            // for here (a driver failure's path; a lost device runs nothing).
-            if let Ok(copied) = self.fence_locked(mine, Some(stream), SignalKind::Drain) {
-                let _ = copied.wait();
-            }
+            // be freed once its own streams are done: the caller waits for
+            // the copy once it has let both runtimes go.
+            *unlinked = self.fence_locked(mine, Some(stream), SignalKind::Drain).ok();
             return Err(error);
         }
         theirs.streams[link].position += 1;

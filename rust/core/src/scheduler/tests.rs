@@ -183,3 +183,32 @@ fn a_buffer_released_on_a_lost_device_is_freed_and_counted_out() {
         std::thread::sleep(Duration::from_millis(1));
     }
 }
+
+#[test]
+fn a_peer_copy_waited_for_after_a_failed_link_holds_neither_runtime_meanwhile() {
+    // As above, but what opens the gate in front of the copy (as a CPU
+    // kernel queued before it could) first calls the target runtime: the
+    // copy was waited for with both runtimes' locks held, so that call,
+    // and with it the copy, waited for good.
+    let (source, target) = (scheduler(Lossy::new().0), scheduler(Lossy::new().0));
+    let (src, dst) = (source.create(0, 16, Init::Zero).unwrap(), target.create(0, 16, Init::Zero).unwrap());
+    source.fence(None).unwrap().wait().unwrap();
+    target.fence(None).unwrap().wait().unwrap();
+    let gate = target.hold(0).unwrap();
+    target.backend.failing_records.store(true, Ordering::SeqCst);
+    let opener = {
+        let (gate, target) = (gate.clone(), target.clone());
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            let _ = target.diagnostics();
+            gate.open();
+        })
+    };
+    let (copied, done) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = copied.send(target.copy_from_peer(0, &*source, src, dst).is_err());
+    });
+    let failed = done.recv_timeout(Duration::from_secs(10)).expect("the copy never returned");
+    assert!(failed, "the failed record is the copy's error");
+    opener.join().unwrap();
+}
