@@ -207,11 +207,17 @@ impl Blas {
             if !matches!(buffer.element_type(), ElementType::F32 | ElementType::Bytes) {
                 return Err(Error::invalid(format!("sgemm's {name} holds {}, not f32", buffer.element_type())));
             }
-            let needs = u64::from(rows) * u64::from(columns) * u64::from(count) * 4;
-            if buffer.size_bytes() < needs {
+            // Each factor may be up to 2^31 - 1, so the product may pass a
+            // u64: wrapped, it let a batch far past its buffers through.
+            let needs = u64::from(rows)
+                .checked_mul(u64::from(columns))
+                .and_then(|elements| elements.checked_mul(u64::from(count)))
+                .and_then(|elements| elements.checked_mul(4));
+            if needs.is_none_or(|needs| buffer.size_bytes() < needs) {
                 return Err(Error::invalid(format!(
-                    "sgemm's {name} is {rows} × {columns}{}: {needs} bytes, but its buffer holds {}",
+                    "sgemm's {name} is {rows} × {columns}{}: {} bytes, but its buffer holds {}",
                     if count > 1 { format!(" × {count}") } else { String::new() },
+                    needs.map_or_else(|| "more than 2^64".to_owned(), |needs| needs.to_string()),
                     buffer.size_bytes()
                 )));
             }

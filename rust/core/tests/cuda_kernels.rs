@@ -312,6 +312,12 @@ fn a_cublas_gemm_between_weir_kernels_on_other_streams_waits_for_its_inputs_and_
         Err(Error::InvalidArgument(message)) => assert!(message.contains("sgemm's a is 97 × 64"), "{message}"),
         other => panic!("a GEMM past its buffer was admitted: {other:?}"),
     }
+    // A batch whose size passes a u64 (2^16 × 2^16 × 2^30 × 4 bytes = 2^64).
+    let huge = Gemm::new(1 << 16, 1 << 16, 1 << 16);
+    match blas.sgemm_batched(&s2, &huge, 1 << 30, &a2, &b, &c) {
+        Err(Error::InvalidArgument(message)) => assert!(message.contains("more than 2^64"), "{message}"),
+        other => panic!("a batch past 2^64 bytes was admitted: {other:?}"),
+    }
     assert_eq!(runtime.diagnostics().admitted_ops, admitted);
     runtime.close().unwrap();
 }

@@ -135,6 +135,7 @@ impl<B: Backend> Scheduler<B> {
             )));
         }
         let accesses: Vec<Vec<(BufferKey, Access)>> = parts.iter().map(|part| accesses(collective, part)).collect();
+        let mut waiting = super::state::WaitingForWrites::default();
         loop {
             let mut states = lock_all(members)?;
             let busy =
@@ -144,9 +145,11 @@ impl<B: Backend> Scheduler<B> {
             if busy {
                 // An external write holds a stream this collective needs: let it finish.
                 drop(states);
+                waiting.waiting();
                 std::thread::yield_now();
                 continue;
             }
+            drop(waiting);
             let joined = slot.joined();
             return Self::collective_locked(members, &mut states, &communicator, joined, collective, parts, &accesses);
         }

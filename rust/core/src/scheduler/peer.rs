@@ -71,6 +71,7 @@ impl<B: Backend> Scheduler<B> {
                 "a peer copy from inside the closure of an external write on stream {stream} would wait for it"
             )));
         }
+        let mut waiting = super::state::WaitingForWrites::default();
         loop {
             let (mut mine, mut theirs) = lock_both(self, from)?;
             let busy =
@@ -78,9 +79,11 @@ impl<B: Backend> Scheduler<B> {
             if busy {
                 // An external write holds a stream this copy needs: let it finish.
                 drop((mine, theirs));
+                waiting.waiting();
                 std::thread::yield_now();
                 continue;
             }
+            drop(waiting);
             let mut unlinked = None;
             let copied = self.copy_locked(&mut mine, stream, from, &mut theirs, link, src, dst, &mut unlinked);
             drop((mine, theirs));

@@ -212,3 +212,26 @@ impl<B: Backend> Scheduler<B> {
         self.open_state_when(|state| commands.iter().any(|command| state.needs_busy(stream, &command.accesses())))
     }
 }
+
+/// A thread that waits, yielding, for another runtime's or a member's
+/// external write to end (peer copies, collectives): told to the CPU pool
+/// once, as [`Scheduler::open_state_when`] tells its waits, so that a CPU
+/// kernel waiting so leaves a worker for the write's own work. Told done on drop.
+#[derive(Default)]
+pub(super) struct WaitingForWrites(bool);
+
+impl WaitingForWrites {
+    pub(super) fn waiting(&mut self) {
+        if !std::mem::replace(&mut self.0, true) {
+            crate::completion::told_blocking(true);
+        }
+    }
+}
+
+impl Drop for WaitingForWrites {
+    fn drop(&mut self) {
+        if self.0 {
+            crate::completion::told_blocking(false);
+        }
+    }
+}

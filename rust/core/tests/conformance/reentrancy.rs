@@ -370,59 +370,93 @@ fn a_cpu_kernel_may_drop_the_last_handle_of_its_runtime() {
     });
 }
 
-/// CPU kernels that wait for a stream busy with an external write hold
-/// their workers as a fence wait does: the pool starts a stand-in, so the
-/// write's own work on another stream still finds a worker. With every
-/// worker so waiting, and none started, the write waited for its work
-/// forever, and the kernels for the write.
-#[test]
-fn kernels_waiting_for_an_external_writes_stream_leave_a_worker_for_its_work() {
-    within_deadline(|| {
-        let runtime = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
-        let (a, b) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
-        let (xa, xb) = (a.zeros(ElementType::U32, 4).unwrap(), b.zeros(ElementType::U32, 4).unwrap());
-        runtime.fence().unwrap().wait().unwrap();
-        // As many kernels as the pool keeps workers: each waits for the
-        // write to begin, then for a fence of its stream.
-        let workers = std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2);
-        let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let (started, kernels_started) = channel();
-        let (results, fenced) = channel();
-        let kernel = weir_core::Kernel::custom("waits for a")
-            .cpu({
-                let (a, go) = (Mutex::new(a.clone()), go.clone());
-                let (started, results) = (Mutex::new(started), Mutex::new(results));
-                move |_| {
-                    let _ = started.lock().unwrap().send(());
-                    while !go.load(std::sync::atomic::Ordering::SeqCst) {
-                        std::thread::sleep(Duration::from_millis(1));
-                    }
-                    let a = a.lock().unwrap().clone();
-                    let _ = results.lock().unwrap().send(a.fence().map(drop));
-                    Ok(())
+/// A call of a CPU kernel on its stream and its buffer (see [`every_worker_waits_for_an_external_write`]).
+type KernelCall = Arc<dyn Fn(&weir_core::Stream, &weir_core::Buffer) -> weir_core::Result<()> + Send + Sync>;
+
+/// One CPU kernel per pool worker, on new streams of `runtime`, each making
+/// `call` once an external write of `busy` on `a` has begun; the write's
+/// closure then fills `other` on `a2` and waits for it. Every worker waits
+/// for the write, so that fill needs a stand-in worker, which the pool
+/// starts only if each wait tells it it blocks, as fence waits do. Panics
+/// if the fill, or any kernel's call, never ends.
+fn every_worker_waits_for_an_external_write(
+    runtime: &Runtime,
+    (a, busy): (&weir_core::Stream, &weir_core::Buffer),
+    (a2, other): (&weir_core::Stream, &weir_core::Buffer),
+    call: KernelCall,
+) {
+    let workers = std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2);
+    let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let (started, kernels_started) = channel();
+    let (results, returned) = channel();
+    let mut kept = Vec::new();
+    for _ in 0..workers {
+        let stream = runtime.new_stream().unwrap();
+        let out = stream.zeros(ElementType::U32, 4).unwrap();
+        let (go, call) = (go.clone(), call.clone());
+        let (started, results) = (Mutex::new(started.clone()), Mutex::new(results.clone()));
+        let (own, target) = (Mutex::new(stream.clone()), Mutex::new(out.clone()));
+        let kernel = weir_core::Kernel::custom("waits for a write")
+            .cpu(move |_| {
+                let _ = started.lock().unwrap().send(());
+                while !go.load(std::sync::atomic::Ordering::SeqCst) {
+                    std::thread::sleep(Duration::from_millis(1));
                 }
+                let (own, target) = (own.lock().unwrap().clone(), target.lock().unwrap().clone());
+                let _ = results.lock().unwrap().send(call(&own, &target));
+                Ok(())
             })
             .build();
-        let streams: Vec<_> = (0..workers).map(|_| runtime.new_stream().unwrap()).collect();
-        let outs: Vec<_> = streams.iter().map(|stream| stream.zeros(ElementType::Bytes, 4).unwrap()).collect();
-        for (stream, out) in streams.iter().zip(&outs) {
-            stream.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(out)]).unwrap();
-        }
-        for _ in 0..workers {
-            kernels_started.recv_timeout(DEADLINE).expect("a kernel never ran");
-        }
-        a.external_write(&[&xa], |_| {
-            go.store(true, std::sync::atomic::Ordering::SeqCst);
-            // Let every kernel reach its wait for `a`.
-            std::thread::sleep(Duration::from_millis(50));
-            b.fill_u32(&xb, 7)?;
-            b.fence()?.wait()
-        })
-        .expect("the write's work on b ran");
-        for _ in 0..workers {
-            fenced.recv_timeout(DEADLINE).expect("a kernel never got its fence").expect("a fence of a");
-        }
-        assert_eq!(b.read_as::<u32>(&xb).unwrap(), vec![7; 4]);
+        let scratch = stream.zeros(ElementType::Bytes, 4).unwrap();
+        stream.execute(&kernel, weir_core::Grid::linear(1, 1), &[weir_core::Arg::write(&scratch)]).unwrap();
+        kept.push((stream, out, scratch));
+    }
+    for _ in 0..workers {
+        kernels_started.recv_timeout(DEADLINE).expect("a kernel never ran");
+    }
+    a.external_write(&[busy], |_| {
+        go.store(true, std::sync::atomic::Ordering::SeqCst);
+        // Let every kernel reach its wait for the write.
+        std::thread::sleep(Duration::from_millis(50));
+        a2.fill_u32(other, 7)?;
+        a2.fence()?.wait()
+    })
+    .expect("the write's own work ran");
+    for _ in 0..workers {
+        returned.recv_timeout(DEADLINE).expect("a kernel's call never returned").expect("the kernel's call");
+    }
+    assert_eq!(a2.read_as::<u32>(other).unwrap(), vec![7; 4]);
+}
+
+/// CPU kernels that wait for a stream busy with an external write, to take
+/// a fence of it or to copy from its runtime, hold their workers as a fence
+/// wait does: with every worker so waiting and none started, the write
+/// waited for its own work forever, and the kernels for the write. (One
+/// test: two at once would starve each other's workers.)
+#[test]
+fn kernels_waiting_for_an_external_write_leave_a_worker_for_its_work() {
+    within_deadline(|| {
+        let runtime = Runtime::open(weir_core::BackendKind::Cpu).unwrap();
+        let (a, a2) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+        let (busy, other) = (a.zeros(ElementType::U32, 4).unwrap(), a2.zeros(ElementType::U32, 4).unwrap());
+        runtime.fence().unwrap().wait().unwrap();
+        let fenced = Mutex::new(a.clone());
+        every_worker_waits_for_an_external_write(
+            &runtime,
+            (&a, &busy),
+            (&a2, &other),
+            Arc::new(move |_, _| fenced.lock().unwrap().fence().map(drop)),
+        );
+        // Peer copies from a runtime with a write in flight wait for it too.
+        let peer = Runtime::open_device(weir_core::BackendKind::Cpu, 1).unwrap();
+        let src = Mutex::new(a.upload(&[5u32; 4]).unwrap());
+        every_worker_waits_for_an_external_write(
+            &peer,
+            (&a, &busy),
+            (&a2, &other),
+            Arc::new(move |own, target| own.copy_from_peer(&src.lock().unwrap(), target)),
+        );
+        peer.close().unwrap();
         runtime.close().unwrap();
     });
 }
