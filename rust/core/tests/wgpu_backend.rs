@@ -261,6 +261,42 @@ fn bind_groups_are_reused_and_dropped_with_their_buffers() {
     assert_eq!(backend.kept_bind_groups(), Some(0));
 }
 
+/// An external op admitted behind an op that fails only as its batch is
+/// recorded (after the external op's admission saw no failure) fails with
+/// it, and what it writes is not read as good: its commands were submitted
+/// over the unwritten input before.
+#[test]
+fn an_external_op_over_an_input_that_fails_as_it_is_recorded_fails_too() {
+    let Some(runtime) = open() else { return };
+    let s = runtime.new_stream().unwrap();
+    let small = s.zeros(ElementType::Bytes, 4).unwrap();
+    let out = s.zeros(ElementType::U32, 1).unwrap();
+    s.fence().unwrap().wait().unwrap();
+    let kernel = Kernel::custom("sixty_four").wgsl(SIXTY_FOUR_BYTES, "main").build();
+    s.execute(&kernel, Grid::linear(1, 1), &[Arg::write(&small)]).unwrap();
+    s.external(&[(&small, weir_core::Access::Read), (&out, weir_core::Access::Write)], |raw| {
+        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+        let (from, to) = (raw.buffers()[0].clone(), raw.buffers()[1].clone());
+        // Through a buffer of its own: small buffers may share one wgpu buffer.
+        let scratch = raw.device().create_buffer(&weir_core::wgpu::BufferDescriptor {
+            label: Some("scratch"),
+            size: 4,
+            usage: weir_core::wgpu::BufferUsages::COPY_SRC | weir_core::wgpu::BufferUsages::COPY_DST,
+            mapped_at_creation: false,
+        });
+        raw.encoder().copy_buffer_to_buffer(&from.buffer, from.offset, &scratch, 0, 4);
+        raw.encoder().copy_buffer_to_buffer(&scratch, 0, &to.buffer, to.offset, 4);
+        Ok(())
+    })
+    .unwrap();
+    match s.fence().unwrap().wait() {
+        Err(Error::OpFailed { message, .. }) => assert!(message.contains("and 1 more failed op"), "{message}"),
+        other => panic!("both ops fail: {other:?}"),
+    }
+    assert!(s.read(&out).is_err(), "an external op over a failed input was read as written");
+    runtime.close().unwrap();
+}
+
 #[test]
 fn work_issued_before_a_failed_external_write_still_runs() {
     let Some(runtime) = open() else { return };

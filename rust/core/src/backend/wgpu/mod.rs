@@ -329,8 +329,8 @@ impl Backend for WgpuBackend {
         io: OpIo,
         run: &mut dyn FnMut(RawAccess<'_>) -> Result<()>,
     ) -> Result<()> {
-        // wgpu ops fail as they are recorded, which admission already saw for
-        // what this op reads.
+        // wgpu ops fail as they are recorded: what this op reads may fail
+        // before (seen here) or after it (seen when its batch is recorded).
         if let Some(error) = io.failed_input(stream.lane.runner.stream) {
             return Err(error);
         }

@@ -157,6 +157,14 @@ pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(Arc<WgpuLane>, Vec<Queued
                 Queued::Commands(done) => {
                     record_together(gpu, std::mem::take(&mut ops), &mut recorded);
                     let Recorded { commands, buffers, io } = *done;
+                    // As a queued op: an input that failed as its batch was
+                    // recorded, after this op was admitted, fails it too, and
+                    // its commands (made at admission) are left out.
+                    let lane = &recorded.lanes[origin].runner;
+                    if let Some(error) = io.failed_input(lane.stream) {
+                        io.fail(error, &lane.tally);
+                        continue;
+                    }
                     recorded.commands.push(commands);
                     recorded.buffers.extend(buffers);
                     recorded.written.push((origin, io));
