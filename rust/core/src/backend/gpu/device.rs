@@ -302,20 +302,6 @@ impl<D: Driver> Device<D> {
 
     /// Lends a page-locked buffer of at least `len` bytes.
     pub fn stage(&self, len: usize) -> Result<Loan> {
-        let reused = {
-            let mut free = lock(&self.staging.free);
-            let best = free
-                .iter()
-                .enumerate()
-                .filter(|(_, s)| s.capacity >= len)
-                .min_by_key(|(_, s)| s.capacity)
-                .map(|(index, _)| index);
-            best.map(|index| free.swap_remove(index))
-        };
-        let home = self.staging.free.clone();
-        if let Some(staging) = reused {
-            return Ok(Loan { staging: Some(staging), home });
-        }
         // Power-of-two sizes keep the pool small and reusable; past the
         // largest a slice may span, none is asked for.
         let capacity = len
@@ -323,6 +309,18 @@ impl<D: Driver> Device<D> {
             .checked_next_power_of_two()
             .filter(|&capacity| isize::try_from(capacity).is_ok())
             .ok_or(Error::OutOfMemory { bytes: len as u64, host: true })?;
+        // Only a buffer of that size is lent again: a small loan kept long
+        // (a read held by the app) in a large buffer would make the next
+        // large loan allocate another, and so on, without bound.
+        let reused = {
+            let mut free = lock(&self.staging.free);
+            let fits = free.iter().position(|staging| staging.capacity == capacity);
+            fits.map(|index| free.swap_remove(index))
+        };
+        let home = self.staging.free.clone();
+        if let Some(staging) = reused {
+            return Ok(Loan { staging: Some(staging), home });
+        }
         let ptr = self.staging.driver.host_alloc(capacity)?;
         lock(&self.staging.all).push(Staging { ptr: Handle(ptr), capacity });
         self.counters.host_staging_buffers.fetch_add(1, Ordering::SeqCst);

@@ -152,3 +152,18 @@ fn a_staging_buffer_past_what_a_slice_may_span_is_refused() {
     assert_eq!(backend.counters().host_staging_buffers, 0, "nothing was allocated");
     assert_eq!(backend.staging_buffer(8).unwrap().len(), 8, "the device goes on");
 }
+
+#[test]
+fn small_loans_kept_long_do_not_take_large_buffers_so_page_locked_memory_stays_bounded() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let mut kept = Vec::new();
+    for _ in 0..8 {
+        drop(backend.staging_buffer(4 << 20).unwrap());
+        kept.push(backend.staging_buffer(8).unwrap());
+    }
+    // One 4 MiB buffer, lent again each time, and a small one per kept loan:
+    // a small loan took the free 4 MiB buffer, and each round pinned another.
+    let pinned: usize = lock(&shared.host).values().sum();
+    assert!(pinned <= (4 << 20) + 8 * (64 << 10), "{pinned} bytes page-locked");
+    drop(kept);
+}
