@@ -96,6 +96,10 @@ pub(crate) struct OnQueue {
     /// Our submission count when this lane last submitted (or learnt, by a
     /// wait, that what it waits for did).
     last_submit: AtomicU64,
+    /// Our submission count when this lane's own work was last submitted:
+    /// what a read's copy went in. A wait never raises it, so a read
+    /// delivered tells no later submission done than its own.
+    own_submit: AtomicU64,
     /// Reads mapped but not yet delivered.
     reads: Arc<Reads>,
 }
@@ -360,6 +364,7 @@ impl Shared {
                 pending.ops += run.iter().filter(|queued| matches!(queued, Queued::Op(_))).count();
                 // The submission that will carry it: the next one.
                 on_queue.last_submit.store(pending.submits + 1, Ordering::SeqCst);
+                on_queue.own_submit.store(pending.submits + 1, Ordering::SeqCst);
                 pending.runs.push((lane.clone(), run));
                 if pending.ops >= BATCH_LIMIT {
                     self.submit_pending(&mut pending);
@@ -371,7 +376,10 @@ impl Shared {
                 match on_queue.status.get() {
                     Some(error) => readback.sink.fail(error.clone()),
                     None => {
-                        let submission = on_queue.last_submit(submits);
+                        // Its copy's submission, not one a wait admitted
+                        // meanwhile raised the lane's to (`reached`): the map
+                        // says only that the copy's is done.
+                        let submission = on_queue.own_submit.load(Ordering::SeqCst).min(submits);
                         readback.start(&self.poll, &on_queue.reads, &self.progress, submission)
                     }
                 }
