@@ -136,35 +136,6 @@ fn closing_a_lost_runtime_while_an_external_write_runs_leaves_the_write_to_retur
 }
 
 #[test]
-fn a_peer_copy_whose_source_side_cannot_wait_for_it_returns_once_it_is_done() {
-    // The copy is enqueued on the target's stream; then the event that
-    // would make the source's link stream wait for it cannot be recorded.
-    // The source could then be freed under the copy, unless the copy is
-    // waited for before the failure is returned.
-    let (source, target) = (scheduler(Lossy::new().0), scheduler(Lossy::new().0));
-    let (src, dst) = (source.create(0, 16, Init::Zero).unwrap(), target.create(0, 16, Init::Zero).unwrap());
-    source.fence(None).unwrap().wait().unwrap();
-    target.fence(None).unwrap().wait().unwrap();
-    let gate = target.hold(0).unwrap();
-    target.backend.failing_records.store(true, Ordering::SeqCst);
-    let opened = Arc::new(AtomicBool::new(false));
-    let opener = {
-        let (gate, opened) = (gate.clone(), opened.clone());
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
-            opened.store(true, Ordering::SeqCst);
-            gate.open();
-        })
-    };
-    let copied = target.copy_from_peer(0, &*source, src, dst);
-    let returned_after_the_copy_could_run = opened.load(Ordering::SeqCst);
-    gate.open();
-    opener.join().unwrap();
-    assert!(copied.is_err(), "the failed record is the copy's error");
-    assert!(returned_after_the_copy_could_run, "the copy failed back while it could still read its source");
-}
-
-#[test]
 fn a_buffer_released_on_a_lost_device_is_freed_and_counted_out() {
     // Its stream's use of it is queued behind a gate when the device is
     // lost: no stream will signal for it, and nothing runs on the device
@@ -185,30 +156,38 @@ fn a_buffer_released_on_a_lost_device_is_freed_and_counted_out() {
 }
 
 #[test]
-fn a_peer_copy_waited_for_after_a_failed_link_holds_neither_runtime_meanwhile() {
-    // As above, but what opens the gate in front of the copy (as a CPU
-    // kernel queued before it could) first calls the target runtime: the
-    // copy was waited for with both runtimes' locks held, so that call,
-    // and with it the copy, waited for good.
+fn a_peer_copy_whose_source_side_cannot_wait_for_it_returns_once_it_is_done_holding_neither_runtime() {
+    // The copy is enqueued on the target's stream, behind a gate; then the
+    // event that would make the source's link stream wait for it cannot be
+    // recorded. The source could then be freed under the copy, unless the
+    // copy is waited for before the failure is returned. What opens the gate
+    // (as a CPU kernel queued before the copy could) first calls the target
+    // runtime: the copy was waited for with both runtimes' locks held, so
+    // that call, and with it the copy, waited for good.
     let (source, target) = (scheduler(Lossy::new().0), scheduler(Lossy::new().0));
     let (src, dst) = (source.create(0, 16, Init::Zero).unwrap(), target.create(0, 16, Init::Zero).unwrap());
     source.fence(None).unwrap().wait().unwrap();
     target.fence(None).unwrap().wait().unwrap();
     let gate = target.hold(0).unwrap();
     target.backend.failing_records.store(true, Ordering::SeqCst);
+    let opened = Arc::new(AtomicBool::new(false));
     let opener = {
-        let (gate, target) = (gate.clone(), target.clone());
+        let (gate, target, opened) = (gate.clone(), target.clone(), opened.clone());
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_millis(50));
             let _ = target.diagnostics();
+            opened.store(true, Ordering::SeqCst);
             gate.open();
         })
     };
     let (copied, done) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let _ = copied.send(target.copy_from_peer(0, &*source, src, dst).is_err());
+        let failed = target.copy_from_peer(0, &*source, src, dst).is_err();
+        let _ = copied.send((failed, opened.load(Ordering::SeqCst)));
     });
-    let failed = done.recv_timeout(Duration::from_secs(10)).expect("the copy never returned");
+    let (failed, after_the_copy_could_run) =
+        done.recv_timeout(Duration::from_secs(10)).expect("the copy never returned");
     assert!(failed, "the failed record is the copy's error");
+    assert!(after_the_copy_could_run, "the copy failed back while it could still read its source");
     opener.join().unwrap();
 }
