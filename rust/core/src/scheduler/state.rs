@@ -183,18 +183,15 @@ impl<B: Backend> Scheduler<B> {
     /// inside the closure of the very write it would wait for.
     pub(super) fn open_state_when(&self, blocked: impl Fn(&State<B>) -> bool) -> Result<MutexGuard<'_, State<B>>> {
         let mut state = self.open_state()?;
+        let mut waiting = WaitingForWrites::default();
         while state.busy_streams > 0 && blocked(&state) {
             if let Some((_, stream)) = running_write(|engine| engine == self.address()) {
                 return Err(Error::invalid(format!(
                     "this call needs stream {stream}, whose external write is the closure it was made from"
                 )));
             }
-            // A CPU kernel waiting here holds its worker, as a fence wait
-            // does: the pool may start a stand-in, or the write's own work
-            // (queued behind the blocked kernels) could find no worker.
-            crate::completion::told_blocking(true);
+            waiting.waiting();
             state = self.unbusy.wait(state).unwrap_or_else(|poisoned| poisoned.into_inner());
-            crate::completion::told_blocking(false);
             if state.closed.is_some() {
                 return Err(Error::Closed);
             }
@@ -213,10 +210,11 @@ impl<B: Backend> Scheduler<B> {
     }
 }
 
-/// A thread that waits, yielding, for another runtime's or a member's
-/// external write to end (peer copies, collectives): told to the CPU pool
-/// once, as [`Scheduler::open_state_when`] tells its waits, so that a CPU
-/// kernel waiting so leaves a worker for the write's own work. Told done on drop.
+/// A thread that waits for an external write to end (this runtime's, or
+/// another's for peer copies and collectives): told to the CPU pool once,
+/// as fence waits are, so that a CPU kernel waiting so leaves a worker for
+/// the write's own work (queued behind the waiting kernels, it could find
+/// none). Told done on drop.
 #[derive(Default)]
 pub(super) struct WaitingForWrites(bool);
 
