@@ -370,6 +370,11 @@ fn a_cpu_kernel_may_drop_the_last_handle_of_its_runtime() {
     });
 }
 
+/// How many workers the CPU pool keeps (as `backend::cpu::worker` sizes it).
+fn cpu_workers() -> usize {
+    std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2)
+}
+
 /// A call of a CPU kernel on its stream and its buffer (see [`every_worker_waits_for_an_external_write`]).
 type KernelCall = Arc<dyn Fn(&weir_core::Stream, &weir_core::Buffer) -> weir_core::Result<()> + Send + Sync>;
 
@@ -385,7 +390,7 @@ fn every_worker_waits_for_an_external_write(
     (a2, other): (&weir_core::Stream, &weir_core::Buffer),
     call: KernelCall,
 ) {
-    let workers = std::thread::available_parallelism().map_or(2, |cores| cores.get()).max(2);
+    let workers = cpu_workers();
     let go = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let (started, kernels_started) = channel();
     let (results, returned) = channel();
@@ -429,8 +434,8 @@ fn every_worker_waits_for_an_external_write(
 }
 
 /// CPU kernels that wait for a stream busy with an external write, to take
-/// a fence of it or to copy from its runtime, hold their workers as a fence
-/// wait does: with every worker so waiting and none started, the write
+/// a fence of it, to copy from its runtime or to make a collective with a
+/// part on it, hold their workers as a fence wait does: with every worker so waiting and none started, the write
 /// waited for its own work forever, and the kernels for the write. (One
 /// test: two at once would starve each other's workers.)
 #[test]
@@ -458,6 +463,28 @@ fn kernels_waiting_for_an_external_write_leave_a_worker_for_its_work() {
         );
         peer.close().unwrap();
         runtime.close().unwrap();
+        // And collectives with a part on the busy stream: each kernel's
+        // all-reduce takes a's part (a buffer of its own there) and its own.
+        let group = weir_core::DeviceGroup::open(weir_core::BackendKind::Cpu, &[0, 1]).unwrap();
+        let (first, second) = (group.device(0).unwrap().clone(), group.device(1).unwrap().clone());
+        let (a, a2) = (first.new_stream().unwrap(), first.new_stream().unwrap());
+        let (busy, other) = (a.zeros(ElementType::U32, 4).unwrap(), a2.zeros(ElementType::U32, 4).unwrap());
+        let parts_on_a: Vec<_> = (0..cpu_workers()).map(|_| a.zeros(ElementType::U32, 4).unwrap()).collect();
+        first.fence().unwrap().wait().unwrap();
+        let group = Arc::new(Mutex::new(group));
+        let (on_a, parts_on_a, reduced) = (Mutex::new(a.clone()), Mutex::new(parts_on_a), group.clone());
+        every_worker_waits_for_an_external_write(
+            &second,
+            (&a, &busy),
+            (&a2, &other),
+            Arc::new(move |own, target| {
+                let part = parts_on_a.lock().unwrap().pop().expect("a part on a per kernel");
+                let on_a = on_a.lock().unwrap().clone();
+                let group = reduced.lock().unwrap();
+                group.all_reduce(&[on_a, own.clone()], &[part, target.clone()], weir_core::ReduceOp::Sum)
+            }),
+        );
+        group.lock().unwrap().close().unwrap();
     });
 }
 
