@@ -93,7 +93,11 @@ impl Kernel {
 
     /// Starts a custom kernel named `name`; add a source per backend.
     pub fn custom(name: impl Into<String>) -> CustomKernelBuilder {
-        CustomKernelBuilder(CustomKernel { name: name.into(), cpu: None, wgsl: None, cuda: None, hip: None })
+        CustomKernelBuilder {
+            kernel: CustomKernel { name: name.into(), cpu: None, wgsl: None, cuda: None, hip: None },
+            cuda_options: Vec::new(),
+            hip_options: Vec::new(),
+        }
     }
 
     /// The custom kernel behind this handle, if it is one (backends and benchmarks).
@@ -114,12 +118,18 @@ impl Kernel {
 }
 
 /// Builds a [`Kernel`] from per-backend sources.
-pub struct CustomKernelBuilder(CustomKernel);
+pub struct CustomKernelBuilder {
+    kernel: CustomKernel,
+    /// Compile options, given before or after their source: each source
+    /// takes them when the kernel is built.
+    cuda_options: Vec<String>,
+    hip_options: Vec<String>,
+}
 
 impl CustomKernelBuilder {
     /// The CPU implementation.
     pub fn cpu(mut self, body: impl Fn(&mut CpuKernelArgs<'_>) -> Result<(), String> + Send + Sync + 'static) -> Self {
-        self.0.cpu = Some(Arc::new(body));
+        self.kernel.cpu = Some(Arc::new(body));
         self
     }
     /// WGSL source and entry point. The storage buffers the entry point
@@ -132,7 +142,7 @@ impl CustomKernelBuilder {
     /// `@workgroup_size` takes the grid's block through `override`
     /// constants (see [`Grid`]).
     pub fn wgsl(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.wgsl = Some(KernelSource { code: code.into(), entry: entry.into() });
+        self.kernel.wgsl = Some(KernelSource { code: code.into(), entry: entry.into() });
         self
     }
     /// CUDA C++ source and the kernel to launch, by its name in the source:
@@ -140,45 +150,69 @@ impl CustomKernelBuilder {
     /// a function in a namespace, an overload). Its parameters are the
     /// arguments in order (buffers as pointers), launched with the grid's block.
     pub fn cuda(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.cuda = Some(DeviceKernel::source(code, entry));
+        self.kernel.cuda = Some(DeviceKernel::source(code, entry));
         self
     }
     /// A CUDA module built elsewhere (PTX, CUBIN or fatbin bytes, as `nvcc`
     /// wrote them) and the kernel to launch, by its symbol.
     pub fn cuda_module(mut self, image: impl Into<Arc<[u8]>>, entry: impl Into<String>) -> Self {
-        self.0.cuda = Some(DeviceKernel::module(image, entry));
+        self.kernel.cuda = Some(DeviceKernel::module(image, entry));
         self
     }
     /// Options for compiling the CUDA source (`--use_fast_math`, `-DN=4`,
     /// `-std=c++20`, `-I dir`), after Weir's own (the device's architecture,
     /// C++17 unless an option says otherwise, and the CUDA toolkit's include
     /// directory when it is installed).
+    /// They may come before or after [`Self::cuda`]; a module built
+    /// elsewhere ignores them.
     pub fn cuda_options<S: Into<String>>(mut self, options: impl IntoIterator<Item = S>) -> Self {
-        if let Some(cuda) = &mut self.0.cuda {
-            cuda.options.extend(options.into_iter().map(Into::into));
-        }
+        self.cuda_options.extend(options.into_iter().map(Into::into));
         self
     }
     /// HIP C++ source and the kernel to launch, named as for [`Self::cuda`].
     pub fn hip(mut self, code: impl Into<String>, entry: impl Into<String>) -> Self {
-        self.0.hip = Some(DeviceKernel::source(code, entry));
+        self.kernel.hip = Some(DeviceKernel::source(code, entry));
         self
     }
     /// An AMDGPU code object built elsewhere (`hipcc --genco`) and the kernel
     /// to launch, by its symbol.
     pub fn hip_module(mut self, image: impl Into<Arc<[u8]>>, entry: impl Into<String>) -> Self {
-        self.0.hip = Some(DeviceKernel::module(image, entry));
+        self.kernel.hip = Some(DeviceKernel::module(image, entry));
         self
     }
     /// Options for compiling the HIP source, after Weir's own.
     pub fn hip_options<S: Into<String>>(mut self, options: impl IntoIterator<Item = S>) -> Self {
-        if let Some(hip) = &mut self.0.hip {
-            hip.options.extend(options.into_iter().map(Into::into));
-        }
+        self.hip_options.extend(options.into_iter().map(Into::into));
         self
     }
     /// Finishes the kernel.
     pub fn build(self) -> Kernel {
-        Kernel(KernelDef::Custom(Arc::new(self.0)))
+        let CustomKernelBuilder { mut kernel, cuda_options, hip_options } = self;
+        for (source, options) in [(&mut kernel.cuda, cuda_options), (&mut kernel.hip, hip_options)] {
+            if let Some(source) = source {
+                source.options.extend(options);
+            }
+        }
+        Kernel(KernelDef::Custom(Arc::new(kernel)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn compile_options_reach_their_source_given_before_or_after_it() {
+        let kernel = Kernel::custom("k")
+            .cuda_options(["-DN=4"])
+            .cuda("extern \"C\" __global__ void k() {}", "k")
+            .cuda_options(["--use_fast_math"])
+            .hip_options(["-DM=2"])
+            .hip("extern \"C\" __global__ void k() {}", "k")
+            .build();
+        let custom = kernel.as_custom().expect("a custom kernel");
+        let options = |source: &Option<DeviceKernel>| source.as_ref().map(|source| source.options.clone());
+        assert_eq!(options(&custom.cuda), Some(vec!["-DN=4".to_owned(), "--use_fast_math".to_owned()]));
+        assert_eq!(options(&custom.hip), Some(vec!["-DM=2".to_owned()]));
     }
 }
