@@ -205,9 +205,7 @@ fun WeirStream.enqueueRead(buffer: Buffer): PendingRead =
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.readInto(buffer: Buffer, destination: FloatArray, offset: Long = 0, cancel: CancelToken? = null) =
-    readHostInto(buffer, offset, destination.size * 4L, ElementType.F32, cancel) { host ->
-        host.copyOut({ NativeCopy.toFloats(it, 0, destination, 0, destination.size) }) { it.read(0, destination, 0, destination.size) }
-    }
+    readHostInto(buffer, offset, destination.size * 4L, ElementType.F32, cancel) { host -> host.copyInto(destination) }
 
 /** Reads [destination]`.size` 32-bit integers of [buffer] (`i32`s, `u32`s or raw bytes) from element [offset] into [destination]. */
 @Throws(WeirException::class)
