@@ -310,3 +310,45 @@ fn main(@builtin(global_invocation_id) id: vec3<u32>) { out[id.x] = f32(params.n
     assert_eq!(s.read_as::<f32>(&out).unwrap(), vec![15.0; 64]);
     runtime.close().unwrap();
 }
+
+/// A workgroup size declared the portable way, an override with an `@id`,
+/// takes the grid's block: a pipeline names such an override by its number,
+/// and naming it by its name made every launch fail to build.
+#[test]
+fn a_workgroup_size_override_with_an_id_takes_the_grids_block() {
+    let Some(runtime) = open() else { return };
+    let source = "@id(0) override block_x: u32 = 64;
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(block_x)
+fn main(@builtin(global_invocation_id) id: vec3<u32>, @builtin(local_invocation_index) lane: u32) {
+    out[id.x] = lane + 1u;
+}";
+    let kernel = Kernel::custom("numbered").wgsl(source, "main").build();
+    let s = runtime.default_stream();
+    let out = s.upload(&[0u32; 64]).unwrap();
+    s.execute(&kernel, Grid::linear(64, 16), &[Arg::write(&out)]).unwrap();
+    let want: Vec<u32> = (0..64).map(|i| i % 16 + 1).collect();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), want);
+    runtime.close().unwrap();
+}
+
+/// One override sizing two dimensions runs only with a block of the same
+/// size in both: the later dimension's size silently won, so an 8 × 2 block
+/// ran 2 × 2 threads.
+#[test]
+fn one_override_in_two_dimensions_refuses_a_block_of_two_sizes() {
+    let Some(runtime) = open() else { return };
+    let source = "override n: u32 = 4;
+@group(0) @binding(0) var<storage, read_write> out: array<u32>;
+@compute @workgroup_size(n, n)
+fn main(@builtin(local_invocation_index) lane: u32) { out[lane] = 1u; }";
+    let kernel = Kernel::custom("square").wgsl(source, "main").build();
+    let s = runtime.default_stream();
+    let out = s.upload(&[0u32; 16]).unwrap();
+    refused(&runtime, &kernel, &[Arg::write(&out)], &["same size in both"]);
+    // The same block in both dimensions runs every thread.
+    let square = Grid::new([1, 1, 1], [4, 4, 1]);
+    s.execute(&kernel, square, &[Arg::write(&out)]).unwrap();
+    assert_eq!(s.read_as::<u32>(&out).unwrap(), vec![1; 16]);
+    runtime.close().unwrap();
+}

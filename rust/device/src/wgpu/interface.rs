@@ -252,10 +252,29 @@ pub(crate) fn block_constants(
                 ))
             }
             Some(handle) => match &module.global_expressions[*handle] {
-                naga::Expression::Override(id) => match &module.overrides[*id].name {
-                    Some(constant) => constants.push((constant.clone(), f64::from(wanted))),
-                    None => return Err(format!("`{entry}`'s workgroup size {name} is an override without a name")),
-                },
+                naga::Expression::Override(id) => {
+                    let declared = &module.overrides[*id];
+                    // A pipeline names an override by its `@id` where it has one, as WebGPU does.
+                    let key = match (declared.id, &declared.name) {
+                        (Some(number), _) => number.to_string(),
+                        (None, Some(constant)) => constant.clone(),
+                        (None, None) => {
+                            return Err(format!("`{entry}`'s workgroup size {name} is an override without a name"))
+                        }
+                    };
+                    // One override in two dimensions takes one size: the block's must agree there,
+                    // or the kernel would run with another block than the grid says.
+                    match constants.iter().find(|(other, _)| *other == key) {
+                        Some((_, size)) if *size != f64::from(wanted) => {
+                            return Err(format!(
+                                "`{entry}` sizes its workgroup with one override in two dimensions, so the \
+                                 grid's block must be the same size in both; it is {block:?}"
+                            ))
+                        }
+                        Some(_) => {}
+                        None => constants.push((key, f64::from(wanted))),
+                    }
+                }
                 _ => {
                     return Err(format!(
                         "`{entry}`'s workgroup size {name} is an expression: declare it as one `override` constant, \
