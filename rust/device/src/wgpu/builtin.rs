@@ -48,6 +48,10 @@ fn main() {{
 /// The bytes of a built-in's parameter block.
 const BUILTIN_PARAMS_BYTES: u32 = 16;
 
+/// The largest window a built-in binds: its words fit a `u32`, and so does
+/// the shaders' index of its last word.
+const MOST_WINDOW: u64 = 1 << 31;
+
 /// Device limits that shape launches.
 #[derive(Debug, Clone, Copy)]
 pub struct Shape {
@@ -63,7 +67,10 @@ pub struct Shape {
 impl Shape {
     pub fn new(limits: &wgpu::Limits) -> Shape {
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
-        let window = (limits.max_storage_buffer_binding_size / align * align).max(align);
+        // At most 2 GiB, whatever the device binds (Metal reports its largest
+        // buffer): a window's words are counted, and indexed by the shaders,
+        // in 32 bits.
+        let window = (limits.max_storage_buffer_binding_size.min(MOST_WINDOW) / align * align).max(align);
         Shape {
             window,
             align,
@@ -219,4 +226,20 @@ pub(crate) fn plan_patches(gpu: &WgpuDevice, words: &[MaskedWord]) -> Result<Dis
         blocks.push([((byte - start) / 4) as u32, keep, bits, 0]);
     }
     Ok(DispatchPlan { params: Params::new(gpu, &pipeline, &blocks)?, pipeline, windows })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Metal reports its largest buffer as the binding limit, past 16 GiB
+    /// on large machines: a window that size counted its words mod 2³².
+    #[test]
+    fn a_window_counts_its_words_in_32_bits_whatever_the_device_binds() {
+        let limits = wgpu::Limits { max_storage_buffer_binding_size: 1 << 36, ..wgpu::Limits::default() };
+        let shape = Shape::new(&limits);
+        assert!(shape.window / 4 <= u64::from(u32::MAX), "a window of {} bytes", shape.window);
+        let [x, y, _] = shape.grid(shape.window / 4);
+        assert!(u64::from(x) * u64::from(y) * 256 <= u64::from(u32::MAX) + 1);
+    }
 }
