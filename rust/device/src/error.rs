@@ -86,6 +86,9 @@ pub enum Error {
     Cancelled,
 }
 
+/// How an op's failure begins when its cause is an input's failure.
+const DEPENDENCY_FAILED: &str = "it reads a version written by a failed op";
+
 impl Error {
     #[doc(hidden)]
     pub fn invalid(message: impl Into<String>) -> Self {
@@ -93,9 +96,16 @@ impl Error {
     }
 
     /// The error of an op on `stream` that reads a version `cause` produced.
+    /// Along a chain of such ops the message names the first failure once:
+    /// wrapped again at every op, it grew with the chain (a megabyte after
+    /// 16 000 ops, in quadratic time).
     #[doc(hidden)]
     pub fn dependency_failed(stream: u32, cause: &Error) -> Self {
-        Error::OpFailed { stream, message: format!("it reads a version written by a failed op ({cause})") }
+        let message = match cause {
+            Error::OpFailed { message, .. } if message.starts_with(DEPENDENCY_FAILED) => message.clone(),
+            cause => format!("{DEPENDENCY_FAILED} ({cause})"),
+        };
+        Error::OpFailed { stream, message }
     }
 
     /// `self` as the failure of an op on `stream` (`what` names the op in the
@@ -229,5 +239,23 @@ pub fn panic_text(panic: &(dyn std::any::Any + Send)) -> String {
         (Some(text), _) => (*text).to_owned(),
         (None, Some(text)) => text.clone(),
         (None, None) => "no message".to_owned(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_chain_of_dependent_failures_names_the_first_once() {
+        let root = Error::OpFailed { stream: 0, message: "the kernel said no".into() };
+        let mut error = Error::dependency_failed(1, &root);
+        let first = error.to_string();
+        for stream in 2..1000 {
+            error = Error::dependency_failed(stream, &error);
+        }
+        assert_eq!(error.to_string().len(), first.len() + "999".len() - "1".len(), "{error}");
+        assert!(error.to_string().contains("the kernel said no"));
+        assert!(matches!(error, Error::OpFailed { stream: 999, .. }));
     }
 }

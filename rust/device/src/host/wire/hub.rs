@@ -93,6 +93,23 @@ fn compute(collective: &Collective, all: &mut [Contribution]) -> std::result::Re
 /// beyond its buffers' (its failure's text, the encoding's own bytes).
 pub(super) const SLACK: u64 = 1 << 20;
 
+/// The most bytes of a failure's text that go on the wire, well inside
+/// [`SLACK`]: a longer text ran past what its reader takes, which then
+/// found the sender gone and broke the group for every later collective.
+const MOST_FAILURE_TEXT: usize = 64 << 10;
+
+/// `text`, cut to [`MOST_FAILURE_TEXT`] bytes (on a character's boundary)
+/// with a note of what was cut.
+pub(super) fn bounded(mut text: String) -> String {
+    if text.len() > MOST_FAILURE_TEXT {
+        let cut = (0..=MOST_FAILURE_TEXT).rev().find(|&end| text.is_char_boundary(end)).unwrap_or(0);
+        let left_out = text.len() - cut;
+        text.truncate(cut);
+        text.push_str(&format!("… ({left_out} more bytes)"));
+    }
+    text
+}
+
 /// Rank 0's side of one collective: every rank's contribution in, every
 /// rank's share (or the failure) out; `largest` is the size of rank 0's
 /// largest buffer in it. Returns rank 0's share, and why the group broke if
@@ -127,7 +144,7 @@ pub(crate) fn gather(
     for (index, peer) in peers.iter_mut().enumerate() {
         let share: Outcome<SentShare> = match &outcome {
             Ok(shares) => Outcome::Share(shares[index + 1].as_deref().map(serde_bytes::Bytes::new)),
-            Err(failure) => Outcome::Failed(failure.clone()),
+            Err(failure) => Outcome::Failed(bounded(failure.clone())),
         };
         if let Err(error) = send(peer, &share) {
             gone.get_or_insert(format!("rank {} is gone ({error})", index + 1));
