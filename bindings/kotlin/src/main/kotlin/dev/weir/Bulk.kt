@@ -143,7 +143,8 @@ fun WeirStream.writeHost(buffer: Buffer, host: HostBytes, offset: Long = 0) =
 @JvmOverloads
 @Throws(WeirException::class)
 fun HostBytes.copyInto(destination: FloatArray, offset: Long = 0) {
-    val bytes = wordBytes(destination.size, "f32")
+    // A count of bytes, not an array's size: any FloatArray's bytes fit a Long.
+    val bytes = destination.size * 4L
     val len = len().toLong()
     if (offset < 0 || offset > len - bytes) {
         throw WeirException.InvalidArgument("invalid argument: $bytes bytes from byte $offset do not fit in $len host bytes")
@@ -157,10 +158,18 @@ fun HostBytes.copyInto(destination: FloatArray, offset: Long = 0) {
  * `duplicate`, `asFloatBuffer`, …), keeps the bytes alive while it is
  * reachable: [HostBytes.close] (or dropping this handle) frees them only once
  * no such buffer is left, which may be long after (to copy the bytes out and
- * free them at once, use [copyInto]). Throws `IllegalStateException` once
- * closed, as every call on a closed handle does.
+ * free them at once, use [copyInto]). Bytes of more than 2 GiB − 1, more than
+ * one `ByteBuffer` holds, are refused with `InvalidArgument`: read those with
+ * [copyInto] in parts. Throws `IllegalStateException` once closed, as every
+ * call on a closed handle does.
  */
+@Throws(WeirException::class)
 fun HostBytes.asByteBuffer(): ByteBuffer {
+    // The JDK makes a direct buffer's capacity an Int: past it, the view was
+    // refused with IllegalArgumentException, or from 4 GiB silently short.
+    if (len() > Int.MAX_VALUE.toULong()) {
+        throw WeirException.InvalidArgument("invalid argument: ${len()} host bytes are more than one ByteBuffer holds; copy them out with copyInto, in parts")
+    }
     // A direct buffer made over an address holds nothing of its owner, so the
     // view itself holds a borrow of this handle, as a call does, and gives it
     // back from the cleaner once no view is reachable. Every view made from it

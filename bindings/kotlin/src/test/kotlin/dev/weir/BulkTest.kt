@@ -8,6 +8,7 @@ import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertFalse
 import org.junit.jupiter.api.Assertions.assertNotNull
 import org.junit.jupiter.api.Assertions.assertTrue
+import org.junit.jupiter.api.Assumptions.assumeTrue
 import org.junit.jupiter.api.Test
 import org.junit.jupiter.api.assertThrows
 import org.junit.jupiter.params.ParameterizedTest
@@ -121,6 +122,22 @@ class BulkTest {
                 assertArrayEquals(floatArrayOf(9f, 9f), untouched, "a refused copy wrote")
             }
             assertThrows<IllegalStateException>("closed") { host.copyInto(FloatArray(1)) }
+        }
+
+    @Test
+    fun `an array of more than 2 GiB of f32s copies as any other, and host bytes past one ByteBuffer refuse a view`(): Unit =
+        onRuntime("cpu") { rt ->
+            // The CPU backend's staging is zeroed lazily: 2 GiB + 4 bytes cost no memory until read.
+            rt.defaultStream().staging((1UL shl 31) + 4UL).use { host ->
+                val failure = assertThrows<WeirException.InvalidArgument> { host.asByteBuffer() }
+                assertTrue("ByteBuffer" in failure.message.orEmpty(), failure.message)
+            }
+            assumeTrue(java.lang.Runtime.getRuntime().maxMemory() > (3L shl 30), "an array of 2 GiB needs a heap of 3 GiB")
+            rt.hostBytes(floatArrayOf(1f)).use { host ->
+                // A range check, not a JVM array limit: the array is a valid one.
+                val failure = assertThrows<WeirException.InvalidArgument> { host.copyInto(FloatArray((1 shl 29) + 1)) }
+                assertTrue("4 host bytes" in failure.message.orEmpty(), failure.message)
+            }
         }
 
     @ParameterizedTest(name = "{0}")
