@@ -126,8 +126,10 @@ fn failure(call: &str, error: CUresult) -> Error {
 
 /// The faults after which CUDA fails every later call of the context with
 /// the same status ("sticky" errors): the device is lost for every runtime
-/// on it, until the context is reset.
-const STICKY: [CUresult; 13] = {
+/// on it, until the context is reset. (CUDA 12's `CUDA_ERROR_CONTAINED` and
+/// `CUDA_ERROR_TENSOR_MEMORY_LEAK` are sticky too, but cudarc 0.19 has no
+/// name for them.)
+const STICKY: [CUresult; 14] = {
     use CUresult::*;
     [
         CUDA_ERROR_ILLEGAL_ADDRESS,
@@ -143,6 +145,7 @@ const STICKY: [CUresult; 13] = {
         CUDA_ERROR_NVLINK_UNCORRECTABLE,
         CUDA_ERROR_CONTEXT_IS_DESTROYED,
         CUDA_ERROR_DEVICE_UNAVAILABLE,
+        CUDA_ERROR_EXTERNAL_DEVICE,
     ]
 };
 
@@ -732,5 +735,19 @@ impl Driver for Cuda {
     ) -> Result<()> {
         // SAFETY: this function's contract is `nccl::enqueue`'s.
         unsafe { nccl::enqueue(communicator, collective, parts) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// An external device's error leaves the process's CUDA unusable, as
+    /// CUDA documents: it was reported as one op's backend error, and work
+    /// went on being admitted to fail op by op.
+    #[test]
+    fn an_external_devices_error_loses_the_device() {
+        assert!(failure("cuStreamSynchronize", CUresult::CUDA_ERROR_EXTERNAL_DEVICE).is_device_lost());
+        assert!(!failure("cuMemAlloc", CUresult::CUDA_ERROR_OUT_OF_MEMORY).is_device_lost());
     }
 }
