@@ -429,6 +429,39 @@ fn custom_kernel_uses_its_grid_and_dynamic_shared_memory() {
     assert_no_live_events(&runtime);
 }
 
+/// A kernel with static shared memory takes dynamic shared memory up to the
+/// device's opt-in ceiling, under 48 KiB too: CUDA's default ceiling is 48 KiB
+/// less the static part, and the opt-in was asked for only past 48 KiB, so
+/// 16 KiB static and 40 KiB dynamic failed as a backend error.
+#[test]
+fn a_kernel_with_static_shared_memory_takes_dynamic_shared_memory_past_the_default() {
+    let Some(runtime) = open("static_and_dynamic_shared", None) else {
+        return;
+    };
+    let s = runtime.default_stream();
+    let kernel = Kernel::custom("both_shared")
+        .cuda(
+            r#"extern "C" __global__ void both_shared(unsigned int* out) {
+                __shared__ unsigned int fixed[4096];
+                extern __shared__ unsigned int dynamic[];
+                fixed[threadIdx.x] = threadIdx.x;
+                dynamic[10239 - threadIdx.x] = 2 * threadIdx.x;
+                __syncthreads();
+                out[threadIdx.x] = fixed[threadIdx.x] + dynamic[10239 - threadIdx.x];
+            }"#,
+            "both_shared",
+        )
+        .build();
+    let out = s.upload(&[0u32; 64]).unwrap();
+    for dynamic in [40 << 10, 48 << 10] {
+        let grid = Grid::new([1, 1, 1], [64, 1, 1]).with_shared_bytes(dynamic);
+        s.execute(&kernel, grid, &[Arg::write(&out)]).unwrap();
+        let want: Vec<u32> = (0..64).map(|i| 3 * i).collect();
+        assert_eq!(s.read_as::<u32>(&out).unwrap(), want, "{dynamic} bytes of dynamic shared memory");
+        s.memset_zero(&out).unwrap();
+    }
+}
+
 #[test]
 fn async_completions_resolve_without_an_async_runtime() {
     let Some(runtime) = open("async", None) else {

@@ -124,6 +124,30 @@ fn failure(call: &str, error: CUresult) -> Error {
     status_error(NAME, call, format!("{error:?}"), error as i32, poisons_context(error))
 }
 
+/// Raises `function`'s ceiling of dynamic shared memory to `bytes`; false
+/// when it was that high already.
+///
+/// # Safety
+/// `function` is a live function of this driver's context, current here.
+unsafe fn raise_dynamic_shared(function: Handle<sys::CUfunction>, bytes: u32) -> Result<bool> {
+    // The function is every runtime's on the context, each on its own
+    // issuing thread: the ceiling only rises (under one lock), so a launch
+    // asking less never lowers it under one asking more.
+    static RAISING: Mutex<()> = Mutex::new(());
+    let _raising = lock(&RAISING);
+    let dynamic_shared = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
+    let wanted = i32::try_from(bytes).map_err(|_| Error::invalid(format!("{bytes} bytes of shared memory")))?;
+    // SAFETY: a live function (the caller's contract).
+    unsafe {
+        let set = result::function::get_function_attribute(function.0, dynamic_shared).called("cuFuncGetAttribute")?;
+        if set >= wanted {
+            return Ok(false);
+        }
+        result::function::set_function_attribute(function.0, dynamic_shared, wanted).called("cuFuncSetAttribute")?;
+    }
+    Ok(true)
+}
+
 /// The faults after which CUDA fails every later call of the context with
 /// the same status ("sticky" errors): the device is lost for every runtime
 /// on it, until the context is reset. (CUDA 12's `CUDA_ERROR_CONTAINED` and
@@ -675,25 +699,25 @@ impl Driver for Cuda {
         // kernel parameter (trait contract).
         unsafe {
             if grid.shared_bytes > DEFAULT_SHARED_LIMIT {
-                // The function is every runtime's on the context, each on its
-                // own issuing thread: the ceiling only rises (under one lock),
-                // so a launch asking less never lowers it under one asking more.
-                static RAISING: Mutex<()> = Mutex::new(());
-                let _raising = lock(&RAISING);
-                let dynamic_shared = CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES;
-                let wanted = i32::try_from(grid.shared_bytes)
-                    .map_err(|_| Error::invalid(format!("{} bytes of shared memory", grid.shared_bytes)))?;
-                let set = result::function::get_function_attribute(function.0, dynamic_shared)
-                    .called("cuFuncGetAttribute")?;
-                if set < wanted {
-                    result::function::set_function_attribute(function.0, dynamic_shared, wanted)
-                        .called("cuFuncSetAttribute")?;
-                }
+                raise_dynamic_shared(function, grid.shared_bytes)?;
             }
             let [x, y, z] = grid.groups;
             let [bx, by, bz] = grid.block;
-            result::launch_kernel(function.0, (x, y, z), (bx, by, bz), grid.shared_bytes, stream.0, params)
-                .called("cuLaunchKernel")
+            let mut launch =
+                || result::launch_kernel(function.0, (x, y, z), (bx, by, bz), grid.shared_bytes, stream.0, params);
+            match launch() {
+                // A function's default ceiling is 48 KiB less its static
+                // shared memory: a kernel with some asks for the opt-in at
+                // less than 48 KiB. Raised on the first refusal, not queried
+                // on every launch.
+                Err(result::DriverError(CUresult::CUDA_ERROR_INVALID_VALUE))
+                    if grid.shared_bytes > 0 && raise_dynamic_shared(function, grid.shared_bytes)? =>
+                {
+                    launch()
+                }
+                first => first,
+            }
+            .called("cuLaunchKernel")
         }
     }
 
