@@ -82,7 +82,15 @@ extension WeirRuntime {
     /// page-locked on CUDA and HIP, so uploads from it need no host copy
     /// (plain memory elsewhere). Make it once and upload it as often as needed.
     public func hostBytes<T: WeirElement>(_ values: [T]) throws -> HostBytes {
-        try values.withUnsafeBytes { try hostBytes(data: Data.borrowing($0)) }
+        try values.withUnsafeBytes { try hostBytesBorrowed(data: Data.borrowing($0)) }
+    }
+
+    /// Host memory holding a copy of `data`, as `hostBytes(_:)` makes it.
+    /// More than 2 GiB - 1 bytes are refused with `.invalidArgument`. (The
+    /// generated form, renamed in `uniffi.toml`, trapped past 2 GiB.)
+    public func hostBytes(data: Data) throws -> HostBytes {
+        try Data.checkLendable(data.count)
+        return try hostBytesBorrowed(data: data)
     }
 }
 

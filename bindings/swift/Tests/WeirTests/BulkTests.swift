@@ -150,6 +150,7 @@ struct BulkTests {
         await expectWeirError("InvalidArgument", mentioning: words) { _ = try s.upload(bytes: huge) }
         await expectWeirError("InvalidArgument", mentioning: words) { try s.write(bytes: huge, to: buffer) }
         await expectWeirError("InvalidArgument", mentioning: words) { _ = try s.upload(data: data, element: .bytes) }
+        await expectWeirError("InvalidArgument", mentioning: words) { _ = try runtime.hostBytes(data: data) }
         await expectWeirError("InvalidArgument", mentioning: words) { try s.write(buffer: buffer, data: data, element: .bytes) }
         await expectWeirError("InvalidArgument", mentioning: words) {
             try await s.writeAndWait(buffer: buffer, data: data, element: .bytes)
