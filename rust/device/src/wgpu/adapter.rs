@@ -10,7 +10,7 @@
 //! builder's `device` and the listing (`weir_core::devices`, which takes the
 //! default choice).
 
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, Weak};
 
 use super::bind_groups::BindGroups;
 use super::builtin::{Builtins, Shape};
@@ -31,9 +31,45 @@ pub struct Opened {
     pub info: DeviceInfo,
     pub limits: wgpu::Limits,
     pub features: wgpu::Features,
-    /// A device-wide failure (device lost, an error outside any scope),
-    /// shared by every runtime on the device.
-    pub device_error: Arc<Mutex<Option<Error>>>,
+    /// What went wrong on the device outside any op, told to its runtimes.
+    pub faults: Arc<DeviceFaults>,
+}
+
+/// What goes wrong on a device outside any op, for the runtimes on it: its
+/// loss, for every runtime on it from then on (and a runtime opened later
+/// gets a new device); an error no scope caught, for the runtimes open when
+/// it came. Each runtime has its own slot: one device-wide slot made a single
+/// invalid call through a raw device kept from an external op fail every op
+/// of every runtime on the device for the rest of the process.
+#[derive(Default)]
+pub struct DeviceFaults {
+    lost: Mutex<Option<Error>>,
+    runtimes: Mutex<Vec<Weak<Mutex<Option<Error>>>>>,
+}
+
+impl DeviceFaults {
+    /// A slot for one runtime on the device: the first fault from now on.
+    pub fn slot(&self) -> Arc<Mutex<Option<Error>>> {
+        // Held while the loss is read, so a loss reported meanwhile reaches the new slot.
+        let mut runtimes = lock(&self.runtimes);
+        runtimes.retain(|slot| slot.strong_count() > 0);
+        let slot = Arc::new(Mutex::new(lock(&self.lost).clone()));
+        runtimes.push(Arc::downgrade(&slot));
+        slot
+    }
+
+    fn report(&self, error: Error) {
+        if error.is_device_lost() {
+            lock(&self.lost).get_or_insert_with(|| error.clone());
+        }
+        for slot in lock(&self.runtimes).iter().filter_map(Weak::upgrade) {
+            lock(&slot).get_or_insert_with(|| error.clone());
+        }
+    }
+
+    fn is_lost(&self) -> bool {
+        lock(&self.lost).is_some()
+    }
 }
 
 /// A wgpu device and its one queue, with the caches every op records from.
@@ -59,7 +95,7 @@ pub struct WgpuDevice {
     /// What is made and copied on it (allocations, staging buffers, copies).
     pub counters: Arc<Counters>,
     pub info: DeviceInfo,
-    /// Shared by every runtime on the device (see [`open`]).
+    /// The device's faults outside any op, as this runtime learns them (see [`DeviceFaults`]).
     pub device_error: Arc<Mutex<Option<Error>>>,
 }
 
@@ -123,7 +159,7 @@ impl WgpuDevice {
             immediate_bytes,
             counters: Arc::default(),
             info,
-            device_error: opened.device_error,
+            device_error: opened.faults.slot(),
         })
     }
 }
@@ -238,9 +274,23 @@ pub fn open(choice: &AdapterChoice, index: usize, own: bool) -> Result<Opened> {
         adapters.own.push(opened.device.clone());
         return Ok(opened);
     }
-    let known = adapters.opened.iter().find(|(b, f, i, _)| *b == backends && *f == name_filter && *i == index);
-    if let Some((_, _, _, device)) = known {
-        return device.clone();
+    let known = adapters.opened.iter().position(|(b, f, i, _)| *b == backends && *f == name_filter && *i == index);
+    if let Some(known) = known {
+        if let Ok(opened) = &adapters.opened[known].3 {
+            // wgpu tells of a loss from a poll: one now, so a device lost since the last is known to be.
+            // (Its callbacks are Weir's own; a panic in one must not leave this lock poisoned.)
+            let device = &opened.device;
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| device.poll(wgpu::PollType::Poll)));
+        }
+        match &adapters.opened[known].3 {
+            // A lost device serves no runtime again: a new one is opened, and
+            // the lost one kept, as every device is, for the process's life.
+            Ok(opened) if opened.faults.is_lost() => {
+                let lost = adapters.opened.swap_remove(known);
+                adapters.own.extend(lost.3.map(|opened| opened.device));
+            }
+            device => return device.clone(),
+        }
     }
     let instance = adapters.instance(backends);
     let device = open_device(&instance, backends, &name_filter, index);
@@ -283,16 +333,16 @@ fn open_device(
     let (device, queue) = ready(request)
         .ok_or_else(|| Error::unavailable(BACKEND, "the device request did not complete"))?
         .map_err(|e| Error::unavailable(BACKEND, format!("cannot open {} ({:?}): {e}", info.name, info.backend)))?;
-    let device_error = Arc::new(Mutex::new(None));
-    let errors = device_error.clone();
+    let faults = Arc::new(DeviceFaults::default());
+    let errors = faults.clone();
     device.on_uncaptured_error(Arc::new(move |error: wgpu::Error| {
-        lock(&errors).get_or_insert(Error::backend(BACKEND, format!("device error outside any op: {error}")));
+        errors.report(Error::backend(BACKEND, format!("device error outside any op: {error}")));
     }));
-    let lost = device_error.clone();
+    let lost = faults.clone();
     device.set_device_lost_callback(move |reason, message| {
         let message = format!("{reason:?}: {message}");
-        lock(&lost).get_or_insert(Error::DeviceLost { backend: BACKEND, message, status: None });
+        lost.report(Error::DeviceLost { backend: BACKEND, message, status: None });
     });
     let described = describe(&info, &limits, index);
-    Ok(Opened { device, queue, info: described, limits, features, device_error })
+    Ok(Opened { device, queue, info: described, limits, features, faults })
 }
