@@ -48,9 +48,10 @@ fn main() {{
 /// The bytes of a built-in's parameter block.
 const BUILTIN_PARAMS_BYTES: u32 = 16;
 
-/// The largest window a built-in binds: its words fit a `u32`, and so does
-/// the shaders' index of its last word.
-const MOST_WINDOW: u64 = 1 << 31;
+/// The largest window a built-in binds, whatever the device binds (Metal
+/// reports its largest buffer, past 16 GiB on large Macs): its words are
+/// counted, and indexed by the shaders, in 32 bits.
+const MOST_BUILTIN_WINDOW: u64 = 1 << 31;
 
 /// Device limits that shape launches.
 #[derive(Debug, Clone, Copy)]
@@ -67,16 +68,19 @@ pub struct Shape {
 impl Shape {
     pub fn new(limits: &wgpu::Limits) -> Shape {
         let align = u64::from(limits.min_storage_buffer_offset_alignment.max(4));
-        // At most 2 GiB, whatever the device binds (Metal reports its largest
-        // buffer): a window's words are counted, and indexed by the shaders,
-        // in 32 bits.
-        let window = (limits.max_storage_buffer_binding_size.min(MOST_WINDOW) / align * align).max(align);
+        let window = (limits.max_storage_buffer_binding_size / align * align).max(align);
         Shape {
             window,
             align,
             uniform_align: u64::from(limits.min_uniform_buffer_offset_alignment.max(4)),
             max_groups: limits.max_compute_workgroups_per_dimension.max(1),
         }
+    }
+
+    /// The largest window a built-in binds: the device's, to 2 GiB (a
+    /// multiple of `align`, a power of two no larger).
+    pub fn builtin_window(&self) -> u64 {
+        self.window.min(MOST_BUILTIN_WINDOW)
     }
 
     /// A 2D grid of 256-thread groups covering `words` threads.
@@ -180,7 +184,7 @@ pub(crate) fn plan_elementwise(
     let (mut windows, mut blocks) = (Vec::new(), Vec::new());
     let mut start = 0;
     while start < bytes {
-        let size = shape.window.min(bytes - start);
+        let size = shape.builtin_window().min(bytes - start);
         let words = size / 4;
         windows.push(Window { start, size, groups: shape.grid(words) });
         blocks.push([words as u32, (start / 4) as u32, scalar, 0]);
@@ -235,11 +239,13 @@ mod tests {
     /// Metal reports its largest buffer as the binding limit, past 16 GiB
     /// on large machines: a window that size counted its words mod 2³².
     #[test]
-    fn a_window_counts_its_words_in_32_bits_whatever_the_device_binds() {
+    fn a_builtins_window_counts_its_words_in_32_bits_whatever_the_device_binds() {
         let limits = wgpu::Limits { max_storage_buffer_binding_size: 1 << 36, ..wgpu::Limits::default() };
         let shape = Shape::new(&limits);
-        assert!(shape.window / 4 <= u64::from(u32::MAX), "a window of {} bytes", shape.window);
-        let [x, y, _] = shape.grid(shape.window / 4);
+        let window = shape.builtin_window();
+        assert!(window / 4 <= u64::from(u32::MAX), "a window of {window} bytes");
+        assert_eq!(shape.window, 1 << 36, "a custom kernel binds what the device binds");
+        let [x, y, _] = shape.grid(window / 4);
         assert!(u64::from(x) * u64::from(y) * 256 <= u64::from(u32::MAX) + 1);
     }
 }
