@@ -15,7 +15,7 @@ use weir_core::{Arg, BackendKind, ElementType, Error, Grid, Kernel, RawAccess, R
 
 #[path = "support/wgpu_runtime.rs"]
 mod wgpu_runtime;
-use wgpu_runtime::open;
+use wgpu_runtime::{device_of, open};
 
 #[test]
 fn writes_and_reads_at_unaligned_offsets_keep_neighbouring_bytes() {
@@ -916,20 +916,6 @@ fn ops_queued_behind_a_hold_keep_their_scalars_without_a_wgpu_buffer_each() {
     assert_eq!(s.read_as::<u32>(&out).unwrap(), (0..OPS).map(|at| 30_000 + at).collect::<Vec<_>>());
     assert_eq!(t.read_as::<u32>(&other).unwrap(), (0..OPS).map(|at| 3 + at).collect::<Vec<_>>());
     runtime.close().unwrap();
-}
-
-/// The wgpu device `runtime`'s ops run on, as raw access shows it.
-fn device_of(runtime: &Runtime) -> weir_core::wgpu::Device {
-    let s = runtime.default_stream();
-    let buffer = s.zeros(ElementType::U32, 1).unwrap();
-    let mut device = None;
-    s.external_write(&[&buffer], |raw| {
-        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
-        device = Some(raw.device().clone());
-        Ok(())
-    })
-    .unwrap();
-    device.expect("the closure ran")
 }
 
 #[test]

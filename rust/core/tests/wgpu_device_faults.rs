@@ -7,26 +7,12 @@
 #[path = "support/wgpu_runtime.rs"]
 mod wgpu_runtime;
 
-use weir_core::{ElementType, RawAccess, Runtime};
-
-/// The raw device, kept past the external op that lent it.
-fn raw_device(runtime: &Runtime) -> weir_core::wgpu::Device {
-    let s = runtime.default_stream();
-    let scratch = s.zeros(ElementType::U32, 4).unwrap();
-    let mut kept = None;
-    s.external_write(&[&scratch], |raw| {
-        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
-        kept = Some(raw.device().clone());
-        Ok(())
-    })
-    .unwrap();
-    kept.expect("the external op ran")
-}
+use wgpu_runtime::device_of;
 
 #[test]
 fn a_fault_outside_any_op_fails_the_runtimes_open_then_and_no_later_one() {
     let Some(first) = wgpu_runtime::open() else { return };
-    let device = raw_device(&first);
+    let device = device_of(&first);
     // An invalid call outside any op: no scope catches it.
     let _invalid = device.create_buffer(&weir_core::wgpu::BufferDescriptor {
         label: Some("invalid: map for reading and writing"),
@@ -43,7 +29,7 @@ fn a_fault_outside_any_op_fails_the_runtimes_open_then_and_no_later_one() {
     assert_eq!(t.read_as::<u32>(&t.upload(&[1u32, 2]).unwrap()).unwrap(), vec![1, 2]);
 
     // A lost device serves no runtime opened after the loss: a new device does.
-    raw_device(&second).destroy();
+    device_of(&second).destroy();
     assert!(t.upload(&[3u32]).and_then(|buffer| t.read_as::<u32>(&buffer)).is_err(), "read from a destroyed device");
     let third = wgpu_runtime::open().unwrap();
     let u = third.default_stream();

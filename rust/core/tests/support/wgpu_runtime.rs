@@ -1,7 +1,7 @@
 //! Opens a wgpu runtime for a test, or reports wgpu skipped by name (a
 //! failure where `WEIR_REQUIRE_BACKENDS` lists wgpu).
 
-use weir_core::{BackendKind, Runtime};
+use weir_core::{BackendKind, ElementType, RawAccess, Runtime};
 
 pub fn open() -> Option<Runtime> {
     match Runtime::open(BackendKind::Wgpu) {
@@ -13,4 +13,20 @@ pub fn open() -> Option<Runtime> {
             None
         }
     }
+}
+
+/// The wgpu device `runtime`'s ops run on, as raw access shows it, kept
+/// past the external op that lends it.
+#[allow(dead_code)] // Not every test that opens a runtime looks at its device.
+pub fn device_of(runtime: &Runtime) -> weir_core::wgpu::Device {
+    let s = runtime.default_stream();
+    let buffer = s.zeros(ElementType::U32, 1).unwrap();
+    let mut device = None;
+    s.external_write(&[&buffer], |raw| {
+        let RawAccess::Wgpu(raw) = raw else { unreachable!("a wgpu runtime") };
+        device = Some(raw.device().clone());
+        Ok(())
+    })
+    .unwrap();
+    device.expect("the closure ran")
 }
