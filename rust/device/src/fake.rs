@@ -392,6 +392,10 @@ impl Driver for Fake {
                 latch.pass();
             }
         }
+        // As NVRTC refuses an architecture newer than it knows: every source.
+        if lock(&self.0.failing).contains(&"compile") {
+            return Err(Error::invalid("cuda kernel does not compile (FAKE_ERROR): invalid option --gpu-architecture"));
+        }
         if source.contains("broken") {
             return Err(Error::invalid("cuda kernel does not compile (FAKE_ERROR): error: broken is not CUDA"));
         }

@@ -43,7 +43,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::kernel::CustomKernel;
 use crate::lock::lock;
 use crate::options::RuntimeOptions;
@@ -115,7 +115,18 @@ impl<D: Driver> GpuBackend<D> {
     pub(crate) fn with(driver: D, wake: Wake, spin: Duration) -> Result<Self> {
         let device = Device::new(driver, spin);
         device.driver.bind()?;
-        let builtins = Builtins::load(|entry| device.kernels.builtin(&device.driver, entry).map(|f| f.raw))?;
+        // Weir's own kernels not building is the toolchain's failure (an
+        // NVRTC older than the GPU), not an argument of the caller's.
+        let builtins =
+            Builtins::load(|entry| device.kernels.builtin(&device.driver, entry).map(|f| f.raw)).map_err(|error| {
+                match error {
+                    Error::InvalidArgument(message) => Error::unavailable(
+                        D::KIND,
+                        format!("Weir's built-in kernels do not build for {}: {message}", device.driver.info().name),
+                    ),
+                    other => other,
+                }
+            })?;
         Ok(GpuBackend {
             device,
             builtins,

@@ -286,3 +286,17 @@ fn loading_one_module_holds_up_no_other_modules_kernels() {
     looked_up.expect("a loaded module's kernel waited for another module's load").unwrap();
     slow.join().unwrap().unwrap();
 }
+
+/// Weir's built-ins not building (an NVRTC older than the GPU) leaves the
+/// device unavailable, saying why: it was `InvalidArgument`, blaming a
+/// kernel the caller never wrote.
+#[test]
+fn built_ins_that_do_not_build_leave_the_device_unavailable() {
+    let (fake, shared) = Fake::new(false);
+    shared.fail("compile");
+    match GpuBackend::with(fake, Wake::Waiter, SPIN_BUDGET) {
+        Err(Error::Unavailable { reason, .. }) => assert!(reason.contains("built-in kernels"), "{reason}"),
+        Err(other) => panic!("not unavailable: {other:?}"),
+        Ok(_) => panic!("opened without its built-ins"),
+    }
+}
