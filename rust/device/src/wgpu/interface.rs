@@ -40,17 +40,10 @@ pub struct OwnLayout {
     pub groups: Vec<(u32, Vec<Resource>)>,
     /// The uniforms, in the order the scalars fill them.
     pub uniforms: Vec<Uniform>,
-}
-
-/// What [`check`] found of a kernel's bindings.
-pub struct Checked {
-    /// Its own layout, or `None` where it binds as Weir's kernels do.
-    pub own: Option<OwnLayout>,
-    /// Per buffer argument, in either layout: the fewest bytes its binding
-    /// takes (the fixed part of its type, and one element of a runtime-sized
-    /// array), and where it binds, for the error that refuses a shorter one
-    /// at launch (wgpu refused it only when the op was recorded).
-    pub least: Vec<(u64, String)>,
+    /// Per buffer argument: the fewest bytes its binding takes (the fixed
+    /// part of its type, and one element of a runtime-sized array), and
+    /// where it binds, for the error that refuses a shorter one.
+    pub buffers: Vec<(u64, String)>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -78,10 +71,10 @@ struct Declared {
 }
 
 /// Matches `module`'s entry point `entry` and the resources it uses to
-/// `arguments`: the shader's own layout, or none where it binds as Weir's
-/// kernels do (see the module doc), and the least size of each buffer; the
-/// error says what differs, in the source's names.
-pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Checked, String> {
+/// `arguments`: the shader's own layout, or `None` where it binds as Weir's
+/// kernels do (see the module doc); the error says what differs, in the
+/// source's names.
+pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> Result<Option<OwnLayout>, String> {
     let Some(point) =
         module.entry_points.iter().position(|point| point.name == entry && point.stage == naga::ShaderStage::Compute)
     else {
@@ -130,15 +123,8 @@ pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> R
     let uniforms: Vec<(&str, naga::Handle<naga::Type>)> =
         uniforms.iter().map(|resource| (resource.at.as_str(), resource.ty)).collect();
     let filled = fill_uniforms(module, &uniforms, arguments.scalars, arguments.read_only.len())?;
-    let least = storage
-        .iter()
-        .map(|resource| {
-            let size = module.types[resource.ty].inner.try_size(module.to_ctx()).unwrap_or(0);
-            (u64::from(size), resource.at.clone())
-        })
-        .collect();
     if is_short(module, &declared, arguments, &filled) {
-        return Ok(Checked { own: None, least });
+        return Ok(None);
     }
     let mut groups: Vec<(u32, Vec<Resource>)> = Vec::new();
     let (mut buffers, mut uniform_index) = (0, 0);
@@ -159,7 +145,14 @@ pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> R
             _ => groups.push((resource.group, vec![entry])),
         }
     }
-    Ok(Checked { own: Some(OwnLayout { groups, uniforms: filled }), least })
+    let buffers = storage
+        .iter()
+        .map(|resource| {
+            let size = module.types[resource.ty].inner.try_size(module.to_ctx()).unwrap_or(0);
+            (u64::from(size), resource.at.clone())
+        })
+        .collect();
+    Ok(Some(OwnLayout { groups, uniforms: filled, buffers }))
 }
 
 /// The storage buffers take the buffer arguments, in order and with their accesses.
@@ -324,7 +317,7 @@ mod tests {
     fn layout(source: &str) -> Option<OwnLayout> {
         let module = naga::front::wgsl::parse_str(source).expect("parses");
         let arguments = Arguments { read_only: &[false], scalars: &[ScalarType::Uint(4), ScalarType::Uint(4)] };
-        check(&module, "main", &arguments).expect("matches its arguments").own
+        check(&module, "main", &arguments).expect("matches its arguments")
     }
 
     #[test]

@@ -52,19 +52,12 @@ pub struct Pipeline {
     own: Option<(OwnLayout, Vec<wgpu::BindGroupLayout>)>,
     /// Bytes of immediate data each dispatch sets (0: scalars, if any, are a uniform buffer).
     immediate_bytes: u32,
-    /// A custom kernel's least bytes per buffer argument (see [`interface::Checked`]).
-    least: Vec<(u64, String)>,
 }
 
 impl Pipeline {
     /// The kernel's own layout, if it binds by one.
     pub(crate) fn own_layout(&self) -> Option<&OwnLayout> {
         self.own.as_ref().map(|(layout, _)| layout)
-    }
-
-    /// The fewest bytes each buffer argument's binding takes, and where it binds.
-    pub(crate) fn least(&self) -> &[(u64, String)] {
-        &self.least
     }
 }
 
@@ -241,10 +234,9 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     let as_written = Signature { immediate_bytes: 0, widened: false, ..signature.clone() };
     let wgsl = || wgpu::ShaderSource::Wgsl(code.as_str().into());
     let Ok(mut module) = wgpu::naga::front::wgsl::parse_str(code) else {
-        return build(device, entry, &as_written, wgsl(), &[], None, Vec::new()).map_err(|f| f.message());
+        return build(device, entry, &as_written, wgsl(), &[], None).map_err(|f| f.message());
     };
-    let interface::Checked { own, least } =
-        interface::check(&module, entry, &Arguments { read_only: &signature.read_only, scalars })?;
+    let own = interface::check(&module, entry, &Arguments { read_only: &signature.read_only, scalars })?;
     // Before wgpu sees it: a pipeline layout of more groups than the device
     // has is an assertion in wgpu, not an error (and a layout is made with a
     // place per group index up to the last).
@@ -268,9 +260,7 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     // Its own layout binds its uniforms as written: no immediates.
     let immediate_bytes = if own.is_some() { 0 } else { signature.immediate_bytes };
     let signature = Signature { immediate_bytes, ..signature.clone() };
-    let as_built = |signature: &Signature, source| {
-        build(device, entry, signature, source, &constants, own.as_ref(), least.clone())
-    };
+    let as_built = |signature: &Signature, source| build(device, entry, signature, source, &constants, own.as_ref());
     if signature.immediate_bytes == 0 && !signature.widened {
         return as_built(&signature, wgsl()).map_err(|f| f.message());
     }
@@ -303,7 +293,7 @@ fn compile_builtin(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, St
     } else {
         wgpu::ShaderSource::Wgsl(code.as_str().into())
     };
-    build(device, entry, signature, source, &[], None, Vec::new()).map_err(|f| f.message())
+    build(device, entry, signature, source, &[], None).map_err(|f| f.message())
 }
 
 /// Builds the pipeline of `entry_point` in `source`, its bindings as `signature` says.
@@ -314,7 +304,6 @@ fn build(
     source: wgpu::ShaderSource<'_>,
     constants: &[(&str, f64)],
     own: Option<&OwnLayout>,
-    least: Vec<(u64, String)>,
 ) -> Result<Arc<Pipeline>, Failure> {
     scoped(device, || {
         let module = device.create_shader_module(wgpu::ShaderModuleDescriptor { label: Some(entry_point), source });
@@ -376,7 +365,7 @@ fn build(
             compilation_options: wgpu::PipelineCompilationOptions { constants, ..Default::default() },
             cache: None,
         });
-        Arc::new(Pipeline { pipeline, layout, own, immediate_bytes: signature.immediate_bytes, least })
+        Arc::new(Pipeline { pipeline, layout, own, immediate_bytes: signature.immediate_bytes })
     })
 }
 

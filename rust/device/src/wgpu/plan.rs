@@ -224,9 +224,10 @@ fn prepare_custom<R: PartialEq>(
     };
     let pipeline = gpu.pipelines.get_custom(&gpu.device, kernel, &source.code, &source.entry, signature)?;
     let pipeline = pipeline.map_err(|message| Error::invalid(format!("kernel {}: {message}", kernel.name)))?;
-    // Either layout may declare fixed-size storage (a struct, an array of
-    // known length): a shorter buffer would fail the dispatch.
-    for (index, (len, (least, at))) in lens.iter().zip(pipeline.least()).enumerate() {
+    // A layout of its own may declare fixed-size storage (a struct, an
+    // array of known length): a shorter buffer would fail the dispatch.
+    let least = pipeline.own_layout().map(|own| own.buffers.as_slice()).unwrap_or_default();
+    for (index, (len, (least, at))) in lens.iter().zip(least).enumerate() {
         if len < least {
             return Err(Error::invalid(format!(
                 "kernel {}: buffer argument {index} is {len} bytes, but {at} takes at least {least}",
