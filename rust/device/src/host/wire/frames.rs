@@ -59,8 +59,14 @@ pub(crate) const STALL: Duration = if cfg!(test) { Duration::from_secs(1) } else
 /// stopped mid-message and would otherwise hold this rank forever.
 pub(crate) fn receive_from<T: DeserializeOwned>(link: &TcpStream, limit: u64) -> std::io::Result<T> {
     link.set_read_timeout(None)?;
-    if link.peek(&mut [0])? == 0 {
-        return Err(std::io::ErrorKind::UnexpectedEof.into());
+    loop {
+        match link.peek(&mut [0]) {
+            Ok(0) => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            Ok(_) => break,
+            // A signal while waiting (a handler installed without SA_RESTART) breaks no group.
+            Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(error) => return Err(error),
+        }
     }
     link.set_read_timeout(Some(STALL))?;
     let message = receive(&mut Read::take(link, limit));

@@ -20,8 +20,8 @@ const MAGIC: &[u8; 8] = b"weir-cpu";
 const NONCE_BYTES: usize = 16;
 /// How long a join waits for the whole group to meet.
 const JOIN_TIMEOUT: Duration = Duration::from_secs(120);
-/// How long rank 0 waits for a connecting rank to say who it is.
-const HELLO_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long rank 0 waits for a connecting rank to say who it is, in all.
+const HELLO_TIMEOUT: Duration = if cfg!(test) { Duration::from_secs(1) } else { Duration::from_secs(5) };
 /// The most ranks a CPU group has. Every rank but 0 holds a connection from
 /// this host's loopback address to rank 0's one port, and each needs a
 /// client port of its own: a 16-bit number, so no host fits more. Rank 0
@@ -151,6 +151,9 @@ fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
                 }
             }
             Err(error) if error.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
+            // A caller that hung up before it was accepted (BSD and macOS
+            // report it), or a signal: the join goes on.
+            Err(error) if matches!(error.kind(), ErrorKind::ConnectionAborted | ErrorKind::Interrupted) => {}
             Err(error) => return Err(io_error("accepting a rank of a CPU group", error)),
         }
     }
@@ -173,13 +176,33 @@ fn greet(
 ) -> std::io::Result<Option<usize>> {
     stream.set_nonblocking(false)?;
     stream.set_nodelay(true)?;
-    // A caller that says nothing is turned away soon, not at the deadline.
+    // A caller that says nothing is turned away soon, not at the deadline;
+    // nor does one that says a byte at a time hold the others up for longer.
     let patience = deadline.saturating_duration_since(Instant::now()).min(HELLO_TIMEOUT);
-    stream.set_read_timeout(Some(patience.max(Duration::from_millis(1))))?;
+    let until = Until { stream, deadline: Instant::now() + patience.max(Duration::from_millis(1)) };
     // Bounded: a stranger's bytes cannot make rank 0 read (and hold) more than a hello's.
-    let hello: Hello = receive(&mut stream.take(HELLO_MOST_BYTES))?;
+    let hello: Hello = receive(&mut until.take(HELLO_MOST_BYTES))?;
     stream.set_read_timeout(None)?;
     Ok((hello.nonce == *nonce && hello.ranks == ranks && (1..ranks).contains(&hello.rank)).then_some(hello.rank))
+}
+
+/// Reads from `stream` until `deadline` at the latest: each read waits only
+/// for the time left (a timeout per read let a caller trickling one byte
+/// within each hold the reader for as long as it kept on).
+struct Until<'a> {
+    stream: &'a TcpStream,
+    deadline: Instant,
+}
+
+impl Read for Until<'_> {
+    fn read(&mut self, buffer: &mut [u8]) -> std::io::Result<usize> {
+        let left = self.deadline.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return Err(ErrorKind::TimedOut.into());
+        }
+        self.stream.set_read_timeout(Some(left))?;
+        self.stream.read(buffer)
+    }
 }
 
 /// Any rank but 0: connects to rank 0, retrying until it listens, and
@@ -215,5 +238,38 @@ fn connect(port: u16, nonce: [u8; NONCE_BYTES], ranks: usize, rank: usize) -> Re
         Err(error) => {
             Err(io_error(&format!("rank {rank} of {ranks} joining a CPU group (did every rank join?)"), error))
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A caller that sends a hello one byte at a time, never finishing it
+    /// within [`HELLO_TIMEOUT`], is turned away at that timeout: the real
+    /// rank behind it joins. Each byte reset a per-read timeout, and the
+    /// join waited for the stranger's whole trickle.
+    #[test]
+    fn a_hello_trickled_a_byte_at_a_time_is_turned_away_and_the_join_goes_on() {
+        let (id, _listening) = new_id().unwrap();
+        let (port, _) = parse(&id).unwrap();
+        let stranger = std::thread::spawn(move || {
+            let mut link = TcpStream::connect(SocketAddrV4::new(Ipv4Addr::LOCALHOST, port)).unwrap();
+            let hello = rmp_serde::to_vec(&Hello { nonce: [0; NONCE_BYTES], ranks: 2, rank: 1 }).unwrap();
+            for byte in hello {
+                if link.write_all(&[byte]).is_err() {
+                    return; // turned away
+                }
+                std::thread::sleep(HELLO_TIMEOUT / 2);
+            }
+        });
+        // The stranger connects first, then the real rank 1.
+        std::thread::sleep(Duration::from_millis(100));
+        let rank_1 = std::thread::spawn(move || join(&id, 2, 1).map(|_| ()));
+        let started = Instant::now();
+        join(&id, 2, 0).unwrap();
+        assert!(started.elapsed() < HELLO_TIMEOUT * 4, "joined after {:?}", started.elapsed());
+        rank_1.join().unwrap().unwrap();
+        stranger.join().unwrap();
     }
 }

@@ -34,7 +34,7 @@ use crate::collective::{Collective, CollectiveKind};
 use crate::host::CpuMemory;
 use crate::lock::lock;
 use frames::{receive_from, send, Contribution, Outcome, Share};
-use hub::{gather, SLACK};
+use hub::{bounded, gather, SLACK};
 pub use join::{join, new_id, Listening};
 
 /// The links to the other ranks, as a rank holds them.
@@ -130,7 +130,7 @@ impl Wire {
         let in_place = matches!(collective.kind, CollectiveKind::AllReduce(_));
         let (mut read_guard, mut write_guard, failure) = match guards {
             Ok(Arrival { read, write }) => (read, write, None),
-            Err(failure) => (None, None, Some(failure)),
+            Err(failure) => (None, None, Some(bounded(failure))),
         };
         let mine = Contribution {
             sequence: turn,
@@ -293,5 +293,41 @@ mod tests {
         let first = first.unwrap_err();
         assert!(first.contains("rank 1 is gone"), "{first}");
         assert!(second.unwrap_err().contains("broken"), "a rank cut off mid-message breaks the group");
+    }
+
+    #[test]
+    fn a_failure_of_any_length_fails_its_collective_and_the_group_goes_on() {
+        // Past what a reader takes beyond the buffers, a failure's text made
+        // its reader find the sender gone and break the group for good.
+        let long = "x".repeat(2 << 20);
+        let (id, _listening) = new_id().unwrap();
+        let peer_long = long.clone();
+        let peer = std::thread::spawn(move || {
+            let wire = join(&id, 2, 1).unwrap();
+            let turns: Vec<Result<(), String>> = [Some(peer_long), None, Some("short".into())]
+                .into_iter()
+                .enumerate()
+                .map(|(turn, failure)| {
+                    let failure = failure.or_else(|| Some("rank 1 waits".into()));
+                    wire.run(turn as u64, &FROM_RANK_1, failure, None, None)
+                })
+                .collect();
+            turns
+        });
+        let wire = join(&id, 2, 0).unwrap();
+        let counters = Arc::new(Counters::default());
+        let mut mine = Vec::new();
+        for (turn, failure) in [None, Some(long), None].into_iter().enumerate() {
+            let target = CpuMemory::allocate(4, &counters).unwrap();
+            mine.push(wire.run(turn as u64, &FROM_RANK_1, failure, None, Some(target)).unwrap_err());
+        }
+        let theirs = peer.join().unwrap();
+        for outcome in mine.iter().chain(theirs.iter().map(|turn| turn.as_ref().unwrap_err())) {
+            assert!(!outcome.contains("gone") && !outcome.contains("broken"), "{}", &outcome[..200]);
+            assert!(outcome.len() < 128 << 10, "a failure of {} bytes", outcome.len());
+        }
+        assert!(mine[0].contains("failed on rank 1") && mine[0].contains("more bytes)"), "{}", &mine[0][..200]);
+        assert!(theirs[1].as_ref().unwrap_err().contains("failed on rank 0"));
+        assert!(mine[2].contains("short"), "{}", mine[2]);
     }
 }
