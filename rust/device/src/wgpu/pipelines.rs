@@ -85,7 +85,8 @@ pub(crate) struct Signature {
     pub widened: bool,
 }
 
-/// Pipelines by source; a source that failed to compile stays failed.
+/// Pipelines by source; a source that failed to compile stays failed until
+/// the cache is pruned.
 #[derive(Default)]
 pub(crate) struct PipelineCache {
     entries: Mutex<HashMap<Key, Result<Arc<Pipeline>, String>>>,
@@ -134,8 +135,22 @@ impl PipelineCache {
             )),
             _ => compile_on_big_stack(device, key.clone())?,
         };
-        lock(&self.entries).insert(key, built.clone());
+        let mut entries = lock(&self.entries);
+        if entries.len() >= PRUNE_AT {
+            // A pipeline only this map holds is no live kernel's (the built-ins'
+            // and live custom kernels' are held beside it): an app making
+            // kernel after kernel kept every one it ever compiled. One made
+            // again compiles again; a failure is tried again.
+            entries.retain(|_, built| matches!(built, Ok(pipeline) if Arc::strong_count(pipeline) > 1));
+        }
+        entries.insert(key, built.clone());
         Ok(built)
+    }
+
+    /// Sources kept now.
+    #[cfg(test)]
+    fn kept(&self) -> usize {
+        lock(&self.entries).len()
     }
 
     /// The pipeline of custom `kernel`, whose source for this backend is
@@ -171,6 +186,9 @@ impl PipelineCache {
         Ok(Ok(pipeline))
     }
 }
+
+/// How many sources the cache keeps before it drops those no kernel holds.
+const PRUNE_AT: usize = 256;
 
 /// The deepest expression a source may hold. The shader compiler recurses
 /// once per operator of an expression (a long `a + b + …` as much as nested
@@ -567,4 +585,41 @@ pub fn dispatch(
         pass.set_immediates(0, bytes);
     }
     pass.dispatch_workgroups(groups[0], groups[1], groups[2]);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Kernels made and dropped one after another leave the cache bounded,
+    /// while a pipeline still held stays (skipped where no adapter is).
+    #[test]
+    fn pipelines_no_kernel_holds_are_dropped_past_the_bound() {
+        let Ok(opened) = super::super::adapter::open(&crate::info::AdapterChoice::default(), 0, true) else {
+            eprintln!("wgpu: skipped (no adapter)");
+            return;
+        };
+        let cache = PipelineCache::default();
+        let signature = || Signature {
+            read_only: SmallVec::from_slice(&[false]),
+            scalars: false,
+            checked: None,
+            immediate_bytes: 0,
+            block: None,
+            widened: false,
+        };
+        let source = |value: usize| {
+            format!(
+                "@group(0) @binding(0) var<storage, read_write> out: array<u32>;\n\
+                 @compute @workgroup_size(1) fn main() {{ out[0] = {value}u; }}"
+            )
+        };
+        let held = cache.get(&opened.device, &source(0), "main", signature()).unwrap().unwrap();
+        for value in 1..=PRUNE_AT + 10 {
+            drop(cache.get(&opened.device, &source(value), "main", signature()).unwrap().unwrap());
+        }
+        assert!(cache.kept() <= 12, "{} sources kept", cache.kept());
+        let again = cache.get(&opened.device, &source(0), "main", signature()).unwrap().unwrap();
+        assert!(Arc::ptr_eq(&held, &again), "a held pipeline was dropped");
+    }
 }
