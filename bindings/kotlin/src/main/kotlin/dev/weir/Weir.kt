@@ -214,7 +214,13 @@ internal val single = Grid()
  */
 @Throws(WeirException::class)
 suspend fun WeirStream.sync(cancel: CancelToken? = null) {
-    if (cancel == null && syncQuickly()) return returnedAtOnce()
+    if (cancel == null) {
+        // Cancellation first, as a suspension checks it: a cancelled caller
+        // gets CancellationException, and a failure the stream holds stays
+        // for its next sync (asked first, it was thrown instead, or lost).
+        currentCoroutineContext().ensureActive()
+        if (syncQuickly()) return
+    }
     syncThroughFuture(cancel)
 }
 

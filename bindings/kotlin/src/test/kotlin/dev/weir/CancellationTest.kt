@@ -1,10 +1,13 @@
 package dev.weir
 
+import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
 import kotlinx.coroutines.cancelAndJoin
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
+import kotlin.coroutines.coroutineContext
+import kotlinx.coroutines.cancel
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.assertThrows
@@ -77,4 +80,24 @@ class CancellationTest {
             }
         }
     }
+
+    @ParameterizedTest(name = "{0}")
+    @MethodSource(BACKENDS)
+    fun `a cancelled coroutine's sync throws CancellationException, not the failure it would report`(backend: String): Unit =
+        onRuntime(backend) { rt ->
+            val s = rt.newStream()
+            runBlocking {
+                val x = s.upload(IntArray(4) { 1 })
+                assertThrows<WeirException.OpFailed> { s.failWrite(x, "deliberate failure") }
+                var thrown: Throwable? = null
+                launch {
+                    coroutineContext.cancel()
+                    thrown = runCatching { s.sync() }.exceptionOrNull()
+                }.join()
+                assertTrue(thrown is CancellationException, "a cancelled caller got $thrown")
+                // The failure is still the stream's to report, once, to the next sync.
+                assertThrows<WeirException.OpFailed> { s.sync() }
+                s.sync()
+            }
+        }
 }
