@@ -14,6 +14,28 @@ pub(crate) const ELF_MAGIC: &[u8] = b"\x7fELF";
 /// A CUDA fat binary's first word, little-endian.
 #[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
 pub(crate) const FATBIN_MAGIC: u32 = 0xBA55_ED50;
+/// A fat binary *wrapper*'s first word, little-endian: the structure a
+/// host program embeds, holding a pointer to its fat binary.
+#[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+const FATBIN_WRAPPER_MAGIC: u32 = 0x4662_43B1;
+
+/// What a CUDA module image is, checked: true for a CUBIN or fat binary
+/// (whose headers must fit its bytes), false for PTX (text). A fat binary
+/// wrapper is refused: the driver would follow the pointer written in it,
+/// reading wherever a forged one points.
+#[cfg_attr(not(any(feature = "cuda", test)), allow(dead_code))]
+pub(crate) fn check_cuda_image(image: &[u8]) -> Result<bool, String> {
+    if image.starts_with(ELF_MAGIC) {
+        check_elf(image).map(|()| true)
+    } else if image.starts_with(&FATBIN_MAGIC.to_le_bytes()) {
+        check_fatbin(image).map(|()| true)
+    } else if image.starts_with(&FATBIN_WRAPPER_MAGIC.to_le_bytes()) {
+        Err("a fat binary wrapper, which points at its fat binary, is no module image: pass the fat binary".into())
+    } else {
+        Ok(false)
+    }
+}
+
 /// A clang offload bundle's first bytes (HIP code objects for several targets).
 #[cfg_attr(not(any(feature = "hip", test)), allow(dead_code))]
 pub(crate) const BUNDLE_MAGIC: &[u8] = b"__CLANG_OFFLOAD_BUNDLE__";
@@ -131,6 +153,16 @@ mod tests {
         fatbin[8..16].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(check_fatbin(&fatbin).is_err(), "a size that overflows");
         assert!(check_fatbin(&FATBIN_MAGIC.to_le_bytes()).is_err(), "the magic alone");
+    }
+
+    #[test]
+    fn a_fat_binary_wrapper_is_refused_and_text_is_ptx() {
+        let mut wrapper = FATBIN_WRAPPER_MAGIC.to_le_bytes().to_vec();
+        wrapper.extend(1u32.to_le_bytes());
+        wrapper.extend(0xdead_beef_u64.to_le_bytes()); // where its fat binary would be
+        assert!(check_cuda_image(&wrapper).unwrap_err().contains("wrapper"));
+        assert_eq!(check_cuda_image(b".version 8.0\n.target sm_90\n"), Ok(false));
+        assert!(check_cuda_image(&FATBIN_MAGIC.to_le_bytes()).is_err(), "a fat binary is checked");
     }
 
     #[test]

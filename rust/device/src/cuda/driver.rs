@@ -23,7 +23,7 @@ use crate::driver::{
 };
 use crate::enqueue::EnqueueError;
 use crate::error::{Error, Result};
-use crate::image::{check_elf, check_fatbin, ELF_MAGIC, FATBIN_MAGIC};
+use crate::image::check_cuda_image;
 use crate::info::{BackendKind, DeviceInfo, LaunchLimits};
 use crate::lock::lock;
 use crate::raw::RawStream;
@@ -542,15 +542,7 @@ impl Driver for Cuda {
     fn module_load(&self, image: &[u8]) -> Result<Self::Module> {
         // A CUBIN is an ELF file and a fatbin starts with its magic; anything
         // else is PTX, which the driver reads as a C string.
-        let binary = if image.starts_with(ELF_MAGIC) {
-            check_elf(image).map_err(Error::invalid)?;
-            true
-        } else if image.starts_with(&FATBIN_MAGIC.to_le_bytes()) {
-            check_fatbin(image).map_err(Error::invalid)?;
-            true
-        } else {
-            false
-        };
+        let binary = check_cuda_image(image).map_err(Error::invalid)?;
         let text: Vec<u8>;
         let image = match binary || image.last() == Some(&0) {
             true => image,
