@@ -206,10 +206,16 @@ extension Kernel {
     /// and the buffers it writes, with the error's description (a
     /// `LocalizedError`'s `errorDescription`); the stream goes on. It runs
     /// while its stream is busy: it must not wait for work on its own stream.
+    ///
+    /// `cudaModule` and `hipModule` are modules built elsewhere (CUBIN, fatbin
+    /// or PTX; HIP code objects), as the generated `custom` takes them.
     public static func custom(
         name: String, wgsl: KernelSource? = nil, cuda: KernelSource? = nil, hip: KernelSource? = nil,
+        cudaModule: KernelModule? = nil, hipModule: KernelModule? = nil,
         cpu: @escaping @Sendable (CpuKernelArguments) throws -> Void
     ) -> Kernel {
-        custom(name: name, wgsl: wgsl, cuda: cuda, hip: hip, cpu: CpuKernelClosure(cpu))
+        custom(
+            name: name, wgsl: wgsl, cuda: cuda, hip: hip, cpu: CpuKernelClosure(cpu),
+            cudaModule: cudaModule, hipModule: hipModule)
     }
 }

@@ -94,6 +94,20 @@ struct CpuKernelTests {
         }
     }
 
+    @Test("a CPU closure goes beside a module built elsewhere, and the CPU runs the closure")
+    func aClosureGoesBesideAModule() async throws {
+        guard let runtime = try TestBackend.cpu.open() else { return }
+        let s = runtime.defaultStream()
+        // The module is only carried here: CUDA would load it, the CPU runs the closure.
+        let module = KernelModule(image: Data(cudaC.utf8), entry: "scaled")
+        let kernel = Kernel.custom(name: "scaled", cudaModule: module, cpu: scaled)
+        let x = try s.upload([Float(1), 2, 3])
+        let out = try s.zeros(count: 3, of: Float.self)
+        try await s.executeAndWait(kernel: kernel, grid: gridLinear(items: 3, block: 4), args: arguments(x, out, a: 2, n: 3))
+        #expect(try await s.read(out, as: Float.self) == [2, 5, 8])
+        try runtime.shutdown()
+    }
+
     @Test("a thrown error fails the op with its description and the runtime goes on",
           arguments: TestBackend.allCases)
     func aThrownErrorFailsTheOp(backend: TestBackend) async throws {
