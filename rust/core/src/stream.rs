@@ -549,12 +549,23 @@ impl Stream {
 /// Names one stream for as long as the name lives, without keeping the
 /// stream alive: a weak handle holds the allocation, so no other stream
 /// gets its address meanwhile (a stream's index is reused once it retires).
-pub(crate) struct StreamIdentity(std::sync::Weak<StreamHandle>);
+/// The default stream never retires, and every `default_stream()` call makes
+/// a handle of its own: it is named by its index (`None`), or two handles of
+/// it were two streams.
+pub(crate) struct StreamIdentity(Option<std::sync::Weak<StreamHandle>>);
 
 impl StreamIdentity {
-    /// True when both name the same stream.
+    fn of(handle: &Arc<StreamHandle>) -> StreamIdentity {
+        StreamIdentity((handle.index != 0).then(|| Arc::downgrade(handle)))
+    }
+
+    /// True when both name the same stream (of one runtime: the caller checks that).
     pub(crate) fn is(&self, other: &StreamIdentity) -> bool {
-        std::sync::Weak::ptr_eq(&self.0, &other.0)
+        match (&self.0, &other.0) {
+            (None, None) => true,
+            (Some(one), Some(other)) => std::sync::Weak::ptr_eq(one, other),
+            _ => false,
+        }
     }
 }
 
@@ -571,7 +582,7 @@ impl Stream {
     pub fn timestamp(&self) -> Result<Timestamp> {
         self.admitting()?;
         let (completion, device, position) = self.engine().timestamp(self.handle.index)?;
-        let identity = StreamIdentity(Arc::downgrade(&self.handle));
+        let identity = StreamIdentity::of(&self.handle);
         Ok(Timestamp::new(completion, device, self.engine().clone(), identity, self.handle.index, position))
     }
 }

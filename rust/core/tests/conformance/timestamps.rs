@@ -62,6 +62,15 @@ conformance! {
         assert!(first.is_complete() && second.is_complete());
     }
 
+    fn timestamps_of_the_default_stream_through_two_handles_measure(runtime: &Runtime) {
+        // Every default_stream() call makes a handle of its own (as Kotlin's
+        // and Swift's `rt.defaultStream().timestamp()` do): one stream still.
+        let Some(first) = timestamp(runtime, &runtime.default_stream()) else { return };
+        let second = runtime.default_stream().timestamp().unwrap();
+        let elapsed = second.elapsed_since(&first).unwrap();
+        assert!(elapsed < BOUND, "{elapsed:?}");
+    }
+
     fn timestamps_of_different_streams_or_runtimes_are_refused(runtime: &Runtime) {
         let (s, t) = (runtime.default_stream(), runtime.new_stream().unwrap());
         let start = std::time::Instant::now();
