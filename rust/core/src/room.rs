@@ -22,7 +22,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
 
@@ -51,6 +51,10 @@ pub(crate) struct Room {
     peak_ops: AtomicU64,
     /// Threads and tasks waiting for room: a release that sees none skips the lock.
     waiting: AtomicUsize,
+    /// The runtime closed. Set under the waiters' lock, so a waiter that
+    /// looks under it before waiting is told; read without it by a task's
+    /// first look, which must not take room on a closed runtime for `Ok`.
+    closed: AtomicBool,
     waiters: Mutex<Waiters>,
     freed: Condvar,
 }
@@ -60,7 +64,6 @@ struct Waiters {
     /// Tasks by the id of their [`RoomWait`], which takes its own out when dropped.
     tasks: Vec<(u64, Waker)>,
     next_id: u64,
-    closed: bool,
 }
 
 impl Room {
@@ -72,6 +75,7 @@ impl Room {
             queued_bytes: AtomicU64::new(0),
             peak_ops: AtomicU64::new(0),
             waiting: AtomicUsize::new(0),
+            closed: AtomicBool::new(false),
             waiters: Mutex::new(Waiters::default()),
             freed: Condvar::new(),
         })
@@ -121,7 +125,7 @@ impl Room {
                 self.waiting.fetch_add(1, Ordering::SeqCst);
                 let mut waiters = lock(&self.waiters);
                 let outcome = loop {
-                    if waiters.closed {
+                    if self.closed.load(Ordering::SeqCst) {
                         break Err(Error::Closed);
                     }
                     if self.has_room() {
@@ -178,7 +182,10 @@ impl Room {
 
     /// The runtime closed: every waiter ends with [`Error::Closed`].
     pub(crate) fn close(&self) {
-        lock(&self.waiters).closed = true;
+        {
+            let _waiters = lock(&self.waiters);
+            self.closed.store(true, Ordering::SeqCst);
+        }
         self.wake_all();
     }
 
@@ -244,6 +251,10 @@ impl Future for RoomWait {
     fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
         let this = self.get_mut();
         let room = this.room.clone();
+        // Closed first: a closed runtime's queue is empty, and its room was `Ok`.
+        if room.closed.load(Ordering::SeqCst) {
+            return Poll::Ready(Err(Error::Closed));
+        }
         if room.has_room() {
             return Poll::Ready(Ok(()));
         }
@@ -251,7 +262,7 @@ impl Future for RoomWait {
             (room.flush)();
         }
         let mut waiters = lock(&room.waiters);
-        if waiters.closed {
+        if room.closed.load(Ordering::SeqCst) {
             return Poll::Ready(Err(Error::Closed));
         }
         // Registered before the second look: a release in between sees it.

@@ -122,6 +122,8 @@ conformance! {
         // Drained, then closed: the wait ends either way, and nothing is admitted after.
         let _ = block_on(room);
         assert!(matches!(stream.fill_u32(&out, 2), Err(Error::Closed)));
+        // Asked once closed, the room is no room: its queue is empty, and it said `Ok`.
+        assert!(matches!(block_on(stream.room()), Err(Error::Closed)));
     }
 
     fn a_flood_of_ops_never_queues_past_the_limit(runtime: &Runtime) {
