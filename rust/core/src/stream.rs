@@ -526,6 +526,8 @@ impl Stream {
         ops::reject_overlap(&spans)?;
         let accesses: Vec<(BufferKey, crate::Access)> =
             spans.iter().map(|(span, access)| (span.buffer, *access)).collect();
+        // It takes room as any op does (a GEMM is one): it bypassed the queue limit.
+        self.make_room()?;
         self.engine().external(self.handle.index, &accesses, &mut run)
     }
 

@@ -88,10 +88,12 @@ impl<B: Backend> Scheduler<B> {
                     state.entry(key).map(|entry| (Span { buffer: key, offset: 0, len: entry.len }, access))
                 })
                 .collect::<Result<Vec<_>>>()?;
-            let (io, failed_input) = Self::op_io(&state, &spans, stream)?;
+            let (mut io, failed_input) = Self::op_io(&state, &spans, stream)?;
             if let Some(error) = failed_input {
                 return Err(self.publish_failed(&mut state, stream, accesses, io.outcome, error));
             }
+            // Counted in the queue as any op is, until the backend has it.
+            io.credit = self.room.charge(0);
             let memories = accesses
                 .iter()
                 .map(|&(key, access)| state.entry(key).map(|entry| (entry.memory.clone(), access)))

@@ -44,6 +44,9 @@ conformance! {
             Err(Error::QueueFull { ops: 8, limit: full, .. }) => assert_eq!(full, limit),
             other => panic!("a ninth op was not refused as full: {other:?}"),
         }
+        // A foreign op (a GEMM is one) takes room as any op does: it bypassed the limit.
+        let foreign = eager.external_write(&[&out], |_| Ok(()));
+        assert!(matches!(foreign, Err(Error::QueueFull { .. })), "a foreign op on a full queue: {foreign:?}");
         // Refused means not admitted: nothing was queued or published.
         assert_eq!(limited.diagnostics().ops_in_queue, 8);
         let mut room = pin!(stream.room());
@@ -51,6 +54,7 @@ conformance! {
         assert!(room.as_mut().poll(&mut Context::from_waker(&waker)).is_pending(), "room while full");
         held.release();
         block_on(room).expect("room once the stream ran");
+        eager.external_write(&[&out], |_| Ok(())).expect("a foreign op admitted once there is room");
         eager.fill_u32(&out, 42).expect("admitted once there is room");
         assert_eq!(stream.read_as::<u32>(&out).expect("read"), vec![42; 64]);
         // The worker drops the read's share just after delivering it.
