@@ -120,7 +120,7 @@ impl Blas {
         self.check(stream, gemm, 1, [a, b, c])?;
         let (lda, ldb, ldc) = leading(gemm);
         let (m, n, k) = (gemm.m as i32, gemm.n as i32, gemm.k as i32);
-        self.admit(stream, gemm, [a, b, c], |handle, [a, b, c]| {
+        self.admit(stream, gemm, 1, [a, b, c], |handle, [a, b, c]| {
             // SAFETY: three live allocations of this runtime, each holding the
             // matrix `check` sized it for, ordered by the op's admission.
             unsafe {
@@ -159,7 +159,7 @@ impl Blas {
         let (lda, ldb, ldc) = leading(gemm);
         let [sa, sb, sc] = gemm.shapes().map(|(rows, columns)| i64::from(rows) * i64::from(columns));
         let (m, n, k) = (gemm.m as i32, gemm.n as i32, gemm.k as i32);
-        self.admit(stream, gemm, [a, b, c], |handle, [a, b, c]| {
+        self.admit(stream, gemm, count, [a, b, c], |handle, [a, b, c]| {
             // SAFETY: as in `sgemm`, for `count` matrices of each.
             unsafe {
                 result::sgemm_strided_batched(
@@ -231,10 +231,17 @@ impl Blas {
         &self,
         stream: &Stream,
         gemm: &Gemm,
+        count: u32,
         [a, b, c]: [&Buffer; 3],
         call: impl Fn(sys::cublasHandle_t, [u64; 3]) -> Result<(), result::CublasError>,
     ) -> Result<()> {
-        let c_access = if gemm.beta == 0.0 { Access::Write } else { Access::ReadWrite };
+        // With beta 0, C is written whole only where the product fills it: a
+        // larger C keeps its tail, so it is read too (a failed tail declared
+        // overwritten would have been healed). `check` bounded the product.
+        let product =
+            [u64::from(gemm.n), u64::from(count), 4].into_iter().try_fold(u64::from(gemm.m), u64::checked_mul);
+        let fills_c = product == Some(c.size_bytes());
+        let c_access = if gemm.beta == 0.0 && fills_c { Access::Write } else { Access::ReadWrite };
         stream.external(&[(a, Access::Read), (b, Access::Read), (c, c_access)], |raw| {
             let RawAccess::Cuda { stream: raw_stream, buffers } = raw else {
                 return Err(Error::internal("a CUDA runtime's external op got another backend's handles"));

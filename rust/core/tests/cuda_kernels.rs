@@ -319,6 +319,14 @@ fn a_cublas_gemm_between_weir_kernels_on_other_streams_waits_for_its_inputs_and_
         other => panic!("a batch past 2^64 bytes was admitted: {other:?}"),
     }
     assert_eq!(runtime.diagnostics().admitted_ops, admitted);
+
+    // With beta 0, a C larger than the product keeps its tail: a failed C
+    // stays failed (declared overwritten whole, its failed tail was healed).
+    let wide = s2.empty(ElementType::F32, 2 * 96 * 80).unwrap();
+    assert!(s2.fail_write(&wide, "a deliberate failure").is_err());
+    let _ = s2.fence().unwrap().wait();
+    blas.sgemm(&s2, &gemm, &a2, &b, &wide).unwrap();
+    assert!(s2.read(&wide).is_err(), "a GEMM writing half of a failed C healed all of it");
     runtime.close().unwrap();
 }
 
