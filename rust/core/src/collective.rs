@@ -158,6 +158,10 @@ impl DeviceGroup {
             parts.push(PartKeys { rank: self.first_rank + rank, stream: stream.index(), send, receive });
         }
         check_sizes(&collective, self.ranks, &buffers)?;
+        // Each part takes room in its runtime's queue as any op does.
+        for stream in streams {
+            stream.make_room()?;
+        }
         let engines: Vec<&dyn Engine> = self.devices.iter().map(|member| &*member.engine).collect();
         engines[0].collective(&engines, &self.communicator, &collective, &parts)
     }

@@ -208,7 +208,7 @@ impl Stream {
 
     /// Returns once the queue has room, or fails with [`Error::QueueFull`]
     /// on a [`Stream::without_waiting`] handle.
-    fn make_room(&self) -> Result<()> {
+    pub(crate) fn make_room(&self) -> Result<()> {
         self.engine().make_room(self.when_full)
     }
 

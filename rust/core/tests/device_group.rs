@@ -657,3 +657,34 @@ fn a_one_device_cuda_group_runs_every_collective_through_nccl() {
     };
     collectives_match_the_host(&group);
 }
+
+/// A collective takes room in each member's queue as any op does: it
+/// bypassed the queue limit (admitted on a full queue through a non-waiting
+/// handle, and never counted).
+#[test]
+fn a_collective_takes_room_in_each_members_queue() {
+    let Some(group) = group(BackendKind::Cpu, "a_collective_takes_room") else { return };
+    let [one, two] = group.devices() else { panic!("a group of two") };
+    let (s0, s1) = (one.new_stream().unwrap(), two.new_stream().unwrap());
+    let (x0, x1) = (s0.upload(&[1.0f32; 64]).unwrap(), s1.upload(&[2.0f32; 64]).unwrap());
+    block_on(s0.sync()).unwrap();
+    let held = s0.hold().unwrap();
+    group.all_reduce(&[s0.clone(), s1.clone()], &[x0.clone(), x1.clone()], ReduceOp::Sum).unwrap();
+    assert_eq!(one.diagnostics().ops_in_queue, 1, "the held part is counted in its queue");
+    // A full queue refuses a non-waiting handle's collective, and admits nothing.
+    let eager = s0.without_waiting();
+    let limit = one.queue_limit().ops;
+    while one.diagnostics().ops_in_queue < limit {
+        eager.fill_f32(&x0, 0.0).unwrap();
+    }
+    let admitted = (one.diagnostics().admitted_ops, two.diagnostics().admitted_ops);
+    match group.all_reduce(&[eager, s1.clone()], &[x0.clone(), x1.clone()], ReduceOp::Sum) {
+        Err(Error::QueueFull { .. }) => {}
+        other => panic!("a collective on a full queue: {other:?}"),
+    }
+    assert_eq!((one.diagnostics().admitted_ops, two.diagnostics().admitted_ops), admitted);
+    held.release();
+    assert_eq!(s1.read_as::<f32>(&x1).unwrap(), vec![3.0; 64]);
+    block_on(s0.sync()).unwrap();
+    group.close().unwrap();
+}

@@ -183,10 +183,12 @@ impl<B: Backend> Scheduler<B> {
                 .iter()
                 .map(|&(key, access)| state.entry(key).map(|entry| (whole(key, entry.len), access)))
                 .collect::<Result<_>>()?;
-            let (io, failed_input) = Self::op_io(state, &spans, part.stream)?;
+            let (mut io, failed_input) = Self::op_io(state, &spans, part.stream)?;
             if failed.is_none() {
                 failed = failed_input;
             }
+            // Counted in its runtime's queue until the backend has it.
+            io.credit = member.room.charge(0);
             ios.push(io);
         }
         // A joined group's other ranks wait for this part wherever it is
