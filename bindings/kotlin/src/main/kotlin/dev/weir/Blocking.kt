@@ -130,9 +130,9 @@ object WeirBlocking {
     fun join(backend: Backend, device: Int, id: GroupId, ranks: Int, rank: Int): DeviceGroup =
         DeviceGroup.joinBlocking(
             backend,
-            device.toLong().toCount().toUInt(),
+            device.toLong().toCount("device").toUInt(),
             id,
-            ranks.toLong().toCount().toUInt(),
-            rank.toLong().toCount().toUInt(),
+            ranks.toLong().toCount("rank count").toUInt(),
+            rank.toLong().toCount("rank").toUInt(),
         )
 }

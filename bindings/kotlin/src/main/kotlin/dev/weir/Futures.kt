@@ -243,7 +243,7 @@ object WeirFutures {
         cancel: CancelToken? = null,
         executor: Executor = defaultExecutor,
     ): CompletableFuture<Void?> =
-        launch(executor) { group.broadcastAndWait(streams, buffers, root.toLong().toCount().toUInt(), cancel); null }
+        launch(executor) { group.broadcastAndWait(streams, buffers, root.toLong().toCount("root").toUInt(), cancel); null }
 
     /** Enqueues an all-gather of [sends] into [receives]; completes once every stream has run it. */
     @JvmStatic

@@ -324,7 +324,7 @@ internal fun ByteArray.toIntArray(): IntArray {
 /** Opens [devices] (device indices) of [backend] as a group. */
 @Throws(WeirException::class)
 fun DeviceGroup.Companion.open(backend: Backend, vararg devices: Int): DeviceGroup =
-    DeviceGroup.open(backend, devices.map { it.toLong().toCount().toUInt() })
+    DeviceGroup.open(backend, devices.map { it.toLong().toCount("device").toUInt() })
 
 /**
  * Joins the group [id] names as [rank] of [ranks], with [device] of this process: one rank of a
@@ -337,8 +337,8 @@ fun DeviceGroup.Companion.open(backend: Backend, vararg devices: Int): DeviceGro
 suspend fun DeviceGroup.Companion.join(backend: Backend, device: Int, id: GroupId, ranks: Int, rank: Int): DeviceGroup =
     DeviceGroup.join(
         backend,
-        device.toLong().toCount().toUInt(),
+        device.toLong().toCount("device").toUInt(),
         id,
-        ranks.toLong().toCount().toUInt(),
-        rank.toLong().toCount().toUInt(),
+        ranks.toLong().toCount("rank count").toUInt(),
+        rank.toLong().toCount("rank").toUInt(),
     )

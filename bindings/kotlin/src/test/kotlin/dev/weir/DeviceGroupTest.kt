@@ -176,6 +176,9 @@ class DeviceGroupTest {
         GroupId(Backend.CPU).use { fresh ->
             val refused = runCatching { DeviceGroup.join(Backend.CPU, 0, fresh, 2, 2) }.exceptionOrNull()
             assertTrue(refused is WeirException.InvalidArgument, "rank 2 of 2: $refused")
+            // A negative one says which number it is (it said "negative element count").
+            val negative = runCatching { DeviceGroup.join(Backend.CPU, 0, fresh, 2, -1) }.exceptionOrNull()
+            assertTrue(negative is WeirException.InvalidArgument && "negative rank -1" in negative.message.orEmpty(), "$negative")
         }
     }
 
