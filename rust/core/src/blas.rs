@@ -117,10 +117,10 @@ impl Blas {
 
     /// Admits `C = alpha · op(A) · op(B) + beta · C` on `stream`, f32 buffers.
     pub fn sgemm(&self, stream: &Stream, gemm: &Gemm, a: &Buffer, b: &Buffer, c: &Buffer) -> Result<()> {
-        self.check(stream, gemm, 1, [a, b, c])?;
+        let fills_c = self.check(stream, gemm, 1, [a, b, c])?;
         let (lda, ldb, ldc) = leading(gemm);
         let (m, n, k) = (gemm.m as i32, gemm.n as i32, gemm.k as i32);
-        self.admit(stream, gemm, 1, [a, b, c], |handle, [a, b, c]| {
+        self.admit(stream, gemm, fills_c, [a, b, c], |handle, [a, b, c]| {
             // SAFETY: three live allocations of this runtime, each holding the
             // matrix `check` sized it for, ordered by the op's admission.
             unsafe {
@@ -155,11 +155,11 @@ impl Blas {
         b: &Buffer,
         c: &Buffer,
     ) -> Result<()> {
-        self.check(stream, gemm, count, [a, b, c])?;
+        let fills_c = self.check(stream, gemm, count, [a, b, c])?;
         let (lda, ldb, ldc) = leading(gemm);
         let [sa, sb, sc] = gemm.shapes().map(|(rows, columns)| i64::from(rows) * i64::from(columns));
         let (m, n, k) = (gemm.m as i32, gemm.n as i32, gemm.k as i32);
-        self.admit(stream, gemm, count, [a, b, c], |handle, [a, b, c]| {
+        self.admit(stream, gemm, fills_c, [a, b, c], |handle, [a, b, c]| {
             // SAFETY: as in `sgemm`, for `count` matrices of each.
             unsafe {
                 result::sgemm_strided_batched(
@@ -188,8 +188,9 @@ impl Blas {
 
     /// Refuses what cuBLAS would read past or misread: a shape beyond its
     /// `int`s, a buffer that is not f32 or too small for its matrices, a
-    /// stream or buffer of another runtime.
-    fn check(&self, stream: &Stream, gemm: &Gemm, count: u32, buffers: [&Buffer; 3]) -> Result<()> {
+    /// stream or buffer of another runtime. Returns whether C holds exactly
+    /// the product (the GEMM then writes all of it).
+    fn check(&self, stream: &Stream, gemm: &Gemm, count: u32, buffers: [&Buffer; 3]) -> Result<bool> {
         if !Runtime::same_engine(stream.engine(), &self.runtime.engine) {
             return Err(Error::invalid("a GEMM on a stream of another runtime than its Blas's"));
         }
@@ -203,6 +204,7 @@ impl Blas {
                 gemm.k
             )));
         }
+        let mut fills = false;
         for ((name, buffer), (rows, columns)) in ["a", "b", "c"].iter().zip(buffers).zip(gemm.shapes()) {
             if !matches!(buffer.element_type(), ElementType::F32 | ElementType::Bytes) {
                 return Err(Error::invalid(format!("sgemm's {name} holds {}, not f32", buffer.element_type())));
@@ -221,8 +223,10 @@ impl Blas {
                     buffer.size_bytes()
                 )));
             }
+            // C comes last: whether the product covers it.
+            fills = needs == Some(buffer.size_bytes());
         }
-        Ok(())
+        Ok(fills)
     }
 
     /// Admits the call as an external op on `stream` and makes it there with
@@ -231,16 +235,13 @@ impl Blas {
         &self,
         stream: &Stream,
         gemm: &Gemm,
-        count: u32,
+        fills_c: bool,
         [a, b, c]: [&Buffer; 3],
         call: impl Fn(sys::cublasHandle_t, [u64; 3]) -> Result<(), result::CublasError>,
     ) -> Result<()> {
         // With beta 0, C is written whole only where the product fills it: a
         // larger C keeps its tail, so it is read too (a failed tail declared
-        // overwritten would have been healed). `check` bounded the product.
-        let product =
-            [u64::from(gemm.n), u64::from(count), 4].into_iter().try_fold(u64::from(gemm.m), u64::checked_mul);
-        let fills_c = product == Some(c.size_bytes());
+        // overwritten would have been healed).
         let c_access = if gemm.beta == 0.0 && fills_c { Access::Write } else { Access::ReadWrite };
         stream.external(&[(a, Access::Read), (b, Access::Read), (c, c_access)], |raw| {
             let RawAccess::Cuda { stream: raw_stream, buffers } = raw else {
