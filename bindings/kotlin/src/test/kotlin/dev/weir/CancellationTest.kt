@@ -3,11 +3,10 @@ package dev.weir
 import kotlinx.coroutines.CancellationException
 import kotlinx.coroutines.Dispatchers
 import kotlinx.coroutines.async
+import kotlinx.coroutines.cancel
 import kotlinx.coroutines.cancelAndJoin
 import kotlinx.coroutines.launch
 import kotlinx.coroutines.runBlocking
-import kotlin.coroutines.coroutineContext
-import kotlinx.coroutines.cancel
 import org.junit.jupiter.api.Assertions.assertEquals
 import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.api.assertThrows
@@ -91,7 +90,7 @@ class CancellationTest {
                 assertThrows<WeirException.OpFailed> { s.failWrite(x, "deliberate failure") }
                 var thrown: Throwable? = null
                 launch {
-                    coroutineContext.cancel()
+                    cancel()
                     thrown = runCatching { s.sync() }.exceptionOrNull()
                 }.join()
                 assertTrue(thrown is CancellationException, "a cancelled caller got $thrown")
