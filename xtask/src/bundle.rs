@@ -60,7 +60,7 @@ fn size_of(path: &Path) -> Result<u64> {
     Ok(std::fs::metadata(path).map_err(|e| format!("{}: {e}", path.display()))?.len())
 }
 
-const TESTS: [&str; 11] = [
+const TESTS: [&str; 12] = [
     "conformance",
     "cuda_backend",
     "cuda_device_lost",
@@ -71,6 +71,7 @@ const TESTS: [&str; 11] = [
     "transformer_example",
     "wgpu_adapter",
     "wgpu_backend",
+    "wgpu_device_faults",
     "wgsl_layouts",
 ];
 const EXAMPLES: [&str; 4] = ["bench", "soak", "demo", "transformer"];
