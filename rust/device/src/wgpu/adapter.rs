@@ -174,19 +174,13 @@ fn backend_names(backends: wgpu::Backends) -> String {
 
 /// The backends `choice` tries: those it names, else the primary ones.
 fn wanted_backends(choice: &AdapterChoice) -> Result<wgpu::Backends> {
-    match &choice.backends {
-        Some(list) => {
-            let backends = wgpu::Backends::from_comma_list(list);
-            if backends.is_empty() {
-                return Err(Error::unavailable(
-                    BACKEND,
-                    format!("wgpu backends {list:?} name none (try vulkan, metal, dx12 or gl)"),
-                ));
-            }
-            Ok(backends)
-        }
-        None => Ok(wgpu::Backends::PRIMARY),
+    let Some(list) = &choice.backends else { return Ok(wgpu::Backends::PRIMARY) };
+    let backends = wgpu::Backends::from_comma_list(list);
+    if backends.is_empty() {
+        let named = format!("wgpu backends {list:?} name none (try vulkan, metal, dx12 or gl)");
+        return Err(Error::unavailable(BACKEND, named));
     }
+    Ok(backends)
 }
 
 /// The adapters the name filter keeps of those on `backends`, best first:
@@ -251,10 +245,9 @@ impl Adapters {
 pub fn list() -> Vec<DeviceInfo> {
     let choice = AdapterChoice::default();
     let Ok(backends) = wanted_backends(&choice) else { return Vec::new() };
-    let name_filter = choice.name;
     let mut adapters = lock(&ADAPTERS);
     let instance = adapters.instance(backends);
-    candidates(&instance, backends, &name_filter)
+    candidates(&instance, backends, &choice.name)
         .iter()
         .enumerate()
         .map(|(index, adapter)| describe(&adapter.get_info(), &adapter.limits(), index))

@@ -95,33 +95,28 @@ pub fn check(module: &naga::Module, entry: &str, arguments: &Arguments<'_>) -> R
         .ok();
     let mut declared = Vec::new();
     for (handle, global) in module.global_variables.iter() {
-        let Some(binding) = &global.binding else { continue };
+        let Some(naga::ResourceBinding { group, binding }) = global.binding else { continue };
         if info.as_ref().is_some_and(|info| info.get_entry_point(point)[handle].is_empty()) {
             continue;
         }
         let name = global.name.as_deref().unwrap_or("(unnamed)");
-        let at = format!("`{name}` at @group({}) @binding({})", binding.group, binding.binding);
+        let at = format!("`{name}` at @group({group}) @binding({binding})");
         if !matches!(global.space, naga::AddressSpace::Storage { .. } | naga::AddressSpace::Uniform) {
             return Err(format!(
                 "{at} is not a buffer: kernel arguments are storage buffers and uniforms filled from scalars"
             ));
         }
-        declared.push(Declared {
-            group: binding.group,
-            binding: binding.binding,
-            at,
-            space: global.space,
-            ty: global.ty,
-        });
+        declared.push(Declared { group, binding, at, space: global.space, ty: global.ty });
     }
     declared.sort_by_key(|resource| (resource.group, resource.binding));
     let storage: Vec<&Declared> =
         declared.iter().filter(|resource| matches!(resource.space, naga::AddressSpace::Storage { .. })).collect();
-    let uniforms: Vec<&Declared> =
-        declared.iter().filter(|resource| resource.space == naga::AddressSpace::Uniform).collect();
     check_buffers(&storage, arguments.read_only)?;
-    let uniforms: Vec<(&str, naga::Handle<naga::Type>)> =
-        uniforms.iter().map(|resource| (resource.at.as_str(), resource.ty)).collect();
+    let uniforms: Vec<(&str, naga::Handle<naga::Type>)> = declared
+        .iter()
+        .filter(|resource| resource.space == naga::AddressSpace::Uniform)
+        .map(|resource| (resource.at.as_str(), resource.ty))
+        .collect();
     let filled = fill_uniforms(module, &uniforms, arguments.scalars, arguments.read_only.len())?;
     if is_short(module, &declared, arguments, &filled) {
         return Ok(None);
@@ -171,22 +166,16 @@ fn check_buffers(storage: &[&Declared], read_only: &[bool]) -> Result<(), String
     }
     for (resource, &read) in storage.iter().zip(read_only) {
         let naga::AddressSpace::Storage { access } = resource.space else { continue };
-        let at = &resource.at;
-        match (access.contains(naga::StorageAccess::STORE), read) {
-            (true, true) => {
-                return Err(format!(
-                    "{at} is declared read_write, but its argument is passed as a read: pass it writable or \
-                     declare it `var<storage, read>`"
-                ))
-            }
-            (false, false) => {
-                return Err(format!(
-                    "{at} is declared read-only, but its argument is passed writable: pass it as a read or \
-                     declare it `var<storage, read_write>`"
-                ))
-            }
-            _ => {}
-        }
+        let (declared, passed, pass, declare) = match (access.contains(naga::StorageAccess::STORE), read) {
+            (true, true) => ("read_write", "as a read", "writable", "read"),
+            (false, false) => ("read-only", "writable", "as a read", "read_write"),
+            _ => continue,
+        };
+        return Err(format!(
+            "{} is declared {declared}, but its argument is passed {passed}: pass it {pass} or declare it \
+             `var<storage, {declare}>`",
+            resource.at
+        ));
     }
     Ok(())
 }

@@ -422,10 +422,9 @@ impl Params {
         }
         let block = pipeline.immediate_bytes as usize;
         let mut bytes = SmallVec::from_elem(0u8, block * blocks.len());
-        for (index, words) in blocks.iter().enumerate() {
-            for (word, value) in words.as_ref().iter().enumerate().take(block / 4) {
-                let at = index * block + word * 4;
-                bytes[at..at + 4].copy_from_slice(&value.to_le_bytes());
+        for (slot, words) in bytes.chunks_exact_mut(block).zip(blocks) {
+            for (at, value) in slot.chunks_exact_mut(4).zip(words.as_ref()) {
+                at.copy_from_slice(&value.to_le_bytes());
             }
         }
         Ok(Params::Immediate { bytes, block })
@@ -469,9 +468,8 @@ impl Uniforms {
         let stride = block.div_ceil(align) * align;
         let size = stride * (blocks.len().max(1) as u64);
         let mut bytes = vec![0u8; size as usize];
-        for (index, block) in blocks.iter().enumerate() {
-            let at = index * stride as usize;
-            bytes[at..at + block.len()].copy_from_slice(block);
+        for (slot, block) in bytes.chunks_exact_mut(stride as usize).zip(blocks) {
+            slot[..block.len()].copy_from_slice(block);
         }
         let Placed { buffer, base, slot } = gpu.uniform_slabs.place(size)?;
         Ok(Uniforms { bytes, written: AtomicBool::new(false), buffer, base, stride, block, _slot: slot })

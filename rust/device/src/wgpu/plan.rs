@@ -194,11 +194,7 @@ fn prepare_custom<R: PartialEq>(
                 }
                 read_only.push(*access == Access::Read);
                 lens.push(span.len);
-                if *access == Access::Read {
-                    reads.push(span);
-                } else {
-                    writes.push(span);
-                }
+                if *access == Access::Read { &mut reads } else { &mut writes }.push(span);
             }
             KernelArg::Scalar(scalar) => {
                 scalars.push(scalar);
@@ -251,33 +247,20 @@ fn layout(start: u64, end: u64, data: Option<&[u8]>) -> (Option<(u64, u64)>, Vec
         return (None, Vec::new());
     }
     let (lo, hi) = (align4(start), end / 4 * 4);
-    let mut partial = Vec::new();
-    let mut bulk = None;
-    if lo < hi {
-        bulk = Some((lo, hi));
-        if start < lo {
-            partial.push(start / 4);
-        }
-        if hi < end {
-            partial.push(hi / 4);
-        }
-    } else {
-        partial.push(start / 4);
-        if (end - 1) / 4 != start / 4 {
-            partial.push((end - 1) / 4);
-        }
-    }
+    let bulk = (lo < hi).then_some((lo, hi));
+    // The first and the last word the range touches, where it covers part of them only.
+    let mut partial: Vec<u64> =
+        [start / 4, (end - 1) / 4].into_iter().filter(|&word| start > word * 4 || end < word * 4 + 4).collect();
+    partial.dedup();
     let byte_at = |index: u64| data.and_then(|data| data.get(index as usize).copied()).unwrap_or(0);
     let words = partial
         .into_iter()
         .map(|word| {
             let (mut keep, mut bits) = (u32::MAX, 0u32);
-            for byte in (word * 4)..(word * 4 + 4) {
-                if byte >= start && byte < end {
-                    let shift = 8 * (byte % 4);
-                    keep &= !(0xFF << shift);
-                    bits |= u32::from(byte_at(byte - start)) << shift;
-                }
+            for byte in (word * 4).max(start)..(word * 4 + 4).min(end) {
+                let shift = 8 * (byte % 4);
+                keep &= !(0xFF << shift);
+                bits |= u32::from(byte_at(byte - start)) << shift;
             }
             (word, keep, bits)
         })
@@ -293,13 +276,8 @@ fn plan_write<R>(gpu: &WgpuDevice, dst: &Span<R>, data: Option<&[u8]>) -> Result
     let mut words = Vec::new();
     let mut lay = |end: u64| {
         let (bulk, partial) = layout(start, end, data);
-        let patches = partial
-            .into_iter()
-            .map(|word| {
-                words.push(word);
-                words.len() - 1
-            })
-            .collect();
+        let patches = (words.len()..words.len() + partial.len()).collect();
+        words.extend(partial);
         Layout { bulk, patches }
     };
     let exact = lay(end);

@@ -170,10 +170,7 @@ fn binding(span: &Span<WgpuMemory>) -> Binding<'_> {
 fn write(gpu: &WgpuDevice, recorder: &mut Recorder, dst: &Span<WgpuMemory>, plan: &WritePlan) {
     let (held, buffer) = (&dst.buffer, dst.buffer.buffer());
     let ends_buffer = dst.offset + dst.len == dst.buffer.len();
-    let layout = match (&plan.to_buffer_end, ends_buffer) {
-        (Some(layout), true) => layout,
-        _ => &plan.exact,
-    };
+    let layout = plan.to_buffer_end.as_ref().filter(|_| ends_buffer).unwrap_or(&plan.exact);
     if let Some((lo, hi)) = layout.bulk {
         match &plan.staging {
             Some(staging) => recorder.encoder().copy_buffer_to_buffer(staging, 0, buffer, held.at(lo), hi - lo),
