@@ -422,13 +422,12 @@ impl Driver for Cuda {
     }
 
     fn event_create(&self, usage: EventUse) -> Result<Self::Event> {
+        use CUevent_flags::*;
         let flags = match usage {
-            EventUse::StreamOrder => CUevent_flags::CU_EVENT_DISABLE_TIMING as u32,
-            EventUse::HostWait => {
-                CUevent_flags::CU_EVENT_DISABLE_TIMING as u32 | CUevent_flags::CU_EVENT_BLOCKING_SYNC as u32
-            }
+            EventUse::StreamOrder => CU_EVENT_DISABLE_TIMING as u32,
+            EventUse::HostWait => CU_EVENT_DISABLE_TIMING as u32 | CU_EVENT_BLOCKING_SYNC as u32,
             // Nobody blocks on a timing event: the stream's completion path says when it is done.
-            EventUse::Timing => CUevent_flags::CU_EVENT_DEFAULT as u32,
+            EventUse::Timing => CU_EVENT_DEFAULT as u32,
         };
         // The raw call: cudarc's `event::create` takes one flag, and a host wait's event needs two.
         let mut event = null_mut();

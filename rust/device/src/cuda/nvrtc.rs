@@ -31,14 +31,9 @@ pub fn check_present() -> Result<()> {
     }
     // SAFETY: the library is present (checked above), so `culib` returns it.
     let library = unsafe { sys::culib() };
-    match SYMBOLS
-        .iter()
-        // SAFETY: looks a symbol up without calling it.
-        .find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err())
-    {
-        Some(missing) => Err(Error::unavailable(BackendKind::Cuda, format!("NVRTC lacks {missing}"))),
-        None => Ok(()),
-    }
+    // SAFETY: looks a symbol up without calling it.
+    let missing = SYMBOLS.iter().find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err());
+    missing.map_or(Ok(()), |missing| Err(Error::unavailable(BackendKind::Cuda, format!("NVRTC lacks {missing}"))))
 }
 
 fn status(result: nvrtcResult) -> Result<(), String> {
@@ -89,11 +84,8 @@ fn toolkit_includes() -> &'static [std::path::PathBuf] {
             .filter_map(|library| Some(library.parent()?.parent()?.join("include")))
             .find(|include| include.join("cooperative_groups.h").is_file());
         let Some(include) = include else { return Vec::new() };
-        let cccl = include.join("cccl");
-        match cccl.is_dir() {
-            true => vec![include, cccl],
-            false => vec![include],
-        }
+        let cccl = Some(include.join("cccl")).filter(|cccl| cccl.is_dir());
+        [Some(include), cccl].into_iter().flatten().collect()
     })
 }
 

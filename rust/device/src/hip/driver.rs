@@ -37,11 +37,7 @@ fn failure(call: &str, status: HipStatus) -> Error {
 }
 
 fn check(call: &str, status: HipStatus) -> Result<()> {
-    if status == ffi::SUCCESS {
-        Ok(())
-    } else {
-        Err(failure(call, status))
-    }
+    (status == ffi::SUCCESS).then_some(()).ok_or_else(|| failure(call, status))
 }
 
 /// The HIP runtime, bound to one device.

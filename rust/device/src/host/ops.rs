@@ -31,9 +31,7 @@ fn f32s_mut(bytes: &mut [u8]) -> Result<&mut [f32], String> {
 /// bytes go to `deliver` with its sink, once its read of the memory ended.
 pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver: impl FnOnce(S, Vec<u8>)) -> Run {
     match command {
-        Command::Zero { dst } => {
-            write(&dst)?.bytes_mut()?.fill(0);
-        }
+        Command::Zero { dst } => write(&dst)?.bytes_mut()?.fill(0),
         Command::Fill { dst, word } => {
             let (mut guard, pattern) = (write(&dst)?, word.to_ne_bytes());
             // Whole words as fixed-size copies (no copy call per word), then
@@ -73,23 +71,17 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         }
         Command::Scale { x, out, alpha } => {
             let (x, mut out) = (read(&x)?, write(&out)?);
-            for (o, v) in f32s_mut(out.bytes_mut()?)?.iter_mut().zip(f32s(x.bytes())?) {
-                *o = alpha * v;
-            }
+            f32s_mut(out.bytes_mut()?)?.iter_mut().zip(f32s(x.bytes())?).for_each(|(o, v)| *o = alpha * v);
         }
         Command::Axpy { x, y, alpha } => {
             let (x, mut y) = (read(&x)?, write(&y)?);
-            for (o, v) in f32s_mut(y.bytes_mut()?)?.iter_mut().zip(f32s(x.bytes())?) {
-                *o += alpha * v;
-            }
+            f32s_mut(y.bytes_mut()?)?.iter_mut().zip(f32s(x.bytes())?).for_each(|(o, v)| *o += alpha * v);
         }
         Command::Iota { out, start } => {
             let mut guard = write(&out)?;
             let words: &mut [u32] =
                 bytemuck::try_cast_slice_mut(guard.bytes_mut()?).map_err(|e| format!("u32 view: {e}"))?;
-            for (i, w) in words.iter_mut().enumerate() {
-                *w = start.wrapping_add(i as u32);
-            }
+            words.iter_mut().enumerate().for_each(|(i, w)| *w = start.wrapping_add(i as u32));
         }
         // Only a zero delay comes here; a longer one holds its stream at a
         // timed gate of the engine's instead.
@@ -98,8 +90,7 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         Command::Custom { kernel, grid, args } => {
             let body =
                 kernel.cpu.as_ref().ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
-            let mut buffers = CallArgs::new();
-            let mut scalars = CallArgs::new();
+            let (mut buffers, mut scalars) = (CallArgs::new(), CallArgs::new());
             for arg in args {
                 match arg {
                     KernelArg::Buffer(span, access) => buffers.push((span, access)),
@@ -126,8 +117,7 @@ pub fn with_kernel_args(
         .collect::<Result<CallArgs<_>, _>>()?;
     let mut views = CallArgs::with_capacity(guards.len());
     for guard in &mut guards {
-        let write = guard.is_write();
-        views.push(if write { CpuView::Write(guard.bytes_mut()?) } else { CpuView::Read(guard.bytes()) });
+        views.push(if guard.is_write() { CpuView::Write(guard.bytes_mut()?) } else { CpuView::Read(guard.bytes()) });
     }
     let mut args = CpuKernelArgs::new(grid, views, scalars.into_iter().collect());
     body(&mut args)
