@@ -27,28 +27,16 @@ pub enum BuiltinKernel {
     Delay,
 }
 
-/// The element types of built-in buffers and scalars.
-#[derive(Clone, Copy)]
-enum Word {
-    U32,
-    F32,
+/// The element types of built-in buffers and scalars ([`U32`], [`F32`]),
+/// as C and WGSL name them.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Word {
+    c: &'static str,
+    wgsl: &'static str,
 }
 
-impl Word {
-    fn c(self) -> &'static str {
-        match self {
-            Word::U32 => "unsigned int",
-            Word::F32 => "float",
-        }
-    }
-
-    fn wgsl(self) -> &'static str {
-        match self {
-            Word::U32 => "u32",
-            Word::F32 => "f32",
-        }
-    }
-}
+const U32: Word = Word { c: "unsigned int", wgsl: "u32" };
+const F32: Word = Word { c: "float", wgsl: "f32" };
 
 /// One element-wise kernel, as every language writes it: its buffers (name,
 /// element, read-only), its scalar, and one statement over element `i`, in
@@ -76,7 +64,6 @@ impl BuiltinKernel {
     /// The element-wise description; `None` for the delay, which is no
     /// element-wise op (written out in [`cuda_source`] alone).
     fn description(self) -> Option<Description> {
-        use Word::{F32, U32};
         let binary = |entry, statement| Description {
             entry,
             buffers: &[("a", F32, true), ("b", F32, true), ("out", F32, false)],
@@ -138,11 +125,9 @@ pub fn cuda_source() -> &'static str {
             let Some(Description { entry, buffers, scalar, statement }) = kernel.description() else { continue };
             let mut params: Vec<String> = buffers
                 .iter()
-                .map(|&(name, word, read_only)| {
-                    format!("{}{}* {name}", if read_only { "const " } else { "" }, word.c())
-                })
+                .map(|&(name, word, read_only)| format!("{}{}* {name}", if read_only { "const " } else { "" }, word.c))
                 .collect();
-            params.extend(scalar.map(|(name, word)| format!("{} {name}", word.c())));
+            params.extend(scalar.map(|(name, word)| format!("{} {name}", word.c)));
             params.push("weir_u64 n".to_owned());
             let statement = statement.replace("{index}", "(unsigned int)i");
             source += &format!(
@@ -192,11 +177,12 @@ pub fn wgsl_source(kernel: BuiltinKernel, params: &str) -> Option<String> {
     let mut source = String::from("struct Params { n: u32, base: u32, a: u32, b: u32 }\n");
     for (binding, &(name, word, read_only)) in buffers.iter().enumerate() {
         let access = if read_only { "read" } else { "read_write" };
-        source += &format!("@group(0) @binding({binding}) var<storage, {access}> {name}: array<{}>;\n", word.wgsl());
+        source += &format!("@group(0) @binding({binding}) var<storage, {access}> {name}: array<{}>;\n", word.wgsl);
     }
     let scalar = match scalar {
-        Some((name, Word::F32)) => format!("    let {name} = bitcast<f32>(p.a);\n"),
-        Some((name, Word::U32)) => format!("    let {name} = p.a;\n"),
+        Some((name, F32)) => format!("    let {name} = bitcast<f32>(p.a);\n"),
+        // A u32, as the block holds it.
+        Some((name, _)) => format!("    let {name} = p.a;\n"),
         None => String::new(),
     };
     let statement = statement.replace("{index}", "(p.base + i)");
