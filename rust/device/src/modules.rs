@@ -155,10 +155,8 @@ impl<D: Driver> Kernels<D> {
             }
             DeviceCode::Module(_) => self.function_in(driver, source(None), entry)?,
             DeviceCode::Source(_) => {
-                let as_written = match is_identifier(entry) {
-                    true => self.function_in(driver, source(None), entry)?,
-                    false => None,
-                };
+                let as_written =
+                    if is_identifier(entry) { self.function_in(driver, source(None), entry)? } else { None };
                 match as_written {
                     Some(function) => Some(function),
                     // A C++ kernel's symbol is mangled: the compiler resolves its name.
@@ -308,11 +306,8 @@ impl Params {
 
     /// Overwrites parameter `index` with a device address. False if there is no such parameter.
     pub fn set_pointer(&mut self, index: usize, address: u64) -> bool {
-        let Some(word) = self.starts.get(index).and_then(|&start| self.words.get_mut(start as usize)) else {
-            return false;
-        };
-        *word = address;
-        true
+        let word = self.starts.get(index).and_then(|&start| self.words.get_mut(start as usize));
+        word.map(|word| *word = address).is_some()
     }
 
     /// The `void**` array a launch takes; valid while `self` stays where it
@@ -330,9 +325,7 @@ fn push_bytes(words: &mut smallvec::SmallVec<[u64; 8]>, bytes: &[u8]) {
     if bytes.is_empty() {
         words.push(0);
     }
-    for chunk in bytes.chunks(8) {
-        words.push(word(chunk));
-    }
+    words.extend(bytes.chunks(8).map(word));
 }
 
 /// Up to eight bytes as a word holding them in memory order.

@@ -7,6 +7,7 @@
 //! sizes) are raw `sys` calls checked the same way, as are the calls written
 //! once with HIP's (`handle_calls!`), which differ from it only by name.
 
+use std::borrow::Cow;
 use std::ffi::{c_void, CStr};
 use std::ptr::null_mut;
 use std::sync::{Arc, Mutex};
@@ -542,14 +543,8 @@ impl Driver for Cuda {
         // A CUBIN is an ELF file and a fatbin starts with its magic; anything
         // else is PTX, which the driver reads as a C string.
         let binary = check_cuda_image(image).map_err(Error::invalid)?;
-        let text: Vec<u8>;
-        let image = match binary || image.last() == Some(&0) {
-            true => image,
-            false => {
-                text = image.iter().copied().chain([0]).collect();
-                &text
-            }
-        };
+        let image: Cow<[u8]> =
+            if binary || image.last() == Some(&0) { image.into() } else { [image, &[0]].concat().into() };
         // SAFETY: `image` is a CUBIN or fatbin whose headers name only ranges
         // inside it (checked above), or NUL-terminated PTX; the driver reads
         // it during the call and keeps a copy.

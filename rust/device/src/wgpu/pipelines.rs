@@ -335,8 +335,10 @@ fn build(
         if signature.scalars && signature.immediate_bytes == 0 {
             entries.push(entry(signature.read_only.len() as u32, wgpu::BufferBindingType::Uniform));
         }
-        let layout = device
-            .create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(entry_point), entries: &entries });
+        let layout_of = |entries: &[wgpu::BindGroupLayoutEntry]| {
+            device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor { label: Some(entry_point), entries })
+        };
+        let layout = layout_of(&entries);
         // A layout of its own: a group layout per group it uses, none
         // between them.
         let own = own.map(|own| {
@@ -351,10 +353,7 @@ fn build(
                             ResourceKind::Uniform { .. } => entry(resource.binding, wgpu::BufferBindingType::Uniform),
                         })
                         .collect();
-                    device.create_bind_group_layout(&wgpu::BindGroupLayoutDescriptor {
-                        label: Some(entry_point),
-                        entries: &entries,
-                    })
+                    layout_of(&entries)
                 })
                 .collect();
             (own.clone(), groups)
@@ -362,12 +361,10 @@ fn build(
         let by_index: Vec<Option<&wgpu::BindGroupLayout>> = match &own {
             None => vec![Some(&layout)],
             Some((own, groups)) => {
-                let count = own.groups.last().map_or(0, |(index, _)| *index as usize + 1);
-                let mut by_index = vec![None; count];
-                for ((index, _), group) in own.groups.iter().zip(groups) {
-                    by_index[*index as usize] = Some(group);
-                }
-                by_index
+                // None between the groups it uses.
+                let count = own.groups.last().map_or(0, |(index, _)| *index + 1);
+                let place = |index| own.groups.iter().position(|(used, _)| *used == index);
+                (0..count).map(|index| place(index).and_then(|at| groups.get(at))).collect()
             }
         };
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {

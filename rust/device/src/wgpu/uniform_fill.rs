@@ -195,13 +195,8 @@ fn flatten(
     if values.len() >= most {
         return Ok(());
     }
-    let part = |suffix: &str| {
-        if name.is_empty() {
-            suffix.trim_start_matches('.').to_owned()
-        } else {
-            format!("{name}{suffix}")
-        }
-    };
+    // A top-level value's name has no leading dot (and so no name below it starts with one).
+    let part = |suffix: &str| format!("{name}{suffix}").trim_start_matches('.').to_owned();
     match &module.types[ty].inner {
         naga::TypeInner::Scalar(scalar) => values.push(Value { offset, scalar: *scalar, name: name.to_owned() }),
         naga::TypeInner::Vector { size, scalar } => {
