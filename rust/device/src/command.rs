@@ -107,35 +107,6 @@ impl<R, S> Command<R, S> {
         })
     }
 
-    /// Every byte range the command touches, with its access.
-    pub fn spans(&self) -> Spans<R>
-    where
-        R: Copy,
-    {
-        use Access::*;
-        let list = |spans: &[(Span<R>, Access)]| Spans::from_slice(spans);
-        match self {
-            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => list(&[(*dst, Write)]),
-            Command::Copy { src, dst } => list(&[(*src, Read), (*dst, Write)]),
-            Command::Download { src, .. } => list(&[(*src, Read)]),
-            Command::Binary { a, b, out, .. } => list(&[(*a, Read), (*b, Read), (*out, Write)]),
-            Command::Scale { x, out, .. } => list(&[(*x, Read), (*out, Write)]),
-            Command::Axpy { x, y, .. } => list(&[(*x, Read), (*y, ReadWrite)]),
-            Command::Iota { out, .. } => list(&[(*out, Write)]),
-            #[cfg(feature = "test-support")]
-            Command::Delay { .. } => Spans::new(),
-            Command::Custom { args, .. } => args.iter().filter_map(KernelArg::span).collect(),
-        }
-    }
-
-    /// Every buffer the command touches, with its access.
-    pub fn accesses(&self) -> Accesses<R>
-    where
-        R: Copy,
-    {
-        self.spans().into_iter().map(|(span, access)| (span.buffer, access)).collect()
-    }
-
     /// A copy of the command to run again (a recorded graph's replay); `None`
     /// for a download, whose result goes to one reader only.
     pub fn replayable(&self) -> Option<Command<R, S>>
@@ -148,10 +119,8 @@ impl<R, S> Command<R, S> {
 
     /// The same command with every buffer name mapped through `f`.
     pub fn map<T>(self, mut f: impl FnMut(R) -> T) -> Command<T, S> {
-        match self.try_map(|r| Ok::<T, std::convert::Infallible>(f(r))) {
-            Ok(command) => command,
-            Err(never) => match never {},
-        }
+        let Ok(command) = self.try_map(|r| Ok::<T, std::convert::Infallible>(f(r)));
+        command
     }
 
     /// The same command with every buffer name mapped through `f`, or `f`'s first error.
@@ -182,5 +151,30 @@ impl<R, S> Command<R, S> {
                     .collect::<Result<_, E>>()?,
             },
         })
+    }
+}
+
+impl<R: Copy, S> Command<R, S> {
+    /// Every byte range the command touches, with its access.
+    pub fn spans(&self) -> Spans<R> {
+        use Access::*;
+        let list = |spans: &[(Span<R>, Access)]| Spans::from_slice(spans);
+        match self {
+            Command::Zero { dst } | Command::Fill { dst, .. } | Command::Upload { dst, .. } => list(&[(*dst, Write)]),
+            Command::Copy { src, dst } => list(&[(*src, Read), (*dst, Write)]),
+            Command::Download { src, .. } => list(&[(*src, Read)]),
+            Command::Binary { a, b, out, .. } => list(&[(*a, Read), (*b, Read), (*out, Write)]),
+            Command::Scale { x, out, .. } => list(&[(*x, Read), (*out, Write)]),
+            Command::Axpy { x, y, .. } => list(&[(*x, Read), (*y, ReadWrite)]),
+            Command::Iota { out, .. } => list(&[(*out, Write)]),
+            #[cfg(feature = "test-support")]
+            Command::Delay { .. } => Spans::new(),
+            Command::Custom { args, .. } => args.iter().filter_map(KernelArg::span).collect(),
+        }
+    }
+
+    /// Every buffer the command touches, with its access.
+    pub fn accesses(&self) -> Accesses<R> {
+        self.spans().into_iter().map(|(span, access)| (span.buffer, access)).collect()
     }
 }

@@ -303,19 +303,17 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// per group by [`Driver::communicator`].
     type Communicator: Send + Sync + 'static;
     /// The communicator of a group of `drivers`, one rank each, in order.
-    fn communicator(drivers: &[&Self]) -> Result<Self::Communicator> {
-        let _ = drivers;
+    fn communicator(_drivers: &[&Self]) -> Result<Self::Communicator> {
         Err(Error::unsupported(Self::KIND, "collectives over a device group"))
     }
     /// The communicator of `driver` as rank `rank` of `ranks` ranks in
     /// several processes, met through `id`; see the engine's `Backend::joined_communicator`.
     fn joined_communicator(
-        driver: &Self,
-        id: &[u8; crate::collective::GROUP_ID_BYTES],
-        ranks: usize,
-        rank: usize,
+        _driver: &Self,
+        _id: &[u8; crate::collective::GROUP_ID_BYTES],
+        _ranks: usize,
+        _rank: usize,
     ) -> Result<Self::Communicator> {
-        let _ = (driver, id, ranks, rank);
         Err(Error::unsupported(Self::KIND, "groups whose ranks live in several processes"))
     }
     /// Enqueues every rank's part of `collective` on its stream, as one
@@ -325,11 +323,10 @@ pub trait Driver: Send + Sync + Sized + 'static {
     /// Every part's pointers lie in live allocations of its driver, with the
     /// byte counts given; `parts` has one part per rank of `communicator`.
     unsafe fn enqueue_collective(
-        communicator: &Self::Communicator,
+        _communicator: &Self::Communicator,
         collective: &crate::collective::Collective,
-        parts: &[RawPart<'_, Self>],
+        _parts: &[RawPart<'_, Self>],
     ) -> Result<()> {
-        let _ = (communicator, parts);
         Err(Error::unsupported(Self::KIND, format!("{} over a device group", collective.name())))
     }
 }

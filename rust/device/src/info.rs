@@ -42,9 +42,8 @@ impl BackendKind {
 
     /// Parses [`BackendKind::name`].
     pub fn from_name(name: &str) -> Option<BackendKind> {
-        [BackendKind::Auto, BackendKind::Cpu, BackendKind::Wgpu, BackendKind::Cuda, BackendKind::Hip]
-            .into_iter()
-            .find(|kind| kind.name() == name.trim().to_ascii_lowercase())
+        let name = name.trim().to_ascii_lowercase();
+        std::iter::once(BackendKind::Auto).chain(BackendKind::CONCRETE).find(|kind| kind.name() == name)
     }
 }
 

@@ -288,15 +288,14 @@ fn compile(device: &wgpu::Device, key: &Key) -> Result<Arc<Pipeline>, String> {
     if signature.widened {
         interface::storage_writable(&mut module);
     }
-    as_built(&signature, wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module))).or_else(|rewritten| {
-        match as_built(&as_written, wgsl()) {
-            // Its scalars then go in a uniform buffer, as the pipeline says;
-            // but a widened launch binds one buffer both ways, which needs
-            // the storage made writable: the rewrite's failure is the answer.
-            Ok(written) if !signature.widened => Ok(written),
-            Ok(_) => Err(rewritten.message()),
-            Err(failure) => Err(failure.message()),
-        }
+    let rewrite = wgpu::ShaderSource::Naga(std::borrow::Cow::Owned(module));
+    as_built(&signature, rewrite).or_else(|rewritten| match as_built(&as_written, wgsl()) {
+        // Its scalars then go in a uniform buffer, as the pipeline says;
+        // but a widened launch binds one buffer both ways, which needs
+        // the storage made writable: the rewrite's failure is the answer.
+        Ok(written) if !signature.widened => Ok(written),
+        Ok(_) => Err(rewritten.message()),
+        Err(failure) => Err(failure.message()),
     })
 }
 
@@ -535,10 +534,9 @@ pub fn dispatch(
                         Some(wgpu::BindGroupEntry { binding: resource.binding, resource: bound })
                     })
                     .collect();
-                (
-                    *index,
-                    device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries }),
-                )
+                let group =
+                    device.create_bind_group(&wgpu::BindGroupDescriptor { label: None, layout, entries: &entries });
+                (*index, group)
             })
             .collect();
         recorder.pass_with_groups(&pipeline.pipeline, &bound).dispatch_workgroups(groups[0], groups[1], groups[2]);
