@@ -70,13 +70,15 @@ impl BuiltinKernel {
             scalar: None,
             statement,
         };
+        // A u32 output written from a u32 scalar.
+        let from_word = |entry, scalar, statement| Description {
+            entry,
+            buffers: &[("out", U32, false)],
+            scalar: Some((scalar, U32)),
+            statement,
+        };
         Some(match self {
-            BuiltinKernel::Fill => Description {
-                entry: "weir_fill_u32",
-                buffers: &[("out", U32, false)],
-                scalar: Some(("word", U32)),
-                statement: "out[i] = word",
-            },
+            BuiltinKernel::Fill => from_word("weir_fill_u32", "word", "out[i] = word"),
             BuiltinKernel::Add => binary("weir_add_f32", "out[i] = a[i] + b[i]"),
             BuiltinKernel::Mul => binary("weir_mul_f32", "out[i] = a[i] * b[i]"),
             BuiltinKernel::Scale => Description {
@@ -91,12 +93,7 @@ impl BuiltinKernel {
                 scalar: Some(("alpha", F32)),
                 statement: "y[i] = alpha * x[i] + y[i]",
             },
-            BuiltinKernel::Iota => Description {
-                entry: "weir_iota_u32",
-                buffers: &[("out", U32, false)],
-                scalar: Some(("start", U32)),
-                statement: "out[i] = start + {index}",
-            },
+            BuiltinKernel::Iota => from_word("weir_iota_u32", "start", "out[i] = start + {index}"),
             BuiltinKernel::Delay => return None,
         })
     }

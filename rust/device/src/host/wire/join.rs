@@ -69,9 +69,7 @@ fn parse(id: &[u8; GROUP_ID_BYTES]) -> Result<(u16, [u8; NONCE_BYTES])> {
         return Err(Error::invalid("a group id of another backend, not of a CPU group"));
     }
     let port = u16::from_le_bytes([id[8], id[9]]);
-    let mut nonce = [0; NONCE_BYTES];
-    nonce.copy_from_slice(&id[10..10 + NONCE_BYTES]);
-    Ok((port, nonce))
+    Ok((port, std::array::from_fn(|at| id[10 + at])))
 }
 
 fn io_error(what: &str, error: std::io::Error) -> Error {
