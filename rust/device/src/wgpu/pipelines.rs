@@ -361,8 +361,8 @@ fn build(
             None => vec![Some(&layout)],
             Some((own, groups)) => {
                 // None between the groups it uses.
-                let count = own.groups.last().map_or(0, |(index, _)| *index + 1);
-                let place = |index| own.groups.iter().position(|(used, _)| *used == index);
+                let count = own.groups.last().map_or(0, |(index, _)| *index as usize + 1);
+                let place = |index| own.groups.iter().position(|(used, _)| *used as usize == index);
                 (0..count).map(|index| place(index).and_then(|at| groups.get(at))).collect()
             }
         };
