@@ -177,12 +177,9 @@ fn prepare_custom<R: PartialEq>(
         )));
     }
     // Inline: a launch allocates nothing to describe its arguments.
-    let mut read_only: SmallVec<[bool; 8]> = SmallVec::new();
-    let mut lens: SmallVec<[u64; 8]> = SmallVec::new();
+    // Each buffer with whether it is read only.
+    let mut spans: SmallVec<[(&Span<R>, bool); 8]> = SmallVec::new();
     let mut scalars: SmallVec<[&ScalarArg; 8]> = SmallVec::new();
-    let mut types: SmallVec<[ScalarType; 8]> = SmallVec::new();
-    let mut reads: SmallVec<[&Span<R>; 8]> = SmallVec::new();
-    let mut writes: SmallVec<[&Span<R>; 8]> = SmallVec::new();
     for arg in args {
         match arg {
             KernelArg::Buffer(span, access) => {
@@ -192,16 +189,14 @@ fn prepare_custom<R: PartialEq>(
                         kernel.name, span.len, span.offset, gpu.shape.window, gpu.shape.align
                     )));
                 }
-                read_only.push(*access == Access::Read);
-                lens.push(span.len);
-                if *access == Access::Read { &mut reads } else { &mut writes }.push(span);
+                spans.push((span, *access == Access::Read));
             }
-            KernelArg::Scalar(scalar) => {
-                scalars.push(scalar);
-                types.push(ScalarType::of(scalar));
-            }
+            KernelArg::Scalar(scalar) => scalars.push(scalar),
         }
     }
+    let reading = |read: bool| -> SmallVec<[&Span<R>; 8]> {
+        spans.iter().filter(|(_, read_only)| *read_only == read).map(|(span, _)| *span).collect()
+    };
     // 4-byte scalars go as immediate data where the device takes that many
     // bytes and the kernel binds them as Weir's own kernels do.
     let words: Option<SmallVec<[u32; 8]>> = scalars.iter().map(|scalar| scalar.bits()).collect();
@@ -211,23 +206,23 @@ fn prepare_custom<R: PartialEq>(
         _ => 0,
     };
     let signature = Signature {
-        read_only,
+        read_only: spans.iter().map(|(_, read_only)| *read_only).collect(),
         scalars: !scalars.is_empty(),
-        checked: Some(types),
+        checked: Some(scalars.iter().map(|scalar| ScalarType::of(scalar)).collect()),
         immediate_bytes,
         block: Some(grid.block),
-        widened: one_buffer_both_ways(&reads, &writes),
+        widened: one_buffer_both_ways(&reading(true), &reading(false)),
     };
     let pipeline = gpu.pipelines.get_custom(&gpu.device, kernel, &source.code, &source.entry, signature)?;
     let pipeline = pipeline.map_err(|message| Error::invalid(format!("kernel {}: {message}", kernel.name)))?;
     // A layout of its own may declare fixed-size storage (a struct, an
     // array of known length): a shorter buffer would fail the dispatch.
     let least = pipeline.own_layout().map(|own| own.buffers.as_slice()).unwrap_or_default();
-    for (index, (len, (least, at))) in lens.iter().zip(least).enumerate() {
-        if len < least {
+    for (index, ((span, _), (least, at))) in spans.iter().zip(least).enumerate() {
+        if span.len < *least {
             return Err(Error::invalid(format!(
-                "kernel {}: buffer argument {index} is {len} bytes, but {at} takes at least {least}",
-                kernel.name
+                "kernel {}: buffer argument {index} is {} bytes, but {at} takes at least {least}",
+                kernel.name, span.len
             )));
         }
     }
