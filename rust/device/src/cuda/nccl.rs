@@ -276,11 +276,9 @@ pub unsafe fn enqueue(communicator: &Communicator, collective: &Collective, part
         part.driver.bind()?;
         let (send, receive) = (part.send.ptr as *const c_void, part.receive.ptr as *mut c_void);
         // Reduce-scatter counts the elements each rank receives; the others, those it sends.
-        let counted = match collective.kind {
-            CollectiveKind::ReduceScatter(_) => part.receive.len,
-            _ => part.send.len,
-        };
-        let (count, stream) = ((counted / size) as usize, part.stream.0.cast::<c_void>());
+        let counted =
+            if matches!(collective.kind, CollectiveKind::ReduceScatter(_)) { part.receive } else { part.send };
+        let (count, stream) = ((counted.len / size) as usize, part.stream.0.cast::<c_void>());
         // SAFETY: the pointers and counts lie in live allocations (this
         // function's contract); the stream and communicator are the rank's,
         // live; NCCL only enqueues inside a group.

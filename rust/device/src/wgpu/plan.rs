@@ -277,11 +277,9 @@ fn plan_write<R>(gpu: &WgpuDevice, dst: &Span<R>, data: Option<&[u8]>) -> Result
     };
     let exact = lay(end);
     let to_buffer_end = (dst.len > 0 && !end.is_multiple_of(4)).then(|| lay(align4(end)));
-    let widest = [&exact.bulk, &to_buffer_end.as_ref().and_then(|layout| layout.bulk)]
-        .into_iter()
-        .flatten()
-        .copied()
-        .reduce(|(lo, a), (_, b)| (lo, a.max(b)));
+    // Both bulks start at the first whole word; the one to the buffer's end,
+    // where there is one, ends at least as far.
+    let widest = to_buffer_end.as_ref().and_then(|layout| layout.bulk).or(exact.bulk);
     let staging = match (data, widest) {
         (Some(data), Some((lo, hi))) => {
             let from = (lo - start) as usize;

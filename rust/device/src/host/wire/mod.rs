@@ -99,11 +99,8 @@ impl Wire {
         read: Option<CpuMemory>,
         write: Option<CpuMemory>,
     ) -> std::result::Result<(), String> {
-        let mut turns = lock(&self.turns);
-        while turns.next != turn {
-            turns = self.turned.wait(turns).unwrap_or_else(|poisoned| poisoned.into_inner());
-        }
-        drop(turns);
+        let turns = self.turned.wait_while(lock(&self.turns), |turns| turns.next != turn);
+        drop(turns.unwrap_or_else(|poisoned| poisoned.into_inner()));
         // The next turn comes however this one ends, a panic included: the
         // group's later collectives would otherwise wait for it forever.
         let _turned = scopeguard::guard((), |()| {
