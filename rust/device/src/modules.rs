@@ -219,10 +219,8 @@ impl<D: Driver> Kernels<D> {
                 let symbol =
                     CString::new(symbol).map_err(|_| Error::backend(D::KIND, "a kernel symbol holds a NUL byte"))?;
                 // SAFETY: as above.
-                match unsafe { driver.function(module.module, &symbol)? } {
-                    Some(raw) => raw,
-                    None => return Ok(None),
-                }
+                let Some(raw) = (unsafe { driver.function(module.module, &symbol)? }) else { return Ok(None) };
+                raw
             }
             None => return Ok(None),
         };

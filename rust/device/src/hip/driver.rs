@@ -128,12 +128,10 @@ impl Hip {
 
 unsafe extern "C" fn on_stream_callback(_stream: hipStream_t, status: HipStatus, data: *mut c_void) {
     // No HIP call is allowed here, so the code is not looked up by name.
-    let status = if status == ffi::SUCCESS {
-        Ok(())
-    } else {
+    let status = (status == ffi::SUCCESS).then_some(()).ok_or_else(|| {
         let name = format!("hipError_t {}", status.0);
-        Err(status_error(NAME, "a stream callback", name, status.0 as i32, ffi::poisons_context(status)))
-    };
+        status_error(NAME, "a stream callback", name, status.0 as i32, ffi::poisons_context(status))
+    });
     // SAFETY: `data` is the callback `add_callback` leaked for this call, run once.
     unsafe { callback_run(data, status) };
 }

@@ -37,9 +37,7 @@ pub fn compile(
     name_expression: Option<&str>,
 ) -> Result<Compiled> {
     let mut all = vec!["-O3".to_owned()];
-    if let Some(arch) = arch {
-        all.push(format!("--offload-arch={arch}"));
-    }
+    all.extend(arch.map(|arch| format!("--offload-arch={arch}")));
     all.extend(options.iter().cloned());
     let _compiling = lock(&COMPILING);
     compile_program(source, &all, name_expression)

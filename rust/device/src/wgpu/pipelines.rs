@@ -543,14 +543,14 @@ pub fn dispatch(
         return;
     }
     let make = |uniform: Option<wgpu::BindingResource<'_>>| {
-        let mut entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
+        // The buffers at `0..n`, then the uniform (if any) at `n`.
+        let entries: Vec<wgpu::BindGroupEntry<'_>> = buffers
             .iter()
+            .map(window)
+            .chain(uniform)
             .enumerate()
-            .map(|(binding, buffer)| wgpu::BindGroupEntry { binding: binding as u32, resource: window(buffer) })
+            .map(|(binding, resource)| wgpu::BindGroupEntry { binding: binding as u32, resource })
             .collect();
-        if let Some(resource) = uniform {
-            entries.push(wgpu::BindGroupEntry { binding: buffers.len() as u32, resource });
-        }
         device.create_bind_group(&wgpu::BindGroupDescriptor {
             label: None,
             layout: &pipeline.layout,

@@ -127,14 +127,13 @@ impl Slabs {
 
     /// `labels`: a slab's name, and a buffer of its own's.
     fn new(device: &wgpu::Device, align: u64, usage: wgpu::BufferUsages, labels: [&'static str; 2]) -> Arc<Slabs> {
-        let smallest = align.max(16).next_power_of_two();
         let [label, own_label] = labels;
         Arc::new_cyclic(|me| Slabs {
             device: device.clone(),
             usage,
             label,
             own_label,
-            smallest,
+            smallest: align.max(16).next_power_of_two(),
             classes: Mutex::new(Vec::new()),
             me: me.clone(),
         })

@@ -142,10 +142,9 @@ fn accept_all(nonce: [u8; NONCE_BYTES], ranks: usize) -> Result<Links> {
         match listener.accept() {
             Ok((stream, _)) => {
                 // A stranger or a bad hello is turned away; the join goes on.
+                // A rank that connects twice keeps its first link.
                 if let Ok(Some(rank)) = greet(&stream, &nonce, ranks, deadline) {
-                    if peers[rank - 1].is_none() {
-                        peers[rank - 1] = Some(stream);
-                    }
+                    peers[rank - 1].get_or_insert(stream);
                 }
             }
             Err(error) if error.kind() == ErrorKind::WouldBlock => std::thread::sleep(Duration::from_millis(2)),
