@@ -141,9 +141,12 @@ fn bad_peer_copies(group: &DeviceGroup) {
     let (small, big) = (s.zeros(ElementType::Bytes, 8).unwrap(), t.zeros(ElementType::Bytes, 16).unwrap());
     assert!(matches!(t.copy_from_peer(&small, &big), Err(Error::InvalidArgument(_))));
     let other = Runtime::open(if a.info().backend == BackendKind::Cpu { BackendKind::Wgpu } else { BackendKind::Cpu });
-    if let Ok(other) = other {
-        let foreign = other.default_stream().zeros(ElementType::Bytes, 16).unwrap();
-        assert!(matches!(t.copy_from_peer(&foreign, &big), Err(Error::Unsupported { .. })));
+    match other {
+        Ok(other) => {
+            let foreign = other.default_stream().zeros(ElementType::Bytes, 16).unwrap();
+            assert!(matches!(t.copy_from_peer(&foreign, &big), Err(Error::Unsupported { .. })));
+        }
+        Err(error) => eprintln!("skipped: bad_peer_copies: a copy from another backend's runtime: {error}"),
     }
     let broken = s.zeros(ElementType::Bytes, 16).unwrap();
     assert!(matches!(s.fail_write(&broken, "broken on device 0"), Err(Error::OpFailed { .. })));
@@ -336,7 +339,8 @@ fn collectives_run(group: &DeviceGroup, test: &str) -> bool {
             eprintln!("skipped: {test}: collectives unavailable: {reason}");
             false
         }
-        Err(Error::Unsupported { what, .. }) => {
+        // The CPU has collectives: there, unsupported is a failure.
+        Err(Error::Unsupported { what, .. }) if group.devices()[0].info().backend != BackendKind::Cpu => {
             eprintln!("skipped: {test}: collectives unsupported here: {what}");
             false
         }
@@ -344,9 +348,18 @@ fn collectives_run(group: &DeviceGroup, test: &str) -> bool {
     }
 }
 
+/// A group of `count` devices of `kind`, or `None` (skipped by name) where
+/// there are fewer; the CPU always has them.
 fn members(kind: BackendKind, count: usize) -> Option<DeviceGroup> {
     let indices: Vec<usize> = (0..count).collect();
-    DeviceGroup::open(kind, &indices).ok()
+    match DeviceGroup::open(kind, &indices) {
+        Ok(group) => Some(group),
+        Err(error) if kind != BackendKind::Cpu => {
+            eprintln!("skipped: a group of {count} {} devices: {error}", kind.name());
+            None
+        }
+        Err(error) => panic!("a CPU group of {count}: {error}"),
+    }
 }
 
 /// Member `rank`'s contribution: distinct per member and element, with
@@ -600,6 +613,7 @@ fn bad_collectives_are_refused(group: &DeviceGroup) {
     let mut viewed = f32s.clone();
     viewed[1] = f32s[1].view(0, 4).unwrap();
     refused(group.all_reduce(&streams, &viewed, ReduceOp::Sum), "buffers[1] is a view");
+    assert_eq!(admitted(group), before, "a refused collective admitted something");
     let mut mixed = f32s.clone();
     mixed[1] = streams[1].zeros(ElementType::I32, 8).unwrap();
     refused(group.all_reduce(&streams, &mixed, ReduceOp::Sum), "buffers[1] holds i32");
@@ -619,7 +633,6 @@ fn bad_collectives_are_refused(group: &DeviceGroup) {
     refused(group.all_reduce(&streams, &swapped, ReduceOp::Max), "buffers[0]");
     refused(group.all_gather(&streams, &f32s, &small), "receives[0]");
     assert_eq!(admitted(group), before_calls, "a refused collective admitted something");
-    assert!(before.iter().zip(&before_calls).all(|(a, b)| a <= b));
     // The group goes on.
     if collectives_run(group, "bad_collectives_are_refused") {
         group.all_reduce(&streams, &f32s, ReduceOp::Sum).unwrap();

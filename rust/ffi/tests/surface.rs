@@ -769,11 +769,19 @@ fn a_full_queue_refuses_a_non_waiting_admission_and_room_resolves_once_it_drains
     hold.release();
     block_on(room).unwrap();
     eager.write(x.clone(), bytes(&[1.0, 2.0, 3.0, 4.0]), ElementType::F32, 0).unwrap();
-    assert_eq!(floats(&stream.read_blocking(x, 0, None).unwrap()), [1.0, 2.0, 3.0, 4.0]);
-    // A cancelled wait for room leaves nothing behind.
+    assert_eq!(floats(&stream.read_blocking(x.clone(), 0, None).unwrap()), [1.0, 2.0, 3.0, 4.0]);
+    // A wait for room on a full queue, cancelled, ends with Cancelled and leaves nothing behind.
+    let hold = stream.hold().unwrap();
+    stream.memset_zero(x.clone()).unwrap();
+    stream.memset_zero(x.clone()).unwrap();
     let token = CancelToken::new();
+    let mut room = Box::pin(stream.room(Some(token.clone())));
+    assert!(room.as_mut().now_or_never().is_none(), "room while the queue is full");
     token.cancel();
-    assert!(matches!(block_on(stream.room(Some(token))), Ok(()) | Err(WeirError::Cancelled { .. })));
+    assert!(matches!(block_on(room), Err(WeirError::Cancelled { .. })));
+    assert!(eventually(|| runtime.diagnostics().live_waiters == 0), "{:?}", runtime.diagnostics());
+    hold.release();
+    block_on(stream.sync(None)).unwrap();
     runtime.shutdown().unwrap();
 }
 

@@ -6,13 +6,13 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::task::Context;
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::executor::block_on;
 use weir_core::{BackendKind, ElementType, Error, QueueLimit, Runtime};
 
-use crate::common::{hold, Held};
+use crate::common::{hold, CountingWaker, Held};
 
 /// A runtime of `runtime`'s backend with `limit`, and its held stream. None
 /// where the backend has no gate: a delay would let the queue drain on its own.
@@ -116,15 +116,21 @@ conformance! {
         };
         let out = stream.empty(ElementType::U32, 4).expect("buffer");
         stream.fill_u32(&out, 1).expect("room for one op");
-        let room = stream.room();
+        // The wait is under way, its waker registered, before the close.
+        let mut room = pin!(stream.room());
+        let wakes = Arc::new(CountingWaker::default());
+        let waker = Waker::from(wakes.clone());
+        assert!(room.as_mut().poll(&mut Context::from_waker(&waker)).is_pending(), "room while full");
         let closer = {
             let limited = limited.clone();
             std::thread::spawn(move || limited.close())
         };
         held.release();
         closer.join().expect("closer").expect("close");
-        // Drained, then closed: the wait ends either way, and nothing is admitted after.
-        let _ = block_on(room);
+        // Drained, then closed: the wait was woken, and ends either way.
+        assert!(wakes.0.load(Ordering::SeqCst) > 0, "the wait for room was never woken");
+        let ended = room.as_mut().poll(&mut Context::from_waker(&waker));
+        assert!(matches!(ended, Poll::Ready(Ok(()) | Err(Error::Closed))), "{ended:?}");
         assert!(matches!(stream.fill_u32(&out, 2), Err(Error::Closed)));
         // Asked once closed, the room is no room: its queue is empty, and it said `Ok`.
         assert!(matches!(block_on(stream.room()), Err(Error::Closed)));
@@ -135,13 +141,22 @@ conformance! {
         let limited = Runtime::builder(runtime.info().backend).queue_limit(limit).open().expect("open");
         let stream = limited.default_stream();
         let out = stream.zeros(ElementType::U32, 4).expect("buffer");
+        // Held a moment, the flood fills the queue before the device takes any.
+        let held = hold(&stream);
+        let gated = held.is_gate();
+        let releaser = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(50));
+            held.release();
+        });
         for value in 0..20_000u32 {
             stream.fill_u32(&out, value).expect("fill");
         }
+        releaser.join().expect("releaser");
         assert_eq!(stream.read_as::<u32>(&out).expect("read"), vec![19_999; 4]);
         let d = limited.diagnostics();
         // One producer: the check and the charge are one admission apart at most.
         assert!(d.peak_ops_in_queue <= limit.ops + 1, "the queue outgrew its limit: {d:?}");
+        assert!(!gated || d.peak_ops_in_queue >= limit.ops, "the flood never filled the queue: {d:?}");
         limited.close().expect("close");
     }
 

@@ -5,6 +5,9 @@
 //! After each test body the harness checks that nothing leaked: no live
 //! backend events, fences or waiters.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::Wake;
 use std::time::{Duration, Instant};
 
 use weir_core::{BackendKind, Error, Hold, RawAccess, Runtime, Stream};
@@ -113,6 +116,16 @@ pub fn wait_for_waiters(runtime: &Runtime, count: u64) {
     while runtime.diagnostics().live_waiters < count {
         assert!(std::time::Instant::now() < deadline, "the waits never started: {:?}", runtime.diagnostics());
         std::thread::yield_now();
+    }
+}
+
+/// A waker that counts its wake-ups.
+#[derive(Default)]
+pub struct CountingWaker(pub AtomicUsize);
+
+impl Wake for CountingWaker {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
     }
 }
 

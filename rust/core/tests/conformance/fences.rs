@@ -4,22 +4,14 @@ use std::future::Future;
 use std::pin::pin;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::task::{Context, Poll, Wake, Waker};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use futures::executor::block_on;
 use futures::future::join_all;
 use weir_core::{BackendKind, ElementType, Timestamp};
 
-use crate::common::{hold, retried, wait_for_waiters, HOLD_DELAY};
-
-struct CountingWaker(AtomicUsize);
-
-impl Wake for CountingWaker {
-    fn wake(self: Arc<Self>) {
-        self.0.fetch_add(1, Ordering::SeqCst);
-    }
-}
+use crate::common::{hold, retried, wait_for_waiters, CountingWaker, HOLD_DELAY};
 
 conformance! {
     fn fence_resolves_only_after_all_prior_work(runtime: &Runtime) {

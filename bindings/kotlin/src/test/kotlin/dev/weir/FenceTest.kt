@@ -10,6 +10,7 @@ import org.junit.jupiter.api.Assertions.assertTrue
 import org.junit.jupiter.params.ParameterizedTest
 import org.junit.jupiter.params.provider.MethodSource
 import java.lang.management.ManagementFactory
+import java.util.concurrent.atomic.AtomicBoolean
 import kotlin.concurrent.thread
 
 /** Fences: awaitable, waitable, many times, by many waiters, without a thread each. */
@@ -22,15 +23,15 @@ class FenceTest {
             val fence = Blocker(stream).use { blocker ->
                 val fence = stream.fence()
                 assertFalse(fence.isComplete(), "a fence behind a held stream is not complete")
-                var blockedReturned = false
-                val waiter = thread { fence.waitBlocking(); blockedReturned = true }
+                val blockedReturned = AtomicBoolean(false)
+                val waiter = thread { fence.waitBlocking(); blockedReturned.set(true) }
                 Thread.sleep(20)
-                assertFalse(blockedReturned, "waitBlocking returned before the work was done")
+                assertFalse(blockedReturned.get(), "waitBlocking returned before the work was done")
                 blocker.release()
                 runBlocking { fence.await() }
                 assertTrue(fence.isComplete())
                 waiter.join(10_000)
-                assertTrue(blockedReturned)
+                assertTrue(blockedReturned.get())
                 fence
             }
             runBlocking { fence.await() } // again: at once

@@ -74,7 +74,9 @@ class WakeTest {
      */
     private suspend fun resumeOnWakeBesideARetiredStream(rt: WeirRuntime, s: WeirStream): Fence {
         s.enqueueDelay(10_000u)
-        s.sync() // resumed on weir-wake
+        s.sync()
+        // The blocking wait that follows must run on weir-wake, where a wait for itself would hang.
+        assertEquals(WakerThreads.THREAD_NAME, nativeThreadName(), "resumed on weir-wake")
         val u = rt.newStream()
         u.enqueueDelay(200_000u)
         val fence = u.fence()
@@ -133,14 +135,6 @@ class WakeTest {
 
 /** The thread's name without the " @coroutine#N" the coroutine debugger (on under `-ea`) adds while one runs there. */
 private val Thread.baseName: String get() = name.substringBefore(" @coroutine#")
-
-/**
- * Why the two retired-stream tests are off: a runtime-wide fence (and the
- * drain in `shutdown()`) covers a retired stream through an action that runs
- * on `weir-wake` (`signal_into` in the core's scheduler/lifecycle.rs), so
- * blocking on `weir-wake` for it waits for itself, and every wake-up in the
- * process stops with it. Enable them once the core fixes it.
- */
 
 /** The C library calls that name the calling native thread. */
 @Suppress("FunctionName")
