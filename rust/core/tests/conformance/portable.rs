@@ -95,6 +95,7 @@ conformance! {
 
     fn a_wgsl_kernel_with_a_fixed_size_refuses_another_block(runtime: &Runtime) {
         if runtime.info().backend != weir_core::BackendKind::Wgpu {
+            eprintln!("skipped on {}: a WGSL-only case", runtime.info().backend.name());
             return;
         }
         let s = runtime.default_stream();
