@@ -439,15 +439,18 @@ fn too_many_work_groups_is_an_argument_error() {
 fn a_delay_holds_only_its_own_stream() {
     let Some(runtime) = open() else { return };
     let (s, t) = (runtime.new_stream().unwrap(), runtime.new_stream().unwrap());
+    // Long against the other stream's work, so that a busy machine does not
+    // make the delay run out first.
+    const DELAY: Duration = Duration::from_secs(2);
     let start = Instant::now();
-    s.delay(Duration::from_millis(300)).unwrap();
+    s.delay(DELAY).unwrap();
     let held = s.fence().unwrap();
     let out = t.zeros(ElementType::Bytes, 16).unwrap();
     t.fill_u32(&out, 9).unwrap();
     assert_eq!(t.read_as::<u32>(&out).unwrap(), vec![9; 4]);
     assert!(!held.is_complete(), "the delayed stream finished early");
     held.wait().unwrap();
-    assert!(start.elapsed() >= Duration::from_millis(300));
+    assert!(start.elapsed() >= DELAY);
     runtime.close().unwrap();
 }
 

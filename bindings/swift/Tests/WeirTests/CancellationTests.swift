@@ -52,7 +52,8 @@ struct CancellationTests {
         watchdog.cancel()
 
         #expect(throws: CancellationError.self) { try result.get() }
-        #expect(elapsed < 0.5, "cancellation took \(elapsed) s")
+        // Well inside the gate's 3 s fallback, loose enough for a busy host.
+        #expect(elapsed < 1.5, "cancellation took \(elapsed) s")
         #expect(!(try stream.fence().isComplete()), "the wait ended before the work: it was cancelled, not finished")
         let diagnostics = runtime.diagnostics()
         #expect(diagnostics.liveWaiters == 0, "waiters left on the Rust side: \(diagnostics)")
@@ -72,7 +73,7 @@ struct CancellationTests {
         let watchdog = gate.watchdog()
         let started = ContinuousClock.now
         await #expect(throws: CancellationError.self) { try await task.value }
-        #expect(seconds(since: started) < 0.5)
+        #expect(seconds(since: started) < 1.5)
         watchdog.cancel()
         #expect(runtime.diagnostics().liveWaiters == 0)
     }

@@ -43,7 +43,7 @@ class CancellationTest {
                     val start = System.nanoTime()
                     jobs.forEach { it.cancelAndJoin() }
                     val millis = (System.nanoTime() - start) / 1e6
-                    assertTrue(millis < 500, "cancellation took $millis ms")
+                    assertTrue(millis < 2_000, "cancellation took $millis ms")
                     assertTrue(jobs.all { it.isCancelled })
                     eventually(what = "no live waiter or fence") {
                         rt.diagnostics().let { it.liveWaiters == 0uL && it.liveFences == 0uL }
