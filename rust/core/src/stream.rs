@@ -24,7 +24,7 @@ use crate::timestamp::Timestamp;
 /// clones name the same stream.
 ///
 /// A stream keeps its runtime alive. When its last clone drops, the stream is
-/// retired: its backend stream (a CPU thread, a `CUstream`) goes once the
+/// retired: its backend stream (a CPU worker lane, a `CUstream`) goes once the
 /// work admitted on it is done; nothing waits for that on the dropping thread.
 ///
 /// Admission waits while the runtime's queue is full (see

@@ -20,7 +20,8 @@
 //!   `1`: seven `u32`s, the fields of `Grid` in order); argument count `u32`;
 //!   then per argument a tag `u8` and its value: `0` buffer (slot `u32`,
 //!   access `u8`: `0` read, `1` write, `2` read-write), `1` `u32`, `2` `i32`,
-//!   `3` `f32` (its bits).
+//!   `3` `f32` (its bits), `4` `u64`, `5` `i64`, `6` `f64` (its bits), `7` a
+//!   struct's bytes (a `u32` length, then the bytes).
 //! - `1` write: buffer slot `u32`; the data's element type `u8` (`0` raw
 //!   bytes, which go into any buffer, `1` `f32`, `2` `i32`, `3` `u32`: refused
 //!   on a buffer of another type, as a stream's write refuses it); element

@@ -52,8 +52,9 @@ pub enum WeirError {
     #[error("{description}")]
     Cancelled { description: String },
     /// The runtime's queue holds `ops` ops and `bytes` host bytes, at its
-    /// limit, and the admission was made through `WeirStream.without_waiting()`:
-    /// nothing was admitted. `WeirStream.room()` suspends until there is room.
+    /// limit, and the admission was made through the stream's non-waiting
+    /// handle (`withoutWaiting()`): nothing was admitted. The stream's
+    /// `room()` suspends until there is room.
     #[error("{description}")]
     QueueFull { ops: u64, bytes: u64, description: String },
 }

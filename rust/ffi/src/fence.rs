@@ -23,8 +23,8 @@ impl Fence {
 #[uniffi::export]
 impl Fence {
     /// Suspends until the work is done; fails with the first error of the
-    /// covered work. Woken by the backend's completion path, no thread per
-    /// waiter. `cancel` ends the wait early with `Cancelled`.
+    /// covered work. Woken on Weir's wake thread (`weir-wake`), which holds
+    /// no lock of Weir's; no thread per waiter. `cancel` ends the wait early with `Cancelled`.
     #[uniffi::method(name = "await", default(cancel = None))]
     pub async fn wait_async(&self, cancel: Option<Arc<CancelToken>>) -> Result<()> {
         cancellable(self.inner.wait_async(), cancel).await

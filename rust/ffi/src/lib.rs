@@ -8,7 +8,7 @@
 //!   handle; one file each.
 //! - **Records and enums** ([`Backend`], [`Access`], [`Arg`], [`Grid`],
 //!   [`DeviceInfo`], [`LaunchLimits`], [`Diagnostics`]) are plain data, converted field by field.
-//! - **Batches** (`Stream::submit_batch`) come packed in bytes, which the
+//! - **Batches** (`WeirStream::submit_batch`) come packed in bytes, which the
 //!   Kotlin and Swift `Stream.batch` write; `batch.rs` says why and how.
 //! - **One op by one call** (`encoded.rs`): the Kotlin binding's `execute`
 //!   encodes the op as one of a batch and admits it with
@@ -25,8 +25,8 @@
 //! - **One error enum**, [`WeirError`]: a typed variant per core error, whose
 //!   message is the core error's text.
 //! - **Async exports are runtime-agnostic.** They await core futures, which are
-//!   woken by Weir's own completion paths (CPU worker, wgpu poll thread, CUDA/HIP
-//!   callbacks). No tokio, no thread per waiter. A wait whose work is already
+//!   woken on Weir's wake thread (`weir-wake`), to which every completion
+//!   path hands its wake-ups. No tokio, no thread per waiter. A wait whose work is already
 //!   done resolves on its first poll, without a wake-up.
 //! - **Cancellation.** Dropping the foreign future (Kotlin coroutine
 //!   cancellation) drops the Rust wait. Every async export also takes an

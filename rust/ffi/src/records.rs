@@ -11,7 +11,7 @@ use crate::error::{Result, WeirError};
 pub enum Backend {
     /// The best available: CUDA, then HIP, then a hardware wgpu adapter, then the CPU.
     Auto,
-    /// The CPU backend: always available, one worker thread per stream.
+    /// The CPU backend: always available; its streams run on a bounded pool of worker threads.
     Cpu,
     /// wgpu (Vulkan, Metal, DX12), when compiled in.
     Wgpu,
@@ -344,9 +344,9 @@ pub struct RuntimeOptions {
     pub device: u32,
     /// The most ops the runtime holds queued on the host, admitted and not
     /// yet run or handed to the driver. At the limit, a plain admission
-    /// blocks its thread until there is room; one through
-    /// `WeirStream.without_waiting()` fails with `QueueFull`, and
-    /// `WeirStream.room()` suspends until there is room.
+    /// blocks its thread until there is room; one through the stream's
+    /// non-waiting handle (`withoutWaiting()`) fails with `QueueFull`, and
+    /// the stream's `room()` suspends until there is room.
     #[uniffi(default = 65536)]
     pub queue_limit_ops: u64,
     /// The most host bytes those ops hold (uploads' data).

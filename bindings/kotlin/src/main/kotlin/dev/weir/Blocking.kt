@@ -10,7 +10,7 @@ package dev.weir
  * does: a wait that would wait for itself is `InvalidArgument`, never a
  * hang). The calls that only enqueue
  * ([WeirStream.execute], [WeirStream.memsetZero], `Weir.write`, and
- * [WeirJava.write] for bytes at a `long` offset) need no variant. Futures are
+ * `WeirBulk.write` for a `ByteBuffer` at a `long` offset) need no variant. Futures are
  * in [WeirFutures].
  */
 object WeirBlocking {

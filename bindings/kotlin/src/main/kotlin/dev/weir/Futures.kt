@@ -15,7 +15,7 @@ import java.util.concurrent.ForkJoinPool
  * `CompletableFuture` variants of every suspend call, for Java (and any JVM
  * code without coroutines), under the suspend calls' names. The calls that
  * only enqueue ([WeirStream.execute], [WeirStream.memsetZero], `Weir.write`,
- * [WeirJava.write]) return once admitted and need no variant.
+ * `WeirBulk.write`) return once admitted and need no variant.
  *
  * Each call admits its op on the calling thread before it returns, exactly as
  * the suspend call does (so calls made one after another are admitted in that

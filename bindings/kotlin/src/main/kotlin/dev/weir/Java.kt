@@ -11,7 +11,7 @@ package dev.weir
  * generated classes are on their companions (`WeirRuntime.Companion.open`).
  * These take and return `int`/`long`, refuse a negative or too large value
  * with [WeirException.InvalidArgument], and are static. The rest of the
- * Kotlin helpers (`Weir.zeros(stream, bytes)`, `Weir.upload(stream, floats)`,
+ * Kotlin helpers (`Weir.zeros(stream, count, element)`, `Weir.upload(stream, floats)`,
  * `Weir.write(stream, buffer, floats)`, `Weir.reads(buffer)`, `Weir.scalar(2f)`,
  * `Weir.execute(stream, op, args…)`) are static methods of the `Weir` class
  * already; suspend calls have [WeirFutures] and [WeirBlocking].

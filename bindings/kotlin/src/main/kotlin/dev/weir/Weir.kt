@@ -10,7 +10,7 @@
  * suspends until the bytes are there, `readBlocking` blocks for them. This file adds what is awkward there: typed array uploads and
  * reads, `Long` sizes instead of `ULong`, kernel arguments from buffers, and
  * built-in ops by name. Java sees these as static methods of the class
- * `Weir` (`Weir.zeros(stream, 12)`); [WeirJava], [WeirFutures] and
+ * `Weir` (`Weir.zeros(stream, 3, ElementType.F32)`: three elements); [WeirJava], [WeirFutures] and
  * [WeirBlocking] hold what else Java needs.
  */
 @file:JvmName("Weir")
