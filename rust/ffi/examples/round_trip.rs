@@ -112,11 +112,12 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
         std::hint::black_box(std::hint::black_box(&stream).index());
     });
     let sync = median_micros(20_000, || {
-        let _ = block_on(stream.sync(None));
+        block_on(stream.sync(None)).expect("a measured call failed");
     });
     let paths_before = weir_core::wait_paths();
     let execute = median_micros(10_000, || {
-        let _ = block_on(stream.execute_and_wait(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None));
+        block_on(stream.execute_and_wait(kernel.clone(), Grid::default(), vec![Arg::U32 { value: 0 }], None))
+            .expect("a measured call failed");
     });
     // Which way those waits went: what tells a process whose waits end late
     // which thread was late.
@@ -143,14 +144,14 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
     let buffer = |buffer: &Arc<weir_ffi::Buffer>, access| Arg::Buffer { buffer: buffer.clone(), access };
     let admit_1 = median_micros(20_000, || {
         let args = vec![buffer(&a, Access::Write), Arg::U32 { value: 7 }];
-        let _ = stream.execute(fill.clone(), Grid::default(), args);
+        stream.execute(fill.clone(), Grid::default(), args).expect("a measured call failed");
     });
-    let _ = block_on(stream.sync(None));
+    block_on(stream.sync(None)).expect("a measured call failed");
     let admit_3 = median_micros(20_000, || {
         let args = vec![buffer(&a, Access::Read), buffer(&b, Access::Read), buffer(&c, Access::Write)];
-        let _ = stream.execute(add.clone(), Grid::default(), args);
+        stream.execute(add.clone(), Grid::default(), args).expect("a measured call failed");
     });
-    let _ = block_on(stream.sync(None));
+    block_on(stream.sync(None)).expect("a measured call failed");
     // Four buffers: no built-in op takes them, so a custom kernel, tiny on
     // every backend (its CPU body does nothing).
     let d = stream.zeros(1024, ElementType::Bytes)?;
@@ -173,9 +174,9 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
             buffer(&c, Access::Read),
             buffer(&d, Access::Write),
         ];
-        let _ = stream.execute(four.clone(), Grid::default(), args);
+        stream.execute(four.clone(), Grid::default(), args).expect("a measured call failed");
     });
-    let _ = block_on(stream.sync(None));
+    block_on(stream.sync(None)).expect("a measured call failed");
     // On the CPU, that kernel's call on the worker, per op: a batch of
     // `BATCH` such ops admitted (untimed: the worker starts once the batch
     // is in), then the wait until the worker ran them all, which is their
@@ -196,9 +197,9 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
     let buffers = vec![a.clone(), b.clone(), c.clone(), d.clone()];
     let mut calls: Vec<u128> = (0..if is_cpu { 220 } else { 0 })
         .map(|_| {
-            let _ = stream.submit_batch(buffers.clone(), vec![four.clone()], &kernel_calls);
+            stream.submit_batch(buffers.clone(), vec![four.clone()], &kernel_calls).expect("a measured call failed");
             let start = Instant::now();
-            let _ = block_on(stream.sync(None));
+            block_on(stream.sync(None)).expect("a measured call failed");
             start.elapsed().as_nanos()
         })
         .skip(20)
@@ -227,7 +228,7 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
                 let start = Instant::now();
                 round();
                 let elapsed = start.elapsed().as_nanos();
-                let _ = block_on(stream.sync(None));
+                block_on(stream.sync(None)).expect("a measured call failed");
                 elapsed
             })
             .skip(20)
@@ -236,7 +237,7 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
         samples[samples.len() / 2] as f64 / 1e3 / f64::from(BATCH)
     };
     let batch_per_op = per_op_of_blocks(&|| {
-        let _ = stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode());
+        stream.submit_batch(vec![a.clone()], vec![fill.clone()], &encode()).expect("a measured call failed");
     });
     // The same 1 000 fills admitted one by one, timed as a block like the
     // batch: what a batch saves. A median of single calls leaves out the
@@ -245,7 +246,7 @@ fn measure() -> Result<(), weir_ffi::WeirError> {
     let one_by_one_per_op = per_op_of_blocks(&|| {
         for i in 0..BATCH {
             let args = vec![buffer(&a, Access::Write), Arg::U32 { value: i }];
-            let _ = stream.execute(fill.clone(), Grid::default(), args);
+            stream.execute(fill.clone(), Grid::default(), args).expect("a measured call failed");
         }
     });
     if let Some(kernel_call) = kernel_call {

@@ -534,22 +534,20 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str, i
         // SAFETY: the retained primary context, made current on this thread.
         ck("cuCtxSetCurrent", unsafe { cu::cuCtxSetCurrent(context as cu::CUcontext) });
         for event in events {
-            let event = event as cu::CUevent;
-            // SAFETY: a recorded event, destroyed once here.
-            unsafe {
-                ck("cuEventSynchronize", cu::cuEventSynchronize(event));
-                ck("cuEventDestroy", cu::cuEventDestroy_v2(event));
-                to_main.send(()).unwrap();
-            }
+            // SAFETY: a recorded event, alive until the main thread destroys it after this thread ends.
+            ck("cuEventSynchronize", unsafe { cu::cuEventSynchronize(event as cu::CUevent) });
+            to_main.send(()).unwrap();
         }
     });
+    // One event, made before timing and recorded again for each fence, as
+    // Weir's pooled events are: neither side makes or destroys one per fence.
+    let event = raw.event(true);
     let mut baseline = Vec::with_capacity(SAMPLES);
     let cpu_before = cpu_time();
     for _ in 0..SAMPLES {
         let start = Instant::now();
         launch(function, 1, 1, stream, &mut []);
-        let event = raw.event(true);
-        // SAFETY: live handles.
+        // SAFETY: live handles; the previous record was waited for.
         ck("cuEventRecord", unsafe { cu::cuEventRecord(event, stream) });
         to_waiter.send(event as usize).unwrap();
         resolved.recv().unwrap();
@@ -560,6 +558,8 @@ fn wake_latency(report: &mut Report, runtime: &Runtime, raw: &Raw, wake: &str, i
     let raw_cpu = (cpu_time() - cpu_before) / SAMPLES as u32;
     drop(to_waiter);
     waiter.join().unwrap();
+    // SAFETY: no thread uses the event any more.
+    ck("cuEventDestroy", unsafe { cu::cuEventDestroy_v2(event) });
     report.add(Figure {
         backend: "cuda".into(),
         name: format!("fence wake-up, empty kernel ({wake})"),
@@ -754,7 +754,8 @@ fn graph_replay(report: &mut Report, runtime: &Runtime, raw: &Raw) {
         weir: micros(replayed.0),
         baseline: Some(micros(one_by_one.0)),
         higher_is_better: false,
-        baseline_is_raw: true,
+        // Weir's replay against Weir's one by one; the raw graph is in the note.
+        baseline_is_raw: false,
         note: format!(
             "until all ran, best of {ROUNDS}; admission alone: replay {:.0} us, one by one {:.0} us; between device marks: replay {:.0} us; a raw CUDA graph of the same launches: {:.0} us until all ran, cuGraphLaunch alone {:.0} us, between device marks {:.0} us; baseline: the same 1 000 launches admitted one by one",
             micros(replayed.1),

@@ -58,7 +58,7 @@ impl Figure {
     /// The line [`Report::add`] prints.
     fn to_json(&self) -> String {
         format!(
-            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"higher_is_better\":{},\"note\":\"{}\"}}",
+            "{{\"backend\":\"{}\",\"bench\":\"{}\",\"unit\":\"{}\",\"weir\":{:.4},\"baseline\":{},\"ratio\":{},\"higher_is_better\":{},\"baseline_is_raw\":{},\"note\":\"{}\"}}",
             self.backend,
             self.name,
             self.unit,
@@ -66,6 +66,7 @@ impl Figure {
             self.baseline.map_or("null".to_owned(), |b| format!("{b:.4}")),
             self.ratio().map_or("null".to_owned(), |r| format!("{r:.3}")),
             self.higher_is_better,
+            self.baseline_is_raw,
             self.note.replace('"', "'"),
         )
     }
@@ -88,7 +89,7 @@ impl Figure {
             baseline: field("baseline")?.parse().ok(),
             higher_is_better: field("higher_is_better")? == "true",
             note: line.split_once("\"note\":\"").map(|(_, note)| note.trim_end_matches("\"}").to_owned())?,
-            baseline_is_raw: true,
+            baseline_is_raw: field("baseline_is_raw")? == "true",
         })
     }
 }
@@ -147,7 +148,7 @@ impl Report {
 
     pub fn print_table(&self) {
         println!();
-        println!("{:<8} {:<44} {:>14} {:>14} {:>8}  note", "backend", "benchmark", "weir", "baseline", "ratio");
+        println!("{:<8} {:<44} {:>18} {:>18} {:>8}  note", "backend", "benchmark", "weir", "baseline", "ratio");
         for f in &self.figures {
             println!(
                 "{:<8} {:<44} {:>18} {:>18} {:>8}  {}",
