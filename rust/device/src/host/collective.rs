@@ -40,7 +40,9 @@ impl Arrival {
         read: Option<&CpuMemory>,
         write: Option<&CpuMemory>,
     ) -> Result<Arrival, String> {
-        failure.map_or(Ok(()), Err)?;
+        if let Some(failure) = failure {
+            return Err(failure);
+        }
         let whole = |memory: &CpuMemory| Span { buffer: memory.clone(), offset: 0, len: memory.size() };
         let read = read.map(|memory| CpuMemory::begin(&whole(memory), false)).transpose()?;
         let write = write.map(|memory| CpuMemory::begin(&whole(memory), true)).transpose()?;
