@@ -145,7 +145,7 @@ conformance! {
         let held = hold(&stream);
         let gated = held.is_gate();
         let releaser = std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(50));
+            std::thread::sleep(Duration::from_millis(200));
             held.release();
         });
         for value in 0..20_000u32 {
