@@ -7,6 +7,9 @@
 #[path = "support/wgpu_runtime.rs"]
 mod wgpu_runtime;
 
+use std::time::{Duration, Instant};
+
+use weir_core::Error;
 use wgpu_runtime::device_of;
 
 #[test]
@@ -31,6 +34,13 @@ fn a_fault_outside_any_op_fails_the_runtimes_open_then_and_no_later_one() {
     // A lost device serves no runtime opened after the loss: a new device does.
     device_of(&second).destroy();
     assert!(t.upload(&[3u32]).and_then(|buffer| t.read_as::<u32>(&buffer)).is_err(), "read from a destroyed device");
+    // wgpu reports the loss from a poll once the destroyed device's queue is
+    // empty, which a busy host can put off: after the loss means once it is known.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !matches!(t.fence(), Err(Error::DeviceLost { .. })) {
+        assert!(Instant::now() < deadline, "the destroyed device's loss was never reported");
+        std::thread::sleep(Duration::from_millis(5));
+    }
     let third = wgpu_runtime::open().unwrap();
     let u = third.default_stream();
     assert_eq!(u.read_as::<u32>(&u.upload(&[4u32, 5]).unwrap()).unwrap(), vec![4, 5]);
