@@ -126,10 +126,7 @@ impl<T: Clone> Cell<T> {
 
     /// The outcome if complete.
     pub(crate) fn outcome(&self) -> Option<T> {
-        if !self.is_complete() {
-            return None;
-        }
-        Some(lock(&self.state).outcome.clone())
+        self.is_complete().then(|| lock(&self.state).outcome.clone())
     }
 
     /// Blocks until complete, or until `most` has passed if given; the
@@ -151,10 +148,7 @@ impl<T: Clone> Cell<T> {
                 if left.is_zero() {
                     break;
                 }
-                state = match self.finished.wait_timeout(state, left) {
-                    Ok((state, _)) => state,
-                    Err(poisoned) => poisoned.into_inner().0,
-                };
+                state = self.finished.wait_timeout(state, left).unwrap_or_else(|poisoned| poisoned.into_inner()).0;
             }
             state.blocked -= 1;
             blocking(false);
