@@ -53,11 +53,8 @@ impl Gate {
 pub(crate) fn gate_after(duration: Duration) -> Arc<Gate> {
     let gate = Arc::new(Gate::default());
     let due = Instant::now() + duration;
-    let refused = match timer() {
-        Some(sender) => sender.send((due, gate.clone())).is_err(),
-        None => true,
-    };
-    if refused {
+    let sent = timer().is_some_and(|sender| sender.send((due, gate.clone())).is_ok());
+    if !sent {
         gate.open();
     }
     gate

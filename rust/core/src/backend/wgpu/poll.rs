@@ -127,12 +127,8 @@ fn run(device: &wgpu::Device, state: &PollState, budget: Duration) {
         if matches!(outcome, Ok(wgpu::PollStatus::QueueEmpty) | Err(_)) {
             let waiting = lock(&state.waiting);
             if waiting.pending > 0 && waiting.registered == registered {
-                drop(
-                    state
-                        .changed
-                        .wait_timeout(waiting, Duration::from_millis(1))
-                        .unwrap_or_else(|poisoned| poisoned.into_inner()),
-                );
+                // The guard drops at once, poisoned or not: the loop locks again.
+                drop(state.changed.wait_timeout(waiting, Duration::from_millis(1)));
             }
         }
     }
