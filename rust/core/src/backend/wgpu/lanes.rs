@@ -151,16 +151,12 @@ impl Runner for OnQueue {
     fn schedule(lane: Arc<WgpuLane>) {
         let first = WOKEN.with(|woken| {
             let mut woken = woken.borrow_mut();
-            match woken.as_mut() {
-                Some(later) => {
-                    later.push_back(lane.clone());
-                    false
-                }
-                None => {
-                    *woken = Some(VecDeque::new());
-                    true
-                }
+            if let Some(later) = woken.as_mut() {
+                later.push_back(lane.clone());
+                return false;
             }
+            *woken = Some(VecDeque::new());
+            true
         });
         if !first {
             return;

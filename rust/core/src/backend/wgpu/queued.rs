@@ -208,8 +208,9 @@ fn record_together(gpu: &WgpuDevice, ops: Vec<(usize, Box<QueuedOp>)>, recorded:
         return;
     }
     // One of them (at least) failed, and took the encoder with it: find it.
-    for (origin, op) in ops {
-        let Some((origin, op)) = skip((origin, op)) else { continue };
+    // Each op's inputs are checked again as its turn comes: one that just
+    // failed alone may be one of them.
+    for (origin, op) in ops.into_iter().filter_map(skip) {
         let alone = scoped(&gpu.device, || {
             let mut recorder = Recorder::new(&gpu.device);
             record(gpu, &mut recorder, &op.command, &op.plan);
