@@ -82,15 +82,12 @@ impl Progress {
     /// Wakes the waiters the count now satisfies.
     fn wake(&self, mut state: MutexGuard<'_, Waiting>) {
         let finished = self.count();
-        let reached = if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
-            let (reached, waiting): (Vec<_>, Vec<_>) =
+        let mut reached = Vec::new();
+        if state.parked.iter().any(|(jobs, _)| *jobs <= finished) {
+            (reached, state.parked) =
                 std::mem::take(&mut state.parked).into_iter().partition(|(jobs, _)| *jobs <= finished);
-            state.parked = waiting;
             self.waiting.fetch_sub(reached.len(), Ordering::SeqCst);
-            reached
-        } else {
-            Vec::new()
-        };
+        }
         let blocked = state.blocked > 0 && finished >= state.blocked_until;
         if blocked {
             // Each woken thread still short of its count sets it again.
