@@ -126,6 +126,7 @@ fn heap_bytes(command: &Command<WgpuMemory>) -> usize {
 /// to drop once they are submitted: an op's scalars are in a slot whose next
 /// owner writes it through the queue, which lands before the next
 /// submission's commands. With them, the runs' lanes, in order.
+#[derive(Default)]
 pub(crate) struct Recording {
     pub commands: Vec<wgpu::CommandBuffer>,
     /// The ops recorded and the external writes' outcomes, each with the
@@ -143,9 +144,7 @@ pub(crate) struct Recording {
 /// ops are reported through their lane's tally (see the module doc) and
 /// left out.
 pub(crate) fn record_runs(gpu: &WgpuDevice, runs: Vec<(Arc<WgpuLane>, Vec<Queued>)>) -> Recording {
-    let lanes = Vec::with_capacity(runs.len());
-    let mut recorded =
-        Recording { commands: Vec::new(), ops: Vec::new(), written: Vec::new(), buffers: Vec::new(), lanes };
+    let mut recorded = Recording { lanes: Vec::with_capacity(runs.len()), ..Recording::default() };
     // Sized once; the ops stay boxed (a queued op is large, and a batch holds dozens).
     let mut ops = Vec::with_capacity(runs.iter().map(|(_, run)| run.len()).sum());
     for (lane, run) in runs {
