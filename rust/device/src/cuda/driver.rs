@@ -687,7 +687,8 @@ impl Driver for Cuda {
             if grid.shared_bytes > DEFAULT_SHARED_LIMIT {
                 raise_dynamic_shared(function, grid.shared_bytes)?;
             }
-            let ([x, y, z], [bx, by, bz]) = (grid.groups, grid.block);
+            let [x, y, z] = grid.groups;
+            let [bx, by, bz] = grid.block;
             let mut launch =
                 || result::launch_kernel(function.0, (x, y, z), (bx, by, bz), grid.shared_bytes, stream.0, params);
             match launch() {

@@ -84,7 +84,13 @@ fn load_from(candidates: &[String]) -> std::result::Result<Nccl, String> {
     let library = candidates.iter().find_map(|candidate| {
         // SAFETY: loading NCCL runs its initialisers, which only set up the
         // library itself; no symbol is called here.
-        unsafe { libloading::Library::new(candidate) }.map_err(|error| tried.push(format!("{candidate}: {error}"))).ok()
+        match unsafe { libloading::Library::new(candidate) } {
+            Ok(library) => Some(library),
+            Err(error) => {
+                tried.push(format!("{candidate}: {error}"));
+                None
+            }
+        }
     });
     let Some(library) = library else {
         return Err(format!(

@@ -33,7 +33,10 @@ pub fn check_present() -> Result<()> {
     let library = unsafe { sys::culib() };
     // SAFETY: looks a symbol up without calling it.
     let missing = SYMBOLS.iter().find(|name| unsafe { library.get::<*const c_void>(**name) }.is_err());
-    missing.map_or(Ok(()), |missing| Err(Error::unavailable(BackendKind::Cuda, format!("NVRTC lacks {missing}"))))
+    match missing {
+        Some(missing) => Err(Error::unavailable(BackendKind::Cuda, format!("NVRTC lacks {missing}"))),
+        None => Ok(()),
+    }
 }
 
 fn status(result: nvrtcResult) -> Result<(), String> {
@@ -84,8 +87,11 @@ fn toolkit_includes() -> &'static [std::path::PathBuf] {
             .filter_map(|library| Some(library.parent()?.parent()?.join("include")))
             .find(|include| include.join("cooperative_groups.h").is_file());
         let Some(include) = include else { return Vec::new() };
-        let cccl = Some(include.join("cccl")).filter(|cccl| cccl.is_dir());
-        [Some(include), cccl].into_iter().flatten().collect()
+        let cccl = include.join("cccl");
+        match cccl.is_dir() {
+            true => vec![include, cccl],
+            false => vec![include],
+        }
     })
 }
 

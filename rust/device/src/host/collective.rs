@@ -109,7 +109,8 @@ impl Rendezvous {
     /// part's failure fails every part.
     fn compute(&self, arrivals: &mut [Option<Result<Arrival, String>>]) -> Result<(), String> {
         let name = self.collective.name();
-        let (mut reads, mut writes) = (Vec::with_capacity(arrivals.len()), Vec::with_capacity(arrivals.len()));
+        let mut reads = Vec::with_capacity(arrivals.len());
+        let mut writes = Vec::with_capacity(arrivals.len());
         for (rank, arrival) in arrivals.iter_mut().enumerate() {
             match arrival {
                 Some(Ok(Arrival { read, write })) => {

@@ -90,7 +90,8 @@ pub fn run<S>(command: Command<CpuMemory, S>, counters: &Arc<Counters>, deliver:
         Command::Custom { kernel, grid, args } => {
             let body =
                 kernel.cpu.as_ref().ok_or_else(|| format!("kernel {} has no CPU implementation", kernel.name))?;
-            let (mut buffers, mut scalars) = (CallArgs::new(), CallArgs::new());
+            let mut buffers = CallArgs::new();
+            let mut scalars = CallArgs::new();
             for arg in args {
                 match arg {
                     KernelArg::Buffer(span, access) => buffers.push((span, access)),

@@ -362,8 +362,11 @@ fn build(
             Some((own, groups)) => {
                 // None between the groups it uses.
                 let count = own.groups.last().map_or(0, |(index, _)| *index as usize + 1);
-                let place = |index| own.groups.iter().position(|(used, _)| *used as usize == index);
-                (0..count).map(|index| place(index).and_then(|at| groups.get(at))).collect()
+                let mut by_index = vec![None; count];
+                for ((index, _), group) in own.groups.iter().zip(groups) {
+                    by_index[*index as usize] = Some(group);
+                }
+                by_index
             }
         };
         let pipeline_layout = device.create_pipeline_layout(&wgpu::PipelineLayoutDescriptor {
