@@ -72,31 +72,49 @@ pub(crate) fn check_fatbin(image: &[u8]) -> Result<(), String> {
     fits.then_some(()).ok_or_else(|| "a fat binary whose header does not fit its bytes".to_owned())
 }
 
-/// Refuses a clang offload bundle whose entries reach past its end, or
-/// whose ELF entries do (see [`check_elf`]). Layout: the magic, an entry
-/// count, then per entry its offset, size, and the length and bytes of its
-/// target triple (all counts little-endian `u64`).
+/// The entries of clang offload bundle `image`, in order, each its target
+/// triple and its bytes; an entry that does not fit the image (or a count
+/// that cannot be read) comes as one `None`, which ends them. Layout: the
+/// magic, an entry count, then per entry its offset, size, and the length
+/// and bytes of its target triple (all counts little-endian `u64`).
 #[cfg_attr(not(any(feature = "hip", test)), allow(dead_code))]
-pub(crate) fn check_bundle(image: &[u8]) -> Result<(), String> {
-    let broken = || "an offload bundle whose entries do not fit its bytes".to_owned();
+pub(crate) fn bundle_entries(image: &[u8]) -> impl Iterator<Item = Option<(&[u8], &[u8])>> {
     let u64_at =
         |at: usize| -> Option<u64> { Some(u64::from_le_bytes(image.get(at..at.checked_add(8)?)?.try_into().ok()?)) };
     let range = |offset: u64, len: u64| -> Option<&[u8]> {
         let start = usize::try_from(offset).ok()?;
         image.get(start..start.checked_add(usize::try_from(len).ok()?)?)
     };
-    let count = u64_at(BUNDLE_MAGIC.len()).ok_or_else(broken)?;
-    let mut at = BUNDLE_MAGIC.len() + 8;
+    let mut count = u64_at(BUNDLE_MAGIC.len());
+    let (mut at, mut ended) = (BUNDLE_MAGIC.len() + 8, false);
     // Each entry moves `at` on by 24 bytes at least and `at` stays inside
-    // the image, so a false count ends in a refusal, not a long loop.
-    for _ in 0..count {
-        let entry = (|| {
-            let (offset, size, triple_len) = (u64_at(at)?, u64_at(at + 8)?, u64_at(at + 16)?);
-            let triple = range(u64::try_from(at + 24).ok()?, triple_len)?;
-            at = at.checked_add(24)?.checked_add(triple.len())?;
-            range(offset, size)
-        })()
-        .ok_or_else(broken)?;
+    // the image, so a false count ends in a `None`, not a long loop.
+    std::iter::from_fn(move || {
+        let entry = match count {
+            _ if ended => return None,
+            Some(0) => return None,
+            Some(left) => {
+                count = Some(left - 1);
+                (|| {
+                    let (offset, size, triple_len) = (u64_at(at)?, u64_at(at + 8)?, u64_at(at + 16)?);
+                    let triple = range(u64::try_from(at + 24).ok()?, triple_len)?;
+                    at = at.checked_add(24)?.checked_add(triple.len())?;
+                    Some((triple, range(offset, size)?))
+                })()
+            }
+            None => None,
+        };
+        ended = entry.is_none();
+        Some(entry)
+    })
+}
+
+/// Refuses a clang offload bundle whose entries reach past its end, or
+/// whose ELF entries do (see [`check_elf`]).
+#[cfg_attr(not(any(feature = "hip", test)), allow(dead_code))]
+pub(crate) fn check_bundle(image: &[u8]) -> Result<(), String> {
+    for entry in bundle_entries(image) {
+        let (_, entry) = entry.ok_or("an offload bundle whose entries do not fit its bytes")?;
         if entry.starts_with(ELF_MAGIC) {
             check_elf(entry)?;
         }
@@ -182,11 +200,14 @@ mod tests {
         whole.extend(entry(payload_at, 4));
         whole.extend(b"code");
         assert_eq!(check_bundle(&whole), Ok(()));
+        assert_eq!(bundle_entries(&whole).collect::<Vec<_>>(), [Some((&triple[..], &b"code"[..]))]);
         let mut past = bundle.clone();
         past.extend(entry(payload_at, 1 << 40));
         assert!(check_bundle(&past).is_err(), "an entry past the end");
         let mut counted = BUNDLE_MAGIC.to_vec();
         counted.extend(u64::MAX.to_le_bytes());
         assert!(check_bundle(&counted).is_err(), "more entries than bytes");
+        assert_eq!(bundle_entries(&counted).collect::<Vec<_>>(), [None], "one None ends them");
+        assert_eq!(bundle_entries(BUNDLE_MAGIC).collect::<Vec<_>>(), [None], "no count");
     }
 }

@@ -19,7 +19,7 @@ use object::read::elf::{FileHeader, ProgramHeader, SectionHeader};
 use object::LittleEndian;
 use serde::Deserialize;
 
-use crate::image::BUNDLE_MAGIC;
+use crate::image::{bundle_entries, BUNDLE_MAGIC};
 
 /// One argument of a kernel as its code object declares it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -100,30 +100,12 @@ fn is_amdgpu_elf(elf: &[u8]) -> bool {
         .is_ok_and(|header| header.is_little_endian() && header.e_machine(LittleEndian) == EM_AMDGPU)
 }
 
-/// The first bundle entry for an AMD GPU that is an AMDGPU ELF. Layout: the
-/// magic, an entry count, then per entry its offset, size, and the length
-/// and bytes of its target triple (all counts little-endian `u64`).
+/// The first bundle entry for an AMD GPU that is an AMDGPU ELF, looked for
+/// up to the first entry that does not fit.
 fn bundled(image: &[u8]) -> Option<&[u8]> {
-    let u64_at =
-        |at: usize| -> Option<u64> { Some(u64::from_le_bytes(image.get(at..at.checked_add(8)?)?.try_into().ok()?)) };
-    let range = |offset: u64, len: u64| -> Option<&[u8]> {
-        let start = usize::try_from(offset).ok()?;
-        image.get(start..start.checked_add(usize::try_from(len).ok()?)?)
-    };
-    let count = u64_at(BUNDLE_MAGIC.len())?;
-    let mut at = BUNDLE_MAGIC.len() + 8;
-    // `at` never passes the image's end, so each entry (24 header bytes at
-    // least) moves it on and a false count ends the loop there.
-    for _ in 0..count {
-        let (offset, size, triple_len) = (u64_at(at)?, u64_at(at + 8)?, u64_at(at + 16)?);
-        let triple = range(u64::try_from(at + 24).ok()?, triple_len)?;
-        at = at.checked_add(24)?.checked_add(triple.len())?;
-        let entry = range(offset, size)?;
-        if triple.windows(6).any(|part| part == b"amdgcn") && is_amdgpu_elf(entry) {
-            return Some(entry);
-        }
-    }
-    None
+    let amd =
+        |(triple, entry): &(&[u8], &[u8])| triple.windows(6).any(|part| part == b"amdgcn") && is_amdgpu_elf(entry);
+    bundle_entries(image).map_while(|entry| entry).find(amd).map(|(_, entry)| entry)
 }
 
 /// The description of the AMDGPU metadata note, from the note sections or,
