@@ -582,13 +582,15 @@ impl RawPassLaunches {
         self.launches.scalars[at..at + 4].copy_from_slice(&k.to_le_bytes());
         self.pending += 1;
         if self.pending == RAW_BATCH {
-            self.submit(raw);
+            let commands = self.record(raw);
+            raw.queue.submit(commands);
         }
     }
 
-    fn submit(&mut self, raw: &Raw) {
+    /// The pending launches as one command buffer, their scalars written.
+    fn record(&mut self, raw: &Raw) -> Option<wgpu::CommandBuffer> {
         if self.pending == 0 {
-            return;
+            return None;
         }
         let l = &self.launches;
         let mut encoder = raw.encoder();
@@ -601,13 +603,15 @@ impl RawPassLaunches {
             }
         }
         raw.queue.write_buffer(&l.ring, 0, &l.scalars[..self.pending * l.stride as usize]);
-        raw.queue.submit(Some(encoder.finish()));
         self.pending = 0;
+        Some(encoder.finish())
     }
 
+    /// Submits what is pending (nothing more where nothing is: the wait is
+    /// for the last submission, as Weir's batch fence is) and waits for it.
     fn finish(&mut self, raw: &Raw) {
-        self.submit(raw);
-        raw.submit_and_wait(None);
+        let commands = self.record(raw);
+        raw.submit_and_wait(commands);
     }
 }
 
