@@ -55,11 +55,8 @@ fn device_count() -> Result<i32> {
         match ffi::hipInit(0) {
             ffi::SUCCESS => {}
             // ROCm reports a machine without an AMD GPU as either code.
-            ffi::ERROR_NO_DEVICE | ffi::ERROR_INVALID_DEVICE => {
-                return Err(Error::unavailable(
-                    NAME,
-                    format!("no HIP device ({})", failure("hipInit", ffi::hipInit(0))),
-                ))
+            status @ (ffi::ERROR_NO_DEVICE | ffi::ERROR_INVALID_DEVICE) => {
+                return Err(Error::unavailable(NAME, format!("no HIP device ({})", failure("hipInit", status))))
             }
             other => return Err(unavailable("hipInit", other)),
         }
