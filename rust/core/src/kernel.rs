@@ -34,6 +34,27 @@ pub enum Builtin {
     Delay,
 }
 
+/// Calls macro `$declare` with the test hooks' variants of [`Builtin`] as
+/// this build of the core has them (`Delay`, or none), so that a crate
+/// mirroring the enum (the FFI's UniFFI declaration) follows the core's
+/// features, not its own: Cargo may turn on `test-support` in the core alone.
+#[doc(hidden)]
+#[macro_export]
+#[cfg(feature = "test-support")]
+macro_rules! with_builtin_hooks {
+    ($declare:ident) => {
+        $declare!(Delay);
+    };
+}
+#[doc(hidden)]
+#[macro_export]
+#[cfg(not(feature = "test-support"))]
+macro_rules! with_builtin_hooks {
+    ($declare:ident) => {
+        $declare!();
+    };
+}
+
 impl Builtin {
     /// Every built-in, for backends that compile them all up front.
     pub const ALL: &'static [Builtin] = &[

@@ -6,9 +6,9 @@ use crate::host_kernel::{cpu_closure, CpuKernelBody};
 
 /// The core's `Builtin`, declared for UniFFI under the name the bindings use
 /// (checked against it by the compiler). The declaration is made by a macro
-/// given the test hooks' variant or not: `uniffi::remote` is an attribute
-/// macro, which sees a `#[cfg]` on a variant unresolved and would name the
-/// variant in a build without it.
+/// the core calls with its test hooks' variant or not, as the core was
+/// built: `uniffi::remote` is an attribute macro, which sees a `#[cfg]` on a
+/// variant unresolved and would name the variant in a build without it.
 pub type BuiltinOp = weir_core::Builtin;
 
 macro_rules! declare_builtin_op {
@@ -44,10 +44,7 @@ macro_rules! declare_builtin_op {
     };
 }
 
-#[cfg(feature = "test-support")]
-declare_builtin_op!(Delay);
-#[cfg(not(feature = "test-support"))]
-declare_builtin_op!();
+weir_core::with_builtin_hooks!(declare_builtin_op);
 
 /// Source text of a kernel for one backend, and the function to launch.
 #[derive(Debug, Clone, PartialEq, Eq, uniffi::Record)]
