@@ -229,11 +229,19 @@ impl PendingRead {
     /// Blocks until the bytes are there, as the host memory the device
     /// copied them into: page-locked on CUDA and HIP, with no host copy.
     pub fn wait_host(self) -> Result<HostBuffer> {
-        if !self.sink.completion.is_complete() {
-            self.engine.check_can_wait(Some(self.stream))?;
-        }
+        self.check_can_wait()?;
         self.sink.completion.wait()?;
         self.bytes()
+    }
+
+    /// Refuses, as [`PendingRead::wait_host`] would, a blocking wait where
+    /// it would wait for itself (see [`Fence::wait`]); the read is untouched,
+    /// so a caller that keeps it may check before it gives it up.
+    pub fn check_can_wait(&self) -> Result<()> {
+        match self.sink.completion.is_complete() {
+            true => Ok(()),
+            false => self.engine.check_can_wait(Some(self.stream)),
+        }
     }
 
     /// The read as a future of the host memory the device copied into, as
@@ -260,6 +268,13 @@ impl PendingRead {
             Poll::Ready(Err(error)) => Poll::Ready(Err(error)),
             Poll::Pending => Poll::Pending,
         }
+    }
+
+    /// Ends a wait [`PendingRead::poll_host`] began and that will not be
+    /// polled again (its future was dropped): the waker it left goes, and
+    /// the read stays, for a later wait.
+    pub fn forget_wait(&mut self) {
+        self.sink.completion.forget_waker(&mut self.slot);
     }
 }
 

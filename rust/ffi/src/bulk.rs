@@ -264,7 +264,13 @@ impl Future for BytesWhenDone<'_> {
 impl Drop for BytesWhenDone<'_> {
     fn drop(&mut self) {
         if self.waiting {
-            lock(&self.pending.read).awaited = false;
+            let mut slot = lock(&self.pending.read);
+            slot.awaited = false;
+            // A wait dropped before the bytes came (cancelled) leaves no
+            // waker behind: the read stays for the next call.
+            if let Some(read) = slot.read.as_mut() {
+                read.forget_wait();
+            }
         }
     }
 }
@@ -289,6 +295,11 @@ impl PendingRead {
     /// The bytes, blocking the calling thread until the read completes (a
     /// wait that would wait for itself is `InvalidArgument`, never a hang).
     pub fn bytes_blocking(&self) -> Result<Arc<HostBytes>> {
+        // Refused before the read is taken: a wait that would wait for
+        // itself leaves the bytes for the next call.
+        if let Some(read) = lock(&self.read).read.as_ref() {
+            read.check_can_wait()?;
+        }
         Ok(Arc::new(HostBytes { bytes: Some(self.take()?.wait_host()?) }))
     }
 

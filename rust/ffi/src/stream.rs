@@ -273,7 +273,16 @@ impl WeirStream {
     /// blocks and reports nothing (a failure stays for the next fence or
     /// sync); false whenever in doubt, and always on HIP (CUDA asks the stream).
     pub fn is_synced(&self) -> bool {
-        self.inner.is_synced()
+        // A fence `sync_quickly` left holds the failures it took from the
+        // stream: until it has succeeded, `sync()` has them to report. (Held
+        // by a `sync_quickly` now: in doubt.)
+        let unfinished = match self.unfinished.try_lock() {
+            Ok(unfinished) => unfinished,
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => poisoned.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return false,
+        };
+        let clear = unfinished.as_ref().is_none_or(|(fence, _)| matches!(fence.outcome(), Some(Ok(()))));
+        clear && self.inner.is_synced()
     }
 
     /// What the bindings' `sync()` asks before it suspends: true when all

@@ -955,3 +955,80 @@ fn a_cancelled_wait_for_a_reads_bytes_leaves_them_for_the_next_and_it_stays_inco
     assert!(read.is_complete());
     assert!(matches!(read.bytes_blocking(), Err(WeirError::InvalidArgument { .. })), "handed out once");
 }
+
+#[test]
+fn a_cancelled_or_dropped_wait_for_a_reads_bytes_leaves_no_waiter() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let buffer = stream.upload(vec![1, 2, 3, 4], ElementType::Bytes).unwrap();
+    let hold = stream.hold().unwrap();
+    let read = stream.enqueue_read_host(buffer, 0, 4, ElementType::Bytes).unwrap();
+    let before = runtime.diagnostics().live_waiters;
+    // Cancelled through a token, then dropped mid-wait (a cancelled coroutine or task).
+    let token = CancelToken::new();
+    let mut cancelled = Box::pin(read.bytes(Some(token.clone())));
+    assert!((&mut cancelled).now_or_never().is_none(), "the read is held");
+    assert!(runtime.diagnostics().live_waiters > before, "the wait is counted while it waits");
+    token.cancel();
+    assert!(matches!(block_on(cancelled), Err(WeirError::Cancelled { .. })));
+    assert_eq!(runtime.diagnostics().live_waiters, before, "a cancelled wait left its waiter");
+    let mut dropped = Box::pin(read.bytes(None));
+    assert!((&mut dropped).now_or_never().is_none(), "the read is held");
+    drop(dropped);
+    assert_eq!(runtime.diagnostics().live_waiters, before, "a dropped wait left its waiter");
+    hold.release();
+    assert_eq!(block_on(read.bytes(None)).unwrap().as_bytes(), &[1, 2, 3, 4], "the bytes, to the next call");
+}
+
+/// A body that asks, blocking, for the bytes of a read behind it on its own stream.
+struct WaitsForItsOwnRead {
+    read: std::sync::Mutex<Option<Arc<weir_ffi::PendingRead>>>,
+    refused: std::sync::Mutex<Option<WeirError>>,
+}
+
+impl weir_ffi::CpuKernelBody for WaitsForItsOwnRead {
+    fn run(&self, _call: Arc<weir_ffi::CpuKernelCall>) -> Option<String> {
+        let read = self.read.lock().unwrap().clone()?;
+        *self.refused.lock().unwrap() = read.bytes_blocking().err();
+        None
+    }
+}
+
+#[test]
+fn a_refused_blocking_wait_for_a_reads_bytes_leaves_them_for_the_next_call() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.default_stream();
+    let data = stream.upload(vec![1, 2, 3, 4], ElementType::Bytes).unwrap();
+    let body = Arc::new(WaitsForItsOwnRead { read: Default::default(), refused: Default::default() });
+    let kernel = Kernel::custom("waits_for_its_read".into(), None, None, None, Some(body.clone()), None, None);
+    let scratch = stream.zeros(4, ElementType::Bytes).unwrap();
+    let hold = stream.hold().unwrap();
+    stream.execute(kernel, grid(), vec![Arg::Buffer { buffer: scratch, access: Access::Write }]).unwrap();
+    let read = stream.enqueue_read_host(data, 0, 4, ElementType::Bytes).unwrap();
+    *body.read.lock().unwrap() = Some(read.clone());
+    hold.release();
+    block_on(stream.sync(None)).unwrap();
+    match body.refused.lock().unwrap().take() {
+        Some(WeirError::InvalidArgument { description }) => assert!(description.contains("itself"), "{description}"),
+        other => panic!("a wait from the read's own stream: {other:?}"),
+    }
+    let bytes = block_on(read.bytes(None)).expect("the refusal was of the wait, not of the read");
+    assert_eq!(bytes.as_bytes(), &[1, 2, 3, 4]);
+}
+
+#[test]
+fn is_synced_is_false_while_a_failure_waits_in_a_fence_sync_quickly_left() {
+    let runtime = WeirRuntime::open(Backend::Cpu).unwrap();
+    let stream = runtime.new_stream().unwrap();
+    let x = stream.zeros(256, ElementType::F32).unwrap();
+    let hold = stream.hold().unwrap();
+    assert!(stream.fail_write(x.clone(), "broken behind a hold".into()).is_err());
+    assert!(!stream.sync_quickly().unwrap(), "held work is not synced");
+    hold.release();
+    // The work is done (the runtime's fence finds no failure: the stream's
+    // went into the fence sync_quickly left, where it waits).
+    block_on(runtime.sync(None)).unwrap();
+    assert!(!stream.is_synced(), "sync() has a failure to report");
+    assert!(matches!(block_on(stream.sync(None)), Err(WeirError::OpFailed { .. })));
+    assert!(stream.is_synced(), "reported: nothing waits now");
+}
