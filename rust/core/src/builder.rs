@@ -101,7 +101,10 @@ impl RuntimeBuilder {
     /// some; a handle from [`Stream::without_waiting`](crate::Stream::without_waiting)
     /// fails with [`Error::QueueFull`] instead, and
     /// [`Stream::room`](crate::Stream::room) is a future to await first.
-    /// A limit of 0 is [`Error::InvalidArgument`] when opened.
+    /// A limit of 0 is [`Error::InvalidArgument`] when opened. What the
+    /// queue may be waiting on admits past the limit rather than wait for
+    /// itself: a kernel of this runtime, a woken task on Weir's wake thread,
+    /// and an external write's closure (its op holds a share until it returns).
     pub fn queue_limit(mut self, limit: QueueLimit) -> Self {
         self.options.queue_limit = limit;
         self

@@ -391,10 +391,14 @@ impl<B: Backend> Engine for Scheduler<B> {
     }
 
     fn make_room(&self, when_full: WhenFull) -> Result<()> {
-        // A thread that runs this runtime's work, or delivers completions,
-        // could be what the queue waits on: it admits past the limit.
+        // A thread that runs this runtime's work, delivers completions, or
+        // is inside an external write's closure (whose op holds its share of
+        // the queue until the closure returns) could be what the queue waits
+        // on: it admits past the limit.
         self.room.make(when_full, || {
-            crate::completion::on_delivery_thread() || self.runs_on_this_thread(&lock(&self.state), None)
+            crate::completion::on_delivery_thread()
+                || super::external::running_write(|engine| engine == self.address()).is_some()
+                || self.runs_on_this_thread(&lock(&self.state), None)
         })
     }
 

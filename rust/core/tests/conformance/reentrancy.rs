@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use std::task::{Context, Wake, Waker};
 use std::time::{Duration, Instant};
 
-use weir_core::{CompletionWait, ElementType, Error, Fence, Runtime};
+use weir_core::{CompletionWait, ElementType, Error, Fence, QueueLimit, Runtime};
 
 use crate::common::{hold, raw_fill, retried, words, Held};
 
@@ -201,6 +201,48 @@ conformance! {
             assert_eq!(words(&t.read(&target).unwrap()), vec![0x0909_0909; 16]);
             s.fence().unwrap().wait().unwrap();
         });
+    }
+
+    fn an_external_writes_closure_admits_past_a_full_queue(runtime: &Runtime) {
+        // The write's op holds its share of the queue until its closure
+        // returns: an admission from inside the closure that waited for room
+        // would wait for itself. One op fills this queue; two closures at
+        // once fill a queue of two.
+        for closures in [1, 2] {
+            let limit = QueueLimit { ops: closures, host_bytes: 1 << 20 };
+            let limited = Runtime::builder(runtime.info().backend).queue_limit(limit).open().expect("open with a limit");
+            let meet = Arc::new(std::sync::Barrier::new(closures as usize));
+            let outcomes = within_deadline(move || {
+                let threads: Vec<_> = (0..closures)
+                    .map(|_| {
+                        let (limited, meet) = (limited.clone(), meet.clone());
+                        std::thread::spawn(move || {
+                            let (s, t) = (limited.new_stream().unwrap(), limited.new_stream().unwrap());
+                            let (target, other) = (s.empty(ElementType::Bytes, 64).unwrap(), t.empty(ElementType::Bytes, 64).unwrap());
+                            let mut inside = Vec::new();
+                            s.external_write(&[&target], |raw| {
+                                meet.wait();
+                                inside.push(t.fill_u32(&other, 7).map(|()| true));
+                                inside.push(s.zeros(ElementType::Bytes, 4).map(|_| true));
+                                raw_fill(raw, 9)
+                            })
+                            .unwrap();
+                            assert_eq!(words(&t.read(&other).unwrap()), vec![7; 16]);
+                            inside
+                        })
+                    })
+                    .collect();
+                threads.into_iter().map(|thread| thread.join().unwrap()).collect::<Vec<_>>()
+            });
+            for inside in outcomes {
+                assert!(matches!(inside[0], Ok(true)), "another stream, {closures} closure(s): {:?}", inside[0]);
+                assert!(
+                    matches!(inside[1], Err(Error::InvalidArgument(_))),
+                    "its own stream is refused, not waited for: {:?}",
+                    inside[1]
+                );
+            }
+        }
     }
 
     fn a_panicking_waker_leaves_the_runtime_working(runtime: &Runtime) {
