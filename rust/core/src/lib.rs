@@ -46,8 +46,9 @@
 //!   an error naming the original failure and passes it on to what it writes;
 //!   a full overwrite makes a buffer healthy again. The op's stream is not
 //!   poisoned: its next fence reports the failures since the previous one (the
-//!   first, with a count; a runtime's fence every stream's, with their total)
-//!   and later work runs. An op that fails for a failed input fails on its own
+//!   first, with a count; a runtime's fence every stream's, with their total,
+//!   and those of dropped streams that no fence of theirs reported) and later
+//!   work runs. An op that fails for a failed input fails on its own
 //!   stream, naming it. Bad input
 //!   ([`Error::InvalidArgument`], [`Error::OutOfRange`], …) is refused at
 //!   admission and changes nothing. A device-fatal fault (a CUDA or HIP

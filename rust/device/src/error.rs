@@ -187,6 +187,12 @@ impl Failures {
         self.count += later.count;
     }
 
+    /// Counts one more failed op; the first stays the first.
+    #[doc(hidden)]
+    pub fn count_one_more(&mut self) {
+        self.count += 1;
+    }
+
     /// The error a fence reports: the first failure, saying how many more
     /// ops failed.
     #[doc(hidden)]

@@ -83,15 +83,24 @@ impl OpIo {
 
 /// The failures of a stream not yet reported by a fence: the first, and how many.
 #[derive(Debug, Default)]
-pub(crate) struct FailureTally(Mutex<Option<(Error, u64)>>);
+pub(crate) struct FailureTally(Mutex<Option<Failures>>);
 
 impl FailureTally {
     /// Counts one more failure.
     pub(crate) fn record(&self, error: &Error) {
         let mut tally = lock(&self.0);
         match &mut *tally {
-            Some((_, count)) => *count += 1,
-            None => *tally = Some((error.clone(), 1)),
+            Some(failures) => failures.count_one_more(),
+            None => *tally = Some(Failures::from(error.clone())),
+        }
+    }
+
+    /// Counts `failures` (another tally's, taken) after those here.
+    pub(crate) fn add(&self, failures: Failures) {
+        let mut tally = lock(&self.0);
+        match &mut *tally {
+            Some(earlier) => earlier.add(failures),
+            None => *tally = Some(failures),
         }
     }
 
@@ -102,17 +111,15 @@ impl FailureTally {
 
     /// What a fence reports: the first failure since the last take, with the count.
     pub(crate) fn take(&self) -> Result<(), Failures> {
-        match lock(&self.0).take() {
-            Some((first, count)) => Err(Failures::new(first, count)),
-            None => Ok(()),
-        }
+        lock(&self.0).take().map_or(Ok(()), Err)
     }
 
-    /// What a signal of `kind` reports of them: a fence takes them (each
-    /// failure is reported once), a drain none.
+    /// What a signal of `kind` reports of them: a fence, or a retiring
+    /// stream's last signal, takes them (each failure is reported once), a
+    /// drain none.
     pub(crate) fn report(&self, kind: SignalKind) -> Result<(), Failures> {
         match kind {
-            SignalKind::Fence => self.take(),
+            SignalKind::Fence | SignalKind::Retire => self.take(),
             SignalKind::Drain => Ok(()),
         }
     }
@@ -125,8 +132,12 @@ pub enum SignalKind {
     /// the stream since its previous fence signal (each failure is reported
     /// by one fence); `Ok` if none did.
     Fence,
-    /// Internal bookkeeping (freeing memory, retiring a stream, draining):
-    /// completes `Ok` once the work is done, and reports nothing.
+    /// A stream's last signal as it retires: reports as a fence does, so
+    /// that failures no fence of the stream took reach the runtime's next
+    /// fence; nobody awaits it.
+    Retire,
+    /// Internal bookkeeping (freeing memory, draining): completes `Ok` once
+    /// the work is done, and reports nothing.
     Drain,
 }
 

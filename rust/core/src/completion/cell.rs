@@ -21,6 +21,9 @@ struct State<T> {
     wakers: Vec<Option<Waker>>,
     free_slots: Vec<usize>,
     actions: Vec<Action<T>>,
+    /// Actions that only settle Weir's own state: run by whoever completes
+    /// the cell, at once (see [`Cell::then_at_once`]).
+    settles: Vec<Action<T>>,
     /// Threads blocked in [`Cell::wait`]: only they need the condvar (a
     /// notification is a system call even with nobody to wake).
     blocked: usize,
@@ -42,16 +45,26 @@ pub(crate) struct Finished<T> {
     outcome: T,
     wakers: Vec<Waker>,
     actions: Vec<Action<T>>,
+    settles: Vec<Action<T>>,
 }
 
 impl<T> Finished<T> {
     /// True when there is nothing to run.
     pub(crate) fn is_empty(&self) -> bool {
-        self.wakers.is_empty() && self.actions.is_empty()
+        self.wakers.is_empty() && self.actions.is_empty() && self.settles.is_empty()
     }
 
-    /// Wakes every waker, then runs every action, on the calling thread.
-    pub(crate) fn run(self) {
+    /// Runs the actions that only settle Weir's state (see
+    /// [`Cell::then_at_once`]), on the calling thread, whatever it holds.
+    pub(crate) fn settle(&mut self) {
+        for settle in std::mem::take(&mut self.settles) {
+            settle(&self.outcome);
+        }
+    }
+
+    /// Settles, wakes every waker, then runs every action, on the calling thread.
+    pub(crate) fn run(mut self) {
+        self.settle();
         for waker in self.wakers {
             waker.wake();
         }
@@ -85,6 +98,7 @@ impl<T: Clone> Cell<T> {
                 wakers: Vec::new(),
                 free_slots: Vec::new(),
                 actions: Vec::new(),
+                settles: Vec::new(),
                 blocked: 0,
             }),
             finished: Condvar::new(),
@@ -110,6 +124,7 @@ impl<T: Clone> Cell<T> {
             outcome: state.outcome.clone(),
             wakers: std::mem::take(&mut state.wakers).into_iter().flatten().collect(),
             actions: std::mem::take(&mut state.actions),
+            settles: std::mem::take(&mut state.settles),
         };
         let blocked = state.blocked > 0;
         drop(state);
@@ -165,6 +180,19 @@ impl<T: Clone> Cell<T> {
             return Some((action, state.outcome.clone()));
         }
         state.actions.push(action);
+        None
+    }
+
+    /// As [`Cell::then`], for an action that only settles Weir's own state
+    /// (another cell, a tally) and takes no lock but theirs: whoever
+    /// completes the cell runs it at once, not on the delivery thread, so
+    /// that a wait there for what it settles cannot wait for itself.
+    pub(crate) fn then_at_once(&self, action: Action<T>) -> Option<(Action<T>, T)> {
+        let mut state = lock(&self.state);
+        if state.parts_left == 0 {
+            return Some((action, state.outcome.clone()));
+        }
+        state.settles.push(action);
         None
     }
 

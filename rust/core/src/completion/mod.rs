@@ -114,8 +114,9 @@ impl Completion {
     /// Reports one part done as [`Completion::complete`] does, with a
     /// fence's report of failed ops: their count adds to the other parts'.
     pub(crate) fn report(&self, outcome: Outcome) {
-        if let Some(finished) = self.cell.complete(outcome) {
+        if let Some(mut finished) = self.cell.complete(outcome) {
             let _ = self.finished_at.set(Instant::now());
+            finished.settle();
             if !finished.is_empty() {
                 delivery::deliver(move || finished.run());
             }
@@ -172,6 +173,22 @@ impl Completion {
         let action = move |outcome: &Outcome| action(&reported(outcome.clone()));
         if let Some((action, outcome)) = self.cell.then(Box::new(action)) {
             delivery::deliver(move || action(&outcome));
+        }
+    }
+
+    /// The outcome as its parts brought it (the failures, counted), if complete.
+    pub(crate) fn failures(&self) -> Option<Outcome> {
+        self.cell.outcome()
+    }
+
+    /// Runs `settle` with the outcome as its parts brought it (the failures,
+    /// counted) once complete, on the completing thread, or at once if
+    /// complete: for what only settles Weir's own state (a part of another
+    /// completion, a tally), taking no lock but its own, so that nothing it
+    /// settles waits for the wake thread.
+    pub(crate) fn then_settle(&self, settle: impl FnOnce(&Outcome) + Send + 'static) {
+        if let Some((settle, outcome)) = self.cell.then_at_once(Box::new(settle)) {
+            settle(&outcome);
         }
     }
 

@@ -14,7 +14,7 @@
 //!   worker whose kernel held the last handle) waits for device work.
 
 use smallvec::{smallvec, SmallVec};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::state::{BufferEntry, State};
@@ -39,12 +39,20 @@ impl<B: Backend> Scheduler<B> {
         }
         let Some(slot) = state.streams.get_mut(stream) else { return };
         let Some(raw) = slot.raw.take() else { return };
+        // Failures no fence of the stream reported go to the runtime's next
+        // fence: those found at admission now; those found as its ops ran
+        // through its last signal, which takes them once its work is done:
+        // the next runtime fence, or the sweep of its slot, claims them.
+        let unreported = slot.unreported.take();
         let done = Completion::new(1, self.live.clone());
-        if self.backend.signal(&raw, done.clone(), SignalKind::Drain).is_err() {
+        if self.backend.signal(&raw, done.clone(), SignalKind::Retire).is_err() {
             // A broken stream: drop it at once, its work will not finish anyway.
             done.complete(Ok(()));
         }
-        slot.retired = Some(Retired { done: done.clone(), raw: Arc::downgrade(&raw) });
+        slot.retired = Some(Retired { done: done.clone(), raw: Arc::downgrade(&raw), claimed: AtomicBool::new(false) });
+        if let Err(failures) = unreported {
+            state.orphaned.add(failures);
+        }
         state.retiring.push(stream);
         drop(state);
         done.then_release(raw, || {});
@@ -52,12 +60,17 @@ impl<B: Backend> Scheduler<B> {
 
     /// Frees the slots of retired streams whose work is done.
     pub(super) fn sweep_retired(state: &mut State<B>) {
-        let State { streams, retiring, free_slots, .. } = state;
+        let State { streams, retiring, free_slots, orphaned, .. } = state;
         retiring.retain(|&stream| {
             let slot = &mut streams[stream];
             let Some(retired) = slot.retired.as_mut() else { return false };
             if !retired.done.is_complete() {
                 return true;
+            }
+            if retired.claim() {
+                if let Some(Err(failures)) = retired.done.failures() {
+                    orphaned.add(failures);
+                }
             }
             // Its work is done: nothing will wait for it again, so what it had
             // seen can go, and a new stream can take the slot.
@@ -169,14 +182,27 @@ impl<B: Backend> Scheduler<B> {
         // Failures found at admission travel in one extra part per stream; the
         // fence still resolves only after the work queued before it.
         let reports = kind == SignalKind::Fence;
-        let failed: SmallVec<[Failures; 1]> = if reports {
+        let mut failed: SmallVec<[Failures; 1]> = if reports {
             targets.iter().filter_map(|&stream| state.streams[stream].unreported.take().err()).collect()
         } else {
             SmallVec::new()
         };
-        let done = Completion::new(targets.len() + failed.len(), self.live.clone());
+        // A runtime fence also reports what retired streams left: what
+        // reached the runtime's tally, and what a retiring stream's last
+        // signal will bring, in a part that waits for it.
+        let mut claimed: SmallVec<[Arc<Completion>; 1]> = SmallVec::new();
+        if reports && stream.is_none() {
+            failed.extend(state.orphaned.take().err());
+            let retired = state.streams.iter().filter_map(|slot| slot.retired.as_ref());
+            claimed.extend(retired.filter(|retired| retired.claim()).map(|retired| retired.done.clone()));
+        }
+        let done = Completion::new(targets.len() + failed.len() + claimed.len(), self.live.clone());
         for failures in failed {
             done.report(Err(failures));
+        }
+        for retired in claimed {
+            let part = done.clone();
+            retired.then_settle(move |outcome| part.report(outcome.clone()));
         }
         for stream in targets {
             self.signal_into(&state.streams[stream], &done, kind)?;
@@ -269,6 +295,7 @@ impl<B: Backend> State<B> {
             free_slots: Vec::new(),
             link: None,
             held: Vec::new(),
+            orphaned: Default::default(),
         }
     }
 }

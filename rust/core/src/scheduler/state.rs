@@ -9,7 +9,7 @@ use super::external::running_write;
 use super::streams::StreamSlot;
 use super::versions::{Dependencies, History};
 use super::BufferKey;
-use crate::backend::{Backend, Command};
+use crate::backend::{Backend, Command, FailureTally};
 use crate::completion::spin::SpinPolicy;
 use crate::completion::Completion;
 use crate::device::DeviceInfo;
@@ -52,6 +52,9 @@ pub(super) struct State<B: Backend> {
     /// Released buffers a stream could not signal for (a broken stream on a
     /// device not lost): their memory is kept until the runtime goes.
     pub(super) held: Vec<Arc<Completion>>,
+    /// Failures of retired streams that no fence of theirs reported: the
+    /// runtime's next fence reports them (see `Scheduler::retire`).
+    pub(super) orphaned: FailureTally,
 }
 
 impl<B: Backend> State<B> {
@@ -147,6 +150,7 @@ impl<B: Backend> Scheduler<B> {
                 free_slots: Vec::new(),
                 link: None,
                 held: Vec::new(),
+                orphaned: FailureTally::default(),
             }),
             unbusy: Condvar::new(),
         })

@@ -3,6 +3,7 @@
 //! whose work may still run.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use super::clock::VectorClock;
@@ -17,9 +18,18 @@ pub(super) struct Retired<B: Backend> {
     /// meanwhile a dependent records an event on it, and a fence signals it,
     /// as on any stream, so no wait runs through the wake thread.
     pub(super) raw: std::sync::Weak<B::Stream>,
+    /// The failures `done` completes with are taken: by a runtime fence,
+    /// or into the runtime's tally as the slot is swept (see
+    /// `Scheduler::retire`), whichever comes first.
+    pub(super) claimed: AtomicBool,
 }
 
 impl<B: Backend> Retired<B> {
+    /// True for the first caller: the failures `done` brings are its to report.
+    pub(super) fn claim(&self) -> bool {
+        !self.claimed.swap(true, Ordering::SeqCst)
+    }
+
     /// Runs `f` on the backend stream unless it was dropped already (which
     /// happens only once its work is done); the handle taken for it may be
     /// the last, so it drops on the release thread.

@@ -194,6 +194,36 @@ conformance! {
         runtime.fence().unwrap().wait().expect("once");
     }
 
+    fn a_dropped_streams_unreported_failures_reach_the_runtimes_next_fence(runtime: &Runtime) {
+        // Dropped while its work waits (the runtime's fence is made as it
+        // retires), then dropped once its work has run.
+        for fence_while_retiring in [true, false] {
+            let s = runtime.new_stream().unwrap();
+            let (target, other) = (s.upload(&[1u32; 256]).unwrap(), s.zeros(ElementType::U32, 16).unwrap());
+            let held = crate::common::hold(&s);
+            // Found as it runs (at launch on CUDA), then one found at admission.
+            if !admit_failing_write(runtime, &s, &target) {
+                return;
+            }
+            assert!(s.fail_write(&other, "a deliberate failure").is_err());
+            drop(s);
+            let fence = fence_while_retiring.then(|| runtime.fence().unwrap());
+            held.release();
+            let fence = fence.unwrap_or_else(|| {
+                let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+                while runtime.diagnostics().retiring_streams > 0 {
+                    assert!(std::time::Instant::now() < deadline, "the dropped stream never retired");
+                    std::thread::sleep(std::time::Duration::from_millis(1));
+                }
+                runtime.fence().unwrap()
+            });
+            let error = fence.wait().unwrap_err();
+            assert!(is_the_failure(&error), "{error}");
+            assert!(error.to_string().ends_with("(and 1 more failed ops)"), "both failures counted: {error}");
+            runtime.fence().unwrap().wait().expect("each failure is reported once");
+        }
+    }
+
     fn an_op_failing_for_a_failed_input_fails_on_its_own_stream_naming_the_original(runtime: &Runtime) {
         // Retired streams' slots are reused: the numbers a runtime gives its
         // streams are what every report names, whatever the backend counted.
