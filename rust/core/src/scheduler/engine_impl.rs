@@ -164,6 +164,9 @@ impl<B: Backend> Engine for Scheduler<B> {
         // One hand-over to the device for the whole batch, before the lock goes.
         let raw = state.slot(stream)?.raw(stream)?.clone();
         self.backend.begin_admissions(&raw);
+        // Handed over however the loop ends (a panic in it would otherwise
+        // leave the stream's later work held back), with the lock still held.
+        let handed_over = scopeguard::guard(&raw, |raw| self.backend.end_admissions(raw));
         // Each op as if admitted alone: a failed or refused one does not stop
         // the others; the first error comes back once all are admitted.
         let mut first_error = None;
@@ -172,7 +175,7 @@ impl<B: Backend> Engine for Scheduler<B> {
                 first_error.get_or_insert(error);
             }
         }
-        self.backend.end_admissions(&raw);
+        drop(handed_over);
         drop(state);
         first_error.map_or(Ok(()), Err)
     }
