@@ -175,12 +175,7 @@ impl<T: Clone> Cell<T> {
     /// already is (so the caller runs it, outside its locks), else keeps it
     /// for the completing part's [`Finished`].
     pub(crate) fn then(&self, action: Action<T>) -> Option<(Action<T>, T)> {
-        let mut state = lock(&self.state);
-        if state.parts_left == 0 {
-            return Some((action, state.outcome.clone()));
-        }
-        state.actions.push(action);
-        None
+        self.keep(action, |state| &mut state.actions)
     }
 
     /// As [`Cell::then`], for an action that only settles Weir's own state
@@ -188,11 +183,17 @@ impl<T: Clone> Cell<T> {
     /// completes the cell runs it at once, not on the delivery thread, so
     /// that a wait there for what it settles cannot wait for itself.
     pub(crate) fn then_at_once(&self, action: Action<T>) -> Option<(Action<T>, T)> {
+        self.keep(action, |state| &mut state.settles)
+    }
+
+    /// Keeps `action` in the list `kept` picks, unless the cell is complete:
+    /// then hands it back with the outcome.
+    fn keep(&self, action: Action<T>, kept: fn(&mut State<T>) -> &mut Vec<Action<T>>) -> Option<(Action<T>, T)> {
         let mut state = lock(&self.state);
         if state.parts_left == 0 {
             return Some((action, state.outcome.clone()));
         }
-        state.settles.push(action);
+        kept(&mut state).push(action);
         None
     }
 

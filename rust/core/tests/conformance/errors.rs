@@ -44,6 +44,21 @@ fn admit_failing_write(runtime: &Runtime, s: &Stream, target: &weir_core::Buffer
     }
 }
 
+/// Holds a new stream of `runtime` and admits two failing ops on it, one
+/// found as it runs (at launch on CUDA), then one found at admission; the
+/// stream and its hold, or None where the backend has no failing kernel.
+fn two_failures_behind_a_hold(runtime: &Runtime) -> Option<(Stream, crate::common::Held)> {
+    let s = runtime.new_stream().unwrap();
+    let (target, other) = (s.upload(&[1u32; 256]).unwrap(), s.zeros(ElementType::U32, 16).unwrap());
+    let held = crate::common::hold(&s);
+    if !admit_failing_write(runtime, &s, &target) {
+        held.release();
+        return None;
+    }
+    assert!(s.fail_write(&other, "a deliberate failure").is_err());
+    Some((s, held))
+}
+
 fn is_the_failure(error: &Error) -> bool {
     let message = error.to_string().to_lowercase();
     matches!(error, Error::OpFailed { .. })
@@ -159,14 +174,7 @@ conformance! {
 
 conformance! {
     fn a_stream_fence_counts_the_failures_found_at_admission_and_as_ops_ran(runtime: &Runtime) {
-        let s = runtime.new_stream().unwrap();
-        let (target, other) = (s.upload(&[1u32; 256]).unwrap(), s.zeros(ElementType::U32, 16).unwrap());
-        let held = crate::common::hold(&s);
-        // Found as it runs (at launch on CUDA), then one found at admission.
-        if !admit_failing_write(runtime, &s, &target) {
-            return;
-        }
-        assert!(s.fail_write(&other, "a deliberate failure").is_err());
+        let Some((s, held)) = two_failures_behind_a_hold(runtime) else { return };
         held.release();
         let error = s.fence().unwrap().wait().unwrap_err();
         assert!(is_the_failure(&error), "{error}");
@@ -198,14 +206,7 @@ conformance! {
         // Dropped while its work waits (the runtime's fence is made as it
         // retires), then dropped once its work has run.
         for fence_while_retiring in [true, false] {
-            let s = runtime.new_stream().unwrap();
-            let (target, other) = (s.upload(&[1u32; 256]).unwrap(), s.zeros(ElementType::U32, 16).unwrap());
-            let held = crate::common::hold(&s);
-            // Found as it runs (at launch on CUDA), then one found at admission.
-            if !admit_failing_write(runtime, &s, &target) {
-                return;
-            }
-            assert!(s.fail_write(&other, "a deliberate failure").is_err());
+            let Some((s, held)) = two_failures_behind_a_hold(runtime) else { return };
             drop(s);
             let fence = fence_while_retiring.then(|| runtime.fence().unwrap());
             held.release();
