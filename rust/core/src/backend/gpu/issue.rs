@@ -507,7 +507,13 @@ impl<D: Driver> Issue<D> {
     /// not ours, so only the other ops leave it set.
     pub(crate) fn issue(self, stream: &StreamCore<D>, bound: &mut bool) -> Result<()> {
         let driver = &*stream.device.driver;
-        bind(driver, bound)?;
+        if let Err(error) = bind(driver, bound) {
+            // A read's bytes will not come: its reader hears why, as from a failed copy.
+            if let Issue::Download { sink, .. } = &self {
+                sink.fail(error.clone());
+            }
+            return Err(error);
+        }
         *bound = matches!(self, Issue::Zero { .. } | Issue::Copy { .. } | Issue::Launch(_) | Issue::Graph(_));
         match self {
             // The widest memset the alignment allows: 32-bit stores fill faster.

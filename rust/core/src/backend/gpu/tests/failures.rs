@@ -2,6 +2,7 @@
 //! driver call, driver calls that fail their op, failed inputs, a lost
 //! device, and fences that report every failure once.
 
+use super::issuing::hold_the_issuing_thread;
 use super::*;
 
 #[test]
@@ -185,4 +186,45 @@ fn a_signal_whose_completion_cannot_be_handed_to_the_driver_waits_for_the_work_b
         other => panic!("the fence: {other:?}"),
     }
     assert!(matches!(drain.outcome(), Some(Err(_))));
+}
+
+/// A download queued on the issuing thread behind a launch whose fault
+/// loses the device: its bind fails before the download's arm runs, and
+/// its reader must still hear of it (it waited forever).
+#[test]
+fn a_read_queued_behind_a_launch_that_loses_the_device_completes() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let (latch, _open, _) = hold_the_issuing_thread(&backend, &stream, &shared, &memory);
+    // Behind the held launch: a read.
+    let sink = HostSink::new(completion());
+    let command = Command::Download { src: span(&memory, 0, 8), sink: sink.clone() };
+    let prepared = backend.prepare(&command).unwrap();
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    assert!(!backend.device.issuer.is_idle(), "the read is queued behind the held launch");
+    // The held launch faults: the device is lost.
+    lock(&shared.fatal).push("launch");
+    latch.open();
+    backend.device.issuer.flush();
+    assert!(backend.lost().is_some(), "the fault lost the device");
+    assert!(soon(|| sink.completion.is_complete()), "the read never completes: a reader waits forever");
+}
+
+/// Same, on the admitting thread: a bind that fails (not a loss) fails the read.
+#[test]
+fn a_read_whose_bind_fails_completes() {
+    let (backend, shared) = backend(Wake::Waiter);
+    let stream = backend.create_stream(0).unwrap();
+    let memory = backend.allocate(64).unwrap();
+    let sink = HostSink::new(completion());
+    let command = Command::Download { src: span(&memory, 0, 8), sink: sink.clone() };
+    let prepared = backend.prepare(&command).unwrap();
+    shared.fail("bind");
+    // SAFETY: the fake touches no memory.
+    unsafe { backend.enqueue(&stream, command, prepared, OpIo::default()) }.unwrap();
+    backend.device.issuer.flush();
+    lock(&shared.failing).clear();
+    assert!(soon(|| sink.completion.is_complete()), "the read never completes: a reader waits forever");
 }
